@@ -1,0 +1,30 @@
+"""Sandboy: contain untrusted commands, parser input and agent capabilities on Linux.
+
+The public Python API is small and imported lazily so that `import sandboy` stays
+cheap on the `sandboy run` start-up path:
+
+    from sandboy import Policy, run
+    policy = Policy.load("step.toml")
+    result = run(["make", "test"], policy, cwd="/src/repo", timeout=600)
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["Policy", "PolicyError", "CageError", "RunResult", "run", "__version__"]
+
+
+def __getattr__(name: str):
+    # PEP 562 lazy exports: `sandboy run` imports only what its path needs.
+    if name in ("Policy",):
+        from sandboy.policy.model import Policy
+
+        return Policy
+    if name in ("PolicyError", "CageError"):
+        from sandboy import errors
+
+        return getattr(errors, name)
+    if name in ("run", "RunResult"):
+        from sandboy.confine import launch
+
+        return getattr(launch, name)
+    raise AttributeError(f"module 'sandboy' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from sandboy.cli import entry
+
+entry()

@@ -1,0 +1,251 @@
+"""The `sandboy` command: parses arguments and calls the packages. No logic lives here.
+
+`sandboy run` has a hand-written fast path for its few options: `argparse` imports `re` and
+`gettext` (≈ 10 ms), which alone would cost more than the whole cage (docs/performance.md).
+Anything the fast path does not recognise (`--help`, a typo) falls through to argparse, which
+prints the usual help and errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
+
+RUN_EPILOG = """\
+examples:
+  sandboy run --policy step.toml -- bash -lc 'make test'
+  sandboy run --policy step.toml --dry-run            # the effective rules on this kernel
+  sandboy run --policy step.toml --status-json s.json -- pytest -q
+
+exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
+be applied (the command never runs unconfined); 126/127 command not executable / not found;
+128+n killed by signal n (supervised mode, e.g. limits.wall_seconds).
+Policy reference: README.md and policy.example.toml."""
+
+
+class RunArgs:
+    __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "command")
+
+    def __init__(self):
+        self.policy = None
+        self.status_json = None
+        self.status_fd = None
+        self.dry_run = False
+        self.json = False
+        self.cwd = None
+        self.command = []
+
+
+def parse_run_fast(argv: list[str]) -> RunArgs | None:
+    """Parse `run` options without argparse; None means "let argparse handle it"."""
+    args = RunArgs()
+    valued = {"--policy": "policy", "-p": "policy", "--status-json": "status_json",
+              "--status-fd": "status_fd", "--cwd": "cwd"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            args.command = argv[i + 1 :]
+            break
+        if not arg.startswith("-"):
+            args.command = argv[i:]
+            break
+        name, eq, value = arg.partition("=")
+        if name in valued:
+            if not eq:
+                if i + 1 >= len(argv):
+                    return None
+                i += 1
+                value = argv[i]
+            setattr(args, valued[name], value)
+        elif arg == "--dry-run":
+            args.dry_run = True
+        elif arg == "--json":
+            args.json = True
+        else:
+            return None
+        i += 1
+    if args.policy is None or (not args.command and not args.dry_run):
+        return None
+    if args.status_fd is not None:
+        if not args.status_fd.isdigit():
+            return None
+        args.status_fd = int(args.status_fd)
+    return args
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"sandboy: {message}\n")
+
+
+def cmd_run(args: RunArgs) -> int:
+    from sandboy.confine import cage as cagemod
+    from sandboy.confine import launch
+    from sandboy.policy.load import load_file
+
+    try:
+        policy = load_file(args.policy)
+        if args.dry_run:
+            return _dry_run(policy, args)
+        status = _StatusSink(args) if (args.status_json or args.status_fd is not None) else None
+        if launch.needs_supervisor(policy):
+            result = launch.run(args.command, policy, cwd=args.cwd)
+            if result.error:
+                _err(result.error)
+            if status:
+                status.write(result.enforced, result.degraded, result.warnings, policy.source,
+                             {"outcome": result.outcome, "returncode": result.returncode,
+                              "signal": result.signal, "duration": round(result.duration, 6)})
+            return result.returncode
+        cage = cagemod.build(policy, cwd=args.cwd)
+        for line in (*cage.degraded, *cage.warnings):
+            _err(f"warning: {line}")
+
+        def on_applied():
+            if status:
+                status.write(cage.enforced, cage.degraded, cage.warnings, policy.source,
+                             {"outcome": "exec", "returncode": None})
+
+        return launch.exec_confined(args.command, cage, on_applied)
+    except PolicyError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except CageError as exc:
+        _err(f"cage not applied, command not run: {exc}")
+        return EXIT_CAGE
+
+
+class _StatusSink:
+    """`--status-json FILE` / `--status-fd N`: opened before the cage closes, written after."""
+
+    def __init__(self, args: RunArgs):
+        import json  # imported now: after Landlock the stdlib may no longer be readable
+
+        self._json = json
+        if args.status_json:
+            self.fd = os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        else:
+            self.fd = args.status_fd
+            os.set_inheritable(self.fd, False)
+
+    def write(self, enforced, degraded, warnings, source, outcome) -> None:
+        from sandboy import __version__
+        from sandboy.confine.landlock import abi_version
+
+        doc = {"sandboy": __version__, "policy": source, "landlock_abi": abi_version(),
+               "enforced": enforced, "degraded": degraded, "warnings": warnings, **outcome}
+        os.write(self.fd, (self._json.dumps(doc, indent=2) + "\n").encode())
+
+
+def _dry_run(policy, args: RunArgs) -> int:
+    import json
+
+    from sandboy.confine import launch
+    from sandboy.confine.cage import build
+
+    cage = build(policy, cwd=args.cwd)
+    try:
+        report = cage.report()
+        report["supervised"] = launch.needs_supervisor(policy)
+        report["command"] = args.command
+        if args.json:
+            print(json.dumps(report, indent=2))
+            return 0
+        from sandboy.confine.doctor import describe_cage
+
+        print(describe_cage(report))
+        return 0
+    finally:
+        cage.close()
+
+
+def cmd_doctor(args) -> int:
+    from sandboy.confine.doctor import check, render
+
+    result = check()
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        print(render(result))
+    return 0 if result["cage_available"] else 1
+
+
+def build_parser():
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="sandboy",
+        description="Contain untrusted commands and untrusted tool output on a Linux host.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="start with `sandboy doctor` to see what this machine can enforce.",
+    )
+    from sandboy import __version__
+
+    parser.add_argument("--version", action="version", version=f"sandboy {__version__}")
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run one command in a Landlock + seccomp cage",
+                         description="Confine COMMAND with the rules of a step policy, then exec it.",
+                         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("-p", "--policy", required=True, metavar="FILE", help="step policy (TOML, version 1)")
+    run.add_argument("--status-json", metavar="FILE", help="write what was enforced/degraded and the outcome as JSON")
+    run.add_argument("--status-fd", type=int, metavar="N", help="same, to an open file descriptor")
+    run.add_argument("--dry-run", action="store_true", help="print the effective rules for this kernel; run nothing")
+    run.add_argument("--json", action="store_true", help="with --dry-run: JSON output")
+    run.add_argument("--cwd", metavar="DIR", help="working directory of the command (default: current)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments (after --)")
+    run.set_defaults(func=_run_from_argparse)
+
+    doctor = sub.add_parser("doctor", help="what this kernel can enforce",
+                            description="Probe each protection on this machine (Landlock ABI, seccomp, "
+                                        "scopes, user namespaces, cgroups) and say what is available.")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(func=cmd_doctor)
+
+    for module in ("sandboy.gate.cli", "sandboy.audit.cli"):
+        try:
+            mod = __import__(module, fromlist=["add_parser"])
+        except ImportError:
+            continue
+        mod.add_parser(sub)
+    return parser
+
+
+def _run_from_argparse(ns) -> int:
+    args = RunArgs()
+    args.policy, args.status_json, args.status_fd = ns.policy, ns.status_json, ns.status_fd
+    args.dry_run, args.json, args.cwd = ns.dry_run, ns.json, ns.cwd
+    args.command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if not args.command and not args.dry_run:
+        _err("run: no command given (put it after --), or use --dry-run")
+        return EXIT_USAGE
+    return cmd_run(args)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        fast = parse_run_fast(argv[1:])
+        if fast is not None:
+            return cmd_run(fast)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not getattr(ns, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return ns.func(ns)
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

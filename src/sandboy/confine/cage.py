@@ -1,0 +1,202 @@
+"""Build every rule of a policy once, in the parent; apply them in the child before execve.
+
+Order in the child (issue #2): fds → rlimits → capabilities → no_new_privs → Landlock → seccomp.
+Seccomp goes last so the calls the earlier steps need are never filtered.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sandboy.confine import hygiene, landlock, seccomp
+from sandboy.errors import CageError, PolicyError
+from sandboy.policy.resolve import Context, resolve, uses_tmp
+
+
+class Cage:
+    """A policy compiled for this kernel: a filled Landlock ruleset fd, a BPF program, an
+    environment and a report of what is enforced and what degraded."""
+
+    def __init__(self, policy, ctx, ruleset, bpf, env, enforced, degraded, warnings):
+        self.policy = policy
+        self.ctx = ctx
+        self.ruleset = ruleset
+        self.bpf = bpf
+        self.env = env
+        self.enforced = enforced
+        self.degraded = degraded
+        self.warnings = warnings
+        self.cgroup = None  # set by launch for root + limits.processes
+
+    @property
+    def cwd(self) -> str:
+        return self.ctx.cwd
+
+    def apply(self) -> None:
+        """In the child, after fork, before execve. Raises OSError on any failure."""
+        if self.cgroup is not None:
+            self.cgroup.join()
+        hygiene.cloexec_inherited_fds()
+        hygiene.set_rlimits(self.policy.limits)
+        if hygiene.has_capabilities():
+            hygiene.drop_capabilities()
+        hygiene.no_new_privs()
+        self.ruleset.restrict_self()
+        seccomp.load(self.bpf)
+
+    def close(self) -> None:
+        """In the parent, when no more children will be started from this cage."""
+        self.ruleset.close()
+        if self.ctx.tmp:
+            import shutil
+
+            shutil.rmtree(self.ctx.tmp, ignore_errors=True)
+
+    def report(self) -> dict:
+        return {
+            "policy": self.policy.source,
+            "landlock_abi": self.ruleset.abi,
+            "enforced": self.enforced,
+            "degraded": self.degraded,
+            "warnings": self.warnings,
+        }
+
+
+def _names(mask: int, table: dict) -> list[str]:
+    return [name for name, bit in table.items() if mask & bit]
+
+
+_FS_NAMES = {name.lower(): getattr(landlock, name) for name in (
+    "EXECUTE", "WRITE_FILE", "READ_FILE", "READ_DIR", "REMOVE_DIR", "REMOVE_FILE", "MAKE_CHAR",
+    "MAKE_DIR", "MAKE_REG", "MAKE_SOCK", "MAKE_FIFO", "MAKE_BLOCK", "MAKE_SYM", "REFER",
+    "TRUNCATE", "IOCTL_DEV")}
+
+
+def build(policy, cwd=None, repo=None, environ=None, abi=None) -> Cage:
+    """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125)."""
+    strict = policy.strict
+    warnings: list[str] = []
+    degraded: list[str] = []
+
+    if policy.net.domains and not policy.net.unrestricted:
+        raise CageError(
+            f"{policy.source}: net.domains: the egress proxy (Layer 3) is not in this build; "
+            "remove net.domains, or use net.connect_tcp for port-level rules")
+
+    abi = landlock.abi_version() if abi is None else abi
+    if abi < 1:
+        raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
+                        "landlock in the LSM list); refusing to run unconfined. See `sandboy doctor`.")
+
+    policy_dir = os.path.dirname(os.path.abspath(policy.source)) if os.path.exists(policy.source) else None
+    tmp = None
+    if uses_tmp(policy):
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="sandboy-")
+    ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir, repo=repo)
+    try:
+        return _build(policy, ctx, abi, strict, environ, warnings, degraded)
+    except BaseException:
+        if tmp:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
+    resolved = resolve(policy, ctx)
+    fs, net = resolved.fs, resolved.net
+
+    grants: dict[str, int] = {}
+    for key, rights in landlock.RIGHT_NAMES.items():
+        for path in getattr(fs, key):
+            if not os.path.exists(path):
+                msg = f"fs.{key}: {path} does not exist"
+                if strict:
+                    raise PolicyError(policy.source, f"fs.{key}", f"{path} does not exist (compat.landlock = \"strict\")")
+                warnings.append(msg + "; skipped")
+                continue
+            real = os.path.realpath(path)
+            grants[real] = grants.get(real, 0) | rights
+    for path, rights in landlock.DEVICE_GRANTS:
+        if os.path.exists(path):
+            grants[path] = grants.get(path, 0) | rights
+    if fs.exec:
+        # Every dynamically linked program needs EXECUTE on its ELF interpreter (FINDINGS.md).
+        for interp in landlock.ELF_INTERPRETERS:
+            if os.path.exists(interp):
+                real = os.path.realpath(interp)
+                grants[real] = grants.get(real, 0) | landlock.EXEC
+
+    denies = landlock.expand_denies(fs.deny, warnings.append)
+    rules = landlock.plan_rules(grants, denies, warnings.append)
+
+    handled_fs = landlock.fs_rights_for(abi)
+    for right, since in ((landlock.REFER, 2), (landlock.TRUNCATE, 3), (landlock.IOCTL_DEV, 5)):
+        if abi < since:
+            degraded.append(f"landlock: {_names(right, _FS_NAMES)[0]} needs ABI {since} (kernel has {abi}): not restricted")
+
+    handled_net = 0
+    connect_ports, bind_ports = net.connect_tcp, net.bind_tcp
+    any_inet = bool(connect_ports or bind_ports or net.udp)
+    if not net.unrestricted:
+        if abi >= 4:
+            handled_net = landlock.NET_BIND_TCP | landlock.NET_CONNECT_TCP
+        elif connect_ports or bind_ports:
+            degraded.append(f"net: TCP port rules need Landlock ABI 4 (kernel has {abi}): "
+                            "every TCP port is reachable")
+            connect_ports = bind_ports = ()
+    scoped = 0
+    if abi >= 6:
+        scoped = landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL
+    else:
+        warnings.append(f"landlock: abstract-socket and signal scopes need ABI 6 (kernel has {abi})")
+
+    if degraded and strict:
+        raise CageError(f"{policy.source}: compat.landlock = \"strict\" and this kernel cannot enforce: "
+                        + "; ".join(degraded))
+
+    deny_calls = (set(seccomp.DEFAULT_DENY) | set(policy.seccomp.deny)) - set(policy.seccomp.allow)
+    sockets = seccomp.SocketRules(
+        unix=net.unix or net.unrestricted,
+        inet=net.unrestricted or any_inet,
+        udp=net.udp or net.unrestricted,
+        tcp_any_protocol=net.unrestricted,
+    )
+    bpf = seccomp.build(deny_calls, sockets)
+
+    try:
+        ruleset = landlock.build_ruleset(abi, rules, handled_fs, handled_net, connect_ports, bind_ports,
+                                         scoped, warnings.append)
+    except OSError as exc:
+        raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
+
+    source_env = os.environ if environ is None else environ
+    env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
+    env.update(policy.env.set)
+
+    enforced = {
+        "landlock": {
+            "abi": abi,
+            "fs_rules": [[path, _names(rights & handled_fs, _FS_NAMES)] for path, rights in rules],
+            "fs_denied": denies,
+            "tcp_connect": list(connect_ports) if handled_net else "any",
+            "tcp_bind": list(bind_ports) if handled_net else "any",
+            "scopes": _names(scoped, {"abstract_unix_socket": 1, "signal": 2}),
+        },
+        "seccomp": {
+            "denied_syscalls": sorted(deny_calls),
+            "instructions": len(bpf) // 8,
+            "native_arch_only": True,
+            "sockets": {"unix": sockets.unix, "inet": sockets.inet, "udp": sockets.udp,
+                        "mptcp_sctp_raw": sockets.tcp_any_protocol},
+        },
+        "no_new_privs": True,
+        "inherited_fds": "closed above 2",
+        "env": sorted(env),
+        "limits": {k: v for k, v in policy.limits.to_dict().items() if v},
+        "capabilities": "dropped" if hygiene.has_capabilities() else "none held",
+    }
+    return Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings)

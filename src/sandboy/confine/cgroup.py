@@ -1,0 +1,82 @@
+"""A pids cgroup for `limits.processes` when running as root.
+
+Why: RLIMIT_NPROC does not bind uid 0 at all (the kernel exempts the root user), so as root a
+fork bomb is only stopped by a cgroup's `pids.max`. Ordinary users get RLIMIT_NPROC instead.
+The cgroup also lists every process of the run, which makes the final kill exact.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+V1_ROOT = "/sys/fs/cgroup/pids"
+V2_ROOT = "/sys/fs/cgroup"
+
+
+def _own_v2_dir() -> str | None:
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                if line.startswith("0::"):
+                    return V2_ROOT + line[3:].strip().rstrip("/")
+    except OSError:
+        pass
+    return None
+
+
+class PidsCgroup:
+    def __init__(self, path: str):
+        self.path = path
+
+    @classmethod
+    def create(cls, max_pids: int) -> "PidsCgroup | None":
+        """A fresh cgroup limited to `max_pids` tasks, or None where none can be made."""
+        name = f"sandboy-{os.getpid()}-{os.urandom(4).hex()}"
+        candidates = []
+        if os.path.isfile(os.path.join(V1_ROOT, "cgroup.procs")):
+            candidates.append(os.path.join(V1_ROOT, name))
+        v2 = _own_v2_dir()
+        if v2 and os.path.isfile(os.path.join(V2_ROOT, "cgroup.controllers")):
+            try:
+                with open(os.path.join(v2, "cgroup.subtree_control")) as fh:
+                    if "pids" in fh.read().split():
+                        candidates.append(os.path.join(v2, name))
+            except OSError:
+                pass
+        for path in candidates:
+            try:
+                os.mkdir(path, 0o755)
+            except OSError:
+                continue
+            try:
+                with open(os.path.join(path, "pids.max"), "w") as fh:
+                    fh.write(str(max_pids))
+                return cls(path)
+            except OSError:
+                os.rmdir(path)
+        return None
+
+    def join(self, pid: int = 0) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
+            fh.write(str(pid))
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as fh:
+                return [int(x) for x in fh.read().split()]
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def remove(self) -> None:
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass

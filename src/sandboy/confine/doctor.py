@@ -1,0 +1,126 @@
+"""`sandboy doctor`: probe each protection on this machine, and render cage reports.
+
+Probes run in forked children so nothing sticks to the calling process.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _in_child(fn) -> bool:
+    """Run `fn` in a forked child; True when it returned without raising."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException:  # noqa: BLE001 - a probe failing is the answer, not an error
+            pass
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _seccomp_probe() -> None:
+    from sandboy.confine import hygiene, seccomp
+
+    hygiene.no_new_privs()
+    seccomp.load(seccomp.build(("ptrace",), seccomp.SocketRules(True, True, True, True)))
+
+
+def _userns_probe() -> None:
+    from sandboy.confine._libc import syscall
+
+    syscall(272, 0x10000000 | 0x40000000)  # unshare(CLONE_NEWUSER | CLONE_NEWNET)
+
+
+def _pids_cgroup_probe() -> None:
+    from sandboy.confine.cgroup import PidsCgroup
+
+    group = PidsCgroup.create(8)
+    if group is None:
+        raise OSError("no pids cgroup")
+    group.remove()
+
+
+def check() -> dict:
+    from sandboy.confine import landlock
+
+    abi = landlock.abi_version()
+    root = os.geteuid() == 0
+    protections = {
+        "landlock_fs": abi >= 1,
+        "landlock_refer": abi >= 2,
+        "landlock_truncate": abi >= 3,
+        "landlock_tcp_ports": abi >= 4,
+        "landlock_ioctl_dev": abi >= 5,
+        "landlock_scopes": abi >= 6,
+        "seccomp_filter": _in_child(_seccomp_probe),
+        "close_range": True,
+        "pidfd": hasattr(os, "pidfd_open"),
+        "pids_cgroup": _in_child(_pids_cgroup_probe) if root else None,
+        "user_namespaces": _in_child(_userns_probe),
+    }
+    notes = []
+    if abi < 4:
+        notes.append("TCP port rules need Landlock ABI 4: with net.connect_tcp/bind_tcp the cage degrades "
+                     "(strict policies are refused)")
+    if abi < 6:
+        notes.append("abstract unix sockets and signals are not scoped (Landlock ABI < 6)")
+    if abi < 9:
+        notes.append("Landlock does not restrict connect() to pathname unix sockets: keep net.unix = false "
+                     "(seccomp then refuses socket(AF_UNIX))")
+    if root:
+        notes.append("running as root: capabilities are dropped in the cage; limits.processes uses a pids "
+                     "cgroup (RLIMIT_NPROC does not bind uid 0)")
+    if not protections["user_namespaces"]:
+        notes.append("unprivileged user namespaces are unavailable: Layer 3 (private network) will not work")
+    return {
+        "kernel": os.uname().release,
+        "landlock_abi": abi,
+        "root": root,
+        "protections": protections,
+        "cage_available": abi >= 1 and protections["seccomp_filter"],
+        "notes": notes,
+    }
+
+
+def render(result: dict) -> str:
+    lines = [f"kernel {result['kernel']}, Landlock ABI {result['landlock_abi']}"
+             + (", running as root" if result["root"] else "")]
+    for name, ok in result["protections"].items():
+        mark = "n/a" if ok is None else ("yes" if ok else "NO")
+        lines.append(f"  {name:<20} {mark}")
+    lines.append("cage: " + ("available" if result["cage_available"]
+                             else "NOT available: `sandboy run` will refuse (exit 125)"))
+    lines.extend(f"note: {n}" for n in result["notes"])
+    return "\n".join(lines)
+
+
+def describe_cage(report: dict) -> str:
+    """Human text for `sandboy run --dry-run`."""
+    enf = report["enforced"]
+    ll, sc = enf["landlock"], enf["seccomp"]
+    lines = [f"policy {report['policy']} on Landlock ABI {report['landlock_abi']}"
+             + (" (supervised)" if report.get("supervised") else " (exec mode)")]
+    lines.append(f"filesystem ({len(ll['fs_rules'])} rules):")
+    for path, rights in ll["fs_rules"]:
+        lines.append(f"  {path}: {', '.join(rights) or '-'}")
+    for path in ll["fs_denied"]:
+        lines.append(f"  denied: {path}")
+    lines.append(f"tcp connect: {ll['tcp_connect'] or 'none'}; tcp bind: {ll['tcp_bind'] or 'none'}")
+    lines.append(f"scopes: {', '.join(ll['scopes']) or 'none'}")
+    socks = sc["sockets"]
+    lines.append("sockets: " + ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in socks.items()))
+    lines.append(f"seccomp: {len(sc['denied_syscalls'])} calls denied, {sc['instructions']} BPF instructions, "
+                 "native x86_64 only")
+    lines.append(f"environment: {', '.join(enf['env']) or 'empty'}")
+    lines.append(f"limits: {enf['limits'] or 'none'}; capabilities: {enf['capabilities']}")
+    for d in report["degraded"]:
+        lines.append(f"DEGRADED: {d}")
+    for w in report["warnings"]:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)

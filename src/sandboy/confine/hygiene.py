@@ -1,0 +1,113 @@
+"""Process hygiene applied in the child before the cage closes: fds, rlimits, capabilities,
+no_new_privs. Each function is one explicit step; `cage.apply` calls them in order."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from sandboy.confine._libc import SYS_CAPSET, SYS_CLOSE_RANGE, prctl, syscall
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECUREBITS = 28
+CLOSE_RANGE_CLOEXEC = 1 << 2
+# SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP, SECBIT_KEEP_CAPS_LOCKED, SECBIT_NO_CAP_AMBIENT_RAISE
+# and their _LOCKED twins: uid 0 regains nothing at execve, and the child cannot undo it.
+SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+
+RLIMITS = {  # policy key -> (resource, multiplier)
+    "cpu_seconds": ("RLIMIT_CPU", 1),
+    "memory_mib": ("RLIMIT_AS", 1 << 20),
+    "processes": ("RLIMIT_NPROC", 1),
+    "open_files": ("RLIMIT_NOFILE", 1),
+    "file_size_mib": ("RLIMIT_FSIZE", 1 << 20),
+}
+
+
+def cloexec_inherited_fds(keep=()) -> None:
+    """Mark every fd above 2 close-on-exec, so the command inherits only stdin/out/err.
+
+    CLOEXEC rather than close: the Landlock ruleset fd and the error pipe must survive until
+    execve. `keep` names fds to leave inheritable (none in normal use).
+    """
+    lo = 3
+    for fd in sorted(keep) + [None]:
+        hi = (fd - 1) if fd is not None else 0xFFFFFFFF
+        if hi >= lo:
+            try:
+                syscall(SYS_CLOSE_RANGE, lo, hi, CLOSE_RANGE_CLOEXEC)
+            except OSError:
+                _cloexec_fallback(lo, hi)
+        if fd is not None:
+            lo = fd + 1
+
+
+def _cloexec_fallback(lo: int, hi: int) -> None:
+    # Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: walk the open fds instead.
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if lo <= fd <= hi:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+def set_rlimits(limits) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core files full of the command's memory
+    for key, (name, mult) in RLIMITS.items():
+        value = getattr(limits, key)
+        if value:
+            n = value * mult
+            resource.setrlimit(getattr(resource, name), (n, n))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets."""
+    try:
+        prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
+    except OSError:
+        pass  # needs CAP_SETPCAP; the empty bounding set below already stops exec regaining caps
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
+        last = int(fh.read())
+    for cap in range(last + 1):
+        try:
+            prctl(PR_CAPBSET_DROP, cap)
+        except OSError as exc:
+            if exc.errno != 22:  # EINVAL: cap unknown to this kernel
+                raise
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    syscall(SYS_CAPSET, ctypes.byref(header), ctypes.byref(data))
+
+
+def has_capabilities() -> bool:
+    """True when this process holds capabilities it could use or pass on (root, file caps).
+
+    The bounding set is ignored: it is full for ordinary users too, and with no_new_privs
+    they cannot gain anything from it."""
+    with open("/proc/self/status", "rb") as fh:
+        for line in fh:
+            if line.startswith((b"CapEff:", b"CapPrm:", b"CapAmb:", b"CapInh:")):
+                if int(line.split()[1], 16):
+                    return True
+    return False
+
+
+def no_new_privs() -> None:
+    prctl(PR_SET_NO_NEW_PRIVS, 1)

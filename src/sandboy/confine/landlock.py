@@ -1,0 +1,215 @@
+"""Landlock rules: filesystem rights, TCP ports and scopes, for whatever ABI the kernel has.
+
+Everything is put into ONE ruleset: a second stacked ruleset that does not handle filesystem
+access still denies REFER implicitly (FINDINGS.md, landrun PR #56).
+
+The ruleset is created and filled in the parent (`build_ruleset`); the child only calls
+`restrict_self` on the inherited fd, so the API pays the path walking once per policy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+
+from sandboy.confine._libc import (
+    SYS_LANDLOCK_ADD_RULE,
+    SYS_LANDLOCK_CREATE_RULESET,
+    SYS_LANDLOCK_RESTRICT_SELF,
+    syscall,
+)
+
+# Filesystem access rights (uapi/linux/landlock.h). Debian 12's 6.1 headers stop at ABI 2,
+# so they are defined here (FINDINGS.md).
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13          # ABI 2
+TRUNCATE = 1 << 14       # ABI 3
+IOCTL_DEV = 1 << 15      # ABI 5
+
+NET_BIND_TCP = 1 << 0    # ABI 4
+NET_CONNECT_TCP = 1 << 1
+
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0   # ABI 6
+SCOPE_SIGNAL = 1 << 1
+
+RULE_PATH_BENEATH = 1
+RULE_NET_PORT = 2
+CREATE_RULESET_VERSION = 1 << 0
+
+FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
+FS_ALL_ABI5 = (1 << 16) - 1
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+
+READ = READ_FILE | READ_DIR
+EXEC = READ | EXECUTE
+# No MAKE_CHAR/MAKE_BLOCK: creating device nodes is never something a step needs.
+WRITE = (READ | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SOCK
+         | MAKE_FIFO | MAKE_SYM | REFER | TRUNCATE | IOCTL_DEV)
+
+RIGHT_NAMES = {"read": READ, "exec": EXEC, "write": WRITE}
+
+# Devices every program expects; granting them opens nothing secret.
+DEVICE_GRANTS = (
+    ("/dev/null", READ_FILE | WRITE_FILE | TRUNCATE),
+    ("/dev/zero", READ_FILE),
+    ("/dev/full", READ_FILE | WRITE_FILE),
+    ("/dev/random", READ_FILE),
+    ("/dev/urandom", READ_FILE),
+)
+ELF_INTERPRETERS = ("/lib64/ld-linux-x86-64.so.2",)
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1  # the kernel struct is __attribute__((packed)): 12 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+def abi_version() -> int:
+    """0 when Landlock is unavailable (not built, not enabled, or blocked by a filter)."""
+    try:
+        return syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
+    except OSError:
+        return 0
+
+
+def fs_rights_for(abi: int) -> int:
+    if abi <= 0:
+        return 0
+    return FS_BY_ABI.get(abi, FS_ALL_ABI5)
+
+
+def _is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
+def expand_denies(denies, warn) -> list[str]:
+    """Deny patterns → the real paths that exist now (globs matched at launch, DESIGN.md)."""
+    out: list[str] = []
+    for pattern in denies:
+        if _is_glob(pattern):
+            import glob
+
+            matches = glob.glob(pattern, recursive=True, include_hidden=True)
+        else:
+            matches = [pattern] if os.path.lexists(pattern) else []
+        for match in matches:
+            real = os.path.realpath(match)
+            if real not in out:
+                out.append(real)
+    return out
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def plan_rules(grants: dict[str, int], denies: list[str], warn) -> list[tuple[str, int]]:
+    """Split grants around denied paths.
+
+    Landlock can only grant, so a deny inside a granted directory becomes grants for each
+    sibling on the way down to it; only directories that contain a denied path are split.
+    A grant at or under a denied path is dropped (deny wins).
+    """
+    rules: dict[str, int] = {}
+
+    def add(path: str, rights: int) -> None:
+        if not os.path.isdir(path):
+            rights &= FILE_RIGHTS  # directory-only rights on a file are EINVAL
+        rules[path] = rules.get(path, 0) | rights
+
+    def split(path: str, rights: int) -> None:
+        if any(_under(path, d) for d in denies):
+            return
+        inside = [d for d in denies if _under(d, path)]
+        if not inside:
+            add(path, rights)
+            return
+        try:
+            entries = os.listdir(path)
+        except OSError as exc:
+            warn(f"fs: cannot list {path} to split it around a deny ({exc.strerror}); not granted")
+            return
+        # READ_DIR on the split directory keeps it listable, as DESIGN.md allows; nothing
+        # beneath it is reachable except through the per-entry grants below.
+        add(path, rights & READ_DIR)
+        for name in entries:
+            split(os.path.join(path, name), rights)
+
+    for path, rights in grants.items():
+        if any(_under(path, d) for d in denies):
+            warn(f"fs: {path} lies inside a denied path; not granted")
+            continue
+        split(path, rights)
+    return sorted(rules.items())
+
+
+class Ruleset:
+    """An open Landlock ruleset fd, filled in the parent and applied in the child."""
+
+    def __init__(self, fd: int, abi: int):
+        self.fd = fd
+        self.abi = abi
+
+    def restrict_self(self) -> None:
+        syscall(SYS_LANDLOCK_RESTRICT_SELF, self.fd, 0)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_ports, bind_ports,
+                  scoped: int, warn) -> Ruleset:
+    attr = _RulesetAttr(handled_fs, handled_net, scoped)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    fd = syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
+    try:
+        for path, rights in rules:
+            _add_path_rule(fd, path, rights & handled_fs, warn)
+        for ports, right in ((connect_ports, NET_CONNECT_TCP), (bind_ports, NET_BIND_TCP)):
+            for port in ports:
+                rule = _NetPort(right, port)
+                syscall(SYS_LANDLOCK_ADD_RULE, fd, RULE_NET_PORT, ctypes.byref(rule), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Ruleset(fd, abi)
+
+
+def _add_path_rule(ruleset_fd: int, path: str, rights: int, warn) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError as exc:
+        warn(f"fs: {path}: {exc.strerror}; not granted")
+        return
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            rights &= FILE_RIGHTS  # directory-only rights on a file are EINVAL
+        if rights:
+            rule = _PathBeneath(rights, fd)
+            syscall(SYS_LANDLOCK_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+    finally:
+        os.close(fd)

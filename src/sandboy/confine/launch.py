@@ -1,0 +1,368 @@
+"""Start a confined command: exec mode (the CLI becomes the command) or supervised mode.
+
+Python API
+----------
+    from sandboy.confine.launch import spawn, run, RunResult
+
+    proc = spawn(argv, policy, cwd=repo, repo=repo, timeout=600,
+                 stdin=None, stdout=fd, stderr=fd)   # PolicyError (2) / CageError (125) before anything runs
+    proc.pid; proc.kill()                           # kill() ends the whole tree
+    result = proc.wait()                            # RunResult
+    result = run(argv, policy, cwd=..., timeout=...)   # spawn + wait
+
+`policy` is a `Policy` or a prebuilt `Cage` (cage.build): the Landlock ruleset and the BPF
+program are built once in the parent; the child only applies them, then execs. No second Python
+start-up happens anywhere.
+
+Process tree of `spawn`:
+
+    caller ── supervisor (forked, PR_SET_CHILD_SUBREAPER) ── confined child ── its descendants
+
+The supervisor waits for the child (until the timeout), then kills every remaining descendant:
+orphans that called setsid or double-forked are reparented to it, because it is a subreaper, and
+with `limits.processes` as root all of them sit in a pids cgroup. Nothing outlives the run.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+import time
+
+from sandboy.errors import EXIT_CAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, CageError
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+OUTCOMES = ("exited", "signaled", "timed_out", "killed", "cage_error", "not_found", "not_executable")
+
+
+class RunResult:
+    """What happened to one confined command. `returncode` follows DESIGN.md's exit codes."""
+
+    __slots__ = ("returncode", "outcome", "signal", "duration", "error", "enforced", "degraded", "warnings")
+
+    def __init__(self, returncode, outcome, signal=None, duration=0.0, error=None,
+                 enforced=None, degraded=(), warnings=()):
+        self.returncode = returncode
+        self.outcome = outcome
+        self.signal = signal
+        self.duration = duration
+        self.error = error
+        self.enforced = enforced or {}
+        self.degraded = list(degraded)
+        self.warnings = list(warnings)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "exited" and self.returncode == 0
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self):
+        return f"RunResult(outcome={self.outcome!r}, returncode={self.returncode}, signal={self.signal})"
+
+
+def needs_supervisor(policy) -> bool:
+    """A parent must stay for a wall-clock limit, and as root for a process limit (cgroup)."""
+    limits = policy.limits
+    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0))
+
+
+def _restore_signals() -> None:
+    # Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive execve, so put them back
+    # (as subprocess does) or `yes | head` and file-size limits misbehave in the command.
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _exec_error_code(exc: OSError) -> int:
+    return EXIT_NOT_FOUND if exc.errno in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
+
+
+# --- exec mode: the CLI process becomes the command -------------------------------------
+
+
+def exec_confined(argv, cage, on_applied=None):
+    """Apply `cage` to this process and execve `argv`. Returns only an exit code on failure."""
+    try:
+        os.chdir(cage.cwd)
+    except OSError as exc:
+        raise CageError(f"cannot enter working directory {cage.cwd}: {exc.strerror}") from None
+    _restore_signals()
+    try:
+        cage.apply()
+    except OSError as exc:
+        raise CageError(f"cannot apply the cage: {exc.strerror} ({exc})") from None
+    if on_applied is not None:
+        on_applied()
+    try:
+        os.execvpe(argv[0], argv, cage.env)
+    except OSError as exc:
+        sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}\n")
+        return _exec_error_code(exc)
+
+
+# --- supervised mode and the API ------------------------------------------------------------
+
+
+class Confined:
+    """A running confined command (the supervisor's pid)."""
+
+    def __init__(self, pid: int, status_fd: int, cage, owns_cage: bool, started: float):
+        self.pid = pid
+        self._status_fd = status_fd
+        self._cage = cage
+        self._owns_cage = owns_cage
+        self._started = started
+        self._result = None
+
+    def kill(self) -> None:
+        """End the whole tree now; `wait()` then reports outcome "killed"."""
+        if self._result is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> RunResult:
+        if self._result is not None:
+            return self._result
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(self._status_fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(self._status_fd)
+        os.waitpid(self.pid, 0)
+        duration = time.monotonic() - self._started
+        record = b"".join(chunks).decode("utf-8", "replace").split("\0")
+        if len(record) == 4:
+            outcome, code, sig, error = record
+            result = RunResult(int(code), outcome, int(sig) or None, duration, error or None)
+        else:  # the supervisor itself died: never report that as a pass
+            result = RunResult(EXIT_CAGE, "cage_error", None, duration, "the sandboy supervisor died")
+        result.enforced = self._cage.enforced
+        result.degraded = list(self._cage.degraded)
+        result.warnings = list(self._cage.warnings)
+        if self._owns_cage:
+            self._cage.close()
+        self._result = result
+        return result
+
+
+def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None) -> Confined:
+    from sandboy.confine.cage import Cage, build
+
+    if not argv:
+        raise ValueError("argv must name a command")
+    owns = not isinstance(policy, Cage)
+    cage = build(policy, cwd=cwd, repo=repo) if owns else policy
+    wall = cage.policy.limits.wall_seconds
+    if wall and (timeout is None or wall < timeout):
+        timeout = wall
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    started = time.monotonic()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(status_r)
+        os.close(status_w)
+        if owns:
+            cage.close()
+        raise
+    if pid == 0:  # supervisor
+        code = 1
+        try:
+            os.close(status_r)
+            _supervise(list(argv), cage, timeout, (stdin, stdout, stderr), status_w)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(status_w)
+    return Confined(pid, status_r, cage, owns, started)
+
+
+def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None) -> RunResult:
+    """Run `argv` confined by `policy` and wait for it (see module docstring)."""
+    return spawn(argv, policy, cwd=cwd, repo=repo, timeout=timeout, stdin=stdin, stdout=stdout,
+                 stderr=stderr).wait()
+
+
+class _Stop(Exception):
+    pass
+
+
+def _on_stop(signum, frame):
+    raise _Stop()
+
+
+def _supervise(argv, cage, timeout, stdio, status_w) -> None:
+    from sandboy.confine._libc import prctl
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal ^C reaches the command itself
+    signal.signal(signal.SIGTERM, _on_stop)        # Confined.kill() and the caller's death
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if os.getppid() == 1:
+        raise SystemExit  # the caller is already gone
+
+    def report(outcome, code, sig=0, error=""):
+        os.write(status_w, f"{outcome}\0{code}\0{sig}\0{error}".encode())
+
+    if cage.policy.limits.processes and os.geteuid() == 0:
+        from sandboy.confine.cgroup import PidsCgroup
+
+        cage.cgroup = PidsCgroup.create(cage.policy.limits.processes)
+        if cage.cgroup is None:
+            report("cage_error", EXIT_CAGE, 0, "limits.processes: running as root, RLIMIT_NPROC does not "
+                   "bind uid 0 and no pids cgroup could be created; refusing to run without the limit")
+            return
+
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        child = os.fork()
+    except OSError as exc:
+        report("cage_error", EXIT_CAGE, 0, f"fork failed: {exc.strerror}")
+        return
+    if child == 0:
+        _confined_child(argv, cage, stdio, err_w)  # never returns
+    os.close(err_w)
+
+    outcome = None
+    status = None
+    try:
+        status = _wait_until(child, timeout)
+        if status is None:
+            outcome = "timed_out"
+    except _Stop:
+        outcome = "killed"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if status is None:
+        _kill_pass(cage.cgroup)
+        _, status = os.waitpid(child, 0)
+    _kill_descendants(cage.cgroup)
+    if cage.cgroup is not None:
+        cage.cgroup.remove()
+
+    message = b""
+    while chunk := os.read(err_r, 65536):
+        message += chunk
+    os.close(err_r)
+    kind, _, detail = message.decode("utf-8", "replace").partition(":")
+
+    if kind == "cage":
+        report("cage_error", EXIT_CAGE, 0, detail)
+    elif kind == "exec":
+        code = int(detail.partition(":")[0])
+        report("not_found" if code == EXIT_NOT_FOUND else "not_executable", code, 0,
+               detail.partition(":")[2])
+    elif os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        report(outcome or "signaled", 128 + sig, sig)
+    else:
+        code = os.waitstatus_to_exitcode(status)
+        report(outcome or "exited", code if outcome is None else 128 + signal.SIGKILL, 0)
+
+
+def _wait_until(pid: int, timeout):
+    """The child's wait status, or None when `timeout` seconds passed first."""
+    if timeout is None:
+        return os.waitpid(pid, 0)[1]
+    import select
+
+    pidfd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            return os.waitpid(pid, 0)[1]
+    finally:
+        os.close(pidfd)
+
+
+def _descendants() -> set[int]:
+    """Every process below this one, walking /proc/<pid>/task/<tid>/children."""
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+            except OSError:
+                continue
+            for kid in kids:
+                if kid not in found:
+                    found.add(kid)
+                    todo.append(kid)
+    return found
+
+
+def _kill_pass(cgroup) -> None:
+    pids = _descendants()
+    if cgroup is not None:
+        pids.update(cgroup.pids())
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _kill_descendants(cgroup) -> None:
+    """SIGKILL and reap until no descendant is left. Orphans come back to us (subreaper), so
+    each round sees the ones the previous round's deaths released."""
+    while True:
+        _kill_pass(cgroup)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            if cgroup is None or not cgroup.pids():
+                return
+            time.sleep(0.001)
+
+
+def _confined_child(argv, cage, stdio, err_w) -> None:
+    code = EXIT_CAGE
+    try:
+        _restore_signals()
+        for target, fd in enumerate(stdio):
+            if fd is not None and fd != target:
+                os.dup2(fd, target)
+        try:
+            os.chdir(cage.cwd)
+            cage.apply()
+        except OSError as exc:
+            os.write(err_w, f"cage:cannot apply the cage: {exc}".encode())
+            return
+        try:
+            os.execvpe(argv[0], argv, cage.env)
+        except OSError as exc:
+            code = _exec_error_code(exc)
+            os.write(err_w, f"exec:{code}:{argv[0]}: {exc.strerror}".encode())
+    except BaseException as exc:  # noqa: BLE001 - nothing may return into the caller's code
+        try:
+            os.write(err_w, f"cage:{type(exc).__name__}: {exc}".encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(code)

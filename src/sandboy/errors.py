@@ -1,0 +1,30 @@
+"""Errors that carry the exit code the contract gives them (docs/exit-codes in README)."""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2          # usage or policy error, found before anything ran
+EXIT_CAGE = 125         # the cage could not be applied: the command never ran unconfined
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+
+class SandboyError(Exception):
+    exit_code = 1
+
+
+class PolicyError(SandboyError):
+    """A policy (or gate) file is wrong. The message is `FILE: key: what was expected`."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, source: str, key: str, problem: str):
+        self.source = source
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{source}: {key}: {problem}" if key else f"{source}: {problem}")
+
+
+class CageError(SandboyError):
+    """A protection the policy asks for cannot be applied on this machine."""
+
+    exit_code = EXIT_CAGE

@@ -1,0 +1,342 @@
+"""Read a policy file and validate every key.
+
+Start-up cost matters here: `tomllib` imports `re` (together ≈ 25 ms, more than the whole cage).
+So a validated policy is cached (`marshal`, keyed on the file's exact bytes) and `tomllib` runs
+only on a miss. Cached data is validated again on every load, so the cache saves parsing only and
+can never widen a policy. See FINDINGS.md and docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sandboy.errors import PolicyError
+from sandboy.policy.model import (
+    LIMIT_KEYS,
+    Compat,
+    EnvRules,
+    FsRules,
+    Limits,
+    NetRules,
+    Policy,
+    SeccompRules,
+)
+
+MAX_POLICY_BYTES = 1 << 20
+PLACEHOLDERS = ("cwd", "home", "tmp", "policy_dir", "repo")
+_CACHE_FORMAT = 1
+
+
+# --- small validators: each returns the normalized value or raises PolicyError ----------------
+
+
+def _str_list(src: str, key: str, value, check=None) -> tuple:
+    if not isinstance(value, list):
+        raise PolicyError(src, key, f"expected a list of strings, got {_kind(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise PolicyError(src, f"{key}[{i}]", f"expected a string, got {_kind(item)}")
+        if check is not None:
+            check(src, f"{key}[{i}]", item)
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def _path(src: str, key: str, value: str) -> None:
+    if not value:
+        raise PolicyError(src, key, "empty path (use \".\" for the working directory)")
+    if "\0" in value:
+        raise PolicyError(src, key, "path contains a NUL byte")
+    rest = value
+    while "{" in rest:
+        start = rest.index("{")
+        end = rest.find("}", start)
+        if end < 0:
+            raise PolicyError(src, key, f"unclosed placeholder in {value!r}")
+        name = rest[start + 1 : end]
+        if name not in PLACEHOLDERS:
+            known = " ".join("{" + p + "}" for p in PLACEHOLDERS)
+            raise PolicyError(src, key, f"unknown placeholder {{{name}}} in {value!r} (known: {known})")
+        rest = rest[end + 1 :]
+    if "}" in rest:
+        raise PolicyError(src, key, f"stray '}}' in {value!r}")
+
+
+def _port_list(src: str, key: str, value) -> tuple:
+    if not isinstance(value, list):
+        raise PolicyError(src, key, f"expected a list of TCP ports (integers 1-65535), got {_kind(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if type(item) is not int or not 0 < item < 65536:
+            raise PolicyError(src, f"{key}[{i}]", f"expected a TCP port 1-65535, got {item!r}")
+        if item not in out:
+            out.append(item)
+    return tuple(sorted(out))
+
+
+def _bool(src: str, key: str, value) -> bool:
+    if type(value) is not bool:
+        raise PolicyError(src, key, f"expected true or false, got {_kind(value)}")
+    return value
+
+
+def _count(src: str, key: str, value) -> int:
+    if type(value) is not int or value < 0:
+        raise PolicyError(src, key, f"expected a whole number >= 0 (0 = no limit), got {value!r}")
+    if value > 1 << 40:
+        raise PolicyError(src, key, f"{value} is too large")
+    return value
+
+
+def _syscall(src: str, key: str, name: str) -> None:
+    from sandboy.policy.syscalls import X86_64
+
+    if name not in X86_64:
+        import difflib
+
+        near = difflib.get_close_matches(name, X86_64, n=3)
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise PolicyError(src, key, f"unknown system call {name!r} for x86_64{hint}")
+
+
+def _env_name(src: str, key: str, name: str) -> None:
+    if not name or "=" in name or "\0" in name:
+        raise PolicyError(src, key, f"not an environment variable name: {name!r}")
+
+
+def _domain(src: str, key: str, value: str) -> None:
+    host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    if port and (not port.isdigit() or not 0 < int(port) < 65536):
+        raise PolicyError(src, key, f"bad port in {value!r} (expected host or host:port)")
+    host = host or value
+    label = host[2:] if host.startswith("*.") else host
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.:[]")
+    if not label or not set(label.lower()) <= allowed or ".." in label:
+        raise PolicyError(src, key, f"not a host name, *.domain pattern or IP literal: {value!r}")
+
+
+def _cidr(src: str, key: str, value: str) -> None:
+    import ipaddress
+
+    try:
+        net = ipaddress.ip_network(value, strict=False)
+    except ValueError as exc:
+        raise PolicyError(src, key, f"not a CIDR: {exc}") from None
+    if not (net.is_private or net.is_loopback or net.is_link_local):
+        raise PolicyError(src, key, f"{value} is not a private, loopback or link-local range")
+
+
+def _kind(value) -> str:
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a float",
+             list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+# --- sections ----------------------------------------------------------------------------
+
+
+def _table(src: str, key: str, value, known: tuple) -> dict:
+    if not isinstance(value, dict):
+        raise PolicyError(src, key, f"expected a table [{key}], got {_kind(value)}")
+    for name in value:
+        if name not in known:
+            import difflib
+
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise PolicyError(src, f"{key}.{name}", f"unknown key ({hint}expected one of: {', '.join(known)})")
+    return value
+
+
+def _fs(src, value) -> FsRules:
+    t = _table(src, "fs", value, ("read", "exec", "write", "deny"))
+    return FsRules(**{k: _str_list(src, f"fs.{k}", v, _path) for k, v in t.items()})
+
+
+def _net(src, value) -> NetRules:
+    known = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "unrestricted")
+    t = _table(src, "net", value, known)
+    out = {}
+    for k, v in t.items():
+        key = f"net.{k}"
+        if k in ("connect_tcp", "bind_tcp"):
+            out[k] = _port_list(src, key, v)
+        elif k == "domains":
+            out[k] = tuple(d.lower() for d in _str_list(src, key, v, _domain))
+        elif k == "private":
+            out[k] = _str_list(src, key, v, _cidr)
+        else:
+            out[k] = _bool(src, key, v)
+    return NetRules(**out)
+
+
+def _seccomp(src, value) -> SeccompRules:
+    t = _table(src, "seccomp", value, ("deny", "allow"))
+    return SeccompRules(**{k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()})
+
+
+def _env(src, value) -> EnvRules:
+    t = _table(src, "env", value, ("pass", "set"))
+    out = {}
+    if "pass" in t:
+        out["pass_"] = _str_list(src, "env.pass", t["pass"], _env_name)
+    if "set" in t:
+        table = t["set"]
+        if not isinstance(table, dict):
+            raise PolicyError(src, "env.set", f"expected a table of NAME = \"value\", got {_kind(table)}")
+        pairs = []
+        for name, val in table.items():
+            _env_name(src, f"env.set.{name}", name)
+            if not isinstance(val, str) or "\0" in val:
+                raise PolicyError(src, f"env.set.{name}", f"expected a string value, got {_kind(val)}")
+            pairs.append((name, val))
+        out["set"] = tuple(pairs)
+    return EnvRules(**out)
+
+
+def _limits(src, value) -> Limits:
+    t = _table(src, "limits", value, LIMIT_KEYS)
+    return Limits(**{k: _count(src, f"limits.{k}", v) for k, v in t.items()})
+
+
+def _compat(src, value) -> Compat:
+    t = _table(src, "compat", value, ("landlock",))
+    mode = t.get("landlock", "best-effort")
+    if mode not in ("best-effort", "strict"):
+        raise PolicyError(src, "compat.landlock", f"expected \"best-effort\" or \"strict\", got {mode!r}")
+    return Compat(landlock=mode)
+
+
+_SECTION_PARSERS = {"fs": _fs, "net": _net, "seccomp": _seccomp, "env": _env, "limits": _limits, "compat": _compat}
+
+
+def from_mapping(data, source: str = "<policy>") -> Policy:
+    if not isinstance(data, dict):
+        raise PolicyError(source, "", f"expected a table, got {_kind(data)}")
+    if "version" not in data:
+        raise PolicyError(source, "version", "missing (add `version = 1` at the top)")
+    if data["version"] != 1 or type(data["version"]) is not int:
+        raise PolicyError(source, "version", f"expected 1, got {data['version']!r}")
+    fields = {}
+    for key, value in data.items():
+        if key == "version":
+            continue
+        parser = _SECTION_PARSERS.get(key)
+        if parser is None:
+            known = ", ".join(["version", *_SECTION_PARSERS])
+            raise PolicyError(source, key, f"unknown key (expected one of: {known})")
+        fields[key] = parser(source, value)
+    return Policy(version=1, sections=frozenset(fields), source=source, **fields)
+
+
+# --- files and the parse cache --------------------------------------------------------
+
+
+def read_bounded(path: str, limit: int = MAX_POLICY_BYTES) -> bytes:
+    """One bounded read: never trust a size check made before the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
+    try:
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                raise PolicyError(path, "", f"file is larger than {limit} bytes")
+            chunks.append(chunk)
+    except IsADirectoryError:
+        raise PolicyError(path, "", "is a directory, expected a TOML file") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def parse_toml(raw: bytes, source: str) -> dict:
+    import tomllib
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(source, "", f"not UTF-8 (byte {exc.start}); TOML files must be UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(source, "", f"TOML syntax error: {exc}") from None
+    except RecursionError:
+        raise PolicyError(source, "", "TOML nesting is too deep") from None
+
+
+def cache_dir() -> str:
+    base = os.environ.get("SANDBOY_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "sandboy")
+    return base
+
+
+def _cache_path(path: str) -> str:
+    import zlib
+
+    # The name only spreads entries out; correctness comes from comparing the stored bytes.
+    key = zlib.crc32(os.fsencode(os.path.abspath(path)))
+    return os.path.join(cache_dir(), "policies", f"{key:08x}.marshal")
+
+
+def _cache_get(path: str, raw: bytes):
+    import marshal
+
+    cpath = _cache_path(path)
+    try:
+        fd = os.open(cpath, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        # marshal is not safe against hostile data: only trust a file we own that nobody else
+        # can write.
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > 4 * MAX_POLICY_BYTES:
+            return None
+        blob = os.read(fd, st.st_size + 1)
+    finally:
+        os.close(fd)
+    try:
+        fmt, stored_raw, data = marshal.loads(blob)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if fmt != _CACHE_FORMAT or stored_raw != raw:
+        return None
+    return data
+
+
+def _cache_put(path: str, raw: bytes, data: dict) -> None:
+    import marshal
+
+    cpath = _cache_path(path)
+    try:
+        os.makedirs(os.path.dirname(cpath), mode=0o700, exist_ok=True)
+        tmp = f"{cpath}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(marshal.dumps((_CACHE_FORMAT, raw, data)))
+        os.replace(tmp, cpath)
+    except (OSError, ValueError):
+        pass  # a cache that cannot be written only costs speed
+
+
+def load_file(path, use_cache: bool = True) -> Policy:
+    path = os.fspath(path)
+    raw = read_bounded(path)
+    data = _cache_get(path, raw) if use_cache else None
+    if data is None:
+        data = parse_toml(raw, path)
+        policy = from_mapping(data, path)  # validate before caching: never cache a bad file
+        if use_cache:
+            _cache_put(path, raw, data)
+        return policy
+    return from_mapping(data, path)

@@ -1,0 +1,142 @@
+"""Policy records: plain slotted classes, validated on construction by `policy.load`.
+
+Why not dataclasses: `dataclasses` imports `re` and `inspect` (≈ 10 ms), and this module is on
+the start-up path of every `sandboy run`.
+"""
+
+from __future__ import annotations
+
+SECTIONS = ("fs", "net", "seccomp", "env", "limits", "compat")
+DEFAULT_ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ")
+LIMIT_KEYS = ("wall_seconds", "cpu_seconds", "memory_mib", "processes", "open_files", "file_size_mib")
+
+
+class _Record:
+    """A small immutable-by-convention record with defaults, equality and `replace`."""
+
+    __slots__ = ()
+    _defaults: dict = {}
+
+    def __init__(self, **values):
+        for name, default in self._defaults.items():
+            object.__setattr__(self, name, values.pop(name, default))
+        if values:
+            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(values)}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable; use replace()")
+
+    def replace(self, **changes):
+        data = self.to_dict()
+        data.update(changes)
+        return type(self)(**data)
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self._defaults}
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self.to_dict() == other.to_dict()
+
+    def __hash__(self):
+        return hash(tuple(self.to_dict().items()))
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"{type(self).__name__}({inner})"
+
+
+class FsRules(_Record):
+    """Paths as written (placeholders unresolved); `policy.resolve` makes them absolute."""
+
+    __slots__ = ("read", "exec", "write", "deny")
+    _defaults = {"read": (), "exec": (), "write": (), "deny": ()}
+
+
+class NetRules(_Record):
+    __slots__ = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "unrestricted")
+    _defaults = {
+        "connect_tcp": (),
+        "bind_tcp": (),
+        "udp": False,
+        "unix": False,
+        "domains": (),
+        "private": (),
+        "unrestricted": False,
+    }
+
+
+class SeccompRules(_Record):
+    __slots__ = ("deny", "allow")
+    _defaults = {"deny": (), "allow": ()}
+
+
+class EnvRules(_Record):
+    # `pass` is a keyword in Python, so the attribute is `pass_` (the TOML key stays `pass`).
+    __slots__ = ("pass_", "set")
+    _defaults = {"pass_": DEFAULT_ENV_PASS, "set": ()}  # set: tuple of (name, value) pairs
+
+
+class Limits(_Record):
+    __slots__ = LIMIT_KEYS
+    _defaults = {key: 0 for key in LIMIT_KEYS}
+
+
+class Compat(_Record):
+    __slots__ = ("landlock",)
+    _defaults = {"landlock": "best-effort"}
+
+
+class Policy(_Record):
+    """One confined command's policy.
+
+    `sections` records which TOML tables were present: for a standalone `sandboy run` an absent
+    section grants nothing (the defaults above), while in a gate step an absent section means
+    "as the ceiling" (see `policy.meet`).
+    """
+
+    __slots__ = ("version", "fs", "net", "seccomp", "env", "limits", "compat", "sections", "source")
+    _defaults = {
+        "version": 1,
+        "fs": FsRules(),
+        "net": NetRules(),
+        "seccomp": SeccompRules(),
+        "env": EnvRules(),
+        "limits": Limits(),
+        "compat": Compat(),
+        "sections": frozenset(),
+        "source": "<policy>",
+    }
+
+    @property
+    def network_confined(self) -> bool:
+        return not self.net.unrestricted
+
+    @property
+    def strict(self) -> bool:
+        return self.compat.landlock == "strict"
+
+    @classmethod
+    def load(cls, path) -> "Policy":
+        """Load and validate a policy file; raises `PolicyError` naming file, key and fix."""
+        from sandboy.policy.load import load_file
+
+        return load_file(path)
+
+    @classmethod
+    def from_mapping(cls, data: dict, source: str = "<policy>") -> "Policy":
+        """Validate an already-parsed TOML table (as `tomllib` returns it)."""
+        from sandboy.policy.load import from_mapping
+
+        return from_mapping(data, source)
+
+    def to_toml_dict(self) -> dict:
+        """The policy as a TOML-shaped dict (for --dry-run, status reports and round trips)."""
+        out: dict = {"version": self.version}
+        for name in SECTIONS:
+            if name not in self.sections:
+                continue
+            section = getattr(self, name).to_dict()
+            if name == "env":
+                section = {"pass": list(section["pass_"]), "set": dict(section["set"])}
+            out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
+        return out

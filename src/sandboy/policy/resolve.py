@@ -1,0 +1,58 @@
+"""Turn policy paths as written into absolute paths for one run.
+
+Placeholders: {cwd} {home} {tmp} {policy_dir} {repo}; a relative path is under {cwd}.
+`{tmp}` is a private directory made per run; a context without one keeps the literal `{tmp}`
+prefix so that two policies (a step and its ceiling) can still be compared path by path.
+"""
+
+from __future__ import annotations
+
+import os
+
+TMP_TOKEN = "{tmp}"
+
+
+class Context:
+    __slots__ = ("cwd", "home", "tmp", "policy_dir", "repo")
+
+    def __init__(self, cwd=None, home=None, tmp=None, policy_dir=None, repo=None):
+        self.cwd = os.path.abspath(cwd or os.getcwd())
+        self.home = home or os.path.expanduser("~")
+        self.tmp = tmp
+        self.policy_dir = policy_dir or self.cwd
+        self.repo = repo or self.cwd
+
+
+def expand(raw: str, ctx: Context) -> str:
+    out = raw
+    for name in ("cwd", "home", "policy_dir", "repo"):
+        out = out.replace("{" + name + "}", getattr(ctx, name))
+    if ctx.tmp is not None:
+        out = out.replace(TMP_TOKEN, ctx.tmp)
+    elif TMP_TOKEN in out:
+        # Keep the token as an absolute-looking anchor: "{tmp}/x" stays "{tmp}/x".
+        return os.path.normpath(out) if out.startswith(TMP_TOKEN) else out
+    if not out.startswith("/"):
+        out = os.path.join(ctx.cwd, out)
+    return os.path.normpath(out)
+
+
+def uses_tmp(policy) -> bool:
+    fs = policy.fs
+    return any(TMP_TOKEN in p for p in (*fs.read, *fs.exec, *fs.write, *fs.deny))
+
+
+def resolve(policy, ctx: Context):
+    """A copy of `policy` whose fs paths are absolute and normalized (not symlink-resolved)."""
+    fs = policy.fs
+
+    def paths(items):
+        out = []
+        for raw in items:
+            p = expand(raw, ctx)
+            if p not in out:
+                out.append(p)
+        return tuple(out)
+
+    new_fs = fs.replace(read=paths(fs.read), exec=paths(fs.exec), write=paths(fs.write), deny=paths(fs.deny))
+    return policy.replace(fs=new_fs)
