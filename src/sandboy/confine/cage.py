@@ -27,6 +27,10 @@ class Cage:
         self.degraded = degraded
         self.warnings = warnings
         self.cgroup = None  # set by launch for root + limits.processes
+        # Decided in the parent so the child does no /proc reads of its own.
+        self.drop_caps = hygiene.has_capabilities()
+        if self.drop_caps:
+            hygiene.last_cap()
 
     @property
     def cwd(self) -> str:
@@ -38,7 +42,7 @@ class Cage:
             self.cgroup.join()
         hygiene.cloexec_inherited_fds()
         hygiene.set_rlimits(self.policy.limits)
-        if hygiene.has_capabilities():
+        if self.drop_caps:
             hygiene.drop_capabilities()
         hygiene.no_new_privs()
         self.ruleset.restrict_self()

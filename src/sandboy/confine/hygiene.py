@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource  # imported here, not in the child: a first import there costs ≈ 1 ms per run
 
 from sandboy.confine._libc import SYS_CAPSET, SYS_CLOSE_RANGE, prctl, syscall
 
@@ -57,8 +58,6 @@ def _cloexec_fallback(lo: int, hi: int) -> None:
 
 
 def set_rlimits(limits) -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core files full of the command's memory
     for key, (name, mult) in RLIMITS.items():
         value = getattr(limits, key)
@@ -82,9 +81,7 @@ def drop_capabilities() -> None:
         prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
     except OSError:
         pass  # needs CAP_SETPCAP; the empty bounding set below already stops exec regaining caps
-    with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
-        last = int(fh.read())
-    for cap in range(last + 1):
+    for cap in range(last_cap() + 1):
         try:
             prctl(PR_CAPBSET_DROP, cap)
         except OSError as exc:
@@ -94,6 +91,17 @@ def drop_capabilities() -> None:
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
     syscall(SYS_CAPSET, ctypes.byref(header), ctypes.byref(data))
+
+
+_LAST_CAP = []
+
+
+def last_cap() -> int:
+    """Highest capability number of this kernel; read once (the parent reads it in `cage.build`)."""
+    if not _LAST_CAP:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
+            _LAST_CAP.append(int(fh.read()))
+    return _LAST_CAP[0]
 
 
 def has_capabilities() -> bool:

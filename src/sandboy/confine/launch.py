@@ -25,9 +25,9 @@ with `limits.processes` as root all of them sit in a pids cgroup. Nothing outliv
 
 from __future__ import annotations
 
+import _signal as signal  # the C module: `signal` imports enum (≈ 6 ms of start-up)
 import errno
 import os
-import signal
 import sys
 import time
 
@@ -79,6 +79,25 @@ def _restore_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def execvpe(argv, env) -> None:
+    """execve with a PATH search, done by hand: `os.execvpe` imports `warnings` on its way,
+    and after Landlock the interpreter's own library may no longer be readable."""
+    file = argv[0]
+    if "/" in file:
+        os.execve(file, argv, env)
+    saved = None
+    for directory in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+        try:
+            os.execve(os.path.join(directory or ".", file), argv, env)
+        except OSError as exc:
+            # as execvp(3): keep looking past missing files and refused directories
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ESTALE):
+                raise
+            if saved is None or saved.errno != errno.EACCES:
+                saved = exc
+    raise saved or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), file)
+
+
 def _exec_error_code(exc: OSError) -> int:
     return EXIT_NOT_FOUND if exc.errno in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
 
@@ -100,7 +119,7 @@ def exec_confined(argv, cage, on_applied=None):
     if on_applied is not None:
         on_applied()
     try:
-        os.execvpe(argv[0], argv, cage.env)
+        execvpe(argv, cage.env)
     except OSError as exc:
         sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}\n")
         return _exec_error_code(exc)
@@ -110,10 +129,15 @@ def exec_confined(argv, cage, on_applied=None):
 
 
 class Confined:
-    """A running confined command (the supervisor's pid)."""
+    """A running confined command.
 
-    def __init__(self, pid: int, status_fd: int, cage, owns_cage: bool, started: float):
+    Supervised: `pid` is the supervisor's, which reports the outcome over `status_fd`.
+    Direct: `pid` is the command's; `status_fd` carries only a cage or exec error.
+    """
+
+    def __init__(self, pid: int, status_fd: int, cage, owns_cage: bool, started: float, supervised: bool):
         self.pid = pid
+        self.supervised = supervised
         self._status_fd = status_fd
         self._cage = cage
         self._owns_cage = owns_cage
@@ -121,34 +145,29 @@ class Confined:
         self._result = None
 
     def kill(self) -> None:
-        """End the whole tree now; `wait()` then reports outcome "killed"."""
+        """End the run now: the supervisor kills the whole tree; `wait()` reports "killed"."""
         if self._result is None:
             try:
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.pid, signal.SIGTERM if self.supervised else signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
     def wait(self) -> RunResult:
         if self._result is not None:
             return self._result
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(self._status_fd, 65536)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(self._status_fd)
-        os.waitpid(self.pid, 0)
+        _, status = os.waitpid(self.pid, 0)
+        message = _read_all(self._status_fd).decode("utf-8", "replace")
         duration = time.monotonic() - self._started
-        record = b"".join(chunks).decode("utf-8", "replace").split("\0")
-        if len(record) == 4:
-            outcome, code, sig, error = record
-            result = RunResult(int(code), outcome, int(sig) or None, duration, error or None)
-        else:  # the supervisor itself died: never report that as a pass
-            result = RunResult(EXIT_CAGE, "cage_error", None, duration, "the sandboy supervisor died")
+        if self.supervised:
+            record = message.split("\0")
+            if len(record) == 4:
+                outcome, code, sig, error = record
+                result = RunResult(int(code), outcome, int(sig) or None, duration, error or None)
+            else:  # the supervisor itself died: never report that as a pass
+                result = RunResult(EXIT_CAGE, "cage_error", None, duration, "the sandboy supervisor died")
+        else:
+            result = _result_from(status, message, None)
+            result.duration = duration
         result.enforced = self._cage.enforced
         result.degraded = list(self._cage.degraded)
         result.warnings = list(self._cage.warnings)
@@ -158,7 +177,47 @@ class Confined:
         return result
 
 
-def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None) -> Confined:
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _result_from(status: int, child_message: str, outcome) -> RunResult:
+    """Classify a wait status plus the child's error message (see `_confined_child`)."""
+    kind, _, detail = child_message.partition(":")
+    if kind == "cage":
+        return RunResult(EXIT_CAGE, "cage_error", error=detail)
+    if kind == "exec":
+        code_text, _, text = detail.partition(":")
+        code = int(code_text)
+        return RunResult(code, "not_found" if code == EXIT_NOT_FOUND else "not_executable", error=text)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return RunResult(128 + sig, outcome or "signaled", sig)
+    code = os.waitstatus_to_exitcode(status)
+    if outcome is not None:  # timed out or killed, but the command exited on its own first
+        return RunResult(128 + signal.SIGKILL, outcome, signal.SIGKILL)
+    return RunResult(code, "exited")
+
+
+def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
+          supervise=None) -> Confined:
+    """Start `argv` confined by `policy` (a Policy or a prebuilt Cage).
+
+    `supervise`: None decides by need (a timeout, `limits.wall_seconds`, or `limits.processes`
+    as root); True always keeps a supervisor, which also guarantees that no descendant of the
+    command outlives it (the gate runner asks for this); False never does (a timeout is then
+    refused).
+    """
     from sandboy.confine.cage import Cage, build
 
     if not argv:
@@ -168,6 +227,11 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     wall = cage.policy.limits.wall_seconds
     if wall and (timeout is None or wall < timeout):
         timeout = wall
+    needed = timeout is not None or needs_supervisor(cage.policy)
+    if supervise is None:
+        supervise = needed
+    elif not supervise and needed:
+        raise ValueError("a timeout or limits.processes (as root) needs supervise=True")
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     started = time.monotonic()
     try:
@@ -178,7 +242,9 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         if owns:
             cage.close()
         raise
-    if pid == 0:  # supervisor
+    if pid == 0:
+        if not supervise:
+            _confined_child(list(argv), cage, (stdin, stdout, stderr), status_w)  # never returns
         code = 1
         try:
             os.close(status_r)
@@ -187,13 +253,14 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         finally:
             os._exit(code)
     os.close(status_w)
-    return Confined(pid, status_r, cage, owns, started)
+    return Confined(pid, status_r, cage, owns, started, supervise)
 
 
-def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None) -> RunResult:
+def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
+        supervise=None) -> RunResult:
     """Run `argv` confined by `policy` and wait for it (see module docstring)."""
     return spawn(argv, policy, cwd=cwd, repo=repo, timeout=timeout, stdin=stdin, stdout=stdout,
-                 stderr=stderr).wait()
+                 stderr=stderr, supervise=supervise).wait()
 
 
 class _Stop(Exception):
@@ -252,24 +319,8 @@ def _supervise(argv, cage, timeout, stdio, status_w) -> None:
     if cage.cgroup is not None:
         cage.cgroup.remove()
 
-    message = b""
-    while chunk := os.read(err_r, 65536):
-        message += chunk
-    os.close(err_r)
-    kind, _, detail = message.decode("utf-8", "replace").partition(":")
-
-    if kind == "cage":
-        report("cage_error", EXIT_CAGE, 0, detail)
-    elif kind == "exec":
-        code = int(detail.partition(":")[0])
-        report("not_found" if code == EXIT_NOT_FOUND else "not_executable", code, 0,
-               detail.partition(":")[2])
-    elif os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        report(outcome or "signaled", 128 + sig, sig)
-    else:
-        code = os.waitstatus_to_exitcode(status)
-        report(outcome or "exited", code if outcome is None else 128 + signal.SIGKILL, 0)
+    result = _result_from(status, _read_all(err_r).decode("utf-8", "replace"), outcome)
+    report(result.outcome, result.returncode, result.signal or 0, result.error or "")
 
 
 def _wait_until(pid: int, timeout):
@@ -355,7 +406,7 @@ def _confined_child(argv, cage, stdio, err_w) -> None:
             os.write(err_w, f"cage:cannot apply the cage: {exc}".encode())
             return
         try:
-            os.execvpe(argv[0], argv, cage.env)
+            execvpe(argv, cage.env)
         except OSError as exc:
             code = _exec_error_code(exc)
             os.write(err_w, f"exec:{code}:{argv[0]}: {exc.strerror}".encode())
