@@ -1,0 +1,123 @@
+"""Policy loading: validation messages, defaults, and the parse cache (ADR 0004)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sandboy.errors import PolicyError
+from sandboy.policy import load
+from sandboy.policy.model import DEFAULT_ENV_PASS, Policy
+
+
+def _load_text(tmp_path, text, name="p.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load.load_file(path, use_cache=False)
+
+
+def test_absent_sections_grant_nothing(tmp_path):
+    policy = _load_text(tmp_path, "version = 1\n")
+    assert policy.fs.read == () and policy.fs.write == () and policy.fs.exec == ()
+    assert policy.net.connect_tcp == () and not policy.net.udp and not policy.net.unrestricted
+    assert policy.env.pass_ == DEFAULT_ENV_PASS
+    assert policy.sections == frozenset()
+
+
+@pytest.mark.parametrize("text, key, fragment", [
+    ("", "version", "missing"),
+    ("version = 2", "version", "expected 1"),
+    ("version = true", "version", "expected 1"),
+    ("version = 1\n[fs]\nraed = []", "fs.raed", "did you mean 'read'"),
+    ("version = 1\n[fs]\nread = \"/usr\"", "fs.read", "expected a list of strings"),
+    ("version = 1\n[fs]\nread = [1]", "fs.read[0]", "expected a string"),
+    ("version = 1\n[fs]\nwrite = [\"{tmpdir}/x\"]", "fs.write[0]", "unknown placeholder {tmpdir}"),
+    ("version = 1\n[fs]\nwrite = [\"{tmp\"]", "fs.write[0]", "unclosed placeholder"),
+    ("version = 1\n[net]\nconnect_tcp = [0]", "net.connect_tcp[0]", "1-65535"),
+    ("version = 1\n[net]\nudp = \"no\"", "net.udp", "true or false"),
+    ("version = 1\n[net]\nprivate = [\"8.8.8.0/24\"]", "net.private[0]", "not a private"),
+    ("version = 1\n[net]\ndomains = [\"exa mple.org\"]", "net.domains[0]", "not a host name"),
+    ("version = 1\n[seccomp]\ndeny = [\"ptrac\"]", "seccomp.deny[0]", "did you mean ptrace"),
+    ("version = 1\n[env]\nset = { A = 1 }", "env.set.A", "expected a string"),
+    ("version = 1\n[limits]\nprocesses = -1", "limits.processes", ">= 0"),
+    ("version = 1\n[compat]\nlandlock = \"lax\"", "compat.landlock", "best-effort"),
+    ("version = 1\nnetwork = {}", "network", "unknown key"),
+])
+def test_errors_name_file_key_and_expectation(tmp_path, text, key, fragment):
+    with pytest.raises(PolicyError) as info:
+        _load_text(tmp_path, text)
+    assert info.value.key == key
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(str(tmp_path / "p.toml") + ": ")
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    (b"version = 1\n[fs\n", "TOML syntax error"),
+    (b"version = 1\n\xff\xfe", "not UTF-8"),
+    (b"a=" + b"[" * 100000, "TOML"),
+])
+def test_unparseable_files_are_policy_errors(tmp_path, raw, fragment):
+    path = tmp_path / "p.toml"
+    path.write_bytes(raw)
+    with pytest.raises(PolicyError) as info:
+        load.load_file(path, use_cache=False)
+    assert fragment in str(info.value)
+
+
+def test_oversized_and_missing_files(tmp_path):
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (load.MAX_POLICY_BYTES + 1))
+    with pytest.raises(PolicyError, match="larger than"):
+        load.load_file(big)
+    with pytest.raises(PolicyError, match="cannot read"):
+        load.load_file(tmp_path / "absent.toml")
+    with pytest.raises(PolicyError, match="directory"):
+        load.load_file(tmp_path)
+
+
+def test_round_trip_through_toml_dict(tmp_path):
+    text = ('version = 1\n[fs]\nread = ["/usr", "."]\ndeny = [".env"]\n[net]\nconnect_tcp = [443, 80]\n'
+            '[env]\nset = { CI = "true" }\n[limits]\nwall_seconds = 5\n')
+    policy = _load_text(tmp_path, text)
+    again = Policy.from_mapping(policy.to_toml_dict(), policy.source)
+    assert again == policy
+    assert policy.net.connect_tcp == (80, 443)
+
+
+def test_cache_hit_skips_tomllib_and_is_revalidated(tmp_path, monkeypatch):
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "p.toml"
+    path.write_text('version = 1\n[fs]\nread = ["/usr"]\n')
+    first = load.load_file(path)
+    code = ("import sys; from sandboy.policy.load import load_file; p = load_file(sys.argv[1]); "
+            "print(p.fs.read, 'tomllib' in sys.modules)")
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env).stdout
+    assert out.strip() == "('/usr',) False"
+    # an edited file is a miss: the new content wins
+    path.write_text('version = 1\n[fs]\nread = ["/etc"]\n')
+    assert load.load_file(path).fs.read == ("/etc",) != first.fs.read
+
+
+def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
+    """A tampered cache entry is validated like a file: bad data is an error, not a grant."""
+    import marshal
+
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "p.toml"
+    raw = b'version = 1\n[fs]\nread = ["/usr"]\n'
+    path.write_bytes(raw)
+    load.load_file(path)
+    cache_file = load._cache_path(str(path))
+    with open(cache_file, "wb") as fh:
+        fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"], "bogus": []}})))
+    with pytest.raises(PolicyError, match="fs.bogus"):
+        load.load_file(path)
+    # a cache file others can write is ignored entirely
+    with open(cache_file, "wb") as fh:
+        fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"]}})))
+    os.chmod(cache_file, 0o666)
+    assert load.load_file(path).fs.read == ("/usr",)

@@ -1,0 +1,105 @@
+"""The thin CLI: the `run` fast path agrees with argparse, start-up stays lean, help teaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sandboy.cli import build_parser, parse_run_fast
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+TRUE_POLICY = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64"]\nexec = ["/usr/bin", "/bin"]\n'
+
+
+@pytest.fixture
+def policy(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(TRUE_POLICY)
+    return str(path)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--policy", "p.toml", "--", "make", "test"],
+    ["-p", "p.toml", "make", "-j4"],
+    ["--policy=p.toml", "--status-json", "s.json", "--", "ls", "--", "-x"],
+    ["--policy", "p.toml", "--status-fd", "7", "--cwd", "/src", "--", "true"],
+    ["--policy", "p.toml", "--dry-run", "--json"],
+])
+def test_fast_path_agrees_with_argparse(argv):
+    fast = parse_run_fast(argv)
+    ns = build_parser().parse_args(["run", *argv])
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    assert fast is not None
+    assert (fast.policy, fast.status_json, fast.status_fd, fast.dry_run, fast.json, fast.cwd, fast.command) == (
+        ns.policy, ns.status_json, ns.status_fd, ns.dry_run, ns.json, ns.cwd, command)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--polcy", "x"], ["--policy"], ["--", "true"],
+                                  ["--policy", "p", "--status-fd", "x", "true"]])
+def test_fast_path_defers_what_it_does_not_know(argv):
+    assert parse_run_fast(argv) is None
+
+
+def _imported_modules(argv) -> set[str]:
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True)
+    return {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_run_start_up_imports_nothing_heavy(policy):
+    """`sandboy run` must not pull in re, tomllib, argparse, json, enum... (docs/performance.md)."""
+    subprocess.run([SANDBOY, "run", "--policy", policy, "--", "/bin/true"], check=True)  # warm the parse cache
+    floor = _imported_modules(["-c", "pass"])
+    used = _imported_modules([SANDBOY, "run", "--policy", policy, "--", "/bin/true"]) - floor
+    assert "sandboy.confine.cage" in used  # the measurement itself works
+    heavy = {"re", "tomllib", "argparse", "json", "enum", "typing", "dataclasses", "subprocess", "signal",
+             "inspect", "glob", "shutil", "tempfile", "wasmtime", "jsonschema_rs"}
+    assert used & heavy == set()
+
+
+def test_policy_error_is_exit_2_with_file_and_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('version = 1\n[net]\nconnect_tcp = ["443"]\n')
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(bad), "--", "/bin/true"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"{bad}: net.connect_tcp[0]: expected a TCP port" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_command_is_usage_error(policy):
+    proc = subprocess.run([SANDBOY, "run", "--policy", policy], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no command given" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["run"], ["doctor"], ["gate"], ["audit"]])
+def test_help_teaches(command):
+    proc = subprocess.run([SANDBOY, *command, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: sandboy" in proc.stdout
+
+
+def test_run_help_lists_exit_codes():
+    out = subprocess.run([SANDBOY, "run", "--help"], capture_output=True, text=True).stdout
+    assert "125" in out and "examples:" in out
+
+
+def test_doctor_json_reports_this_kernel():
+    proc = subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True)
+    report = json.loads(proc.stdout)
+    assert report["landlock_abi"] >= 1
+    assert report["protections"]["seccomp_filter"] is True
+    assert proc.returncode == (0 if report["cage_available"] else 1)
+
+
+def test_dry_run_json_shows_rules_and_runs_nothing(policy, tmp_path):
+    marker = tmp_path / "ran"
+    proc = subprocess.run([SANDBOY, "run", "--policy", policy, "--dry-run", "--json", "--", "touch", str(marker)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["enforced"]["seccomp"]["native_arch_only"] is True
+    assert any(path == "/usr/bin" for path, _ in report["enforced"]["landlock"]["fs_rules"])
+    assert not marker.exists()
