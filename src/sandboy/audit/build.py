@@ -1,0 +1,133 @@
+"""Build guest adapters with componentize-py, cached by source hash.
+
+Builds are slow (~10 s, ~415 MB peak) and not byte-identical, so:
+
+* a build is keyed on the sha256 of its sources + the componentize-py version
+  and reused until a source changes;
+* everything downstream (the `.cwasm` cache, provenance) is keyed on the hash
+  of the built file, i.e. of what actually runs.
+
+The cache directory holds native code (`.cwasm`), so it must be private to the
+user: we create it 0700 and refuse one that others can write to.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from sandboy.audit.errors import BuildFailed, UsageError
+from sandboy.audit.registry import WIT_WORLD_NAME, AdapterSpec, adapters_root, source_files
+
+Progress = Callable[[str], None]
+COMPONENTIZE_PY_VERSION = "0.25.1"  # pinned in pyproject.toml; part of the build key
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cache_dir(*parts: str) -> Path:
+    """$SANDBOY_CACHE_DIR, else $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy (created 0700)."""
+    base = os.environ.get("SANDBOY_CACHE_DIR")
+    if base:
+        root = Path(base)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg) if xdg else Path.home() / ".cache") / "sandboy"
+    path = root.joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = root.stat()
+    except OSError as exc:
+        raise UsageError(f"cache directory {root}: {exc.strerror}; set SANDBOY_CACHE_DIR to a writable directory") from None
+    # A cache others can write is a way to plant native code in our process.
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UsageError(
+            f"cache directory {root} is writable by others or not owned by you; "
+            f"run `chmod 700 {root}` or set SANDBOY_CACHE_DIR to a private directory"
+        )
+    return path
+
+
+def files_hash(files: list[Path], root: Path) -> str:
+    digest = hashlib.sha256(f"componentize-py {COMPONENTIZE_PY_VERSION}\n".encode())
+    for path in files:
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+        digest.update(name.encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def source_hash(spec: AdapterSpec) -> str:
+    return files_hash(source_files(spec), adapters_root())
+
+
+def component_path(spec: AdapterSpec) -> Path:
+    return cache_dir("components") / f"{spec.name}-{source_hash(spec)[:32]}.wasm"
+
+
+def _componentize_py() -> str:
+    beside = Path(sys.executable).with_name("componentize-py")
+    found = str(beside) if beside.is_file() else shutil.which("componentize-py")
+    if not found:
+        raise BuildFailed(
+            "componentize-py is not installed, so adapters cannot be built: "
+            "pip install 'sandboy[build]' (componentize-py==0.25.1), or pre-build with `sandboy audit build --all`"
+        )
+    return found
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    # Two processes (pytest workers, parallel CI jobs) must not build the same adapter twice.
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build(spec: AdapterSpec, progress: Progress = _stderr, force: bool = False) -> Path:
+    """Return the built component for `spec`, building it on first use."""
+    return build_sources(spec.name, source_files(spec), progress, force)
+
+
+def build_sources(name: str, files: list[Path], progress: Progress = _stderr, force: bool = False) -> Path:
+    """Build `app.py` + helper modules (files[0] is the WIT) into a zero-import component, cached."""
+    root = adapters_root()
+    target = cache_dir("components") / f"{name}-{files_hash(files, root)[:32]}.wasm"
+    if target.is_file() and not force:
+        return target
+    with _locked(target):
+        if target.is_file() and not force:
+            return target  # another process built it while we waited
+        progress(f"building adapter {name} (first use, ~10 s)…")
+        with tempfile.TemporaryDirectory(prefix=f"sandboy-build-{name}-") as tmp:
+            # Build from a copy: componentize-py imports the app at build time and
+            # would leave __pycache__ in the source tree.
+            src = Path(tmp) / "src"
+            src.mkdir()
+            for path in files[1:]:
+                shutil.copy2(path, src / path.name)
+            out = target.with_name(target.name + ".tmp")  # same filesystem: os.replace is atomic
+            cmd = [
+                _componentize_py(), "-d", str(files[0].parent), "-w", WIT_WORLD_NAME,
+                "componentize", "--stub-wasi", "-p", str(src), "-o", str(out), "app",
+            ]
+            # Without VIRTUAL_ENV/PYTHONPATH componentize-py does not bundle the host's site-packages.
+            env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+            proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+            if proc.returncode != 0 or not out.is_file():
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+                raise BuildFailed(f"building adapter {name} failed (componentize-py exit {proc.returncode}):\n{tail}")
+            os.replace(out, target)
+        progress(f"built adapter {name}: {target} ({target.stat().st_size / 1e6:.1f} MB)")
+    return target

@@ -1,0 +1,311 @@
+"""`sandboy audit …`: convert untrusted tool output to SARIF in a WebAssembly cage, validate SARIF.
+
+Only argparse and the stdlib are imported at module level: the lead's
+`sandboy` CLI imports this module on every start (including `sandboy run`),
+so wasmtime and jsonschema-rs are imported inside the command functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_INTERNAL = 70  # a Sandboy bug (EX_SOFTWARE); never expected
+
+CONVERT_EPILOG = """\
+examples:
+  sandboy audit convert --tool infer --artifact report.json=infer-out/report.json -o infer.sarif
+  sandboy audit convert --tool passthrough --artifact log=build/Log.sarif -o roslyn.sarif   # SARIF 1.0.0 -> 2.1.0
+  semgrep --json . > sg.json; sandboy audit convert --tool semgrep --artifact sg.json=sg.json -o semgrep.sarif
+  sandboy audit convert --component ./my-adapter.wasm --artifact out.json=out.json -o out.sarif
+
+The adapter runs as a zero-import WebAssembly component with fuel, a deadline and a
+memory cap; its output is parsed, schema-validated, canonicalised, capped and stamped
+with provenance (run.conversion, run.properties.sandboy). Exit codes: docs/audit.md.
+"""
+
+VALIDATE_EPILOG = """\
+examples:
+  sandboy audit validate results.sarif
+  sandboy audit validate --github --json results.sarif > report.json
+
+Checks strict JSON, the OASIS SARIF 2.1.0 schema (formats included), and rules a schema
+cannot express (ruleIndex in range, regions, uriBaseIds). --github adds GitHub code
+scanning's limits and rules; every problem is named by its JSON pointer.
+Exit 0: valid; 1: invalid (warnings never fail); 2: usage; 3: file over --max-input-bytes.
+"""
+
+BUILD_EPILOG = """\
+examples:
+  sandboy audit build --all        # pre-build and pre-compile every adapter (CI images)
+  sandboy audit build infer
+
+Builds with componentize-py --stub-wasi (~10 s each) into $SANDBOY_CACHE_DIR, else
+$XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy, keyed on the sources' hash; then compiles
+the native code (.cwasm, ~10 s) keyed on the component's sha256 and the wasmtime version.
+"""
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (examples: 65536, 64M, 1G)") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _artifact(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep:
+        return Path(text).name, Path(text)
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=PATH, e.g. report.json=infer-out/report.json")
+    return name, Path(path)
+
+
+def _option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Every failure becomes one line on stderr and a documented exit code, never a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        from sandboy.audit.errors import AuditError
+
+        try:
+            return func(args)
+        except AuditError as exc:
+            print(f"sandboy audit: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            print("sandboy audit: interrupted", file=sys.stderr)
+            return 130
+        except MemoryError:
+            print("sandboy audit: the host ran out of memory; lower --max-input-bytes", file=sys.stderr)
+            return EXIT_INTERNAL
+        except Exception as exc:  # noqa: BLE001 — the promise is "no traceback", bugs included
+            if os.environ.get("SANDBOY_DEBUG"):
+                raise
+            print(f"sandboy audit: internal error ({type(exc).__name__}: {exc}); "
+                  "this is a Sandboy bug — re-run with SANDBOY_DEBUG=1 and report the traceback", file=sys.stderr)
+            return EXIT_INTERNAL
+
+    return run
+
+
+# --- commands ---------------------------------------------------------------------
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from sandboy.audit.convert import ConvertRequest, convert, write_atomic
+    from sandboy.audit.errors import UsageError
+
+    if args.output and args.output != "-":
+        out = Path(args.output)
+        if not out.parent.is_dir() and str(out.parent):
+            raise UsageError(f"{out}: directory {out.parent} does not exist")
+    req = ConvertRequest(
+        tool=args.tool, component=Path(args.component) if args.component else None,
+        artifacts=args.artifact or [], stdout_file=args.stdout_file, stderr_file=args.stderr_file,
+        options=args.option or [], max_input_bytes=args.max_input_bytes, fuel=args.fuel,
+        deadline_seconds=args.deadline_seconds, memory_mib=args.memory_mib,
+        max_output_bytes=args.max_output_bytes, max_results=args.max_results,
+    )
+    result = convert(req)
+    if args.output and args.output != "-":
+        try:
+            write_atomic(Path(args.output), result.text)
+        except OSError as exc:
+            raise UsageError(f"{args.output}: cannot write output: {exc.strerror}") from None
+    else:
+        sys.stdout.write(result.text)
+        sys.stdout.flush()
+    prov = result.provenance
+    if not args.quiet:
+        print(f"sandboy audit: {prov.adapter}: {result.results} result(s) -> {args.output or 'stdout'} "
+              f"({len(result.text):,} chars, guest {prov.duration_ms:.0f} ms, fuel {prov.fuel_used:,}, "
+              f"total {result.seconds * 1000:.0f} ms)", file=sys.stderr)
+    return 0
+
+
+def _validate_one(path: Path, github: bool, cap: int) -> dict[str, Any]:
+    from sandboy.audit import sarif
+    from sandboy.audit.convert import read_capped
+
+    raw = read_capped(path, cap, "SARIF file")
+    try:
+        doc = sarif.parse_json(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        found = [sarif.Problem("", f"not UTF-8 (byte offset {exc.start}); SARIF files are UTF-8 JSON", "json")]
+        doc = None
+    except sarif.JsonProblem as exc:
+        found = [sarif.Problem("", str(exc), "json")]
+        doc = None
+    else:
+        found = sarif.problems(doc)
+        if github:
+            from sandboy.audit.github import github_problems
+
+            found += github_problems(doc, raw)
+    errors = [p for p in found if p.severity == "error"]
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    return {
+        "file": str(path),
+        "valid": not errors,
+        "version": doc.get("version") if isinstance(doc, dict) else None,
+        "runs": len(runs) if isinstance(runs, list) else 0,
+        "results": sarif.count_results(doc) if isinstance(doc, dict) else 0,
+        "errors": len(errors),
+        "warnings": len(found) - len(errors),
+        "problems": [p.as_dict() for p in found],
+    }
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    reports = [_validate_one(Path(f), args.github, args.max_input_bytes) for f in args.files]
+    if args.json:
+        print(json.dumps({"files": reports, "valid": all(r["valid"] for r in reports)}, indent=2))
+    else:
+        for rep in reports:
+            verdict = "valid" if rep["valid"] else "INVALID"
+            checks = "SARIF 2.1.0" + (" + GitHub code scanning" if args.github else "")
+            print(f"{rep['file']}: {verdict} {checks} ({rep['runs']} run(s), {rep['results']} result(s), "
+                  f"{rep['errors']} error(s), {rep['warnings']} warning(s))")
+            for p in rep["problems"][: args.max_problems]:
+                tag = p["source"] + ("" if p["severity"] == "error" else ", warning")
+                print(f"  {p['pointer'] or '/'}: {p['message']} [{tag}]")
+            if len(rep["problems"]) > args.max_problems:
+                print(f"  … {len(rep['problems']) - args.max_problems} more (use --json for all)")
+    return 0 if all(r["valid"] for r in reports) else 1
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from sandboy.audit import host
+    from sandboy.audit.build import build
+    from sandboy.audit.errors import UsageError
+    from sandboy.audit.registry import ADAPTERS
+
+    names = sorted(ADAPTERS) if args.all else args.names
+    if not names:
+        raise UsageError("name adapters to build, or --all (known: " + ", ".join(sorted(ADAPTERS)) + ")")
+    for name in names:
+        if name not in ADAPTERS:
+            raise UsageError(f"unknown adapter {name!r}; known: {', '.join(sorted(ADAPTERS))}")
+        path = build(ADAPTERS[name], force=args.force)
+        loaded = host.load(path, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        print(f"{name}: {path} sha256={loaded.sha256}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from sandboy.audit.registry import ADAPTERS
+
+    rows = [{"adapter": s.name, "version": s.version, "tools": list(s.tools), "summary": s.summary} for s in ADAPTERS.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['adapter']:<12} {row['version']:<7} tools: {', '.join(row['tools']):<34} {row['summary']}")
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `audit` and its subcommands; each sets func=callable(args) -> exit code."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    audit = subparsers.add_parser(
+        "audit", help="convert static-analysis output to SARIF in a WebAssembly cage; validate SARIF",
+        description="Convert untrusted static-analysis output to SARIF 2.1.0 with sandboxed adapters, and validate SARIF.",
+        formatter_class=fmt,
+    )
+    sub = audit.add_subparsers(dest="audit_command", metavar="{convert,validate,build,list}")
+    audit.set_defaults(func=lambda args: (audit.print_help(sys.stderr), 2)[1])
+
+    conv = sub.add_parser("convert", help="run an adapter on a tool's output, emit validated SARIF",
+                          description="Convert a tool's report to SARIF 2.1.0 inside a WebAssembly sandbox.",
+                          epilog=CONVERT_EPILOG, formatter_class=fmt)
+    conv.add_argument("--tool", metavar="NAME", help="tool whose output this is: infer, infersharp, passthrough/sarif/roslyn/codeql, bandit, semgrep")
+    conv.add_argument("--component", metavar="PATH", help="run this third-party component (world ownaudit:adapter@0.2.0) instead of a built-in adapter")
+    conv.add_argument("--artifact", metavar="NAME=PATH", type=_artifact, action="append", help="a report file the tool wrote (repeatable; PATH '-' = stdin)")
+    conv.add_argument("--stdout-file", metavar="PATH", type=Path, help="file holding the tool's captured stdout")
+    conv.add_argument("--stderr-file", metavar="PATH", type=Path, help="file holding the tool's captured stderr")
+    conv.add_argument("--option", metavar="KEY=VALUE", type=_option, action="append", help="adapter option (repeatable)")
+    conv.add_argument("-o", "--output", metavar="OUT", help="SARIF output file, written atomically (default: stdout)")
+    conv.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    limits = conv.add_argument_group("limits (the adapter and its input are untrusted)")
+    limits.add_argument("--max-input-bytes", type=_size, default=64 << 20, metavar="SIZE", help="cap on all inputs together, read in one bounded read (default 64M)")
+    limits.add_argument("--fuel", type=_positive_int, metavar="N", help="wasm fuel budget (default: 2e9 + 4000 per input byte)")
+    limits.add_argument("--deadline-seconds", type=_positive_float, default=120.0, metavar="S", help="wall-clock backstop (default 120)")
+    limits.add_argument("--memory-mib", type=_positive_int, default=256, metavar="MIB", help="guest memory cap (default 256)")
+    limits.add_argument("--max-output-bytes", type=_size, default=128 << 20, metavar="SIZE", help="reject larger output (default 128M)")
+    limits.add_argument("--max-results", type=_positive_int, default=100_000, metavar="N", help="reject output with more results (default 100000)")
+    conv.set_defaults(func=_guarded(cmd_convert))
+
+    val = sub.add_parser("validate", help="validate SARIF 2.1.0 files (schema + semantics, optionally GitHub's rules)",
+                         description="Validate SARIF files against the OASIS SARIF 2.1.0 schema and semantic rules.",
+                         epilog=VALIDATE_EPILOG, formatter_class=fmt)
+    val.add_argument("files", nargs="+", metavar="FILE")
+    val.add_argument("--github", action="store_true", help="also apply GitHub code scanning's limits and rules")
+    val.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    val.add_argument("--max-input-bytes", type=_size, default=64 << 20, metavar="SIZE", help="refuse larger files (default 64M)")
+    val.add_argument("--max-problems", type=int, default=20, metavar="N", help="problems listed per file in text output (default 20)")
+    val.set_defaults(func=_guarded(cmd_validate))
+
+    bld = sub.add_parser("build", help="pre-build and pre-compile adapters (otherwise built on first use)",
+                         epilog=BUILD_EPILOG, formatter_class=fmt)
+    bld.add_argument("names", nargs="*", metavar="ADAPTER")
+    bld.add_argument("--all", action="store_true", help="every built-in adapter")
+    bld.add_argument("--force", action="store_true", help="rebuild even if cached")
+    bld.set_defaults(func=_guarded(cmd_build))
+
+    lst = sub.add_parser("list", help="list built-in adapters and the tools they serve")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(func=_guarded(cmd_list))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m sandboy.audit.cli convert …`) until the lead's CLI wires `audit`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["audit"]:
+        argv = argv[1:]
+    parser = argparse.ArgumentParser(prog="sandboy")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["audit", *argv])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

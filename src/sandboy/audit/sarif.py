@@ -1,0 +1,296 @@
+"""SARIF core: parse, validate, check, canonicalise, cap and stamp untrusted SARIF.
+
+Everything here treats its input as hostile (it came out of a guest adapter or
+off disk): strict JSON only, the official OASIS 2.1.0 schema (errata01,
+vendored in schema/) through jsonschema-rs with format checking on (python-
+jsonschema would miss `uri` formats and is ~1000x slower, FINDINGS), then the
+cross-field rules a schema cannot express. What we emit is re-serialised from
+the validated tree, so a consumer sees exactly what was checked (no duplicate
+keys, no comments, no NaN).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any, Iterator
+
+from sandboy.audit.errors import InvalidOutput, OutputTooLarge
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+_VERSION_21 = re.compile(r"^2\.1\.\d+(-rtm\.\d+)?$")
+MAX_PROBLEMS = 200  # enough to act on; a 1.0.0 log would otherwise list thousands
+
+
+@dataclass(frozen=True)
+class Problem:
+    pointer: str    # RFC 6901 JSON pointer into the document ("" = the whole file)
+    message: str
+    source: str     # "json" | "schema" | "semantic" | "github"
+    severity: str = "error"  # "error" fails validation; "warning" does not
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.pointer or '/'}: {self.message} [{self.source}{'' if self.severity == 'error' else ', warning'}]"
+
+
+def pointer(parts: Any) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+# --- parsing -------------------------------------------------------------------
+
+
+class JsonProblem(ValueError):
+    """Not strict JSON; the message says where and, for comments, what to do."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JsonProblem(f"non-standard JSON constant {name} (NaN/Infinity are not JSON)")
+
+
+def parse_json(text: str) -> Any:
+    # The guests' load_json (adapters/common/sandboy_guest.py) is the same idea on
+    # the other side of the boundary; the host never imports guest code, so it has its own.
+    if text.startswith("\ufeff"):
+        text = text[1:]  # a UTF-8 BOM is common from Windows tools and harmless
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        hint = ""
+        if text[exc.pos : exc.pos + 2] in ("//", "/*"):
+            hint = " — a comment: SARIF must be strict JSON; remove comments or fix the producer"
+        raise JsonProblem(f"not valid JSON at line {exc.lineno} column {exc.colno} (char {exc.pos}): {exc.msg}{hint}") from None
+    except RecursionError:
+        raise JsonProblem("JSON nested too deeply") from None
+
+
+# --- schema and semantic checks -------------------------------------------------------
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema_rs  # lazy: only the audit paths pay for it
+
+    schema = json.loads(resources.files("sandboy.audit").joinpath("schema/sarif-schema-2.1.0.json").read_text("utf-8"))
+    return jsonschema_rs.validator_for(schema, validate_formats=True)
+
+
+def schema_problems(doc: Any, limit: int = MAX_PROBLEMS) -> list[Problem]:
+    out = []
+    for err in _validator().iter_errors(doc):
+        out.append(Problem(pointer(err.instance_path), err.message[:500], "schema"))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _dicts(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _walk(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
+    """Yield (key, value, path) for every dict entry, iteratively (inputs can be deep)."""
+    stack = [(node, path)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield key, value, path
+                if isinstance(value, (dict, list)):
+                    stack.append((value, path + (key,)))
+        elif isinstance(node, list):
+            stack.extend((v, path + (i,)) for i, v in enumerate(node) if isinstance(v, (dict, list)))
+
+
+# RFC 3986 URI-reference: only these characters, and `%` only as %HH. jsonschema-rs's
+# `uri-reference` format accepts spaces and backslashes, which consumers then mangle.
+_URI_REFERENCE = re.compile(r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*$")
+
+
+def _region_problems(region: dict[str, Any], at: tuple[Any, ...]) -> Iterator[Problem]:
+    def num(key: str) -> int | None:
+        v = region.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    sl, el, sc, ec = num("startLine"), num("endLine"), num("startColumn"), num("endColumn")
+    for key, value in (("startLine", sl), ("endLine", el), ("startColumn", sc), ("endColumn", ec)):
+        if value is not None and value < 1:
+            yield Problem(pointer(at + (key,)), f"{key} is {value}; lines and columns start at 1", "semantic")
+    if sl is not None and el is not None and el < sl:
+        yield Problem(pointer(at + ("endLine",)), f"endLine {el} is before startLine {sl}", "semantic")
+    if sc is not None and ec is not None and (el is None or el == sl) and ec < sc:
+        yield Problem(pointer(at + ("endColumn",)), f"endColumn {ec} is before startColumn {sc} on the same line", "semantic")
+
+
+def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
+    tool = run.get("tool") if isinstance(run.get("tool"), dict) else {}
+    driver = tool.get("driver") if isinstance(tool.get("driver"), dict) else {}
+    rules = _dicts(driver.get("rules"))
+    extensions = _dicts(tool.get("extensions"))
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(rules):
+        rid = rule.get("id") if isinstance(rule, dict) else None
+        if isinstance(rid, str):
+            if rid in seen:
+                yield Problem(pointer(("runs", r, "tool", "driver", "rules", i, "id")),
+                              f"rule id {rid!r} repeats rules[{seen[rid]}]", "semantic", "warning")
+            seen.setdefault(rid, i)
+    for i, res in enumerate(_dicts(run.get("results"))):
+        if not isinstance(res, dict):
+            continue
+        at = ("runs", r, "results", i)
+        rule_ref = res.get("rule") if isinstance(res.get("rule"), dict) else {}
+        index = res.get("ruleIndex", rule_ref.get("index"))
+        table, where = rules, "tool.driver.rules"
+        component = rule_ref.get("toolComponent")
+        if isinstance(component, dict) and isinstance(component.get("index"), int):
+            ci = component["index"]
+            if not 0 <= ci < len(extensions):
+                yield Problem(pointer(at + ("rule", "toolComponent", "index")),
+                              f"toolComponent index {ci} out of range ({len(extensions)} extensions)", "semantic")
+                continue
+            table, where = _dicts(extensions[ci].get("rules")) if isinstance(extensions[ci], dict) else [], f"tool.extensions[{ci}].rules"
+        if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+            if index >= len(table):
+                yield Problem(pointer(at + ("ruleIndex",)), f"ruleIndex {index} out of range ({where} has {len(table)})", "semantic")
+            else:
+                rid, target = res.get("ruleId"), table[index].get("id") if isinstance(table[index], dict) else None
+                if isinstance(rid, str) and isinstance(target, str) and rid != target and not rid.startswith(target + "/"):
+                    yield Problem(pointer(at + ("ruleId",)), f"ruleId {rid!r} does not match {where}[{index}].id {target!r}", "semantic")
+        kind, level = res.get("kind", "fail"), res.get("level")
+        if kind != "fail" and level not in (None, "none"):
+            yield Problem(pointer(at + ("level",)), f"level {level!r} with kind {kind!r}: only 'fail' results have a level", "semantic")
+    declared = run.get("originalUriBaseIds")
+    for key, value, path in _walk(run, ("runs", r)):
+        if key == "region" and isinstance(value, dict):
+            yield from _region_problems(value, path + (key,))
+        elif key == "uri" and isinstance(value, str) and not _URI_REFERENCE.match(value):
+            yield Problem(pointer(path + (key,)), f"{value[:80]!r} is not a valid URI reference (RFC 3986): "
+                          "percent-encode spaces, backslashes and other reserved characters", "semantic")
+        elif key == "uriBaseId" and isinstance(value, str):
+            if isinstance(declared, dict) and value not in declared and "originalUriBaseIds" not in path[-2:]:
+                yield Problem(pointer(path + (key,)), f"uriBaseId {value!r} is not declared in run.originalUriBaseIds", "semantic", "warning")
+            uri = _parent_uri(run, path)
+            if isinstance(uri, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri):
+                yield Problem(pointer(path + ("uri",)), f"absolute URI {uri[:80]!r} with a uriBaseId: a base applies to relative references only", "semantic")
+
+
+def _parent_uri(run: dict[str, Any], path: tuple[Any, ...]) -> Any:
+    node: Any = run
+    for part in path[2:]:
+        node = node[part]
+    return node.get("uri") if isinstance(node, dict) else None
+
+
+def semantic_problems(doc: Any) -> list[Problem]:
+    if not isinstance(doc, dict):
+        return []
+    out: list[Problem] = []
+    for r, run in enumerate(_dicts(doc.get("runs"))):
+        if isinstance(run, dict):
+            for problem in _run_problems(run, r):
+                out.append(problem)
+                if len(out) >= MAX_PROBLEMS:
+                    return out
+    return out
+
+
+def problems(doc: Any) -> list[Problem]:
+    return schema_problems(doc) + semantic_problems(doc)
+
+
+# --- the convert pipeline: canonicalise, cap, stamp, validate ------------------------
+
+
+def canonicalize(doc: dict[str, Any]) -> dict[str, Any]:
+    """`$schema` first and pointing at the OASIS errata01 schema; any 2.1.x version as 2.1.0."""
+    version = doc.get("version")
+    if isinstance(version, str) and _VERSION_21.match(version):
+        version = SARIF_VERSION
+    rest = {k: v for k, v in doc.items() if k not in ("$schema", "version")}
+    return {"$schema": SARIF_SCHEMA_URI, "version": version, **rest}
+
+
+def count_results(doc: dict[str, Any]) -> int:
+    return sum(len(run.get("results") or []) for run in _dicts(doc.get("runs")) if isinstance(run, dict) and isinstance(run.get("results"), list))
+
+
+@dataclass
+class Provenance:
+    adapter: str
+    adapter_version: str
+    component_sha256: str
+    wasmtime_version: str
+    fuel_used: int
+    duration_ms: float
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    sandboy_version: str = "0.1.0"
+
+    def conversion(self) -> dict[str, Any]:
+        logs = [{"uri": i["uri"]} for i in self.inputs if i.get("uri")]
+        out: dict[str, Any] = {
+            "tool": {"driver": {"name": "sandboy audit", "version": self.sandboy_version}},
+            "invocation": {"executionSuccessful": True},
+        }
+        if logs:
+            out["analysisToolLogFiles"] = logs
+        return out
+
+    def properties(self) -> dict[str, Any]:
+        return {
+            "adapter": self.adapter,
+            "adapterVersion": self.adapter_version,
+            "componentSha256": self.component_sha256,
+            "wasmtimeVersion": self.wasmtime_version,
+            "fuelUsed": self.fuel_used,
+            "durationMs": round(self.duration_ms, 3),
+            "inputs": [{k: v for k, v in i.items() if k != "uri"} for i in self.inputs],
+        }
+
+
+def stamp(doc: dict[str, Any], prov: Provenance) -> None:
+    """Overwrite (never merge) provenance: a guest cannot pre-fill it."""
+    for run in _dicts(doc.get("runs")):
+        if not isinstance(run, dict):
+            continue
+        run["conversion"] = prov.conversion()
+        props = run.get("properties")
+        if props is None:
+            props = run["properties"] = {}
+        if isinstance(props, dict):
+            props["sandboy"] = prov.properties()
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def finalize(output: str, prov: Provenance, max_output_bytes: int, max_results: int) -> tuple[str, dict[str, Any]]:
+    """Turn a guest's output into canonical, validated, stamped SARIF or raise a classified error."""
+    size = len(output) if len(output) * 4 <= max_output_bytes else len(output.encode("utf-8", "surrogatepass"))
+    if size > max_output_bytes:
+        raise OutputTooLarge(f"the adapter's output is {size:,} bytes, over --max-output-bytes {max_output_bytes:,}")
+    try:
+        doc = parse_json(output)
+    except JsonProblem as exc:
+        raise InvalidOutput(f"the adapter's output is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidOutput(f"the adapter's output is a JSON {type(doc).__name__}, not a SARIF log object")
+    doc = canonicalize(doc)
+    n = count_results(doc)
+    if n > max_results:
+        raise OutputTooLarge(f"the adapter produced {n:,} results, over --max-results {max_results:,}")
+    stamp(doc, prov)
+    errors = [p for p in problems(doc) if p.severity == "error"]
+    if errors:
+        shown = "\n  ".join(str(p) for p in errors[:10])
+        more = f"\n  … and {len(errors) - 10} more" if len(errors) > 10 else ""
+        raise InvalidOutput(f"the adapter's output is not valid SARIF 2.1.0 ({len(errors)} error(s)):\n  {shown}{more}", errors)
+    return dumps(doc), doc

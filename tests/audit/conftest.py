@@ -1,0 +1,56 @@
+"""Shared fixtures for the audit tests: real samples, real components, one build each.
+
+Builds (componentize-py, ~10 s) and native compiles (~10 s) are cached in
+<repo>/.cache/sandboy-test (gitignored) keyed on source hash and component
+hash, so only the first run on a machine pays for them; every test in a
+session shares one loaded component per adapter.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = (REPO / ".." / "shared" / "samples").resolve()
+GUESTS = Path(__file__).resolve().parent / "guests"
+
+# Set before any sandboy.audit module reads it (they read it per call, but be early anyway).
+os.environ.setdefault("SANDBOY_CACHE_DIR", str(REPO / ".cache" / "sandboy-test"))
+
+
+@pytest.fixture(scope="session")
+def samples() -> Path:
+    if not (SAMPLES / "README.md").is_file():
+        pytest.fail(f"real samples not found at {SAMPLES}: lay the shared/ directory beside the repository")
+    return SAMPLES
+
+
+@pytest.fixture(scope="session")
+def built() -> dict[str, Path]:
+    """Every built-in adapter, built and compiled once per session."""
+    from sandboy.audit import host
+    from sandboy.audit.build import build
+    from sandboy.audit.registry import ADAPTERS
+
+    paths = {}
+    for name, spec in ADAPTERS.items():
+        paths[name] = build(spec)
+        host.load(paths[name])
+    return paths
+
+
+@pytest.fixture(scope="session")
+def hostile() -> Path:
+    """The hostile guest (tests/audit/guests/hostile/app.py) as a real zero-import component."""
+    from sandboy.audit import host
+    from sandboy.audit.build import build_sources
+    from sandboy.audit.registry import adapters_root
+
+    root = adapters_root()
+    files = [root / "wit" / "adapter.wit", *sorted((root / "common").glob("sandboy_guest.py")), GUESTS / "hostile" / "app.py"]
+    path = build_sources("test-hostile", files)
+    host.load(path)
+    return path

@@ -1,0 +1,61 @@
+"""Build and cache keys: source hash, private cache directory, adapter lookup."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from sandboy.audit import build, registry
+from sandboy.audit.errors import UsageError
+
+
+def test_source_hash_follows_every_source(tmp_path, monkeypatch):
+    copy = tmp_path / "adapters"
+    shutil.copytree(registry.adapters_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("SANDBOY_ADAPTERS_DIR", str(copy))
+    spec = registry.ADAPTERS["infer"]
+    before = build.source_hash(spec)
+    for rel in ("wit/adapter.wit", "common/sandboy_guest.py", "infer/infer_adapter.py"):
+        with open(copy / rel, "a") as fh:
+            fh.write("\n")
+        after = build.source_hash(spec)
+        assert after != before, rel
+        before = after
+    (copy / "bandit" / "bandit_adapter.py").write_text("# unrelated change\n")
+    assert build.source_hash(spec) == before
+
+
+def test_missing_adapter_sources_say_how_to_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("SANDBOY_ADAPTERS_DIR", str(tmp_path))
+    with pytest.raises(UsageError, match="SANDBOY_ADAPTERS_DIR"):
+        registry.adapters_root()
+
+
+def test_cache_dir_must_be_private(tmp_path, monkeypatch):
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(shared))
+    with pytest.raises(UsageError, match="chmod 700"):
+        build.cache_dir("cwasm")
+
+
+def test_cache_dir_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv("SANDBOY_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build.cache_dir() == tmp_path / "xdg" / "sandboy"
+    assert oct((tmp_path / "xdg" / "sandboy").stat().st_mode & 0o777) == "0o700"
+
+
+def test_unknown_tool_lists_known_ones():
+    with pytest.raises(UsageError, match="infer.*semgrep"):
+        registry.adapter_for_tool("nope")
+    assert registry.adapter_for_tool("roslyn").name == "passthrough"
+
+
+def test_every_adapter_has_sources():
+    for spec in registry.ADAPTERS.values():
+        files = registry.source_files(spec)
+        assert files[0].name == "adapter.wit" and any(f.name == "app.py" for f in files)

@@ -1,0 +1,115 @@
+"""The `sandboy audit` command line: exit codes, messages, --json, atomic output, lazy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sandboy.audit.cli", *args], cwd=REPO, input=stdin,
+                          capture_output=True, timeout=300)
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()
+
+
+def test_convert_then_validate_github(built, samples, tmp_path):
+    out = tmp_path / "infer.sarif"
+    proc = cli("convert", "--tool", "infer", "--artifact", f"report.json={samples}/infer/chronicle-map_infer-1.1.0_report.json",
+               "-o", str(out))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"13 result(s)" in proc.stderr
+    proc = cli("validate", "--github", "--json", str(out))
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["valid"] and report["files"][0]["results"] == 13
+
+
+def test_convert_to_stdout_from_stdin(built, samples):
+    data = (samples / "bandit" / "spotifyscraper_bandit-1.8.3.json").read_bytes()
+    proc = cli("convert", "--tool", "bandit", "--artifact", "b.json=-", "-q", stdin=data)
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert json.loads(proc.stdout)["version"] == "2.1.0"
+
+
+def test_failed_convert_leaves_no_file(built, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    out = tmp_path / "out.sarif"
+    out.write_text("previous good output")
+    proc = cli("convert", "--tool", "infer", "--artifact", f"r={bad}", "-o", str(out))
+    assert proc.returncode == 10 and b"not valid JSON" in proc.stderr
+    no_traceback(proc)
+    assert out.read_text() == "previous good output" and sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "out.sarif"]
+
+
+@pytest.mark.parametrize("args, code, fragment", [
+    (["convert", "--tool", "nosuch", "--artifact", "x=y"], 2, b"unknown tool 'nosuch'"),
+    (["convert", "--tool", "infer", "--artifact", "r=/nonexistent/report.json"], 2, b"/nonexistent/report.json: no such file"),
+    (["convert", "--tool", "infer"], 2, b"no input"),
+    (["convert", "--tool", "infer", "--artifact", "=x"], 2, b"expected NAME=PATH"),
+    (["convert", "--tool", "infer", "--artifact", "r=x", "--memory-mib", "0"], 2, b"must be positive"),
+    (["convert", "--tool", "infer", "--artifact", "r=x", "--max-input-bytes", "lots"], 2, b"not a size"),
+    (["validate", "/nonexistent.sarif"], 2, b"no such file"),
+    (["build"], 2, b"--all"),
+])
+def test_usage_errors(args, code, fragment):
+    proc = cli(*args)
+    assert proc.returncode == code and fragment in proc.stderr, proc.stderr.decode()
+    no_traceback(proc)
+
+
+def test_input_cap_exit_code(built, tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b"[" + b" " * 2000 + b"]")
+    proc = cli("convert", "--tool", "infer", "--artifact", f"r={big}", "--max-input-bytes", "1k")
+    assert proc.returncode == 3 and b"big.json" in proc.stderr and b"--max-input-bytes" in proc.stderr
+
+
+def test_validate_invalid_and_not_strict(samples):
+    neg = samples / "negative"
+    proc = cli("validate", "--json", str(neg / "codeql-action_testdata_invalid-sarif.sarif"),
+               str(neg / "squigglecop_Log.v2.with-comment.NOT-STRICT-JSON.sarif"))
+    assert proc.returncode == 1
+    files = json.loads(proc.stdout)["files"]
+    assert files[0]["problems"][0]["pointer"] == "/runs/0/results"
+    assert "comment" in files[1]["problems"][0]["message"]
+    text = cli("validate", str(neg / "codeql-action_testdata_with-invalid-uri.sarif"))
+    assert text.returncode == 1 and b'/runs/0/tool/driver/rules/0/helpUri: "not a valid URI" is not a "uri"' in text.stdout
+
+
+def test_validate_v1_log_lists_the_version(samples):
+    proc = cli("validate", "--github", "--json", str(samples / "roslyn" / "squigglecop_Log.v1.sarif"))
+    found = {(p["pointer"], p["source"]) for p in json.loads(proc.stdout)["files"][0]["problems"]}
+    assert proc.returncode == 1 and {("/version", "schema"), ("/version", "github")} <= found
+
+
+def test_help_teaches():
+    proc = cli("convert", "--help")
+    assert proc.returncode == 0 and b"examples:" in proc.stdout and b"--max-input-bytes" in proc.stdout
+    assert b"examples:" in cli("validate", "--help").stdout
+
+
+def test_list_json():
+    rows = json.loads(cli("list", "--json").stdout)
+    assert {r["adapter"] for r in rows} == {"infer", "passthrough", "bandit", "semgrep"}
+
+
+def test_imports_stay_lazy():
+    code = ("import sys, argparse, sandboy, sandboy.audit, sandboy.audit.cli as c;"
+            "p = argparse.ArgumentParser(); c.add_parser(p.add_subparsers());"
+            "bad = [m for m in ('wasmtime', 'jsonschema_rs', 'sandboy.audit.host', 'sandboy.audit.sarif') if m in sys.modules];"
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_build_is_cached(built):
+    proc = cli("build", "infer")
+    assert proc.returncode == 0 and b"building" not in proc.stderr and b"sha256=" in proc.stdout
