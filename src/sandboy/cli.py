@@ -90,8 +90,16 @@ def cmd_run(args: RunArgs) -> int:
         if args.dry_run:
             return _dry_run(policy, args)
         status = _StatusSink(args) if (args.status_json or args.status_fd is not None) else None
+        cage = cagemod.build(policy, cwd=args.cwd)
+        for line in cage.degraded:
+            _err(f"degraded: {line}")
+        for line in cage.warnings:
+            _err(f"warning: {line}")
         if launch.needs_supervisor(policy):
-            result = launch.run(args.command, policy, cwd=args.cwd)
+            try:
+                result = launch.run(args.command, cage)
+            finally:
+                cage.close()
             if result.error:
                 _err(result.error)
             if status:
@@ -99,9 +107,6 @@ def cmd_run(args: RunArgs) -> int:
                              {"outcome": result.outcome, "returncode": result.returncode,
                               "signal": result.signal, "duration": round(result.duration, 6)})
             return result.returncode
-        cage = cagemod.build(policy, cwd=args.cwd)
-        for line in (*cage.degraded, *cage.warnings):
-            _err(f"warning: {line}")
 
         def on_applied():
             if status:

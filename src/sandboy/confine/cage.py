@@ -158,11 +158,25 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     else:
         warnings.append(f"landlock: abstract-socket and signal scopes need ABI 6 (kernel has {abi})")
 
+    # listen() on a TCP socket that was never bound picks an ephemeral port on every address
+    # without a bind() call, and Landlock (ABI 7, Linux 6.18) does not check that autobind:
+    # `bind_tcp = []` still let a command serve on 0.0.0.0:<ephemeral> (tests/cage/test_net.py).
+    # Seccomp cannot tell a bound socket from an unbound one, so `listen` is refused where no
+    # listener can be legitimate (no TCP bind port, no AF_UNIX sockets); elsewhere it degrades.
+    listen_autobind = bool(handled_net and any_inet)
+    deny_listen = listen_autobind and not bind_ports and not net.unix
+    if listen_autobind and not deny_listen:
+        degraded.append("net: listen() on a TCP socket never bound takes an ephemeral port that "
+                        f"Landlock (ABI {abi}) does not check; it is refused only when bind_tcp is empty "
+                        "and unix = false")
+
     if degraded and strict:
         raise CageError(f"{policy.source}: compat.landlock = \"strict\" and this kernel cannot enforce: "
                         + "; ".join(degraded))
 
     deny_calls = (set(seccomp.DEFAULT_DENY) | set(policy.seccomp.deny)) - set(policy.seccomp.allow)
+    if deny_listen:
+        deny_calls.add("listen")
     sockets = seccomp.SocketRules(
         unix=net.unix or net.unrestricted,
         inet=net.unrestricted or any_inet,

@@ -104,14 +104,61 @@ def _is_glob(path: str) -> bool:
     return any(ch in path for ch in "*?[")
 
 
+def _glob_nofollow(pattern: str):
+    """Paths matching an absolute glob; `**` is zero or more directories, never entered
+    through a symlink.
+
+    Why not `glob.glob(recursive=True)`: it follows symlinked directories under `**`, and the
+    working copy is untrusted: three links `a -> .`, `b -> .`, `c -> .` next to a `**/*.pem`
+    deny made the launch walk 3^40 paths (it hung). Symlinked directories are still followed
+    for a literal or `*` component: those cannot loop, the pattern's depth bounds them.
+    """
+    import fnmatch
+
+    parts = [p for p in pattern.split("/") if p]
+    collapsed: list[str] = []
+    for part in parts:  # `**/**` matches what `**` matches; keep the walk linear
+        if not (part == "**" and collapsed[-1:] == ["**"]):
+            collapsed.append(part)
+
+    def entries(base: str):
+        try:
+            with os.scandir(base) as it:
+                return list(it)
+        except OSError:
+            return []
+
+    def walk(base: str, i: int):
+        if i == len(collapsed):
+            yield base
+            return
+        part = collapsed[i]
+        if part == "**":
+            yield from walk(base, i + 1)
+            last = i + 1 == len(collapsed)
+            for entry in entries(base):
+                if entry.is_dir(follow_symlinks=False):
+                    yield from walk(entry.path, i)
+                elif last:  # a trailing `**` matches files too
+                    yield entry.path
+        elif not _is_glob(part):
+            path = os.path.join(base, part)
+            if os.path.lexists(path):
+                yield from walk(path, i + 1)
+        else:
+            for entry in entries(base):
+                if fnmatch.fnmatchcase(entry.name, part):
+                    yield from walk(entry.path, i + 1)
+
+    return walk("/", 0)
+
+
 def expand_denies(denies, warn) -> list[str]:
     """Deny patterns → the real paths that exist now (globs matched at launch, DESIGN.md)."""
     out: list[str] = []
     for pattern in denies:
         if _is_glob(pattern):
-            import glob
-
-            matches = glob.glob(pattern, recursive=True, include_hidden=True)
+            matches = _glob_nofollow(pattern)
         else:
             matches = [pattern] if os.path.lexists(pattern) else []
         for match in matches:
@@ -155,7 +202,12 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn) -> list[tuple[st
         # beneath it is reachable except through the per-entry grants below.
         add(path, rights & READ_DIR)
         for name in entries:
-            split(os.path.join(path, name), rights)
+            child = os.path.join(path, name)
+            # A symlink needs no rule: following it is checked against its target's own rules.
+            # Granting it would open (and so grant) the target: a working copy holding
+            # `evil -> /` next to a denied file turned "write ." into "write /".
+            if not os.path.islink(child):
+                split(child, rights)
 
     for path, rights in grants.items():
         if any(_under(path, d) for d in denies):
@@ -200,13 +252,19 @@ def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_po
 
 
 def _add_path_rule(ruleset_fd: int, path: str, rights: int, warn) -> None:
+    # O_NOFOLLOW: every rule path is a realpath or an entry found by the deny split, never a
+    # symlink; one that is a symlink now was swapped in since, and must not grant its target.
     try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         warn(f"fs: {path}: {exc.strerror}; not granted")
         return
     try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode):
+            warn(f"fs: {path} became a symlink while the rules were built; not granted")
+            return
+        if not stat.S_ISDIR(mode):
             rights &= FILE_RIGHTS  # directory-only rights on a file are EINVAL
         if rights:
             rule = _PathBeneath(rights, fd)

@@ -67,9 +67,13 @@ class RunResult:
 
 
 def needs_supervisor(policy) -> bool:
-    """A parent must stay for a wall-clock limit, and as root for a process limit (cgroup)."""
+    """A parent must stay for a wall-clock limit, as root for a process limit (cgroup), and
+    to remove the private `{tmp}` after the run: in exec mode nothing is left to remove it,
+    and every run leaked a /tmp/sandboy-* directory (with whatever the command wrote there)."""
+    from sandboy.policy.resolve import uses_tmp
+
     limits = policy.limits
-    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0))
+    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0) or uses_tmp(policy))
 
 
 def _restore_signals() -> None:

@@ -14,6 +14,7 @@ Layout (every jump is short, so no offset can overflow the 8-bit jump fields):
     clone: namespace flags    -> EPERM
     ioctl: TIOCSTI/TIOCLINUX  -> EPERM
     socket: family/type/proto -> EPERM unless the policy allows it
+    sendto/sendmsg/sendmmsg with MSG_FASTOPEN -> EPERM while TCP port rules are in force
     otherwise                 -> ALLOW
 """
 
@@ -52,6 +53,9 @@ AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCK_STREAM, SOCK_DGRAM = 1, 2
 SOCK_TYPE_MASK = 0xF   # SOCK_NONBLOCK / SOCK_CLOEXEC live above it
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
+MSG_FASTOPEN = 0x20000000
+# Where each send call keeps its `flags` argument (the kernel reads it as unsigned int).
+SEND_FLAGS_ARG = {"sendto": 3, "sendmsg": 2, "sendmmsg": 3}
 
 # BPF opcodes
 LD_W_ABS = 0x20
@@ -123,6 +127,8 @@ def build(deny_names, sockets: SocketRules) -> bytes:
     _clone_block(p, eperm)
     _ioctl_block(p, eperm)
     _socket_block(p, sockets, eperm)
+    if not sockets.tcp_any_protocol:
+        _fastopen_block(p, eperm)
     p.op(RET_K, RET_ALLOW)
     return p.bytes()
 
@@ -150,6 +156,20 @@ def _ioctl_block(p: _Prog, eperm: int) -> None:
     body.op(RET_K, eperm)
     body.op(RET_K, RET_ALLOW)
     _guarded(p, X86_64["ioctl"], body.insns)
+
+
+def _fastopen_block(p: _Prog, eperm: int) -> None:
+    """TCP Fast Open connects inside sendto()/sendmsg() without calling connect(), and Landlock
+    (ABI 7, Linux 6.18) does not check that path: `sendto(fd, buf, n, MSG_FASTOPEN, addr)` reached
+    a port the ruleset denied, data included (tests/cage/test_net.py). TCP_FASTOPEN_CONNECT is
+    not affected: it goes through connect(), which Landlock checks."""
+    for name, index in SEND_FLAGS_ARG.items():
+        body = _Prog()
+        body.op(LD_W_ABS, _arg_low(index))
+        body.op(JSET_K, MSG_FASTOPEN, 0, 1)
+        body.op(RET_K, eperm)
+        body.op(RET_K, RET_ALLOW)
+        _guarded(p, X86_64[name], body.insns)
 
 
 def _socket_block(p: _Prog, rules: SocketRules, eperm: int) -> None:

@@ -108,7 +108,8 @@ def _env_name(src: str, key: str, name: str) -> None:
 
 def _domain(src: str, key: str, value: str) -> None:
     host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    if port and (not port.isdigit() or not 0 < int(port) < 65536):
+    # isascii: "²".isdigit() is True but int("²") raises ValueError: a traceback, not exit 2
+    if port and (not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
         raise PolicyError(src, key, f"bad port in {value!r} (expected host or host:port)")
     host = host or value
     label = host[2:] if host.startswith("*.") else host
@@ -126,6 +127,23 @@ def _cidr(src: str, key: str, value: str) -> None:
         raise PolicyError(src, key, f"not a CIDR: {exc}") from None
     if not (net.is_private or net.is_loopback or net.is_link_local):
         raise PolicyError(src, key, f"{value} is not a private, loopback or link-local range")
+
+
+_BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _keyname(name) -> str:
+    """A key as TOML would write it: bare when it can be, else quoted with escapes.
+
+    Why: keys come from untrusted files (a repository's gate.toml); printed raw, a key holding
+    a newline or an ANSI escape broke the one-line `FILE: key: problem` message and could
+    forge terminal output."""
+    name = str(name)
+    if name and set(name) <= _BARE_KEY:
+        return name
+    import json
+
+    return json.dumps(name)
 
 
 def _kind(value) -> str:
@@ -146,7 +164,8 @@ def _table(src: str, key: str, value, known: tuple) -> dict:
 
             near = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
-            raise PolicyError(src, f"{key}.{name}", f"unknown key ({hint}expected one of: {', '.join(known)})")
+            raise PolicyError(src, f"{key}.{_keyname(name)}",
+                              f"unknown key ({hint}expected one of: {', '.join(known)})")
     return value
 
 
@@ -188,9 +207,9 @@ def _env(src, value) -> EnvRules:
             raise PolicyError(src, "env.set", f"expected a table of NAME = \"value\", got {_kind(table)}")
         pairs = []
         for name, val in table.items():
-            _env_name(src, f"env.set.{name}", name)
+            _env_name(src, f"env.set.{_keyname(name)}", name)
             if not isinstance(val, str) or "\0" in val:
-                raise PolicyError(src, f"env.set.{name}", f"expected a string value, got {_kind(val)}")
+                raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {_kind(val)}")
             pairs.append((name, val))
         out["set"] = tuple(pairs)
     return EnvRules(**out)
@@ -226,7 +245,7 @@ def from_mapping(data, source: str = "<policy>") -> Policy:
         parser = _SECTION_PARSERS.get(key)
         if parser is None:
             known = ", ".join(["version", *_SECTION_PARSERS])
-            raise PolicyError(source, key, f"unknown key (expected one of: {known})")
+            raise PolicyError(source, _keyname(key), f"unknown key (expected one of: {known})")
         fields[key] = parser(source, value)
     return Policy(version=1, sections=frozenset(fields), source=source, **fields)
 

@@ -1,0 +1,98 @@
+"""Helpers for the attacker-side cage tests (imported by conftest.py and the test modules).
+
+A unique module name on purpose: `from conftest import ...` would pick whichever conftest
+another test directory put on sys.path first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+# What a dynamically linked C program needs to start: libc and the loader cache.
+BASE_READ = ["/usr", "/etc/ld.so.cache"]
+
+
+class Result:
+    __slots__ = ("rc", "out", "err")
+
+    def __init__(self, rc: int, out: str, err: str):
+        self.rc, self.out, self.err = rc, out.strip(), err
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and self.out.startswith("ok")
+
+    def __repr__(self):
+        return f"Result(rc={self.rc}, out={self.out!r}, err={self.err[-400:]!r})"
+
+
+def to_toml(data: dict) -> str:
+    """Enough TOML for test policies: scalars, lists of scalars, tables one level deep."""
+    import json
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)  # ints and strings (JSON string escapes are valid TOML basic strings)
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines.append(f"\n[{name}]")
+            lines.extend(f"{k} = {value(v)}" for k, v in table.items())
+    return "\n".join(lines) + "\n"
+
+
+class Cage:
+    """Runs the probe (or any argv) under a policy, through the API or the CLI (exec mode)."""
+
+    def __init__(self, probe: str, root):
+        self.probe = probe
+        self.root = root
+        self.work = root / "work"
+        self.work.mkdir()
+
+    def policy(self, fs=None, **sections) -> dict:
+        """A policy that lets the probe start, plus `fs` entries and other sections."""
+        fs = dict(fs or {})
+        fs["read"] = BASE_READ + list(fs.get("read", []))
+        fs["exec"] = [os.path.dirname(self.probe)] + list(fs.get("exec", []))
+        return {"version": 1, "fs": fs, **sections}
+
+    def run(self, *args, policy=None, argv=None, via="api", stdin=None, timeout=30,
+            pass_fds=(), env=None) -> Result:
+        argv = list(argv) if argv is not None else [self.probe, *map(str, args)]
+        policy = self.policy() if policy is None else policy
+        if via == "cli":
+            return self.cli(["--", *argv], policy, stdin=stdin, timeout=timeout, pass_fds=pass_fds, env=env)
+        from sandboy import Policy, run
+
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            result = run(argv, Policy.from_mapping(policy, "<test>"), cwd=str(self.work), timeout=timeout,
+                         stdin=stdin, stdout=out.fileno(), stderr=err.fileno())
+            out.seek(0)
+            err.seek(0)
+            return Result(result.returncode, out.read().decode(), err.read().decode() + (result.error or ""))
+
+    def cli(self, args, policy, stdin=None, timeout=30, pass_fds=(), env=None, policy_path=None) -> Result:
+        """`sandboy run --policy FILE ARGS...`; `policy` is a dict, or raw text/bytes for the file
+        (`policy_path`: a file to name instead, written by nobody)."""
+        path = self.root / "policy.toml"
+        if isinstance(policy, dict):
+            policy = to_toml(policy)
+        path.write_bytes(policy.encode() if isinstance(policy, str) else policy)
+        path = policy_path or path
+        if env is None:  # keep the policy parse cache out of the user's ~/.cache
+            env = dict(os.environ, SANDBOY_CACHE_DIR=str(self.root / "cache"))
+        proc = subprocess.run([SANDBOY, "run", "--policy", str(path), *args], cwd=self.work,
+                              stdin=stdin, capture_output=True, timeout=timeout, pass_fds=pass_fds,
+                              env=env, text=True)
+        return Result(proc.returncode, proc.stdout, proc.stderr)

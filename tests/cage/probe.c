@@ -1,0 +1,304 @@
+/* probe: one small attacker with many verbs, run INSIDE the cage by tests/cage.
+ *
+ * Usage: probe VERB [ARGS...]
+ * Exit 0 and print "ok[ detail]" when the action worked; exit 1 and print the errno name
+ * (e.g. "EPERM") when the kernel refused it; exit 2 on a usage error.
+ * Raw syscalls are used where libc would hide what the kernel sees (64-bit arguments,
+ * clone flags, x32 and i386 entry points).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+extern char **environ;
+
+static int fail(void) {
+    const char *name = strerrorname_np(errno);
+    printf("%s\n", name ? name : "E?");
+    return 1;
+}
+
+static int ok(const char *detail) {
+    printf(detail ? "ok %s\n" : "ok\n", detail);
+    return 0;
+}
+
+#define CHECK(expr) do { if ((long)(expr) < 0) return fail(); } while (0)
+
+static unsigned long num(const char *s) { return strtoull(s, NULL, 0); }
+
+static struct sockaddr_in loopback(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+}
+
+static socklen_t unix_addr(struct sockaddr_un *a, const char *path, int abstract) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (abstract) {
+        memcpy(a->sun_path + 1, path, n);
+        return offsetof(struct sockaddr_un, sun_path) + 1 + n;
+    }
+    memcpy(a->sun_path, path, n);
+    return sizeof *a;
+}
+
+static pid_t paused_child(void) {
+    pid_t pid = fork();
+    if (pid == 0) { pause(); _exit(0); }
+    return pid;
+}
+
+static int reap(pid_t pid) {
+    int status;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    return status;
+}
+
+static int caps(void) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    CHECK(syscall(SYS_capget, &h, d));
+    unsigned long long eff = d[0].effective | (unsigned long long)d[1].effective << 32;
+    unsigned long long prm = d[0].permitted | (unsigned long long)d[1].permitted << 32;
+    unsigned long long inh = d[0].inheritable | (unsigned long long)d[1].inheritable << 32;
+    int bnd = 0, amb = 0;
+    for (int c = 0; c <= 63; c++) {
+        if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1) bnd++;
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0) == 1) amb++;
+    }
+    printf("ok eff=%llx prm=%llx inh=%llx bnd=%d amb=%d euid=%d\n", eff, prm, inh, bnd, amb, geteuid());
+    return 0;
+}
+
+static int tiocsti(unsigned long cmd) {
+    /* Make the pty on stdin our controlling terminal, then push a byte into its input:
+     * without the cage this is how a command types into the user's shell. */
+    setsid();
+    ioctl(0, TIOCSCTTY, 0);
+    char c = 'x';
+    CHECK(syscall(SYS_ioctl, 0, cmd, &c));
+    return ok(NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    const char *v = argv[1];
+    const char *a = argc > 2 ? argv[2] : "";
+    const char *b = argc > 3 ? argv[3] : "";
+    setvbuf(stdout, NULL, _IONBF, 0);
+
+    if (!strcmp(v, "exit")) return (int)num(a);
+    if (!strcmp(v, "read")) {
+        int fd; CHECK(fd = open(a, O_RDONLY));
+        char buf[256]; ssize_t n; CHECK(n = read(fd, buf, sizeof buf - 1));
+        buf[n] = 0; printf("ok %s\n", buf); return 0;
+    }
+    if (!strcmp(v, "write")) {
+        int fd; CHECK(fd = open(a, O_WRONLY | O_APPEND));
+        CHECK(write(fd, "x", 1)); return ok(NULL);
+    }
+    if (!strcmp(v, "create")) { CHECK(open(a, O_WRONLY | O_CREAT | O_EXCL, 0644)); return ok(NULL); }
+    if (!strcmp(v, "unlink")) { CHECK(unlink(a)); return ok(NULL); }
+    if (!strcmp(v, "mkdir")) { CHECK(mkdir(a, 0755)); return ok(NULL); }
+    if (!strcmp(v, "rename")) { CHECK(rename(a, b)); return ok(NULL); }
+    if (!strcmp(v, "link")) { CHECK(link(a, b)); return ok(NULL); }
+    if (!strcmp(v, "symlink")) { CHECK(symlink(a, b)); return ok(NULL); }
+    if (!strcmp(v, "truncate")) { CHECK(truncate(a, 0)); return ok(NULL); }
+    if (!strcmp(v, "open-trunc")) { CHECK(open(a, O_WRONLY | O_TRUNC)); return ok(NULL); }
+    if (!strcmp(v, "chown")) { CHECK(chown(a, (uid_t)num(b), (gid_t)-1)); return ok(NULL); }
+    if (!strcmp(v, "ls")) {
+        DIR *d = opendir(a); if (!d) return fail();
+        return ok(NULL);
+    }
+    if (!strcmp(v, "exec")) { execv(a, argv + 2); return fail(); }
+    if (!strcmp(v, "caps")) return caps();
+    if (!strcmp(v, "env")) {
+        printf("ok\n");
+        for (char **e = environ; *e; e++) printf("%s\n", *e);
+        return 0;
+    }
+
+    /* processes */
+    if (!strcmp(v, "ptrace")) {
+        pid_t pid = strcmp(a, "child") ? (pid_t)num(a) : paused_child();
+        long r = ptrace(PTRACE_SEIZE, pid, 0, 0);
+        int err = errno;
+        if (!strcmp(a, "child")) { kill(pid, SIGKILL); reap(pid); }
+        errno = err;
+        CHECK(r); return ok(NULL);
+    }
+    if (!strcmp(v, "kill")) {
+        pid_t pid = strcmp(a, "child") ? (pid_t)num(a) : paused_child();
+        long r = kill(pid, SIGTERM);
+        if (!strcmp(a, "child")) reap(pid);
+        CHECK(r); return ok(NULL);
+    }
+    if (!strcmp(v, "signal")) { CHECK(kill((pid_t)strtol(a, NULL, 0), (int)num(b))); return ok(NULL); }
+    if (!strcmp(v, "pidfd-kill")) {
+        int fd; CHECK(fd = (int)syscall(SYS_pidfd_open, (pid_t)num(a), 0));
+        CHECK(syscall(SYS_pidfd_send_signal, fd, SIGTERM, NULL, 0)); return ok(NULL);
+    }
+    if (!strcmp(v, "mount")) { CHECK(mount("none", a, "tmpfs", 0, NULL)); return ok(NULL); }
+    if (!strcmp(v, "fsopen")) { CHECK(syscall(SYS_fsopen, "tmpfs", 0)); return ok(NULL); }
+    if (!strcmp(v, "bpf")) {
+        /* BPF_MAP_CREATE of a tiny array map */
+        uint32_t attr[16] = {2 /* BPF_MAP_TYPE_ARRAY */, 4, 4, 1};
+        CHECK(syscall(SYS_bpf, 0, attr, sizeof attr)); return ok(NULL);
+    }
+    if (!strcmp(v, "unshare")) { CHECK(syscall(SYS_unshare, num(a))); return ok(NULL); }
+    if (!strcmp(v, "clone")) {
+        long pid = syscall(SYS_clone, num(a) | SIGCHLD, 0, 0, 0, 0);
+        if (pid == 0) _exit(0);
+        CHECK(pid); reap(pid); return ok(NULL);
+    }
+    if (!strcmp(v, "clone3")) {
+        uint64_t args[11] = {0}; args[4] = SIGCHLD;  /* exit_signal */
+        long pid = syscall(SYS_clone3, args, sizeof args);
+        if (pid == 0) _exit(0);
+        CHECK(pid); reap(pid); return ok(NULL);
+    }
+    if (!strcmp(v, "fork")) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(7);
+        CHECK(pid);
+        int st = reap(pid);
+        return WIFEXITED(st) && WEXITSTATUS(st) == 7 ? ok(NULL) : 3;
+    }
+    if (!strcmp(v, "io_uring")) {
+        char params[120] = {0};
+        CHECK(syscall(SYS_io_uring_setup, 4, params)); return ok(NULL);
+    }
+    if (!strcmp(v, "forkbomb")) {
+        /* Fork up to N paused children; report how many forks succeeded. The supervisor must
+         * kill the leftovers. */
+        int n = 0, max = (int)num(a);
+        while (n < max) {
+            pid_t pid = fork();
+            if (pid == 0) { pause(); _exit(0); }
+            if (pid < 0) break;
+            n++;
+        }
+        printf("ok %d\n", n); return 0;
+    }
+    if (!strcmp(v, "orphan") || !strcmp(v, "hang")) {
+        /* Leave a grandchild that called setsid behind and print its pid; then exit (orphan)
+         * or wait forever (hang). The supervisor must kill both. */
+        int p[2]; CHECK(pipe(p));
+        pid_t pid = fork();
+        if (pid == 0) {
+            setsid();
+            pid_t g = fork();
+            if (g == 0) { close(p[0]); close(p[1]); for (;;) pause(); }
+            if (write(p[1], &g, sizeof g) < 0) _exit(1);
+            _exit(0);
+        }
+        pid_t g = 0; CHECK(read(p[0], &g, sizeof g)); reap(pid);
+        printf("ok %d\n", g);
+        if (v[0] == 'h') for (;;) pause();
+        return 0;
+    }
+
+    /* network */
+    if (!strcmp(v, "tcp-connect")) {
+        int s; CHECK(s = socket(AF_INET, SOCK_STREAM, argc > 3 ? (int)num(b) : 0));
+        struct sockaddr_in addr = loopback((int)num(a));
+        CHECK(connect(s, (struct sockaddr *)&addr, sizeof addr)); return ok(NULL);
+    }
+    if (!strcmp(v, "tcp-fastopen")) {
+        /* TCP Fast Open: sendto(MSG_FASTOPEN) connects without calling connect() */
+        int s; CHECK(s = socket(AF_INET, SOCK_STREAM, 0));
+        struct sockaddr_in addr = loopback((int)num(a));
+        CHECK(sendto(s, "x", 1, MSG_FASTOPEN, (struct sockaddr *)&addr, sizeof addr)); return ok(NULL);
+    }
+    if (!strcmp(v, "tcp-listen")) {
+        /* listen() on an unbound socket binds an ephemeral port without calling bind() */
+        int s; CHECK(s = socket(AF_INET, SOCK_STREAM, 0));
+        CHECK(listen(s, 1));
+        struct sockaddr_in addr; socklen_t len = sizeof addr;
+        CHECK(getsockname(s, (struct sockaddr *)&addr, &len));
+        printf("ok %d\n", ntohs(addr.sin_port)); return 0;
+    }
+    if (!strcmp(v, "tcp-bind")) {
+        int s; CHECK(s = socket(AF_INET, SOCK_STREAM, 0));
+        struct sockaddr_in addr = loopback((int)num(a));
+        CHECK(bind(s, (struct sockaddr *)&addr, sizeof addr));
+        CHECK(listen(s, 1)); return ok(NULL);
+    }
+    if (!strcmp(v, "udp")) {
+        int s; CHECK(s = socket(AF_INET, SOCK_DGRAM, 0));
+        struct sockaddr_in addr = loopback((int)num(a));
+        CHECK(sendto(s, "x", 1, 0, (struct sockaddr *)&addr, sizeof addr)); return ok(NULL);
+    }
+    if (!strcmp(v, "socket")) {
+        /* raw syscall, full 64-bit arguments: the filter must judge what the kernel reads */
+        CHECK(syscall(SYS_socket, num(a), num(b), argc > 4 ? num(argv[4]) : 0UL)); return ok(NULL);
+    }
+    if (!strcmp(v, "socketpair")) {
+        int sv[2]; CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+        CHECK(write(sv[0], "x", 1)); return ok(NULL);
+    }
+    if (!strcmp(v, "unix-connect") || !strcmp(v, "abstract-connect")) {
+        int s; CHECK(s = socket(AF_UNIX, SOCK_STREAM, 0));
+        struct sockaddr_un addr; socklen_t len = unix_addr(&addr, a, v[0] == 'a');
+        CHECK(connect(s, (struct sockaddr *)&addr, len)); return ok(NULL);
+    }
+    if (!strcmp(v, "abstract-self")) {
+        int l, s; CHECK(l = socket(AF_UNIX, SOCK_STREAM, 0));
+        struct sockaddr_un addr; socklen_t len = unix_addr(&addr, a, 1);
+        CHECK(bind(l, (struct sockaddr *)&addr, len)); CHECK(listen(l, 1));
+        CHECK(s = socket(AF_UNIX, SOCK_STREAM, 0));
+        CHECK(connect(s, (struct sockaddr *)&addr, len)); return ok(NULL);
+    }
+
+    /* foreign entry points */
+    if (!strcmp(v, "x32")) { CHECK(syscall(0x40000000 | SYS_getpid)); return ok(NULL); }
+    if (!strcmp(v, "int80")) {
+        long ret;
+        /* i386 getpid (20) through the IA32 emulation entry, from a 64-bit process */
+        __asm__ volatile("int $0x80" : "=a"(ret) : "a"(20L) : "memory");
+        if (ret < 0) { errno = (int)-ret; return fail(); }
+        return ok(NULL);
+    }
+    if (!strcmp(v, "getpid")) { CHECK(syscall(SYS_getpid)); return ok(NULL); }
+
+    /* fds, ttys */
+    if (!strcmp(v, "fds")) {
+        printf("ok");
+        for (int fd = 0; fd < 65536; fd++)
+            if (fcntl(fd, F_GETFD) >= 0) printf(" %d", fd);
+        printf("\n"); return 0;
+    }
+    if (!strcmp(v, "fd-read")) {
+        char c; CHECK(read((int)num(a), &c, 1)); return ok(NULL);
+    }
+    if (!strcmp(v, "tiocsti")) return tiocsti(argc > 2 ? num(a) : TIOCSTI);
+    if (!strcmp(v, "tiocgwinsz")) {
+        struct winsize w; CHECK(ioctl(0, TIOCGWINSZ, &w)); return ok(NULL);
+    }
+    fprintf(stderr, "probe: unknown verb %s\n", v);
+    return 2;
+}

@@ -1,0 +1,170 @@
+"""The exit-code contract, limits, --status-json and --dry-run (DESIGN.md "Exit codes")."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from sandboy import CageError, Policy
+from sandboy.confine import cage as cagemod
+
+from cagekit import SANDBOY
+
+pytestmark = pytest.mark.needs_kernel
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_child_exit_code_passes_through(cage, via):
+    assert cage.run("exit", 42, via=via).rc == 42
+    assert cage.run("exit", 0, via=via).rc == 0
+
+
+@pytest.mark.parametrize("text, key", [
+    ("version = 1\n[fs]\nread = [\"/usr\"\n", "TOML syntax error"),
+    ("version = 1\n[fs]\nreed = []\n", "fs.reed: unknown key"),
+    ("version = 1\n[seccomp]\ndeny = [\"ptrac\"]\n", "seccomp.deny[0]: unknown system call"),
+    ("version = 2\n", "version: expected 1"),
+    ("version = 1\n[net]\nconnect_tcp = [70000]\n", "net.connect_tcp[0]"),
+])
+def test_policy_error_exits_2_before_anything_runs(cage, text, key):
+    r = cage.cli(["--", cage.probe, "create", "ran"], text)
+    assert r.rc == 2, r
+    assert f"policy.toml: {key}" in r.err and "Traceback" not in r.err, r.err
+    assert not (cage.work / "ran").exists()
+
+
+def test_missing_policy_file_exits_2(cage):
+    r = cage.cli(["--", cage.probe, "exit", "0"], "", policy_path=cage.root / "nope.toml")
+    assert r.rc == 2 and "nope.toml: cannot read" in r.err, r
+
+
+def test_domains_exit_125_never_runs_unconfined(cage):
+    policy = cage.policy(net={"domains": ["pypi.org"]})
+    r = cage.cli(["--", cage.probe, "create", "ran"], policy)
+    assert r.rc == 125 and "net.domains" in r.err, r
+    assert not (cage.work / "ran").exists()
+    with pytest.raises(CageError):
+        cage.run("create", "ran", policy=policy)
+    assert not (cage.work / "ran").exists()
+
+
+def test_no_landlock_exit_125(cage):
+    """A sandboy started where Landlock is unavailable (here: the syscall denied by an outer
+    cage) must refuse with 125 rather than run the command unconfined."""
+    # The outer cage lets Python start (it reads everything, execs the interpreter) but denies
+    # the Landlock syscall, as a kernel without Landlock would.
+    outer = cage.policy(fs={"read": ["/"], "exec": [sys.base_prefix], "write": ["."]},
+                        seccomp={"deny": ["landlock_create_ruleset"]})
+    inner = cage.root / "inner.toml"
+    inner.write_text("version = 1\n[fs]\nread = [\"/usr\"]\n")
+    r = cage.run(argv=[sys.executable, SANDBOY, "run", "--policy", str(inner), "--", cage.probe, "create", "ran"],
+                 policy=dict(outer, env={"set": {"SANDBOY_CACHE_DIR": str(cage.work / "cache")}}))
+    assert r.rc == 125, r
+    assert "Landlock is not available" in r.err
+    assert not (cage.work / "ran").exists()
+
+
+def test_strict_refuses_what_the_kernel_cannot_enforce(cage):
+    policy = Policy.from_mapping(cage.policy(net={"connect_tcp": [443]}, compat={"landlock": "strict"}))
+    with pytest.raises(CageError, match="strict"):
+        cagemod.build(policy, cwd=str(cage.work), abi=3)  # as on a kernel without TCP rules
+    best_effort = Policy.from_mapping(cage.policy(net={"connect_tcp": [443]}))
+    built = cagemod.build(best_effort, cwd=str(cage.work), abi=3)
+    try:
+        assert any("ABI 4" in d for d in built.degraded)
+    finally:
+        built.close()
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_not_executable_126_and_not_found_127(cage, via):
+    (cage.work / "bin").mkdir()
+    script = cage.work / "bin" / "noexec"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    policy = cage.policy(fs={"exec": ["bin"]})
+    assert cage.run(argv=[str(script)], policy=policy, via=via).rc == 126
+    assert cage.run(argv=[str(cage.work / "bin" / "missing")], policy=policy, via=via).rc == 127
+    assert cage.run(argv=["no-such-command-sandboy"], policy=policy, via=via).rc == 127
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_wall_seconds_kills_the_whole_tree_137(cage, via):
+    r = cage.run("hang", policy=cage.policy(limits={"wall_seconds": 1}), via=via)
+    assert r.rc == 128 + 9, r
+    assert gone(int(r.out.split()[1]))  # the grandchild that called setsid too
+
+
+def test_orphans_do_not_outlive_a_supervised_run(cage):
+    r = cage.run("orphan")
+    assert r.ok, r
+    assert gone(int(r.out.split()[1]))
+
+
+def test_processes_limit_stops_a_fork_bomb(cage):
+    r = cage.run("forkbomb", 200, policy=cage.policy(limits={"processes": 8}))
+    assert r.ok, r
+    assert int(r.out.split()[1]) < 8
+    assert cage.run("forkbomb", 20).out == "ok 20"  # the twin: without the limit all forks work
+
+
+def test_status_json_exec_mode(cage):
+    status = cage.root / "status.json"
+    policy = cage.policy(fs={"deny": ["x"]}, net={"connect_tcp": [443]})
+    r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "3"], policy)
+    assert r.rc == 3
+    doc = json.loads(status.read_text())
+    assert doc["outcome"] == "exec" and doc["policy"].endswith("policy.toml")
+    assert doc["landlock_abi"] >= 1 and doc["degraded"] == []
+    ll, sc = doc["enforced"]["landlock"], doc["enforced"]["seccomp"]
+    assert ll["tcp_connect"] == [443] and ll["tcp_bind"] == []
+    assert "ptrace" in sc["denied_syscalls"] and sc["native_arch_only"] is True
+    assert sc["sockets"] == {"unix": False, "inet": True, "udp": False, "mptcp_sctp_raw": False}
+    assert doc["enforced"]["no_new_privs"] is True
+
+
+def test_status_json_supervised(cage):
+    status = cage.root / "status.json"
+    r = cage.cli(["--status-json", str(status), "--", cage.probe, "hang"], cage.policy(limits={"wall_seconds": 1}))
+    assert r.rc == 137 and gone(int(r.out.split()[1]))
+    doc = json.loads(status.read_text())
+    assert doc["outcome"] == "timed_out" and doc["returncode"] == 137 and doc["signal"] == 9
+    assert doc["enforced"]["limits"] == {"wall_seconds": 1}
+
+
+def test_dry_run_json_runs_nothing(cage):
+    policy = cage.policy(fs={"write": ["{tmp}"]})
+    r = cage.cli(["--dry-run", "--json", "--", cage.probe, "create", "ran"], policy)
+    assert r.rc == 0, r
+    doc = json.loads(r.out)
+    assert doc["command"] == [cage.probe, "create", "ran"] and doc["supervised"] is True  # for {tmp}
+    rules = dict((path, rights) for path, rights in doc["enforced"]["landlock"]["fs_rules"])
+    assert rules[os.path.dirname(cage.probe)] == ["execute", "read_file", "read_dir"]
+    tmp = [p for p in rules if os.path.basename(p).startswith("sandboy-")]
+    assert len(tmp) == 1 and not os.path.exists(tmp[0])  # the private {tmp} was removed
+    assert not (cage.work / "ran").exists()
+    text = cage.cli(["--dry-run", "--", cage.probe], policy)
+    assert text.rc == 0 and "supervised" in text.out
+    plain = cage.cli(["--dry-run", "--", cage.probe], cage.policy())
+    assert plain.rc == 0 and "exec mode" in plain.out
+
+
+def test_private_tmp_removed_after_the_run(cage):
+    status = cage.root / "status.json"
+    policy = cage.policy(fs={"write": ["{tmp}"]})
+    r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "0"], policy)
+    assert r.rc == 0, r
+    rules = json.loads(status.read_text())["enforced"]["landlock"]["fs_rules"]
+    tmp = [p for p, _ in rules if os.path.basename(p).startswith("sandboy-")]
+    assert len(tmp) == 1
+    assert not os.path.exists(tmp[0]), "the per-run {tmp} outlived the run"

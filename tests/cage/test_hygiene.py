@@ -1,0 +1,116 @@
+"""What the command inherits: fds, environment, capabilities, setuid bits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.needs_kernel
+
+NOBODY = 65534
+
+
+def test_inherited_file_and_socket_closed_exec_mode(cage):
+    """`sandboy run` execs the command itself: fds its caller leaked must not get through."""
+    secret = cage.root / "secret.txt"
+    secret.write_text("TOPSECRET")
+    a, b = socket.socketpair()
+    with open(secret, "rb") as fh:
+        fds = (fh.fileno(), a.fileno())
+        r = cage.run("fds", via="cli", pass_fds=fds)
+        assert r.out == "ok 0 1 2", r
+        for fd in fds:
+            assert cage.run("fd-read", fd, via="cli", pass_fds=fds).out == "EBADF"
+    a.close()
+    b.close()
+
+
+def test_inherited_fds_closed_api(cage):
+    secret = cage.root / "secret.txt"
+    secret.write_text("TOPSECRET")
+    with open(secret, "rb") as fh:
+        os.set_inheritable(fh.fileno(), True)  # even an fd the caller marked inheritable
+        assert cage.run("fds").out == "ok 0 1 2"
+        assert cage.run("fd-read", fh.fileno()).out == "EBADF"
+
+
+def test_secret_in_environment_removed(cage, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "TOPSECRET")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    policy = cage.policy(env={"set": {"CI": "true"}})
+    for via in ("api", "cli"):
+        r = cage.run("env", policy=policy, via=via)
+        assert r.ok and "TOPSECRET" not in r.out, r
+        lines = r.out.splitlines()
+        assert "CI=true" in lines and "LANG=C.UTF-8" in lines
+        assert any(line.startswith("PATH=") for line in lines)
+        assert not any(line.startswith("SANDBOY_CACHE_DIR=") for line in lines)
+
+
+def test_env_pass_replaces_the_default_list(cage, monkeypatch):
+    monkeypatch.setenv("KEEP_ME", "1")
+    r = cage.run("env", policy=cage.policy(env={"pass": ["KEEP_ME"]}))
+    assert r.out.splitlines()[1:] == ["KEEP_ME=1"]
+
+
+def test_no_capabilities_inside(cage, probe):
+    if os.geteuid() != 0:
+        pytest.skip("capabilities are only dropped when started as root")
+    assert subprocess.run([probe, "caps"], capture_output=True, text=True).stdout.startswith("ok eff=1")
+    for via in ("api", "cli"):
+        out = cage.run("caps", via=via).out
+        assert out == "ok eff=0 prm=0 inh=0 bnd=0 amb=0 euid=0", out
+
+
+@pytest.fixture
+def foreign_files(cage):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files owned by another user")
+    d = cage.work / "d"
+    d.mkdir()
+    private = d / "private"
+    private.write_text("TOPSECRET")
+    os.chown(private, NOBODY, NOBODY)
+    os.chmod(private, 0o600)
+    public = d / "public"
+    public.write_text("public")
+    os.chown(public, NOBODY, NOBODY)
+    mine = d / "mine"
+    mine.write_text("m")
+    return cage.policy(fs={"write": ["d"]})
+
+
+def test_root_cannot_override_file_permissions(cage, foreign_files):
+    # uid 0 without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH is an ordinary user to the kernel.
+    assert cage.run("read", "d/private", policy=foreign_files).out == "EACCES"
+    assert cage.run("read", "d/public", policy=foreign_files).out == "ok public"
+
+
+def test_root_cannot_chown_to_another_user(cage, foreign_files):
+    assert cage.run("chown", "d/mine", NOBODY, policy=foreign_files).out == "EPERM"  # CAP_CHOWN gone
+    assert cage.run("chown", "d/mine", 0, policy=foreign_files).ok  # no-op chown to itself works
+    assert os.stat(cage.work / "d" / "mine").st_uid == 0
+
+
+def test_setuid_binary_gains_nothing(cage, probe):
+    """no_new_privs: the setuid bit is ignored, and uid 0 regains no capability at execve."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a setuid binary owned by another user")
+    bindir = cage.root / "suid"
+    bindir.mkdir()
+    suid = bindir / "probe-suid"
+    shutil.copy(probe, suid)
+    os.chown(suid, NOBODY, NOBODY)
+    os.chmod(suid, 0o4755)
+    # The twin: outside the cage the bit works (euid becomes nobody).
+    assert f"euid={NOBODY}" in subprocess.run([str(suid), "caps"], capture_output=True, text=True).stdout
+    policy = cage.policy(fs={"exec": [str(bindir)]})
+    assert cage.run(argv=[str(suid), "caps"], policy=policy).out == "ok eff=0 prm=0 inh=0 bnd=0 amb=0 euid=0"
+    # and a setuid-root binary does not give uid 0 its capabilities back
+    os.chown(suid, 0, 0)
+    os.chmod(suid, 0o4755)
+    assert cage.run(argv=[str(suid), "caps"], policy=policy).out == "ok eff=0 prm=0 inh=0 bnd=0 amb=0 euid=0"
