@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:

@@ -1,0 +1,101 @@
+"""Benchmark: 200 steps of `true` through `sandboy gate`, vs plain `bash -lc true`, vs bwrap.
+
+    .venv/bin/python bench/bench_gate.py [--steps N] [--rounds R]
+
+All three run in one process, one after another, R rounds (the best round counts: timings on a
+shared machine are noisy, read the ratios). The gate is timed end to end through the CLI,
+start-up and reports included, so its per-step figure is the honest amortized cost; the
+in-gate per-step durations (spawn to reap, from the JSON report) are printed too.
+Target (issue 3): Sandboy's per-step overhead <= 5 ms over plain, and below bwrap's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BWRAP = shutil.which("bwrap")
+
+
+def make_repo(base: str, steps: int) -> str:
+    repo = os.path.join(base, "repo")
+    os.makedirs(os.path.join(repo, ".007"))
+    with open(os.path.join(repo, ".007", "gate.toml"), "w") as fh:
+        for i in range(steps):
+            fh.write(f'[[step]]\nname = "s{i}"\nrun = "true"\n')
+    return repo
+
+
+def loop(argv: list, steps: int, cwd: str, env: dict) -> float:
+    started = time.perf_counter()
+    for _ in range(steps):
+        subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def gate(repo: str, report: str, env: dict, *extra: str) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", repo, "--json", report, *extra], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"the gate failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    n = args.steps
+    with tempfile.TemporaryDirectory(prefix="sandboy-bench-") as base:
+        repo = make_repo(base, n)
+        report = os.path.join(base, "report.json")
+        # The same empty HOME for all three: a login shell reads ~/.profile, which may cost far
+        # more than everything measured here (pyenv init: ~200 ms) and is unreadable in the cage.
+        home = os.path.join(base, "home")
+        os.mkdir(home)
+        env = dict(os.environ, HOME=home)
+        # The built-in ceiling sets limits.processes, which as root means a pids cgroup per step;
+        # the second variant shows what the cage itself costs without it.
+        from sandboy.gate import ceiling as ceilings
+
+        no_pids = os.path.join(base, "ceiling-no-processes.toml")
+        with open(no_pids, "w") as fh:
+            limits = {k: v for k, v in ceilings.BUILTIN["limits"].items() if k != "processes"}
+            fh.write(ceilings.to_toml({**ceilings.BUILTIN, "limits": limits}))
+        best = {"plain": [], "bwrap": [], "sandboy gate": [], "gate, no pids": []}
+        for _ in range(args.rounds):
+            best["plain"].append(loop(["bash", "-lc", "true"], n, repo, env))
+            if BWRAP:
+                best["bwrap"].append(loop([BWRAP, "--ro-bind", "/", "/", "bash", "-lc", "true"], n, repo, env))
+            best["gate, no pids"].append(gate(repo, report, env, "--ceiling", no_pids))
+            best["sandboy gate"].append(gate(repo, report, env))
+        with open(report) as fh:
+            inner = [s["duration"] for s in json.load(fh)["steps"]]
+    per_step = {name: min(times) / n * 1000 for name, times in best.items() if times}
+    plain = per_step["plain"]
+    print(f"{n} steps of `true`, best of {args.rounds} rounds, ms per step:")
+    for name, ms in per_step.items():
+        print(f"  {name:<14} {ms:7.2f} ms   overhead over plain {ms - plain:+6.2f} ms   ratio {ms / plain:5.2f}x")
+    print(f"  inside the gate, spawn to reap per step: median {statistics.median(inner) * 1000:.2f} ms, "
+          f"p90 {sorted(inner)[int(len(inner) * 0.9)] * 1000:.2f} ms")
+    overhead = per_step["sandboy gate"] - plain
+    verdict = [f"overhead {overhead:.2f} ms {'<=' if overhead <= 5 else '>'} 5 ms"]
+    if "bwrap" in per_step:
+        bw = per_step["bwrap"] - plain
+        verdict.append(f"{'below' if overhead < bw else 'NOT below'} bwrap's {bw:.2f} ms")
+    print("target: " + "; ".join(verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

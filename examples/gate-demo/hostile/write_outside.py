@@ -1,0 +1,18 @@
+"""Write files outside the repository: the operator's home, /etc, /tmp, the repo's parent."""
+
+import os
+
+from _attempt import attempt, finish
+
+
+def write(path: str):
+    with open(path, "w") as fh:
+        fh.write("written by a gate step\n")
+    return f"wrote {path}"
+
+
+home = os.environ.get("HOME", "/root")
+for target in (os.path.join(home, ".bashrc"), "/etc/cron.d/gate-demo", "/tmp/gate-demo-pwned",
+               os.path.join(os.path.dirname(os.getcwd()), "gate-demo-pwned")):
+    attempt(f"write {target}", lambda t=target: write(t))
+finish()

@@ -1,0 +1,92 @@
+"""The operator's ceiling: the most any gate step may do (DESIGN.md "Gate").
+
+`--ceiling FILE` is an ordinary step policy written by the operator. Without it the built-in
+ceiling below applies: the system read-only, the repository and a per-run `{tmp}` writable, no
+network, never `$HOME`, `/root`, `/var` or `/tmp` as a whole, and none of the host secrets that
+live under `/etc` (readable by root otherwise: steps run as whoever runs the gate).
+"""
+
+from __future__ import annotations
+
+from sandboy.policy.model import Policy
+
+BUILTIN_SOURCE = "<built-in ceiling>"
+
+# Host secrets under /etc. The cage expands a deny inside a granted directory into grants for
+# its siblings, so `read /etc` + these denies leaves them out.
+ETC_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/security/opasswd",
+)
+
+# Limits: generous for a test suite, tight enough that a fork bomb or a runaway writer stops.
+# wall_seconds bounds a step that sets no timeout of its own; a step may only lower these.
+BUILTIN_LIMITS = {
+    "wall_seconds": 3600,    # one hour
+    "processes": 512,        # counted per step (pids cgroup when run as root)
+    "open_files": 4096,
+    "file_size_mib": 4096,   # largest single file a step may write
+}
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+BUILTIN = {
+    "version": 1,
+    "fs": {
+        "read": ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev", "{repo}"],
+        # The ELF interpreter is added by the cage itself; lib dirs hold helper executables
+        # (e.g. /usr/lib/git-core). Exec lists are a speed bump, not a boundary (FINDINGS.md).
+        "exec": ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/lib", "/lib", "/lib64",
+                 "/usr/libexec"],
+        "write": ["{repo}", "{tmp}"],
+        "deny": list(ETC_SECRETS),
+    },
+    "net": {},
+    # PATH is set, not passed: the host's PATH may start with directories the step cannot
+    # execute from (~/.local/bin, pyenv shims), where bash stops at EACCES instead of going on.
+    "env": {"pass": ["HOME", "LANG", "LC_ALL", "TERM", "TZ"], "set": {"PATH": SYSTEM_PATH, "CI": "true"}},
+    "limits": dict(BUILTIN_LIMITS),
+}
+
+
+def builtin() -> Policy:
+    import copy
+    import os
+
+    data = copy.deepcopy(BUILTIN)
+    # Only system paths that exist on this host (e.g. /lib64 or /usr/libexec may be absent).
+    for key in ("read", "exec"):
+        data["fs"][key] = [p for p in data["fs"][key] if p.startswith("{") or os.path.exists(p)]
+    return Policy.from_mapping(data, BUILTIN_SOURCE)
+
+
+def load(path) -> Policy:
+    """The ceiling from `--ceiling FILE`, or the built-in one when `path` is None."""
+    if path is None:
+        return builtin()
+    return Policy.load(path)
+
+
+def to_toml(data: dict) -> str:
+    """A ceiling mapping (shaped like `BUILTIN`) as TOML text: a starting point for `--ceiling`."""
+    import json
+
+    # JSON strings, numbers, booleans and arrays of them are valid TOML values.
+    lines = [f"version = {data.get('version', 1)}"]
+    for section, table in data.items():
+        if section == "version":
+            continue
+        lines.append(f"\n[{section}]")
+        for key, value in table.items():
+            if isinstance(value, dict):
+                inner = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items())
+                lines.append(f"{key} = {{ {inner} }}" if inner else f"{key} = {{}}")
+            else:
+                lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,116 @@
+"""`sandboy gate`: run a repository's `.007/gate.toml` steps, each confined under the ceiling.
+
+Top-level imports are stdlib-only and light: the top-level CLI imports this module to register
+the command, and `sandboy run` must not pay for the gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_INTERRUPTED = 130  # ^C: the shell's convention for SIGINT
+
+EPILOG = """\
+examples:
+  sandboy gate                                   # the repository in the current directory
+  sandboy gate path/to/repo --ceiling ceiling.toml
+  sandboy gate --junit gate.xml --json gate.json --logs gate-logs
+  sandboy gate --keep-going                      # run every step even after a required one failed
+
+The repository writes .007/gate.toml; the operator's --ceiling (a step policy) bounds every step:
+a step policy can only narrow it, and each narrowing is printed as "step NAME asked for ...".
+Without --ceiling the built-in one applies: read the system and the repository, write the
+repository and a per-step {tmp}, no network, never $HOME, /root, /var, /tmp or the /etc secrets.
+With $GITHUB_STEP_SUMMARY set, a Markdown summary is appended to it.
+
+exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed;
+2 gate or policy error (nothing ran); 125 a cage could not be applied.
+Reference: docs/gate.md."""
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "gate", help="run a repository's .007/gate.toml steps, each in a cage",
+        description="Run the steps of REPO/.007/gate.toml in order, each confined by "
+                    "meet(step policy, ceiling). Step output is streamed prefixed with the step name.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("repo", nargs="?", default=".", metavar="REPO",
+                        help="the repository holding .007/gate.toml (default: the current directory)")
+    parser.add_argument("--ceiling", metavar="FILE",
+                        help="the operator's ceiling policy (default: the built-in conservative ceiling)")
+    parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per step)")
+    parser.add_argument("--json", metavar="FILE", dest="json_path", help="write a JSON report ('-' for stdout)")
+    parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="run every step even after a required step failed")
+    parser.set_defaults(func=run_command)
+
+
+def _fail(args, message: str, code: int) -> int:
+    sys.stderr.write(f"sandboy gate: {message}\n")
+    if getattr(args, "json_path", None):
+        from sandboy.gate.report import error_json, write_json
+
+        _write_json(args.json_path, error_json(message, code), write_json)
+    return code
+
+
+def _write_json(path: str, data: dict, writer) -> None:
+    if path == "-":
+        import json
+
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        writer(path, data)
+
+
+def run_command(args) -> int:
+    import os
+
+    from sandboy.errors import EXIT_USAGE, PolicyError
+    from sandboy.gate import ceiling as ceilings
+    from sandboy.gate import config, report
+    from sandboy.gate.console import Console
+    from sandboy.gate.runner import run_gate
+
+    try:
+        gate = config.load(args.repo)
+        ceiling = ceilings.load(args.ceiling)
+    except PolicyError as exc:
+        return _fail(args, str(exc), EXIT_USAGE)
+    # With `--json -` stdout carries the report only; the human record then goes to stderr.
+    out = sys.stderr if args.json_path == "-" else sys.stdout
+    console = Console(out=out)
+    try:
+        result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going)
+    except OSError as exc:  # e.g. --logs not writable
+        return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
+    except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself
+        sys.stderr.write("sandboy gate: interrupted\n")
+        return EXIT_INTERRUPTED
+    console.final(report.table(result))
+    try:
+        if args.json_path:
+            _write_json(args.json_path, report.to_json(result), report.write_json)
+        report.write_all(result, junit=args.junit, summary=os.environ.get("GITHUB_STEP_SUMMARY") or None)
+    except OSError as exc:
+        sys.stderr.write(f"sandboy gate: cannot write a report: {exc.filename or ''}: {exc.strerror}\n")
+        return max(result.exit_code, 1)
+    return result.exit_code
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="sandboy gate", description=__doc__.splitlines()[0], epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Parse and validate `.007/gate.toml`, a file written by the untrusted repository.
+
+Everything is checked before any step runs; a bad gate is a `PolicyError` (exit 2) reading
+`FILE: key: problem`. Policy files a step names are read here too, once, so that a step cannot
+rewrite the policy of a later one.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sandboy.errors import PolicyError
+from sandboy.policy.load import MAX_POLICY_BYTES, _kind, from_mapping, parse_toml, read_bounded
+from sandboy.policy.model import Policy
+
+GATE_DIR = ".007"
+GATE_FILE = "gate.toml"
+DEFAULT_SHELL = ("bash", "-lc")
+MAX_STEPS = 1000
+MAX_NAME = 64
+MAX_RUN = 65536
+MAX_TIMEOUT = 7 * 24 * 3600
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+_TOP_KEYS = ("gate", "step", "policy")
+_GATE_KEYS = ("shell",)
+_STEP_KEYS = ("name", "run", "policy", "timeout", "allow_failure")
+
+
+class Step:
+    __slots__ = ("name", "run", "policy_ref", "policy", "timeout", "allow_failure")
+
+    def __init__(self, name: str, run: str, policy_ref, policy, timeout, allow_failure: bool):
+        self.name = name
+        self.run = run
+        self.policy_ref = policy_ref  # as written: None, a table name or a path under .007/
+        self.policy = policy          # Policy or None (= the ceiling)
+        self.timeout = timeout        # seconds or None
+        self.allow_failure = allow_failure
+
+
+class Gate:
+    __slots__ = ("repo", "path", "shell", "steps")
+
+    def __init__(self, repo: str, path: str, shell: tuple, steps: list):
+        self.repo = repo
+        self.path = path
+        self.shell = shell
+        self.steps = steps
+
+
+def _unknown(src: str, prefix: str, table: dict, known: tuple) -> None:
+    for key in table:
+        if key not in known:
+            raise PolicyError(src, f"{prefix}{key}", f"unknown key (expected one of: {', '.join(known)})")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def parse_timeout(src: str, key: str, value) -> int:
+    """Seconds from `90`, `"90s"`, `"10m"` or `"1h"`."""
+    if type(value) is int:
+        seconds = value
+    elif isinstance(value, str) and len(value) >= 2 and value[-1] in _UNITS and value[:-1].isascii() \
+            and value[:-1].isdigit():
+        seconds = int(value[:-1]) * _UNITS[value[-1]]
+    else:
+        raise PolicyError(src, key, f"expected seconds as an integer or a string like \"90s\", \"10m\", \"1h\"; "
+                          f"got {value!r}" if isinstance(value, (str, int)) else
+                          f"expected seconds as an integer or a string like \"10m\", got {_kind(value)}")
+    if not 0 < seconds <= MAX_TIMEOUT:
+        raise PolicyError(src, key, f"expected a timeout between 1 second and 7 days, got {value!r}")
+    return seconds
+
+
+def _check_name(src: str, key: str, name) -> str:
+    if not isinstance(name, str):
+        raise PolicyError(src, key, f"expected a string, got {_kind(name)}")
+    if not name or len(name) > MAX_NAME:
+        raise PolicyError(src, key, f"expected 1 to {MAX_NAME} characters, got {len(name)}")
+    if not name.isprintable() or name != name.strip():
+        raise PolicyError(src, key, f"expected printable characters without leading/trailing space: {name!r}")
+    return name
+
+
+def _shell(src: str, gate) -> tuple:
+    if not isinstance(gate, dict):
+        raise PolicyError(src, "gate", f"expected a table [gate], got {_kind(gate)}")
+    _unknown(src, "gate.", gate, _GATE_KEYS)
+    shell = gate.get("shell", list(DEFAULT_SHELL))
+    if not isinstance(shell, list) or not shell:
+        raise PolicyError(src, "gate.shell", f"expected a non-empty list of strings like [\"bash\", \"-lc\"], "
+                          f"got {_kind(shell)}")
+    for i, part in enumerate(shell):
+        if not isinstance(part, str) or not part or "\0" in part:
+            raise PolicyError(src, f"gate.shell[{i}]", f"expected a non-empty string, got {part!r}")
+    return tuple(shell)
+
+
+def _policy_tables(src: str, tables) -> dict:
+    if not isinstance(tables, dict):
+        raise PolicyError(src, "policy", f"expected tables [policy.NAME], got {_kind(tables)}")
+    out = {}
+    for name, table in tables.items():
+        key = f"policy.{name}"
+        if not isinstance(table, dict):
+            raise PolicyError(src, key, f"expected a table [{key}], got {_kind(table)}")
+        try:
+            out[name] = from_mapping(table, f"{src} [{key}]")
+        except PolicyError as exc:
+            raise PolicyError(src, f"{key}.{exc.key}" if exc.key else key, exc.problem) from None
+    return out
+
+
+def _read_regular(src: str, key: str, path: str) -> bytes:
+    """Read a file the repository provides: only a regular file (a FIFO would hang the gate)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise PolicyError(src, key, f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise PolicyError(src, key, f"{path} is not a regular file")
+    return read_bounded(path, MAX_POLICY_BYTES)
+
+
+def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Policy:
+    """A policy path relative to .007/ that must stay inside the repository, symlinks followed."""
+    if ref.startswith("/") or "\0" in ref:
+        raise PolicyError(src, key, f"{ref!r} must be a path relative to {GATE_DIR}/, not absolute")
+    if ".." in ref.split("/"):
+        raise PolicyError(src, key, f"{ref!r} must not contain '..': policy files live inside the repository")
+    real = os.path.realpath(os.path.join(gate_dir, ref))
+    if not _inside(real, repo):
+        raise PolicyError(src, key, f"{ref!r} resolves to {real}, outside the repository (a symlink?)")
+    raw = _read_regular(src, key, real)
+    try:
+        return from_mapping(parse_toml(raw, real), real)
+    except PolicyError as exc:
+        raise PolicyError(src, f"{key} ({ref})", f"{exc.key}: {exc.problem}" if exc.key else exc.problem) from None
+
+
+def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files: dict) -> Step:
+    prefix = f"step[{i}]"
+    if not isinstance(table, dict):
+        raise PolicyError(src, prefix, f"expected a [[step]] table, got {_kind(table)}")
+    name = table.get("name")
+    if isinstance(name, str) and 0 < len(name) <= MAX_NAME:  # errors name the step when it has a sane name
+        prefix = f"step[{i}] ({name!r})"
+    _unknown(src, f"{prefix}.", table, _STEP_KEYS)
+    for required in ("name", "run"):
+        if required not in table:
+            raise PolicyError(src, f"{prefix}.{required}", "missing (every step needs a name and a run command)")
+    name = _check_name(src, f"{prefix}.name", table["name"])
+    run = table["run"]
+    if not isinstance(run, str) or not run.strip() or "\0" in run or len(run) > MAX_RUN:
+        raise PolicyError(src, f"{prefix}.run", f"expected a non-empty command string (at most {MAX_RUN} "
+                          f"characters), got {_kind(run)}")
+    allow_failure = table.get("allow_failure", False)
+    if type(allow_failure) is not bool:
+        raise PolicyError(src, f"{prefix}.allow_failure", f"expected true or false, got {_kind(allow_failure)}")
+    timeout = parse_timeout(src, f"{prefix}.timeout", table["timeout"]) if "timeout" in table else None
+    ref = table.get("policy")
+    policy = None
+    if ref is not None:
+        if not isinstance(ref, str) or not ref:
+            raise PolicyError(src, f"{prefix}.policy", f"expected a [policy.NAME] name or a path under "
+                              f"{GATE_DIR}/, got {_kind(ref)}")
+        if "/" in ref or ref.endswith(".toml"):
+            if ref not in files:
+                files[ref] = _policy_file(src, f"{prefix}.policy", repo, gate_dir, ref)
+            policy = files[ref]
+        elif ref in tables:
+            policy = tables[ref]
+        else:
+            known = ", ".join(sorted(tables)) or "none defined"
+            raise PolicyError(src, f"{prefix}.policy", f"no [policy.{ref}] table (defined: {known})")
+    return Step(name, run, ref, policy, timeout, allow_failure)
+
+
+def gate_path(repo: str) -> str:
+    return os.path.join(repo, GATE_DIR, GATE_FILE)
+
+
+def load(repo) -> Gate:
+    """Read `REPO/.007/gate.toml` and every policy it names; raise `PolicyError` on any problem."""
+    repo = os.path.realpath(os.fspath(repo))
+    src = gate_path(repo)
+    if not os.path.isdir(repo):
+        raise PolicyError(repo, "", "not a directory (expected a repository with .007/gate.toml)")
+    gate_dir = os.path.join(repo, GATE_DIR)
+    for path in (gate_dir, src):
+        if not os.path.lexists(path):
+            raise PolicyError(src, "", "no gate file (create .007/gate.toml with at least one [[step]])")
+        real = os.path.realpath(path)
+        if not _inside(real, repo):
+            raise PolicyError(src, "", f"{os.path.relpath(path, repo)} resolves to {real}, outside the repository")
+    # Read through the resolved path so the file we check is the file we read.
+    raw = _read_regular(src, "", os.path.realpath(src))
+    return from_data(parse_toml(raw, src), repo, src)
+
+
+def from_data(data: dict, repo: str, src: str) -> Gate:
+    """Validate a parsed gate file of the repository `repo` (a real path)."""
+    gate_dir = os.path.join(repo, GATE_DIR)
+    _unknown(src, "", data, _TOP_KEYS)
+    shell = _shell(src, data.get("gate", {}))
+    tables = _policy_tables(src, data.get("policy", {}))
+    steps_raw = data.get("step")
+    if steps_raw is None:
+        raise PolicyError(src, "step", "no steps (add at least one [[step]] with name and run)")
+    if not isinstance(steps_raw, list):
+        raise PolicyError(src, "step", f"expected [[step]] tables, got {_kind(steps_raw)}")
+    if not steps_raw or len(steps_raw) > MAX_STEPS:
+        raise PolicyError(src, "step", f"expected 1 to {MAX_STEPS} steps, got {len(steps_raw)}")
+    steps, seen, files = [], set(), {}
+    for i, table in enumerate(steps_raw):
+        step = _step(src, i, table, tables, repo, os.path.realpath(gate_dir), files)
+        if step.name in seen:
+            raise PolicyError(src, f"step[{i}].name", f"duplicate step name {step.name!r} (names must be unique)")
+        seen.add(step.name)
+        steps.append(step)
+    return Gate(repo, src, shell, steps)

@@ -1,0 +1,105 @@
+"""What a person watching the gate sees.
+
+Everything that is a record goes to stdout as plain lines, in order: step start, every narrowing,
+the step's output prefixed `[name] `, the step's end, the final table. When stderr is a terminal a
+one-line live status ("running unit 12.3s") is redrawn there and erased before each stdout line;
+without a terminal there is no status line and no colour, so a CI log reads the same as a pipe.
+
+Step output is untrusted: control characters (escape sequences, carriage returns) are shown
+escaped, so a step can neither repaint the terminal nor forge a line without its prefix; the
+prefix also keeps a step from issuing CI workflow commands (`::add-mask::`), which must start a line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 9), *range(10, 32), 127, *range(0x80, 0xA0))}
+
+_COLOURS = {"passed": "32", "failed": "31", "timed_out": "31", "killed": "31", "cage_error": "35",
+            "policy_error": "35", "not_run": "2", "note": "33", "head": "1"}
+
+LABELS = {"passed": "PASSED", "failed": "FAILED", "timed_out": "TIMED OUT", "killed": "KILLED",
+          "cage_error": "CAGE ERROR", "policy_error": "POLICY ERROR", "not_run": "NOT RUN"}
+
+
+def clean(text: str) -> str:
+    return text.translate(_CONTROL)
+
+
+def label(result) -> str:
+    return LABELS[result.status] + (" (allowed)" if result.allow_failure and result.status != "passed" else "")
+
+
+class Console:
+    def __init__(self, out=None, status=None, live=None):
+        self.out = out or sys.stdout
+        self.status = status or sys.stderr
+        self.live = self.status.isatty() if live is None else live
+        self.colour = self.live and self.out.isatty()
+        self._current = None
+        self._started = 0.0
+        self._status_shown = False
+
+    # --- helpers ---
+
+    def _paint(self, kind: str, text: str) -> str:
+        return f"\x1b[{_COLOURS[kind]}m{text}\x1b[0m" if self.colour else text
+
+    def _clear_status(self) -> None:
+        if self._status_shown:
+            self.status.write("\r\x1b[K")
+            self.status.flush()
+            self._status_shown = False
+
+    def _line(self, text: str) -> None:
+        self._clear_status()
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    # --- events ---
+
+    def gate_start(self, gate, ceiling_source: str) -> None:
+        self._line(self._paint("head", f"sandboy gate: {len(gate.steps)} steps from {gate.path}, "
+                                       f"ceiling {ceiling_source}"))
+
+    def step_start(self, result, total: int) -> None:
+        self._current = result.name
+        self._started = time.monotonic()
+        extra = []
+        if result.policy_ref:
+            extra.append(f"policy {result.policy_ref}")
+        if result.timeout:
+            extra.append(f"timeout {result.timeout}s")
+        if result.allow_failure:
+            extra.append("allowed to fail")
+        detail = f" ({', '.join(extra)})" if extra else ""
+        self._line(self._paint("head", f"== step {result.index + 1}/{total}: {clean(result.name)}{detail}"))
+        for narrowing in result.narrowings:
+            self.note(narrowing.for_step(result.name))
+
+    def note(self, text: str) -> None:
+        self._line(self._paint("note", f"!! {clean(text)}"))
+
+    def output(self, name: str, raw: bytes) -> None:
+        self._line(f"[{clean(name)}] {clean(raw.decode('utf-8', 'replace').rstrip(chr(13)))}")
+
+    def tick(self) -> None:
+        if self.live and self._current is not None:
+            elapsed = time.monotonic() - self._started
+            self.status.write(f"\r\x1b[K  running {clean(self._current)} {elapsed:.1f}s")
+            self.status.flush()
+            self._status_shown = True
+
+    def step_end(self, result) -> None:
+        self._current = None
+        for item in result.degraded:
+            self.note(f"step {result.name}: not enforced on this kernel: {item}")
+        kind = "passed" if result.status == "passed" else ("note" if result.allow_failure else result.status)
+        said = "" if result.status == "passed" else f": {clean(result.describe())}"
+        text = f"== {clean(result.name)}: {label(result)}{said} in {result.duration:.2f}s"
+        self._line(self._paint(kind, text))
+
+    def final(self, table: str) -> None:
+        self._line(table)

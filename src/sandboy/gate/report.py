@@ -1,0 +1,185 @@
+"""The gate's reports: the final table, JSON (`--json`), JUnit XML (`--junit`), Markdown
+(`$GITHUB_STEP_SUMMARY`). Each names every step's status explicitly; a killed or timed-out step
+never reads as passed. The JSON shape is `report.schema.json` beside this file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sandboy.gate.console import clean, label
+
+REPORT_VERSION = 1
+_TAIL_IN_REPORTS = 16 * 1024
+
+
+def _tail_text(result) -> str:
+    return result.tail[-_TAIL_IN_REPORTS:].decode("utf-8", "replace")
+
+
+def gate_status(code: int) -> str:
+    return {0: "passed", 1: "failed", 2: "policy_error", 125: "cage_error"}.get(code, "failed")
+
+
+# --- table -----------------------------------------------------------------------------
+
+
+def last_line(result, width: int = 90) -> str:
+    """The step's last non-empty output line, shortened: usually the reason it failed."""
+    for line in reversed(result.tail[-4096:].decode("utf-8", "replace").splitlines()):
+        if line.strip():
+            line = clean(line.strip())
+            return line if len(line) <= width else line[: width - 3] + "..."
+    return ""
+
+
+def table(gate_result) -> str:
+    rows = [("step", "result", "code", "time", "narrowed", "detail")]
+    for s in gate_result.steps:
+        code = "" if s.returncode is None else str(s.returncode)
+        detail = "" if s.status in ("passed", "not_run") else s.describe()
+        if s.status == "failed" and last_line(s):
+            detail = f"{detail}: {last_line(s)}"
+        rows.append((clean(s.name), label(s), code, f"{s.duration:.2f}s", str(len(s.narrowings) or ""),
+                     clean(detail)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    code = gate_result.exit_code
+    lines.append(f"gate {gate_status(code).replace('_', ' ')} (exit {code}) in {gate_result.duration:.2f}s")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+
+def to_json(gate_result) -> dict:
+    steps = []
+    for s in gate_result.steps:
+        steps.append({
+            "name": s.name,
+            "run": s.run,
+            "policy": s.policy_ref,
+            "allow_failure": s.allow_failure,
+            "status": s.status,
+            "description": s.describe(),
+            "returncode": s.returncode,
+            "signal": s.signal,
+            "timeout": s.timeout,
+            "duration": round(s.duration, 6),
+            "error": s.error,
+            "narrowings": [n.to_dict() | {"text": n.for_step(s.name)} for n in s.narrowings],
+            "effective_policy": s.policy,
+            "enforced": s.enforced,
+            "degraded": list(s.degraded),
+            "warnings": list(s.warnings),
+            "log": s.log_path,
+            "output_tail": _tail_text(s),
+        })
+    code = gate_result.exit_code
+    return {
+        "version": REPORT_VERSION,
+        "tool": "sandboy gate",
+        "repo": gate_result.gate.repo,
+        "gate_file": gate_result.gate.path,
+        "ceiling": gate_result.ceiling_source,
+        "shell": list(gate_result.gate.shell),
+        "started": gate_result.started,
+        "duration": round(gate_result.duration, 6),
+        "status": gate_status(code),
+        "exit_code": code,
+        "steps": steps,
+    }
+
+
+def error_json(message: str, code: int) -> dict:
+    """The `--json` report of a gate that never started (bad gate, bad ceiling)."""
+    return {"version": REPORT_VERSION, "tool": "sandboy gate", "status": gate_status(code), "exit_code": code,
+            "error": message, "steps": []}
+
+
+# --- JUnit -----------------------------------------------------------------------------
+
+
+def _xml_safe(text: str) -> str:
+    # XML 1.0 cannot carry most control characters, even escaped: show them as \xNN.
+    return "".join(c if c in "\t\n\r" or (" " <= c <= "\ud7ff") or ("\ue000" <= c <= "\ufffd")
+                   or c >= "\U00010000" else f"\\x{ord(c):02x}" for c in text)
+
+
+def to_junit(gate_result) -> bytes:
+    import xml.etree.ElementTree as ET
+
+    steps = gate_result.steps
+    failures = sum(s.status in ("failed", "timed_out", "killed") for s in steps)
+    errors = sum(s.status in ("cage_error", "policy_error") for s in steps)
+    skipped = sum(s.status == "not_run" for s in steps)
+    counts = {"tests": str(len(steps)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped),
+              "time": f"{gate_result.duration:.3f}"}
+    root = ET.Element("testsuites", {"name": "sandboy gate", **counts})
+    suite = ET.SubElement(root, "testsuite", {"name": _xml_safe(os.path.basename(gate_result.gate.repo) or "gate"),
+                                              **counts})
+    for s in steps:
+        case = ET.SubElement(suite, "testcase", {"name": _xml_safe(s.name), "classname": "gate",
+                                                 "time": f"{s.duration:.3f}"})
+        message = _xml_safe(s.describe())
+        if s.status in ("failed", "timed_out", "killed"):
+            ET.SubElement(case, "failure", {"message": message, "type": s.status}).text = message
+        elif s.status in ("cage_error", "policy_error"):
+            ET.SubElement(case, "error", {"message": message, "type": s.status}).text = message
+        elif s.status == "not_run":
+            ET.SubElement(case, "skipped", {"message": "not run: an earlier required step failed"})
+        notes = [n.for_step(s.name) for n in s.narrowings]
+        out = "".join(f"narrowed: {n}\n" for n in notes) + _tail_text(s)
+        if out:
+            ET.SubElement(case, "system-out").text = _xml_safe(out)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+# --- Markdown --------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    """A table cell: no pipes, no HTML, no line breaks from untrusted names or messages."""
+    escaped = clean(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "`*_[]":
+        escaped = escaped.replace(ch, "\\" + ch)
+    return escaped
+
+
+def to_markdown(gate_result) -> str:
+    code = gate_result.exit_code
+    icon = {"passed": "✅", "not_run": "⏭️"}
+    lines = [f"### sandboy gate: {gate_status(code).replace('_', ' ')} (exit {code})", "",
+             "| step | result | code | time | detail |", "|---|---|---|---|---|"]
+    for s in gate_result.steps:
+        mark = icon.get(s.status, "⚠️" if s.allow_failure else "❌")
+        code_cell = "" if s.returncode is None else str(s.returncode)
+        detail = "" if s.status in ("passed", "not_run") else s.describe()
+        lines.append(f"| {_md(s.name)} | {mark} {label(s)} | {code_cell} | {s.duration:.2f}s | {_md(detail)} |")
+    notes = [n.for_step(s.name) for s in gate_result.steps for n in s.narrowings]
+    if notes:
+        lines += ["", "**Narrowed by the ceiling**", ""] + [f"- {_md(n)}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_all(gate_result, junit=None, json_path=None, summary=None) -> None:
+    """Write the requested report files; `summary` is appended to (GitHub's convention)."""
+    if json_path:
+        write_json(json_path, to_json(gate_result))
+    if junit:
+        with open(junit, "wb") as fh:
+            fh.write(to_junit(gate_result))
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(to_markdown(gate_result))
+
+
+def write_json(path: str, data: dict) -> None:
+    import json
+
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+
+
+__all__ = ["table", "to_json", "to_junit", "to_markdown", "write_all", "error_json"]

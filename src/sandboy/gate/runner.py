@@ -1,0 +1,362 @@
+"""Run a gate's steps, each in its own cage, one after the other.
+
+Per step: policy = meet(step policy, ceiling), computed right before the step starts (an earlier
+step may have planted a symlink the step policy names); the shell runs with the repository as
+working directory; its merged stdout/stderr comes back through one pipe and is streamed line by
+line, prefixed with the step name, to the console, the step's log file and a bounded tail kept
+for the reports. Killing the tree at the end or at the timeout is the cage's supervisor's job
+(`sandboy.confine.launch`), not this module's.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+
+from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
+from sandboy.policy.meet import meet
+from sandboy.policy.resolve import Context, resolve
+
+TAIL_BYTES = 64 * 1024      # of each step's output kept in memory for the reports
+MAX_LINE = 16 * 1024        # a longer line is cut into pieces, so memory stays bounded
+DRAIN_GRACE = 2.0           # seconds to keep reading after the supervisor is gone
+
+# outcome of the cage -> status in every report; nothing but "exited 0" reads as passed
+STATUSES = ("passed", "failed", "timed_out", "killed", "cage_error", "policy_error", "not_run")
+_FAILING = ("failed", "timed_out", "killed")
+
+
+class StepResult:
+    __slots__ = ("name", "run", "policy_ref", "allow_failure", "timeout", "status", "returncode", "signal",
+                 "duration", "error", "narrowings", "policy", "enforced", "degraded", "warnings", "log_path",
+                 "tail", "index")
+
+    def __init__(self, step, index: int):
+        self.name = step.name
+        self.run = step.run
+        self.policy_ref = step.policy_ref
+        self.allow_failure = step.allow_failure
+        self.timeout = step.timeout
+        self.index = index
+        self.status = "not_run"
+        self.returncode = None
+        self.signal = None
+        self.duration = 0.0
+        self.error = None
+        self.narrowings = []
+        self.policy = None
+        self.enforced = {}
+        self.degraded = []
+        self.warnings = []
+        self.log_path = None
+        self.tail = b""
+
+    @property
+    def failed_gate(self) -> bool:
+        """Does this step, as it ended, fail the gate? `allow_failure` steps never do."""
+        return not self.allow_failure and self.status in (*_FAILING, "cage_error", "policy_error")
+
+    def describe(self) -> str:
+        """The outcome in words, identical in every report."""
+        if self.status == "passed":
+            return "passed"
+        if self.status == "failed":
+            return f"failed (exit {self.returncode})" + (f": {self.error}" if self.error else "")
+        if self.status == "timed_out":
+            return f"timed out after {self.timeout or '?'}s (tree killed, exit {self.returncode})"
+        if self.status == "killed":
+            return f"killed by signal {self.signal} (exit {self.returncode})"
+        if self.status == "cage_error":
+            return f"cage error (exit {EXIT_CAGE}): {self.error}"
+        if self.status == "policy_error":
+            return f"policy error: {self.error}"
+        return "not run"
+
+
+class GateResult:
+    def __init__(self, gate, ceiling_source: str, steps: list, started: float, duration: float):
+        self.gate = gate
+        self.ceiling_source = ceiling_source
+        self.steps = steps
+        self.started = started
+        self.duration = duration
+
+    @property
+    def exit_code(self) -> int:
+        if any(s.status == "policy_error" for s in self.steps):
+            return EXIT_USAGE
+        if any(s.failed_gate and s.status == "cage_error" for s in self.steps):
+            return EXIT_CAGE
+        return 1 if any(s.failed_gate for s in self.steps) else 0
+
+
+def log_name(name: str, taken: set) -> str:
+    """A file name for a step's log: step names are printable but may hold `/` or `..`."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name).strip(".") or "step"
+    candidate, n = safe, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{safe}-{n}"
+    taken.add(candidate)
+    return candidate + ".log"
+
+
+def step_policy(step, ceiling, repo: str, gate_dir: str):
+    """(policy, narrowings) for one step; both sides resolved with `.` = `{repo}`."""
+    if step.policy is None:
+        return ceiling, []
+    policy_dir = os.path.dirname(step.policy.source) if os.path.isfile(step.policy.source) else gate_dir
+    resolved = resolve(step.policy, Context(cwd=repo, repo=repo, tmp=None, policy_dir=policy_dir))
+    return meet(resolved, ceiling)
+
+
+def resolve_ceiling(ceiling, repo: str):
+    policy_dir = os.path.dirname(os.path.abspath(ceiling.source)) if os.path.isfile(ceiling.source) else repo
+    return resolve(ceiling, Context(cwd=repo, repo=repo, tmp=None, policy_dir=policy_dir))
+
+
+class CageCache:
+    """One compiled cage per distinct effective policy, reused by every step that has it.
+
+    Compiling a cage costs a few ms per step (the /etc secrets split /etc into ~150 rules), more
+    than the target overhead. A cage is reused only when a rebuild would give the same rules:
+    its denies are literal paths outside everything the steps can write (a deny inside a
+    writable directory is expanded against that directory's current entries, which change from
+    step to step). Its `{tmp}` is emptied between steps, so each step still starts with a
+    private, empty `{tmp}`; no process of the previous step is alive by then.
+    """
+
+    def __init__(self, repo: str):
+        self.repo = repo
+        self.cages: dict = {}
+
+    @staticmethod
+    def reusable(policy) -> bool:
+        fs = policy.fs
+        for deny in fs.deny:
+            if any(ch in deny for ch in "*?[") or deny.startswith("{"):
+                return False
+            if any(w == "/" or deny == w or deny.startswith(w.rstrip("/") + "/") for w in fs.write):
+                return False
+        return True
+
+    def get(self, policy) -> tuple:
+        """(cage, owned): a compiled cage for `spawn`; the caller closes it after the step when
+        `owned` (a cage that could not be shared)."""
+        if not self.reusable(policy):
+            return self._build(policy), True
+        cage = self.cages.get(policy)
+        if cage is not None and not self._empty_tmp(cage):
+            self.cages.pop(policy).close()
+            cage = None
+        if cage is None:
+            cage = self.cages[policy] = self._build(policy)
+        return cage, False
+
+    def _build(self, policy):
+        from sandboy.confine.cage import build
+
+        cage = build(policy, cwd=self.repo, repo=self.repo)
+        # The cage grants `{tmp}` but does not say where it is; tools (tempfile, mktemp, pytest)
+        # look at TMPDIR and would otherwise try /tmp, which the ceiling does not grant.
+        if cage.ctx.tmp and "TMPDIR" not in cage.env:
+            cage.env["TMPDIR"] = cage.ctx.tmp
+        return cage
+
+    @staticmethod
+    def _empty_tmp(cage) -> bool:
+        import shutil
+
+        tmp = cage.ctx.tmp
+        if not tmp:
+            return True
+        try:
+            os.chmod(tmp, 0o700)  # a step may have changed it to lock the next one out
+            for entry in os.scandir(tmp):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        for cage in self.cages.values():
+            cage.close()
+        self.cages.clear()
+
+
+class _Stream:
+    """Split a step's output into lines for the console; keep the raw bytes for log and tail."""
+
+    def __init__(self, console, name: str, log_fh):
+        self.console = console
+        self.name = name
+        self.log_fh = log_fh
+        self.pending = b""
+        self.tail = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        if self.log_fh is not None:
+            self.log_fh.write(chunk)
+        self.tail += chunk
+        if len(self.tail) > TAIL_BYTES:
+            del self.tail[: len(self.tail) - TAIL_BYTES]
+        data = self.pending + chunk
+        *lines, self.pending = data.split(b"\n")
+        while len(self.pending) > MAX_LINE:
+            lines.append(self.pending[:MAX_LINE])
+            self.pending = self.pending[MAX_LINE:]
+        for line in lines:
+            self.console.output(self.name, line)
+
+    def close(self) -> None:
+        if self.pending:
+            self.console.output(self.name, self.pending)
+            self.pending = b""
+
+
+def _supervisor_gone(pid: int) -> bool:
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _pump(proc, read_fd: int, stream: _Stream, console) -> bool:
+    """Copy output until EOF; returns True when the operator interrupted (^C)."""
+    interrupted = False
+    gone_since = None
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    while True:
+        try:
+            ready = poller.poll(250)
+            if ready:
+                chunk = os.read(read_fd, 65536)
+                if not chunk:
+                    return interrupted
+                stream.feed(chunk)
+                continue
+            console.tick()
+            # A descendant that escaped the supervisor must not hold the gate open forever.
+            if _supervisor_gone(proc.pid):
+                gone_since = gone_since or time.monotonic()
+                if time.monotonic() - gone_since > DRAIN_GRACE:
+                    return interrupted
+        except KeyboardInterrupt:
+            interrupted = True
+            proc.kill()
+
+
+def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console, log_dir, cages) -> bool:
+    """Run one step, filling `result`; True when the operator interrupted the gate."""
+    argv = [*shell, step.run]
+    log_fh = None
+    if log_dir is not None:
+        log_fh = open(result.log_path, "wb")
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    stream = _Stream(console, step.name, log_fh)
+    interrupted = False
+    owned = False
+    cage = None
+    started = time.monotonic()
+    try:
+        from sandboy.confine.launch import spawn
+
+        # Imported here, once, so that the supervisor `spawn` forks for every step does not
+        # import it again after each fork (it needs it for `limits.processes` as root).
+        import sandboy.confine.cgroup  # noqa: F401
+
+        try:
+            cage, owned = cages.get(policy)
+            # supervise=True even without a timeout: DESIGN.md says no process of a step outlives
+            # it, and only the supervisor (a subreaper) can find the ones that called setsid.
+            proc = spawn(argv, cage, cwd=repo, repo=repo, timeout=step.timeout, stdin=null_fd, stdout=write_fd,
+                         stderr=write_fd, supervise=True)
+        except PolicyError as exc:
+            result.status, result.error = "policy_error", str(exc)
+            return False
+        except CageError as exc:
+            result.status, result.returncode, result.error = "cage_error", EXIT_CAGE, str(exc)
+            return False
+        finally:
+            os.close(write_fd)
+            os.close(null_fd)
+        interrupted = _pump(proc, read_fd, stream, console)
+        outcome = proc.wait()
+    finally:
+        if owned:
+            cage.close()
+        os.close(read_fd)
+        stream.close()
+        if log_fh is not None:
+            log_fh.close()
+        result.tail = bytes(stream.tail)
+        result.duration = time.monotonic() - started
+    result.returncode = outcome.returncode
+    result.signal = outcome.signal
+    result.error = outcome.error
+    result.enforced = outcome.enforced
+    result.degraded = outcome.degraded
+    result.warnings = getattr(outcome, "warnings", [])
+    if outcome.outcome == "exited":
+        result.status = "passed" if outcome.returncode == 0 else "failed"
+    elif outcome.outcome in ("not_found", "not_executable"):
+        result.status = "failed"
+    elif outcome.outcome == "timed_out":
+        result.status = "timed_out"
+        # the cage's timeout is the smaller of the step's and the ceiling's wall_seconds
+        wall = policy.limits.wall_seconds
+        result.timeout = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
+    elif outcome.outcome in ("signaled", "killed"):
+        result.status = "killed"
+    else:
+        result.status = "cage_error"
+    return interrupted
+
+
+def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False) -> GateResult:
+    started_wall = time.time()
+    started = time.monotonic()
+    ceiling_r = resolve_ceiling(ceiling, gate.repo)
+    results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
+    taken: set = set()
+    if log_dir is not None:
+        os.makedirs(log_dir, exist_ok=True)
+        for result in results:
+            result.log_path = os.path.join(log_dir, log_name(result.name, taken))
+    console.gate_start(gate, ceiling.source)
+    cages = CageCache(gate.repo)
+    try:
+        _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages)
+    finally:
+        cages.close()
+    return GateResult(gate, ceiling.source, results, started_wall, time.monotonic() - started)
+
+
+def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages) -> None:
+    gate_dir = os.path.dirname(gate.path)
+    stop = False
+    for step, result in zip(gate.steps, results):
+        if stop:
+            continue
+        try:
+            policy, narrowings = step_policy(step, ceiling_r, gate.repo, gate_dir)
+        except PolicyError as exc:  # e.g. a path the meet cannot resolve; nothing of this step ran
+            result.status, result.error = "policy_error", str(exc)
+            console.step_end(result)
+            break
+        result.narrowings = narrowings
+        result.policy = policy.to_toml_dict()
+        console.step_start(result, len(results))
+        interrupted = run_step(step, result, policy, gate.shell, gate.repo, console, log_dir, cages)
+        console.step_end(result)
+        if interrupted or result.status == "policy_error":
+            break
+        if result.failed_gate and not keep_going:
+            stop = True

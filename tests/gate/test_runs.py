@@ -1,0 +1,315 @@
+"""Real gates on the real kernel: exfiltration with a listening host, the legitimate twins that
+prove the listener works, ceiling narrowing as real runs, outcomes, timeouts and process trees."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from gatekit import DEMO, FAKE_KEY, by_name, make_repo, run_gate, run_json
+
+from sandboy.gate import ceiling as ceilings
+
+
+def ceiling_file(tmp_path: Path, **sections) -> Path:
+    """The built-in ceiling as a `--ceiling` file, with `sections` replaced."""
+    path = tmp_path / "ceiling.toml"
+    path.write_text(ceilings.to_toml({**ceilings.BUILTIN, **sections}))
+    return path
+
+
+def hostile_repo(tmp_path: Path, step: str, policy: str = "") -> Path:
+    repo = make_repo(tmp_path, f'[[step]]\nname = "attack"\nrun = "{step}"\n' + (
+        'policy = "p"\n[policy.p]\nversion = 1\n' + policy if policy else ""))
+    shutil.copytree(DEMO / "hostile", repo / "hostile")
+    return repo
+
+
+@pytest.fixture
+def tcp_listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(0.5)
+    yield srv
+    srv.close()
+
+
+def _received_tcp(srv) -> bytes:
+    try:
+        conn, _ = srv.accept()
+    except (TimeoutError, socket.timeout):
+        return b""
+    with conn:
+        conn.settimeout(2)
+        return conn.recv(4096)
+
+
+def test_tcp_exfiltration_refused_and_twin_allowed(tmp_path, tcp_listener, fake_home):
+    port = tcp_listener.getsockname()[1]
+    repo = hostile_repo(tmp_path, f"python3 -B hostile/exfil_tcp.py 127.0.0.1 {port}",
+                        f"net.connect_tcp = [{port}]\n")
+    proc, report = run_json(repo, tmp_path, home=fake_home)
+    step = by_name(report)["attack"]
+    assert proc.returncode == 1 and step["status"] == "failed"
+    assert "REFUSED" in step["output_tail"] and _received_tcp(tcp_listener) == b""
+    assert f"asked to connect to TCP port {port}; the ceiling does not allow it" in step["narrowings"][0]["text"]
+
+    # Twin: the operator grants the port; the same step now reaches the listener (the key stays
+    # unreadable: HOME is still outside the ceiling).
+    ceiling = ceiling_file(tmp_path, net={"connect_tcp": [port]})
+    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling, home=fake_home)
+    assert by_name(report)["attack"]["status"] == "passed", proc.stdout
+    got = _received_tcp(tcp_listener)
+    assert b"key was unreadable" in got and FAKE_KEY.encode() not in got
+
+
+def test_udp_exfiltration_refused_and_twin_allowed(tmp_path, fake_home):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.settimeout(0.5)
+        port = srv.getsockname()[1]
+        repo = hostile_repo(tmp_path, f"python3 -B hostile/exfil_udp.py 127.0.0.1 {port}", "net.udp = true\n")
+        proc, report = run_json(repo, tmp_path, home=fake_home)
+        step = by_name(report)["attack"]
+        assert step["status"] == "failed" and "EPERM" in step["output_tail"]
+        with pytest.raises((TimeoutError, socket.timeout)):
+            srv.recv(4096)
+        proc, report = run_json(repo, tmp_path, "--ceiling", ceiling_file(tmp_path, net={"udp": True}),
+                                home=fake_home)
+        assert by_name(report)["attack"]["status"] == "passed", proc.stdout
+        assert b"key was unreadable" in srv.recv(4096)
+
+
+def test_ptrace_refused_and_twin_allowed(tmp_path):
+    repo = hostile_repo(tmp_path, "python3 -B hostile/ptrace.py", 'seccomp.allow = ["ptrace"]\n')
+    _, report = run_json(repo, tmp_path)
+    assert "REFUSED: ptrace(PTRACE_TRACEME): EPERM" in by_name(report)["attack"]["output_tail"]
+    ceiling = ceiling_file(tmp_path, seccomp={"allow": ["ptrace"]})
+    _, report = run_json(repo, tmp_path, "--ceiling", ceiling)
+    assert "ESCAPED: ptrace(PTRACE_TRACEME)" in by_name(report)["attack"]["output_tail"]
+
+
+def test_widened_write_is_narrowed_and_refused(tmp_path):
+    """A step asking to write outside the repo is narrowed, and the write itself is refused;
+    with a ceiling that grants the directory, the same write succeeds."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "written"
+    repo = make_repo(tmp_path, f'''
+        [[step]]
+        name = "widen"
+        run = "echo hi > {target}"
+        policy = "p"
+        [policy.p]
+        version = 1
+        fs.read = ["/usr", "/etc", "."]
+        fs.exec = ["/usr/bin", "/bin"]
+        fs.write = [".", "{outside}"]
+        ''')
+    proc, report = run_json(repo, tmp_path)
+    step = by_name(report)["widen"]
+    assert step["status"] == "failed" and "Permission denied" in step["output_tail"]
+    assert f"step widen asked to write {outside}; the ceiling does not allow it" in proc.stdout
+    assert not target.exists()
+    # the narrowed policy kept the parts that were inside the ceiling
+    assert str(repo) in step["effective_policy"]["fs"]["write"]
+    fs = dict(ceilings.BUILTIN["fs"], write=["{repo}", "{tmp}", str(outside)])
+    _, report = run_json(repo, tmp_path, "--ceiling", ceiling_file(tmp_path, fs=fs))
+    assert by_name(report)["widen"]["status"] == "passed" and target.read_text() == "hi\n"
+
+
+def test_network_domain_is_narrowed_not_a_cage_error(tmp_path):
+    repo = make_repo(tmp_path, '[[step]]\nname = "s"\nrun = "true"\npolicy = "p"\n'
+                               '[policy.p]\nversion = 1\nnet.domains = ["pypi.org"]\n')
+    proc, report = run_json(repo, tmp_path)
+    assert proc.returncode == 0
+    assert "step s asked for network to pypi.org; the ceiling does not allow it" in proc.stdout
+
+
+def test_cage_error_is_125(tmp_path):
+    # An operator ceiling that grants domains: the step inherits them and this build (no Layer 3)
+    # cannot enforce them, so the cage refuses and the gate exits 125 without running the step.
+    repo = make_repo(tmp_path, '[[step]]\nname = "s"\nrun = "touch ran"\n')
+    ceiling = ceiling_file(tmp_path, net={"domains": ["pypi.org"]})
+    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling)
+    step = by_name(report)["s"]
+    assert proc.returncode == 125 and report["status"] == "cage_error"
+    assert step["status"] == "cage_error" and "net.domains" in step["error"]
+    assert not (repo / "ran").exists()
+
+
+OUTCOMES = [
+    # (run, status, returncode, description fragment)
+    ("exit 3", "failed", 3, "failed (exit 3)"),
+    ("kill -9 $$", "killed", 137, "killed by signal 9"),
+    ("kill -TERM $$", "killed", 143, "killed by signal 15"),
+    ("exit 0", "passed", 0, "passed"),
+]
+
+
+@pytest.mark.parametrize("run, status, code, words", OUTCOMES)
+def test_outcomes_are_explicit(tmp_path, run, status, code, words):
+    repo = make_repo(tmp_path, f'[[step]]\nname = "s"\nrun = "{run}"\n')
+    junit = tmp_path / "j.xml"
+    proc, report = run_json(repo, tmp_path, "--junit", junit)
+    step = by_name(report)["s"]
+    assert (step["status"], step["returncode"]) == (status, code)
+    assert words in step["description"]
+    assert proc.returncode == (0 if status == "passed" else 1)
+    xml = junit.read_text()
+    assert ("<failure" in xml) == (status != "passed")
+    if status == "killed":
+        assert 'type="killed"' in xml and "KILLED" in proc.stdout and "PASSED" not in proc.stdout
+
+
+def test_shell_not_found(tmp_path):
+    repo = make_repo(tmp_path, '[gate]\nshell = ["no-such-shell-xyz"]\n[[step]]\nname = "s"\nrun = "true"\n')
+    proc, report = run_json(repo, tmp_path)
+    step = by_name(report)["s"]
+    assert proc.returncode == 1 and step["status"] == "failed" and step["returncode"] == 127
+
+
+def test_stop_at_first_required_failure_and_keep_going(tmp_path):
+    gate = '''
+        [[step]]
+        name = "ok"
+        run = "true"
+        [[step]]
+        name = "tolerated"
+        run = "exit 4"
+        allow_failure = true
+        [[step]]
+        name = "broken"
+        run = "exit 5"
+        [[step]]
+        name = "after"
+        run = "touch after-ran"
+        '''
+    repo = make_repo(tmp_path, gate)
+    junit = tmp_path / "j.xml"
+    proc, report = run_json(repo, tmp_path, "--junit", junit)
+    statuses = [s["status"] for s in report["steps"]]
+    assert statuses == ["passed", "failed", "failed", "not_run"] and proc.returncode == 1
+    assert not (repo / "after-ran").exists() and "<skipped" in junit.read_text()
+    proc, report = run_json(repo, tmp_path, "--keep-going")
+    assert [s["status"] for s in report["steps"]] == ["passed", "failed", "failed", "passed"]
+    assert proc.returncode == 1 and (repo / "after-ran").exists()
+
+
+ESCAPE = '''
+import os, sys, time
+# setsid child + double-forked grandchild: both leave the step's process group and session
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1], "w") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(300)
+    os._exit(0)
+os.waitpid(pid, 0)
+while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read():
+    time.sleep(0.01)
+if sys.argv[2] == "hang":
+    time.sleep(300)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("mode, status", [("hang", "timed_out"), ("exit", "passed")])
+def test_no_descendant_outlives_its_step(tmp_path, mode, status):
+    """A grandchild that called setsid after a double fork is killed at the timeout, and also
+    when the step itself finishes normally."""
+    repo = make_repo(tmp_path, f'''
+        [[step]]
+        name = "escape"
+        run = "python3 escape.py escaped.pid {mode}"
+        timeout = 2
+        ''', {"escape.py": ESCAPE})
+    started = time.monotonic()
+    proc, report = run_json(repo, tmp_path)
+    assert by_name(report)["escape"]["status"] == status, proc.stdout
+    pid = int((repo / "escaped.pid").read_text())
+    assert not _alive(pid), f"pid {pid} outlived its step"
+    assert time.monotonic() - started < 30
+
+
+def test_output_is_sanitized_and_logged(tmp_path):
+    repo = make_repo(tmp_path, '''
+        [[step]]
+        name = "a/../b"
+        run = "printf 'x\\\\033[2Jy\\\\rz\\\\n::add-mask::secret\\\\n'; printf 'no newline'"
+        ''')
+    logs = tmp_path / "logs"
+    proc, report = run_json(repo, tmp_path, "--logs", logs)
+    assert "[a/../b] x\\x1b[2Jy\\x0dz" in proc.stdout and "\x1b[2J" not in proc.stdout
+    assert "\n::add-mask::" not in proc.stdout and "[a/../b] no newline" in proc.stdout
+    assert os.listdir(logs) == ["a_.._b.log"]
+    assert b"x\x1b[2Jy\rz\n::add-mask::secret\nno newline" in (logs / "a_.._b.log").read_bytes()
+
+
+def test_json_to_stdout(tmp_path):
+    repo = make_repo(tmp_path, '[[step]]\nname = "s"\nrun = "echo hello"\n')
+    proc = run_gate(repo, "--json", "-")
+    report = json.loads(proc.stdout)
+    assert report["exit_code"] == 0 and "[s] hello" in proc.stderr
+
+
+def test_help_has_examples():
+    proc = run_gate("--help")
+    assert proc.returncode == 0 and "examples:" in proc.stdout and "exit codes" in proc.stdout
+
+
+def test_each_step_gets_a_private_empty_tmp(tmp_path):
+    """Steps that share a compiled cage still start with an empty {tmp}, found through TMPDIR."""
+    repo = make_repo(tmp_path, '''
+        [[step]]
+        name = "leave"
+        run = "echo secret > $TMPDIR/left; mkdir $TMPDIR/d; chmod 000 $TMPDIR; echo $TMPDIR > tmpdir.txt"
+        [[step]]
+        name = "look"
+        run = "test -z \\"$(ls -A $TMPDIR)\\" && python3 -c 'import tempfile; tempfile.NamedTemporaryFile()' && echo clean"
+        ''')
+    proc, report = run_json(repo, tmp_path)
+    assert [s["status"] for s in report["steps"]] == ["passed", "passed"], proc.stdout
+    assert "[look] clean" in proc.stdout
+    assert not os.path.exists((repo / "tmpdir.txt").read_text().strip())  # removed after the gate
+
+
+def test_deny_inside_the_repo_sees_files_made_by_earlier_steps(tmp_path):
+    """A deny inside a writable directory is expanded per step (no shared cage): what step one
+    builds, step two can read, and the denied file stays unreadable. (The cage splits the repo
+    root around the deny, so new top-level entries cannot be made there: `dist/` exists.)"""
+    repo = make_repo(tmp_path, '''
+        [[step]]
+        name = "build"
+        run = "mkdir dist/sub && echo built > dist/sub/out"
+        policy = "p"
+        [[step]]
+        name = "use"
+        run = "cat dist/sub/out; cat .env"
+        policy = "p"
+        [policy.p]
+        version = 1
+        fs.read = ["/usr", "/etc", "."]
+        fs.exec = ["/usr/bin", "/bin"]
+        fs.write = ["."]
+        fs.deny = [".env"]
+        ''', {".env": "TOKEN=hunter2\n", "dist/README": "build output\n"})
+    proc, report = run_json(repo, tmp_path)
+    use = by_name(report)["use"]
+    assert use["status"] == "failed" and "built" in use["output_tail"]
+    assert "Permission denied" in use["output_tail"] and "hunter2" not in proc.stdout
