@@ -194,6 +194,10 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     source_env = os.environ if environ is None else environ
     env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
     env.update(policy.env.set)
+    if ctx.tmp and "TMPDIR" not in env:
+        # The private {tmp} is granted, so say where it is: tempfile, mktemp and pytest read
+        # TMPDIR and would otherwise try /tmp, which a policy rarely grants.
+        env["TMPDIR"] = ctx.tmp
 
     enforced = {
         "landlock": {

@@ -3,6 +3,11 @@
 Why: RLIMIT_NPROC does not bind uid 0 at all (the kernel exempts the root user), so as root a
 fork bomb is only stopped by a cgroup's `pids.max`. Ordinary users get RLIMIT_NPROC instead.
 The cgroup also lists every process of the run, which makes the final kill exact.
+
+Moving a task into a cgroup is slow (cgroup v1 takes a global rw-semaphore: ≈ 10 ms per move
+here), so a runner of many commands (the gate) joins ONE group itself, once, and every run is
+forked inside it: `spawn(..., pids_group=group)` then only rewrites `pids.max` (cheap) to
+"what is in the group now + the policy's limit".
 """
 
 from __future__ import annotations
@@ -60,6 +65,20 @@ class PidsCgroup:
     def join(self, pid: int = 0) -> None:
         with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
             fh.write(str(pid))
+
+    def current(self) -> int:
+        with open(os.path.join(self.path, "pids.current")) as fh:
+            return int(fh.read())
+
+    def set_max(self, max_pids: int) -> None:
+        with open(os.path.join(self.path, "pids.max"), "w") as fh:
+            fh.write(str(max_pids))
+
+    def leave(self) -> None:
+        """Move this process back to the parent cgroup, so the group can be removed."""
+        parent = os.path.dirname(self.path)
+        with open(os.path.join(parent, "cgroup.procs"), "w") as fh:
+            fh.write("0")
 
     def pids(self) -> list[int]:
         try:

@@ -214,13 +214,16 @@ def _result_from(status: int, child_message: str, outcome) -> RunResult:
 
 
 def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
-          supervise=None) -> Confined:
+          supervise=None, pids_group=None) -> Confined:
     """Start `argv` confined by `policy` (a Policy or a prebuilt Cage).
 
     `supervise`: None decides by need (a timeout, `limits.wall_seconds`, or `limits.processes`
     as root); True always keeps a supervisor, which also guarantees that no descendant of the
     command outlives it (the gate runner asks for this); False never does (a timeout is then
     refused).
+
+    `pids_group`: a `PidsCgroup` the caller has already joined (see cgroup.py): a run with
+    `limits.processes` as root then counts inside it instead of making and joining its own.
     """
     from sandboy.confine.cage import Cage, build
 
@@ -252,7 +255,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         code = 1
         try:
             os.close(status_r)
-            _supervise(list(argv), cage, timeout, (stdin, stdout, stderr), status_w)
+            _supervise(list(argv), cage, timeout, (stdin, stdout, stderr), status_w, pids_group)
             code = 0
         finally:
             os._exit(code)
@@ -261,10 +264,10 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
 
 
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
-        supervise=None) -> RunResult:
+        supervise=None, pids_group=None) -> RunResult:
     """Run `argv` confined by `policy` and wait for it (see module docstring)."""
     return spawn(argv, policy, cwd=cwd, repo=repo, timeout=timeout, stdin=stdin, stdout=stdout,
-                 stderr=stderr, supervise=supervise).wait()
+                 stderr=stderr, supervise=supervise, pids_group=pids_group).wait()
 
 
 class _Stop(Exception):
@@ -275,7 +278,7 @@ def _on_stop(signum, frame):
     raise _Stop()
 
 
-def _supervise(argv, cage, timeout, stdio, status_w) -> None:
+def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
     from sandboy.confine._libc import prctl
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal ^C reaches the command itself
@@ -288,10 +291,20 @@ def _supervise(argv, cage, timeout, stdio, status_w) -> None:
     def report(outcome, code, sig=0, error=""):
         os.write(status_w, f"{outcome}\0{code}\0{sig}\0{error}".encode())
 
-    if cage.policy.limits.processes and os.geteuid() == 0:
+    limit = cage.policy.limits.processes
+    if limit and os.geteuid() == 0 and pids_group is not None:
+        # Already inside (we were forked in it): leave room for what is there now, the caller
+        # and this supervisor, plus the policy's limit for the command's tree. The final kill
+        # walks our descendants, never the group (it holds the caller).
+        try:
+            pids_group.set_max(pids_group.current() + limit)
+        except OSError as exc:
+            report("cage_error", EXIT_CAGE, 0, f"limits.processes: cannot set pids.max: {exc.strerror}")
+            return
+    elif limit and os.geteuid() == 0:
         from sandboy.confine.cgroup import PidsCgroup
 
-        cage.cgroup = PidsCgroup.create(cage.policy.limits.processes)
+        cage.cgroup = PidsCgroup.create(limit)
         if cage.cgroup is None:
             report("cage_error", EXIT_CAGE, 0, "limits.processes: running as root, RLIMIT_NPROC does not "
                    "bind uid 0 and no pids cgroup could be created; refusing to run without the limit")
