@@ -19,7 +19,7 @@ HOSTILE = {
     "ptrace": ("failed", ["REFUSED: ptrace(PTRACE_ATTACH)", "EPERM", "REFUSED: ptrace(PTRACE_TRACEME): EPERM"]),
     "fork-bomb": ("failed", ["REFUSED: fork without end: EAGAIN"]),
     "endless-loop": ("timed_out", ["spinning forever"]),
-    "fetch": ("failed", ["REFUSED: connect to 93.184.215.14:443", "EPERM"]),
+    "fetch": ("failed", ["REFUSED: connect to port 443", "EPERM"]),
 }
 
 NARROWED = {
