@@ -3,6 +3,8 @@
 
 1. `sandboy run`: one honest action and several hostile ones in one cage (examples/run-demo).
 2. `sandboy gate`: an untrusted repository's gate, every step in its own cage (examples/gate-demo).
+3. `sandboy audit`: a real analyser (Bandit) run confined over that repository, its report turned
+   into validated SARIF by a WebAssembly adapter (examples/audit_demo.py).
 
 A throwaway HOME with a planted fake SSH key stands in for the developer's machine; nothing
 outside temporary directories is touched.
@@ -116,10 +118,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sandboy-demo-") as root:
         home = plant_home(root)
         codes = [run_demo(root, home), gate_demo(home)]
+        from audit_demo import audit_demo  # prints its own banner
+
+        codes.append(audit_demo(SANDBOY, root))
     banner("summary")
     print("run demo:  " + ("every hostile attempt refused, honest work done" if codes[0] == 0 else "UNEXPECTED RESULT"))
     print("gate demo: " + ("honest step passed, hostile steps refused" if codes[1] == 0 else "UNEXPECTED RESULT"))
-    return 0 if codes == [0, 0] else 1
+    print("audit demo: " + ("analyser confined, SARIF converted and validated" if codes[2] == 0 else "UNEXPECTED RESULT"))
+    return 0 if codes == [0, 0, 0] else 1
 
 
 if __name__ == "__main__":

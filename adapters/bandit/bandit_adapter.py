@@ -38,11 +38,15 @@ def _result(item: dict[str, Any], rules: RuleTable, where: str) -> dict[str, Any
         raise AdapterError(f"{where}: missing test_id or filename (is this `bandit -f json` output?)")
     lines = [n for n in item.get("line_range") or [] if isinstance(n, int)]
     col, end_col = item.get("col_offset"), item.get("end_col_offset")
+    # Start where the flagged node starts: for a call spread over lines, Bandit's `line_number`
+    # is the line of the offending argument (`shell=True`) while `col_offset` is the column of
+    # the call on its first line; pairing them would point into the wrong line.
+    start = min(lines) if lines else item.get("line_number")
     reg = region(
-        item.get("line_number"),
+        start,
         col + 1 if isinstance(col, int) else None,
         max(lines) if lines else None,
-        end_col + 1 if isinstance(end_col, int) and (not lines or max(lines) == item.get("line_number")) else None,
+        end_col + 1 if isinstance(end_col, int) and (not lines or max(lines) == start) else None,
     )
     if isinstance(item.get("code"), str):
         reg["snippet"] = {"text": item["code"]}  # type: ignore[assignment]
