@@ -6,8 +6,6 @@ Anything the fast path does not recognise (`--help`, a typo) falls through to ar
 prints the usual help and errors.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 

@@ -1,7 +1,5 @@
 """Errors that carry the exit code the contract gives them (docs/exit-codes in README)."""
 
-from __future__ import annotations
-
 EXIT_USAGE = 2          # usage or policy error, found before anything ran
 EXIT_CAGE = 125         # the cage could not be applied: the command never ran unconfined
 EXIT_NOT_EXECUTABLE = 126

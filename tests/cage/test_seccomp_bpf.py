@@ -133,3 +133,10 @@ def test_filter_decides_as_the_contract_says(nr, arch, args, rules, extra_deny):
     deny = (set(seccomp.DEFAULT_DENY) | extra_deny)
     program = seccomp.build(deny, rules)
     assert execute(program, nr, arch, args) == expected(nr, arch, args, deny, rules)
+
+
+def test_builtin_syscall_numbers_match_the_full_table():
+    """seccomp.py keeps the numbers of its default calls inline (start-up cost); they must
+    agree with the generated table, or the filter would guard the wrong calls."""
+    assert seccomp._COMMON_NRS == {name: X86_64[name] for name in seccomp._COMMON_NRS}
+    assert set(seccomp.DEFAULT_DENY) <= set(seccomp._COMMON_NRS)

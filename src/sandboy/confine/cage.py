@@ -4,8 +4,6 @@ Order in the child (issue #2): fds → rlimits → capabilities → no_new_privs
 Seccomp goes last so the calls the earlier steps need are never filtered.
 """
 
-from __future__ import annotations
-
 import os
 
 from sandboy.confine import hygiene, landlock, seccomp
@@ -17,7 +15,7 @@ class Cage:
     """A policy compiled for this kernel: a filled Landlock ruleset fd, a BPF program, an
     environment and a report of what is enforced and what degraded."""
 
-    def __init__(self, policy, ctx, ruleset, bpf, env, enforced, degraded, warnings):
+    def __init__(self, policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps):
         self.policy = policy
         self.ctx = ctx
         self.ruleset = ruleset
@@ -28,8 +26,8 @@ class Cage:
         self.warnings = warnings
         self.cgroup = None  # set by launch for root + limits.processes
         # Decided in the parent so the child does no /proc reads of its own.
-        self.drop_caps = hygiene.has_capabilities()
-        if self.drop_caps:
+        self.drop_caps = drop_caps
+        if drop_caps:
             hygiene.last_cap()
 
     @property
@@ -184,6 +182,9 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
         tcp_any_protocol=net.unrestricted,
     )
     bpf = seccomp.build(deny_calls, sockets)
+    from sandboy.confine._libc import prepare_buffers
+
+    prepare_buffers(len(bpf))  # the child then creates no ctypes types of its own
 
     try:
         ruleset = landlock.build_ruleset(abi, rules, handled_fs, handled_net, connect_ports, bind_ports,
@@ -191,6 +192,7 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
 
+    drop_caps = hygiene.has_capabilities()
     source_env = os.environ if environ is None else environ
     env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
     env.update(policy.env.set)
@@ -219,6 +221,6 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
         "inherited_fds": "closed above 2",
         "env": sorted(env),
         "limits": {k: v for k, v in policy.limits.to_dict().items() if v},
-        "capabilities": "dropped" if hygiene.has_capabilities() else "none held",
+        "capabilities": "dropped" if drop_caps else "none held",
     }
-    return Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings)
+    return Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps)

@@ -1,13 +1,9 @@
 """Process hygiene applied in the child before the cage closes: fds, rlimits, capabilities,
 no_new_privs. Each function is one explicit step; `cage.apply` calls them in order."""
 
-from __future__ import annotations
-
-import ctypes
 import os
-import resource  # imported here, not in the child: a first import there costs ≈ 1 ms per run
 
-from sandboy.confine._libc import SYS_CAPSET, SYS_CLOSE_RANGE, prctl, syscall
+from sandboy.confine._libc import SYS_CAPSET, SYS_CLOSE_RANGE, SYS_PRLIMIT64, prctl, syscall, u32, u64
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
@@ -19,12 +15,15 @@ CLOSE_RANGE_CLOEXEC = 1 << 2
 # and their _LOCKED twins: uid 0 regains nothing at execve, and the child cannot undo it.
 SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 
+# Resource numbers of x86_64 Linux; prlimit64 is called directly rather than importing the
+# `resource` extension module (a shared-object load on the start-up path).
+RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_CORE, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_AS = 0, 1, 4, 6, 7, 9
 RLIMITS = {  # policy key -> (resource, multiplier)
-    "cpu_seconds": ("RLIMIT_CPU", 1),
-    "memory_mib": ("RLIMIT_AS", 1 << 20),
-    "processes": ("RLIMIT_NPROC", 1),
-    "open_files": ("RLIMIT_NOFILE", 1),
-    "file_size_mib": ("RLIMIT_FSIZE", 1 << 20),
+    "cpu_seconds": (RLIMIT_CPU, 1),
+    "memory_mib": (RLIMIT_AS, 1 << 20),
+    "processes": (RLIMIT_NPROC, 1),
+    "open_files": (RLIMIT_NOFILE, 1),
+    "file_size_mib": (RLIMIT_FSIZE, 1 << 20),
 }
 
 
@@ -57,22 +56,16 @@ def _cloexec_fallback(lo: int, hi: int) -> None:
                 pass
 
 
+def _setrlimit(resource: int, value: int) -> None:
+    syscall(SYS_PRLIMIT64, 0, resource, u64(value) + u64(value), None)  # struct rlimit64 {cur, max}
+
+
 def set_rlimits(limits) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core files full of the command's memory
-    for key, (name, mult) in RLIMITS.items():
+    _setrlimit(RLIMIT_CORE, 0)  # no core files full of the command's memory
+    for key, (resource, mult) in RLIMITS.items():
         value = getattr(limits, key)
         if value:
-            n = value * mult
-            resource.setrlimit(getattr(resource, name), (n, n))
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+            _setrlimit(resource, value * mult)
 
 
 def drop_capabilities() -> None:
@@ -88,9 +81,9 @@ def drop_capabilities() -> None:
             if exc.errno != 22:  # EINVAL: cap unknown to this kernel
                 raise
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (_CapData * 2)()
-    syscall(SYS_CAPSET, ctypes.byref(header), ctypes.byref(data))
+    # struct __user_cap_header_struct {u32 version; int pid} (_LINUX_CAPABILITY_VERSION_3, self)
+    # and two __user_cap_data_struct {u32 effective, permitted, inheritable}, all zero
+    syscall(SYS_CAPSET, u32(0x20080522) + u32(0), bytes(24))
 
 
 _LAST_CAP = []

@@ -7,9 +7,6 @@ The ruleset is created and filled in the parent (`build_ruleset`); the child onl
 `restrict_self` on the inherited fd, so the API pays the path walking once per policy.
 """
 
-from __future__ import annotations
-
-import ctypes
 import os
 import stat
 
@@ -17,7 +14,9 @@ from sandboy.confine._libc import (
     SYS_LANDLOCK_ADD_RULE,
     SYS_LANDLOCK_CREATE_RULESET,
     SYS_LANDLOCK_RESTRICT_SELF,
+    s32,
     syscall,
+    u64,
 )
 
 # Filesystem access rights (uapi/linux/landlock.h). Debian 12's 6.1 headers stop at ABI 2,
@@ -72,18 +71,10 @@ DEVICE_GRANTS = (
 ELF_INTERPRETERS = ("/lib64/ld-linux-x86-64.so.2",)
 
 
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1  # the kernel struct is __attribute__((packed)): 12 bytes
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-class _NetPort(ctypes.Structure):
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+# The kernel's structs, packed by hand (x86_64, little-endian):
+#   landlock_path_beneath_attr  { u64 allowed_access; s32 parent_fd; } __attribute__((packed))
+#   landlock_net_port_attr      { u64 allowed_access; u64 port; }
+#   landlock_ruleset_attr       { u64 handled_access_fs; u64 handled_access_net; u64 scoped; }
 
 
 def abi_version() -> int:
@@ -235,16 +226,15 @@ class Ruleset:
 
 def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_ports, bind_ports,
                   scoped: int, warn) -> Ruleset:
-    attr = _RulesetAttr(handled_fs, handled_net, scoped)
-    size = 8 if abi < 4 else 16 if abi < 6 else 24
-    fd = syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24  # older kernels reject fields they lack
+    attr = (u64(handled_fs) + u64(handled_net) + u64(scoped))[:size]
+    fd = syscall(SYS_LANDLOCK_CREATE_RULESET, attr, size, 0)
     try:
         for path, rights in rules:
             _add_path_rule(fd, path, rights & handled_fs, warn)
         for ports, right in ((connect_ports, NET_CONNECT_TCP), (bind_ports, NET_BIND_TCP)):
             for port in ports:
-                rule = _NetPort(right, port)
-                syscall(SYS_LANDLOCK_ADD_RULE, fd, RULE_NET_PORT, ctypes.byref(rule), 0)
+                syscall(SYS_LANDLOCK_ADD_RULE, fd, RULE_NET_PORT, u64(right) + u64(port), 0)
     except BaseException:
         os.close(fd)
         raise
@@ -267,7 +257,6 @@ def _add_path_rule(ruleset_fd: int, path: str, rights: int, warn) -> None:
         if not stat.S_ISDIR(mode):
             rights &= FILE_RIGHTS  # directory-only rights on a file are EINVAL
         if rights:
-            rule = _PathBeneath(rights, fd)
-            syscall(SYS_LANDLOCK_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+            syscall(SYS_LANDLOCK_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, u64(rights) + s32(fd), 0)
     finally:
         os.close(fd)

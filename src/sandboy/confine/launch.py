@@ -23,8 +23,6 @@ orphans that called setsid or double-forked are reparented to it, because it is 
 with `limits.processes` as root all of them sit in a pids cgroup. Nothing outlives the run.
 """
 
-from __future__ import annotations
-
 import _signal as signal  # the C module: `signal` imports enum (≈ 6 ms of start-up)
 import errno
 import os

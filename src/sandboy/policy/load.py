@@ -6,8 +6,6 @@ only on a miss. Cached data is validated again on every load, so the cache saves
 can never widen a policy. See FINDINGS.md and docs/performance.md.
 """
 
-from __future__ import annotations
-
 import os
 
 from sandboy.errors import PolicyError
@@ -300,11 +298,12 @@ def cache_dir() -> str:
 
 
 def _cache_path(path: str) -> str:
-    import zlib
-
     # The name only spreads entries out; correctness comes from comparing the stored bytes.
-    key = zlib.crc32(os.fsencode(os.path.abspath(path)))
-    return os.path.join(cache_dir(), "policies", f"{key:08x}.marshal")
+    # FNV-1a by hand: `zlib` or `hashlib` would be one more import on the start-up path.
+    key = 0xCBF29CE484222325
+    for byte in os.fsencode(os.path.abspath(path)):
+        key = ((key ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(cache_dir(), "policies", f"{key:016x}.marshal")
 
 
 def _cache_get(path: str, raw: bytes):

@@ -4,8 +4,6 @@ Why not dataclasses: `dataclasses` imports `re` and `inspect` (≈ 10 ms), and t
 the start-up path of every `sandboy run`.
 """
 
-from __future__ import annotations
-
 SECTIONS = ("fs", "net", "seccomp", "env", "limits", "compat")
 DEFAULT_ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ")
 LIMIT_KEYS = ("wall_seconds", "cpu_seconds", "memory_mib", "processes", "open_files", "file_size_mib")

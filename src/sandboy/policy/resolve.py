@@ -5,8 +5,6 @@ Placeholders: {cwd} {home} {tmp} {policy_dir} {repo}; a relative path is under {
 prefix so that two policies (a step and its ceiling) can still be compared path by path.
 """
 
-from __future__ import annotations
-
 import os
 
 TMP_TOKEN = "{tmp}"
