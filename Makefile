@@ -23,8 +23,11 @@ setup: $(STAMP)
 demo: compile
 	$(PY) examples/demo.py
 
+# The probes run twice: against the C plan executor, then against the pure-Python one that
+# stands in where no compiler built it (src/sandboy/confine/_libc.py).
 test: compile
 	$(PY) -m pytest -q
+	SANDBOY_NATIVE=0 $(PY) -m pytest -q tests/cage
 
 bench: compile
 	$(PY) bench/run.py

@@ -313,3 +313,33 @@ def test_deny_inside_the_repo_sees_files_made_by_earlier_steps(tmp_path):
     use = by_name(report)["use"]
     assert use["status"] == "failed" and "built" in use["output_tail"]
     assert "Permission denied" in use["output_tail"] and "hunter2" not in proc.stdout
+
+
+def test_a_path_made_by_one_step_is_granted_to_the_next(tmp_path, fake_home):
+    """Compiled cages are shared between steps with the same policy. One built while a granted
+    path did not exist yet (so not granted) must not be reused once a later step made it."""
+    out = tmp_path / "repo" / "out"
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "before"
+        run = "true"
+        policy = "reader"
+
+        [[step]]
+        name = "build"
+        run = "mkdir -p out && echo artefact > out/result.txt"
+
+        [[step]]
+        name = "use"
+        run = "cat {out}/result.txt"
+        policy = "reader"
+
+        [policy.reader]
+        version = 1
+        fs.read = ["/usr", "/lib", "/lib64", "/etc", "out"]
+        fs.exec = ["/usr/bin", "/bin"]
+    """)
+    proc, report = run_json(repo, tmp_path, home=fake_home)
+    steps = by_name(report)
+    assert [steps[n]["status"] for n in ("before", "build", "use")] == ["passed"] * 3, proc.stdout + proc.stderr
+    assert "artefact" in proc.stdout

@@ -1,19 +1,21 @@
-"""Build every rule of a policy once, in the parent; apply them in the child before execve.
+"""Compile a policy once, in the parent, into a plan the child runs before execve.
 
-Order in the child (issue #2): fds → rlimits → capabilities → no_new_privs → Landlock → seccomp.
-Seccomp goes last so the calls the earlier steps need are never filtered.
+A plan is a list of raw system calls (see `_libc`): the child runs it and execs, so with the C
+executor no Python runs between fork and exec. Order (issue #2): signals → fds → rlimits →
+capabilities → no_new_privs → Landlock → seccomp. Seccomp goes last so the calls the earlier
+steps need are never filtered; the working directory and stdio are set first, per run.
 """
 
 import os
 
-from sandboy.confine import hygiene, landlock, seccomp
+from sandboy.confine import _libc, hygiene, landlock, seccomp
 from sandboy.errors import CageError, PolicyError
 from sandboy.policy.resolve import Context, resolve, uses_tmp
 
 
 class Cage:
-    """A policy compiled for this kernel: a filled Landlock ruleset fd, a BPF program, an
-    environment and a report of what is enforced and what degraded."""
+    """A policy compiled for this kernel: a filled Landlock ruleset fd, a BPF program, the plan
+    that applies them, an environment and a report of what is enforced and what degraded."""
 
     def __init__(self, policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps):
         self.policy = policy
@@ -24,27 +26,50 @@ class Cage:
         self.enforced = enforced
         self.degraded = degraded
         self.warnings = warnings
-        self.cgroup = None  # set by launch for root + limits.processes
-        # Decided in the parent so the child does no /proc reads of its own.
         self.drop_caps = drop_caps
+        self.missing_paths: list = []  # policy paths that did not exist at build (not granted)
+        steps = hygiene.plan_signals() + hygiene.plan_cloexec() + hygiene.plan_rlimits(policy.limits)
         if drop_caps:
-            hygiene.last_cap()
+            steps += hygiene.plan_drop_capabilities()
+        steps += hygiene.plan_no_new_privs() + ruleset.plan()
+        seccomp_steps, self._keepalive = seccomp.plan(bpf)
+        self._steps = steps + seccomp_steps
+        _libc.prepare_buffers(len(bpf))  # the pure-Python executor then makes no types in the child
 
     @property
     def cwd(self) -> str:
         return self.ctx.cwd
 
-    def apply(self) -> None:
-        """In the child, after fork, before execve. Raises OSError on any failure."""
-        if self.cgroup is not None:
-            self.cgroup.join()
-        hygiene.cloexec_inherited_fds()
-        hygiene.set_rlimits(self.policy.limits)
-        if self.drop_caps:
-            hygiene.drop_capabilities()
-        hygiene.no_new_privs()
-        self.ruleset.restrict_self()
-        seccomp.load(self.bpf)
+    def plan(self, stdio=(None, None, None)) -> list:
+        """The child's system calls for one run: stdio, working directory, then the cage."""
+        steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
+                 for target, fd in enumerate(stdio) if fd is not None and fd != target]
+        steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
+        return steps + self._steps
+
+    def exec_args(self, argv) -> tuple:
+        """(candidate paths, argv, envp) as bytes: PATH is searched inside the cage, by the
+        child, as execvp(3) would, so a directory the cage refuses is skipped like a miss."""
+        name = os.fsencode(argv[0])
+        if b"/" in name:
+            paths = [name]
+        else:
+            search = self.env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+            paths = [os.path.join(os.fsencode(d) or b".", name) for d in search.split(":")]
+        envp = [os.fsencode(f"{k}={v}") for k, v in self.env.items()]
+        return paths, [os.fsencode(a) for a in argv], envp
+
+    def describe_failure(self, index: int, err: int, stdio=(None, None, None)) -> str:
+        label = self.plan(stdio)[index][0] if 0 <= index < len(self.plan(stdio)) else f"step {index}"
+        return f"cannot apply the cage: {label}: {os.strerror(err)}"
+
+    def apply_here(self) -> None:
+        """Apply the cage to THIS process (exec mode). Raises CageError naming the failed step."""
+        plan = self.plan()
+        try:
+            _libc.apply_plan([step for _, step in plan])
+        except OSError as exc:
+            raise CageError(self.describe_failure(exc.filename, exc.errno)) from None
 
     def close(self) -> None:
         """In the parent, when no more children will be started from this cage."""
@@ -112,6 +137,7 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     fs, net = resolved.fs, resolved.net
 
     grants: dict[str, int] = {}
+    missing: list[str] = []
     for key, rights in landlock.RIGHT_NAMES.items():
         for path in getattr(fs, key):
             if not os.path.exists(path):
@@ -119,6 +145,7 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
                 if strict:
                     raise PolicyError(policy.source, f"fs.{key}", f"{path} does not exist (compat.landlock = \"strict\")")
                 warnings.append(msg + "; skipped")
+                missing.append(path)
                 continue
             real = os.path.realpath(path)
             grants[real] = grants.get(real, 0) | rights
@@ -182,9 +209,6 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
         tcp_any_protocol=net.unrestricted,
     )
     bpf = seccomp.build(deny_calls, sockets)
-    from sandboy.confine._libc import prepare_buffers
-
-    prepare_buffers(len(bpf))  # the child then creates no ctypes types of its own
 
     try:
         ruleset = landlock.build_ruleset(abi, rules, handled_fs, handled_net, connect_ports, bind_ports,
@@ -223,4 +247,6 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
         "limits": {k: v for k, v in policy.limits.to_dict().items() if v},
         "capabilities": "dropped" if drop_caps else "none held",
     }
-    return Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps)
+    cage = Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps)
+    cage.missing_paths = missing
+    return cage

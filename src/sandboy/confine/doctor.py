@@ -25,10 +25,10 @@ def _in_child(fn) -> bool:
 
 
 def _seccomp_probe() -> None:
-    from sandboy.confine import hygiene, seccomp
+    from sandboy.confine import _libc, hygiene, seccomp
 
-    hygiene.no_new_privs()
-    seccomp.load(seccomp.build(("ptrace",), seccomp.SocketRules(True, True, True, True)))
+    steps, keepalive = seccomp.plan(seccomp.build(("ptrace",), seccomp.SocketRules(True, True, True, True)))
+    _libc.apply_plan([step for _, step in hygiene.plan_no_new_privs() + steps])
 
 
 def _userns_probe() -> None:
@@ -46,6 +46,12 @@ def _pids_cgroup_probe() -> None:
     group.remove()
 
 
+def _libc_implementation() -> str:
+    from sandboy.confine import _libc
+
+    return _libc.IMPLEMENTATION
+
+
 def check() -> dict:
     from sandboy.confine import landlock
 
@@ -60,6 +66,7 @@ def check() -> dict:
         "landlock_scopes": abi >= 6,
         "seccomp_filter": _in_child(_seccomp_probe),
         "close_range": True,
+        "native_executor": _libc_implementation() == "native",
         "pidfd": hasattr(os, "pidfd_open"),
         "pids_cgroup": _in_child(_pids_cgroup_probe) if root else None,
         "user_namespaces": _in_child(_userns_probe),

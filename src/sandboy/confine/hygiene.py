@@ -1,9 +1,19 @@
-"""Process hygiene applied in the child before the cage closes: fds, rlimits, capabilities,
-no_new_privs. Each function is one explicit step; `cage.apply` calls them in order."""
+"""Process hygiene, as plan steps for the child: signals, fds, rlimits, capabilities,
+no_new_privs. Each function returns `(label, (nr, optional, *args))` entries; `cage.py` puts
+them in order and `_libc` runs them (see its docstring for what a plan is)."""
 
 import os
 
-from sandboy.confine._libc import SYS_CAPSET, SYS_CLOSE_RANGE, SYS_PRLIMIT64, prctl, syscall, u32, u64
+from sandboy.confine._libc import (
+    SYS_CAPSET,
+    SYS_CLOSE_RANGE,
+    SYS_PRCTL,
+    SYS_PRLIMIT64,
+    SYS_RT_SIGACTION,
+    SYS_RT_SIGPROCMASK,
+    u32,
+    u64,
+)
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
@@ -27,63 +37,54 @@ RLIMITS = {  # policy key -> (resource, multiplier)
 }
 
 
-def cloexec_inherited_fds(keep=()) -> None:
-    """Mark every fd above 2 close-on-exec, so the command inherits only stdin/out/err.
-
-    CLOEXEC rather than close: the Landlock ruleset fd and the error pipe must survive until
-    execve. `keep` names fds to leave inheritable (none in normal use).
-    """
-    lo = 3
-    for fd in sorted(keep) + [None]:
-        hi = (fd - 1) if fd is not None else 0xFFFFFFFF
-        if hi >= lo:
-            try:
-                syscall(SYS_CLOSE_RANGE, lo, hi, CLOSE_RANGE_CLOEXEC)
-            except OSError:
-                _cloexec_fallback(lo, hi)
-        if fd is not None:
-            lo = fd + 1
+# Python ignores SIGPIPE and SIGXFSZ, and the supervisor ignores SIGINT and handles SIGTERM;
+# ignored dispositions survive execve, so they are put back (as subprocess does), or
+# `yes | head` and file-size limits misbehave in the command. SIGQUIT for good measure.
+DEFAULT_SIGNALS = (13, 25, 2, 15, 3)  # SIGPIPE SIGXFSZ SIGINT SIGTERM SIGQUIT
+_SIG_DFL_ACTION = bytes(32)  # struct kernel_sigaction {handler = SIG_DFL, flags, restorer, mask}
+_EMPTY_SIGSET = bytes(8)
+SIG_SETMASK = 2
 
 
-def _cloexec_fallback(lo: int, hi: int) -> None:
-    # Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: walk the open fds instead.
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if lo <= fd <= hi:
-            try:
-                os.set_inheritable(fd, False)
-            except OSError:
-                pass
+def plan_signals() -> list:
+    steps = [(f"reset signal {sig}", (SYS_RT_SIGACTION, False, sig, _SIG_DFL_ACTION, None, 8))
+             for sig in DEFAULT_SIGNALS]
+    steps.append(("unblock signals", (SYS_RT_SIGPROCMASK, False, SIG_SETMASK, _EMPTY_SIGSET, None, 8)))
+    return steps
 
 
-def _setrlimit(resource: int, value: int) -> None:
-    syscall(SYS_PRLIMIT64, 0, resource, u64(value) + u64(value), None)  # struct rlimit64 {cur, max}
+def plan_cloexec() -> list:
+    """Every fd above 2 close-on-exec, so the command inherits only stdin/out/err. CLOEXEC
+    rather than close: the Landlock ruleset fd and the error pipe must live until execve.
+    (CLOSE_RANGE_CLOEXEC is Linux 5.11; Landlock needs 5.13, so no fallback is needed.)"""
+    return [("close inherited fds", (SYS_CLOSE_RANGE, False, 3, 0xFFFFFFFF, CLOSE_RANGE_CLOEXEC))]
 
 
-def set_rlimits(limits) -> None:
-    _setrlimit(RLIMIT_CORE, 0)  # no core files full of the command's memory
+def plan_rlimits(limits) -> list:
+    # struct rlimit64 {cur, max}; no core files full of the command's memory
+    steps = [("rlimit core", (SYS_PRLIMIT64, False, 0, RLIMIT_CORE, u64(0) + u64(0), None))]
     for key, (resource, mult) in RLIMITS.items():
         value = getattr(limits, key)
         if value:
-            _setrlimit(resource, value * mult)
+            steps.append((f"limits.{key}", (SYS_PRLIMIT64, False, 0, resource, u64(value * mult) * 2, None)))
+    return steps
 
 
-def drop_capabilities() -> None:
+def plan_drop_capabilities() -> list:
     """Empty the bounding, ambient, effective, permitted and inheritable sets."""
-    try:
-        prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
-    except OSError:
-        pass  # needs CAP_SETPCAP; the empty bounding set below already stops exec regaining caps
-    for cap in range(last_cap() + 1):
-        try:
-            prctl(PR_CAPBSET_DROP, cap)
-        except OSError as exc:
-            if exc.errno != 22:  # EINVAL: cap unknown to this kernel
-                raise
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    # struct __user_cap_header_struct {u32 version; int pid} (_LINUX_CAPABILITY_VERSION_3, self)
+    # Optional: needs CAP_SETPCAP; the empty bounding set below already stops exec regaining caps
+    steps = [("securebits", (SYS_PRCTL, True, PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN))]
+    # Optional: EINVAL for a capability this kernel does not know (last_cap is read in the parent)
+    steps += [(f"drop capability {cap}", (SYS_PRCTL, True, PR_CAPBSET_DROP, cap)) for cap in range(last_cap() + 1)]
+    steps.append(("clear ambient capabilities", (SYS_PRCTL, False, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)))
+    # struct __user_cap_header_struct {u32 version = _LINUX_CAPABILITY_VERSION_3; int pid = self}
     # and two __user_cap_data_struct {u32 effective, permitted, inheritable}, all zero
-    syscall(SYS_CAPSET, u32(0x20080522) + u32(0), bytes(24))
+    steps.append(("capset", (SYS_CAPSET, False, u32(0x20080522) + u32(0), bytes(24))))
+    return steps
+
+
+def plan_no_new_privs() -> list:
+    return [("no_new_privs", (SYS_PRCTL, False, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))]
 
 
 _LAST_CAP = []
@@ -108,7 +109,3 @@ def has_capabilities() -> bool:
                 if int(line.split()[1], 16):
                     return True
     return False
-
-
-def no_new_privs() -> None:
-    prctl(PR_SET_NO_NEW_PRIVS, 1)

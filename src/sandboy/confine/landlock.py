@@ -4,7 +4,7 @@ Everything is put into ONE ruleset: a second stacked ruleset that does not handl
 access still denies REFER implicitly (FINDINGS.md, landrun PR #56).
 
 The ruleset is created and filled in the parent (`build_ruleset`); the child only calls
-`restrict_self` on the inherited fd, so the API pays the path walking once per policy.
+`landlock_restrict_self` on the inherited fd, so the API pays the path walking once per policy.
 """
 
 import os
@@ -215,8 +215,9 @@ class Ruleset:
         self.fd = fd
         self.abi = abi
 
-    def restrict_self(self) -> None:
-        syscall(SYS_LANDLOCK_RESTRICT_SELF, self.fd, 0)
+    def plan(self) -> list:
+        """The child's step: enforce the ruleset on itself (inherited fd, closed at exec)."""
+        return [("landlock_restrict_self", (SYS_LANDLOCK_RESTRICT_SELF, False, self.fd, 0))]
 
     def close(self) -> None:
         if self.fd >= 0:

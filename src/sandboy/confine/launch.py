@@ -24,12 +24,11 @@ with `limits.processes` as root all of them sit in a pids cgroup. Nothing outliv
 """
 
 import _signal as signal  # the C module: `signal` imports enum (≈ 6 ms of start-up)
-import errno
 import os
 import sys
 import time
 
-from sandboy.errors import EXIT_CAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, CageError
+from sandboy.errors import EXIT_CAGE, EXIT_NOT_FOUND
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -74,57 +73,22 @@ def needs_supervisor(policy) -> bool:
     return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0) or uses_tmp(policy))
 
 
-def _restore_signals() -> None:
-    # Python ignores SIGPIPE and SIGXFSZ; ignored dispositions survive execve, so put them back
-    # (as subprocess does) or `yes | head` and file-size limits misbehave in the command.
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def execvpe(argv, env) -> None:
-    """execve with a PATH search, done by hand: `os.execvpe` imports `warnings` on its way,
-    and after Landlock the interpreter's own library may no longer be readable."""
-    file = argv[0]
-    if "/" in file:
-        os.execve(file, argv, env)
-    saved = None
-    for directory in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
-        try:
-            os.execve(os.path.join(directory or ".", file), argv, env)
-        except OSError as exc:
-            # as execvp(3): keep looking past missing files and refused directories
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ESTALE):
-                raise
-            if saved is None or saved.errno != errno.EACCES:
-                saved = exc
-    raise saved or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), file)
-
-
-def _exec_error_code(exc: OSError) -> int:
-    return EXIT_NOT_FOUND if exc.errno in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
-
-
 # --- exec mode: the CLI process becomes the command -------------------------------------
 
 
 def exec_confined(argv, cage, on_applied=None):
     """Apply `cage` to this process and execve `argv`. Returns only an exit code on failure."""
-    try:
-        os.chdir(cage.cwd)
-    except OSError as exc:
-        raise CageError(f"cannot enter working directory {cage.cwd}: {exc.strerror}") from None
-    _restore_signals()
-    try:
-        cage.apply()
-    except OSError as exc:
-        raise CageError(f"cannot apply the cage: {exc.strerror} ({exc})") from None
+    from sandboy.confine import _libc
+
+    paths, args, envp = cage.exec_args(argv)
+    cage.apply_here()
     if on_applied is not None:
         on_applied()
     try:
-        execvpe(argv, cage.env)
+        _libc.exec_first(paths, args, envp)
     except OSError as exc:
         sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}\n")
-        return _exec_error_code(exc)
+        return _libc.exit_code_for_exec_error(exc.errno)
 
 
 # --- supervised mode and the API ------------------------------------------------------------
@@ -137,8 +101,10 @@ class Confined:
     Direct: `pid` is the command's; `status_fd` carries only a cage or exec error.
     """
 
-    def __init__(self, pid: int, status_fd: int, cage, owns_cage: bool, started: float, supervised: bool):
+    def __init__(self, pid: int, status_fd: int, cage, owns_cage: bool, started: float, supervised: bool,
+                 decode_error):
         self.pid = pid
+        self._decode_error = decode_error
         self.supervised = supervised
         self._status_fd = status_fd
         self._cage = cage
@@ -158,8 +124,9 @@ class Confined:
         if self._result is not None:
             return self._result
         _, status = os.waitpid(self.pid, 0)
-        message = _read_all(self._status_fd).decode("utf-8", "replace")
+        data = _read_all(self._status_fd)
         duration = time.monotonic() - self._started
+        message = data.decode("utf-8", "replace") if self.supervised else self._decode_error(data)
         if self.supervised:
             record = message.split("\0")
             if len(record) == 4:
@@ -193,8 +160,29 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def _start_child(argv, cage, stdio, err_w) -> int:
+    """Fork the confined child: it runs the cage's plan, then execs (see `_libc`)."""
+    from sandboy.confine import _libc
+
+    paths, args, envp = cage.exec_args(argv)
+    return _libc.fork_exec([step for _, step in cage.plan(stdio)], paths, args, envp, err_w)
+
+
+def _child_message(argv, cage, stdio, data: bytes) -> str:
+    """The child's binary error report as "cage:<text>" / "exec:<code>:<text>" / ""."""
+    from sandboy.confine import _libc
+
+    report = _libc.read_child_error(data)
+    if report is None:
+        return ""
+    index, err = report
+    if index >= 0:
+        return "cage:" + cage.describe_failure(index, err, stdio)
+    return f"exec:{_libc.exit_code_for_exec_error(err)}:{argv[0]}: {os.strerror(err)}"
+
+
 def _result_from(status: int, child_message: str, outcome) -> RunResult:
-    """Classify a wait status plus the child's error message (see `_confined_child`)."""
+    """Classify a wait status plus the child's error message (see `_child_message`)."""
     kind, _, detail = child_message.partition(":")
     if kind == "cage":
         return RunResult(EXIT_CAGE, "cage_error", error=detail)
@@ -237,28 +225,27 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         supervise = needed
     elif not supervise and needed:
         raise ValueError("a timeout or limits.processes (as root) needs supervise=True")
+    stdio = (stdin, stdout, stderr)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     started = time.monotonic()
     try:
-        pid = os.fork()
+        pid = _start_child(argv, cage, stdio, status_w) if not supervise else os.fork()
     except OSError:
         os.close(status_r)
         os.close(status_w)
         if owns:
             cage.close()
         raise
-    if pid == 0:
-        if not supervise:
-            _confined_child(list(argv), cage, (stdin, stdout, stderr), status_w)  # never returns
+    if pid == 0:  # the supervisor
         code = 1
         try:
             os.close(status_r)
-            _supervise(list(argv), cage, timeout, (stdin, stdout, stderr), status_w, pids_group)
+            _supervise(list(argv), cage, timeout, stdio, status_w, pids_group)
             code = 0
         finally:
             os._exit(code)
     os.close(status_w)
-    return Confined(pid, status_r, cage, owns, started, supervise)
+    return Confined(pid, status_r, cage, owns, started, supervise, lambda data: _child_message(argv, cage, stdio, data))
 
 
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
@@ -299,23 +286,29 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         except OSError as exc:
             report("cage_error", EXIT_CAGE, 0, f"limits.processes: cannot set pids.max: {exc.strerror}")
             return
-    elif limit and os.geteuid() == 0:
+    group = None
+    if limit and os.geteuid() == 0 and pids_group is None:
         from sandboy.confine.cgroup import PidsCgroup
 
-        cage.cgroup = PidsCgroup.create(limit)
-        if cage.cgroup is None:
+        # The supervisor joins its own group (+1 for itself) and the child is born inside.
+        group = PidsCgroup.create(limit + 1)
+        try:
+            if group is None:
+                raise OSError("no pids cgroup could be created")
+            group.join()
+        except OSError:
+            if group is not None:
+                group.remove()
             report("cage_error", EXIT_CAGE, 0, "limits.processes: running as root, RLIMIT_NPROC does not "
                    "bind uid 0 and no pids cgroup could be created; refusing to run without the limit")
             return
 
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
-        child = os.fork()
+        child = _start_child(argv, cage, stdio, err_w)
     except OSError as exc:
         report("cage_error", EXIT_CAGE, 0, f"fork failed: {exc.strerror}")
         return
-    if child == 0:
-        _confined_child(argv, cage, stdio, err_w)  # never returns
     os.close(err_w)
 
     outcome = None
@@ -328,13 +321,17 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         outcome = "killed"
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if status is None:
-        _kill_pass(cage.cgroup)
+        _kill_pass(group)
         _, status = os.waitpid(child, 0)
-    _kill_descendants(cage.cgroup)
-    if cage.cgroup is not None:
-        cage.cgroup.remove()
+    _kill_descendants(group)
+    if group is not None:
+        try:
+            group.leave()
+        except OSError:
+            pass
+        group.remove()
 
-    result = _result_from(status, _read_all(err_r).decode("utf-8", "replace"), outcome)
+    result = _result_from(status, _child_message(argv, cage, stdio, _read_all(err_r)), outcome)
     report(result.outcome, result.returncode, result.signal or 0, result.error or "")
 
 
@@ -387,6 +384,7 @@ def _kill_pass(cgroup) -> None:
     pids = _descendants()
     if cgroup is not None:
         pids.update(cgroup.pids())
+    pids.discard(os.getpid())  # the supervisor sits in its own per-run group
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -402,33 +400,6 @@ def _kill_descendants(cgroup) -> None:
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
-            if cgroup is None or not cgroup.pids():
+            if cgroup is None or not set(cgroup.pids()) - {os.getpid()}:
                 return
             time.sleep(0.001)
-
-
-def _confined_child(argv, cage, stdio, err_w) -> None:
-    code = EXIT_CAGE
-    try:
-        _restore_signals()
-        for target, fd in enumerate(stdio):
-            if fd is not None and fd != target:
-                os.dup2(fd, target)
-        try:
-            os.chdir(cage.cwd)
-            cage.apply()
-        except OSError as exc:
-            os.write(err_w, f"cage:cannot apply the cage: {exc}".encode())
-            return
-        try:
-            execvpe(argv, cage.env)
-        except OSError as exc:
-            code = _exec_error_code(exc)
-            os.write(err_w, f"exec:{code}:{argv[0]}: {exc.strerror}".encode())
-    except BaseException as exc:  # noqa: BLE001 - nothing may return into the caller's code
-        try:
-            os.write(err_w, f"cage:{type(exc).__name__}: {exc}".encode())
-        except OSError:
-            pass
-    finally:
-        os._exit(code)

@@ -232,14 +232,14 @@ def _socket_block(p: _Prog, rules: SocketRules, eperm: int) -> None:
     _guarded(p, syscall_nr("socket"), b.insns)
 
 
-def load(program: bytes) -> None:
-    """Install the filter on the calling process (after no_new_privs)."""
-    from sandboy.confine._libc import SYS_SECCOMP, Buffer, syscall, u16, u64
+def plan(program: bytes):
+    """(steps, keepalive): the child's step installing the filter, and the buffer its
+    sock_fprog points at, which must stay alive as long as the plan."""
+    from sandboy.confine._libc import SYS_SECCOMP, pointer_to, u16, u64
 
-    filters = Buffer(program)
+    keepalive, address = pointer_to(program)
     # struct sock_fprog { unsigned short len; /* 6 bytes padding */ struct sock_filter *filter; }
-    fprog = u16(len(program) // 8) + bytes(6) + u64(filters.address)
+    fprog = u16(len(program) // 8) + bytes(6) + u64(address)
     SECCOMP_SET_MODE_FILTER = 1
     SECCOMP_FILTER_FLAG_TSYNC = 1  # every thread, so no thread escapes the filter
-    syscall(SYS_SECCOMP, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, fprog)
-    del filters  # kept alive until here: the kernel copied the program during the call
+    return [("seccomp", (SYS_SECCOMP, False, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, fprog))], keepalive

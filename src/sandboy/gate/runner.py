@@ -175,7 +175,12 @@ class CageCache:
             self.cages.pop(policy).close()
             cage = None
         if cage is None:
-            cage = self.cages[policy] = self._build(policy)
+            cage = self._build(policy)
+            if cage.missing_paths:
+                # A granted path that does not exist yet (say `build/`) may be made by this
+                # step; the next step must get a cage that grants it, so build afresh.
+                return cage, True
+            self.cages[policy] = cage
         return cage, False
 
     def _build(self, policy):
