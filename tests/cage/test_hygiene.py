@@ -38,6 +38,20 @@ def test_inherited_fds_closed_api(cage):
         assert cage.run("fd-read", fh.fileno()).out == "EBADF"
 
 
+def test_inherited_fds_closed_without_close_range(cage, monkeypatch):
+    """The fallback for kernels without CLOSE_RANGE_CLOEXEC: FD_CLOEXEC on each open fd."""
+    from sandboy.confine import hygiene
+
+    monkeypatch.setattr(hygiene, "_CLOSE_RANGE_OK", [False])
+    assert "close inherited fd" in hygiene.plan_cloexec()[0][0]  # the fallback is what runs
+    secret = cage.root / "secret.txt"
+    secret.write_text("TOPSECRET")
+    with open(secret, "rb") as fh:
+        os.set_inheritable(fh.fileno(), True)
+        assert cage.run("fds").out == "ok 0 1 2"
+        assert cage.run("fd-read", fh.fileno()).out == "EBADF"
+
+
 def test_secret_in_environment_removed(cage, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "TOPSECRET")
     monkeypatch.setenv("LANG", "C.UTF-8")

@@ -28,7 +28,7 @@ class Cage:
         self.warnings = warnings
         self.drop_caps = drop_caps
         self.missing_paths: list = []  # policy paths that did not exist at build (not granted)
-        steps = hygiene.plan_signals() + hygiene.plan_cloexec() + hygiene.plan_rlimits(policy.limits)
+        steps = hygiene.plan_rlimits(policy.limits)
         if drop_caps:
             steps += hygiene.plan_drop_capabilities()
         steps += hygiene.plan_no_new_privs() + ruleset.plan()
@@ -45,7 +45,7 @@ class Cage:
         steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
                  for target, fd in enumerate(stdio) if fd is not None and fd != target]
         steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
-        return steps + self._steps
+        return steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
 
     def exec_args(self, argv) -> tuple:
         """(candidate paths, argv, envp) as bytes: PATH is searched inside the cage, by the

@@ -53,11 +53,37 @@ def plan_signals() -> list:
     return steps
 
 
-def plan_cloexec() -> list:
+SYS_FCNTL, F_SETFD, FD_CLOEXEC = 72, 2, 1
+_CLOSE_RANGE_OK = []
+
+
+def close_range_cloexec_works() -> bool:
+    """Probed once, in the parent, on a range no process has open (so nothing changes)."""
+    if not _CLOSE_RANGE_OK:
+        from sandboy.confine._libc import syscall
+
+        try:
+            syscall(SYS_CLOSE_RANGE, 0x7FFFFFF0, 0x7FFFFFF0, CLOSE_RANGE_CLOEXEC)
+            _CLOSE_RANGE_OK.append(True)
+        except OSError:
+            _CLOSE_RANGE_OK.append(False)
+    return _CLOSE_RANGE_OK[0]
+
+
+def plan_cloexec(use_close_range=None) -> list:
     """Every fd above 2 close-on-exec, so the command inherits only stdin/out/err. CLOEXEC
     rather than close: the Landlock ruleset fd and the error pipe must live until execve.
-    (CLOSE_RANGE_CLOEXEC is Linux 5.11; Landlock needs 5.13, so no fallback is needed.)"""
-    return [("close inherited fds", (SYS_CLOSE_RANGE, False, 3, 0xFFFFFFFF, CLOSE_RANGE_CLOEXEC))]
+
+    Fallback where CLOSE_RANGE_CLOEXEC is missing (before Linux 5.11; Landlock itself needs
+    5.13, so only a backported kernel gets here): FD_CLOEXEC on each fd open now. Computed per
+    run, right before the fork; fds the launcher opens itself are O_CLOEXEC already."""
+    if use_close_range is None:
+        use_close_range = close_range_cloexec_works()
+    if use_close_range:
+        return [("close inherited fds", (SYS_CLOSE_RANGE, False, 3, 0xFFFFFFFF, CLOSE_RANGE_CLOEXEC))]
+    fds = sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2)
+    # optional: the listing's own directory fd is gone by the time the child runs
+    return [(f"close inherited fd {fd}", (SYS_FCNTL, True, fd, F_SETFD, FD_CLOEXEC)) for fd in fds]
 
 
 def plan_rlimits(limits) -> list:
