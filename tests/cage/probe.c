@@ -261,6 +261,17 @@ int main(int argc, char **argv) {
         int sv[2]; CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
         CHECK(write(sv[0], "x", 1)); return ok(NULL);
     }
+    if (!strcmp(v, "dgram-pair-sendto")) {
+        /* a datagram socketpair end, pointed at a pathname socket with sendto() */
+        int sv[2]; CHECK(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv));
+        struct sockaddr_un addr; socklen_t len = unix_addr(&addr, a, 0);
+        CHECK(sendto(sv[0], "leak", 4, 0, (struct sockaddr *)&addr, len)); return ok(NULL);
+    }
+    if (!strcmp(v, "prlimit")) {
+        /* lower RLIMIT_NOFILE of process `a` (0 = itself), raw syscall with a full 64-bit pid */
+        struct rlimit64 { uint64_t cur, max; } lim = {64, 64};
+        CHECK(syscall(SYS_prlimit64, num(a), 7 /* RLIMIT_NOFILE */, &lim, NULL)); return ok(NULL);
+    }
     if (!strcmp(v, "unix-connect") || !strcmp(v, "abstract-connect")) {
         int s; CHECK(s = socket(AF_UNIX, SOCK_STREAM, 0));
         struct sockaddr_un addr; socklen_t len = unix_addr(&addr, a, v[0] == 'a');

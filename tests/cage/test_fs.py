@@ -216,3 +216,21 @@ def test_deny_glob_matches_like_glob_without_symlinks(deny_tree, pattern):
     want = set(glob.glob(os.path.join(base, pattern), recursive=True, include_hidden=True))
     got = set(_glob_nofollow(os.path.join(base, pattern)))
     assert {p.rstrip("/") for p in got} == {p.rstrip("/") for p in want}
+
+
+def test_sandboy_cache_is_never_reachable(cage, monkeypatch):
+    """The parse cache (and the compiled adapter components) must not be writable from a cage
+    even when the policy grants its parent: a poisoned entry would widen the next run of the
+    same, unchanged policy file."""
+    home = cage.work / "home"
+    cache = home / ".cache" / "sandboy"
+    (cache / "policies").mkdir(parents=True)
+    (cache / "policies" / "entry.marshal").write_bytes(b"x")
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(cache))
+    policy = cage.policy(fs={"write": [str(home)]})
+    assert cage.run("write", cache / "policies" / "entry.marshal", policy=policy).out == "EACCES"
+    assert cage.run("create", cache / "policies" / "new.marshal", policy=policy).out == "EACCES"
+    assert cage.run("read", cache / "policies" / "entry.marshal", policy=policy).out == "EACCES"
+    # the twin: the rest of the granted directory is writable as the policy says
+    (home / ".cache" / "pip").mkdir()
+    assert cage.run("create", home / ".cache" / "pip" / "wheel", policy=policy).ok

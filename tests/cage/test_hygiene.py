@@ -128,3 +128,22 @@ def test_setuid_binary_gains_nothing(cage, probe):
     os.chown(suid, 0, 0)
     os.chmod(suid, 0o4755)
     assert cage.run(argv=[str(suid), "caps"], policy=policy).out == "ok eff=0 prm=0 inh=0 bnd=0 amb=0 euid=0"
+
+
+def test_ignored_signals_are_not_inherited(cage):
+    """A caller that ignores SIGALRM, SIGUSR1... must not pass that on (an alarm() watchdog in
+    the command would never fire); SIGHUP stays as the caller set it (nohup). Nothing blocked."""
+    import signal
+
+    ignored = (signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in ignored}
+    try:
+        r = cage.run(argv=["/usr/bin/grep", "^Sig", "/proc/self/status"],
+                     policy=cage.policy(fs={"read": ["/proc"], "exec": ["/usr/bin"]}))
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert r.rc == 0, r
+    fields = dict(line.split(":\t", 1) for line in r.out.splitlines() if ":\t" in line)
+    assert int(fields["SigIgn"], 16) == 1 << (signal.SIGHUP - 1)
+    assert int(fields["SigBlk"], 16) == 0

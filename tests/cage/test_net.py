@@ -164,6 +164,31 @@ def test_host_daemon_pathname_socket_refused(cage, daemon_socket):
     assert cage.run("socketpair").ok  # socketpair still works with unix = false
 
 
+@pytest.fixture
+def datagram_daemon(tmp_path):
+    """A host daemon's datagram socket (like /dev/log), in a directory no policy grants."""
+    d = tmp_path / "dgram"
+    d.mkdir()
+    path = str(d / "log.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.setblocking(False)
+    yield path, s
+    s.close()
+
+
+def test_datagram_socketpair_cannot_reach_a_host_socket(cage, datagram_daemon):
+    """socketpair(AF_UNIX, SOCK_DGRAM) gives an unbound datagram socket that sendto() can aim at
+    any pathname socket; with unix = false it is refused (stream pairs still work)."""
+    path, listener = datagram_daemon
+    assert cage.run("dgram-pair-sendto", path).out == "EPERM"
+    with pytest.raises(BlockingIOError):
+        listener.recv(16)
+    # the twin: with unix sockets allowed, the same datagram arrives (the probe can see it)
+    assert cage.run("dgram-pair-sendto", path, policy=cage.policy(net={"unix": True})).ok
+    assert listener.recv(16) == b"leak"
+
+
 def test_pathname_socket_reachable_with_unix_true_known_gap(cage, daemon_socket):
     """Landlock (ABI < 9) does not restrict connect() to a pathname unix socket, even where
     file access is denied (FINDINGS.md). `net.unix = true` therefore reaches every socket the

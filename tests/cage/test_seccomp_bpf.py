@@ -65,6 +65,10 @@ def expected(nr, arch, args, deny, rules) -> int:
     for name, index in seccomp.SEND_FLAGS_ARG.items():
         if nr == X86_64[name] and low[index] & seccomp.MSG_FASTOPEN and not rules.tcp_any_protocol:
             return EPERM
+    if nr == X86_64["prlimit64"] and low[0] != 0:
+        return EPERM  # another process's limits
+    if nr == X86_64["socketpair"] and not rules.unix and low[1] & seccomp.SOCK_TYPE_MASK == seccomp.SOCK_DGRAM:
+        return EPERM
     if nr == X86_64["socket"]:
         family, kind, proto = low[0], low[1] & seccomp.SOCK_TYPE_MASK, low[2]
         if family == seccomp.AF_NETLINK:
@@ -118,7 +122,7 @@ def test_foreign_arch_and_x32_refused_before_anything():
 
 interesting_nr = st.sampled_from([X86_64[n] for n in ("socket", "clone", "clone3", "ioctl", "ptrace", "getpid",
                                                        "unshare", "mount", "io_uring_setup", "sendto",
-                                                       "sendmsg", "sendmmsg")])
+                                                       "sendmsg", "sendmmsg", "prlimit64", "socketpair")])
 arg = st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from([
     1, 2, 10, 16, 17, 40, 0x1_00000002, 0x1_0000000A, 1 | 0o4000, 2 | 0o2000000, 3, 5, 0, 6, 17, 132, 262,
     0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5413, 0x10000000, 0x40000000, 0x1_00000000]))

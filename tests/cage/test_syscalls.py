@@ -154,3 +154,20 @@ def test_tiocsti_on_a_pty_refused(cage, probe, cmd):
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_prlimit_on_another_process_refused(cage, outsider, probe):
+    """Landlock does not scope prlimit64: without the filter a command could lower its
+    supervisor's RLIMIT_NOFILE (it then cannot find the tree to kill) or any host process's."""
+    def nofile(pid):
+        with open(f"/proc/{pid}/limits") as fh:
+            return next(line for line in fh if line.startswith("Max open files")).split()[3]
+
+    before = nofile(outsider.pid)
+    assert cage.run("prlimit", outsider.pid).out == "EPERM"
+    assert cage.run("prlimit", 0x1_00000000 | outsider.pid).out == "EPERM"  # the high word is ignored
+    assert nofile(outsider.pid) == before
+    assert cage.run("prlimit", 0).ok  # its own limits, as setrlimit does
+    # the twin: uncaged, the same probe does change the outsider's limit
+    assert outside(probe, "prlimit", outsider.pid) == "ok"
+    assert nofile(outsider.pid) == "64"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 import shutil
 import socket
 import time
@@ -343,3 +344,115 @@ def test_a_path_made_by_one_step_is_granted_to_the_next(tmp_path, fake_home):
     steps = by_name(report)
     assert [steps[n]["status"] for n in ("before", "build", "use")] == ["passed"] * 3, proc.stdout + proc.stderr
     assert "artefact" in proc.stdout
+
+
+def test_a_step_cannot_break_cleanup_of_its_tmp(tmp_path, fake_home):
+    """A tree 1,500 levels deep, a FIFO and a locked directory in {tmp}: the next step still
+    gets an empty {tmp}, the gate still reports, and nothing is left behind."""
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "litter"
+        run = '''
+            cd "$TMPDIR" && mkfifo pipe && mkdir locked && touch locked/f && chmod 000 locked
+            python3 - <<'PY'
+        import os
+        fd = os.open(".", os.O_RDONLY)
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=fd)
+            fd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        PY
+            echo TMP=$TMPDIR
+        '''
+
+        [[step]]
+        name = "next"
+        run = 'test -z "$(ls -A "$TMPDIR")" && echo tmp-is-empty'
+    """)
+    proc, report = run_json(repo, tmp_path, home=fake_home)
+    steps = by_name(report)
+    assert steps["litter"]["status"] == "passed", proc.stdout + proc.stderr
+    assert steps["next"]["status"] == "passed", proc.stdout + proc.stderr
+    assert "tmp-is-empty" in proc.stdout
+    tmp = next(line.split("TMP=", 1)[1] for line in proc.stdout.splitlines() if "TMP=" in line)
+    assert not os.path.exists(tmp.strip())  # removed after the gate
+
+
+def test_a_process_limit_does_not_outlive_its_step(tmp_path, fake_home):
+    """As root, steps share one pids cgroup: a later step without `processes` must not keep
+    the earlier step's pids.max."""
+    if os.geteuid() != 0:
+        pytest.skip("the shared pids cgroup is used as root only")
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(textwrap.dedent("""
+        version = 1
+        [fs]
+        read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", "."]
+        exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+        write = ["."]
+    """))
+    repo = make_repo(tmp_path, """
+        [gate]
+        shell = ["bash", "-c"]   # no login shell: /etc/profile would retry fork for 15 s
+
+        [[step]]
+        name = "small"
+        run = "true"
+        policy = "one"
+        allow_failure = true
+
+        [[step]]
+        name = "build"
+        run = "for i in 1 2 3 4 5; do sleep 0.2 & done; wait; echo forked-five"
+
+        [policy.one]
+        version = 1
+        limits.processes = 1
+    """)
+    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling, home=fake_home)
+    assert by_name(report)["build"]["status"] == "passed", proc.stdout + proc.stderr
+    assert "forked-five" in proc.stdout
+
+
+@pytest.mark.parametrize("flag", ["--logs", "--junit", "--json"])
+def test_outputs_inside_what_steps_can_write_are_refused(tmp_path, fake_home, flag):
+    """The gate writes its files with the operator's rights after the steps ran; inside the
+    repository a step could plant a symlink there (`gate-logs/next.log -> /etc/...`)."""
+    victim = tmp_path / "victim.conf"
+    victim.write_text("original\n")
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "plant"
+        run = "mkdir -p out/logs && ln -s {victim} out/logs/next.log && ln -s {victim} out/gate.xml && ln -s {victim} out/gate.json"
+
+        [[step]]
+        name = "next"
+        run = "echo attacker-chosen-bytes"
+    """)
+    target = {"--logs": "out/logs", "--junit": "out/gate.xml", "--json": "out/gate.json"}[flag]
+    proc = run_gate(repo, flag, repo / target, home=fake_home)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{flag}: " in proc.stderr and "which the steps can write" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert victim.read_text() == "original\n"
+    assert not (repo / "out").exists()  # refused before anything ran
+
+
+def test_outputs_never_follow_a_planted_symlink(tmp_path, fake_home):
+    """Second layer: even outside the repository, a symlink or FIFO at the report path is not
+    followed or waited on."""
+    victim = tmp_path / "victim.conf"
+    victim.write_text("original\n")
+    out = tmp_path / "reports"
+    out.mkdir()
+    (out / "gate.xml").symlink_to(victim)
+    os.mkfifo(out / "gate.json")
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "unit"
+        run = "true"
+    """)
+    proc = run_gate(repo, "--junit", out / "gate.xml", home=fake_home, timeout=30)
+    assert proc.returncode != 0 and "cannot write a report" in proc.stderr, proc.stderr
+    assert victim.read_text() == "original\n"
+    proc = run_gate(repo, "--json", out / "gate.json", home=fake_home, timeout=30)
+    assert proc.returncode != 0 and "cannot write a report" in proc.stderr, proc.stderr

@@ -62,9 +62,20 @@ static void free_job(job_t *job) {
     free_strings(job->envp);
 }
 
+/* Only real lists and tuples: the char* pointers taken below point into their items, which the
+   caller's object keeps alive. (PySequence_Fast of a generator would build a temporary list
+   whose items die with it.) */
+static PyObject *as_sequence(PyObject *seq, const char *what) {
+    if (!PyList_Check(seq) && !PyTuple_Check(seq)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a list or a tuple", what);
+        return NULL;
+    }
+    return PySequence_Fast(seq, what);
+}
+
 /* A list of bytes -> NULL-terminated char* array pointing into the bytes objects. */
 static char **to_strings(PyObject *seq, const char *what) {
-    PyObject *fast = PySequence_Fast(seq, what);
+    PyObject *fast = as_sequence(seq, what);
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -76,8 +87,8 @@ static char **to_strings(PyObject *seq, const char *what) {
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
-        if (!PyBytes_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "%s: item %zd is not bytes", what, i);
+        if (!PyBytes_Check(item) || strlen(PyBytes_AS_STRING(item)) != (size_t)PyBytes_GET_SIZE(item)) {
+            PyErr_Format(PyExc_ValueError, "%s: item %zd is not bytes without NUL", what, i);
             PyMem_Free(out);
             Py_DECREF(fast);
             return NULL;
@@ -105,7 +116,7 @@ static int to_arg(PyObject *obj, long *out) {
 }
 
 static int to_steps(PyObject *plan, job_t *job) {
-    PyObject *fast = PySequence_Fast(plan, "plan must be a sequence");
+    PyObject *fast = as_sequence(plan, "plan");
     if (fast == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -125,8 +136,12 @@ static int to_steps(PyObject *plan, job_t *job) {
         }
         step_t *s = &job->steps[i];
         s->nr = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        if (s->nr == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
         s->optional = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 1));
-        if (PyErr_Occurred() || s->optional < 0) {
+        if (s->optional < 0) {
             Py_DECREF(fast);
             return -1;
         }

@@ -57,7 +57,10 @@ class Cage:
             search = self.env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
             paths = [os.path.join(os.fsencode(d) or b".", name) for d in search.split(":")]
         envp = [os.fsencode(f"{k}={v}") for k, v in self.env.items()]
-        return paths, [os.fsencode(a) for a in argv], envp
+        args = [os.fsencode(a) for a in argv]
+        if any(b"\0" in item for item in (*paths, *args, *envp)):
+            raise ValueError("argv and environment must not contain NUL bytes")
+        return paths, args, envp
 
     def describe_failure(self, index: int, err: int, stdio=(None, None, None)) -> str:
         label = self.plan(stdio)[index][0] if 0 <= index < len(self.plan(stdio)) else f"step {index}"
@@ -75,9 +78,9 @@ class Cage:
         """In the parent, when no more children will be started from this cage."""
         self.ruleset.close()
         if self.ctx.tmp:
-            import shutil
+            from sandboy.confine.cleanup import remove_tree
 
-            shutil.rmtree(self.ctx.tmp, ignore_errors=True)
+            remove_tree(self.ctx.tmp)
 
     def report(self) -> dict:
         return {
@@ -87,6 +90,22 @@ class Cage:
             "degraded": self.degraded,
             "warnings": self.warnings,
         }
+
+
+def _own_cache_dir() -> str:
+    """Sandboy's cache (parsed policies, compiled adapter components) is never reachable from a
+    cage, whatever the policy grants: a command that could write it would widen the next run of
+    the same policy, or swap the native code wasmtime loads. Made now if missing, so the deny
+    has something to bind to; where it cannot be made, the caged command (same uid, fewer
+    rights) cannot make it either."""
+    from sandboy.policy.load import cache_dir
+
+    path = os.path.realpath(cache_dir())
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    return path
 
 
 def _names(mask: int, table: dict) -> list[str]:
@@ -126,9 +145,7 @@ def build(policy, cwd=None, repo=None, environ=None, abi=None) -> Cage:
         return _build(policy, ctx, abi, strict, environ, warnings, degraded)
     except BaseException:
         if tmp:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+            os.rmdir(tmp)  # still empty: nothing has run
         raise
 
 
@@ -159,7 +176,13 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
                 real = os.path.realpath(interp)
                 grants[real] = grants.get(real, 0) | landlock.EXEC
 
-    denies = landlock.expand_denies(fs.deny, warnings.append)
+    cache = _own_cache_dir()
+    for path, rights in grants.items():
+        if rights & landlock.WRITE_FILE and cache.startswith(path.rstrip("/") + "/"):
+            warnings.append(f"fs: Sandboy's own cache {cache} lies inside the write grant {path}: it is denied, "
+                            f"which splits {os.path.dirname(cache)} (no new entries there); set "
+                            "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
+    denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
     rules = landlock.plan_rules(grants, denies, warnings.append)
 
     handled_fs = landlock.fs_rights_for(abi)

@@ -37,18 +37,21 @@ RLIMITS = {  # policy key -> (resource, multiplier)
 }
 
 
-# Python ignores SIGPIPE and SIGXFSZ, and the supervisor ignores SIGINT and handles SIGTERM;
-# ignored dispositions survive execve, so they are put back (as subprocess does), or
-# `yes | head` and file-size limits misbehave in the command. SIGQUIT for good measure.
-DEFAULT_SIGNALS = (13, 25, 2, 15, 3)  # SIGPIPE SIGXFSZ SIGINT SIGTERM SIGQUIT
+# Ignored signal dispositions survive execve. Python ignores SIGPIPE and SIGXFSZ, the supervisor
+# SIGINT, and a caller may ignore others (SIGALRM ignored would silence an alarm() watchdog in
+# the command), so every signal is put back to SIG_DFL — except SIGHUP, which `nohup` ignores on
+# purpose for the whole command line — and none stays blocked. Caught signals need nothing:
+# execve resets them (and the C executor resets them before its plan runs).
+_NOT_RESET = (1, 9, 19)  # SIGHUP (nohup's choice), SIGKILL and SIGSTOP (cannot be changed)
 _SIG_DFL_ACTION = bytes(32)  # struct kernel_sigaction {handler = SIG_DFL, flags, restorer, mask}
 _EMPTY_SIGSET = bytes(8)
 SIG_SETMASK = 2
 
 
 def plan_signals() -> list:
-    steps = [(f"reset signal {sig}", (SYS_RT_SIGACTION, False, sig, _SIG_DFL_ACTION, None, 8))
-             for sig in DEFAULT_SIGNALS]
+    # optional: 32 and 33 belong to the C library and may refuse
+    steps = [(f"reset signal {sig}", (SYS_RT_SIGACTION, True, sig, _SIG_DFL_ACTION, None, 8))
+             for sig in range(1, 65) if sig not in _NOT_RESET]
     steps.append(("unblock signals", (SYS_RT_SIGPROCMASK, False, SIG_SETMASK, _EMPTY_SIGSET, None, 8)))
     return steps
 

@@ -268,6 +268,9 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal ^C reaches the command itself
     signal.signal(signal.SIGTERM, _on_stop)        # Confined.kill() and the caller's death
+    # Held back until we wait: a stop request that arrived while the child was being started
+    # would otherwise escape before we know the child's pid (and leave its tree running).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() == 1:
@@ -277,12 +280,13 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         os.write(status_w, f"{outcome}\0{code}\0{sig}\0{error}".encode())
 
     limit = cage.policy.limits.processes
-    if limit and os.geteuid() == 0 and pids_group is not None:
+    if pids_group is not None and os.geteuid() == 0:
         # Already inside (we were forked in it): leave room for what is there now, the caller
-        # and this supervisor, plus the policy's limit for the command's tree. The final kill
-        # walks our descendants, never the group (it holds the caller).
+        # and this supervisor, plus the policy's limit for the command's tree ("max" without
+        # one, so a previous run's limit does not linger). The final kill walks our
+        # descendants, never the group (it holds the caller).
         try:
-            pids_group.set_max(pids_group.current() + limit)
+            pids_group.set_max(pids_group.current() + limit if limit else "max")
         except OSError as exc:
             report("cage_error", EXIT_CAGE, 0, f"limits.processes: cannot set pids.max: {exc.strerror}")
             return
@@ -314,12 +318,14 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
     outcome = None
     status = None
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a pending stop lands here
         status = _wait_until(child, timeout)
         if status is None:
             outcome = "timed_out"
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     except _Stop:
         outcome = "killed"
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # from here on the tree is ours to end
     if status is None:
         _kill_pass(group)
         _, status = os.waitpid(child, 0)

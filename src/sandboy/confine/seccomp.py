@@ -14,6 +14,8 @@ Layout (every jump is short, so no offset can overflow the 8-bit jump fields):
     clone: namespace flags    -> EPERM
     ioctl: TIOCSTI/TIOCLINUX  -> EPERM
     socket: family/type/proto -> EPERM unless the policy allows it
+    socketpair SOCK_DGRAM     -> EPERM while unix sockets are refused
+    prlimit64 on another pid  -> EPERM
     sendto/sendmsg/sendmmsg with MSG_FASTOPEN -> EPERM while TCP port rules are in force
     otherwise                 -> ALLOW
 """
@@ -39,13 +41,13 @@ DEFAULT_DENY = (
 # The numbers the default filter needs, so the full table (policy/syscalls.py, ≈ 0.3 ms to
 # import) loads only when a policy names other calls. tests/cage checks these against it.
 _COMMON_NRS = {
-    "ioctl": 16, "socket": 41, "sendto": 44, "sendmsg": 46, "listen": 50, "clone": 56,
+    "ioctl": 16, "socket": 41, "sendto": 44, "sendmsg": 46, "listen": 50, "socketpair": 53, "clone": 56,
     "ptrace": 101, "syslog": 103, "uselib": 134, "personality": 135, "vhangup": 153,
     "pivot_root": 155, "chroot": 161, "acct": 163, "mount": 165, "umount2": 166, "swapon": 167,
     "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173, "init_module": 175,
     "delete_module": 176, "quotactl": 179, "lookup_dcookie": 212, "kexec_load": 246,
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
-    "name_to_handle_at": 303, "open_by_handle_at": 304, "sendmmsg": 307, "setns": 308,
+    "prlimit64": 302, "name_to_handle_at": 303, "open_by_handle_at": 304, "sendmmsg": 307, "setns": 308,
     "process_vm_readv": 310, "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320,
     "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
@@ -150,10 +152,40 @@ def build(deny_names, sockets: SocketRules) -> bytes:
     _clone_block(p, eperm)
     _ioctl_block(p, eperm)
     _socket_block(p, sockets, eperm)
+    if not sockets.unix:
+        _socketpair_block(p, eperm)
     if not sockets.tcp_any_protocol:
         _fastopen_block(p, eperm)
+    _prlimit_block(p, eperm)
     p.op(RET_K, RET_ALLOW)
     return p.bytes()
+
+
+def _prlimit_block(p: _Prog, eperm: int) -> None:
+    """prlimit64 on another process: Landlock (ABI 7) does not scope it, so a command could set
+    its supervisor's RLIMIT_NOFILE to 0 (the supervisor then cannot find the tree to kill) or
+    lower the limits of any host process of the same user. Only pid 0 (itself) is allowed, which
+    is what setrlimit/getrlimit use. The kernel reads the pid as a 32-bit pid_t."""
+    body = _Prog()
+    body.op(LD_W_ABS, _arg_low(0))
+    body.op(JEQ_K, 0, 0, 1)
+    body.op(RET_K, RET_ALLOW)
+    body.op(RET_K, eperm)
+    _guarded(p, syscall_nr("prlimit64"), body.insns)
+
+
+def _socketpair_block(p: _Prog, eperm: int) -> None:
+    """With unix sockets refused, socketpair() stays allowed (subprocess pipes, asyncio), but
+    not as SOCK_DGRAM: an unbound datagram socket can sendto() or connect() any pathname
+    socket (/dev/log, journald, a daemon's control socket), which Landlock (ABI 7) does not
+    check. A connected stream or seqpacket pair cannot be pointed anywhere else."""
+    body = _Prog()
+    body.op(LD_W_ABS, _arg_low(1))
+    body.op(AND_K, SOCK_TYPE_MASK)
+    body.op(JEQ_K, SOCK_DGRAM, 0, 1)
+    body.op(RET_K, eperm)
+    body.op(RET_K, RET_ALLOW)
+    _guarded(p, syscall_nr("socketpair"), body.insns)
 
 
 def _guarded(p: _Prog, nr: int, body: list) -> None:

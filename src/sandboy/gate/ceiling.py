@@ -23,6 +23,10 @@ ETC_SECRETS = (
     "/etc/sudoers",
     "/etc/sudoers.d",
     "/etc/security/opasswd",
+    "/etc/ssl/private",      # TLS private keys
+    "/etc/krb5.keytab",      # Kerberos host keys
+    "/etc/libvirt/secrets",
+    "/etc/NetworkManager/system-connections",  # Wi-Fi and VPN passwords
 )
 
 # Limits: generous for a test suite, tight enough that a fork bomb or a runaway writer stops.

@@ -15,7 +15,8 @@ EPILOG = """\
 examples:
   sandboy gate                                   # the repository in the current directory
   sandboy gate path/to/repo --ceiling ceiling.toml
-  sandboy gate --junit gate.xml --json gate.json --logs gate-logs
+  sandboy gate --junit ../out/gate.xml --json ../out/gate.json --logs ../out/logs
+                                                 # reports go OUTSIDE what steps can write
   sandboy gate --keep-going                      # run every step even after a required one failed
 
 The repository writes .007/gate.toml; the operator's --ceiling (a step policy) bounds every step:
@@ -56,7 +57,10 @@ def _fail(args, message: str, code: int) -> int:
     if getattr(args, "json_path", None):
         from sandboy.gate.report import error_json, write_json
 
-        _write_json(args.json_path, error_json(message, code), write_json)
+        try:
+            _write_json(args.json_path, error_json(message, code), write_json)
+        except OSError as exc:
+            sys.stderr.write(f"sandboy gate: cannot write a report: {args.json_path}: {exc.strerror or exc}\n")
     return code
 
 
@@ -78,10 +82,18 @@ def run_command(args) -> int:
     from sandboy.gate.console import Console
     from sandboy.gate.runner import run_gate
 
+    from sandboy.gate.outputs import check_outside
+    from sandboy.gate.runner import resolve_ceiling
+
     try:
         gate = config.load(args.repo)
         ceiling = ceilings.load(args.ceiling)
+        check_outside({"--logs": args.logs, "--junit": args.junit, "--json": args.json_path,
+                       "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")},
+                      [gate.repo, *resolve_ceiling(ceiling, gate.repo).fs.write], source="arguments")
     except PolicyError as exc:
+        if exc.key == "--json":
+            args.json_path = None  # the refused path itself: write nothing there
         return _fail(args, str(exc), EXIT_USAGE)
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
     out = sys.stderr if args.json_path == "-" else sys.stdout

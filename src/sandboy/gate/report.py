@@ -166,20 +166,23 @@ def write_all(gate_result, junit=None, json_path=None, summary=None) -> None:
     """Write the requested report files; `summary` is appended to (GitHub's convention)."""
     if json_path:
         write_json(json_path, to_json(gate_result))
+    from sandboy.gate.outputs import open_output
+
     if junit:
-        with open(junit, "wb") as fh:
+        with open_output(junit) as fh:
             fh.write(to_junit(gate_result))
     if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(to_markdown(gate_result))
+        with open_output(summary, append=True) as fh:
+            fh.write(to_markdown(gate_result).encode("utf-8"))
 
 
 def write_json(path: str, data: dict) -> None:
     import json
 
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
+    from sandboy.gate.outputs import open_output
+
+    with open_output(path) as fh:
+        fh.write((json.dumps(data, indent=2) + "\n").encode("utf-8"))
 
 
 __all__ = ["table", "to_json", "to_junit", "to_markdown", "write_all", "error_json"]

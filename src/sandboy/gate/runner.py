@@ -137,6 +137,10 @@ class CageCache:
         steps do not pay a cgroup move each (≈ 10 ms on cgroup v1; see confine/cgroup.py).
         None where none can be made: `spawn` then tries a group of its own per step, and
         refuses the step (125) if that fails too."""
+        if self._pids_group:
+            # Once joined, every step goes through the group: a step without a process limit
+            # must get "max" back, not the previous step's number.
+            return self._pids_group
         if not policy.limits.processes or os.geteuid() != 0 or self._pids_group is False:
             return None
         if self._pids_group is None:
@@ -190,21 +194,9 @@ class CageCache:
 
     @staticmethod
     def _empty_tmp(cage) -> bool:
-        import shutil
+        from sandboy.confine.cleanup import empty_dir
 
-        tmp = cage.ctx.tmp
-        if not tmp:
-            return True
-        try:
-            os.chmod(tmp, 0o700)  # a step may have changed it to lock the next one out
-            for entry in os.scandir(tmp):
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
-        except OSError:
-            return False
-        return True
+        return not cage.ctx.tmp or empty_dir(cage.ctx.tmp)
 
     def close(self) -> None:
         for cage in self.cages.values():
@@ -288,7 +280,9 @@ def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console,
     argv = [*shell, step.run]
     log_fh = None
     if log_dir is not None:
-        log_fh = open(result.log_path, "wb")
+        from sandboy.gate.outputs import open_output
+
+        log_fh = open_output(result.log_path)
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     stream = _Stream(console, step.name, log_fh)

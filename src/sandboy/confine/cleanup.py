@@ -1,0 +1,98 @@
+"""Remove what a confined command left in its private `{tmp}`, whatever it made there.
+
+Why not `shutil.rmtree`: it recurses once per directory level, and on Python 3.11 a tree 1,200
+levels deep raises RecursionError — not an OSError, so `ignore_errors=True` does not catch it —
+which crashed the gate and leaked the directory. This walks with an explicit stack, works
+relative to directory fds (paths of any depth, no symlink is ever followed), and makes
+directories writable as it goes (a step may chmod 000 them). Call it only once every process
+of the run is dead.
+"""
+
+import os
+
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def empty_dir(path: str) -> bool:
+    """Remove everything inside `path` (kept, mode 0700). False if something could not go."""
+    try:
+        os.chmod(path, 0o700)
+        top = os.open(path, _OPEN_DIR)
+    except OSError:
+        return False
+    try:
+        return _empty(top)
+    finally:
+        os.close(top)
+
+
+def remove_tree(path: str) -> bool:
+    """Remove `path` and everything beneath it. False if something could not go."""
+    if not os.path.lexists(path):
+        return True
+    ok = empty_dir(path) if os.path.isdir(path) and not os.path.islink(path) else True
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        return False
+    return ok
+
+
+_MAX_DEPTH = 32  # open directory fds held at once; deeper subtrees are moved up first
+
+
+def _empty(top: int) -> bool:
+    """Depth-first with an explicit stack of [dir fd, its name, subdirectories left to do].
+
+    A subtree deeper than _MAX_DEPTH is renamed into the top directory and emptied from there
+    later, so neither the stack nor the number of open fds grows with the tree's depth."""
+    ok = True
+    moved = 0
+    stack = [[top, "", None]]
+    while stack:
+        frame = stack[-1]
+        fd = frame[0]
+        if frame[2] is None:
+            frame[2] = []
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            frame[2].append(entry.name)
+                            continue
+                        try:
+                            os.unlink(entry.name, dir_fd=fd)
+                        except OSError:
+                            ok = False
+            except OSError:
+                ok = False
+        if frame[2]:
+            name = frame[2].pop()
+            if len(stack) >= _MAX_DEPTH:
+                moved += 1
+                flat = f".sandboy-flattened-{moved}"
+                try:
+                    os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=top)
+                    stack[0][2].append(flat)
+                except OSError:
+                    ok = False
+                continue
+            try:
+                os.chmod(name, 0o700, dir_fd=fd)  # a step may have locked it; nothing runs now
+                child = os.open(name, _OPEN_DIR, dir_fd=fd)
+            except OSError:
+                ok = False
+                continue
+            stack.append([child, name, None])
+            continue
+        stack.pop()
+        if stack:  # the top directory is kept and its fd belongs to the caller
+            os.close(fd)
+            try:
+                os.rmdir(frame[1], dir_fd=stack[-1][0])
+            except OSError:
+                ok = False
+    return ok

@@ -1,0 +1,51 @@
+"""Where the gate writes its own files (logs, JUnit, JSON, the GitHub step summary).
+
+The gate runs with the operator's rights (often root) and opens these files AFTER steps wrote to
+the repository. A file the steps could prepare — a symlink planted at `gate-logs/next.log`, a
+FIFO at `gate.xml` — would make the gate itself overwrite any file on the host or block forever.
+So: every output must lie outside what the steps can write (the repository and the ceiling's
+write roots), and each file is opened without following a final symlink, without blocking, and
+only if it is a regular file.
+"""
+
+import os
+import stat
+
+from sandboy.errors import PolicyError
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_outside(outputs: dict, write_roots, source: str = "sandboy gate") -> None:
+    """`outputs`: {"--junit": path, ...}. Raise PolicyError for one the steps could reach."""
+    roots = [os.path.realpath(r) for r in write_roots if not r.startswith("{")]
+    for label, path in outputs.items():
+        if not path or path == "-":
+            continue
+        real = os.path.realpath(path)
+        for root in roots:
+            if _under(real, root):
+                raise PolicyError(
+                    source, label,
+                    f"{path} lies inside {root}, which the steps can write: a step could plant a symlink "
+                    "or a FIFO there and make the gate overwrite any file or hang; write it outside "
+                    "the repository (e.g. ../gate-reports/ or $RUNNER_TEMP)")
+
+
+def open_output(path: str, append: bool = False):
+    """A binary file object for `path`, refusing symlinks and anything but a regular file."""
+    fd = os.open(path, _OPEN_FLAGS | (os.O_APPEND if append else 0), 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if not append:
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "ab" if append else "wb")
+    except BaseException:
+        os.close(fd)
+        raise
