@@ -62,6 +62,19 @@ class PidsCgroup:
                 os.rmdir(path)
         return None
 
+    @classmethod
+    def create_and_join(cls, max_pids: int) -> "PidsCgroup | None":
+        """A fresh group with this process already inside it, or None (nothing left behind)."""
+        group = cls.create(max_pids)
+        if group is None:
+            return None
+        try:
+            group.join()
+        except OSError:
+            group.remove()
+            return None
+        return group
+
     def join(self, pid: int = 0) -> None:
         with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
             fh.write(str(pid))

@@ -295,14 +295,8 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         from sandboy.confine.cgroup import PidsCgroup
 
         # The supervisor joins its own group (+1 for itself) and the child is born inside.
-        group = PidsCgroup.create(limit + 1)
-        try:
-            if group is None:
-                raise OSError("no pids cgroup could be created")
-            group.join()
-        except OSError:
-            if group is not None:
-                group.remove()
+        group = PidsCgroup.create_and_join(limit + 1)
+        if group is None:
             report("cage_error", EXIT_CAGE, 0, "limits.processes: running as root, RLIMIT_NPROC does not "
                    "bind uid 0 and no pids cgroup could be created; refusing to run without the limit")
             return

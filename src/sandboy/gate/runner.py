@@ -146,17 +146,10 @@ class CageCache:
         if self._pids_group is None:
             from sandboy.confine.cgroup import PidsCgroup
 
-            group = PidsCgroup.create(1 << 22)
-            try:
-                if group is None:
-                    raise OSError("no pids cgroup")
-                group.join()
-            except OSError:
-                if group is not None:
-                    group.remove()
-                self._pids_group = False
+            group = PidsCgroup.create_and_join(1 << 22)
+            self._pids_group = group if group is not None else False
+            if group is None:
                 return None
-            self._pids_group = group
         return self._pids_group
 
     @staticmethod
