@@ -28,6 +28,9 @@ class Cage:
         self.warnings = warnings
         self.drop_caps = drop_caps
         self.missing_paths: list = []  # policy paths that did not exist at build (not granted)
+        # Set by build() unless the policy has glob denies (matched anew at every launch):
+        self.fingerprint = None
+        self.fingerprint_of = None
         steps = hygiene.plan_rlimits(policy.limits)
         if drop_caps:
             steps += hygiene.plan_drop_capabilities()
@@ -46,6 +49,11 @@ class Cage:
                  for target, fd in enumerate(stdio) if fd is not None and fd != target]
         steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
         return steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
+
+    def still_valid(self) -> bool:
+        """True when a rebuild now would give the same rules (same inodes behind every policy
+        path, same entries in every split directory), so this cage may run the command again."""
+        return self.fingerprint is not None and _fingerprint(*self.fingerprint_of) == self.fingerprint
 
     def exec_args(self, argv) -> tuple:
         """(candidate paths, argv, envp) as bytes: PATH is searched inside the cage, by the
@@ -183,7 +191,10 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
     denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
-    rules = landlock.plan_rules(grants, denies, warnings.append)
+    split_dirs: list[str] = []
+    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs)
+    inputs = (*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS)
+    reusable = not any(landlock.is_glob(d) for d in fs.deny)
 
     handled_fs = landlock.fs_rights_for(abi)
     for right, since in ((landlock.REFER, 2), (landlock.TRUNCATE, 3), (landlock.IOCTL_DEV, 5)):
@@ -272,4 +283,57 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     }
     cage = Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps)
     cage.missing_paths = missing
+    if reusable:
+        cage.fingerprint_of = (inputs, tuple(split_dirs))
+        cage.fingerprint = _fingerprint(inputs, split_dirs)
     return cage
+
+
+_REUSED: dict = {}
+_REUSE_MAX = 8
+
+
+def for_run(policy, cwd=None, repo=None) -> tuple:
+    """(cage, owned) for one run of `policy`: a cage compiled earlier in this process when a
+    rebuild would give the same rules (see `Cage.still_valid`), else a new one. `owned` cages
+    are the caller's to close. This is what makes `sandboy.run(argv, policy)` in a loop cost
+    what a prebuilt cage costs (docs/performance.md). Not for policies with a per-run `{tmp}`."""
+    if uses_tmp(policy):
+        return build(policy, cwd=cwd, repo=repo), True
+    here = os.path.abspath(cwd or os.getcwd())
+    env = os.environ
+    key = (policy, here, os.path.abspath(repo or here), tuple(env.get(n) for n in policy.env.pass_),
+           env.get("HOME"), env.get("SANDBOY_CACHE_DIR"), env.get("XDG_CACHE_HOME"), os.geteuid())
+    cage = _REUSED.pop(key, None)
+    if cage is not None:
+        if cage.still_valid():
+            _REUSED[key] = cage  # most recently used last
+            return cage, False
+        cage.close()
+    cage = build(policy, cwd=cwd, repo=repo)
+    if cage.fingerprint is None:
+        return cage, True
+    _REUSED[key] = cage
+    while len(_REUSED) > _REUSE_MAX:
+        _REUSED.pop(next(iter(_REUSED))).close()
+    return cage, False
+
+
+def _stat_key(path: str):
+    try:
+        st = os.stat(path)  # follows symlinks, as the rules do
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mode
+
+
+def _fingerprint(inputs, split_dirs) -> tuple:
+    """What a rebuild's rules depend on in the filesystem: which inode each policy path leads
+    to (or that it is missing), and the entries of each directory split around a deny."""
+    listing = []
+    for directory in split_dirs:
+        try:
+            listing.append((directory, _stat_key(directory), tuple(sorted(os.listdir(directory)))))
+        except OSError:
+            listing.append((directory, None, ()))
+    return tuple(_stat_key(p) for p in inputs), tuple(listing)

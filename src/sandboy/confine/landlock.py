@@ -91,7 +91,7 @@ def fs_rights_for(abi: int) -> int:
     return FS_BY_ABI.get(abi, FS_ALL_ABI5)
 
 
-def _is_glob(path: str) -> bool:
+def is_glob(path: str) -> bool:
     return any(ch in path for ch in "*?[")
 
 
@@ -132,7 +132,7 @@ def _glob_nofollow(pattern: str):
                     yield from walk(entry.path, i)
                 elif last:  # a trailing `**` matches files too
                     yield entry.path
-        elif not _is_glob(part):
+        elif not is_glob(part):
             path = os.path.join(base, part)
             if os.path.lexists(path):
                 yield from walk(path, i + 1)
@@ -148,7 +148,7 @@ def expand_denies(denies, warn) -> list[str]:
     """Deny patterns → the real paths that exist now (globs matched at launch, DESIGN.md)."""
     out: list[str] = []
     for pattern in denies:
-        if _is_glob(pattern):
+        if is_glob(pattern):
             matches = _glob_nofollow(pattern)
         else:
             matches = [pattern] if os.path.lexists(pattern) else []
@@ -163,12 +163,13 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def plan_rules(grants: dict[str, int], denies: list[str], warn) -> list[tuple[str, int]]:
+def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None) -> list[tuple[str, int]]:
     """Split grants around denied paths.
 
     Landlock can only grant, so a deny inside a granted directory becomes grants for each
     sibling on the way down to it; only directories that contain a denied path are split.
-    A grant at or under a denied path is dropped (deny wins).
+    A grant at or under a denied path is dropped (deny wins). `split_dirs`, if given, receives
+    the directories that were split (their listing decided the rules).
     """
     rules: dict[str, int] = {}
 
@@ -189,6 +190,8 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn) -> list[tuple[st
         except OSError as exc:
             warn(f"fs: cannot list {path} to split it around a deny ({exc.strerror}); not granted")
             return
+        if split_dirs is not None:
+            split_dirs.append(path)
         # READ_DIR on the split directory keeps it listable, as DESIGN.md allows; nothing
         # beneath it is reachable except through the per-entry grants below.
         add(path, rights & READ_DIR)

@@ -211,12 +211,11 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     `pids_group`: a `PidsCgroup` the caller has already joined (see cgroup.py): a run with
     `limits.processes` as root then counts inside it instead of making and joining its own.
     """
-    from sandboy.confine.cage import Cage, build
+    from sandboy.confine.cage import Cage, for_run
 
     if not argv:
         raise ValueError("argv must name a command")
-    owns = not isinstance(policy, Cage)
-    cage = build(policy, cwd=cwd, repo=repo) if owns else policy
+    cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo)
     wall = cage.policy.limits.wall_seconds
     if wall and (timeout is None or wall < timeout):
         timeout = wall

@@ -120,11 +120,12 @@ class CageCache:
     """One compiled cage per distinct effective policy, reused by every step that has it.
 
     Compiling a cage costs a few ms per step (the /etc secrets split /etc into ~150 rules), more
-    than the target overhead. A cage is reused only when a rebuild would give the same rules:
-    its denies are literal paths outside everything the steps can write (a deny inside a
-    writable directory is expanded against that directory's current entries, which change from
-    step to step). Its `{tmp}` is emptied between steps, so each step still starts with a
-    private, empty `{tmp}`; no process of the previous step is alive by then.
+    than the target overhead. A cage is reused only when a rebuild would give the same rules
+    (`Cage.still_valid`: the same inodes behind every policy path, the same entries in every
+    directory split around a deny — a previous step may have changed either) and never with
+    glob denies, which are matched anew at each launch. Its `{tmp}` is emptied between steps, so
+    each step still starts with a private, empty `{tmp}`; no process of the previous step is
+    alive by then.
     """
 
     def __init__(self, repo: str):
@@ -152,32 +153,18 @@ class CageCache:
                 return None
         return self._pids_group
 
-    @staticmethod
-    def reusable(policy) -> bool:
-        fs = policy.fs
-        for deny in fs.deny:
-            if any(ch in deny for ch in "*?[") or deny.startswith("{"):
-                return False
-            if any(w == "/" or deny == w or deny.startswith(w.rstrip("/") + "/") for w in fs.write):
-                return False
-        return True
-
     def get(self, policy) -> tuple:
         """(cage, owned): a compiled cage for `spawn`; the caller closes it after the step when
         `owned` (a cage that could not be shared)."""
-        if not self.reusable(policy):
-            return self._build(policy), True
-        cage = self.cages.get(policy)
-        if cage is not None and not self._empty_tmp(cage):
-            self.cages.pop(policy).close()
+        cage = self.cages.pop(policy, None)
+        if cage is not None and not (cage.still_valid() and self._empty_tmp(cage)):
+            cage.close()
             cage = None
         if cage is None:
             cage = self._build(policy)
-            if cage.missing_paths:
-                # A granted path that does not exist yet (say `build/`) may be made by this
-                # step; the next step must get a cage that grants it, so build afresh.
+            if cage.fingerprint is None:
                 return cage, True
-            self.cages[policy] = cage
+        self.cages[policy] = cage
         return cage, False
 
     def _build(self, policy):

@@ -1,0 +1,74 @@
+"""`sandboy.run(argv, policy)` reuses a compiled cage only when a rebuild would give the same
+rules: every change below must show in the next run exactly as with a fresh build."""
+
+from __future__ import annotations
+
+import os
+
+from sandboy import Policy
+from sandboy.confine import cage as cagemod
+
+
+def _policy(cage, **fs):
+    return Policy.from_mapping(cage.policy(fs=fs), "<test>")
+
+
+def test_unchanged_policy_and_tree_reuse_the_compiled_cage(cage):
+    policy = _policy(cage, read=["data"])
+    (cage.work / "data").mkdir()
+    first, _ = cagemod.for_run(policy, cwd=str(cage.work))
+    second, owned = cagemod.for_run(policy, cwd=str(cage.work))
+    assert second is first and not owned
+
+
+def test_a_path_that_appears_is_granted_next_run(cage):
+    policy = _policy(cage, read=["later"])
+    assert cage.run("read", "later/f", policy=cage.policy(fs={"read": ["later"]})).out == "ENOENT"
+    (cage.work / "later").mkdir()
+    (cage.work / "later" / "f").write_text("hello")
+    r = cage.run("read", "later/f", policy=cage.policy(fs={"read": ["later"]}))
+    assert r.out == "ok hello", r
+    assert policy  # (the same policy dict both times: reuse must not hide the new path)
+
+
+def test_a_repointed_symlink_is_followed_anew(cage):
+    """data -> a, run; data -> b: the next run must grant b and no longer a."""
+    a, b = cage.work / "a", cage.work / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "f").write_text(d.name)
+    link = cage.work / "data"
+    link.symlink_to(a)
+    policy = cage.policy(fs={"read": ["data"]})
+    assert cage.run("read", a / "f", policy=policy).out == "ok a"
+    assert cage.run("read", b / "f", policy=policy).out == "EACCES"
+    link.unlink()
+    link.symlink_to(b)
+    assert cage.run("read", b / "f", policy=policy).out == "ok b"
+    assert cage.run("read", a / "f", policy=policy).out == "EACCES"
+
+
+def test_new_entries_of_a_split_directory_are_granted_next_run(cage):
+    (cage.work / ".env").write_text("SECRET")
+    policy = cage.policy(fs={"read": ["."], "deny": [".env"]})
+    assert cage.run("read", ".env", policy=policy).out == "EACCES"
+    (cage.work / "made-later.txt").write_text("new")
+    assert cage.run("read", "made-later.txt", policy=policy).out == "ok new"
+    assert cage.run("read", ".env", policy=policy).out == "EACCES"
+
+
+def test_a_deny_that_appears_is_enforced_next_run(cage):
+    policy = cage.policy(fs={"read": ["."], "deny": ["secret.pem"]})
+    assert cage.run("read", "README", policy=policy).out == "ENOENT"
+    (cage.work / "secret.pem").write_text("KEY")
+    assert cage.run("read", "secret.pem", policy=policy).out == "EACCES"
+
+
+def test_glob_denies_are_never_reused(cage):
+    policy = _policy(cage, read=["."], deny=["**/*.pem"])
+    first, owned = cagemod.for_run(policy, cwd=str(cage.work))
+    assert owned and first.fingerprint is None
+    first.close()
+    os.makedirs(cage.work / "sub", exist_ok=True)
+    (cage.work / "sub" / "k.pem").write_text("KEY")
+    assert cage.run("read", "sub/k.pem", policy=cage.policy(fs={"read": ["."], "deny": ["**/*.pem"]})).out == "EACCES"
