@@ -121,3 +121,20 @@ def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
         fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"]}})))
     os.chmod(cache_file, 0o666)
     assert load.load_file(path).fs.read == ("/usr",)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("version = 1\n[net]\ndomains = [\"example.org:\"]", "bad port"),
+    ("version = 1\n[limits]\nprocesses = " + "9" * 5000, "unusable TOML value"),
+    ("a" + ".a" * 20000 + " = 1\n", "dotted parts"),
+    ("[a" + ".a" * 300 + "]\n", "dotted parts"),
+])
+def test_hostile_toml_is_a_quick_policy_error(tmp_path, text, fragment):
+    """A repository writes gate and policy files: none of these may crash or stall the loader."""
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(PolicyError) as info:
+        _load_text(tmp_path, text)
+    assert fragment in str(info.value)
+    assert time.monotonic() - started < 2

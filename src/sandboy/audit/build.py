@@ -46,7 +46,10 @@ def cache_dir(*parts: str) -> Path:
         root = (Path(xdg) if xdg else Path.home() / ".cache") / "sandboy"
     path = root.joinpath(*parts)
     try:
+        existed = root.exists()
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not existed:
+            os.chmod(root, 0o700)  # mkdir's parents=True leaves the umask's mode on it
         info = root.stat()
     except OSError as exc:
         raise UsageError(f"cache directory {root}: {exc.strerror}; set SANDBOY_CACHE_DIR to a writable directory") from None

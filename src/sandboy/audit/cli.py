@@ -193,6 +193,8 @@ def _validate_one(path: Path, github: bool, cap: int) -> dict[str, Any]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from sandboy.audit.host import clean_guest_text  # pointers and messages quote the file
+
     reports = [_validate_one(Path(f), args.github, args.max_input_bytes) for f in args.files]
     if args.json:
         print(json.dumps({"files": reports, "valid": all(r["valid"] for r in reports)}, indent=2))
@@ -204,7 +206,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                   f"{rep['errors']} error(s), {rep['warnings']} warning(s))")
             for p in rep["problems"][: args.max_problems]:
                 tag = p["source"] + ("" if p["severity"] == "error" else ", warning")
-                print(f"  {p['pointer'] or '/'}: {p['message']} [{tag}]")
+                print(f"  {clean_guest_text(p['pointer'] or '/')}: {clean_guest_text(p['message'])} [{tag}]")
             if len(rep["problems"]) > args.max_problems:
                 print(f"  … {len(rep['problems']) - args.max_problems} more (use --json for all)")
     return 0 if all(r["valid"] for r in reports) else 1

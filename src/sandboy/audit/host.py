@@ -17,6 +17,7 @@ import hashlib
 import importlib.metadata
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -165,12 +166,29 @@ def _tick(eng: wasmtime.Engine) -> None:
 # --- loading -------------------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+MAX_COMPONENT_BYTES = 256 << 20
+
+
+def _read_private(path: Path, limit: int, must_be_ours: bool) -> bytes:
+    """One bounded read of a regular file, through one fd (no check-then-read race: what is
+    hashed is what is compiled). `must_be_ours`: a cache file must be ours and writable by
+    nobody else — a `.cwasm` is native code that wasmtime runs without checking it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if must_be_ours and (info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            raise OSError(f"{path}: not owned by you or writable by others")
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > limit:
+                raise OSError(f"{path}: larger than {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _cwasm_path(sha256: str) -> Path:
@@ -202,25 +220,31 @@ def load(path: Path, progress: Callable[[str], None] | None = None) -> Loaded:
     key = (str(path.resolve()), info.st_size, info.st_mtime_ns, info.st_ino)
     if key in _loaded:
         return _loaded[key]
-    sha256 = _sha256_file(path)
+    try:
+        wasm = _read_private(path, MAX_COMPONENT_BYTES, must_be_ours=False)
+    except OSError as exc:
+        raise UsageError(f"cannot read component: {exc.strerror or exc}") from None
+    sha256 = hashlib.sha256(wasm).hexdigest()
     cwasm = _cwasm_path(sha256)
     eng = engine()
     component = None
     if cwasm.is_file():
         try:
-            component = wc.Component.deserialize_file(eng, str(cwasm))
-        except wasmtime.WasmtimeError:
-            component = None  # stale or truncated cache entry: recompile below
+            component = wc.Component.deserialize(eng, _read_private(cwasm, 1 << 30, must_be_ours=True))
+        except (OSError, wasmtime.WasmtimeError):
+            component = None  # stale, truncated or untrusted cache entry: recompile below
     if component is None:
         if progress:
             progress(f"compiling component {path.name} (first use, ~10 s)…")
         try:
-            component = wc.Component(eng, path.read_bytes())
+            component = wc.Component(eng, wasm)
         except wasmtime.WasmtimeError as exc:
             raise ComponentRefused(f"{path}: not a valid WebAssembly component: {_first_line(str(exc))}") from None
         _refuse_imports(component, path)
         tmp = cwasm.with_name(f"{cwasm.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(component.serialize())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(component.serialize())
         os.replace(tmp, cwasm)
     _refuse_imports(component, path)
     loaded = _loaded[key] = Loaded(component, sha256, path)
@@ -273,7 +297,10 @@ def call(loaded: Loaded, raw: RawInput, limits: Limits) -> Outcome:
     """One conversion in a fresh Store. Raises a classified AuditError on any failure."""
     eng = engine()
     store = wasmtime.Store(eng)
-    store.set_limits(memory_size=limits.memory_bytes)
+    # memory_size caps each linear memory; a third-party component could otherwise declare
+    # sixteen of them, or grow a table to 2**32 elements (host memory, ~1 fuel per element).
+    store.set_limits(memory_size=limits.memory_bytes, memories=1, tables=4, table_elements=100_000,
+                     instances=50)
     store.set_fuel(limits.fuel)
     store.set_epoch_deadline(max(1, int(limits.deadline_seconds / EPOCH_TICK_SECONDS + 0.999)) + 1)
     started = time.perf_counter()
