@@ -1,9 +1,13 @@
 """Layer 2: confine one command with unprivileged kernel primitives, then execve it.
 
-    landlock.py  filesystem, TCP-port and scope rules (Landlock ABI 1..7)
-    seccomp.py   a hand-built classic-BPF denylist (why not libseccomp: FINDINGS.md, 64-bit compare bypass)
-    hygiene.py   fds, environment, rlimits, capabilities, no_new_privs
-    cage.py      builds every rule once in the parent; `apply()` runs in the child before execve
-    launch.py    exec mode (CLI), supervised mode, and the Python API (`spawn`, `run`)
+    cage.py      compiles a policy once, in the parent, into a plan of raw system calls
+    landlock.py  filesystem, TCP-port and scope rules (Landlock ABI 1..7), deny splitting
+    seccomp.py   a hand-built classic-BPF filter (why not libseccomp: ADR 0003)
+    hygiene.py   the plan's steps for signals, fds, rlimits, capabilities, no_new_privs
+    _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
+                 a pure-Python one on `_ctypes` (ADR 0005)
+    launch.py    exec mode (the CLI becomes the command), supervised mode, the API
+    cgroup.py    a pids cgroup for `limits.processes` as root
+    cleanup.py   removes what a command left in its private {tmp}
     doctor.py    what this machine can enforce
 """
