@@ -456,3 +456,32 @@ def test_outputs_never_follow_a_planted_symlink(tmp_path, fake_home):
     assert victim.read_text() == "original\n"
     proc = run_gate(repo, "--json", out / "gate.json", home=fake_home, timeout=30)
     assert proc.returncode != 0 and "cannot write a report" in proc.stderr, proc.stderr
+
+
+def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
+    """SIGTERM to the gate (a CI job cancelled) must not leave the step's tree running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "repo" / "alive"
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "long"
+        run = "(setsid sleep 300 &) ; echo started; while true; do touch alive; sleep 0.1; done"
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, HOME=str(fake_home)))
+    deadline = time.monotonic() + 20
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    marker.unlink()
+    time.sleep(0.5)
+    assert not marker.exists()  # the loop is dead
+    leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    assert leftover == [], leftover

@@ -333,7 +333,8 @@ def _fingerprint(inputs, split_dirs) -> tuple:
     listing = []
     for directory in split_dirs:
         try:
-            listing.append((directory, _stat_key(directory), tuple(sorted(os.listdir(directory)))))
+            # unsorted: an unchanged directory lists in the same order; a reorder only rebuilds
+            listing.append((directory, _stat_key(directory), tuple(os.listdir(directory))))
         except OSError:
             listing.append((directory, None, ()))
     return tuple(_stat_key(p) for p in inputs), tuple(listing)

@@ -33,6 +33,7 @@ def _own_v2_dir() -> str | None:
 class PidsCgroup:
     def __init__(self, path: str):
         self.path = path
+        self._max = None  # the last pids.max written
 
     @classmethod
     def create(cls, max_pids: int) -> "PidsCgroup | None":
@@ -83,9 +84,13 @@ class PidsCgroup:
         with open(os.path.join(self.path, "pids.current")) as fh:
             return int(fh.read())
 
-    def set_max(self, max_pids: int) -> None:
+    def set_max(self, max_pids) -> None:
+        """`max_pids`: a number or "max". Skipped when unchanged: a runner sets it per command."""
+        if self._max == max_pids:
+            return
         with open(os.path.join(self.path, "pids.max"), "w") as fh:
             fh.write(str(max_pids))
+        self._max = max_pids
 
     def leave(self) -> None:
         """Move this process back to the parent cgroup, so the group can be removed."""

@@ -26,7 +26,7 @@ repository and a per-step {tmp}, no network, never $HOME, /root, /var, /tmp or t
 With $GITHUB_STEP_SUMMARY set, a Markdown summary is appended to it.
 
 exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed;
-2 gate or policy error (nothing ran); 125 a cage could not be applied.
+2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM).
 Reference: docs/gate.md."""
 
 
@@ -95,6 +95,12 @@ def run_command(args) -> int:
         if exc.key == "--json":
             args.json_path = None  # the refused path itself: write nothing there
         return _fail(args, str(exc), EXIT_USAGE)
+    import signal
+
+    def _terminate(signum, frame):
+        raise KeyboardInterrupt  # SIGTERM ends the gate like ^C: the running step's tree is killed
+
+    signal.signal(signal.SIGTERM, _terminate)
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
     out = sys.stderr if args.json_path == "-" else sys.stdout
     console = Console(out=out)
@@ -113,6 +119,9 @@ def run_command(args) -> int:
     except OSError as exc:
         sys.stderr.write(f"sandboy gate: cannot write a report: {exc.filename or ''}: {exc.strerror}\n")
         return max(result.exit_code, 1)
+    if result.interrupted:
+        sys.stderr.write("sandboy gate: interrupted; the running step's processes were killed\n")
+        return EXIT_INTERRUPTED
     return result.exit_code
 
 

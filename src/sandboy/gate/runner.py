@@ -20,7 +20,6 @@ from sandboy.policy.resolve import Context, resolve
 
 TAIL_BYTES = 64 * 1024      # of each step's output kept in memory for the reports
 MAX_LINE = 16 * 1024        # a longer line is cut into pieces, so memory stays bounded
-DRAIN_GRACE = 2.0           # seconds to keep reading after the supervisor is gone
 
 # outcome of the cage -> status in every report; nothing but "exited 0" reads as passed
 STATUSES = ("passed", "failed", "timed_out", "killed", "cage_error", "policy_error", "not_run")
@@ -81,6 +80,7 @@ class GateResult:
         self.steps = steps
         self.started = started
         self.duration = duration
+        self.interrupted = False  # the operator stopped the gate during a step
 
     @property
     def exit_code(self) -> int:
@@ -221,38 +221,38 @@ class _Stream:
             self.pending = b""
 
 
-def _supervisor_gone(pid: int) -> bool:
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
-
-
-def _pump(proc, read_fd: int, stream: _Stream, console) -> bool:
-    """Copy output until EOF; returns True when the operator interrupted (^C)."""
+def _pump(run, read_fd: int, stream: _Stream, console) -> bool:
+    """Copy the step's output while it runs; end its tree when it exits, times out or the
+    operator interrupts. Returns True when the operator interrupted (^C)."""
     interrupted = False
-    gone_since = None
     poller = select.poll()
     poller.register(read_fd, select.POLLIN)
-    while True:
+    poller.register(run.pidfd, select.POLLIN)
+    open_fds = {read_fd, run.pidfd}
+    while read_fd in open_fds:
         try:
-            ready = poller.poll(250)
-            if ready:
-                chunk = os.read(read_fd, 65536)
-                if not chunk:
-                    return interrupted
-                stream.feed(chunk)
-                continue
+            left = run.time_left()
+            wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
+            for fd, _ in poller.poll(wait_ms):
+                if fd == run.pidfd:
+                    # The command exited: end its descendants now, so none holds the pipe open.
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+                    if run.exited():
+                        run.end()
+                elif fd == read_fd:
+                    chunk = os.read(read_fd, 65536)
+                    if not chunk:
+                        open_fds.discard(fd)
+                        break
+                    stream.feed(chunk)
+            if run.time_left() == 0:
+                run.end("timed_out")  # the tree dies: the pipe reaches EOF
             console.tick()
-            # A descendant that escaped the supervisor must not hold the gate open forever.
-            if _supervisor_gone(proc.pid):
-                gone_since = gone_since or time.monotonic()
-                if time.monotonic() - gone_since > DRAIN_GRACE:
-                    return interrupted
         except KeyboardInterrupt:
             interrupted = True
-            proc.kill()
+            run.kill()
+    return interrupted
 
 
 def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console, log_dir, cages) -> bool:
@@ -271,18 +271,15 @@ def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console,
     cage = None
     started = time.monotonic()
     try:
-        from sandboy.confine.launch import spawn
-
-        # Imported here, once, so that the supervisor `spawn` forks for every step does not
-        # import it again after each fork (it needs it for `limits.processes` as root).
-        import sandboy.confine.cgroup  # noqa: F401
+        from sandboy.confine.launch import LocalRun
 
         try:
             cage, owned = cages.get(policy)
-            # supervise=True even without a timeout: DESIGN.md says no process of a step outlives
-            # it, and only the supervisor (a subreaper) can find the ones that called setsid.
-            proc = spawn(argv, cage, cwd=repo, repo=repo, timeout=step.timeout, stdin=null_fd, stdout=write_fd,
-                         stderr=write_fd, supervise=True, pids_group=cages.pids_group(policy))
+            # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
+            # of a step outlives it, including ones that called setsid, and a supervisor process
+            # per step would cost ≈ 2.5 ms (docs/performance.md).
+            proc = LocalRun(argv, cage, timeout=step.timeout, stdio=(null_fd, write_fd, write_fd),
+                            pids_group=cages.pids_group(policy))
         except PolicyError as exc:
             result.status, result.error = "policy_error", str(exc)
             return False
@@ -338,13 +335,16 @@ def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False) -> 
     console.gate_start(gate, ceiling.source)
     cages = CageCache(gate.repo)
     try:
-        _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages)
+        interrupted = _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages)
     finally:
         cages.close()
-    return GateResult(gate, ceiling.source, results, started_wall, time.monotonic() - started)
+    result = GateResult(gate, ceiling.source, results, started_wall, time.monotonic() - started)
+    result.interrupted = interrupted
+    return result
 
 
-def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages) -> None:
+def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages) -> bool:
+    """Run the steps in order; True when the operator interrupted (^C, SIGTERM)."""
     gate_dir = os.path.dirname(gate.path)
     stop = False
     for step, result in zip(gate.steps, results):
@@ -361,7 +361,10 @@ def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages) ->
         console.step_start(result, len(results))
         interrupted = run_step(step, result, policy, gate.shell, gate.repo, console, log_dir, cages)
         console.step_end(result)
-        if interrupted or result.status == "policy_error":
+        if interrupted:
+            return True
+        if result.status == "policy_error":
             break
         if result.failed_gate and not keep_going:
             stop = True
+    return False
