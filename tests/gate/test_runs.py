@@ -485,3 +485,19 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
     assert not marker.exists()  # the loop is dead
     leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
     assert leftover == [], leftover
+
+
+def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
+    """End of output is not the end of the step: the deadline holds after EOF too."""
+    import time
+
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "silent"
+        run = "exec >&- 2>&-; sleep 100"
+        timeout = 1
+    """)
+    started = time.monotonic()
+    proc, report = run_json(repo, tmp_path, home=fake_home, timeout=60)
+    assert by_name(report)["silent"]["status"] == "timed_out", proc.stdout + proc.stderr
+    assert time.monotonic() - started < 20

@@ -223,13 +223,15 @@ class _Stream:
 
 def _pump(run, read_fd: int, stream: _Stream, console) -> bool:
     """Copy the step's output while it runs; end its tree when it exits, times out or the
-    operator interrupts. Returns True when the operator interrupted (^C)."""
+    operator interrupts. Runs until BOTH the output is closed and the command has exited: a step
+    may close its output and go on running, and its deadline still holds. Returns True when the
+    operator interrupted (^C, SIGTERM)."""
     interrupted = False
     poller = select.poll()
     poller.register(read_fd, select.POLLIN)
     poller.register(run.pidfd, select.POLLIN)
-    open_fds = {read_fd, run.pidfd}
-    while read_fd in open_fds:
+    watching = {read_fd, run.pidfd}
+    while watching:
         try:
             left = run.time_left()
             wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
@@ -237,17 +239,18 @@ def _pump(run, read_fd: int, stream: _Stream, console) -> bool:
                 if fd == run.pidfd:
                     # The command exited: end its descendants now, so none holds the pipe open.
                     poller.unregister(fd)
-                    open_fds.discard(fd)
-                    if run.exited():
-                        run.end()
+                    watching.discard(fd)
+                    run.exited()
+                    run.end()
                 elif fd == read_fd:
                     chunk = os.read(read_fd, 65536)
-                    if not chunk:
-                        open_fds.discard(fd)
-                        break
-                    stream.feed(chunk)
-            if run.time_left() == 0:
-                run.end("timed_out")  # the tree dies: the pipe reaches EOF
+                    if chunk:
+                        stream.feed(chunk)
+                    else:
+                        poller.unregister(fd)
+                        watching.discard(fd)
+            if run.time_left() == 0 and run.pidfd in watching:
+                run.end("timed_out")  # the tree dies: the pidfd and the pipe report it next
             console.tick()
         except KeyboardInterrupt:
             interrupted = True
