@@ -501,3 +501,68 @@ def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
     proc, report = run_json(repo, tmp_path, home=fake_home, timeout=60)
     assert by_name(report)["silent"]["status"] == "timed_out", proc.stdout + proc.stderr
     assert time.monotonic() - started < 20
+
+
+def _survivors(marker: str) -> list:
+    import subprocess
+
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+
+
+def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_home):
+    """^C twice, or SIGINT then SIGTERM from a CI runner, while the gate is killing a big tree:
+    every process still dies and the report is still written."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = f"SBX-{os.getpid()}-storm"
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "storm"
+        run = "for i in $(seq 300); do (setsid bash -c 'exec -a {marker} sleep 300' &) ; done; echo ready; sleep 300"
+    """)
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--json", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, HOME=str(fake_home)))
+    try:
+        deadline = time.monotonic() + 30
+        while len(_survivors(marker)) < 250 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        assert _survivors(marker) == []
+        assert json.loads(report.read_text())["steps"][0]["status"] == "killed"
+    finally:
+        for pid in _survivors(marker):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_big_tree_is_swept_quickly_at_the_timeout(tmp_path, fake_home):
+    import time
+
+    marker = f"SBX-{os.getpid()}-many"
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(textwrap.dedent("""
+        version = 1
+        [fs]
+        read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/dev", "."]
+        exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+        write = ["."]
+    """))
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "many"
+        run = "for i in $(seq 1500); do (exec -a {marker} sleep 300) & done; sleep 300"
+        timeout = 3
+    """)
+    started = time.monotonic()
+    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling, home=fake_home, timeout=120)
+    assert by_name(report)["many"]["status"] == "timed_out", proc.stdout + proc.stderr
+    assert time.monotonic() - started < 15
+    assert _survivors(marker) == []

@@ -491,6 +491,10 @@ def _kill_descendants(cgroup) -> None:
         _kill_pass(cgroup)
         try:
             os.waitpid(-1, 0)
+            # Reap the whole batch before walking /proc again: one walk per reaped child made the
+            # sweep quadratic (2,000 processes took 26 s past a 3 s timeout).
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
         except ChildProcessError:
             if cgroup is None or not set(cgroup.pids()) - {os.getpid()}:
                 return

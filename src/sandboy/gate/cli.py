@@ -95,17 +95,15 @@ def run_command(args) -> int:
         if exc.key == "--json":
             args.json_path = None  # the refused path itself: write nothing there
         return _fail(args, str(exc), EXIT_USAGE)
-    import signal
+    from sandboy.gate.runner import StopRequest
 
-    def _terminate(signum, frame):
-        raise KeyboardInterrupt  # SIGTERM ends the gate like ^C: the running step's tree is killed
-
-    signal.signal(signal.SIGTERM, _terminate)
+    stop = StopRequest()
+    stop.install()  # ^C and SIGTERM end the running step's tree, then the gate (exit 130)
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
     out = sys.stderr if args.json_path == "-" else sys.stdout
     console = Console(out=out)
     try:
-        result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going)
+        result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop)
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself

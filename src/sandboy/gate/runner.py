@@ -221,44 +221,74 @@ class _Stream:
             self.pending = b""
 
 
-def _pump(run, read_fd: int, stream: _Stream, console) -> bool:
+class StopRequest:
+    """^C and SIGTERM as a flag plus a wake-up byte, never as an exception.
+
+    An exception raised wherever the signal lands — a second ^C halfway through killing a
+    step's tree, say — unwound the gate and left hundreds of the step's processes behind
+    (re-parented to init once the gate exited). A flag is acted on at one place: the pump."""
+
+    def __init__(self):
+        self.requested = False
+        self.fd, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def install(self) -> None:
+        """Take over SIGINT and SIGTERM for this process (the CLI does; a library caller may not)."""
+        import signal
+
+        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.requested = True
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def _pump(run, read_fd: int, stream: _Stream, console, stop: StopRequest) -> bool:
     """Copy the step's output while it runs; end its tree when it exits, times out or the
-    operator interrupts. Runs until BOTH the output is closed and the command has exited: a step
-    may close its output and go on running, and its deadline still holds. Returns True when the
-    operator interrupted (^C, SIGTERM)."""
-    interrupted = False
+    operator stops the gate. Runs until BOTH the output is closed and the command has exited:
+    a step may close its output and go on running, and its deadline still holds. Returns True
+    when the operator stopped the gate (^C, SIGTERM)."""
     poller = select.poll()
-    poller.register(read_fd, select.POLLIN)
-    poller.register(run.pidfd, select.POLLIN)
+    for fd in (read_fd, run.pidfd, stop.fd):
+        poller.register(fd, select.POLLIN)
     watching = {read_fd, run.pidfd}
     while watching:
-        try:
-            left = run.time_left()
-            wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
-            for fd, _ in poller.poll(wait_ms):
-                if fd == run.pidfd:
-                    # The command exited: end its descendants now, so none holds the pipe open.
+        left = run.time_left()
+        wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
+        for fd, _ in poller.poll(wait_ms):
+            if fd == stop.fd:
+                stop.drain()
+            elif fd == run.pidfd:
+                # The command exited: end its descendants now, so none holds the pipe open.
+                poller.unregister(fd)
+                watching.discard(fd)
+                run.exited()
+                run.end()
+            elif fd == read_fd:
+                chunk = os.read(read_fd, 65536)
+                if chunk:
+                    stream.feed(chunk)
+                else:
                     poller.unregister(fd)
                     watching.discard(fd)
-                    run.exited()
-                    run.end()
-                elif fd == read_fd:
-                    chunk = os.read(read_fd, 65536)
-                    if chunk:
-                        stream.feed(chunk)
-                    else:
-                        poller.unregister(fd)
-                        watching.discard(fd)
-            if run.time_left() == 0 and run.pidfd in watching:
-                run.end("timed_out")  # the tree dies: the pidfd and the pipe report it next
-            console.tick()
-        except KeyboardInterrupt:
-            interrupted = True
-            run.kill()
-    return interrupted
+        if stop.requested and run.pidfd in watching:
+            run.kill()  # the tree dies: the pidfd and the pipe report it next
+        elif run.time_left() == 0 and run.pidfd in watching:
+            run.end("timed_out")
+        console.tick()
+    return stop.requested
 
 
-def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console, log_dir, cages) -> bool:
+def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console, log_dir, cages,
+             stop: StopRequest) -> bool:
     """Run one step, filling `result`; True when the operator interrupted the gate."""
     argv = [*shell, step.run]
     log_fh = None
@@ -292,7 +322,7 @@ def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console,
         finally:
             os.close(write_fd)
             os.close(null_fd)
-        interrupted = _pump(proc, read_fd, stream, console)
+        interrupted = _pump(proc, read_fd, stream, console, stop)
         outcome = proc.wait()
     finally:
         if owned:
@@ -325,7 +355,10 @@ def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console,
     return interrupted
 
 
-def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False) -> GateResult:
+def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None) -> GateResult:
+    """Run the gate. `stop`: a StopRequest the caller installed (the CLI does), else a new one
+    that is never requested."""
+    stop = stop if stop is not None else StopRequest()
     started_wall = time.time()
     started = time.monotonic()
     ceiling_r = resolve_ceiling(ceiling, gate.repo)
@@ -338,7 +371,7 @@ def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False) -> 
     console.gate_start(gate, ceiling.source)
     cages = CageCache(gate.repo)
     try:
-        interrupted = _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages)
+        interrupted = _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages, stop)
     finally:
         cages.close()
     result = GateResult(gate, ceiling.source, results, started_wall, time.monotonic() - started)
@@ -346,12 +379,14 @@ def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False) -> 
     return result
 
 
-def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages) -> bool:
-    """Run the steps in order; True when the operator interrupted (^C, SIGTERM)."""
+def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages, stop) -> bool:
+    """Run the steps in order; True when the operator stopped the gate (^C, SIGTERM)."""
     gate_dir = os.path.dirname(gate.path)
-    stop = False
+    halted = False  # a required step failed and --keep-going is off: the rest are not run
     for step, result in zip(gate.steps, results):
-        if stop:
+        if stop.requested:
+            return True
+        if halted:
             continue
         try:
             policy, narrowings = step_policy(step, ceiling_r, gate.repo, gate_dir)
@@ -362,12 +397,12 @@ def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages) ->
         result.narrowings = narrowings
         result.policy = policy.to_toml_dict()
         console.step_start(result, len(results))
-        interrupted = run_step(step, result, policy, gate.shell, gate.repo, console, log_dir, cages)
+        interrupted = run_step(step, result, policy, gate.shell, gate.repo, console, log_dir, cages, stop)
         console.step_end(result)
         if interrupted:
             return True
         if result.status == "policy_error":
             break
         if result.failed_gate and not keep_going:
-            stop = True
+            halted = True
     return False
