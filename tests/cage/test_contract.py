@@ -168,3 +168,24 @@ def test_private_tmp_removed_after_the_run(cage):
     tmp = [p for p, _ in rules if os.path.basename(p).startswith("sandboy-")]
     assert len(tmp) == 1
     assert not os.path.exists(tmp[0]), "the per-run {tmp} outlived the run"
+
+
+def test_a_cage_error_names_the_step_that_failed(tmp_path):
+    """A working directory that vanished between build and start: exit 125, and the message
+    says which plan step failed — through every launcher (their plans differ in length)."""
+    from sandboy import Policy
+    from sandboy.confine.cage import build
+    from sandboy.confine.launch import LocalRun, run
+
+    work = tmp_path / "work"
+    work.mkdir()
+    policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr"], "exec": ["/usr/bin"]}}, "<t>")
+    cage = build(policy, cwd=str(work))
+    try:
+        work.rmdir()
+        for result in (run(["/usr/bin/true"], cage), run(["/usr/bin/true"], cage, supervise=True),
+                       LocalRun(["/usr/bin/true"], cage).wait()):
+            assert (result.outcome, result.returncode) == ("cage_error", 125), result
+            assert f"enter {work}" in result.error, result.error
+    finally:
+        cage.close()

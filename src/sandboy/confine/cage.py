@@ -70,8 +70,11 @@ class Cage:
             raise ValueError("argv and environment must not contain NUL bytes")
         return paths, args, envp
 
-    def describe_failure(self, index: int, err: int, stdio=(None, None, None)) -> str:
-        label = self.plan(stdio)[index][0] if 0 <= index < len(self.plan(stdio)) else f"step {index}"
+    def describe_failure(self, index: int, err: int, stdio=(None, None, None), first=()) -> str:
+        """Name the plan step a child reported as failed; `first`: (label, step) pairs the
+        launcher ran before the cage's own plan."""
+        labels = [label for label, _ in (*first, *self.plan(stdio))]
+        label = labels[index] if 0 <= index < len(labels) else f"step {index}"
         return f"cannot apply the cage: {label}: {os.strerror(err)}"
 
     def apply_here(self) -> None:

@@ -160,16 +160,17 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _start_child(argv, cage, stdio, err_w, first_steps=()) -> int:
-    """Fork the confined child: it runs the cage's plan, then execs (see `_libc`)."""
+def _start_child(argv, cage, stdio, err_w, first=()) -> int:
+    """Fork the confined child: it runs `first` ((label, step) pairs), then the cage's plan,
+    then execs (see `_libc`)."""
     from sandboy.confine import _libc
 
     paths, args, envp = cage.exec_args(argv)
-    plan = [*first_steps, *(step for _, step in cage.plan(stdio))]
+    plan = [step for _, step in (*first, *cage.plan(stdio))]
     return _libc.fork_exec(plan, paths, args, envp, err_w)
 
 
-def _child_message(argv, cage, stdio, data: bytes) -> str:
+def _child_message(argv, cage, stdio, data: bytes, first=()) -> str:
     """The child's binary error report as "cage:<text>" / "exec:<code>:<text>" / ""."""
     from sandboy.confine import _libc
 
@@ -178,7 +179,7 @@ def _child_message(argv, cage, stdio, data: bytes) -> str:
         return ""
     index, err = report
     if index >= 0:
-        return "cage:" + cage.describe_failure(index, err, stdio)
+        return "cage:" + cage.describe_failure(index, err, stdio, first)
     return f"exec:{_libc.exit_code_for_exec_error(err)}:{argv[0]}: {os.strerror(err)}"
 
 
@@ -290,9 +291,9 @@ class LocalRun:
 
         # If the runner is killed outright, its command goes too (its own children are still
         # ours to kill while we live; a runner killed by SIGKILL cannot sweep them).
-        die_with_runner = (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)
+        self._first = (("die with the runner", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)),)
         try:
-            self.pid = _start_child(self.argv, cage, stdio, err_w, (die_with_runner,))
+            self.pid = _start_child(self.argv, cage, stdio, err_w, self._first)
         except BaseException:
             os.close(self._err_r)
             raise
@@ -337,7 +338,7 @@ class LocalRun:
                 self._status = os.waitpid(self.pid, 0)[1]
             self.end()
             os.close(self.pidfd)
-            message = _child_message(self.argv, self.cage, self.stdio, _read_all(self._err_r))
+            message = _child_message(self.argv, self.cage, self.stdio, _read_all(self._err_r), self._first)
             result = _result_from(self._status, message, self._outcome)
             result.duration = time.monotonic() - self.started
             result.enforced = self.cage.enforced
