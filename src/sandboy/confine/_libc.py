@@ -51,7 +51,9 @@ def u64(value: int) -> bytes:
 def exit_code_for_exec_error(err: int) -> int:
     import errno
 
-    return 127 if err in (errno.ENOENT, errno.ENOTDIR) else 126
+    from sandboy.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
+
+    return EXIT_NOT_FOUND if err in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
 
 
 _native = None

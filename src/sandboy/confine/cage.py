@@ -10,7 +10,7 @@ import os
 
 from sandboy.confine import _libc, hygiene, landlock, seccomp
 from sandboy.errors import CageError, PolicyError
-from sandboy.policy.resolve import Context, resolve, uses_tmp
+from sandboy.policy.resolve import Context, is_glob, resolve, uses_tmp
 
 
 class Cage:
@@ -27,7 +27,6 @@ class Cage:
         self.degraded = degraded
         self.warnings = warnings
         self.drop_caps = drop_caps
-        self.missing_paths: list = []  # policy paths that did not exist at build (not granted)
         # Set by build() unless the policy has glob denies (matched anew at every launch):
         self.fingerprint = None
         self.fingerprint_of = None
@@ -165,7 +164,6 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     fs, net = resolved.fs, resolved.net
 
     grants: dict[str, int] = {}
-    missing: list[str] = []
     for key, rights in landlock.RIGHT_NAMES.items():
         for path in getattr(fs, key):
             if not os.path.exists(path):
@@ -173,7 +171,6 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
                 if strict:
                     raise PolicyError(policy.source, f"fs.{key}", f"{path} does not exist (compat.landlock = \"strict\")")
                 warnings.append(msg + "; skipped")
-                missing.append(path)
                 continue
             real = os.path.realpath(path)
             grants[real] = grants.get(real, 0) | rights
@@ -197,7 +194,7 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
     split_dirs: list[str] = []
     rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs)
     inputs = (*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS)
-    reusable = not any(landlock.is_glob(d) for d in fs.deny)
+    reusable = not any(is_glob(d) for d in fs.deny)
 
     handled_fs = landlock.fs_rights_for(abi)
     for right, since in ((landlock.REFER, 2), (landlock.TRUNCATE, 3), (landlock.IOCTL_DEV, 5)):
@@ -285,7 +282,6 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
         "capabilities": "dropped" if drop_caps else "none held",
     }
     cage = Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps)
-    cage.missing_paths = missing
     if reusable:
         cage.fingerprint_of = (inputs, tuple(split_dirs))
         cage.fingerprint = _fingerprint(inputs, split_dirs)

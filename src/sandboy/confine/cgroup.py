@@ -13,7 +13,6 @@ forked inside it: `spawn(..., pids_group=group)` then only rewrites `pids.max` (
 from __future__ import annotations
 
 import os
-import signal
 
 V1_ROOT = "/sys/fs/cgroup/pids"
 V2_ROOT = "/sys/fs/cgroup"
@@ -104,13 +103,6 @@ class PidsCgroup:
                 return [int(x) for x in fh.read().split()]
         except OSError:
             return []
-
-    def kill_all(self) -> None:
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def remove(self) -> None:
         try:

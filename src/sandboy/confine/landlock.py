@@ -10,6 +10,7 @@ The ruleset is created and filled in the parent (`build_ruleset`); the child onl
 import os
 import stat
 
+from sandboy.policy.resolve import is_glob
 from sandboy.confine._libc import (
     SYS_LANDLOCK_ADD_RULE,
     SYS_LANDLOCK_CREATE_RULESET,
@@ -89,10 +90,6 @@ def fs_rights_for(abi: int) -> int:
     if abi <= 0:
         return 0
     return FS_BY_ABI.get(abi, FS_ALL_ABI5)
-
-
-def is_glob(path: str) -> bool:
-    return any(ch in path for ch in "*?[")
 
 
 def _glob_nofollow(pattern: str):

@@ -63,6 +63,22 @@ class RunResult:
         return f"RunResult(outcome={self.outcome!r}, returncode={self.returncode}, signal={self.signal})"
 
 
+NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
+                  "cgroup could be created; refusing to run without the limit")
+
+
+def _timeout_for(cage, timeout):
+    """The run's deadline in seconds: the caller's timeout or the policy's wall_seconds, the smaller."""
+    wall = cage.policy.limits.wall_seconds
+    return wall if wall and (timeout is None or wall < timeout) else timeout
+
+
+def _make_room(group, limit: int) -> None:
+    """In a pids cgroup the caller has joined: room for what is in it now plus the command's
+    tree, or "max" without a limit, so a previous run's limit does not linger."""
+    group.set_max(group.current() + limit if limit else "max")
+
+
 def needs_supervisor(policy) -> bool:
     """A parent must stay for a wall-clock limit, as root for a process limit (cgroup), and
     to remove the private `{tmp}` after the run: in exec mode nothing is left to remove it,
@@ -218,9 +234,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     if not argv:
         raise ValueError("argv must name a command")
     cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo)
-    wall = cage.policy.limits.wall_seconds
-    if wall and (timeout is None or wall < timeout):
-        timeout = wall
+    timeout = _timeout_for(cage, timeout)
     needed = timeout is not None or needs_supervisor(cage.policy)
     if supervise is None:
         supervise = needed
@@ -274,15 +288,12 @@ class LocalRun:
         limit = cage.policy.limits.processes
         if os.geteuid() == 0 and (limit or pids_group is not None):
             if pids_group is None:
-                raise CageError("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no "
-                                "pids cgroup could be created; refusing to run without the limit")
-            try:  # the caller is in the group already: room for it plus the command's tree
-                pids_group.set_max(pids_group.current() + limit if limit else "max")
+                raise CageError(NO_PIDS_CGROUP)
+            try:
+                _make_room(pids_group, limit)
             except OSError as exc:
                 raise CageError(f"limits.processes: cannot set pids.max: {exc.strerror}") from None
-        wall = cage.policy.limits.wall_seconds
-        if wall and (timeout is None or wall < timeout):
-            timeout = wall
+        timeout = _timeout_for(cage, timeout)
         self.argv, self.cage, self.stdio = list(argv), cage, stdio
         self.started = time.monotonic()
         self.deadline = self.started + timeout if timeout else None
@@ -374,12 +385,10 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
 
     limit = cage.policy.limits.processes
     if pids_group is not None and os.geteuid() == 0:
-        # Already inside (we were forked in it): leave room for what is there now, the caller
-        # and this supervisor, plus the policy's limit for the command's tree ("max" without
-        # one, so a previous run's limit does not linger). The final kill walks our
-        # descendants, never the group (it holds the caller).
+        # We were forked inside it (it also holds the caller and us). The final kill walks our
+        # descendants, never the group.
         try:
-            pids_group.set_max(pids_group.current() + limit if limit else "max")
+            _make_room(pids_group, limit)
         except OSError as exc:
             report("cage_error", EXIT_CAGE, 0, f"limits.processes: cannot set pids.max: {exc.strerror}")
             return
@@ -390,8 +399,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         # The supervisor joins its own group (+1 for itself) and the child is born inside.
         group = PidsCgroup.create_and_join(limit + 1)
         if group is None:
-            report("cage_error", EXIT_CAGE, 0, "limits.processes: running as root, RLIMIT_NPROC does not "
-                   "bind uid 0 and no pids cgroup could be created; refusing to run without the limit")
+            report("cage_error", EXIT_CAGE, 0, NO_PIDS_CGROUP)
             return
 
     err_r, err_w = os.pipe2(os.O_CLOEXEC)

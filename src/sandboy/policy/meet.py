@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from sandboy.policy.model import LIMIT_KEYS, SECTIONS, Compat, EnvRules, FsRules, Limits, NetRules, Policy, SeccompRules
-from sandboy.policy.resolve import TMP_TOKEN
+from sandboy.policy.resolve import TMP_TOKEN, is_glob
 
 _WEB_PORTS = frozenset((80, 443))  # a bare host in `net.domains` means these (DESIGN.md)
 
@@ -61,10 +61,6 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _is_glob(path: str) -> bool:
-    return any(ch in path for ch in "*?[")
-
-
 class _Grants:
     """The ceiling's paths for one right, symlink-resolved once."""
 
@@ -83,7 +79,7 @@ class _Grants:
 def _meet_fs(step: FsRules, ceiling: FsRules, out: list) -> FsRules:
     any_right = _Grants((*ceiling.read, *ceiling.exec, *ceiling.write))
     grants = {"write": _Grants(ceiling.write), "exec": _Grants(ceiling.exec), "read": any_right}
-    denied = [_real(p) for p in ceiling.deny if not _is_glob(p)]
+    denied = [_real(p) for p in ceiling.deny if not is_glob(p)]
     result: dict = {"read": [], "exec": [], "write": []}
 
     def place(right: str, real: str) -> tuple:

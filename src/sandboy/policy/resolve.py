@@ -35,6 +35,11 @@ def expand(raw: str, ctx: Context) -> str:
     return os.path.normpath(out)
 
 
+def is_glob(path: str) -> bool:
+    """A deny pattern matched against the tree at launch (`*`, `?`, `[...]`), not a literal path."""
+    return any(ch in path for ch in "*?[")
+
+
 def uses_tmp(policy) -> bool:
     fs = policy.fs
     return any(TMP_TOKEN in p for p in (*fs.read, *fs.exec, *fs.write, *fs.deny))
