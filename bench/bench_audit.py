@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES = (REPO / ".." / "shared" / "samples").resolve()
+SAMPLES = REPO / "tests" / "data" / "samples"
 INFER_LARGE = SAMPLES / "infer" / "glowstone_infer-0.17.0_report.LARGE.json"
 ROSLYN_LARGE = SAMPLES / "roslyn" / "squigglecop_Log.old.v2.LARGE.sarif"
 sys.path[:0] = [str(REPO / "src"), str(REPO / "adapters" / "common"), str(REPO / "adapters" / "infer")]

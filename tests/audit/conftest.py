@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLES = (REPO / ".." / "shared" / "samples").resolve()
+# Real tool output, with its sources and licences in tests/data/samples/README.md.
+SAMPLES = REPO / "tests" / "data" / "samples"
 GUESTS = Path(__file__).resolve().parent / "guests"
 
 # Set before any sandboy.audit module reads it (they read it per call, but be early anyway).
@@ -24,7 +25,7 @@ os.environ.setdefault("SANDBOY_CACHE_DIR", str(REPO / ".cache" / "sandboy-test")
 @pytest.fixture(scope="session")
 def samples() -> Path:
     if not (SAMPLES / "README.md").is_file():
-        pytest.fail(f"real samples not found at {SAMPLES}: lay the shared/ directory beside the repository")
+        pytest.fail(f"real samples not found at {SAMPLES}: they are part of the repository; is the checkout complete?")
     return SAMPLES
 
 

@@ -194,3 +194,18 @@ def test_raw_v1_logs_fail_the_schema(samples):
     doc = sarif.parse_json((samples / "roslyn" / "squigglecop_Log.v1.sarif").read_text("utf-8"))
     found = sarif.schema_problems(doc)
     assert any(p.pointer == "/version" for p in found)
+
+
+def test_samples_are_unchanged(samples):
+    """The samples are real tool output copied byte for byte; SHA256SUMS pins every one of them."""
+    listed = {}
+    for line in (samples / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        listed[name.removeprefix("./")] = digest
+    present = {str(p.relative_to(samples)) for p in samples.rglob("*") if p.is_file()} - {"README.md", "SHA256SUMS"}
+    assert present == set(listed), "every sample is listed in SHA256SUMS with its source in README.md"
+    for name, digest in listed.items():
+        assert hashlib.sha256((samples / name).read_bytes()).hexdigest() == digest, name
+    readme = (samples / "README.md").read_text()
+    for name in listed:
+        assert Path(name).name in readme, f"{name} has no source/licence line in README.md"

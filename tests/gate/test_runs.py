@@ -466,10 +466,12 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
     import time
 
     marker = tmp_path / "repo" / "alive"
-    repo = make_repo(tmp_path, """
+    # A name only this test's processes carry: other tests (and other people) run `sleep 300` too.
+    escaped = f"SBX-{os.getpid()}-term"
+    repo = make_repo(tmp_path, f"""
         [[step]]
         name = "long"
-        run = "(setsid sleep 300 &) ; echo started; while true; do touch alive; sleep 0.1; done"
+        run = "(setsid bash -c 'exec -a {escaped} sleep 300' &) ; echo started; while true; do touch alive; sleep 0.1; done"
     """)
     proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, HOME=str(fake_home)))
@@ -477,14 +479,14 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
+    assert len(_survivors(escaped)) == 1  # the setup worked: the escaped sleep is running
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)
     assert proc.returncode == 130
     marker.unlink()
     time.sleep(0.5)
     assert not marker.exists()  # the loop is dead
-    leftover = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
-    assert leftover == [], leftover
+    assert _survivors(escaped) == []  # and so is the process that left the session
 
 
 def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
@@ -504,9 +506,11 @@ def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
 
 
 def _survivors(marker: str) -> list:
+    """Pids of the processes this test named `marker` (with `exec -a`): the name starts their
+    command line, so the shell that merely mentions it in a script is not counted."""
     import subprocess
 
-    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()
 
 
 def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_home):
