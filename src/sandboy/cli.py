@@ -81,10 +81,10 @@ def _err(message: str) -> None:
 def cmd_run(args: RunArgs) -> int:
     from sandboy.confine import cage as cagemod
     from sandboy.confine import launch
-    from sandboy.policy.load import load_file
+    from sandboy.policy.model import Policy
 
     try:
-        policy = load_file(args.policy)
+        policy = Policy.load(args.policy)
         if args.dry_run:
             return _dry_run(policy, args)
         status = _StatusSink(args) if (args.status_json or args.status_fd is not None) else None

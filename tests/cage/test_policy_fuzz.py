@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import from_mapping, load_file
-from sandboy.policy.model import LIMIT_KEYS
+from sandboy.policy.model import LIMIT_KEYS, Policy
 
 from cagekit import SANDBOY, to_toml
+
+from_mapping = Policy.from_mapping
 
 SRC = "fuzz.toml"
 SECTION_KEYS = {
@@ -93,7 +94,7 @@ toml_line = st.one_of(
 def test_load_file_tomlish(tmp_path, raw):
     path = tmp_path / "p.toml"
     path.write_bytes(raw)
-    valid_or_policy_error(lambda p, _: load_file(p, use_cache=False), path, str(path))
+    valid_or_policy_error(lambda p, _: Policy.load(p, use_cache=False), path, str(path))
 
 
 @pytest.mark.needs_kernel

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,39 +50,75 @@ def execute(program: bytes, nr: int, arch: int, args) -> int:
             pc += 1 + (jt if taken else jf)
 
 
+# The contract written out by hand, independently of the module under test: a test that derived
+# these from `seccomp.DEFAULT_DENY` or `seccomp.CLONE_NS_FLAGS` passed when an entry was removed.
+X86_64_ARCH = 0xC000003E
+DENIED_BY_DEFAULT = frozenset({
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
+    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "open_tree_attr", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "swapon", "swapoff", "reboot", "kexec_load",
+    "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf", "perf_event_open",
+    "userfaultfd", "keyctl", "add_key", "request_key", "unshare", "setns", "open_by_handle_at",
+    "name_to_handle_at", "iopl", "ioperm", "quotactl", "quotactl_fd", "acct", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "personality", "uselib", "lookup_dcookie", "vhangup", "syslog",
+    "modify_ldt", "move_pages", "migrate_pages", "mbind", "set_mempolicy", "get_mempolicy",
+    "set_mempolicy_home_node",
+})
+SYSV = frozenset({"shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+                  "semtimedop", "semctl"})
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+NAMESPACE_BITS = (CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET)
+MODE_AT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3, "creat": 1,
+           "mkdir": 1, "mkdirat": 2, "mknod": 1, "mknodat": 2}
+SEND_FLAGS_AT = {"sendto": 3, "sendmsg": 2, "sendmmsg": 3}
+MSG_FASTOPEN_BIT = 0x20000000
+# name: (which argument and its only allowed value, or None; the target id's argument)
+SELF_ONLY_AT = {"setpriority": ((0, 0), 1), "ioprio_set": ((0, 1), 1), "sched_setaffinity": (None, 0),
+                "sched_setscheduler": (None, 0), "sched_setparam": (None, 0), "sched_setattr": (None, 0)}
+
+
 def expected(nr, arch, args, deny, rules) -> int:
     """The filter's contract (seccomp.py docstring), over what the kernel reads: 32-bit ints."""
     low = [a & 0xFFFFFFFF for a in args]
-    if arch != seccomp.AUDIT_ARCH_X86_64 or nr >= seccomp.X32_SYSCALL_BIT:
+    if arch != X86_64_ARCH or nr >= 0x40000000:
         return EPERM
     if nr in {X86_64[n] for n in deny}:
         return EPERM
-    if nr == X86_64["clone3"]:
+    if nr in (X86_64["clone3"], X86_64["openat2"]):
         return ENOSYS
-    if nr == X86_64["clone"] and low[0] & seccomp.CLONE_NS_FLAGS:
+    if nr == X86_64["clone"] and any(low[0] & bit for bit in NAMESPACE_BITS):
         return EPERM
-    if nr == X86_64["ioctl"] and low[1] in (seccomp.TIOCSTI, seccomp.TIOCLINUX):
+    if nr == X86_64["ioctl"] and low[1] in (0x5412, 0x541C):  # TIOCSTI, TIOCLINUX
         return EPERM
-    for name, index in seccomp.SEND_FLAGS_ARG.items():
-        if nr == X86_64[name] and low[index] & seccomp.MSG_FASTOPEN and not rules.tcp_any_protocol:
+    for name, index in SEND_FLAGS_AT.items():
+        if nr == X86_64[name] and low[index] & MSG_FASTOPEN_BIT and not rules.tcp_any_protocol:
             return EPERM
     if nr == X86_64["prlimit64"] and low[0] != 0:
         return EPERM  # another process's limits
-    if nr == X86_64["socketpair"] and not rules.unix and low[1] & seccomp.SOCK_TYPE_MASK == seccomp.SOCK_DGRAM:
+    if nr == X86_64["socketpair"] and not rules.unix and low[1] & 0xF == 2:  # SOCK_DGRAM
         return EPERM
+    for name, index in MODE_AT.items():
+        if nr == X86_64[name] and low[index] & 0o6000:  # S_ISUID | S_ISGID; S_ISVTX is fine
+            return EPERM
+    for name, (which, who) in SELF_ONLY_AT.items():
+        if nr == X86_64[name]:
+            if which is not None and low[which[0]] != which[1]:
+                return EPERM
+            return seccomp.RET_ALLOW if low[who] == 0 else EPERM
     if nr == X86_64["socket"]:
-        family, kind, proto = low[0], low[1] & seccomp.SOCK_TYPE_MASK, low[2]
-        if family == seccomp.AF_NETLINK:
-            return seccomp.RET_ALLOW
-        if family == seccomp.AF_UNIX:
+        family, kind, proto = low[0], low[1] & 0xF, low[2]
+        if family == 16:  # AF_NETLINK: NETLINK_ROUTE only
+            return seccomp.RET_ALLOW if proto == 0 else EPERM
+        if family == 1:  # AF_UNIX
             return seccomp.RET_ALLOW if rules.unix else EPERM
-        if family not in (seccomp.AF_INET, seccomp.AF_INET6) or not rules.inet:
+        if family not in (2, 10) or not rules.inet:  # AF_INET, AF_INET6
             return EPERM
         if rules.tcp_any_protocol and rules.udp:
             return seccomp.RET_ALLOW
-        if kind == seccomp.SOCK_STREAM:
+        if kind == 1:  # SOCK_STREAM: plain TCP only (MPTCP is 262)
             return seccomp.RET_ALLOW if rules.tcp_any_protocol or proto in (0, 6) else EPERM
-        if kind == seccomp.SOCK_DGRAM:
+        if kind == 2:
             return seccomp.RET_ALLOW if rules.udp else EPERM
         return EPERM
     return seccomp.RET_ALLOW
@@ -97,7 +134,7 @@ def all_rules():
 
 def test_structure_every_jump_lands_inside_and_every_path_returns():
     for rules in all_rules():
-        for deny in (seccomp.DEFAULT_DENY, (), tuple(X86_64)):
+        for deny in (DENIED_BY_DEFAULT | SYSV, (), tuple(X86_64)):
             insns = decode(seccomp.build(deny, rules))
             assert 0 < len(insns) <= BPF_MAXINSNS
             assert insns[-1][0] == seccomp.RET_K
@@ -120,12 +157,15 @@ def test_foreign_arch_and_x32_refused_before_anything():
     assert execute(program, 0x40000000 | 39, seccomp.AUDIT_ARCH_X86_64, [0] * 6) == EPERM
 
 
-interesting_nr = st.sampled_from([X86_64[n] for n in ("socket", "clone", "clone3", "ioctl", "ptrace", "getpid",
-                                                       "unshare", "mount", "io_uring_setup", "sendto",
-                                                       "sendmsg", "sendmmsg", "prlimit64", "socketpair")])
+interesting_nr = st.sampled_from([X86_64[n] for n in (
+    "socket", "clone", "clone3", "openat2", "ioctl", "ptrace", "getpid", "unshare", "mount", "io_uring_setup",
+    "sendto", "sendmsg", "sendmmsg", "prlimit64", "socketpair", *MODE_AT, *SELF_ONLY_AT, *SYSV, "getpriority",
+    "modify_ldt", "mbind")])
 arg = st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from([
-    1, 2, 10, 16, 17, 40, 0x1_00000002, 0x1_0000000A, 1 | 0o4000, 2 | 0o2000000, 3, 5, 0, 6, 17, 132, 262,
-    0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5413, 0x10000000, 0x40000000, 0x1_00000000]))
+    1, 2, 3, 4, 9, 10, 15, 16, 17, 40, 0x1_00000002, 0x1_0000000A, 1 | 0o4000, 2 | 0o2000000, 5, 0, 6, 17, 132,
+    262, 0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5413, 0x10000000,
+    0x40000000, 0x1_00000000, 0o4755, 0o2755, 0o1777, 0o6755, 0o755, 0o100755, 0x1_00000000 | 0o755,
+    0x1_00000000 | 0o4755, 0o40000 | 0o2775, *NAMESPACE_BITS]))
 
 
 @settings(max_examples=800, deadline=None)
@@ -134,9 +174,56 @@ arg = st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from([
        st.lists(arg, min_size=6, max_size=6), socket_rules,
        st.sets(st.sampled_from(sorted(X86_64)), max_size=5))
 def test_filter_decides_as_the_contract_says(nr, arch, args, rules, extra_deny):
-    deny = (set(seccomp.DEFAULT_DENY) | extra_deny)
+    deny = set(seccomp.DEFAULT_DENY) | set(SYSV) | extra_deny
     program = seccomp.build(deny, rules)
-    assert execute(program, nr, arch, args) == expected(nr, arch, args, deny, rules)
+    expected_deny = DENIED_BY_DEFAULT | SYSV | extra_deny
+    assert execute(program, nr, arch, args) == expected(nr, arch, args, expected_deny, rules)
+
+
+def test_default_denylist_is_the_written_contract():
+    """The module's list against the one written here: an entry removed or added there must be
+    a decision made here too (and in docs/threat-model.md, with its probe)."""
+    assert set(seccomp.DEFAULT_DENY) == DENIED_BY_DEFAULT
+    assert set(seccomp.SYSV_IPC) == SYSV
+
+
+@pytest.mark.parametrize("bit", NAMESPACE_BITS)
+def test_each_namespace_flag_of_clone_is_refused(bit):
+    program = seccomp.build(DENIED_BY_DEFAULT, seccomp.SocketRules(False, False, False, False))
+    clone = X86_64["clone"]
+    assert execute(program, clone, X86_64_ARCH, [bit | 17, 0, 0, 0, 0, 0]) == EPERM
+    assert execute(program, clone, X86_64_ARCH, [(1 << 32) | bit, 0, 0, 0, 0, 0]) == EPERM
+    assert execute(program, clone, X86_64_ARCH, [(1 << 32) | 17, 0, 0, 0, 0, 0]) == seccomp.RET_ALLOW
+
+
+@pytest.mark.parametrize("name", sorted(MODE_AT))
+def test_setuid_and_setgid_modes_refused_sticky_allowed(name):
+    program = seccomp.build(DENIED_BY_DEFAULT, seccomp.SocketRules(False, False, False, False))
+    index = MODE_AT[name]
+
+    def call(mode):
+        args = [0] * 6
+        args[index] = mode
+        return execute(program, X86_64[name], X86_64_ARCH, args)
+
+    for mode in (0o4755, 0o2755, 0o6777, 0o104755, 0xFFFF_0000_0000_0000 | 0o4000):
+        assert call(mode) == EPERM, oct(mode)
+    for mode in (0o755, 0o644, 0o1777, 0o40755, 0x1_0000_0000 | 0o755):
+        assert call(mode) == seccomp.RET_ALLOW, oct(mode)
+
+
+def test_denied_calls_follow_the_policy():
+    from sandboy.policy.model import Policy
+
+    def denied(data):
+        return seccomp.denied_calls(Policy.from_mapping({"version": 1, **data}, "<t>"))
+
+    assert denied({}) == DENIED_BY_DEFAULT | SYSV
+    assert denied({"ipc": {"sysv": True}}) == DENIED_BY_DEFAULT
+    assert denied({"seccomp": {"allow": ["ptrace"], "deny": ["chown"]}}) == (DENIED_BY_DEFAULT | SYSV | {"chown"}) - {
+        "ptrace"}
+    # SysV IPC is the [ipc] key's to allow, not seccomp.allow's
+    assert "shmget" in denied({"seccomp": {"allow": ["shmget"]}})
 
 
 def test_builtin_syscall_numbers_match_the_full_table():
@@ -144,3 +231,5 @@ def test_builtin_syscall_numbers_match_the_full_table():
     agree with the generated table, or the filter would guard the wrong calls."""
     assert seccomp._COMMON_NRS == {name: X86_64[name] for name in seccomp._COMMON_NRS}
     assert set(seccomp.DEFAULT_DENY) <= set(seccomp._COMMON_NRS)
+    for name in (*seccomp.SYSV_IPC, *seccomp.MODE_ARG, *seccomp.SELF_ONLY, *seccomp.ENOSYS_CALLS):
+        assert name in seccomp._COMMON_NRS, name

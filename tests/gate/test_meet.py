@@ -132,6 +132,21 @@ def test_seccomp_meet():
     assert policy.seccomp.allow == ()
 
 
+@pytest.mark.parametrize("asked, allowed, expected, narrowed", [
+    (True, True, True, False), (True, False, False, True), (False, True, False, False), (None, False, False, False),
+    (None, True, True, False),  # an absent section is the ceiling's
+])
+def test_ipc_meet(asked, allowed, expected, narrowed):
+    step = {} if asked is None else {"ipc": {"sysv": asked}}
+    policy, notes = _meet(step, {"ipc": {"sysv": allowed}})
+    assert policy.ipc.sysv is expected
+    assert notes == (["asked for SysV IPC (shm/msg/sem); the ceiling does not allow it"] if narrowed else [])
+
+
+def test_builtin_ceiling_refuses_sysv_ipc():
+    assert ceilings.builtin().ipc.sysv is False
+
+
 def test_env_meet():
     policy, notes = _meet({"env": {"pass": ["HOME", "AWS_SECRET_ACCESS_KEY"], "set": {"A": "1", "CI": "no"}}},
                           {"env": {"pass": ["HOME", "PATH"], "set": {"CI": "true"}}})

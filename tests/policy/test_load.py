@@ -16,7 +16,7 @@ from sandboy.policy.model import DEFAULT_ENV_PASS, Policy
 def _load_text(tmp_path, text, name="p.toml"):
     path = tmp_path / name
     path.write_text(text)
-    return load.load_file(path, use_cache=False)
+    return Policy.load(path, use_cache=False)
 
 
 def test_absent_sections_grant_nothing(tmp_path):
@@ -45,6 +45,9 @@ def test_absent_sections_grant_nothing(tmp_path):
     ("version = 1\n[limits]\nprocesses = -1", "limits.processes", ">= 0"),
     ("version = 1\n[compat]\nlandlock = \"lax\"", "compat.landlock", "best-effort"),
     ("version = 1\nnetwork = {}", "network", "unknown key"),
+    ("version = 1\n[ipc]\nsysv = 1", "ipc.sysv", "true or false"),
+    ("version = 1\n[ipc]\nsysvipc = true", "ipc.sysvipc", "did you mean 'sysv'"),
+    ("version = 1\n[icp]\nsysv = true", "icp", "did you mean 'ipc'"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, text, key, fragment):
     with pytest.raises(PolicyError) as info:
@@ -63,19 +66,42 @@ def test_unparseable_files_are_policy_errors(tmp_path, raw, fragment):
     path = tmp_path / "p.toml"
     path.write_bytes(raw)
     with pytest.raises(PolicyError) as info:
-        load.load_file(path, use_cache=False)
+        Policy.load(path, use_cache=False)
     assert fragment in str(info.value)
+
+
+def test_ipc_sysv_defaults_to_refused(tmp_path):
+    assert _load_text(tmp_path, "version = 1\n").ipc.sysv is False
+    assert _load_text(tmp_path, "version = 1\n[ipc]\n").ipc.sysv is False
+    policy = _load_text(tmp_path, "version = 1\n[ipc]\nsysv = true\n")
+    assert policy.ipc.sysv is True and "ipc" in policy.sections
+    assert Policy.from_mapping(policy.to_toml_dict(), policy.source) == policy
+
+
+def test_load_and_model_form_no_import_circle():
+    """The validator never imports the records (they import it, lazily, to validate)."""
+    code = ("import sys; import sandboy.policy.load as l; "
+            "print('sandboy.policy.model' in sys.modules, 'sandboy.policy.meet' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(load))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(m and m.startswith("sandboy.policy.model") for m in imported)
 
 
 def test_oversized_and_missing_files(tmp_path):
     big = tmp_path / "big.toml"
     big.write_bytes(b"#" * (load.MAX_POLICY_BYTES + 1))
     with pytest.raises(PolicyError, match="larger than"):
-        load.load_file(big)
+        Policy.load(big)
     with pytest.raises(PolicyError, match="cannot read"):
-        load.load_file(tmp_path / "absent.toml")
+        Policy.load(tmp_path / "absent.toml")
     with pytest.raises(PolicyError, match="directory"):
-        load.load_file(tmp_path)
+        Policy.load(tmp_path)
 
 
 def test_round_trip_through_toml_dict(tmp_path):
@@ -91,15 +117,15 @@ def test_cache_hit_skips_tomllib_and_is_revalidated(tmp_path, monkeypatch):
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "p.toml"
     path.write_text('version = 1\n[fs]\nread = ["/usr"]\n')
-    first = load.load_file(path)
-    code = ("import sys; from sandboy.policy.load import load_file; p = load_file(sys.argv[1]); "
+    first = Policy.load(path)
+    code = ("import sys; from sandboy.policy.model import Policy; p = Policy.load(sys.argv[1]); "
             "print(p.fs.read, 'tomllib' in sys.modules)")
     env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env).stdout
     assert out.strip() == "('/usr',) False"
     # an edited file is a miss: the new content wins
     path.write_text('version = 1\n[fs]\nread = ["/etc"]\n')
-    assert load.load_file(path).fs.read == ("/etc",) != first.fs.read
+    assert Policy.load(path).fs.read == ("/etc",) != first.fs.read
 
 
 def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
@@ -110,17 +136,17 @@ def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
     path = tmp_path / "p.toml"
     raw = b'version = 1\n[fs]\nread = ["/usr"]\n'
     path.write_bytes(raw)
-    load.load_file(path)
+    Policy.load(path)
     cache_file = load._cache_path(str(path))
     with open(cache_file, "wb") as fh:
         fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"], "bogus": []}})))
     with pytest.raises(PolicyError, match="fs.bogus"):
-        load.load_file(path)
+        Policy.load(path)
     # a cache file others can write is ignored entirely
     with open(cache_file, "wb") as fh:
         fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"]}})))
     os.chmod(cache_file, 0o666)
-    assert load.load_file(path).fs.read == ("/usr",)
+    assert Policy.load(path).fs.read == ("/usr",)
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -233,7 +233,7 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
         raise CageError(f"{policy.source}: compat.landlock = \"strict\" and this kernel cannot enforce: "
                         + "; ".join(degraded))
 
-    deny_calls = (set(seccomp.DEFAULT_DENY) | set(policy.seccomp.deny)) - set(policy.seccomp.allow)
+    deny_calls = seccomp.denied_calls(policy)
     if deny_listen:
         deny_calls.add("listen")
     sockets = seccomp.SocketRules(
@@ -272,6 +272,7 @@ def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
             "denied_syscalls": sorted(deny_calls),
             "instructions": len(bpf) // 8,
             "native_arch_only": True,
+            "sysv_ipc": "allowed" if policy.ipc.sysv else "refused",
             "sockets": {"unix": sockets.unix, "inet": sockets.inet, "udp": sockets.udp,
                         "mptcp_sctp_raw": sockets.tcp_any_protocol},
         },

@@ -9,14 +9,16 @@ Layout (every jump is short, so no offset can overflow the 8-bit jump fields):
 
     arch != x86_64            -> EPERM   (i386 `int 0x80` and every foreign ABI)
     nr >= 0x40000000          -> EPERM   (x32 ABI)
-    nr == each denied call    -> EPERM
-    clone3                    -> ENOSYS  (flags live in memory BPF cannot read; libc falls back to clone)
+    nr == each denied call    -> EPERM   (the denylist; SysV IPC unless `ipc.sysv`)
+    clone3, openat2           -> ENOSYS  (arguments live in memory BPF cannot read; libc falls back)
     clone: namespace flags    -> EPERM
     ioctl: TIOCSTI/TIOCLINUX  -> EPERM
-    socket: family/type/proto -> EPERM unless the policy allows it
+    socket: family/type/proto -> EPERM unless the policy allows it; netlink: NETLINK_ROUTE only
     socketpair SOCK_DGRAM     -> EPERM while unix sockets are refused
     prlimit64 on another pid  -> EPERM
     sendto/sendmsg/sendmmsg with MSG_FASTOPEN -> EPERM while TCP port rules are in force
+    chmod/open/mkdir/mknod... mode with S_ISUID or S_ISGID -> EPERM
+    setpriority/ioprio_set/sched_set* on anything but the caller itself -> EPERM
     otherwise                 -> ALLOW
 """
 
@@ -36,7 +38,51 @@ DEFAULT_DENY = (
     "iopl", "ioperm", "quotactl", "quotactl_fd", "acct",
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     "personality", "uselib", "lookup_dcookie", "vhangup", "syslog",
+    # What Flatpak refuses and we did too little about: the LDT (a long CVE history, only Wine
+    # needs it) and NUMA memory placement (move_pages/migrate_pages act on other processes; the
+    # mempolicy calls are kernel attack surface no build needs; libnuma treats EPERM as "no NUMA").
+    "modify_ldt", "move_pages", "migrate_pages", "mbind", "set_mempolicy", "get_mempolicy",
+    "set_mempolicy_home_node",
 )
+
+# SysV IPC reaches the host's segments, queues and semaphores by key (a well-known key is all it
+# takes: `shmget(key, 0, 0)` then `shmat`). Refused unless the policy says `[ipc] sysv = true`.
+SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
+            "semget", "semop", "semtimedop", "semctl")
+
+# Calls whose arguments live in memory BPF cannot read: ENOSYS makes libc fall back to the older
+# call, whose arguments the filter does check (clone's flags, openat's mode).
+ENOSYS_CALLS = ("clone3", "openat2")
+
+# Where each call keeps the file mode the kernel reads (umode_t). S_ISUID/S_ISGID in it would leave
+# a setuid file for the host (as root the cage owns every root-owned file, and `chmod 4755` on a
+# copy of bash in a write root gave any local user euid 0). S_ISVTX stays allowed: the sticky bit
+# only restricts who may delete entries of a directory, and `mkdir -m 1777` is legitimate.
+MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3, "creat": 1,
+            "mkdir": 1, "mkdirat": 2, "mknod": 1, "mknodat": 2}
+S_ISUID, S_ISGID, S_ISVTX = 0o4000, 0o2000, 0o1000
+PRIVILEGE_MODE_BITS = S_ISUID | S_ISGID
+
+# Scheduling calls that can act on other processes: name -> (index of the "which" argument and
+# the one value allowed there, or None; index of the target id). Only the caller itself (id 0) is
+# allowed: seccomp compares with constants, so "the caller's own tree" cannot be expressed, and
+# a pid of its own children would have to be known when the filter is built.
+PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
+SELF_ONLY = {
+    "setpriority": ((0, PRIO_PROCESS), 1),   # PRIO_PGRP / PRIO_USER renice whole groups and users
+    "ioprio_set": ((0, IOPRIO_WHO_PROCESS), 1),
+    "sched_setaffinity": (None, 0),
+    "sched_setscheduler": (None, 0),
+    "sched_setparam": (None, 0),
+    "sched_setattr": (None, 0),
+}
+
+# Netlink protocols a build may open: NETLINK_ROUTE only (glibc's getaddrinfo(AI_ADDRCONFIG),
+# getifaddrs and if_nameindex, `ip addr`). NETLINK_SOCK_DIAG (4) lists the host's listeners and
+# unix socket paths without any network grant; audit, uevent, netfilter, xfrm, generic... no build
+# needs them, and each is more kernel attack surface.
+NETLINK_ROUTE, NETLINK_SOCK_DIAG = 0, 4
+NETLINK_ALLOWED = (NETLINK_ROUTE,)
 
 # The numbers the default filter needs, so the full table (policy/syscalls.py, ≈ 0.3 ms to
 # import) loads only when a policy names other calls. tests/cage checks these against it.
@@ -53,7 +99,25 @@ _COMMON_NRS = {
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
     "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438, "mount_setattr": 442,
     "quotactl_fd": 443, "open_tree_attr": 467,
+    "open": 2, "chmod": 90, "fchmod": 91, "creat": 85, "mkdir": 83, "mknod": 133, "openat": 257,
+    "mkdirat": 258, "mknodat": 259, "fchmodat": 268, "fchmodat2": 452, "openat2": 437,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
+    "msgctl": 71, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
+    "setpriority": 141, "ioprio_set": 251, "sched_setaffinity": 203, "sched_setscheduler": 144,
+    "sched_setparam": 142, "sched_setattr": 314,
+    "modify_ldt": 154, "move_pages": 279, "migrate_pages": 256, "mbind": 237, "set_mempolicy": 238,
+    "get_mempolicy": 239, "set_mempolicy_home_node": 450,
 }
+
+
+def denied_calls(policy) -> set:
+    """The names the filter refuses for `policy`: the default denylist, plus `seccomp.deny`,
+    minus `seccomp.allow`, plus SysV IPC unless `ipc.sysv` (which `seccomp.allow` cannot undo:
+    the key that says what SysV IPC means is `[ipc]`)."""
+    deny = (set(DEFAULT_DENY) | set(policy.seccomp.deny)) - set(policy.seccomp.allow)
+    if not policy.ipc.sysv:
+        deny |= set(SYSV_IPC)
+    return deny
 
 
 def syscall_nr(name: str) -> int:
@@ -145,8 +209,9 @@ def build(deny_names, sockets: SocketRules) -> bytes:
     p.op(RET_K, eperm)
     for nr in sorted({syscall_nr(name) for name in deny_names}):
         p.deny_if_eq(nr, eperm)
-    if "clone3" not in deny_names:
-        p.deny_if_eq(syscall_nr("clone3"), errno_ret(errno.ENOSYS))
+    for name in ENOSYS_CALLS:
+        if name not in deny_names:
+            p.deny_if_eq(syscall_nr(name), errno_ret(errno.ENOSYS))
 
     # Argument checks: each block starts with A = nr and ends with A = nr or a return.
     _clone_block(p, eperm)
@@ -157,8 +222,45 @@ def build(deny_names, sockets: SocketRules) -> bytes:
     if not sockets.tcp_any_protocol:
         _fastopen_block(p, eperm)
     _prlimit_block(p, eperm)
+    _mode_block(p, deny_names, eperm)
+    _self_only_block(p, deny_names, eperm)
     p.op(RET_K, RET_ALLOW)
     return p.bytes()
+
+
+def _mode_block(p: _Prog, deny_names, eperm: int) -> None:
+    """No setuid/setgid bit in any mode a call sets or creates with. Refused whatever the other
+    flags say (open without O_CREAT ignores its mode, and libc then passes 0)."""
+    for name, index in MODE_ARG.items():
+        if name in deny_names:
+            continue
+        body = _Prog()
+        body.op(LD_W_ABS, _arg_low(index))
+        body.op(JSET_K, PRIVILEGE_MODE_BITS, 0, 1)
+        body.op(RET_K, eperm)
+        body.op(RET_K, RET_ALLOW)
+        _guarded(p, syscall_nr(name), body.insns)
+
+
+def _self_only_block(p: _Prog, deny_names, eperm: int) -> None:
+    """Scheduling calls on the caller only. As an ordinary user, setpriority, sched_setaffinity,
+    sched_setscheduler(SCHED_IDLE) and ioprio_set on another process of the same uid succeeded,
+    and setpriority(PRIO_USER, 0) reniced the operator's login shell; Landlock (ABI 7) scopes
+    none of them. The kernel reads `which` and the id as 32-bit ints."""
+    for name, (which, who) in SELF_ONLY.items():
+        if name in deny_names:
+            continue
+        body = _Prog()
+        if which is not None:
+            index, value = which
+            body.op(LD_W_ABS, _arg_low(index))
+            body.op(JEQ_K, value, 1, 0)
+            body.op(RET_K, eperm)
+        body.op(LD_W_ABS, _arg_low(who))
+        body.op(JEQ_K, 0, 0, 1)
+        body.op(RET_K, RET_ALLOW)
+        body.op(RET_K, eperm)
+        _guarded(p, syscall_nr(name), body.insns)
 
 
 def _prlimit_block(p: _Prog, eperm: int) -> None:
@@ -231,8 +333,14 @@ def _socket_block(p: _Prog, rules: SocketRules, eperm: int) -> None:
     allow, deny = RET_ALLOW, eperm
     b = _Prog()
     b.op(LD_W_ABS, _arg_low(0))
-    b.op(JEQ_K, AF_NETLINK, 0, 1)
-    b.op(RET_K, allow)
+    netlink = _Prog()  # the protocol decides: see NETLINK_ALLOWED
+    netlink.op(LD_W_ABS, _arg_low(2))
+    for i, proto in enumerate(NETLINK_ALLOWED):
+        netlink.op(JEQ_K, proto, len(NETLINK_ALLOWED) - i, 0)
+    netlink.op(RET_K, deny)
+    netlink.op(RET_K, allow)
+    b.op(JEQ_K, AF_NETLINK, 0, len(netlink.insns))
+    b.insns.extend(netlink.insns)  # always returns; A still holds the family below
     b.op(JEQ_K, AF_UNIX, 0, 1)
     b.op(RET_K, allow if rules.unix else deny)
     inet = _Prog()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import MAX_POLICY_BYTES, _kind, from_mapping, parse_toml, read_bounded
+from sandboy.policy.load import MAX_POLICY_BYTES, _kind, parse_toml, read_bounded
 from sandboy.policy.model import Policy
 
 GATE_DIR = ".007"
@@ -107,7 +107,7 @@ def _policy_tables(src: str, tables) -> dict:
         if not isinstance(table, dict):
             raise PolicyError(src, key, f"expected a table [{key}], got {_kind(table)}")
         try:
-            out[name] = from_mapping(table, f"{src} [{key}]")
+            out[name] = Policy.from_mapping(table, f"{src} [{key}]")
         except PolicyError as exc:
             raise PolicyError(src, f"{key}.{exc.key}" if exc.key else key, exc.problem) from None
     return out
@@ -137,7 +137,7 @@ def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Poli
         raise PolicyError(src, key, f"{ref!r} resolves to {real}, outside the repository (a symlink?)")
     raw = _read_regular(src, key, real)
     try:
-        return from_mapping(parse_toml(raw, real), real)
+        return Policy.from_mapping(parse_toml(raw, real), real)
     except PolicyError as exc:
         raise PolicyError(src, f"{key} ({ref})", f"{exc.key}: {exc.problem}" if exc.key else exc.problem) from None
 

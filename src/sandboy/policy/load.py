@@ -1,5 +1,8 @@
 """Read a policy file and validate every key.
 
+Returns plain values (a dict of sections, each a dict of normalized fields); `policy.model`
+turns them into records. This module never imports the model, so the two form no circle.
+
 Start-up cost matters here: `tomllib` imports `re` (together ≈ 25 ms, more than the whole cage).
 So a validated policy is cached (`marshal`, keyed on the file's exact bytes) and `tomllib` runs
 only on a miss. Cached data is validated again on every load, so the cache saves parsing only and
@@ -9,16 +12,7 @@ can never widen a policy. See FINDINGS.md and docs/performance.md.
 import os
 
 from sandboy.errors import PolicyError
-from sandboy.policy.model import (
-    LIMIT_KEYS,
-    Compat,
-    EnvRules,
-    FsRules,
-    Limits,
-    NetRules,
-    Policy,
-    SeccompRules,
-)
+from sandboy.policy.keys import LIMIT_KEYS
 
 MAX_POLICY_BYTES = 1 << 20
 PLACEHOLDERS = ("cwd", "home", "tmp", "policy_dir", "repo")
@@ -168,12 +162,12 @@ def _table(src: str, key: str, value, known: tuple) -> dict:
     return value
 
 
-def _fs(src, value) -> FsRules:
+def _fs(src, value) -> dict:
     t = _table(src, "fs", value, ("read", "exec", "write", "deny"))
-    return FsRules(**{k: _str_list(src, f"fs.{k}", v, _path) for k, v in t.items()})
+    return {k: _str_list(src, f"fs.{k}", v, _path) for k, v in t.items()}
 
 
-def _net(src, value) -> NetRules:
+def _net(src, value) -> dict:
     known = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "unrestricted")
     t = _table(src, "net", value, known)
     out = {}
@@ -187,15 +181,20 @@ def _net(src, value) -> NetRules:
             out[k] = _str_list(src, key, v, _cidr)
         else:
             out[k] = _bool(src, key, v)
-    return NetRules(**out)
+    return out
 
 
-def _seccomp(src, value) -> SeccompRules:
+def _ipc(src, value) -> dict:
+    t = _table(src, "ipc", value, ("sysv",))
+    return {k: _bool(src, f"ipc.{k}", v) for k, v in t.items()}
+
+
+def _seccomp(src, value) -> dict:
     t = _table(src, "seccomp", value, ("deny", "allow"))
-    return SeccompRules(**{k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()})
+    return {k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()}
 
 
-def _env(src, value) -> EnvRules:
+def _env(src, value) -> dict:
     t = _table(src, "env", value, ("pass", "set"))
     out = {}
     if "pass" in t:
@@ -211,26 +210,28 @@ def _env(src, value) -> EnvRules:
                 raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {_kind(val)}")
             pairs.append((name, val))
         out["set"] = tuple(pairs)
-    return EnvRules(**out)
+    return out
 
 
-def _limits(src, value) -> Limits:
+def _limits(src, value) -> dict:
     t = _table(src, "limits", value, LIMIT_KEYS)
-    return Limits(**{k: _count(src, f"limits.{k}", v) for k, v in t.items()})
+    return {k: _count(src, f"limits.{k}", v) for k, v in t.items()}
 
 
-def _compat(src, value) -> Compat:
+def _compat(src, value) -> dict:
     t = _table(src, "compat", value, ("landlock",))
     mode = t.get("landlock", "best-effort")
     if mode not in ("best-effort", "strict"):
         raise PolicyError(src, "compat.landlock", f"expected \"best-effort\" or \"strict\", got {mode!r}")
-    return Compat(landlock=mode)
+    return {"landlock": mode}
 
 
-_SECTION_PARSERS = {"fs": _fs, "net": _net, "seccomp": _seccomp, "env": _env, "limits": _limits, "compat": _compat}
+_SECTION_PARSERS = {"fs": _fs, "net": _net, "ipc": _ipc, "seccomp": _seccomp, "env": _env, "limits": _limits,
+                    "compat": _compat}
 
 
-def from_mapping(data, source: str = "<policy>") -> Policy:
+def validate(data, source: str = "<policy>") -> dict:
+    """{section: {field: normalized value}} for every section present; raises PolicyError."""
     if not isinstance(data, dict):
         raise PolicyError(source, "", f"expected a table, got {_kind(data)}")
     if "version" not in data:
@@ -243,10 +244,14 @@ def from_mapping(data, source: str = "<policy>") -> Policy:
             continue
         parser = _SECTION_PARSERS.get(key)
         if parser is None:
-            known = ", ".join(["version", *_SECTION_PARSERS])
-            raise PolicyError(source, _keyname(key), f"unknown key (expected one of: {known})")
+            import difflib
+
+            known = ["version", *_SECTION_PARSERS]
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise PolicyError(source, _keyname(key), f"unknown key ({hint}expected one of: {', '.join(known)})")
         fields[key] = parser(source, value)
-    return Policy(version=1, sections=frozenset(fields), source=source, **fields)
+    return fields
 
 
 # --- files and the parse cache --------------------------------------------------------
@@ -365,14 +370,14 @@ def _cache_put(path: str, raw: bytes, data: dict) -> None:
         pass  # a cache that cannot be written only costs speed
 
 
-def load_file(path, use_cache: bool = True) -> Policy:
-    path = os.fspath(path)
+def read_table(path: str, use_cache: bool = True) -> dict:
+    """The file's TOML table, parsed or from the cache. The caller validates it again
+    (`Policy.load`): a cached table saves parsing only and can never widen a policy."""
     raw = read_bounded(path)
     data = _cache_get(path, raw) if use_cache else None
     if data is None:
         data = parse_toml(raw, path)
-        policy = from_mapping(data, path)  # validate before caching: never cache a bad file
         if use_cache:
+            validate(data, path)  # never cache a bad file
             _cache_put(path, raw, data)
-        return policy
-    return from_mapping(data, path)
+    return data

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 
-from sandboy.policy.model import LIMIT_KEYS, SECTIONS, Compat, EnvRules, FsRules, Limits, NetRules, Policy, SeccompRules
+from sandboy.policy.model import (LIMIT_KEYS, SECTIONS, Compat, EnvRules, FsRules, IpcRules, Limits, NetRules, Policy,
+                                  SeccompRules)
 from sandboy.policy.resolve import TMP_TOKEN, is_glob
 
 _WEB_PORTS = frozenset((80, 443))  # a bare host in `net.domains` means these (DESIGN.md)
@@ -207,6 +208,12 @@ def _meet_net(step: NetRules, ceiling: NetRules, out: list) -> NetRules:
 # --- the rest ----------------------------------------------------------------------------
 
 
+def _meet_ipc(step: IpcRules, ceiling: IpcRules, out: list) -> IpcRules:
+    if step.sysv and not ceiling.sysv:
+        out.append(Narrowing("ipc", "sysv", True, "asked for SysV IPC (shm/msg/sem); the ceiling does not allow it"))
+    return IpcRules(sysv=step.sysv and ceiling.sysv)
+
+
 def _meet_seccomp(step: SeccompRules, ceiling: SeccompRules, out: list) -> SeccompRules:
     deny = tuple(dict.fromkeys((*ceiling.deny, *step.deny)))
     allow = []
@@ -260,7 +267,7 @@ def _meet_compat(step: Compat, ceiling: Compat, out: list) -> Compat:
     return Compat(landlock="strict" if strict else "best-effort")
 
 
-_MEETS = {"fs": _meet_fs, "net": _meet_net, "seccomp": _meet_seccomp, "env": _meet_env, "limits": _meet_limits,
+_MEETS = {"fs": _meet_fs, "net": _meet_net, "ipc": _meet_ipc, "seccomp": _meet_seccomp, "env": _meet_env, "limits": _meet_limits,
           "compat": _meet_compat}
 
 

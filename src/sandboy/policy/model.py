@@ -1,12 +1,14 @@
-"""Policy records: plain slotted classes, validated on construction by `policy.load`.
+"""Policy records: plain slotted classes. `Policy.load` / `Policy.from_mapping` validate through
+`policy.load`, which returns plain values and never imports this module (no import circle).
 
 Why not dataclasses: `dataclasses` imports `re` and `inspect` (≈ 10 ms), and this module is on
 the start-up path of every `sandboy run`.
 """
 
-SECTIONS = ("fs", "net", "seccomp", "env", "limits", "compat")
-DEFAULT_ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ")
-LIMIT_KEYS = ("wall_seconds", "cpu_seconds", "memory_mib", "processes", "open_files", "file_size_mib")
+from sandboy.policy.keys import DEFAULT_ENV_PASS, LIMIT_KEYS, SECTIONS
+
+__all__ = ["DEFAULT_ENV_PASS", "LIMIT_KEYS", "SECTIONS", "FsRules", "NetRules", "IpcRules", "SeccompRules",
+           "EnvRules", "Limits", "Compat", "Policy"]
 
 
 class _Record:
@@ -63,6 +65,14 @@ class NetRules(_Record):
     }
 
 
+class IpcRules(_Record):
+    """`sysv`: SysV shared memory, message queues and semaphores. Refused by seccomp unless true
+    (they reach the host's segments by key wherever no IPC namespace is in place)."""
+
+    __slots__ = ("sysv",)
+    _defaults = {"sysv": False}
+
+
 class SeccompRules(_Record):
     __slots__ = ("deny", "allow")
     _defaults = {"deny": (), "allow": ()}
@@ -92,11 +102,12 @@ class Policy(_Record):
     "as the ceiling" (see `policy.meet`).
     """
 
-    __slots__ = ("version", "fs", "net", "seccomp", "env", "limits", "compat", "sections", "source")
+    __slots__ = ("version", "fs", "net", "ipc", "seccomp", "env", "limits", "compat", "sections", "source")
     _defaults = {
         "version": 1,
         "fs": FsRules(),
         "net": NetRules(),
+        "ipc": IpcRules(),
         "seccomp": SeccompRules(),
         "env": EnvRules(),
         "limits": Limits(),
@@ -114,18 +125,23 @@ class Policy(_Record):
         return self.compat.landlock == "strict"
 
     @classmethod
-    def load(cls, path) -> "Policy":
+    def load(cls, path, use_cache: bool = True) -> "Policy":
         """Load and validate a policy file; raises `PolicyError` naming file, key and fix."""
-        from sandboy.policy.load import load_file
+        import os
 
-        return load_file(path)
+        from sandboy.policy.load import read_table
+
+        path = os.fspath(path)
+        return cls.from_mapping(read_table(path, use_cache), path)
 
     @classmethod
     def from_mapping(cls, data: dict, source: str = "<policy>") -> "Policy":
         """Validate an already-parsed TOML table (as `tomllib` returns it)."""
-        from sandboy.policy.load import from_mapping
+        from sandboy.policy.load import validate
 
-        return from_mapping(data, source)
+        sections = validate(data, source)
+        fields = {name: _RECORDS[name](**values) for name, values in sections.items()}
+        return cls(version=1, sections=frozenset(sections), source=source, **fields)
 
     def to_toml_dict(self) -> dict:
         """The policy as a TOML-shaped dict (for --dry-run, status reports and round trips)."""
@@ -138,3 +154,7 @@ class Policy(_Record):
                 section = {"pass": list(section["pass_"]), "set": dict(section["set"])}
             out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
         return out
+
+
+_RECORDS = {"fs": FsRules, "net": NetRules, "ipc": IpcRules, "seccomp": SeccompRules, "env": EnvRules,
+            "limits": Limits, "compat": Compat}
