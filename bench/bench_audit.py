@@ -6,7 +6,10 @@
    run natively in CPython (target <= 3x);
 2. warm end-to-end conversion of a 1 KB report, in-process (target <= 50 ms);
 3. validation of the 1 MB Roslyn log: jsonschema-rs vs python-jsonschema (target >= 100x);
-4. a generated 10 MB Infer report end to end: time and peak memory (fresh process).
+4. a generated 10 MB Infer report end to end: time and peak memory (fresh process);
+5. `audit validate` on hostile nested input (a list of N `[]` 250 deep in run.properties): peak RSS
+   against input size at 4 sizes, fresh process each (the semantic walk must stay linear: the ratio
+   of added memory to added input is reported, and must not grow with N).
 
 Figures go to stdout and bench/results/audit.json; docs/audit.md records them.
 """
@@ -124,7 +127,43 @@ def bench_10mb(tmp: Path) -> dict[str, float]:
             "10mb_output_bytes": child["output_bytes"], "10mb_peak_rss_mib": child["peak_rss_mib"]}
 
 
+def nested_sarif(depth: int, n: int) -> str:
+    inner = "[" + ",".join(["[]"] * n) + "]"
+    prop = '{"a":' * depth + inner + "}" * depth
+    return '{"version":"2.1.0","runs":[{"tool":{"driver":{"name":"x"}},"results":[],"properties":' + prop + "}]}"
+
+
+def one_validate(path: str) -> None:
+    """Child process: validate one file; print the peak RSS of the validation alone."""
+    from sandboy.audit import sarif
+
+    doc = sarif.parse_json(Path(path).read_text())
+    parsed = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sarif.problems(doc)
+    print(json.dumps({"parsed_mib": parsed, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def bench_nested(tmp: Path) -> dict[str, float]:
+    rows = []
+    for n in (25_000, 100_000, 400_000, 1_600_000):
+        path = tmp / f"nested-{n}.sarif"
+        path.write_text(nested_sarif(250, n))
+        proc = subprocess.run([sys.executable, __file__, "--one-validate", str(path)], capture_output=True, text=True, check=True)
+        child = json.loads(proc.stdout)
+        rows.append((path.stat().st_size, child["parsed_mib"], child["peak_rss_mib"]))
+        print(f"      nested 250 deep, {path.stat().st_size:>10,} B: parsed {child['parsed_mib']:6.0f} MiB, "
+              f"peak {child['peak_rss_mib']:6.0f} MiB", flush=True)
+    large, parsed, peak = rows[-1]
+    return {"nested_input_bytes_largest": large, "nested_parsed_rss_mib_largest": parsed,
+            "nested_peak_rss_mib_largest": peak,
+            # what validation (schema + semantic walk) adds on top of the parsed document, per MB of input
+            "nested_validation_mib_per_input_mb": (peak - parsed) / (large / 1e6)}
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--one-validate":
+        one_validate(sys.argv[2])
+        return 0
     if len(sys.argv) == 3 and sys.argv[1] == "--one-10mb":
         one_10mb(sys.argv[2])
         return 0
@@ -135,11 +174,16 @@ def main() -> int:
         figures.update(bench_warm_small(Path(tmp)))
         figures.update(bench_validation())
         figures.update(bench_10mb(Path(tmp)))
+        figures.update(bench_nested(Path(tmp)))
     checks = [
         ("Infer 1.27 MB: wasm / native CPython", f"{figures['wasm_over_native']:.2f}x", "<= 3x", figures["wasm_over_native"] <= 3),
         ("warm 1 KB conversion, in-process", f"{figures['warm_1kb_end_to_end_ms']:.1f} ms", "<= 50 ms", figures["warm_1kb_end_to_end_ms"] <= 50),
         ("1 MB Roslyn log: python-jsonschema / jsonschema-rs", f"{figures['jsonschema_rs_speedup']:.0f}x", ">= 100x", figures["jsonschema_rs_speedup"] >= 100),
         ("generated 10 MB report end to end", f"{figures['10mb_end_to_end_s']:.2f} s, peak RSS {figures['10mb_peak_rss_mib']:.0f} MiB", "recorded", True),
+        # the old walk copied the path at every container: ~200 MiB per MB of this input at 250 deep
+        (f"nested {figures['nested_input_bytes_largest'] / 1e6:.1f} MB: validation RSS over the parsed doc",
+         f"{figures['nested_validation_mib_per_input_mb']:.1f} MiB/MB, peak {figures['nested_peak_rss_mib_largest']:.0f} MiB",
+         "<= 5 MiB/MB", figures["nested_validation_mib_per_input_mb"] <= 5),
     ]
     for name, value, target, ok in checks:
         print(f"{'PASS' if ok else 'MISS'}  {name:<52} {value:<32} target {target}")

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from sandboy.audit.errors import InvalidOutput, OutputTooLarge
 
@@ -141,18 +141,68 @@ def _dicts(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _walk(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
-    """Yield (key, value, path) for every dict entry, iteratively (inputs can be deep)."""
-    stack = [(node, path)]
+MAX_WALK_DEPTH = 256  # containers nested deeper are reported, not walked: no real producer comes close
+
+
+class Where:
+    """Where a walk stands: the container holding the current entry, its key in its parent and the
+    parent's Where. One small object per container, shared by every entry in it, so a walk's
+    memory is linear in the input (copying the path tuple at every container was quadratic:
+    1.5 GB for 605 KB of nested input). The path is spelled out only when a problem is reported."""
+
+    __slots__ = ("parent", "key", "node", "depth")
+
+    def __init__(self, parent: "Where | None", key: Any, node: Any, depth: int):
+        self.parent, self.key, self.node, self.depth = parent, key, node, depth
+
+    def path(self) -> tuple[Any, ...]:
+        parts = []
+        where = self
+        while where.parent is not None:
+            parts.append(where.key)
+            where = where.parent
+        return (*where.key, *reversed(parts))  # the root's key is the path the walk started at
+
+    def holder_keys(self) -> tuple[Any, ...]:
+        """The keys of this container and of its parent in theirs (the end of the path; O(1))."""
+        if self.parent is None:
+            return tuple(self.key[-2:])
+        if self.parent.parent is None:
+            return (*self.parent.key[-1:], self.key)
+        return (self.parent.key, self.key)
+
+
+TOO_DEEP = object()  # the key _walk yields (once) for a container nested deeper than MAX_WALK_DEPTH
+
+
+def _walk(node: Any, path: tuple[Any, ...], max_depth: int = MAX_WALK_DEPTH) -> Iterator[tuple[Any, Any, Where]]:
+    """Yield (key, value, where) for every dict entry, depth first and iteratively (inputs can be
+    deep); `where.node` is the dict holding the entry and `where.path()` its path, starting with
+    `path`. The stack holds one iterator per open container, so the walk's own memory grows with
+    the depth, not the width. Containers deeper than `max_depth` are not entered:
+    (TOO_DEEP, container, where) is yielded for the first one."""
+    def entries(container: Any) -> Iterator[tuple[Any, Any]]:
+        return iter(container.items()) if isinstance(container, dict) else enumerate(container)
+
+    root = Where(None, path, node, 0)
+    stack = [(root, entries(node))] if isinstance(node, (dict, list)) else []
+    warned = False
     while stack:
-        node, path = stack.pop()
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield key, value, path
-                if isinstance(value, (dict, list)):
-                    stack.append((value, path + (key,)))
-        elif isinstance(node, list):
-            stack.extend((v, path + (i,)) for i, v in enumerate(node) if isinstance(v, (dict, list)))
+        where, items = stack[-1]
+        for key, value in items:
+            if isinstance(where.node, dict):
+                yield key, value, where
+            if isinstance(value, (dict, list)) and value:
+                child = Where(where, key, value, where.depth + 1)
+                if child.depth > max_depth:
+                    if not warned:
+                        warned = True
+                        yield TOO_DEEP, value, child
+                    continue
+                stack.append((child, entries(value)))
+                break
+        else:
+            stack.pop()
 
 
 # RFC 3986 URI-reference: only these characters, and `%` only as %HH. jsonschema-rs's
@@ -160,7 +210,8 @@ def _walk(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[str, Any, tuple[An
 _URI_REFERENCE = re.compile(r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*$")
 
 
-def _region_problems(region: dict[str, Any], at: tuple[Any, ...]) -> Iterator[Problem]:
+def _region_problems(region: dict[str, Any], where: Callable[[], tuple[Any, ...]]) -> Iterator[Problem]:
+    """`where()` spells out the region's path, only when there is something to report."""
     def num(key: str) -> int | None:
         v = region.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -168,11 +219,11 @@ def _region_problems(region: dict[str, Any], at: tuple[Any, ...]) -> Iterator[Pr
     sl, el, sc, ec = num("startLine"), num("endLine"), num("startColumn"), num("endColumn")
     for key, value in (("startLine", sl), ("endLine", el), ("startColumn", sc), ("endColumn", ec)):
         if value is not None and value < 1:
-            yield Problem(pointer(at + (key,)), f"{key} is {value}; lines and columns start at 1", "semantic")
+            yield Problem(pointer(where() + (key,)), f"{key} is {value}; lines and columns start at 1", "semantic")
     if sl is not None and el is not None and el < sl:
-        yield Problem(pointer(at + ("endLine",)), f"endLine {el} is before startLine {sl}", "semantic")
+        yield Problem(pointer(where() + ("endLine",)), f"endLine {el} is before startLine {sl}", "semantic")
     if sc is not None and ec is not None and (el is None or el == sl) and ec < sc:
-        yield Problem(pointer(at + ("endColumn",)), f"endColumn {ec} is before startColumn {sc} on the same line", "semantic")
+        yield Problem(pointer(where() + ("endColumn",)), f"endColumn {ec} is before startColumn {sc} on the same line", "semantic")
 
 
 def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
@@ -214,25 +265,21 @@ def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
         if kind != "fail" and level not in (None, "none"):
             yield Problem(pointer(at + ("level",)), f"level {level!r} with kind {kind!r}: only 'fail' results have a level", "semantic")
     declared = run.get("originalUriBaseIds")
-    for key, value, path in _walk(run, ("runs", r)):
-        if key == "region" and isinstance(value, dict):
-            yield from _region_problems(value, path + (key,))
+    for key, value, where in _walk(run, ("runs", r)):
+        if key is TOO_DEEP:
+            yield Problem(pointer(where.path()), f"nested deeper than {MAX_WALK_DEPTH} levels; "
+                          "deeper content is not checked", "semantic")
+        elif key == "region" and isinstance(value, dict):
+            yield from _region_problems(value, lambda: where.path() + ("region",))
         elif key == "uri" and isinstance(value, str) and not _URI_REFERENCE.match(value):
-            yield Problem(pointer(path + (key,)), f"{value[:80]!r} is not a valid URI reference (RFC 3986): "
+            yield Problem(pointer(where.path() + (key,)), f"{value[:80]!r} is not a valid URI reference (RFC 3986): "
                           "percent-encode spaces, backslashes and other reserved characters", "semantic")
         elif key == "uriBaseId" and isinstance(value, str):
-            if isinstance(declared, dict) and value not in declared and "originalUriBaseIds" not in path[-2:]:
-                yield Problem(pointer(path + (key,)), f"uriBaseId {value!r} is not declared in run.originalUriBaseIds", "semantic", "warning")
-            uri = _parent_uri(run, path)
+            if isinstance(declared, dict) and value not in declared and "originalUriBaseIds" not in where.holder_keys():
+                yield Problem(pointer(where.path() + (key,)), f"uriBaseId {value!r} is not declared in run.originalUriBaseIds", "semantic", "warning")
+            uri = where.node.get("uri")  # the uri beside this uriBaseId
             if isinstance(uri, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri):
-                yield Problem(pointer(path + ("uri",)), f"absolute URI {uri[:80]!r} with a uriBaseId: a base applies to relative references only", "semantic")
-
-
-def _parent_uri(run: dict[str, Any], path: tuple[Any, ...]) -> Any:
-    node: Any = run
-    for part in path[2:]:
-        node = node[part]
-    return node.get("uri") if isinstance(node, dict) else None
+                yield Problem(pointer(where.path() + ("uri",)), f"absolute URI {uri[:80]!r} with a uriBaseId: a base applies to relative references only", "semantic")
 
 
 def semantic_problems(doc: Any) -> list[Problem]:
