@@ -1,42 +1,50 @@
 """Compile a policy once, in the parent, into a plan the child runs before execve.
 
 A plan is a list of raw system calls (see `_libc`): the child runs it and execs, so with the C
-executor no Python runs between fork and exec. Order (issue #2): signals → fds → rlimits →
-capabilities → no_new_privs → Landlock → seccomp. Seccomp goes last so the calls the earlier
-steps need are never filtered; the working directory and stdio are set first, per run.
+executor no Python runs between fork and exec. Each protection is compiled by its own compiler
+(`protections`, ADR 0008); this module orders their steps and keeps what a run needs. Order
+(issue #2): stdio, working directory, signals, fds (per run) -> namespaces -> rlimits ->
+capabilities -> no_new_privs -> Landlock -> seccomp. Seccomp goes last so the calls the earlier
+steps need are never filtered.
 """
 
 import os
 
-from sandboy.confine import _libc, hygiene, landlock, seccomp
-from sandboy.errors import CageError, PolicyError
-from sandboy.policy.resolve import Context, is_glob, resolve, uses_tmp
+from sandboy.confine import _libc, hygiene, landlock, protections
+from sandboy.errors import CageError
+from sandboy.policy.resolve import Context, policy_dir, resolve, uses_tmp
 
 
 class Cage:
-    """A policy compiled for this kernel: a filled Landlock ruleset fd, a BPF program, the plan
-    that applies them, an environment and a report of what is enforced and what degraded."""
+    """A policy compiled for this kernel: one `Compiled` per protection (see `protections`),
+    the Landlock ruleset fd they share, the plan that applies them, an environment and a report
+    of what is enforced and what degraded."""
 
-    def __init__(self, policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps):
+    def __init__(self, policy, ctx, abi, compiled: dict, ruleset, warnings):
         self.policy = policy
         self.ctx = ctx
+        self.compiled = compiled
         self.ruleset = ruleset
-        self.bpf = bpf
-        self.env = env
-        self.enforced = enforced
-        self.degraded = degraded
+        self.env = compiled["environment"].outputs["env"]
+        self.degraded = [d for c in compiled.values() for d in c.degraded]
         self.warnings = warnings
-        self.drop_caps = drop_caps
+        landlock_entry = {"abi": abi, **compiled["landlock.fs"].enforced, **compiled["landlock.net"].enforced}
+        self.enforced = {"landlock": landlock_entry, "seccomp": compiled["seccomp"].enforced}
+        for name in ("namespaces", "hygiene", "environment"):
+            self.enforced.update(compiled[name].enforced)
         # Set by build() unless the policy has glob denies (matched anew at every launch):
         self.fingerprint = None
         self.fingerprint_of = None
-        steps = hygiene.plan_rlimits(policy.limits)
-        if drop_caps:
-            steps += hygiene.plan_drop_capabilities()
-        steps += hygiene.plan_no_new_privs() + ruleset.plan()
-        seccomp_steps, self._keepalive = seccomp.plan(bpf)
-        self._steps = steps + seccomp_steps
-        _libc.prepare_buffers(len(bpf))  # the pure-Python executor then makes no types in the child
+        # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
+        # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
+        self._steps = []
+        for name, part in compiled.items():
+            self._steps += part.steps
+            if name == "landlock.net":
+                self._steps += ruleset.plan()
+        self._keepalive = compiled["seccomp"].outputs["keepalive"]
+        # the pure-Python executor then makes no types in the child
+        _libc.prepare_buffers(len(compiled["seccomp"].outputs["bpf"]))
 
     @property
     def cwd(self) -> str:
@@ -102,190 +110,46 @@ class Cage:
         }
 
 
-def _own_cache_dir() -> str:
-    """Sandboy's cache (parsed policies, compiled adapter components) is never reachable from a
-    cage, whatever the policy grants: a command that could write it would widen the next run of
-    the same policy, or swap the native code wasmtime loads. Made now if missing, so the deny
-    has something to bind to; where it cannot be made, the caged command (same uid, fewer
-    rights) cannot make it either."""
-    from sandboy.policy.load import cache_dir
-
-    path = os.path.realpath(cache_dir())
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError:
-        pass
-    return path
-
-
-def _names(mask: int, table: dict) -> list[str]:
-    return [name for name, bit in table.items() if mask & bit]
-
-
-_FS_NAMES = {name.lower(): getattr(landlock, name) for name in (
-    "EXECUTE", "WRITE_FILE", "READ_FILE", "READ_DIR", "REMOVE_DIR", "REMOVE_FILE", "MAKE_CHAR",
-    "MAKE_DIR", "MAKE_REG", "MAKE_SOCK", "MAKE_FIFO", "MAKE_BLOCK", "MAKE_SYM", "REFER",
-    "TRUNCATE", "IOCTL_DEV")}
-
-
 def build(policy, cwd=None, repo=None, environ=None, abi=None) -> Cage:
     """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125)."""
-    strict = policy.strict
-    warnings: list[str] = []
-    degraded: list[str] = []
-
     if policy.net.domains and not policy.net.unrestricted:
         raise CageError(
             f"{policy.source}: net.domains: the egress proxy (Layer 3) is not in this build; "
             "remove net.domains, or use net.connect_tcp for port-level rules")
 
     abi = landlock.abi_version() if abi is None else abi
-    if abi < 1:
+    if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
                         "landlock in the LSM list); refusing to run unconfined. See `sandboy doctor`.")
 
-    policy_dir = os.path.dirname(os.path.abspath(policy.source)) if os.path.exists(policy.source) else None
     tmp = None
     if uses_tmp(policy):
         import tempfile
 
         tmp = tempfile.mkdtemp(prefix="sandboy-")
-    ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir, repo=repo)
+    ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir(policy, None), repo=repo)
     try:
-        return _build(policy, ctx, abi, strict, environ, warnings, degraded)
+        return _build(policy, ctx, abi, environ)
     except BaseException:
         if tmp:
             os.rmdir(tmp)  # still empty: nothing has run
         raise
 
 
-def _build(policy, ctx, abi, strict, environ, warnings, degraded) -> Cage:
-    resolved = resolve(policy, ctx)
-    fs, net = resolved.fs, resolved.net
-
-    grants: dict[str, int] = {}
-    for key, rights in landlock.RIGHT_NAMES.items():
-        for path in getattr(fs, key):
-            if not os.path.exists(path):
-                msg = f"fs.{key}: {path} does not exist"
-                if strict:
-                    raise PolicyError(policy.source, f"fs.{key}", f"{path} does not exist (compat.landlock = \"strict\")")
-                warnings.append(msg + "; skipped")
-                continue
-            real = os.path.realpath(path)
-            grants[real] = grants.get(real, 0) | rights
-    for path, rights in landlock.DEVICE_GRANTS:
-        if os.path.exists(path):
-            grants[path] = grants.get(path, 0) | rights
-    if fs.exec:
-        # Every dynamically linked program needs EXECUTE on its ELF interpreter (FINDINGS.md).
-        for interp in landlock.ELF_INTERPRETERS:
-            if os.path.exists(interp):
-                real = os.path.realpath(interp)
-                grants[real] = grants.get(real, 0) | landlock.EXEC
-
-    cache = _own_cache_dir()
-    for path, rights in grants.items():
-        if rights & landlock.WRITE_FILE and cache.startswith(path.rstrip("/") + "/"):
-            warnings.append(f"fs: Sandboy's own cache {cache} lies inside the write grant {path}: it is denied, "
-                            f"which splits {os.path.dirname(cache)} (no new entries there); set "
-                            "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
-    denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
-    split_dirs: list[str] = []
-    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs)
-    inputs = (*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS)
-    reusable = not any(is_glob(d) for d in fs.deny)
-
-    handled_fs = landlock.fs_rights_for(abi)
-    for right, since in ((landlock.REFER, 2), (landlock.TRUNCATE, 3), (landlock.IOCTL_DEV, 5)):
-        if abi < since:
-            degraded.append(f"landlock: {_names(right, _FS_NAMES)[0]} needs ABI {since} (kernel has {abi}): not restricted")
-
-    handled_net = 0
-    connect_ports, bind_ports = net.connect_tcp, net.bind_tcp
-    any_inet = bool(connect_ports or bind_ports or net.udp)
-    if not net.unrestricted:
-        if abi >= 4:
-            handled_net = landlock.NET_BIND_TCP | landlock.NET_CONNECT_TCP
-        elif connect_ports or bind_ports:
-            degraded.append(f"net: TCP port rules need Landlock ABI 4 (kernel has {abi}): "
-                            "every TCP port is reachable")
-            connect_ports = bind_ports = ()
-    scoped = 0
-    if abi >= 6:
-        scoped = landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL
-    else:
-        warnings.append(f"landlock: abstract-socket and signal scopes need ABI 6 (kernel has {abi})")
-
-    # listen() on a TCP socket that was never bound picks an ephemeral port on every address
-    # without a bind() call, and Landlock (ABI 7, Linux 6.18) does not check that autobind:
-    # `bind_tcp = []` still let a command serve on 0.0.0.0:<ephemeral> (tests/cage/test_net.py).
-    # Seccomp cannot tell a bound socket from an unbound one, so `listen` is refused where no
-    # listener can be legitimate (no TCP bind port, no AF_UNIX sockets); elsewhere it degrades.
-    listen_autobind = bool(handled_net and any_inet)
-    deny_listen = listen_autobind and not bind_ports and not net.unix
-    if listen_autobind and not deny_listen:
-        degraded.append("net: listen() on a TCP socket never bound takes an ephemeral port that "
-                        f"Landlock (ABI {abi}) does not check; it is refused only when bind_tcp is empty "
-                        "and unix = false")
-
-    if degraded and strict:
-        raise CageError(f"{policy.source}: compat.landlock = \"strict\" and this kernel cannot enforce: "
-                        + "; ".join(degraded))
-
-    deny_calls = seccomp.denied_calls(policy)
-    if deny_listen:
-        deny_calls.add("listen")
-    sockets = seccomp.SocketRules(
-        unix=net.unix or net.unrestricted,
-        inet=net.unrestricted or any_inet,
-        udp=net.udp or net.unrestricted,
-        tcp_any_protocol=net.unrestricted,
-    )
-    bpf = seccomp.build(deny_calls, sockets)
-
+def _build(policy, ctx, abi, environ) -> Cage:
+    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ)
+    compiled = protections.compile_all(job)
+    warnings = [w for part in compiled.values() for w in part.warnings]
+    fs, net = compiled["landlock.fs"].outputs, compiled["landlock.net"].outputs
     try:
-        ruleset = landlock.build_ruleset(abi, rules, handled_fs, handled_net, connect_ports, bind_ports,
-                                         scoped, warnings.append)
+        ruleset = landlock.build_ruleset(abi, fs["rules"], fs["handled_fs"], net["handled_net"],
+                                         net["connect_ports"], net["bind_ports"], net["scoped"], warnings.append)
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
-
-    drop_caps = hygiene.has_capabilities()
-    source_env = os.environ if environ is None else environ
-    env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
-    env.update(policy.env.set)
-    if ctx.tmp and "TMPDIR" not in env:
-        # The private {tmp} is granted, so say where it is: tempfile, mktemp and pytest read
-        # TMPDIR and would otherwise try /tmp, which a policy rarely grants.
-        env["TMPDIR"] = ctx.tmp
-
-    enforced = {
-        "landlock": {
-            "abi": abi,
-            "fs_rules": [[path, _names(rights & handled_fs, _FS_NAMES)] for path, rights in rules],
-            "fs_denied": denies,
-            "tcp_connect": list(connect_ports) if handled_net else "any",
-            "tcp_bind": list(bind_ports) if handled_net else "any",
-            "scopes": _names(scoped, {"abstract_unix_socket": 1, "signal": 2}),
-        },
-        "seccomp": {
-            "denied_syscalls": sorted(deny_calls),
-            "instructions": len(bpf) // 8,
-            "native_arch_only": True,
-            "sysv_ipc": "allowed" if policy.ipc.sysv else "refused",
-            "sockets": {"unix": sockets.unix, "inet": sockets.inet, "udp": sockets.udp,
-                        "mptcp_sctp_raw": sockets.tcp_any_protocol},
-        },
-        "no_new_privs": True,
-        "inherited_fds": "closed above 2",
-        "env": sorted(env),
-        "limits": {k: v for k, v in policy.limits.to_dict().items() if v},
-        "capabilities": "dropped" if drop_caps else "none held",
-    }
-    cage = Cage(policy, ctx, ruleset, bpf, env, enforced, degraded, warnings, drop_caps)
-    if reusable:
-        cage.fingerprint_of = (inputs, tuple(split_dirs))
-        cage.fingerprint = _fingerprint(inputs, split_dirs)
+    cage = Cage(policy, ctx, abi, compiled, ruleset, warnings)
+    if fs["reusable"]:
+        cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]))
+        cage.fingerprint = _fingerprint(fs["inputs"], fs["split_dirs"])
     return cage
 
 

@@ -10,7 +10,7 @@ The ruleset is created and filled in the parent (`build_ruleset`); the child onl
 import os
 import stat
 
-from sandboy.policy.resolve import is_glob
+from sandboy.policy.resolve import is_glob, is_within
 from sandboy.confine._libc import (
     SYS_LANDLOCK_ADD_RULE,
     SYS_LANDLOCK_CREATE_RULESET,
@@ -49,8 +49,6 @@ RULE_PATH_BENEATH = 1
 RULE_NET_PORT = 2
 CREATE_RULESET_VERSION = 1 << 0
 
-FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
-FS_ALL_ABI5 = (1 << 16) - 1
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
 READ = READ_FILE | READ_DIR
@@ -84,12 +82,6 @@ def abi_version() -> int:
         return syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
     except OSError:
         return 0
-
-
-def fs_rights_for(abi: int) -> int:
-    if abi <= 0:
-        return 0
-    return FS_BY_ABI.get(abi, FS_ALL_ABI5)
 
 
 def _glob_nofollow(pattern: str):
@@ -156,10 +148,6 @@ def expand_denies(denies, warn) -> list[str]:
     return out
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None) -> list[tuple[str, int]]:
     """Split grants around denied paths.
 
@@ -176,9 +164,9 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None)
         rules[path] = rules.get(path, 0) | rights
 
     def split(path: str, rights: int) -> None:
-        if any(_under(path, d) for d in denies):
+        if any(is_within(path, d) for d in denies):
             return
-        inside = [d for d in denies if _under(d, path)]
+        inside = [d for d in denies if is_within(d, path)]
         if not inside:
             add(path, rights)
             return
@@ -201,7 +189,7 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None)
                 split(child, rights)
 
     for path, rights in grants.items():
-        if any(_under(path, d) for d in denies):
+        if any(is_within(path, d) for d in denies):
             warn(f"fs: {path} lies inside a denied path; not granted")
             continue
         split(path, rights)

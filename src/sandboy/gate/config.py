@@ -12,6 +12,7 @@ import os
 from sandboy.errors import PolicyError
 from sandboy.policy.load import MAX_POLICY_BYTES, _kind, parse_toml, read_bounded
 from sandboy.policy.model import Policy
+from sandboy.policy.resolve import is_within
 
 GATE_DIR = ".007"
 GATE_FILE = "gate.toml"
@@ -53,9 +54,6 @@ def _unknown(src: str, prefix: str, table: dict, known: tuple) -> None:
         if key not in known:
             raise PolicyError(src, f"{prefix}{key}", f"unknown key (expected one of: {', '.join(known)})")
 
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def parse_timeout(src: str, key: str, value) -> int:
@@ -133,7 +131,7 @@ def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Poli
     if ".." in ref.split("/"):
         raise PolicyError(src, key, f"{ref!r} must not contain '..': policy files live inside the repository")
     real = os.path.realpath(os.path.join(gate_dir, ref))
-    if not _inside(real, repo):
+    if not is_within(real, repo):
         raise PolicyError(src, key, f"{ref!r} resolves to {real}, outside the repository (a symlink?)")
     raw = _read_regular(src, key, real)
     try:
@@ -195,7 +193,7 @@ def load(repo) -> Gate:
         if not os.path.lexists(path):
             raise PolicyError(src, "", "no gate file (create .007/gate.toml with at least one [[step]])")
         real = os.path.realpath(path)
-        if not _inside(real, repo):
+        if not is_within(real, repo):
             raise PolicyError(src, "", f"{os.path.relpath(path, repo)} resolves to {real}, outside the repository")
     # Read through the resolved path so the file we check is the file we read.
     raw = _read_regular(src, "", os.path.realpath(src))

@@ -12,12 +12,10 @@ import os
 import stat
 
 from sandboy.errors import PolicyError
+from sandboy.policy.resolve import is_within
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def check_outside(outputs: dict, write_roots, source: str = "sandboy gate") -> None:
@@ -28,7 +26,7 @@ def check_outside(outputs: dict, write_roots, source: str = "sandboy gate") -> N
             continue
         real = os.path.realpath(path)
         for root in roots:
-            if _under(real, root):
+            if is_within(real, root):
                 raise PolicyError(
                     source, label,
                     f"{path} lies inside {root}, which the steps can write: a step could plant a symlink "

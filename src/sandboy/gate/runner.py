@@ -16,7 +16,7 @@ import time
 
 from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
 from sandboy.policy.meet import meet
-from sandboy.policy.resolve import Context, resolve
+from sandboy.policy.resolve import Context, policy_dir, resolve
 
 TAIL_BYTES = 64 * 1024      # of each step's output kept in memory for the reports
 MAX_LINE = 16 * 1024        # a longer line is cut into pieces, so memory stays bounded
@@ -106,14 +106,13 @@ def step_policy(step, ceiling, repo: str, gate_dir: str):
     """(policy, narrowings) for one step; both sides resolved with `.` = `{repo}`."""
     if step.policy is None:
         return ceiling, []
-    policy_dir = os.path.dirname(step.policy.source) if os.path.isfile(step.policy.source) else gate_dir
-    resolved = resolve(step.policy, Context(cwd=repo, repo=repo, tmp=None, policy_dir=policy_dir))
+    ctx = Context(cwd=repo, repo=repo, tmp=None, policy_dir=policy_dir(step.policy, gate_dir))
+    resolved = resolve(step.policy, ctx)
     return meet(resolved, ceiling)
 
 
 def resolve_ceiling(ceiling, repo: str):
-    policy_dir = os.path.dirname(os.path.abspath(ceiling.source)) if os.path.isfile(ceiling.source) else repo
-    return resolve(ceiling, Context(cwd=repo, repo=repo, tmp=None, policy_dir=policy_dir))
+    return resolve(ceiling, Context(cwd=repo, repo=repo, tmp=None, policy_dir=policy_dir(ceiling, repo)))
 
 
 class CageCache:

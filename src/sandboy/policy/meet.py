@@ -19,7 +19,7 @@ import os
 
 from sandboy.policy.model import (LIMIT_KEYS, SECTIONS, Compat, EnvRules, FsRules, IpcRules, Limits, NetRules, Policy,
                                   SeccompRules)
-from sandboy.policy.resolve import TMP_TOKEN, is_glob
+from sandboy.policy.resolve import TMP_TOKEN, is_glob, is_within
 
 _WEB_PORTS = frozenset((80, 443))  # a bare host in `net.domains` means these (DESIGN.md)
 
@@ -57,9 +57,8 @@ def _real(path: str) -> str:
 
 
 def _within(path: str, root: str) -> bool:
-    if root == "/":
-        return True  # `{tmp}` lives under / at run time too
-    return path == root or path.startswith(root.rstrip("/") + "/")
+    # `{tmp}` paths do not start with "/" here, yet live under / at run time
+    return root == "/" or is_within(path, root)
 
 
 class _Grants:

@@ -35,6 +35,22 @@ def expand(raw: str, ctx: Context) -> str:
     return os.path.normpath(out)
 
 
+def is_within(path: str, root: str) -> bool:
+    """True when `path` is `root` or lies beneath it, comparing whole components ("/a/bc" is
+    not within "/a/b"). Both must be normalized the same way (both realpaths, or both as
+    resolved); this is the one place the rule is written."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def policy_dir(policy, fallback: str) -> str:
+    """`{policy_dir}` for a policy: the directory of the file it was loaded from, or
+    `fallback` for a policy that has no file (built-in, from a mapping, a gate step's table)."""
+    source = policy.source
+    if os.path.isfile(source):
+        return os.path.dirname(os.path.abspath(source))
+    return fallback
+
+
 def is_glob(path: str) -> bool:
     """A deny pattern matched against the tree at launch (`*`, `?`, `[...]`), not a literal path."""
     return any(ch in path for ch in "*?[")

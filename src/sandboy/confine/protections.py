@@ -1,0 +1,317 @@
+"""One table of protections and one compiler per protection (ADR 0008).
+
+Every protection the cage applies is a row of `PROTECTIONS`: its name, the Landlock ABI it needs
+(0: none), the Landlock bits it handles, and what stays open on a kernel without it. A compiler
+turns the policy into that protection's part of the cage and returns a `Compiled`: the plan
+steps the child runs, its entry in the report's "enforced", and what degraded or warned. The
+compilers ask the table, never the ABI number directly, so "what does ABI n give us" is written
+once (tests/cage/test_protections.py checks ABI 1-7 without a kernel).
+
+Compilers run in the parent; the child only runs their steps (ADR 0005). Plan order, and why:
+namespaces (before capabilities go) -> rlimits, capabilities, no_new_privs -> Landlock -> seccomp
+(last, so no earlier step is filtered). The environment has no steps: it is handed to execve.
+
+Adding a protection: a row in `PROTECTIONS`, a `compile_<name>(job) -> Compiled`, and a line
+in `compile_all` at its place in the plan order (see the board and ADR 0008).
+"""
+
+import os
+
+from sandboy.confine import hygiene, landlock, seccomp
+from sandboy.errors import CageError, PolicyError
+from sandboy.policy.resolve import is_glob, is_within
+
+
+class Protection:
+    """One row of the table. `lost` says what is not prevented on a kernel below `min_abi`."""
+
+    __slots__ = ("name", "min_abi", "fs_rights", "net_rights", "scopes", "lost")
+
+    def __init__(self, name, min_abi=0, fs_rights=0, net_rights=0, scopes=0, lost=""):
+        self.name = name
+        self.min_abi = min_abi
+        self.fs_rights = fs_rights
+        self.net_rights = net_rights
+        self.scopes = scopes
+        self.lost = lost
+
+    def available(self, abi: int) -> bool:
+        return abi >= self.min_abi
+
+
+_FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM: everything Landlock handled in Linux 5.13
+
+PROTECTIONS = (
+    # name                  min ABI
+    Protection("namespaces", 0, lost="(slot for the namespace tier, issue #7)"),
+    Protection("hygiene", 0),  # rlimits, capabilities, no_new_privs; signals and fds per run
+    Protection("landlock.fs", 1, fs_rights=_FS_ABI1),
+    Protection("landlock.fs.refer", 2, fs_rights=landlock.REFER, lost="refer"),
+    Protection("landlock.fs.truncate", 3, fs_rights=landlock.TRUNCATE, lost="truncate"),
+    Protection("landlock.net.tcp", 4, net_rights=landlock.NET_BIND_TCP | landlock.NET_CONNECT_TCP,
+               lost="every TCP port is reachable"),
+    Protection("landlock.fs.ioctl_dev", 5, fs_rights=landlock.IOCTL_DEV, lost="ioctl_dev"),
+    Protection("landlock.scopes", 6, scopes=landlock.SCOPE_ABSTRACT_UNIX_SOCKET | landlock.SCOPE_SIGNAL,
+               lost="abstract-socket and signal scopes"),
+    # ABI 7 adds only audit-log flags for landlock_restrict_self, which the cage does not use.
+    Protection("seccomp", 0),
+    Protection("environment", 0),
+)
+_BY_NAME = {p.name: p for p in PROTECTIONS}
+
+
+def protection(name: str) -> Protection:
+    return _BY_NAME[name]
+
+
+def fs_rights_for(abi: int) -> int:
+    """The filesystem rights a ruleset handles on a kernel with Landlock ABI `abi`."""
+    rights = 0
+    for row in PROTECTIONS:
+        if row.fs_rights and row.available(abi):
+            rights |= row.fs_rights
+    return rights
+
+
+class Compiled:
+    """One protection compiled: `steps` for the child (label, raw call) in plan order,
+    `enforced` (entries for the report's "enforced" table), `degraded` (asked for, not
+    enforced on this kernel), `warnings`, and `outputs` the cage itself needs (e.g. the
+    environment, the Landlock rules)."""
+
+    __slots__ = ("name", "steps", "enforced", "degraded", "warnings", "outputs")
+
+    def __init__(self, name, steps=(), enforced=None, degraded=(), warnings=(), **outputs):
+        self.name = name
+        self.steps = list(steps)
+        self.enforced = dict(enforced or {})
+        self.degraded = list(degraded)
+        self.warnings = list(warnings)
+        self.outputs = outputs
+
+
+class Job:
+    """What every compiler may read: the policy (as written and resolved), the run's context,
+    the kernel's Landlock ABI, and the environment to take passed variables from."""
+
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ")
+
+    def __init__(self, policy, resolved, ctx, abi, environ):
+        self.policy = policy
+        self.resolved = resolved
+        self.ctx = ctx
+        self.abi = abi
+        self.environ = environ
+
+    @property
+    def strict(self) -> bool:
+        return self.policy.strict
+
+
+# --- the compilers ------------------------------------------------------------------------
+
+
+def compile_namespaces(job) -> Compiled:
+    """Slot for the namespace tier (user/mount/IPC/PID/net); nothing yet."""
+    return Compiled("namespaces")
+
+
+def compile_hygiene(job, drop_caps=None) -> Compiled:
+    """rlimits, capabilities and no_new_privs. Signal dispositions and inherited fds are reset
+    per run (`Cage.plan`), because stdio is placed first."""
+    if drop_caps is None:
+        drop_caps = hygiene.has_capabilities()
+    limits = job.policy.limits
+    steps = hygiene.plan_rlimits(limits)
+    if drop_caps:
+        steps += hygiene.plan_drop_capabilities()
+    steps += hygiene.plan_no_new_privs()
+    enforced = {
+        "no_new_privs": True,
+        "inherited_fds": "closed above 2",
+        "limits": {k: v for k, v in limits.to_dict().items() if v},
+        "capabilities": "dropped" if drop_caps else "none held",
+    }
+    return Compiled("hygiene", steps, enforced, drop_caps=drop_caps)
+
+
+def _own_cache_dir() -> str:
+    """Sandboy's cache (parsed policies, compiled adapter components) is never reachable from a
+    cage, whatever the policy grants: a command that could write it would widen the next run of
+    the same policy, or swap the native code wasmtime loads. Made now if missing, so the deny
+    has something to bind to; where it cannot be made, the caged command (same uid, fewer
+    rights) cannot make it either."""
+    from sandboy.policy.load import cache_dir
+
+    path = os.path.realpath(cache_dir())
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    return path
+
+
+def _names(mask: int, table: dict) -> list[str]:
+    return [name for name, bit in table.items() if mask & bit]
+
+
+FS_RIGHT_NAMES = {name.lower(): getattr(landlock, name) for name in (
+    "EXECUTE", "WRITE_FILE", "READ_FILE", "READ_DIR", "REMOVE_DIR", "REMOVE_FILE", "MAKE_CHAR",
+    "MAKE_DIR", "MAKE_REG", "MAKE_SOCK", "MAKE_FIFO", "MAKE_BLOCK", "MAKE_SYM", "REFER",
+    "TRUNCATE", "IOCTL_DEV")}
+
+
+def compile_landlock_fs(job, cache=None) -> Compiled:
+    """Filesystem rules: the policy's grants split around its denies, for this ABI. Outputs:
+    `rules` [(path, rights)], `handled_fs`, and what the rules depend on for cage reuse
+    (`inputs`, `split_dirs`, `reusable`)."""
+    fs, source = job.resolved.fs, job.policy.source
+    warnings: list[str] = []
+    degraded: list[str] = []
+
+    grants: dict[str, int] = {}
+    for key, rights in landlock.RIGHT_NAMES.items():
+        for path in getattr(fs, key):
+            if not os.path.exists(path):
+                if job.strict:
+                    raise PolicyError(source, f"fs.{key}", f"{path} does not exist (compat.landlock = \"strict\")")
+                warnings.append(f"fs.{key}: {path} does not exist; skipped")
+                continue
+            real = os.path.realpath(path)
+            grants[real] = grants.get(real, 0) | rights
+    for path, rights in landlock.DEVICE_GRANTS:
+        if os.path.exists(path):
+            grants[path] = grants.get(path, 0) | rights
+    if fs.exec:
+        # Every dynamically linked program needs EXECUTE on its ELF interpreter (FINDINGS.md).
+        for interp in landlock.ELF_INTERPRETERS:
+            if os.path.exists(interp):
+                real = os.path.realpath(interp)
+                grants[real] = grants.get(real, 0) | landlock.EXEC
+
+    cache = _own_cache_dir() if cache is None else cache
+    for path, rights in grants.items():
+        if rights & landlock.WRITE_FILE and is_within(cache, path) and cache != path:
+            warnings.append(f"fs: Sandboy's own cache {cache} lies inside the write grant {path}: it is denied, "
+                            f"which splits {os.path.dirname(cache)} (no new entries there); set "
+                            "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
+    denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
+    split_dirs: list[str] = []
+    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs)
+
+    handled_fs = fs_rights_for(job.abi)
+    for row in PROTECTIONS:
+        if row.fs_rights and row.lost and not row.available(job.abi):
+            degraded.append(f"landlock: {row.lost} needs ABI {row.min_abi} (kernel has {job.abi}): not restricted")
+
+    enforced = {
+        "fs_rules": [[path, _names(rights & handled_fs, FS_RIGHT_NAMES)] for path, rights in rules],
+        "fs_denied": denies,
+    }
+    return Compiled(
+        "landlock.fs", (), enforced, degraded, warnings,
+        rules=rules, handled_fs=handled_fs,
+        inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS),
+        split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
+
+
+def _inet_asked(net) -> bool:
+    return bool(net.connect_tcp or net.bind_tcp or net.udp)
+
+
+def tcp_ports_handled(net, abi: int) -> bool:
+    """True when Landlock checks every TCP bind/connect against the policy's port lists."""
+    return not net.unrestricted and protection("landlock.net.tcp").available(abi)
+
+
+def compile_landlock_net(job) -> Compiled:
+    """TCP port rules and the abstract-socket/signal scopes. Outputs: `handled_net`,
+    `connect_ports`, `bind_ports`, `scoped`."""
+    net, abi = job.resolved.net, job.abi
+    degraded: list[str] = []
+    warnings: list[str] = []
+    tcp = protection("landlock.net.tcp")
+    handled_net = 0
+    connect_ports, bind_ports = net.connect_tcp, net.bind_tcp
+    if tcp_ports_handled(net, abi):
+        handled_net = tcp.net_rights
+    elif not net.unrestricted and (connect_ports or bind_ports):
+        degraded.append(f"net: TCP port rules need Landlock ABI {tcp.min_abi} (kernel has {abi}): {tcp.lost}")
+        connect_ports = bind_ports = ()
+    scopes = protection("landlock.scopes")
+    scoped = scopes.scopes if scopes.available(abi) else 0
+    if not scoped:
+        warnings.append(f"landlock: {scopes.lost} need ABI {scopes.min_abi} (kernel has {abi})")
+    enforced = {
+        "tcp_connect": list(connect_ports) if handled_net else "any",
+        "tcp_bind": list(bind_ports) if handled_net else "any",
+        "scopes": _names(scoped, {"abstract_unix_socket": 1, "signal": 2}),
+    }
+    return Compiled("landlock.net", (), enforced, degraded, warnings, handled_net=handled_net,
+                    connect_ports=connect_ports, bind_ports=bind_ports, scoped=scoped)
+
+
+def compile_seccomp(job) -> Compiled:
+    """The BPF filter: the denylist, socket families, and `listen` where no listener can be
+    legitimate. Outputs: `bpf`, `keepalive` (the buffer the filter step points at)."""
+    policy, net = job.policy, job.resolved.net
+    degraded: list[str] = []
+    # listen() on a TCP socket that was never bound picks an ephemeral port on every address
+    # without a bind() call, and Landlock (ABI 7, Linux 6.18) does not check that autobind:
+    # `bind_tcp = []` still let a command serve on 0.0.0.0:<ephemeral> (tests/cage/test_net.py).
+    # Seccomp cannot tell a bound socket from an unbound one, so `listen` is refused where no
+    # listener can be legitimate (no TCP bind port, no AF_UNIX sockets); elsewhere it degrades.
+    listen_autobind = tcp_ports_handled(net, job.abi) and _inet_asked(net)
+    deny_listen = listen_autobind and not net.bind_tcp and not net.unix
+    if listen_autobind and not deny_listen:
+        degraded.append("net: listen() on a TCP socket never bound takes an ephemeral port that "
+                        f"Landlock (ABI {job.abi}) does not check; it is refused only when bind_tcp is empty "
+                        "and unix = false")
+    deny_calls = seccomp.denied_calls(policy)
+    if deny_listen:
+        deny_calls.add("listen")
+    sockets = seccomp.SocketRules(
+        unix=net.unix or net.unrestricted,
+        inet=net.unrestricted or _inet_asked(net),
+        udp=net.udp or net.unrestricted,
+        tcp_any_protocol=net.unrestricted,
+    )
+    bpf = seccomp.build(deny_calls, sockets)
+    steps, keepalive = seccomp.plan(bpf)
+    enforced = {
+        "denied_syscalls": sorted(deny_calls),
+        "instructions": len(bpf) // 8,
+        "native_arch_only": True,
+        "sysv_ipc": "allowed" if policy.ipc.sysv else "refused",
+        "sockets": {"unix": sockets.unix, "inet": sockets.inet, "udp": sockets.udp,
+                    "mptcp_sctp_raw": sockets.tcp_any_protocol},
+    }
+    return Compiled("seccomp", steps, enforced, degraded, bpf=bpf, keepalive=keepalive)
+
+
+def compile_environment(job) -> Compiled:
+    """The command's environment: passed names, then set values, then TMPDIR for `{tmp}`.
+    Output: `env`."""
+    policy = job.policy
+    source_env = os.environ if job.environ is None else job.environ
+    env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
+    env.update(policy.env.set)
+    if job.ctx.tmp and "TMPDIR" not in env:
+        # The private {tmp} is granted, so say where it is: tempfile, mktemp and pytest read
+        # TMPDIR and would otherwise try /tmp, which a policy rarely grants.
+        env["TMPDIR"] = job.ctx.tmp
+    return Compiled("environment", (), {"env": sorted(env)}, env=env)
+
+
+def compile_all(job) -> dict:
+    """Every compiler, in plan order: {name: Compiled}. Under `compat.landlock = "strict"` a
+    missing path is a PolicyError and anything degraded a CageError naming all of it."""
+    out = {}
+    for compiled in (compile_namespaces(job), compile_hygiene(job), compile_landlock_fs(job),
+                     compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
+        out[compiled.name] = compiled
+    degraded = [d for part in out.values() for d in part.degraded]
+    if degraded and job.strict:
+        raise CageError(f"{job.policy.source}: compat.landlock = \"strict\" and this kernel cannot enforce: "
+                        + "; ".join(degraded))
+    return out
