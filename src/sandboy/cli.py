@@ -9,7 +9,7 @@ prints the usual help and errors.
 import os
 import sys
 
-from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
+from sandboy.errors import EXIT_CAGE, EXIT_READER_GONE, EXIT_USAGE, CageError, PolicyError
 
 RUN_EPILOG = """\
 examples:
@@ -19,7 +19,8 @@ examples:
 
 exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
 be applied (the command never runs unconfined); 126/127 command not executable / not found;
-128+n killed by signal n (supervised mode, e.g. limits.wall_seconds).
+128+n killed by signal n (supervised mode, e.g. limits.wall_seconds); 141 from --dry-run when
+the reader of stdout went away (`| head`).
 Policy reference: README.md and policy.example.toml."""
 
 
@@ -246,8 +247,23 @@ def main(argv=None) -> int:
         return 130
 
 
+def finish(main_function, argv=None) -> int:
+    """Run a command's `main` like a well-mannered Unix tool: when the reader of stdout goes away
+    (`sandboy ... | head -1`) stop quietly with 141, what a shell shows for a tool ended by
+    SIGPIPE — no traceback, no message (Python ignores SIGPIPE, so it arrives as BrokenPipeError)."""
+    try:
+        code = main_function(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, where a failure prints "Exception ignored"
+        return code
+    except BrokenPipeError:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, sys.stdout.fileno())  # the buffered rest goes nowhere at exit
+        os.close(quiet)
+        return EXIT_READER_GONE
+
+
 def entry() -> None:
-    sys.exit(main())
+    sys.exit(finish(main))
 
 
 if __name__ == "__main__":

@@ -108,6 +108,8 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         except AuditError as exc:
             print(f"sandboy audit: {exc}", file=sys.stderr)
             return exc.exit_code
+        except BrokenPipeError:
+            raise  # the reader went away: sandboy.cli.finish exits quietly (141)
         except KeyboardInterrupt:
             print("sandboy audit: interrupted", file=sys.stderr)
             return 130
@@ -310,4 +312,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sandboy.cli import finish
+
+    sys.exit(finish(main))

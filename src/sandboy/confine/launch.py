@@ -28,7 +28,7 @@ import os
 import sys
 import time
 
-from sandboy.errors import EXIT_CAGE, EXIT_NOT_FOUND
+from sandboy.errors import EXIT_CAGE, EXIT_NOT_FOUND, CageError
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sandboy.errors import EXIT_READER_GONE
+
 EXIT_INTERRUPTED = 130  # ^C: the shell's convention for SIGINT
 
 EPILOG = """\
@@ -26,7 +28,8 @@ repository and a per-step {tmp}, no network, never $HOME, /root, /var, /tmp or t
 With $GITHUB_STEP_SUMMARY set, a Markdown summary is appended to it.
 
 exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed;
-2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM).
+2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM);
+141 the reader of stdout went away (`| head`): the running step is ended, the reports written.
 Reference: docs/gate.md."""
 
 
@@ -101,7 +104,7 @@ def run_command(args) -> int:
     stop.install()  # ^C and SIGTERM end the running step's tree, then the gate (exit 130)
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
     out = sys.stderr if args.json_path == "-" else sys.stdout
-    console = Console(out=out)
+    console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
     try:
         result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop)
     except OSError as exc:  # e.g. --logs not writable
@@ -114,9 +117,13 @@ def run_command(args) -> int:
         if args.json_path:
             _write_json(args.json_path, report.to_json(result), report.write_json)
         report.write_all(result, junit=args.junit, summary=os.environ.get("GITHUB_STEP_SUMMARY") or None)
+    except BrokenPipeError:
+        raise  # `--json -` and its reader went away: sandboy.cli.finish exits quietly (141)
     except OSError as exc:
         sys.stderr.write(f"sandboy gate: cannot write a report: {exc.filename or ''}: {exc.strerror}\n")
         return max(result.exit_code, 1)
+    if console.reader_gone:
+        return EXIT_READER_GONE  # quietly, like a tool ended by SIGPIPE; the reports are written
     if result.interrupted:
         sys.stderr.write("sandboy gate: interrupted; the running step's processes were killed\n")
         return EXIT_INTERRUPTED
@@ -132,4 +139,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sandboy.cli import finish
+
+    sys.exit(finish(main))

@@ -33,8 +33,13 @@ def label(result) -> str:
 
 
 class Console:
-    def __init__(self, out=None, status=None, live=None):
+    def __init__(self, out=None, status=None, live=None, on_reader_gone=None):
         self.out = out or sys.stdout
+        # Called once when the reader of `out` goes away (`sandboy gate | head`): the CLI stops the
+        # gate as if interrupted, the way SIGPIPE ends a Unix tool, but with the step's tree ended
+        # and the reports written. Later lines are dropped.
+        self.on_reader_gone = on_reader_gone
+        self.reader_gone = False
         self.status = status or sys.stderr
         self.live = self.status.isatty() if live is None else live
         self.colour = self.live and self.out.isatty()
@@ -54,9 +59,21 @@ class Console:
             self._status_shown = False
 
     def _line(self, text: str) -> None:
+        if self.reader_gone:
+            return
         self._clear_status()
-        self.out.write(text + "\n")
-        self.out.flush()
+        try:
+            self.out.write(text + "\n")
+            self.out.flush()
+        except BrokenPipeError:
+            self.reader_gone = True
+            import os
+
+            quiet = os.open(os.devnull, os.O_WRONLY)  # what is still buffered goes nowhere
+            os.dup2(quiet, self.out.fileno())
+            os.close(quiet)
+            if self.on_reader_gone:
+                self.on_reader_gone()
 
     # --- events ---
 

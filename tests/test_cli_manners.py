@@ -1,0 +1,183 @@
+"""No traceback is reachable from the command line: a reader that goes away, any argument list,
+a nested gate as root. Every test drives the installed `sandboy` script in a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "tests" / "data" / "samples" / "roslyn" / "sarif-sdk_RoslynLog.v1.sarif"
+EXIT_READER_GONE = 141
+BAD_SIGNS = ("Traceback", "internal error", "Broken pipe", "Exception ignored")
+
+
+def assert_no_traceback(proc) -> None:
+    for sign in BAD_SIGNS:
+        assert sign not in proc.stderr, proc.stderr[-2000:]
+
+
+def run_reader_gone(argv, cwd, env=None) -> subprocess.CompletedProcess:
+    """Run `sandboy argv` with stdout a pipe whose reader has already gone away: the first write
+    fails with EPIPE, like `sandboy ... | head -0`."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([SANDBOY, *argv], stdout=write_end, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              text=True, cwd=cwd, timeout=120, env=env)
+    finally:
+        os.close(write_end)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def small_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("manners")
+    gate = root / "repo" / ".007"
+    gate.mkdir(parents=True)
+    (gate / "gate.toml").write_text(textwrap.dedent("""
+        [[step]]
+        name = "chatty"
+        run = "for i in $(seq 50); do echo line $i; sleep 0.1; done"
+    """))
+    return root
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--policy", str(REPO / "policy.example.toml"), "--dry-run"],
+    ["run", "--policy", str(REPO / "policy.example.toml"), "--dry-run", "--json"],
+    ["doctor"],
+    ["doctor", "--json"],
+    ["--help"],
+    ["run", "--help"],
+    ["gate", "--help"],
+    ["audit", "--help"],
+    ["--version"],
+    ["audit", "list"],
+    ["audit", "list", "--json"],
+    ["audit", "validate", "--github", "--json", str(SAMPLE)],
+    ["audit", "validate", str(SAMPLE)],
+], ids=lambda argv: " ".join(a if "/" not in a else Path(a).name for a in argv))
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv, tmp_path):
+    proc = run_reader_gone(argv, cwd=tmp_path)
+    assert_no_traceback(proc)
+    # argparse's own --help/--version drop a failed write themselves and exit 0: also quiet
+    expected = 0 if argv[-1] in ("--help", "--version") else EXIT_READER_GONE
+    assert proc.returncode == expected, proc.stderr
+
+
+def test_the_gate_stops_quietly_and_still_writes_its_reports(small_repo, tmp_path):
+    """`sandboy gate | head -3`: the reader leaves while a step runs; the step is ended (it is
+    `killed`, not left to finish its 50 lines), the report is written, nothing is said."""
+    import json
+
+    report = tmp_path / "gate.json"
+    proc = subprocess.Popen([SANDBOY, "gate", str(small_repo / "repo"), "--json", str(report)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    seen = []
+    while not (seen and seen[-1].startswith("[chatty] line")) and len(seen) < 10:
+        seen.append(proc.stdout.readline())
+    proc.stdout.close()  # the reader goes away mid-step
+    stderr = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert seen[-1] == "[chatty] line 1\n", seen
+    assert not any(sign in stderr for sign in BAD_SIGNS), stderr
+    assert proc.returncode == EXIT_READER_GONE, stderr
+    step = json.loads(report.read_text())["steps"][0]
+    assert step["status"] == "killed", step
+
+
+def test_a_gate_whose_reader_is_gone_from_the_start_runs_nothing(small_repo, tmp_path):
+    import json
+
+    report = tmp_path / "gate.json"
+    proc = run_reader_gone(["gate", str(small_repo / "repo"), "--json", str(report)], cwd=tmp_path)
+    assert_no_traceback(proc)
+    assert proc.returncode == EXIT_READER_GONE, proc.stderr
+    assert json.loads(report.read_text())["steps"][0]["status"] == "not_run"
+
+
+def test_the_gate_json_on_stdout_with_its_reader_gone(small_repo, tmp_path):
+    proc = run_reader_gone(["gate", str(small_repo / "repo"), "--json", "-"], cwd=tmp_path)
+    assert_no_traceback(proc)
+    assert proc.returncode == EXIT_READER_GONE, proc.stderr
+
+
+def test_head_in_a_real_shell_pipeline(tmp_path):
+    """The issue's own command line, through a shell: one line out, no noise on stderr."""
+    proc = subprocess.run(["bash", "-c", f"set -o pipefail; '{SANDBOY}' run --policy '{REPO}/policy.example.toml' "
+                                         "--dry-run --json | head -1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.stdout == "{\n"
+    assert_no_traceback(proc)
+    assert proc.returncode in (0, EXIT_READER_GONE)  # 0 when everything fit in the pipe before head left
+
+
+# --- any argument list --------------------------------------------------------------------------
+
+WORDS = ["run", "gate", "audit", "doctor", "convert", "validate", "build", "list", "--", "-p", "--policy",
+         "--dry-run", "--json", "--status-json", "--status-fd", "--cwd", "--ceiling", "--junit", "--logs",
+         "--keep-going", "--tool", "--artifact", "--github", "--output", "-o", "--help", "--version", "-",
+         "=", "--policy=", "true", "false", "sh", "-c", "exit 3", "0", "-1", "99999999999999999999", "é",
+         "\x7f", "{cwd}", "@POLICY", "@BROKEN", "@MISSING", "@DIR", "@REPO", "@SARIF", "@DEVNULL"]
+
+
+@pytest.fixture(scope="module")
+def fuzz_files(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("fuzz")
+    policy = root / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n')
+    broken = root / "broken.toml"
+    broken.write_text("version = 1\n[fs]\nraed = [\n")
+    repo = root / "repo" / ".007"
+    repo.mkdir(parents=True)
+    (repo / "gate.toml").write_text('[[step]]\nname = "t"\nrun = "true"\n')
+    return {"@POLICY": str(policy), "@BROKEN": str(broken), "@MISSING": str(root / "missing" / "x"),
+            "@DIR": str(root), "@REPO": str(root / "repo"), "@SARIF": str(SAMPLE), "@DEVNULL": "/dev/null"}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(words=st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=6)), max_size=7))
+def test_no_argument_list_reaches_a_traceback(words, fuzz_files, tmp_path):
+    argv = [fuzz_files.get(w, w) for w in words if "\x00" not in w]
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(REPO / ".cache" / "sandboy-test"))
+    env.pop("SANDBOY_DEBUG", None)
+    proc = subprocess.run([SANDBOY, *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          cwd=tmp_path, timeout=300, env=env)
+    assert_no_traceback(proc)
+    assert proc.returncode >= 0, (argv, proc.returncode)
+
+
+# --- a gate nested in `sandboy run` as root -----------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the pids cgroup is made only as root")
+def test_a_nested_gate_without_a_pids_cgroup_is_a_cage_error(small_repo, tmp_path):
+    """`sandboy run --policy nested.toml -- sandboy gate REPO` as root: the outer cage cannot write
+    /sys/fs/cgroup, so the gate cannot make the pids cgroup its ceiling's limits.processes needs.
+    That is a cage error (125) with the reason — it was `NameError: CageError`."""
+    python_home = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
+    nested = tmp_path / "nested.toml"
+    nested.write_text(textwrap.dedent(f"""
+        version = 1
+        [fs]
+        read = ["/usr", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys", "{python_home}", "{sys.prefix}", "{REPO}"]
+        exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64", "{python_home}", "{sys.prefix}/bin"]
+        write = ["{tmp_path}"]
+    """))
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / ".007" / "gate.toml").write_text('[[step]]\nname = "unit"\nrun = "echo hello"\n')
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(nested), "--", SANDBOY, "gate", str(repo)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert_no_traceback(proc)
+    assert proc.returncode == 125, proc.stdout + proc.stderr
+    assert "no pids cgroup could be created" in proc.stdout
