@@ -20,7 +20,7 @@ from_mapping = Policy.from_mapping
 SRC = "fuzz.toml"
 SECTION_KEYS = {
     "fs": ("read", "exec", "write", "deny"),
-    "net": ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "unrestricted"),
+    "net": ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "domains_deny", "unrestricted"),
     "seccomp": ("deny", "allow"),
     "env": ("pass", "set"),
     "limits": LIMIT_KEYS,

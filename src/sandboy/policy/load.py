@@ -99,16 +99,12 @@ def _env_name(src: str, key: str, name: str) -> None:
 
 
 def _domain(src: str, key: str, value: str) -> None:
-    host, sep, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    # isascii: "²".isdigit() is True but int("²") raises ValueError: a traceback, not exit 2;
-    # `sep`: "example.org:" has an empty port, which the gate's meet cannot read either
-    if sep and (not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
-        raise PolicyError(src, key, f"bad port in {value!r} (expected host or host:port)")
-    host = host or value
-    label = host[2:] if host.startswith("*.") else host
-    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.:[]")
-    if not label or not set(label.lower()) <= allowed or ".." in label:
-        raise PolicyError(src, key, f"not a host name, *.domain pattern or IP literal: {value!r}")
+    from sandboy.egress.rules import EntryError, parse_entry
+
+    try:
+        parse_entry(value)
+    except EntryError as exc:
+        raise PolicyError(src, key, str(exc)) from None
 
 
 def _cidr(src: str, key: str, value: str) -> None:
@@ -168,19 +164,27 @@ def _fs(src, value) -> dict:
 
 
 def _net(src, value) -> dict:
-    known = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "unrestricted")
+    known = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "domains_deny", "unrestricted")
     t = _table(src, "net", value, known)
     out = {}
     for k, v in t.items():
         key = f"net.{k}"
         if k in ("connect_tcp", "bind_tcp"):
             out[k] = _port_list(src, key, v)
-        elif k == "domains":
-            out[k] = tuple(d.lower() for d in _str_list(src, key, v, _domain))
+        elif k in ("domains", "domains_deny"):
+            out[k] = tuple(dict.fromkeys(d.lower() for d in _str_list(src, key, v, _domain)))
         elif k == "private":
             out[k] = _str_list(src, key, v, _cidr)
         else:
             out[k] = _bool(src, key, v)
+    if out.get("domains") and out.get("unrestricted"):
+        raise PolicyError(src, "net.domains", "cannot be combined with net.unrestricted = true "
+                          "(domains confine the network; unrestricted lifts every rule): keep one")
+    if out.get("domains") and out.get("udp"):
+        # Where user namespaces are missing the fallback cage shares the host network: UDP
+        # there would go around the proxy, and inside the namespace it reaches nothing.
+        raise PolicyError(src, "net.udp", "cannot be true together with net.domains: UDP does "
+                          "not go through the egress proxy (set udp = false)")
     return out
 
 

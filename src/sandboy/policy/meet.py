@@ -21,7 +21,6 @@ from sandboy.policy.model import (LIMIT_KEYS, SECTIONS, Compat, EnvRules, FsRule
                                   SeccompRules)
 from sandboy.policy.resolve import TMP_TOKEN, is_glob, is_within
 
-_WEB_PORTS = frozenset((80, 443))  # a bare host in `net.domains` means these (DESIGN.md)
 
 
 class Narrowing:
@@ -126,28 +125,11 @@ def _meet_fs(step: FsRules, ceiling: FsRules, out: list) -> FsRules:
 # --- network -----------------------------------------------------------------------------
 
 
-def _split_domain(entry: str):
-    """("host", ports) for "host" (80/443), "host:port"; IPv6 literals are bracketed."""
-    if entry.count(":") == 1 or (entry.startswith("[") and "]:" in entry):
-        host, _, port = entry.rpartition(":")
-        return host, frozenset((int(port),))
-    return entry, _WEB_PORTS
-
-
-def _host_within(host: str, pattern: str) -> bool:
-    if not pattern.startswith("*."):
-        return host == pattern
-    suffix = pattern[1:]  # ".x.org": matches a.x.org and *.x.org, not x.org itself
-    return host.endswith(suffix) and len(host) > len(suffix)
-
-
 def domain_allowed(entry: str, patterns) -> bool:
-    host, ports = _split_domain(entry)
-    for pattern in patterns:
-        p_host, p_ports = _split_domain(pattern)
-        if ports <= p_ports and _host_within(host, p_host):
-            return True
-    return False
+    """Does some ceiling pattern allow every (host, port) that the step's `entry` matches?"""
+    from sandboy.egress.rules import meet_domains
+
+    return bool(meet_domains((entry,), tuple(patterns))[0])
 
 
 def _cidr_allowed(cidr: str, allowed) -> bool:
@@ -200,6 +182,8 @@ def _meet_net(step: NetRules, ceiling: NetRules, out: list) -> NetRules:
         unix=flag("unix", "unix sockets"),
         domains=listed("domains", domain_allowed, "network to"),
         private=listed("private", _cidr_allowed, "network to private range"),
+        # deny only ever narrows: the step's and the ceiling's both apply
+        domains_deny=tuple(dict.fromkeys((*ceiling.domains_deny, *step.domains_deny))),
         unrestricted=False,
     )
 

@@ -53,7 +53,7 @@ class FsRules(_Record):
 
 
 class NetRules(_Record):
-    __slots__ = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "unrestricted")
+    __slots__ = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "domains_deny", "unrestricted")
     _defaults = {
         "connect_tcp": (),
         "bind_tcp": (),
@@ -61,8 +61,14 @@ class NetRules(_Record):
         "unix": False,
         "domains": (),
         "private": (),
+        "domains_deny": (),
         "unrestricted": False,
     }
+
+    @property
+    def egress(self) -> bool:
+        """Layer 3: a private network namespace whose only way out is the domain proxy."""
+        return bool(self.domains) and not self.unrestricted
 
 
 class IpcRules(_Record):

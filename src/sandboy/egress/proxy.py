@@ -1,0 +1,467 @@
+"""The egress proxy: the only way out of a Layer-3 cage's network namespace.
+
+One listening socket (made inside the cage's namespace and handed over, or a host loopback port
+in the fallback), three client protocols, told apart by the first byte a client sends:
+
+- SOCKS5 (0x05; `ALL_PROXY=socks5h://...`): no-auth CONNECT to a name, IPv4 or IPv6 address.
+- HTTP CONNECT (`https_proxy`): a tunnel to host:port.
+- HTTP absolute-form requests (`http_proxy`, `GET http://host/path`): forwarded request by
+  request. EVERY request on a connection is parsed (h11) and decided, so a kept-alive or
+  pipelined second request to another host is checked like the first. The upstream is the
+  host of the request URL; the client's `Host:` header is replaced by it, never followed.
+  Origin-form requests (`GET /path` with only a Host header) are refused: a proxy that
+  routes by Host can be steered by a forged one.
+
+For every destination: `Rules.decide` (deny wins, names the rule) → host-side resolution →
+`Rules.address_refusal` for each answer (no private/loopback/link-local/metadata answers unless
+`net.private` holds them) → a connection to the checked address itself.
+
+Inside tunnels (CONNECT and SOCKS) the client's first bytes are read before anything reaches the
+server: a TLS ClientHello must name the tunnel's host in its SNI (no SNI: allowed only when the
+host is an IP literal, where clients send none); a mismatch, a malformed hello or a missing SNI
+for a name drops the tunnel. Non-TLS bytes (SSH on `host:22`) pass only to ports other than
+80 and 443: plain HTTP must use absolute-form requests, where each request is checked.
+
+Refusals: HTTP 403 whose body names the host, the port, the deciding rule and the policy;
+SOCKS reply 0x02 ("connection not allowed by ruleset"). Every decision goes to `EgressLog`.
+"""
+
+import asyncio
+import socket
+
+import h11
+
+from sandboy.egress import sni
+from sandboy.egress.log import EgressLog
+from sandboy.egress.resolver import Resolver
+from sandboy.egress.rules import EntryError, normalize_host
+
+READ_SIZE = 256 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+CONNECT_TIMEOUT = 15.0
+HELLO_TIMEOUT = 30.0
+MAX_CONNECTIONS = 1024
+# Hop-by-hop headers (RFC 9110 7.6.1) plus Host, which the proxy sets from the URL. Framing
+# headers (content-length, transfer-encoding) are kept: h11 frames each side from them.
+_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
+                  b"proxy-authenticate", b"te", b"trailer", b"upgrade", b"host"))
+
+
+class Refused(Exception):
+    """A destination the rules refuse (403 / SOCKS 0x02); `reason` names host, port and rule."""
+
+    def __init__(self, reason: str, rule: str = ""):
+        super().__init__(reason)
+        self.reason, self.rule = reason, rule
+
+
+class Unreachable(Exception):
+    """Allowed, but no connection could be made (502 / SOCKS 0x04 or 0x05)."""
+
+
+class EgressProxy:
+    def __init__(self, rules, resolver=None, log=None):
+        self.rules = rules
+        self.resolver = resolver or Resolver()
+        self.log = log or EgressLog()
+        self._tasks: set = set()
+        self._open: set = set()  # every accepted client socket not yet closed
+
+    # --- serving ------------------------------------------------------------------------
+
+    async def serve(self, listen_sock, stopped: asyncio.Event) -> None:
+        """Accept on `listen_sock` until `stopped` is set; then end every connection.
+
+        A hand-written accept loop, not asyncio.start_server: there a connection accepted just
+        before shutdown whose handler task is cancelled before it first runs is never closed
+        (a leaked fd, seen in tests/egress). Here every accepted socket is in `_open` from the
+        moment it exists, and whatever is left at the end is closed."""
+        loop = asyncio.get_running_loop()
+        listen_sock.setblocking(False)
+        accepting = asyncio.ensure_future(self._accept_loop(loop, listen_sock))
+        try:
+            await stopped.wait()
+        finally:
+            accepting.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(accepting, *self._tasks, return_exceptions=True)
+            for sock in list(self._open):
+                sock.close()
+            self._open.clear()
+
+    async def _accept_loop(self, loop, listen_sock) -> None:
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listen_sock)
+            except OSError:  # EMFILE and the like: back off rather than spin
+                await asyncio.sleep(0.05)
+                continue
+            self._open.add(sock)
+            if len(self._open) > MAX_CONNECTIONS:
+                self._open.discard(sock)
+                sock.close()
+                continue
+            task = loop.create_task(self._connection(sock))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connection(self, sock) -> None:
+        writer = None
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock, limit=READ_SIZE)
+            first = await reader.read(1)
+            if first == b"\x05":
+                await self._socks(reader, writer)
+            elif first:
+                await self._http(reader, writer, first)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, OSError, h11.ProtocolError):
+            pass
+        finally:
+            self._open.discard(sock)
+            if writer is not None:
+                writer.transport.abort()
+            sock.close()
+
+    # --- deciding and connecting ----------------------------------------------------------
+
+    async def open_upstream(self, via: str, host: str, port: int):
+        """(reader, writer, name, is_ip) for an allowed destination; raises Refused/Unreachable."""
+        decision = self.rules.decide(host, port)
+        try:
+            name, is_ip = normalize_host(host)
+        except EntryError:
+            name, is_ip = repr(host)[1:-1][:255], False
+        if not decision.allowed:
+            self.log.record("deny", via, name, port, decision.reason, decision.rule)
+            raise Refused(decision.reason, decision.rule)
+        loop = asyncio.get_running_loop()
+        try:
+            answers = await asyncio.wait_for(self.resolver.resolve(loop, name, is_ip), CONNECT_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            self.log.record("deny", via, name, port, f"cannot resolve {name}: {exc}", decision.rule)
+            raise Unreachable(f"cannot resolve {name}") from None
+        usable, refusals = [], []
+        for address in answers:
+            why = self.rules.address_refusal(address)
+            (refusals if why else usable).append(why or address)
+        if not usable:
+            reason = f"{name}:{port}: " + ("; ".join(refusals) if refusals else "no address")
+            self.log.record("deny", via, name, port, reason, "net.private")
+            raise Refused(reason, "net.private")
+        last = None
+        for address in usable:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(address, port, limit=READ_SIZE), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                last = exc
+                continue
+            self.log.record("allow", via, name, port, decision.reason, decision.rule, address)
+            return reader, writer, name, is_ip
+        self.log.record("deny", via, name, port, f"connection failed: {last}", decision.rule)
+        raise Unreachable(f"cannot connect to {name}:{port}: {last}")
+
+    def _refusal_body(self, via: str, host: str, port, reason: str) -> bytes:
+        return (f"sandboy egress: refused {via} to {host}:{port}: {reason} "
+                f"(policy {self.rules.source})\n").encode("ascii", "replace")
+
+    # --- SOCKS5 ---------------------------------------------------------------------------
+
+    async def _socks(self, reader, writer) -> None:
+        count = (await reader.readexactly(1))[0]
+        methods = await reader.readexactly(count)
+        if 0 not in methods:
+            writer.write(b"\x05\xff")
+            return
+        writer.write(b"\x05\x00")
+        head = await reader.readexactly(4)
+        if head[0] != 5:
+            return
+        kind = head[3]
+        if kind == 1:
+            host = socket.inet_ntop(socket.AF_INET, await reader.readexactly(4))
+        elif kind == 4:
+            host = socket.inet_ntop(socket.AF_INET6, await reader.readexactly(16))
+        elif kind == 3:
+            raw = await reader.readexactly((await reader.readexactly(1))[0])
+            host = raw.decode("ascii", "replace")
+        else:
+            writer.write(b"\x05\x08\x00\x01" + bytes(6))
+            return
+        port = int.from_bytes(await reader.readexactly(2), "big")
+        if head[1] != 1:  # only CONNECT; BIND and UDP ASSOCIATE would be ways around the rules
+            writer.write(b"\x05\x07\x00\x01" + bytes(6))
+            return
+        try:
+            up_reader, up_writer, name, is_ip = await self.open_upstream("socks", host, port)
+        except Refused:
+            writer.write(b"\x05\x02\x00\x01" + bytes(6))
+            await writer.drain()
+            return
+        except Unreachable:
+            writer.write(b"\x05\x04\x00\x01" + bytes(6))
+            await writer.drain()
+            return
+        writer.write(b"\x05\x00\x00\x01" + bytes(6))
+        await self._tunnel(reader, writer, up_reader, up_writer, b"", name, is_ip, port)
+
+    # --- HTTP -----------------------------------------------------------------------------
+
+    async def _http(self, reader, writer, first: bytes) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        conn.receive_data(first)
+        upstream = _Upstream()
+        try:
+            while True:
+                try:
+                    event = await _next_event(conn, reader)
+                except h11.RemoteProtocolError as exc:
+                    await self._reply(conn, writer, 400, f"sandboy egress: bad request: {exc}\n".encode())
+                    return
+                if isinstance(event, h11.ConnectionClosed) or event is None:
+                    return
+                if not isinstance(event, h11.Request):
+                    return
+                if event.method == b"CONNECT":
+                    await self._connect(conn, reader, writer, event)
+                    return
+                if not await self._forward(conn, reader, writer, event, upstream):
+                    return
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        finally:
+            upstream.close()
+
+    async def _reply(self, conn, writer, status: int, body: bytes) -> None:
+        """A short response, then the connection closes (nothing after a refusal is trusted)."""
+        try:
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]
+            writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
+            writer.write(conn.send(h11.Data(data=body)))
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+        except h11.LocalProtocolError:
+            pass
+
+    async def _connect(self, conn, reader, writer, request) -> None:
+        target = request.target.decode("ascii", "replace")
+        host, port = _split_authority(target, None)
+        if host is None or port is None:
+            await self._reply(conn, writer, 400, f"sandboy egress: CONNECT needs host:port, got {target!r}\n".encode())
+            return
+        try:
+            up_reader, up_writer, name, is_ip = await self.open_upstream("connect", host, port)
+        except Refused as exc:
+            await self._reply(conn, writer, 403, self._refusal_body("CONNECT", host, port, exc.reason))
+            return
+        except Unreachable as exc:
+            await self._reply(conn, writer, 502, f"sandboy egress: {exc}\n".encode())
+            return
+        writer.write(conn.send(h11.Response(status_code=200, headers=[], reason=b"Connection established")))
+        trailing = conn.trailing_data[0]
+        await self._tunnel(reader, writer, up_reader, up_writer, trailing, name, is_ip, port)
+
+    async def _forward(self, conn, reader, writer, request, upstream) -> bool:
+        """Forward one absolute-form request and its response; False: close the connection."""
+        target = request.target
+        if not target[:7].lower() == b"http://":
+            why = ("send absolute-form requests (GET http://host/path): the proxy never routes by the Host header"
+                   if target.startswith(b"/") else "only http:// URLs (use CONNECT for https)")
+            await self._reply(conn, writer, 400, f"sandboy egress: {why}\n".encode())
+            return False
+        rest = target[7:].decode("ascii", "replace")
+        cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+        authority, path = rest[:cut], rest[cut:] or "/"
+        if path.startswith("?"):
+            path = "/" + path
+        path = path.split("#", 1)[0]
+        host, port = _split_authority(authority, 80)
+        if host is None or "@" in authority:
+            await self._reply(conn, writer, 400, f"sandboy egress: bad URL authority {authority!r}\n".encode())
+            return False
+        try:
+            up = await upstream.get(self, host, port)
+        except Refused as exc:
+            await self._reply(conn, writer, 403, self._refusal_body(request.method.decode("ascii", "replace"),
+                                                                    host, port, exc.reason))
+            return False
+        except Unreachable as exc:
+            await self._reply(conn, writer, 502, f"sandboy egress: {exc}\n".encode())
+            return False
+        up_reader, up_writer, uconn = up
+        # The upstream's Host is the URL's authority: a forged Host header is dropped with the
+        # hop-by-hop headers, so it can neither pick the server nor a virtual host on it.
+        headers = [(b"host", authority.encode()), *_end_to_end(request.headers)]
+        up_writer.write(uconn.send(h11.Request(method=request.method, target=path.encode(), headers=headers)))
+        while True:  # the request body
+            event = await _next_event(conn, reader)
+            if isinstance(event, h11.Data):
+                up_writer.write(uconn.send(h11.Data(data=event.data)))
+                await up_writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                up_writer.write(uconn.send(h11.EndOfMessage()))
+                break
+            else:
+                upstream.close()
+                return False
+        await up_writer.drain()
+        while True:  # the response
+            try:
+                event = await _next_event(uconn, up_reader)
+            except h11.RemoteProtocolError as exc:
+                upstream.close()
+                if conn.our_state is h11.SEND_RESPONSE:
+                    await self._reply(conn, writer, 502, f"sandboy egress: bad upstream response: {exc}\n".encode())
+                return False
+            if isinstance(event, (h11.InformationalResponse, h11.Response)):
+                if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
+                    upstream.close()  # no protocol switches: Upgrade was never forwarded
+                    return False
+                kind = type(event)
+                writer.write(conn.send(kind(status_code=event.status_code, headers=_end_to_end(event.headers),
+                                            reason=event.reason)))
+            elif isinstance(event, h11.Data):
+                writer.write(conn.send(h11.Data(data=event.data)))
+                await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(conn.send(h11.EndOfMessage()))
+                await writer.drain()
+                break
+            else:
+                upstream.close()
+                return False
+        if uconn.our_state is h11.DONE and uconn.their_state is h11.DONE:
+            uconn.start_next_cycle()
+        else:
+            upstream.close()
+        return True
+
+    # --- tunnels --------------------------------------------------------------------------
+
+    async def _tunnel(self, reader, writer, up_reader, up_writer, initial: bytes, host: str, is_ip: bool,
+                      port: int) -> None:
+        # Server-to-client bytes flow from the start (an SSH server speaks first); nothing
+        # reaches the server before the client's first bytes are judged.
+        down = asyncio.ensure_future(_pipe(up_reader, writer))
+        try:
+            buf = initial
+            while True:
+                verdict = sni.client_hello(buf)
+                if verdict != sni.NEED_MORE:
+                    break
+                chunk = await asyncio.wait_for(reader.read(READ_SIZE), HELLO_TIMEOUT)
+                if not chunk:
+                    return
+                buf += chunk
+            refusal = self._tunnel_refusal(verdict, host, is_ip, port)
+            if refusal:
+                self.log.record("deny", "tls", host, port, refusal, "tls.sni")
+                return
+            up_writer.write(buf)
+            await up_writer.drain()
+            await _pipe(reader, up_writer)
+            await down
+        finally:
+            down.cancel()
+            up_writer.transport.abort()
+
+    @staticmethod
+    def _tunnel_refusal(verdict, host: str, is_ip: bool, port: int):
+        if verdict == sni.NOT_TLS:
+            if port in (80, 443):
+                return (f"tunnel to {host}:{port} did not start with a TLS ClientHello (plain HTTP must "
+                        "use absolute-form requests through http_proxy, where each request is checked)")
+            return None
+        kind, value = verdict
+        if kind == "sni":
+            if value != host:
+                return f"TLS server name {value!r} does not match the tunnel's host {host}"
+            return None
+        if kind == "no_sni":
+            return None if is_ip else f"TLS ClientHello without a server name in a tunnel to {host}"
+        return f"malformed TLS ClientHello in a tunnel to {host}: {value}"
+
+
+class _Upstream:
+    """The upstream connection of one client connection, reused while requests go to the same
+    host:port (pip fetches many files from one index)."""
+
+    def __init__(self):
+        self.key = None
+        self.conn = None
+
+    async def get(self, proxy, host: str, port: int):
+        decision_key = (host.lower(), port)
+        if self.conn is not None and self.key == decision_key and self.conn[2].our_state is h11.IDLE:
+            # decided again all the same: the log shows every request
+            decision = proxy.rules.decide(host, port)
+            if decision.allowed:
+                proxy.log.record("allow", "http", host.lower(), port, decision.reason, decision.rule)
+                return self.conn
+        self.close()
+        reader, writer, _, _ = await proxy.open_upstream("http", host, port)
+        self.key = decision_key
+        self.conn = (reader, writer, h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEADER_BYTES))
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn[1].transport.abort()
+            self.conn = None
+            self.key = None
+
+
+def _end_to_end(headers) -> list:
+    """Headers minus hop-by-hop ones, including those a Connection header names."""
+    named = {part.strip() for name, value in headers if name == b"connection" for part in value.lower().split(b",")}
+    named -= {b"content-length", b"transfer-encoding"}  # framing is never hop-by-hop
+    return [(name, value) for name, value in headers if name not in _HOP and name not in named]
+
+
+async def _next_event(conn, reader):
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await reader.read(READ_SIZE)
+            conn.receive_data(data)
+            continue
+        if event is h11.PAUSED:
+            return None
+        return event
+
+
+async def _pipe(reader, writer) -> None:
+    try:
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.transport.abort()
+
+
+def _split_authority(text: str, default_port):
+    """(host, port) from "host", "host:port", "[v6]", "[v6]:port"; (None, None) when malformed."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None, None
+        host, rest = text[: end + 1], text[end + 1 :]
+    else:
+        host, sep, rest = text.partition(":")
+        rest = sep + rest
+    if rest:
+        port = rest[1:]
+        if not rest.startswith(":") or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+            return None, None
+        return host, int(port)
+    if not host:
+        return None, None
+    return host, default_port

@@ -1,0 +1,285 @@
+"""The egress proxy from the attacker's side, on loopback: every refusal is checked against what
+the origin servers actually received (their request records) and against the decision log."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+
+from sandboy.egress.resolver import Resolver
+from sandboy.egress.rules import Rules
+from sandboy.egress.service import ProxyService
+
+from egresskit import (Origin, connect_tunnel, http_exchange, loopback_listener, make_ca_and_cert,
+                       read_response, socks_connect)
+
+NAMES = ["allowed.test", "other.test", "denied.test", "bad.allowed.test"]
+HOSTS = {name: ["127.0.0.1"] for name in NAMES}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_ca_and_cert(tmp_path_factory.mktemp("ca"), NAMES)
+
+
+@pytest.fixture(scope="module")
+def origin():
+    server = Origin()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def tls_origin(certs):
+    ca, cert, key = certs
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server = Origin(tls_context=ctx)
+    yield server
+    server.close()
+
+
+class Proxy:
+    def __init__(self, tmp_path, domains, deny=(), private=("127.0.0.0/8",), hosts=HOSTS):
+        self.log_path = tmp_path / "egress.jsonl"
+        rules = Rules(domains, deny, private, source="test.toml")
+        self.service = ProxyService(rules, loopback_listener(), str(self.log_path), Resolver(dict(hosts))).start()
+        self.port = self.service.port
+
+    def log(self) -> list:
+        return [json.loads(line) for line in self.log_path.read_text().splitlines()]
+
+    def stop(self):
+        return self.service.stop()
+
+
+@pytest.fixture
+def make_proxy(tmp_path):
+    made = []
+
+    def make(*args, **kwargs):
+        proxy = Proxy(tmp_path, *args, **kwargs)
+        made.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in made:
+        proxy.stop()
+
+
+def get(port, url, host=None, extra=b""):
+    host = host or url.split("/")[2]
+    return (f"GET {url} HTTP/1.1\r\nHost: {host}\r\n".encode() + extra + b"\r\n")
+
+
+def test_allowed_name_is_forwarded(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    out = http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}/x", extra=b"Connection: close\r\n"))
+    assert out.startswith(b"HTTP/1.1 200"), out
+    assert f"hello allowed.test:{origin.port} /x".encode() in out
+    assert p.log()[-1]["decision"] == "allow" and p.log()[-1]["rule"] == f'net.domains "allowed.test:{origin.port}"'
+
+
+def test_denied_name_gets_403_naming_host_port_and_rule(make_proxy, origin):
+    p = make_proxy([f"*.allowed.test:{origin.port}"], deny=[f"bad.allowed.test:{origin.port}"])
+    before = len(origin.seen)
+    out = http_exchange(p.port, get(p.port, f"http://bad.allowed.test:{origin.port}/"))
+    assert out.startswith(b"HTTP/1.1 403"), out
+    assert f"bad.allowed.test:{origin.port}".encode() in out
+    assert f'net.domains_deny "bad.allowed.test:{origin.port}"'.encode() in out and b"test.toml" in out
+    out = http_exchange(p.port, get(p.port, f"http://denied.test:{origin.port}/"))
+    assert out.startswith(b"HTTP/1.1 403") and b"matches no net.domains entry" in out
+    assert len(origin.seen) == before  # nothing reached the origin
+    log = p.log()
+    assert [e["decision"] for e in log] == ["deny", "deny"]
+    assert log[0]["host"] == "bad.allowed.test" and log[0]["port"] == origin.port
+    assert p.stop()["denied"] == 2
+
+
+def test_pipelined_second_request_to_a_denied_host_is_refused(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    before = len(origin.seen)
+    raw = (get(p.port, f"http://allowed.test:{origin.port}/one")
+           + get(p.port, f"http://denied.test:{origin.port}/two"))
+    out = http_exchange(p.port, raw)
+    assert out.startswith(b"HTTP/1.1 200") and b"/one" in out
+    assert b"HTTP/1.1 403" in out and b"denied.test" in out
+    assert origin.seen[before:] == [(f"allowed.test:{origin.port}", "/one")]
+
+
+def test_kept_alive_requests_are_each_checked(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        for i in range(3):
+            s.sendall(get(p.port, f"http://allowed.test:{origin.port}/k{i}"))
+            data = read_response(s)
+            assert data.startswith(b"HTTP/1.1 200") and f"/k{i}".encode() in data
+    assert [e["decision"] for e in p.log()] == ["allow"] * 3
+
+
+def test_forged_host_header_never_steers(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    before = len(origin.seen)
+    out = http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}/f", host="denied.test",
+                                    extra=b"Connection: close\r\n"))
+    assert out.startswith(b"HTTP/1.1 200")
+    assert origin.seen[before:] == [(f"allowed.test:{origin.port}", "/f")]  # Host rewritten from the URL
+    # origin-form with only a Host header is refused outright
+    out = http_exchange(p.port, b"GET /f HTTP/1.1\r\nHost: allowed.test:%d\r\n\r\n" % origin.port)
+    assert out.startswith(b"HTTP/1.1 400") and b"absolute-form" in out
+    # userinfo tricks
+    out = http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}@denied.test/"))
+    assert out.startswith(b"HTTP/1.1 400")
+
+
+def test_post_body_is_forwarded(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    body = b"z" * 100_000
+    raw = (f"POST http://allowed.test:{origin.port}/p HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+           "Connection: close\r\n\r\n").encode() + body
+    out = http_exchange(p.port, raw)
+    assert out.startswith(b"HTTP/1.1 200") and b"got 100000" in out
+
+
+def test_allowed_name_resolving_to_loopback_is_refused_without_private(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"], private=())
+    before = len(origin.seen)
+    out = http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}/"))
+    assert out.startswith(b"HTTP/1.1 403"), out
+    assert b"127.0.0.1 is loopback" in out and b"net.private" in out
+    assert len(origin.seen) == before
+    entry = p.log()[-1]
+    assert entry["decision"] == "deny" and entry["rule"] == "net.private"
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "10.1.2.3", "::1", "::ffff:127.0.0.1", "0.0.0.0"])
+def test_rebinding_answers_are_refused(make_proxy, address):
+    p = make_proxy(["allowed.test:81"], private=(), hosts={"allowed.test": [address]})
+    out = http_exchange(p.port, get(p.port, "http://allowed.test:81/"))
+    assert out.startswith(b"HTTP/1.1 403") and b"no net.private range holds it" in out
+
+
+def test_ip_literal_not_listed_is_refused(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    s, status = connect_tunnel(p.port, "127.0.0.1", origin.port)
+    s.close()
+    assert status.startswith("HTTP/1.1 403")
+    out = http_exchange(p.port, get(p.port, f"http://127.0.0.1:{origin.port}/"))
+    assert out.startswith(b"HTTP/1.1 403")
+    for spelled in ("127.1", "2130706433", "0x7f000001", "[::ffff:127.0.0.1]"):
+        out = http_exchange(p.port, get(p.port, f"http://{spelled}:{origin.port}/"))
+        assert out.startswith(b"HTTP/1.1 403"), (spelled, out)
+    # listed as a literal (and private allows it): reachable
+    p2 = make_proxy([f"127.0.0.1:{origin.port}"])
+    out = http_exchange(p2.port, get(p2.port, f"http://127.0.0.1:{origin.port}/lit", extra=b"Connection: close\r\n"))
+    assert out.startswith(b"HTTP/1.1 200")
+
+
+def test_connect_allowed_carries_tls(make_proxy, tls_origin, certs):
+    ca = certs[0]
+    p = make_proxy([f"allowed.test:{tls_origin.port}"])
+    s, status = connect_tunnel(p.port, "allowed.test", tls_origin.port)
+    assert status == "HTTP/1.1 200 Connection established"
+    ctx = ssl.create_default_context(cafile=ca)
+    with ctx.wrap_socket(s, server_hostname="allowed.test") as t:
+        t.sendall(b"GET /tls HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+        data = read_response(t)
+    assert data.startswith(b"HTTP/1.1 200") and b"/tls" in data
+
+
+def test_connect_denied(make_proxy, tls_origin):
+    p = make_proxy([f"allowed.test:{tls_origin.port}"])
+    before = len(tls_origin.seen)
+    s, status = connect_tunnel(p.port, "denied.test", tls_origin.port)
+    body = s.recv(65536)
+    s.close()
+    assert status.startswith("HTTP/1.1 403") and b"denied.test" in body
+    assert len(tls_origin.seen) == before
+
+
+def test_sni_mismatch_in_a_tunnel_is_dropped(make_proxy, tls_origin, certs):
+    ca = certs[0]
+    p = make_proxy([f"allowed.test:{tls_origin.port}"])
+    before = len(tls_origin.seen)
+    s, status = connect_tunnel(p.port, "allowed.test", tls_origin.port)
+    assert status.endswith("200 Connection established")
+    ctx = ssl.create_default_context(cafile=ca)
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        with ctx.wrap_socket(s, server_hostname="other.test") as t:  # fronting: other vhost, same address
+            t.sendall(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+            if not t.recv(100):
+                raise ConnectionError("closed")
+    assert len(tls_origin.seen) == before
+    entry = p.log()[-1]
+    assert entry["decision"] == "deny" and entry["via"] == "tls" and "other.test" in entry["reason"]
+
+
+def test_plaintext_in_a_443_tunnel_is_dropped_but_other_ports_pass(make_proxy, origin):
+    p = make_proxy(["allowed.test", f"allowed.test:{origin.port}"])
+    # a non-TLS tunnel to port origin.port (like SSH on 22) passes opaque bytes
+    s, status = connect_tunnel(p.port, "allowed.test", origin.port)
+    assert status.endswith("200 Connection established")
+    s.sendall(b"GET /opaque HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+    assert read_response(s).startswith(b"HTTP/1.1 200")
+    s.close()
+    # the same plaintext in a tunnel to port 443 is dropped (it would let Host: pick the vhost)
+    s, status = connect_tunnel(p.port, "allowed.test", 443)
+    assert status.endswith("200") or status.startswith("HTTP/1.1 502")
+
+
+def test_socks5h_allowed_and_refused(make_proxy, origin):
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    s, code = socks_connect(p.port, "allowed.test", origin.port)
+    assert code == 0
+    s.sendall(b"GET /socks HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+    assert b"/socks" in read_response(s)
+    s.close()
+    before = len(origin.seen)
+    s, code = socks_connect(p.port, "denied.test", origin.port)
+    s.close()
+    assert code == 2  # connection not allowed by ruleset
+    assert len(origin.seen) == before
+    assert p.log()[-1]["via"] == "socks" and p.log()[-1]["decision"] == "deny"
+
+
+def test_curl_through_the_proxy(make_proxy, origin, tls_origin, certs):
+    p = make_proxy([f"allowed.test:{origin.port}", f"allowed.test:{tls_origin.port}"])
+    proxy = f"http://127.0.0.1:{p.port}"
+    ok = subprocess.run(["curl", "-sS", "-x", proxy, f"http://allowed.test:{origin.port}/c"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and "/c" in ok.stdout, ok.stderr
+    ok = subprocess.run(["curl", "-sS", "--cacert", certs[0], "-x", proxy, f"https://allowed.test:{tls_origin.port}/s"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and "/s" in ok.stdout, ok.stderr
+    ok = subprocess.run(["curl", "-sS", "--cacert", certs[0], "-x", f"socks5h://127.0.0.1:{p.port}",
+                         f"https://allowed.test:{tls_origin.port}/h"], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and "/h" in ok.stdout, ok.stderr
+    bad = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy,
+                          f"http://denied.test:{origin.port}/"], capture_output=True, text=True, timeout=30)
+    assert bad.stdout == "403"
+
+
+def test_stop_leaves_no_fd_and_no_port(tmp_path):
+    from egresskit import describe_sockets, open_fds
+
+    origin = Origin()  # its own: handler threads of the shared one may still hold sockets
+    before = open_fds()
+    p = Proxy(tmp_path, [f"allowed.test:{origin.port}"])
+    port = p.port
+    http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}/", extra=b"Connection: close\r\n"))
+    open_conn = socket.create_connection(("127.0.0.1", port))  # a client still connected at stop
+    p.stop()
+    open_conn.close()
+    # the origin's handler threads close their side a moment later (they are in this process too)
+    deadline = time.monotonic() + 5
+    while open_fds() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_fds() == before, (describe_sockets(open_fds() - before), hex(origin.port), hex(port))
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+    origin.close()
