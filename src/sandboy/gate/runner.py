@@ -27,29 +27,58 @@ _FAILING = ("failed", "timed_out", "killed")
 
 
 class StepResult:
-    __slots__ = ("name", "run", "policy_ref", "allow_failure", "timeout", "status", "returncode", "signal",
-                 "duration", "error", "narrowings", "policy", "enforced", "degraded", "warnings", "log_path",
-                 "tail", "index")
+    """One step as it ended: the gate's view (status, narrowings, effective policy, output) around
+    the cage's own `RunResult` (`run_result`; None when the step never started a command). Exit code,
+    signal, error and what was enforced are read from the RunResult, never copied."""
+
+    __slots__ = ("name", "run", "policy_ref", "allow_failure", "timeout", "status", "run_result", "_error",
+                 "duration", "narrowings", "policy", "log_path", "tail", "index")
 
     def __init__(self, step, index: int):
         self.name = step.name
-        self.run = step.run
+        self.run = step.run  # the step's shell command line
         self.policy_ref = step.policy_ref
         self.allow_failure = step.allow_failure
         self.timeout = step.timeout
         self.index = index
         self.status = "not_run"
-        self.returncode = None
-        self.signal = None
+        self.run_result = None  # sandboy.confine.launch.RunResult, once a command ran
+        self._error = None      # why the step could not start (policy or cage error)
         self.duration = 0.0
-        self.error = None
         self.narrowings = []
         self.policy = None
-        self.enforced = {}
-        self.degraded = []
-        self.warnings = []
         self.log_path = None
         self.tail = b""
+
+    def refuse(self, status: str, error: str) -> None:
+        """The step never ran a command: a policy error (exit 2) or a cage error (exit 125)."""
+        self.status, self._error = status, error
+
+    @property
+    def returncode(self):
+        if self.run_result is not None:
+            return self.run_result.returncode
+        return EXIT_CAGE if self.status == "cage_error" else None
+
+    @property
+    def signal(self):
+        return self.run_result.signal if self.run_result is not None else None
+
+    @property
+    def error(self):
+        return self._error if self.run_result is None else self.run_result.error
+
+    @property
+    def enforced(self) -> dict:
+        return self.run_result.enforced if self.run_result is not None else {}
+
+    @property
+    def degraded(self) -> list:
+        return self.run_result.degraded if self.run_result is not None else []
+
+    @property
+    def warnings(self) -> list:
+        return self.run_result.warnings if self.run_result is not None else []
 
     @property
     def failed_gate(self) -> bool:
@@ -286,122 +315,139 @@ def _pump(run, read_fd: int, stream: _Stream, console, stop: StopRequest) -> boo
     return stop.requested
 
 
-def run_step(step, result: StepResult, policy, shell: tuple, repo: str, console, log_dir, cages,
-             stop: StopRequest) -> bool:
-    """Run one step, filling `result`; True when the operator interrupted the gate."""
-    argv = [*shell, step.run]
-    log_fh = None
-    if log_dir is not None:
-        from sandboy.gate.outputs import open_output
+class GateRun:
+    """One run of a gate: what every step shares (the gate, the resolved ceiling, the console,
+    where logs go, the compiled cages, the operator's stop request) and the steps' results.
 
-        log_fh = open_output(result.log_path)
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    stream = _Stream(console, step.name, log_fh)
-    interrupted = False
-    owned = False
-    cage = None
-    started = time.monotonic()
-    try:
-        from sandboy.confine.launch import LocalRun
+    `run()` runs the steps in order and returns the GateResult; `run_step` runs one."""
 
+    def __init__(self, gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None):
+        self.gate = gate
+        self.ceiling_source = ceiling.source
+        self.ceiling = resolve_ceiling(ceiling, gate.repo)
+        self.console = console
+        self.log_dir = log_dir
+        self.keep_going = keep_going
+        # `stop`: a StopRequest the caller installed (the CLI does), else one never requested
+        self.stop = stop if stop is not None else StopRequest()
+        self.results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
+        self.cages = None  # a CageCache while run() runs
+        if log_dir is not None:
+            taken: set = set()
+            for result in self.results:
+                result.log_path = os.path.join(log_dir, log_name(result.name, taken))
+
+    def run(self) -> GateResult:
+        started_wall = time.time()
+        started = time.monotonic()
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+        self.console.gate_start(self.gate, self.ceiling_source)
+        self.cages = CageCache(self.gate.repo)
         try:
-            cage, owned = cages.get(policy)
-            # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
-            # of a step outlives it, including ones that called setsid, and a supervisor process
-            # per step would cost ≈ 2.5 ms (docs/performance.md).
-            proc = LocalRun(argv, cage, timeout=step.timeout, stdio=(null_fd, write_fd, write_fd),
-                            pids_group=cages.pids_group(policy))
-        except PolicyError as exc:
-            result.status, result.error = "policy_error", str(exc)
-            return False
-        except CageError as exc:
-            result.status, result.returncode, result.error = "cage_error", EXIT_CAGE, str(exc)
-            return False
+            interrupted = self._run_steps()
         finally:
-            os.close(write_fd)
-            os.close(null_fd)
-        interrupted = _pump(proc, read_fd, stream, console, stop)
-        outcome = proc.wait()
-    finally:
-        if owned:
-            cage.close()
-        os.close(read_fd)
-        stream.close()
-        if log_fh is not None:
-            log_fh.close()
-        result.tail = bytes(stream.tail)
-        result.duration = time.monotonic() - started
-    result.returncode = outcome.returncode
-    result.signal = outcome.signal
-    result.error = outcome.error
-    result.enforced = outcome.enforced
-    result.degraded = outcome.degraded
-    result.warnings = getattr(outcome, "warnings", [])
+            self.cages.close()
+            self.cages = None
+        result = GateResult(self.gate, self.ceiling_source, self.results, started_wall, time.monotonic() - started)
+        result.interrupted = interrupted
+        return result
+
+    def _run_steps(self) -> bool:
+        """Run the steps in order; True when the operator stopped the gate (^C, SIGTERM)."""
+        gate_dir = os.path.dirname(self.gate.path)
+        halted = False  # a required step failed and --keep-going is off: the rest are not run
+        for step, result in zip(self.gate.steps, self.results):
+            if self.stop.requested:
+                return True
+            if halted:
+                continue
+            try:
+                policy, narrowings = step_policy(step, self.ceiling, self.gate.repo, gate_dir)
+            except PolicyError as exc:  # e.g. a path the meet cannot resolve; nothing of this step ran
+                result.refuse("policy_error", str(exc))
+                self.console.step_end(result)
+                break
+            result.narrowings = narrowings
+            result.policy = policy.to_toml_dict()
+            self.console.step_start(result, len(self.results))
+            interrupted = self.run_step(step, result, policy)
+            self.console.step_end(result)
+            if interrupted:
+                return True
+            if result.status == "policy_error":
+                break
+            if result.failed_gate and not self.keep_going:
+                halted = True
+        return False
+
+    def run_step(self, step, result: StepResult, policy) -> bool:
+        """Run one step, filling `result`; True when the operator interrupted the gate."""
+        argv = [*self.gate.shell, step.run]
+        log_fh = None
+        if self.log_dir is not None:
+            from sandboy.gate.outputs import open_output
+
+            log_fh = open_output(result.log_path)
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        stream = _Stream(self.console, step.name, log_fh)
+        interrupted = False
+        owned = False
+        cage = None
+        started = time.monotonic()
+        try:
+            from sandboy.confine.launch import LocalRun
+
+            try:
+                cage, owned = self.cages.get(policy)
+                # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
+                # of a step outlives it, including ones that called setsid, and a supervisor process
+                # per step would cost ≈ 2.5 ms (docs/performance.md).
+                proc = LocalRun(argv, cage, timeout=step.timeout, stdio=(null_fd, write_fd, write_fd),
+                                pids_group=self.cages.pids_group(policy))
+            except PolicyError as exc:
+                result.refuse("policy_error", str(exc))
+                return False
+            except CageError as exc:
+                result.refuse("cage_error", str(exc))
+                return False
+            finally:
+                os.close(write_fd)
+                os.close(null_fd)
+            interrupted = _pump(proc, read_fd, stream, self.console, self.stop)
+            outcome = proc.wait()
+        finally:
+            if owned:
+                cage.close()
+            os.close(read_fd)
+            stream.close()
+            if log_fh is not None:
+                log_fh.close()
+            result.tail = bytes(stream.tail)
+            result.duration = time.monotonic() - started
+        result.run_result = outcome
+        result.status = _status(outcome)
+        if result.status == "timed_out":
+            # the cage's timeout is the smaller of the step's and the ceiling's wall_seconds
+            wall = policy.limits.wall_seconds
+            result.timeout = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
+        return interrupted
+
+
+def _status(outcome) -> str:
+    """A RunResult's outcome as a step status; nothing but "exited 0" reads as passed."""
     if outcome.outcome == "exited":
-        result.status = "passed" if outcome.returncode == 0 else "failed"
-    elif outcome.outcome in ("not_found", "not_executable"):
-        result.status = "failed"
-    elif outcome.outcome == "timed_out":
-        result.status = "timed_out"
-        # the cage's timeout is the smaller of the step's and the ceiling's wall_seconds
-        wall = policy.limits.wall_seconds
-        result.timeout = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
-    elif outcome.outcome in ("signaled", "killed"):
-        result.status = "killed"
-    else:
-        result.status = "cage_error"
-    return interrupted
+        return "passed" if outcome.returncode == 0 else "failed"
+    if outcome.outcome in ("not_found", "not_executable"):
+        return "failed"
+    if outcome.outcome == "timed_out":
+        return "timed_out"
+    if outcome.outcome in ("signaled", "killed"):
+        return "killed"
+    return "cage_error"
 
 
 def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None) -> GateResult:
-    """Run the gate. `stop`: a StopRequest the caller installed (the CLI does), else a new one
-    that is never requested."""
-    stop = stop if stop is not None else StopRequest()
-    started_wall = time.time()
-    started = time.monotonic()
-    ceiling_r = resolve_ceiling(ceiling, gate.repo)
-    results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
-    taken: set = set()
-    if log_dir is not None:
-        os.makedirs(log_dir, exist_ok=True)
-        for result in results:
-            result.log_path = os.path.join(log_dir, log_name(result.name, taken))
-    console.gate_start(gate, ceiling.source)
-    cages = CageCache(gate.repo)
-    try:
-        interrupted = _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages, stop)
-    finally:
-        cages.close()
-    result = GateResult(gate, ceiling.source, results, started_wall, time.monotonic() - started)
-    result.interrupted = interrupted
-    return result
-
-
-def _run_steps(gate, ceiling_r, results, console, log_dir, keep_going, cages, stop) -> bool:
-    """Run the steps in order; True when the operator stopped the gate (^C, SIGTERM)."""
-    gate_dir = os.path.dirname(gate.path)
-    halted = False  # a required step failed and --keep-going is off: the rest are not run
-    for step, result in zip(gate.steps, results):
-        if stop.requested:
-            return True
-        if halted:
-            continue
-        try:
-            policy, narrowings = step_policy(step, ceiling_r, gate.repo, gate_dir)
-        except PolicyError as exc:  # e.g. a path the meet cannot resolve; nothing of this step ran
-            result.status, result.error = "policy_error", str(exc)
-            console.step_end(result)
-            break
-        result.narrowings = narrowings
-        result.policy = policy.to_toml_dict()
-        console.step_start(result, len(results))
-        interrupted = run_step(step, result, policy, gate.shell, gate.repo, console, log_dir, cages, stop)
-        console.step_end(result)
-        if interrupted:
-            return True
-        if result.status == "policy_error":
-            break
-        if result.failed_gate and not keep_going:
-            halted = True
-    return False
+    """Run the gate (see GateRun)."""
+    return GateRun(gate, ceiling, console, log_dir=log_dir, keep_going=keep_going, stop=stop).run()
