@@ -84,6 +84,10 @@ def cmd_run(args: RunArgs) -> int:
     from sandboy.confine import launch
     from sandboy.policy.model import Policy
 
+    if args.cwd is not None and not os.path.isdir(args.cwd):
+        why = "does not exist" if not os.path.lexists(args.cwd) else "is not a directory"
+        _err(f"--cwd {args.cwd}: {why} (nothing ran)")
+        return EXIT_USAGE
     try:
         policy = Policy.load(args.policy)
         if args.dry_run:

@@ -451,11 +451,13 @@ def test_outputs_never_follow_a_planted_symlink(tmp_path, fake_home):
         name = "unit"
         run = "true"
     """)
+    # Found before the first step (gate/outputs.check_writable); open_output's own refusal, for a
+    # file planted later, is tested in test_outputs_first.py.
     proc = run_gate(repo, "--junit", out / "gate.xml", home=fake_home, timeout=30)
-    assert proc.returncode != 0 and "cannot write a report" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "--junit: " in proc.stderr and "not a regular file" in proc.stderr, proc.stderr
     assert victim.read_text() == "original\n"
     proc = run_gate(repo, "--json", out / "gate.json", home=fake_home, timeout=30)
-    assert proc.returncode != 0 and "cannot write a report" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "--json: " in proc.stderr and "not a regular file" in proc.stderr, proc.stderr
 
 
 def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):

@@ -85,7 +85,7 @@ def run_command(args) -> int:
     from sandboy.gate.console import Console
     from sandboy.gate.runner import run_gate
 
-    from sandboy.gate.outputs import check_outside
+    from sandboy.gate.outputs import check_outside, check_writable
     from sandboy.gate.runner import resolve_ceiling
 
     try:
@@ -94,6 +94,8 @@ def run_command(args) -> int:
         check_outside({"--logs": args.logs, "--junit": args.junit, "--json": args.json_path,
                        "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")},
                       [gate.repo, *resolve_ceiling(ceiling, gate.repo).fs.write], source="arguments")
+        check_writable({"--junit": args.junit, "--json": args.json_path,
+                        "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")}, log_dir=args.logs)
     except PolicyError as exc:
         if exc.key == "--json":
             args.json_path = None  # the refused path itself: write nothing there
