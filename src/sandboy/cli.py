@@ -16,6 +16,10 @@ examples:
   sandboy run --policy step.toml -- bash -lc 'make test'
   sandboy run --policy step.toml --dry-run            # the effective rules on this kernel
   sandboy run --policy step.toml --status-json s.json -- pytest -q
+  sandboy run --policy step.toml --tty -- bash -i     # interactive: a fresh relayed pseudo-terminal
+
+The command runs in a session of its own and never gets the caller's terminal: a terminal on
+stdin becomes /dev/null, on stdout/stderr a pipe Sandboy copies to it while the command runs.
 
 exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
 be applied (the command never runs unconfined); 126/127 command not executable / not found;
@@ -25,7 +29,7 @@ Policy reference: README.md and policy.example.toml."""
 
 
 class RunArgs:
-    __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "command")
+    __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "tty", "command")
 
     def __init__(self):
         self.policy = None
@@ -34,6 +38,7 @@ class RunArgs:
         self.dry_run = False
         self.json = False
         self.cwd = None
+        self.tty = False
         self.command = []
 
 
@@ -63,6 +68,8 @@ def parse_run_fast(argv: list[str]) -> RunArgs | None:
             args.dry_run = True
         elif arg == "--json":
             args.json = True
+        elif arg == "--tty":
+            args.tty = True
         else:
             return None
         i += 1
@@ -75,6 +82,13 @@ def parse_run_fast(argv: list[str]) -> RunArgs | None:
     return args
 
 
+def _ignore_terminal_signals() -> None:
+    import _signal  # not `signal`: it imports enum
+
+    for sig in (_signal.SIGINT, _signal.SIGQUIT):
+        _signal.signal(sig, _signal.SIG_IGN)
+
+
 def _err(message: str) -> None:
     sys.stderr.write(f"sandboy: {message}\n")
 
@@ -82,6 +96,7 @@ def _err(message: str) -> None:
 def cmd_run(args: RunArgs) -> int:
     from sandboy.confine import cage as cagemod
     from sandboy.confine import launch
+    from sandboy.confine.terminal import exec_in_place_possible, has_controlling_terminal
     from sandboy.policy.model import Policy
 
     if args.cwd is not None and not os.path.isdir(args.cwd):
@@ -98,9 +113,13 @@ def cmd_run(args: RunArgs) -> int:
             _err(f"degraded: {line}")
         for line in cage.warnings:
             _err(f"warning: {line}")
-        if launch.needs_supervisor(policy):
+        if args.tty or launch.needs_supervisor(policy) or not exec_in_place_possible():
+            if has_controlling_terminal():
+                # The terminal's ^C and ^\ reach the supervisor too (it is in our job), which
+                # passes them on to the command (in a session of its own) and reports the outcome.
+                _ignore_terminal_signals()
             try:
-                result = launch.run(args.command, cage)
+                result = launch.run(args.command, cage, supervise=True, tty=args.tty)
             finally:
                 cage.close()
             if result.error:
@@ -205,6 +224,9 @@ def build_parser():
     run.add_argument("--dry-run", action="store_true", help="print the effective rules for this kernel; run nothing")
     run.add_argument("--json", action="store_true", help="with --dry-run: JSON output")
     run.add_argument("--cwd", metavar="DIR", help="working directory of the command (default: current)")
+    run.add_argument("--tty", action="store_true",
+                     help="give the command a fresh pseudo-terminal, relayed while it runs (interactive "
+                          "programs); without it the command never gets a terminal")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments (after --)")
     run.set_defaults(func=_run_from_argparse)
 
@@ -226,7 +248,7 @@ def build_parser():
 def _run_from_argparse(ns) -> int:
     args = RunArgs()
     args.policy, args.status_json, args.status_fd = ns.policy, ns.status_json, ns.status_fd
-    args.dry_run, args.json, args.cwd = ns.dry_run, ns.json, ns.cwd
+    args.dry_run, args.json, args.cwd, args.tty = ns.dry_run, ns.json, ns.cwd, ns.tty
     args.command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not args.command and not args.dry_run:
         _err("run: no command given (put it after --), or use --dry-run")

@@ -68,7 +68,7 @@ class Cage:
         return {"version": 1, "fs": fs, **sections}
 
     def run(self, *args, policy=None, argv=None, via="api", stdin=None, timeout=30,
-            pass_fds=(), env=None) -> Result:
+            pass_fds=(), env=None, tty=False) -> Result:
         argv = list(argv) if argv is not None else [self.probe, *map(str, args)]
         policy = self.policy() if policy is None else policy
         if via == "cli":
@@ -77,7 +77,7 @@ class Cage:
 
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             result = run(argv, Policy.from_mapping(policy, "<test>"), cwd=str(self.work), timeout=timeout,
-                         stdin=stdin, stdout=out.fileno(), stderr=err.fileno())
+                         stdin=stdin, stdout=out.fileno(), stderr=err.fileno(), tty=tty)
             out.seek(0)
             err.seek(0)
             return Result(result.returncode, out.read().decode(), err.read().decode() + (result.error or ""))

@@ -33,11 +33,27 @@ from sandboy.errors import EXIT_CAGE, EXIT_NOT_FOUND, CageError
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
-OUTCOMES = ("exited", "signaled", "timed_out", "killed", "cage_error", "not_found", "not_executable")
+# What happened to a run (`RunResult.outcome`). Plain strings, so JSON reports carry them as they
+# are, and no `enum` import on the `sandboy run` path.
+EXITED = "exited"                  # the command exited by itself; `returncode` is its status
+SIGNALED = "signaled"              # the command died of a signal it got (128 + n)
+TIMED_OUT = "timed_out"            # the deadline passed: the tree was killed (128 + 9)
+KILLED = "killed"                  # the caller ended the run (Confined.kill, SIGTERM to the supervisor)
+CAGE_ERROR = "cage_error"          # the cage could not be applied: nothing ran (125)
+NOT_FOUND = "not_found"            # the command does not exist inside the cage (127)
+NOT_EXECUTABLE = "not_executable"  # it exists but cannot be executed there (126)
+OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE)
 
 
 class RunResult:
-    """What happened to one confined command. `returncode` follows DESIGN.md's exit codes."""
+    """What happened to one confined command.
+
+    `outcome`: one of OUTCOMES. `returncode` follows DESIGN.md's exit codes. `signal`: the signal
+    that ended the command, or None. `error`: why the command did not run or was cut short, in
+    words — which cage step failed and why, "bash: No such file or directory" for an exec that
+    failed, a pids-cgroup refusal, "the sandboy supervisor died" — or None for a run that
+    reached its own end (even a failing one: its exit status says how it went).
+    """
 
     __slots__ = ("returncode", "outcome", "signal", "duration", "error", "enforced", "degraded", "warnings")
 
@@ -54,13 +70,14 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.outcome == "exited" and self.returncode == 0
+        return self.outcome == EXITED and self.returncode == 0
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
 
     def __repr__(self):
-        return f"RunResult(outcome={self.outcome!r}, returncode={self.returncode}, signal={self.signal})"
+        return (f"RunResult(outcome={self.outcome!r}, returncode={self.returncode}, signal={self.signal}, "
+                f"error={self.error!r})")
 
 
 NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
@@ -93,10 +110,18 @@ def needs_supervisor(policy) -> bool:
 
 
 def exec_confined(argv, cage, on_applied=None):
-    """Apply `cage` to this process and execve `argv`. Returns only an exit code on failure."""
+    """Apply `cage` to this process and execve `argv`. Returns only an exit code on failure.
+
+    Only where `terminal.exec_in_place_possible()`: the command then leads a session of its own
+    and no terminal is within its reach; elsewhere the CLI runs it supervised (issue 7)."""
     from sandboy.confine import _libc
+    from sandboy.confine.terminal import enter_own_session
 
     paths, args, envp = cage.exec_args(argv)
+    try:
+        enter_own_session()
+    except OSError as exc:
+        raise CageError(f"cannot apply the cage: new session: {exc.strerror}") from None
     cage.apply_here()
     if on_applied is not None:
         on_applied()
@@ -127,6 +152,7 @@ class Confined:
         self._owns_cage = owns_cage
         self._started = started
         self._result = None
+        self.terminal_mode = None  # (fd, mode) to put back after a tty=True run
 
     def kill(self) -> None:
         """End the run now: the supervisor kills the whole tree; `wait()` reports "killed"."""
@@ -140,6 +166,10 @@ class Confined:
         if self._result is not None:
             return self._result
         _, status = os.waitpid(self.pid, 0)
+        if self.terminal_mode is not None:
+            from sandboy.confine.terminal import restore_mode
+
+            restore_mode(*self.terminal_mode)
         data = _read_all(self._status_fd)
         duration = time.monotonic() - self._started
         message = data.decode("utf-8", "replace") if self.supervised else self._decode_error(data)
@@ -149,7 +179,7 @@ class Confined:
                 outcome, code, sig, error = record
                 result = RunResult(int(code), outcome, int(sig) or None, duration, error or None)
             else:  # the supervisor itself died: never report that as a pass
-                result = RunResult(EXIT_CAGE, "cage_error", None, duration, "the sandboy supervisor died")
+                result = RunResult(EXIT_CAGE, CAGE_ERROR, None, duration, "the sandboy supervisor died")
         else:
             result = _result_from(status, message, None)
             result.duration = duration
@@ -203,28 +233,33 @@ def _result_from(status: int, child_message: str, outcome) -> RunResult:
     """Classify a wait status plus the child's error message (see `_child_message`)."""
     kind, _, detail = child_message.partition(":")
     if kind == "cage":
-        return RunResult(EXIT_CAGE, "cage_error", error=detail)
+        return RunResult(EXIT_CAGE, CAGE_ERROR, error=detail)
     if kind == "exec":
         code_text, _, text = detail.partition(":")
         code = int(code_text)
-        return RunResult(code, "not_found" if code == EXIT_NOT_FOUND else "not_executable", error=text)
+        return RunResult(code, NOT_FOUND if code == EXIT_NOT_FOUND else NOT_EXECUTABLE, error=text)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        return RunResult(128 + sig, outcome or "signaled", sig)
+        return RunResult(128 + sig, outcome or SIGNALED, sig)
     code = os.waitstatus_to_exitcode(status)
     if outcome is not None:  # timed out or killed, but the command exited on its own first
         return RunResult(128 + signal.SIGKILL, outcome, signal.SIGKILL)
-    return RunResult(code, "exited")
+    return RunResult(code, EXITED)
 
 
 def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
-          supervise=None, pids_group=None) -> Confined:
+          supervise=None, pids_group=None, tty=False) -> Confined:
     """Start `argv` confined by `policy` (a Policy or a prebuilt Cage).
 
-    `supervise`: None decides by need (a timeout, `limits.wall_seconds`, or `limits.processes`
-    as root); True always keeps a supervisor, which also guarantees that no descendant of the
-    command outlives it (the gate runner asks for this); False never does (a timeout is then
-    refused).
+    The command leads a session of its own. A terminal on its fd 0–2 (given, or inherited when
+    None) is never passed on: stdin becomes /dev/null, stdout/stderr a pipe the supervisor
+    copies to the terminal while the command runs (see terminal.py). `tty=True`: the command
+    gets a fresh pseudo-terminal instead, relayed to the caller's fds and hung up at its end.
+
+    `supervise`: None decides by need (a timeout, `limits.wall_seconds`, `limits.processes`
+    as root, a terminal to relay); True always keeps a supervisor, which also guarantees that no
+    descendant of the command outlives it (the gate runner asks for this); False never does (a
+    timeout or a terminal is then refused).
 
     `pids_group`: a `PidsCgroup` the caller has already joined (see cgroup.py): a run with
     `limits.processes` as root then counts inside it instead of making and joining its own.
@@ -234,17 +269,24 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     if not argv:
         raise ValueError("argv must name a command")
     cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo)
+    from sandboy.confine import terminal
+
     timeout = _timeout_for(cage, timeout)
-    needed = timeout is not None or needs_supervisor(cage.policy)
+    stdio = (stdin, stdout, stderr)
+    needed = timeout is not None or needs_supervisor(cage.policy) or tty or terminal.any_terminal(stdio)
     if supervise is None:
         supervise = needed
     elif not supervise and needed:
-        raise ValueError("a timeout or limits.processes (as root) needs supervise=True")
-    stdio = (stdin, stdout, stderr)
+        raise ValueError("a timeout, limits.processes (as root), a terminal on fd 0-2 or tty=True needs "
+                         "supervise=True")
+    first = terminal.session_steps()
+    # The supervisor puts the caller's terminal in raw mode for tty=True; should it die before
+    # putting it back, wait() does.
+    restore = terminal.saved_mode(0 if stdin is None else stdin) if tty else None
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     started = time.monotonic()
     try:
-        pid = _start_child(argv, cage, stdio, status_w) if not supervise else os.fork()
+        pid = _start_child(argv, cage, stdio, status_w, first) if not supervise else os.fork()
     except OSError:
         os.close(status_r)
         os.close(status_w)
@@ -255,19 +297,23 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         code = 1
         try:
             os.close(status_r)
-            _supervise(list(argv), cage, timeout, stdio, status_w, pids_group)
+            _supervise(list(argv), cage, timeout, stdio, status_w, pids_group, tty)
             code = 0
         finally:
             os._exit(code)
     os.close(status_w)
-    return Confined(pid, status_r, cage, owns, started, supervise, lambda data: _child_message(argv, cage, stdio, data))
+    confined = Confined(pid, status_r, cage, owns, started, supervise,
+                        lambda data: _child_message(argv, cage, stdio, data, first))
+    if restore is not None:
+        confined.terminal_mode = (0 if stdin is None else stdin, restore)
+    return confined
 
 
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
-        supervise=None, pids_group=None) -> RunResult:
-    """Run `argv` confined by `policy` and wait for it (see module docstring)."""
+        supervise=None, pids_group=None, tty=False) -> RunResult:
+    """Run `argv` confined by `policy` and wait for it (see module docstring and `spawn`)."""
     return spawn(argv, policy, cwd=cwd, repo=repo, timeout=timeout, stdin=stdin, stdout=stdout,
-                 stderr=stderr, supervise=supervise, pids_group=pids_group).wait()
+                 stderr=stderr, supervise=supervise, pids_group=pids_group, tty=tty).wait()
 
 
 class LocalRun:
@@ -281,7 +327,7 @@ class LocalRun:
     collected too, so only a dedicated runner should use this.
     """
 
-    def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None):
+    def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None, ctty=None):
         from sandboy.confine._libc import prctl
 
         prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -302,7 +348,12 @@ class LocalRun:
 
         # If the runner is killed outright, its command goes too (its own children are still
         # ours to kill while we live; a runner killed by SIGKILL cannot sweep them).
-        self._first = (("die with the runner", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)),)
+        from sandboy.confine.terminal import session_steps
+
+        # The command leads a session of its own (`ctty`: a pty slave in `stdio` becomes its
+        # controlling terminal); the runner is the one to keep the caller's terminal from it.
+        self._first = (*session_steps(ctty),
+                       ("die with the runner", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
         try:
             self.pid = _start_child(self.argv, cage, stdio, err_w, self._first)
         except BaseException:
@@ -341,7 +392,7 @@ class LocalRun:
         self._ended = True
 
     def kill(self) -> None:
-        self.end("killed")
+        self.end(KILLED)
 
     def wait(self) -> RunResult:
         if self._result is None:
@@ -367,10 +418,26 @@ def _on_stop(signum, frame):
     raise _Stop()
 
 
-def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
+def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False) -> None:
     from sandboy.confine._libc import prctl
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal ^C reaches the command itself
+    # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
+    # the caller's foreground job), not it: pass them on to its process group.
+    command = []
+
+    def forward(signum, frame):
+        for target in command:
+            try:
+                os.killpg(target, signum)
+            except ProcessLookupError:  # not yet its own group leader
+                try:
+                    os.kill(target, signum)
+                except ProcessLookupError:
+                    pass
+
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(sig, forward)
     signal.signal(signal.SIGTERM, _on_stop)        # Confined.kill() and the caller's death
     # Held back until we wait: a stop request that arrived while the child was being started
     # would otherwise escape before we know the child's pid (and leave its tree running).
@@ -390,7 +457,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         try:
             _make_room(pids_group, limit)
         except OSError as exc:
-            report("cage_error", EXIT_CAGE, 0, f"limits.processes: cannot set pids.max: {exc.strerror}")
+            report(CAGE_ERROR, EXIT_CAGE, 0, f"limits.processes: cannot set pids.max: {exc.strerror}")
             return
     group = None
     if limit and os.geteuid() == 0 and pids_group is None:
@@ -399,31 +466,48 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
         # The supervisor joins its own group (+1 for itself) and the child is born inside.
         group = PidsCgroup.create_and_join(limit + 1)
         if group is None:
-            report("cage_error", EXIT_CAGE, 0, NO_PIDS_CGROUP)
+            report(CAGE_ERROR, EXIT_CAGE, 0, NO_PIDS_CGROUP)
             return
 
+    from sandboy.confine.terminal import Relay, session_steps
+
+    try:
+        relay = Relay(stdio, tty)
+    except OSError as exc:
+        report(CAGE_ERROR, EXIT_CAGE, 0, f"cannot set up the terminal relay: {exc.strerror}")
+        return
+    if relay.master is not None:
+        signal.signal(signal.SIGWINCH, relay.update_window_size)
+    first = session_steps(relay.ctty)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
-        child = _start_child(argv, cage, stdio, err_w)
+        child = _start_child(argv, cage, relay.stdio, err_w, first)
     except OSError as exc:
-        report("cage_error", EXIT_CAGE, 0, f"fork failed: {exc.strerror}")
+        relay.close()
+        report(CAGE_ERROR, EXIT_CAGE, 0, f"fork failed: {exc.strerror}")
         return
+    command.append(child)
     os.close(err_w)
+    relay.started()
 
     outcome = None
     status = None
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a pending stop lands here
-        status = _wait_until(child, timeout)
+        status = _wait_until(child, timeout, relay if relay.active else None)
         if status is None:
-            outcome = "timed_out"
+            outcome = TIMED_OUT
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     except _Stop:
-        outcome = "killed"
+        outcome = KILLED
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # from here on the tree is ours to end
     if status is None:
         _kill_pass(group)
         _, status = os.waitpid(child, 0)
+    command.clear()
+    # Before the sweep: what the command left is shown, then the pipes are closed and the pty is
+    # hung up, so nothing still running can reach the caller's terminal in the meantime.
+    relay.finish()
     _kill_descendants(group)
     if group is not None:
         try:
@@ -432,28 +516,33 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None) -> None:
             pass
         group.remove()
 
-    result = _result_from(status, _child_message(argv, cage, stdio, _read_all(err_r)), outcome)
+    result = _result_from(status, _child_message(argv, cage, relay.stdio, _read_all(err_r), first), outcome)
     report(result.outcome, result.returncode, result.signal or 0, result.error or "")
 
 
-def _wait_until(pid: int, timeout):
-    """The child's wait status, or None when `timeout` seconds passed first."""
-    if timeout is None:
+def _wait_until(pid: int, timeout, relay=None):
+    """The child's wait status, or None when `timeout` seconds passed first. With a `relay`
+    (terminal.Relay), its fds are serviced meanwhile."""
+    if timeout is None and relay is None:
         return os.waitpid(pid, 0)[1]
     import select
 
     pidfd = os.pidfd_open(pid)
     try:
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
-                if time.monotonic() >= deadline:
-                    return None
-                continue
-            return os.waitpid(pid, 0)[1]
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            for fd, events in relay.poll_set() if relay is not None else ():
+                poller.register(fd, events)
+            left = None if deadline is None else deadline - time.monotonic()
+            ready = poller.poll(None if left is None else max(1, int(left * 1000))) if left is None or left > 0 else []
+            for fd, events in ready:
+                if fd == pidfd:
+                    return os.waitpid(pid, 0)[1]
+                relay.service(fd, events)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
     finally:
         os.close(pidfd)
 

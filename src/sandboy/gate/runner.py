@@ -14,6 +14,7 @@ import os
 import select
 import time
 
+from sandboy.confine.launch import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, SIGNALED, TIMED_OUT
 from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
 from sandboy.policy.meet import meet
 from sandboy.policy.resolve import Context, policy_dir, resolve
@@ -310,7 +311,7 @@ def _pump(run, read_fd: int, stream: _Stream, console, stop: StopRequest) -> boo
         if stop.requested and run.pidfd in watching:
             run.kill()  # the tree dies: the pidfd and the pipe report it next
         elif run.time_left() == 0 and run.pidfd in watching:
-            run.end("timed_out")
+            run.end(TIMED_OUT)
         console.tick()
     return stop.requested
 
@@ -437,13 +438,13 @@ class GateRun:
 
 def _status(outcome) -> str:
     """A RunResult's outcome as a step status; nothing but "exited 0" reads as passed."""
-    if outcome.outcome == "exited":
+    if outcome.outcome == EXITED:
         return "passed" if outcome.returncode == 0 else "failed"
-    if outcome.outcome in ("not_found", "not_executable"):
+    if outcome.outcome in (NOT_FOUND, NOT_EXECUTABLE):
         return "failed"
-    if outcome.outcome == "timed_out":
+    if outcome.outcome == TIMED_OUT:
         return "timed_out"
-    if outcome.outcome in ("signaled", "killed"):
+    if outcome.outcome in (SIGNALED, KILLED):
         return "killed"
     return "cage_error"
 

@@ -1,0 +1,99 @@
+"""A gate step never reaches the operator's terminal (issue 7, item 4; docs/adr/0011-terminal.md).
+
+The gate runs in a pseudo-terminal that plays the operator's (tests/termkit.py), as its
+controlling terminal. Attacks from a step: read the operator's typing through /dev/tty or stdin,
+take the terminal's foreground (tcsetpgrp), and a leftover that tries both after the step
+returned. Checked from the host side: the typed line is still there for the operator's shell,
+nothing of the attacker is on the screen, the foreground group is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+from gatekit import make_repo
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from termkit import Operator  # noqa: E402
+
+# After the step's own reads, a leftover (new session, double fork, SIGHUP/SIGTTOU ignored)
+# waits, takes the foreground and reads again, through fd 0 and /dev/tty.
+ATTACK = """
+import os, select, signal, sys, time
+for sig in (signal.SIGHUP, signal.SIGTTOU, signal.SIGTTIN):
+    signal.signal(sig, signal.SIG_IGN)
+
+def attack(tag):
+    got = []
+    try:
+        fds = [0, os.open("/dev/tty", os.O_RDONLY)]
+    except OSError as exc:
+        got.append("no-dev-tty:" + exc.strerror)
+        fds = [0]
+    for fd in (*fds, 1, 2):
+        try:
+            os.tcsetpgrp(fd, os.getpgrp())
+            got.append("tcsetpgrp-%d" % fd)
+        except OSError:
+            pass
+    for fd in fds:
+        try:
+            if select.select([fd], [], [], 0.5)[0]:
+                got.append("read:" + os.read(fd, 100).decode())
+        except OSError:
+            pass
+    print("%s-%s %s" % (tag, sys.argv[1], got), flush=True)
+
+attack("STEP")
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1.0)
+        attack("LEFTOVER")
+    os._exit(0)
+"""
+
+
+@pytest.fixture
+def operator():
+    op = Operator()
+    yield op
+    op.close()
+
+
+def test_step_and_its_leftover_cannot_reach_the_operators_terminal(operator, tmp_path):
+    marker = f"gate-{os.getpid()}-{time.monotonic_ns()}"
+    (tmp_path / "attack.py").write_text(ATTACK)
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "attack"
+        run = "python3 attack.py {marker}"
+    """, {"attack.py": ATTACK})
+    # The twin: the same program outside the cage, in the operator's terminal, reads the line,
+    # and its leftover the next one, typed after the program returned.
+    twin = f"twin-{marker}"
+    operator.type(f"{twin}-1\n".encode())
+    bare = operator.start(["/usr/bin/python3", str(tmp_path / "attack.py"), twin])
+    assert bare.wait(10) == 0
+    operator.type(f"{twin}-2\n".encode())
+    screen = operator.watch(5, until=f"LEFTOVER-{twin}".encode()).decode()
+    assert f"read:{twin}-1" in screen and f"read:{twin}-2" in screen, screen
+    assert operator.left_for_the_shell() == b""
+    operator.screen = b""
+
+    operator.type(f"{marker}\n".encode())  # typed ahead, waiting in the terminal
+    before = operator.foreground_group()
+    gate = operator.start([sys.executable, "-m", "sandboy.gate.cli", str(repo)])
+    assert gate.wait(60) == 0
+    operator.type(f"{marker}-after\n".encode())
+    screen = operator.watch(2.0).decode()
+    assert f"STEP-{marker}" in screen, screen  # the step ran and reported
+    step_line = next(line for line in screen.splitlines() if f"STEP-{marker}" in line)
+    assert "tcsetpgrp" not in step_line and f"read:{marker}" not in step_line, step_line
+    assert f"LEFTOVER-{marker}" not in screen, screen
+    assert operator.left_for_the_shell() == f"{marker}\n{marker}-after\n".encode()
+    assert operator.foreground_group() == before
+    assert operator.holders(marker) == []
