@@ -91,10 +91,27 @@ def test_validate_v1_log_lists_the_version(samples):
     assert proc.returncode == 1 and {("/version", "schema"), ("/version", "github")} <= found
 
 
+def test_validate_warns_on_inconsistencies_github_accepts_and_strict_fails(samples):
+    # codeql-action's own fingerprinting test data: ruleIndex 0 with no rules (GitHub accepts it)
+    path = str(samples / "codeql" / "codeql-action_testdata_fingerprinting.input.sarif")
+    for flags in ([], ["--github"]):
+        proc = cli("validate", *flags, "--json", path)
+        report = json.loads(proc.stdout)["files"][0]
+        assert proc.returncode == 0 and report["valid"] and report["errors"] == 0, proc.stdout
+        flagged = [p for p in report["problems"] if p["pointer"] == "/runs/0/results/0/ruleIndex"]
+        assert flagged == [{"pointer": "/runs/0/results/0/ruleIndex", "message": "ruleIndex 0 out of range (tool.driver.rules has 0)",
+                            "source": "semantic", "severity": "warning", "spec": "3.27.6"}]
+    text = cli("validate", path)
+    assert b"/runs/0/results/0/ruleIndex: ruleIndex 0 out of range (tool.driver.rules has 0) (SARIF 2.1.0 \xc2\xa73.27.6) [semantic, warning]" in text.stdout
+    strict = cli("validate", "--strict", path)
+    assert strict.returncode == 1 and b"INVALID SARIF 2.1.0 (strict)" in strict.stdout and b"2 error(s)" in strict.stdout
+
+
 def test_help_teaches():
     proc = cli("convert", "--help")
     assert proc.returncode == 0 and b"examples:" in proc.stdout and b"--max-input-bytes" in proc.stdout
-    assert b"examples:" in cli("validate", "--help").stdout
+    val = cli("validate", "--help").stdout
+    assert b"examples:" in val and b"--strict" in val and b"RFC 3986" in val
 
 
 def test_list_json():

@@ -41,14 +41,20 @@ def test_base_document_is_clean():
     assert sarif.problems(BASE) == []
 
 
+def warnings(found):
+    return {(p.pointer, p.spec) for p in found if p.severity == "warning"}
+
+
 def test_rule_index_out_of_range():
     d = doc(runs__0__results__0__ruleIndex=5)
-    assert "/runs/0/results/0/ruleIndex" in pointers(sarif.problems(d))
+    assert ("/runs/0/results/0/ruleIndex", "3.27.6") in warnings(sarif.problems(d))
+    assert "/runs/0/results/0/ruleIndex" in pointers(sarif.problems(d, strict_checks=True))
 
 
 def test_rule_id_must_match_its_index():
     d = doc(runs__0__results__0__ruleId="OTHER")
-    assert "/runs/0/results/0/ruleId" in pointers(sarif.semantic_problems(d))
+    assert ("/runs/0/results/0/ruleId", "3.27.5") in warnings(sarif.semantic_problems(d))
+    assert "/runs/0/results/0/ruleId" in pointers(sarif.strict(sarif.semantic_problems(d)))
 
 
 def test_lines_and_columns_start_at_one():
@@ -62,7 +68,9 @@ def test_lines_and_columns_start_at_one():
 def test_region_ends_before_it_starts():
     d = doc()
     d["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"] = {"startLine": 9, "endLine": 3}
-    assert "/runs/0/results/0/locations/0/physicalLocation/region/endLine" in pointers(sarif.semantic_problems(d))
+    found = sarif.semantic_problems(d)
+    assert ("/runs/0/results/0/locations/0/physicalLocation/region/endLine", "3.30.7") in warnings(found)
+    assert "/runs/0/results/0/locations/0/physicalLocation/region/endLine" in pointers(sarif.strict(found))
 
 
 def test_invalid_level_and_uri():
@@ -75,7 +83,60 @@ def test_invalid_level_and_uri():
 
 def test_level_only_for_failures():
     d = doc(runs__0__results__0__kind="pass")
-    assert "/runs/0/results/0/level" in pointers(sarif.semantic_problems(d))
+    assert ("/runs/0/results/0/level", "3.27.10") in warnings(sarif.semantic_problems(d))
+
+
+# --- consistency checks: warnings by default (consumers accept them), errors with --strict ---
+
+
+def consistency_cases():
+    end_column = doc()
+    end_column["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"] = {"startLine": 3, "startColumn": 9, "endColumn": 2}
+    absolute = doc()
+    absolute["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = "file:///src/a.py"
+    return [
+        (end_column, "/runs/0/results/0/locations/0/physicalLocation/region/endColumn", "3.30.8"),
+        (doc(runs__0__results__0__ruleId="R2"), "/runs/0/results/0/ruleId", "3.27.5"),
+        (doc(runs__0__results__0__ruleIndex=1), "/runs/0/results/0/ruleIndex", "3.27.6"),
+        (absolute, "/runs/0/results/0/locations/0/physicalLocation/artifactLocation/uri", "3.4.4"),
+    ]
+
+
+@pytest.mark.parametrize("d, where, spec", consistency_cases(), ids=["endColumn", "ruleId", "ruleIndex", "absolute+base"])
+def test_inconsistencies_warn_by_default_and_fail_strict(d, where, spec):
+    found = sarif.problems(d)
+    assert [p for p in found if p.severity == "error"] == []
+    problem = next(p for p in found if p.pointer == where)
+    assert (problem.severity, problem.source, problem.spec) == ("warning", "semantic", spec)
+    assert f"§{spec}" in str(problem) and where in str(problem)
+    assert where in pointers(sarif.problems(d, strict_checks=True))
+
+
+@pytest.mark.parametrize("uri, ok", [
+    ("src/a.py", True), ("file:///C:/a%20b/c.cs", True), ("http://[::1]:8080/x?y#z", True), ("", True),
+    ("../a/b.c", True), ("a:b/c", True), ("#frag", True), ("//host/share/f", True), ("urn:x:y", True),
+    ("#SRCROOT#file.txt", False), ("a b.c", False), ("C:\\a\\b.c", False), ("100%.c", False), ("x#a#b", False),
+    ("1a:b", False), ("a[1].c", False), ("http://exa mple/", False), ("%zz", False),
+])
+def test_uri_references_follow_rfc3986(uri, ok):
+    assert sarif.is_uri_reference(uri) is ok
+    d = doc()
+    d["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = uri
+    bad = "/runs/0/results/0/locations/0/physicalLocation/artifactLocation/uri" in pointers(sarif.problems(d))
+    assert bad is not ok
+
+
+def test_the_schema_alone_does_not_check_uri_references():
+    """Why the RFC 3986 check exists: the vendored schema is draft-04, which has no `uri-reference`
+    format, so jsonschema-rs passes "#SRCROOT#file.txt" (it does check `format: uri`, e.g. helpUri)."""
+    d = doc()
+    d["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] = "#SRCROOT#file.txt"
+    assert sarif.schema_problems(d) == []
+    [problem] = [p for p in sarif.problems(d) if p.severity == "error"]
+    assert problem.spec == "3.4.3" and "RFC 3986" in problem.message
+    d = doc()
+    d["runs"][0]["tool"]["driver"]["rules"][0]["helpUri"] = "not a uri"
+    assert [p.pointer for p in sarif.schema_problems(d)] == ["/runs/0/tool/driver/rules/0/helpUri"]
 
 
 def test_canonicalize_version_and_schema():

@@ -309,3 +309,28 @@ def test_v1_log_with_a_bom_converts(built, tmp_path):
     result = convert(ConvertRequest(tool="passthrough", artifacts=[(path.name, path)]), progress=lambda m: None)
     res = result.doc["runs"][0]["results"][0]
     assert (res["ruleId"], res["ruleIndex"]) == ("CHK002", 1)
+
+
+def repository_sarif_samples() -> list[Path]:
+    samples = Path(__file__).resolve().parents[1] / "data" / "samples"  # the repository's (see conftest)
+    return sorted(p for p in samples.rglob("*.sarif") if "negative" not in p.parts)
+
+
+@pytest.mark.parametrize("path", repository_sarif_samples(), ids=lambda p: p.name)
+def test_every_sample_round_trips(built, path):
+    """Every SARIF sample in the repository (v1 upgraded, 2.1 passed through) comes out schema-valid
+    with the same number of results; v1 ruleKey/ruleId results keep a resolvable rule."""
+    from sandboy.audit.convert import ConvertRequest, convert
+
+    raw = sarif.parse_json(path.read_text("utf-8"))
+    result = convert(ConvertRequest(tool="passthrough", artifacts=[(path.name, path)]), progress=lambda m: None)
+    assert [p for p in sarif.problems(result.doc) if p.severity == "error"] == []
+    assert sarif.count_results(result.doc) == sarif.count_results(raw) > 0
+    if raw["version"] == "1.0.0":
+        for v1_run, run in zip(raw["runs"], result.doc["runs"]):
+            rules = run["tool"]["driver"].get("rules", [])
+            assert len(rules) == len(v1_run.get("rules", {}))
+            for v1_res, res in zip(v1_run["results"], run["results"]):
+                assert res.get("ruleId") == v1_res.get("ruleId")
+                if "ruleIndex" in res:
+                    assert rules[res["ruleIndex"]]["id"] == res["ruleId"]

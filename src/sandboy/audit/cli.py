@@ -32,10 +32,15 @@ VALIDATE_EPILOG = """\
 examples:
   sandboy audit validate results.sarif
   sandboy audit validate --github --json results.sarif > report.json
+  sandboy audit validate --strict results.sarif       # spec inconsistencies fail too
 
-Checks strict JSON, the OASIS SARIF 2.1.0 schema (formats included), and rules a schema
-cannot express (ruleIndex in range, regions, uriBaseIds). --github adds GitHub code
-scanning's limits and rules; every problem is named by its JSON pointer.
+Errors: not strict JSON; the OASIS SARIF 2.1.0 schema (formats included); URIs that are
+not RFC 3986 references; lines/columns below 1. Warnings, each naming its JSON pointer
+and SARIF 2.1.0 section, errors under --strict: cross-field inconsistencies consumers
+accept (ruleIndex past the rules, ruleId not the indexed rule's id, a region ending before
+it starts, an absolute URI with a uriBaseId, an undeclared uriBaseId, a duplicate rule id,
+a level on a non-'fail' result). --github adds errors for what GitHub code scanning
+rejects (and warnings for what it truncates or cannot deduplicate).
 Exit 0: valid; 1: invalid (warnings never fail); 2: usage; 3: file over --max-input-bytes.
 """
 
@@ -161,7 +166,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_one(path: Path, github: bool, cap: int) -> dict[str, Any]:
+def _validate_one(path: Path, github: bool, cap: int, strict: bool = False) -> dict[str, Any]:
     from sandboy.audit import sarif
     from sandboy.audit.convert import read_capped
 
@@ -175,7 +180,7 @@ def _validate_one(path: Path, github: bool, cap: int) -> dict[str, Any]:
         found = [sarif.Problem("", str(exc), "json")]
         doc = None
     else:
-        found = sarif.problems(doc)
+        found = sarif.problems(doc, strict_checks=strict)
         if github:
             from sandboy.audit.github import github_problems
 
@@ -197,18 +202,19 @@ def _validate_one(path: Path, github: bool, cap: int) -> dict[str, Any]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from sandboy.audit.host import clean_guest_text  # pointers and messages quote the file
 
-    reports = [_validate_one(Path(f), args.github, args.max_input_bytes) for f in args.files]
+    reports = [_validate_one(Path(f), args.github, args.max_input_bytes, args.strict) for f in args.files]
     if args.json:
         print(json.dumps({"files": reports, "valid": all(r["valid"] for r in reports)}, indent=2))
     else:
         for rep in reports:
             verdict = "valid" if rep["valid"] else "INVALID"
-            checks = "SARIF 2.1.0" + (" + GitHub code scanning" if args.github else "")
+            checks = "SARIF 2.1.0" + (" (strict)" if args.strict else "") + (" + GitHub code scanning" if args.github else "")
             print(f"{rep['file']}: {verdict} {checks} ({rep['runs']} run(s), {rep['results']} result(s), "
                   f"{rep['errors']} error(s), {rep['warnings']} warning(s))")
             for p in rep["problems"][: args.max_problems]:
                 tag = p["source"] + ("" if p["severity"] == "error" else ", warning")
-                print(f"  {clean_guest_text(p['pointer'] or '/')}: {clean_guest_text(p['message'])} [{tag}]")
+                spec = f" (SARIF 2.1.0 §{p['spec']})" if p.get("spec") else ""
+                print(f"  {clean_guest_text(p['pointer'] or '/')}: {clean_guest_text(p['message'])}{spec} [{tag}]")
             if len(rep["problems"]) > args.max_problems:
                 print(f"  … {len(rep['problems']) - args.max_problems} more (use --json for all)")
     return 0 if all(r["valid"] for r in reports) else 1
@@ -282,7 +288,8 @@ def add_parser(subparsers: Any) -> None:
                          description="Validate SARIF files against the OASIS SARIF 2.1.0 schema and semantic rules.",
                          epilog=VALIDATE_EPILOG, formatter_class=fmt)
     val.add_argument("files", nargs="+", metavar="FILE")
-    val.add_argument("--github", action="store_true", help="also apply GitHub code scanning's limits and rules")
+    val.add_argument("--github", action="store_true", help="also apply GitHub code scanning's limits and rules (errors only for what GitHub rejects)")
+    val.add_argument("--strict", action="store_true", help="spec inconsistencies that consumers accept (warnings by default) are errors")
     val.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     val.add_argument("--max-input-bytes", type=_size, default=64 << 20, metavar="SIZE", help="refuse larger files (default 64M)")
     val.add_argument("--max-problems", type=int, default=20, metavar="N", help="problems listed per file in text output (default 20)")

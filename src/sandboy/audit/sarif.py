@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Any, Callable, Iterator
 
@@ -32,6 +32,7 @@ class Problem:
     message: str
     source: str     # "json" | "schema" | "semantic" | "github"
     severity: str = "error"  # "error" fails validation; "warning" does not
+    spec: str = ""  # the SARIF 2.1.0 section a semantic rule comes from ("3.27.6"), if any
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -39,7 +40,7 @@ class Problem:
     def __str__(self) -> str:
         from sandboy.audit.host import clean_guest_text  # keys and messages come from the file
 
-        text = f"{self.pointer or '/'}: {self.message}"
+        text = f"{self.pointer or '/'}: {self.message}" + (f" (SARIF 2.1.0 §{self.spec})" if self.spec else "")
         return f"{clean_guest_text(text)} [{self.source}{'' if self.severity == 'error' else ', warning'}]"
 
 
@@ -205,9 +206,40 @@ def _walk(node: Any, path: tuple[Any, ...], max_depth: int = MAX_WALK_DEPTH) -> 
             stack.pop()
 
 
-# RFC 3986 URI-reference: only these characters, and `%` only as %HH. jsonschema-rs's
-# `uri-reference` format accepts spaces and backslashes, which consumers then mangle.
-_URI_REFERENCE = re.compile(r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*$")
+# RFC 3986 URI-reference (section 4.1), the schema's `format: uri-reference`. The vendored
+# schema is draft-04, which has no `uri-reference` format, so jsonschema-rs does not check it
+# (it does check `format: uri`): "#SRCROOT#a.c", "a b" and "%zz" pass the schema. The grammar
+# below is RFC 3986's, except that IPv6 literals are checked for their characters only.
+_PCT = r"%[0-9A-Fa-f]{2}"
+_PCHAR = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|{_PCT})"
+_PCHAR_NO_COLON = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|{_PCT})"  # first segment of a relative path
+_AUTHORITY = (rf"(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|{_PCT})*@)?"
+              rf"(?:\[[0-9A-Fa-f:.]+\]|\[v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|{_PCT})*)"
+              r"(?::\d*)?")
+_QUERY_FRAGMENT = rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_URI_REFERENCE = re.compile(
+    rf"^(?:[A-Za-z][A-Za-z0-9+.-]*:(?://{_AUTHORITY}(?:/{_PCHAR}*)*|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?)"  # URI
+    rf"|//{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR_NO_COLON}+(?:/{_PCHAR}*)*|)"  # relative-ref
+    rf"{_QUERY_FRAGMENT}$"
+)
+
+
+def is_uri_reference(text: str) -> bool:
+    """True if `text` is an RFC 3986 URI-reference (a URI or a relative reference)."""
+    return _URI_REFERENCE.match(text) is not None
+
+
+
+def _inconsistency(parts: tuple[Any, ...], message: str, spec: str) -> Problem:
+    """A log that breaks a cross-field rule of the spec but that consumers (GitHub included) accept:
+    a warning by default, an error under --strict (see strict())."""
+    return Problem(pointer(parts), message, "semantic", "warning", spec)
+
+
+def strict(found: list[Problem]) -> list[Problem]:
+    """--strict: Sandboy's semantic warnings (spec inconsistencies) become errors; GitHub's
+    soft limits stay warnings (GitHub itself only truncates or deduplicates for them)."""
+    return [replace(p, severity="error") if p.source == "semantic" and p.severity == "warning" else p for p in found]
 
 
 def _region_problems(region: dict[str, Any], where: Callable[[], tuple[Any, ...]]) -> Iterator[Problem]:
@@ -219,11 +251,11 @@ def _region_problems(region: dict[str, Any], where: Callable[[], tuple[Any, ...]
     sl, el, sc, ec = num("startLine"), num("endLine"), num("startColumn"), num("endColumn")
     for key, value in (("startLine", sl), ("endLine", el), ("startColumn", sc), ("endColumn", ec)):
         if value is not None and value < 1:
-            yield Problem(pointer(where() + (key,)), f"{key} is {value}; lines and columns start at 1", "semantic")
+            yield Problem(pointer(where() + (key,)), f"{key} is {value}; lines and columns start at 1", "semantic", spec="3.30.5")
     if sl is not None and el is not None and el < sl:
-        yield Problem(pointer(where() + ("endLine",)), f"endLine {el} is before startLine {sl}", "semantic")
+        yield _inconsistency(where() + ("endLine",), f"endLine {el} is before startLine {sl}", "3.30.7")
     if sc is not None and ec is not None and (el is None or el == sl) and ec < sc:
-        yield Problem(pointer(where() + ("endColumn",)), f"endColumn {ec} is before startColumn {sc} on the same line", "semantic")
+        yield _inconsistency(where() + ("endColumn",), f"endColumn {ec} is before startColumn {sc} on the same line", "3.30.8")
 
 
 def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
@@ -236,8 +268,7 @@ def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
         rid = rule.get("id") if isinstance(rule, dict) else None
         if isinstance(rid, str):
             if rid in seen:
-                yield Problem(pointer(("runs", r, "tool", "driver", "rules", i, "id")),
-                              f"rule id {rid!r} repeats rules[{seen[rid]}]", "semantic", "warning")
+                yield _inconsistency(("runs", r, "tool", "driver", "rules", i, "id"), f"rule id {rid!r} repeats rules[{seen[rid]}]", "3.49.3")
             seen.setdefault(rid, i)
     for i, res in enumerate(_dicts(run.get("results"))):
         if not isinstance(res, dict):
@@ -250,20 +281,20 @@ def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
         if isinstance(component, dict) and isinstance(component.get("index"), int):
             ci = component["index"]
             if not 0 <= ci < len(extensions):
-                yield Problem(pointer(at + ("rule", "toolComponent", "index")),
-                              f"toolComponent index {ci} out of range ({len(extensions)} extensions)", "semantic")
+                yield _inconsistency(at + ("rule", "toolComponent", "index"),
+                                     f"toolComponent index {ci} out of range ({len(extensions)} extensions)", "3.27.7")
                 continue
             table, where = _dicts(extensions[ci].get("rules")) if isinstance(extensions[ci], dict) else [], f"tool.extensions[{ci}].rules"
         if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
             if index >= len(table):
-                yield Problem(pointer(at + ("ruleIndex",)), f"ruleIndex {index} out of range ({where} has {len(table)})", "semantic")
+                yield _inconsistency(at + ("ruleIndex",), f"ruleIndex {index} out of range ({where} has {len(table)})", "3.27.6")
             else:
                 rid, target = res.get("ruleId"), table[index].get("id") if isinstance(table[index], dict) else None
                 if isinstance(rid, str) and isinstance(target, str) and rid != target and not rid.startswith(target + "/"):
-                    yield Problem(pointer(at + ("ruleId",)), f"ruleId {rid!r} does not match {where}[{index}].id {target!r}", "semantic")
+                    yield _inconsistency(at + ("ruleId",), f"ruleId {rid!r} does not match {where}[{index}].id {target!r}", "3.27.5")
         kind, level = res.get("kind", "fail"), res.get("level")
         if kind != "fail" and level not in (None, "none"):
-            yield Problem(pointer(at + ("level",)), f"level {level!r} with kind {kind!r}: only 'fail' results have a level", "semantic")
+            yield _inconsistency(at + ("level",), f"level {level!r} with kind {kind!r}: only 'fail' results have a level", "3.27.10")
     declared = run.get("originalUriBaseIds")
     for key, value, where in _walk(run, ("runs", r)):
         if key is TOO_DEEP:
@@ -271,15 +302,15 @@ def _run_problems(run: dict[str, Any], r: int) -> Iterator[Problem]:
                           "deeper content is not checked", "semantic")
         elif key == "region" and isinstance(value, dict):
             yield from _region_problems(value, lambda: where.path() + ("region",))
-        elif key == "uri" and isinstance(value, str) and not _URI_REFERENCE.match(value):
-            yield Problem(pointer(where.path() + (key,)), f"{value[:80]!r} is not a valid URI reference (RFC 3986): "
-                          "percent-encode spaces, backslashes and other reserved characters", "semantic")
+        elif key == "uri" and isinstance(value, str) and not is_uri_reference(value):
+            yield Problem(pointer(where.path() + (key,)), f"{value[:80]!r} is not a valid URI reference (RFC 3986): percent-encode "
+                          "spaces, backslashes, '%' and a second '#'", "semantic", spec="3.4.3")
         elif key == "uriBaseId" and isinstance(value, str):
             if isinstance(declared, dict) and value not in declared and "originalUriBaseIds" not in where.holder_keys():
-                yield Problem(pointer(where.path() + (key,)), f"uriBaseId {value!r} is not declared in run.originalUriBaseIds", "semantic", "warning")
+                yield _inconsistency(where.path() + (key,), f"uriBaseId {value!r} is not declared in run.originalUriBaseIds", "3.14.14")
             uri = where.node.get("uri")  # the uri beside this uriBaseId
             if isinstance(uri, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri):
-                yield Problem(pointer(where.path() + ("uri",)), f"absolute URI {uri[:80]!r} with a uriBaseId: a base applies to relative references only", "semantic")
+                yield _inconsistency(where.path() + ("uri",), f"absolute URI {uri[:80]!r} with a uriBaseId: a base applies to relative references only", "3.4.4")
 
 
 def semantic_problems(doc: Any) -> list[Problem]:
@@ -295,8 +326,10 @@ def semantic_problems(doc: Any) -> list[Problem]:
     return out
 
 
-def problems(doc: Any) -> list[Problem]:
-    return schema_problems(doc) + semantic_problems(doc)
+def problems(doc: Any, strict_checks: bool = False) -> list[Problem]:
+    """Schema errors, then semantic problems; inconsistencies are warnings unless `strict_checks`."""
+    found = schema_problems(doc) + semantic_problems(doc)
+    return strict(found) if strict_checks else found
 
 
 # --- the convert pipeline: canonicalise, cap, stamp, validate ------------------------
@@ -381,9 +414,12 @@ def finalize(output: str, prov: Provenance, max_output_bytes: int, max_results: 
     if n > max_results:
         raise OutputTooLarge(f"the adapter produced {n:,} results, over --max-results {max_results:,}")
     stamp(doc, prov)
-    errors = [p for p in problems(doc) if p.severity == "error"]
+    found = problems(doc)
+    errors = [p for p in found if p.severity == "error"]
     if errors:
-        shown = "\n  ".join(str(p) for p in errors[:10])
-        more = f"\n  … and {len(errors) - 10} more" if len(errors) > 10 else ""
+        # the warnings too: an output that fails often has inconsistencies that explain it
+        warnings = [p for p in found if p.severity != "error"]
+        shown = "\n  ".join(str(p) for p in errors[:10] + warnings[:5])
+        more = f"\n  … and {len(errors) - 10} more error(s)" if len(errors) > 10 else ""
         raise InvalidOutput(f"the adapter's output is not valid SARIF 2.1.0 ({len(errors)} error(s)):\n  {shown}{more}", errors)
     return dumps(doc), doc
