@@ -3,7 +3,7 @@
 Every v1 log here was written for this test (none is copied). Each row is converted
 natively (the adapter is plain Python) and the named 2.1.0 field is asserted; every
 output must also pass the schema and Sandboy's error-level checks. The last tests run
-the same logs through the real WebAssembly component and through a BOM.
+the same logs through the real WebAssembly component.
 """
 
 from __future__ import annotations
@@ -298,17 +298,6 @@ def test_component_matches_native_upgrade(built, upgrade, tmp_path):
     assert doc["runs"][0]["results"] == native["runs"][0]["results"]
     assert doc["runs"][0]["artifacts"] == native["runs"][0]["artifacts"]
     assert sarif.count_results(doc) == len(log["runs"][0]["results"])
-
-
-def test_v1_log_with_a_bom_converts(built, tmp_path):
-    from sandboy.audit.convert import ConvertRequest, convert
-
-    path = tmp_path / "bom.v1.sarif"
-    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(v1({"rules": RULES, "results": [
-        {"ruleKey": "CHK002/duplicate", "message": "m", "locations": [RESULT_FILE]}]})).encode())
-    result = convert(ConvertRequest(tool="passthrough", artifacts=[(path.name, path)]), progress=lambda m: None)
-    res = result.doc["runs"][0]["results"][0]
-    assert (res["ruleId"], res["ruleIndex"]) == ("CHK002", 1)
 
 
 def repository_sarif_samples() -> list[Path]:
