@@ -19,7 +19,7 @@ import os
 
 from sandboy.confine import hygiene, landlock, seccomp
 from sandboy.errors import CageError, PolicyError
-from sandboy.policy.resolve import is_glob, is_within
+from sandboy.policy.resolve import expand_value, is_glob, is_within
 
 
 class Protection:
@@ -295,7 +295,7 @@ def compile_environment(job) -> Compiled:
     policy = job.policy
     source_env = os.environ if job.environ is None else job.environ
     env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
-    env.update(policy.env.set)
+    env.update((name, expand_value(value, job.ctx)) for name, value in policy.env.set)
     if job.ctx.tmp and "TMPDIR" not in env:
         # The private {tmp} is granted, so say where it is: tempfile, mktemp and pytest read
         # TMPDIR and would otherwise try /tmp, which a policy rarely grants.

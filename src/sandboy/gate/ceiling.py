@@ -54,7 +54,9 @@ BUILTIN = {
     "net": {},
     # PATH is set, not passed: the host's PATH may start with directories the step cannot
     # execute from (~/.local/bin, pyenv shims), where bash stops at EACCES instead of going on.
-    "env": {"pass": ["HOME", "LANG", "LC_ALL", "TERM", "TZ"], "set": {"PATH": SYSTEM_PATH, "CI": "true"}},
+    # HOME is the step's private, writable, empty {tmp}, not the operator's home (which the step
+    # cannot read): `bash -l`, git and pip then start cleanly and write their dot-files there.
+    "env": {"pass": ["LANG", "LC_ALL", "TERM", "TZ"], "set": {"PATH": SYSTEM_PATH, "HOME": "{tmp}", "CI": "true"}},
     "limits": dict(BUILTIN_LIMITS),
 }
 

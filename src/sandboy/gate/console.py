@@ -78,7 +78,7 @@ class Console:
     # --- events ---
 
     def gate_start(self, gate, ceiling_source: str) -> None:
-        self._line(self._paint("head", f"sandboy gate: {len(gate.steps)} steps from {gate.path}, "
+        self._line(self._paint("head", f"sandboy gate: {len(gate.steps)} step{'' if len(gate.steps) == 1 else 's'} from {gate.path}, "
                                        f"ceiling {ceiling_source}"))
 
     def step_start(self, result, total: int) -> None:

@@ -58,7 +58,19 @@ def is_glob(path: str) -> bool:
 
 def uses_tmp(policy) -> bool:
     fs = policy.fs
-    return any(TMP_TOKEN in p for p in (*fs.read, *fs.exec, *fs.write, *fs.deny))
+    values = (value for _, value in policy.env.set)
+    return any(TMP_TOKEN in p for p in (*fs.read, *fs.exec, *fs.write, *fs.deny, *values))
+
+
+def expand_value(raw: str, ctx: Context) -> str:
+    """An `env.set` value with its placeholders replaced (`HOME = "{tmp}"`); unlike a path it is
+    not made absolute or normalized: it is any string."""
+    out = raw
+    for name in ("cwd", "home", "policy_dir", "repo", "tmp"):
+        value = getattr(ctx, name)
+        if value is not None:
+            out = out.replace("{" + name + "}", value)
+    return out
 
 
 def resolve(policy, ctx: Context):
