@@ -40,3 +40,22 @@ def test_a_step_gets_a_private_writable_empty_home(tmp_path, fake_home):
     for home in homes:
         assert not os.path.exists(home), "the private home is removed after its step"
     assert by_name(report)["first"]["status"] == "passed"
+
+
+def test_env_set_values_take_placeholders_in_sandboy_run(tmp_path):
+    """`env.set = { HOME = "{tmp}" }` in any policy: the value is the run's private directory."""
+    import subprocess
+    import sys
+
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
+                      'write = ["{tmp}"]\n[env]\npass = ["PATH"]\nset = { HOME = "{tmp}", WHERE = "{cwd}/x" }\n')
+    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
+    proc = subprocess.run([sandboy, "run", "--policy", str(policy), "--cwd", str(tmp_path), "--",
+                           "bash", "-lc", 'touch ~/.made && echo "$HOME $TMPDIR $WHERE"'],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    home, tmpdir, where = proc.stdout.split()
+    assert home == tmpdir and home != os.path.expanduser("~") and "{" not in home
+    assert where == f"{tmp_path}/x"
+    assert not os.path.exists(home), "the private directory is removed after the run"
