@@ -478,7 +478,7 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
     proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, HOME=str(fake_home)))
     deadline = time.monotonic() + 20
-    while not marker.exists() and time.monotonic() < deadline:
+    while not (marker.exists() and _survivors(escaped)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
     assert len(_survivors(escaped)) == 1  # the setup worked: the escaped sleep is running
