@@ -69,10 +69,22 @@ def _refuse_constant(name: str) -> Any:
     raise AdapterError(f"non-standard JSON constant {name} is not allowed")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise AdapterError(f"number {text[:40]} does not fit a double (JSON numbers must be finite)")
+    return value
+
+
 def load_json(name: str, text: str) -> Any:
-    """Strict JSON: no NaN/Infinity, no comments, a clear message on failure."""
+    """The JSON reading rule, the same as the host's `sandboy.audit.sarif.parse_json` (docs/audit.md,
+    "Reading JSON"; tests/audit/test_json_rule.py holds them to it): one leading UTF-8 BOM is
+    skipped (BinSkim and other Windows tools write one); strict JSON otherwise — no NaN/Infinity,
+    no number beyond a double, no comments; a clear message on failure."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         hint = ""
         if text[exc.pos : exc.pos + 2] in ("//", "/*"):
@@ -82,6 +94,10 @@ def load_json(name: str, text: str) -> Any:
         ) from None
     except RecursionError:
         raise AdapterError(f"{name}: JSON nested too deeply") from None
+    except AdapterError as exc:
+        raise AdapterError(f"{name}: {exc}") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise AdapterError(f"{name}: not usable JSON: {str(exc)[:200]}") from None
 
 
 def expect(value: Any, kind: type | tuple[type, ...], where: str) -> Any:

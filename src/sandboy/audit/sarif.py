@@ -60,10 +60,12 @@ def _refuse_constant(name: str) -> Any:
 
 
 def parse_json(text: str) -> Any:
-    # The guests' load_json (adapters/common/sandboy_guest.py) is the same idea on
-    # the other side of the boundary; the host never imports guest code, so it has its own.
+    """The JSON reading rule (docs/audit.md, "Reading JSON"): one leading UTF-8 BOM skipped, then
+    strict JSON — no NaN/Infinity, no number beyond a double, no comments. The guests' `load_json`
+    (adapters/common/sandboy_guest.py) applies the same rule on the other side of the boundary;
+    the host never imports guest code, so tests/audit/test_json_rule.py holds the two together."""
     if text.startswith("\ufeff"):
-        text = text[1:]  # a UTF-8 BOM is common from Windows tools and harmless
+        text = text[1:]  # a UTF-8 BOM is common from Windows tools (BinSkim) and harmless
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
