@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_kernel: runs the real cage (Landlock, seccomp, gcc)")
+    config.addinivalue_line("markers", "mutation: removes each seccomp rule in turn (tests/cage/test_mutations.py)")
 
 
 @pytest.fixture(scope="session")

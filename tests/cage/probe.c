@@ -18,7 +18,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/netlink.h>
+#include <netdb.h>
 #include <sys/ioctl.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/msg.h>
+#include <sys/resource.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <sys/uio.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -102,6 +111,114 @@ static int tiocsti(unsigned long cmd) {
     char c = 'x';
     CHECK(syscall(SYS_ioctl, 0, cmd, &c));
     return ok(NULL);
+}
+
+
+/* A raw system call with integer arguments, for the denylist probes: each argument is a number,
+ * or "buf" (a zeroed 4 KiB scratch buffer), "page" (a mapped, page-aligned page), "s:TEXT" (a
+ * string), "child" (the pid of a paused child of this probe, killed afterwards). Prints "ok N"
+ * or the errno name, so the filter's EPERM tells apart from the kernel's own answer. */
+static int raw_syscall(int argc, char **argv) {
+    static char buf[4096] __attribute__((aligned(64)));
+    long args[6] = {0};
+    pid_t child = 0;
+    char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) return fail();
+    page[0] = 1;
+    for (int i = 3; i < argc && i < 9; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "buf")) args[i - 3] = (long)buf;
+        else if (!strcmp(s, "page")) args[i - 3] = (long)page;
+        else if (!strncmp(s, "s:", 2)) args[i - 3] = (long)(s + 2);
+        else if (!strcmp(s, "child")) args[i - 3] = child = paused_child();
+        else args[i - 3] = (long)strtoull(s, NULL, 0);
+    }
+    long r = syscall(num(argv[2]), args[0], args[1], args[2], args[3], args[4], args[5]);
+    int err = errno;
+    if (child > 0) { kill(child, SIGKILL); reap(child); }
+    errno = err;
+    if (r < 0) return fail();
+    printf("ok %ld\n", r);
+    return 0;
+}
+
+/* A system call that needs a child process: fork a paused child and aim the call at it. */
+static int at_child(const char *what) {
+    pid_t pid = paused_child();
+    long r;
+    static char local[8], remote[8] = "x";
+    struct iovec l = {local, sizeof local}, rv = {remote, sizeof remote};
+    if (!strcmp(what, "process_vm_readv")) r = syscall(SYS_process_vm_readv, pid, &l, 1, &rv, 1, 0);
+    else if (!strcmp(what, "process_vm_writev")) r = syscall(SYS_process_vm_writev, pid, &l, 1, &rv, 1, 0);
+    else if (!strcmp(what, "pidfd_getfd")) {
+        int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        r = fd < 0 ? -1 : syscall(SYS_pidfd_getfd, fd, 1, 0);
+    } else { errno = EINVAL; r = -1; }
+    int err = errno;
+    kill(pid, SIGKILL); reap(pid);
+    errno = err;
+    CHECK(r); return ok(NULL);
+}
+
+/* mode CALL PATH MODE: set or create with MODE through one of the calls that take a mode. */
+static int with_mode(const char *call, const char *path, unsigned long mode) {
+    long r;
+    int excl = O_WRONLY | O_CREAT | O_EXCL;
+    if (!strcmp(call, "chmod")) r = syscall(SYS_chmod, path, mode);
+    else if (!strcmp(call, "fchmod")) {
+        int fd; CHECK(fd = open(path, O_RDONLY));
+        r = syscall(SYS_fchmod, fd, mode);
+    }
+    else if (!strcmp(call, "fchmodat")) r = syscall(SYS_fchmodat, AT_FDCWD, path, mode);
+    else if (!strcmp(call, "fchmodat2")) r = syscall(452, AT_FDCWD, path, mode, 0);
+    else if (!strcmp(call, "open")) r = syscall(SYS_open, path, excl, mode);
+    else if (!strcmp(call, "openat")) r = syscall(SYS_openat, AT_FDCWD, path, excl, mode);
+    else if (!strcmp(call, "openat2")) {
+        struct { uint64_t flags, mode, resolve; } how = {excl, mode, 0};
+        r = syscall(437, AT_FDCWD, path, &how, sizeof how);
+    }
+    else if (!strcmp(call, "creat")) r = syscall(SYS_creat, path, mode);
+    else if (!strcmp(call, "mkdir")) r = syscall(SYS_mkdir, path, mode);
+    else if (!strcmp(call, "mkdirat")) r = syscall(SYS_mkdirat, AT_FDCWD, path, mode);
+    else if (!strcmp(call, "mknod")) r = syscall(SYS_mknod, path, S_IFREG | mode, 0);
+    else if (!strcmp(call, "mknodat")) r = syscall(SYS_mknodat, AT_FDCWD, path, S_IFREG | mode, 0);
+    else { fprintf(stderr, "probe: unknown mode call %s\n", call); return 2; }
+    CHECK(r); return ok(NULL);
+}
+
+/* sysv CALL KEY: one SysV IPC call on the object with KEY (made outside by `sysv-make`). */
+static int sysv(const char *call, key_t key, const char *text) {
+    long r = -1;
+    if (!strcmp(call, "shmget")) r = shmget(key, 0, 0);
+    else if (!strcmp(call, "msgget")) r = msgget(key, 0);
+    else if (!strcmp(call, "semget")) r = semget(key, 0, 0);
+    else if (!strcmp(call, "msgget-create")) r = msgget(key, IPC_CREAT | 0600);
+    else if (!strcmp(call, "shm-write")) {
+        /* the attack: find a host segment by key, attach it, overwrite it */
+        int id; CHECK(id = shmget(key, 0, 0));
+        char *p = shmat(id, NULL, 0);
+        if (p == (void *)-1) return fail();
+        strcpy(p, text); shmdt(p); return ok(NULL);
+    }
+    else {
+        /* the others take an id: the caller passes it directly (ids are listed in /proc/sysvipc) */
+        int id = (int)key;
+        struct { long type; char text[8]; } msg = {1, "x"};
+        struct sembuf op = {0, 1, IPC_NOWAIT};
+        struct timespec ts = {0, 0};
+        struct shmid_ds ds;
+        if (!strcmp(call, "shmat")) { void *p = shmat(id, NULL, SHM_RDONLY); r = p == (void *)-1 ? -1 : 0; }
+        else if (!strcmp(call, "shmdt")) r = syscall(SYS_shmdt, (void *)4096);
+        else if (!strcmp(call, "shmctl")) r = shmctl(id, IPC_STAT, &ds);
+        else if (!strcmp(call, "msgsnd")) r = msgsnd(id, &msg, 1, IPC_NOWAIT);
+        else if (!strcmp(call, "msgrcv")) r = msgrcv(id, &msg, sizeof msg.text, 0, IPC_NOWAIT);
+        else if (!strcmp(call, "msgctl")) { struct msqid_ds q; r = msgctl(id, IPC_STAT, &q); }
+        else if (!strcmp(call, "semop")) r = syscall(SYS_semop, id, &op, 1);  /* glibc's uses semtimedop */
+        else if (!strcmp(call, "semtimedop")) r = syscall(SYS_semtimedop, id, &op, 1, &ts);
+        else if (!strcmp(call, "semctl")) r = semctl(id, 0, GETVAL);
+        else { fprintf(stderr, "probe: unknown sysv call %s\n", call); return 2; }
+    }
+    CHECK(r); printf("ok %ld\n", r); return 0;
 }
 
 int main(int argc, char **argv) {
@@ -220,6 +337,99 @@ int main(int argc, char **argv) {
         printf("ok %d\n", g);
         if (v[0] == 'h') for (;;) pause();
         return 0;
+    }
+
+
+    /* system calls by number, and those aimed at a child of the probe */
+    if (!strcmp(v, "nr")) return raw_syscall(argc, argv);
+    if (!strcmp(v, "perf")) {
+        /* a software counter on itself, user space only: allowed at perf_event_paranoid 2 */
+        struct { uint32_t type, size; uint64_t config, period, sample_type, read_format, flags; } attr;
+        memset(&attr, 0, sizeof attr);
+        attr.type = 1; attr.size = 64; attr.config = 1;  /* PERF_TYPE_SOFTWARE, TASK_CLOCK */
+        attr.flags = (1 << 0) | (1 << 5) | (1 << 6);  /* disabled, exclude_kernel, exclude_hv */
+        char full[128] = {0}; memcpy(full, &attr, sizeof attr);
+        CHECK(syscall(SYS_perf_event_open, full, 0, -1, -1, 0)); return ok(NULL);
+    }
+    if (!strcmp(v, "handle")) {
+        struct { uint32_t bytes; int type; unsigned char h[128]; } fh = {128};
+        int mount_id;
+        CHECK(syscall(SYS_name_to_handle_at, AT_FDCWD, ".", &fh, &mount_id, 0)); return ok(NULL);
+    }
+    if (!strcmp(v, "at-child")) return at_child(a);
+
+    /* modes, SysV IPC, netlink, scheduling */
+    if (!strcmp(v, "mode")) return with_mode(a, b, argc > 4 ? num(argv[4]) : 0);
+    if (!strcmp(v, "sysv")) return sysv(a, (key_t)strtol(b, NULL, 0), argc > 4 ? argv[4] : "");
+    if (!strcmp(v, "sysv-make")) {
+        /* outside the cage: a segment (with TEXT), a queue and a semaphore set under KEY */
+        key_t key = (key_t)strtol(a, NULL, 0);
+        int shm, msq, sem;
+        CHECK(shm = shmget(key, 4096, IPC_CREAT | IPC_EXCL | 0600));
+        char *p = shmat(shm, NULL, 0);
+        if (p == (void *)-1) return fail();
+        strcpy(p, b); shmdt(p);
+        CHECK(msq = msgget(key, IPC_CREAT | IPC_EXCL | 0600));
+        CHECK(sem = semget(key, 1, IPC_CREAT | IPC_EXCL | 0600));
+        printf("ok %d %d %d\n", shm, msq, sem); return 0;
+    }
+    if (!strcmp(v, "sysv-show")) {
+        key_t key = (key_t)strtol(a, NULL, 0);
+        int shm; CHECK(shm = shmget(key, 0, 0));
+        char *p = shmat(shm, NULL, SHM_RDONLY);
+        if (p == (void *)-1) return fail();
+        printf("ok %.64s\n", p); return 0;
+    }
+    if (!strcmp(v, "sysv-remove")) {
+        key_t key = (key_t)strtol(a, NULL, 0);
+        int id;
+        if ((id = shmget(key, 0, 0)) >= 0) shmctl(id, IPC_RMID, NULL);
+        if ((id = msgget(key, 0)) >= 0) msgctl(id, IPC_RMID, NULL);
+        if ((id = semget(key, 0, 0)) >= 0) semctl(id, 0, IPC_RMID);
+        return ok(NULL);
+    }
+    if (!strcmp(v, "netlink")) {
+        int s; CHECK(s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, (int)num(a)));
+        return ok(NULL);
+    }
+    if (!strcmp(v, "gai")) {
+        struct addrinfo hints = {.ai_flags = AI_ADDRCONFIG, .ai_socktype = SOCK_STREAM}, *res;
+        int rc = getaddrinfo(a, "80", &hints, &res);
+        if (rc) { printf("%s\n", gai_strerror(rc)); return 1; }
+        return ok(NULL);
+    }
+    if (!strcmp(v, "setpriority")) {
+        /* setpriority WHICH WHO NICE (raw: the filter judges what the kernel reads) */
+        CHECK(syscall(SYS_setpriority, num(a), num(b), (int)strtol(argv[4], NULL, 0))); return ok(NULL);
+    }
+    if (!strcmp(v, "own-group-prio")) {
+        /* the group forms on a process group holding only this probe (a new session), so that
+         * without the filter nothing but the probe itself is touched */
+        CHECK(setsid());
+        if (!strcmp(a, "setpriority")) CHECK(syscall(SYS_setpriority, 1 /* PRIO_PGRP */, 0, 5));
+        else CHECK(syscall(SYS_ioprio_set, 2 /* IOPRIO_WHO_PGRP */, 0, 3 << 13));
+        return ok(NULL);
+    }
+    if (!strcmp(v, "setaffinity")) {
+        cpu_set_t set; CPU_ZERO(&set); CPU_SET((int)num(b), &set);
+        CHECK(syscall(SYS_sched_setaffinity, num(a), sizeof set, &set)); return ok(NULL);
+    }
+    if (!strcmp(v, "setscheduler")) {
+        struct sched_param sp = {0};
+        CHECK(syscall(SYS_sched_setscheduler, num(a), (int)num(b), &sp)); return ok(NULL);
+    }
+    if (!strcmp(v, "setparam")) {
+        struct sched_param sp = {0};
+        CHECK(syscall(SYS_sched_setparam, num(a), &sp)); return ok(NULL);
+    }
+    if (!strcmp(v, "setattr")) {
+        /* struct sched_attr (48 bytes): size, policy, flags, nice, priority, runtime... */
+        uint32_t attr[12] = {48, (uint32_t)num(b)};
+        CHECK(syscall(SYS_sched_setattr, num(a), attr, 0)); return ok(NULL);
+    }
+    if (!strcmp(v, "ioprio")) {
+        /* ioprio_set WHICH WHO: idle class (3 << 13) */
+        CHECK(syscall(SYS_ioprio_set, num(a), num(b), 3 << 13)); return ok(NULL);
     }
 
     /* network */
