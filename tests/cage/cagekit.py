@@ -134,6 +134,6 @@ def cage_bpf(policy: dict) -> bytes:
 
     cage = cagemod.build(Policy.from_mapping(policy, "<test>"), cwd=tempfile.gettempdir())
     try:
-        return cage.bpf
+        return cage.compiled["seccomp"].outputs["bpf"]
     finally:
         cage.close()
