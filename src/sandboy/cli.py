@@ -29,7 +29,7 @@ Policy reference: README.md and policy.example.toml."""
 
 
 class RunArgs:
-    __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "tty", "command")
+    __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "tty", "command", "egress_log")
 
     def __init__(self):
         self.policy = None
@@ -40,13 +40,14 @@ class RunArgs:
         self.cwd = None
         self.tty = False
         self.command = []
+        self.egress_log = None
 
 
 def parse_run_fast(argv: list[str]) -> RunArgs | None:
     """Parse `run` options without argparse; None means "let argparse handle it"."""
     args = RunArgs()
     valued = {"--policy": "policy", "-p": "policy", "--status-json": "status_json",
-              "--status-fd": "status_fd", "--cwd": "cwd"}
+              "--status-fd": "status_fd", "--cwd": "cwd", "--egress-log": "egress_log"}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -119,7 +120,7 @@ def cmd_run(args: RunArgs) -> int:
                 # passes them on to the command (in a session of its own) and reports the outcome.
                 _ignore_terminal_signals()
             try:
-                result = launch.run(args.command, cage, supervise=True, tty=args.tty)
+                result = launch.run(args.command, cage, supervise=True, tty=args.tty, egress_log=args.egress_log)
             finally:
                 cage.close()
             if result.error:
@@ -127,7 +128,8 @@ def cmd_run(args: RunArgs) -> int:
             if status:
                 status.write(result.enforced, result.degraded, result.warnings, policy.source,
                              {"outcome": result.outcome, "returncode": result.returncode,
-                              "signal": result.signal, "duration": round(result.duration, 6)})
+                              "signal": result.signal, "duration": round(result.duration, 6),
+                              **({"egress": result.egress} if result.egress is not None else {})})
             return result.returncode
 
         def on_applied():
@@ -227,6 +229,8 @@ def build_parser():
     run.add_argument("--tty", action="store_true",
                      help="give the command a fresh pseudo-terminal, relayed while it runs (interactive "
                           "programs); without it the command never gets a terminal")
+    run.add_argument("--egress-log", metavar="FILE",
+                     help="with net.domains: append every proxy decision to FILE (JSON lines)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments (after --)")
     run.set_defaults(func=_run_from_argparse)
 
@@ -249,6 +253,7 @@ def _run_from_argparse(ns) -> int:
     args = RunArgs()
     args.policy, args.status_json, args.status_fd = ns.policy, ns.status_json, ns.status_fd
     args.dry_run, args.json, args.cwd, args.tty = ns.dry_run, ns.json, ns.cwd, ns.tty
+    args.egress_log = ns.egress_log
     args.command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not args.command and not args.dry_run:
         _err("run: no command given (put it after --), or use --dry-run")

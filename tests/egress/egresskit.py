@@ -7,6 +7,7 @@ pointed at 127.0.0.1 by a resolver map, never by the machine's DNS.
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import ssl
@@ -186,3 +187,11 @@ def describe_sockets(fds) -> list:
                 if inodes & set(line.split()):
                     found.append(f"{table}: {line.strip()}")
     return found
+
+
+def to_toml_policy(net: dict) -> str:
+    """A policy that lets sh, curl, getent and python3 run, with `net` as its [net] table."""
+    lines = ["version = 1", "[fs]", 'read = ["/usr", "/etc", "/lib", "/lib64", "/bin"]',
+             'exec = ["/usr/bin", "/bin", "/usr/lib"]', "[net]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in net.items()]
+    return "\n".join(lines) + "\n"

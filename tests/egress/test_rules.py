@@ -41,8 +41,6 @@ def test_policy_errors_name_file_and_key():
     with pytest.raises(PolicyError) as info:
         Policy.from_mapping({"version": 1, "net": {"domains_deny": ["ok.org", "a.*.org"]}}, "p.toml")
     assert str(info.value).startswith("p.toml: net.domains_deny[1]: ")
-    with pytest.raises(PolicyError, match="p.toml: net.udp: cannot be true together with net.domains"):
-        Policy.from_mapping({"version": 1, "net": {"domains": ["a.org"], "udp": True}}, "p.toml")
     with pytest.raises(PolicyError, match="p.toml: net.domains: cannot be combined with net.unrestricted"):
         Policy.from_mapping({"version": 1, "net": {"domains": ["a.org"], "unrestricted": True}}, "p.toml")
     with pytest.raises(PolicyError, match=r"p.toml: net.private\[0\]: 8.8.8.0/24 is not a private"):

@@ -134,14 +134,15 @@ def test_network_domain_is_narrowed_not_a_cage_error(tmp_path):
 
 
 def test_cage_error_is_125(tmp_path):
-    # An operator ceiling that grants domains: the step inherits them and this build (no Layer 3)
-    # cannot enforce them, so the cage refuses and the gate exits 125 without running the step.
+    # An operator ceiling that grants domains under compat strict, where only the weaker
+    # Landlock fallback could enforce them (namespaces forced off): the cage refuses and the
+    # gate exits 125 without running the step.
     repo = make_repo(tmp_path, '[[step]]\nname = "s"\nrun = "touch ran"\n')
-    ceiling = ceiling_file(tmp_path, net={"domains": ["pypi.org"]})
-    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling)
+    ceiling = ceiling_file(tmp_path, net={"domains": ["pypi.org"]}, compat={"landlock": "strict"})
+    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling, env={"SANDBOY_NAMESPACES": "0"})
     step = by_name(report)["s"]
     assert proc.returncode == 125 and report["status"] == "cage_error"
-    assert step["status"] == "cage_error" and "net.domains" in step["error"]
+    assert step["status"] == "cage_error" and "egress" in step["error"]
     assert not (repo / "ran").exists()
 
 

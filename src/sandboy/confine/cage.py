@@ -30,8 +30,9 @@ class Cage:
         self.warnings = warnings
         landlock_entry = {"abi": abi, **compiled["landlock.fs"].enforced, **compiled["landlock.net"].enforced}
         self.enforced = {"landlock": landlock_entry, "seccomp": compiled["seccomp"].enforced}
-        for name in ("namespaces", "hygiene", "environment"):
-            self.enforced.update(compiled[name].enforced)
+        for name in ("namespaces", "hygiene", "environment", "egress"):
+            if name in compiled:
+                self.enforced.update(compiled[name].enforced)
         # Set by build() unless the policy has glob denies (matched anew at every launch):
         self.fingerprint = None
         self.fingerprint_of = None
@@ -95,6 +96,9 @@ class Cage:
     def close(self) -> None:
         """In the parent, when no more children will be started from this cage."""
         self.ruleset.close()
+        egress = self.compiled.get("egress")
+        if egress is not None and egress.outputs.get("listener") is not None:
+            egress.outputs["listener"].close()  # the fallback's host port goes with the cage
         if self.ctx.tmp:
             from sandboy.confine.cleanup import remove_tree
 
@@ -112,11 +116,6 @@ class Cage:
 
 def build(policy, cwd=None, repo=None, environ=None, abi=None) -> Cage:
     """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125)."""
-    if policy.net.domains and not policy.net.unrestricted:
-        raise CageError(
-            f"{policy.source}: net.domains: the egress proxy (Layer 3) is not in this build; "
-            "remove net.domains, or use net.connect_tcp for port-level rules")
-
     abi = landlock.abi_version() if abi is None else abi
     if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
@@ -147,7 +146,7 @@ def _build(policy, ctx, abi, environ) -> Cage:
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
     cage = Cage(policy, ctx, abi, compiled, ruleset, warnings)
-    if fs["reusable"]:
+    if fs["reusable"] and "egress" not in compiled:  # an egress cage holds a per-run port
         cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]))
         cage.fingerprint = _fingerprint(fs["inputs"], fs["split_dirs"])
     return cage

@@ -55,10 +55,11 @@ class RunResult:
     reached its own end (even a failing one: its exit status says how it went).
     """
 
-    __slots__ = ("returncode", "outcome", "signal", "duration", "error", "enforced", "degraded", "warnings")
+    __slots__ = ("returncode", "outcome", "signal", "duration", "error", "enforced", "degraded", "warnings",
+                 "egress")
 
     def __init__(self, returncode, outcome, signal=None, duration=0.0, error=None,
-                 enforced=None, degraded=(), warnings=()):
+                 enforced=None, degraded=(), warnings=(), egress=None):
         self.returncode = returncode
         self.outcome = outcome
         self.signal = signal
@@ -67,6 +68,7 @@ class RunResult:
         self.enforced = enforced or {}
         self.degraded = list(degraded)
         self.warnings = list(warnings)
+        self.egress = egress  # with net.domains: the proxy's mode and allow/deny counts
 
     @property
     def ok(self) -> bool:
@@ -103,7 +105,9 @@ def needs_supervisor(policy) -> bool:
     from sandboy.policy.resolve import uses_tmp
 
     limits = policy.limits
-    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0) or uses_tmp(policy))
+    # net.domains: the egress proxy lives in the supervisor, as long as the command's whole tree
+    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0) or uses_tmp(policy)
+                or policy.net.egress)
 
 
 # --- exec mode: the CLI process becomes the command -------------------------------------
@@ -175,9 +179,13 @@ class Confined:
         message = data.decode("utf-8", "replace") if self.supervised else self._decode_error(data)
         if self.supervised:
             record = message.split("\0")
-            if len(record) == 4:
-                outcome, code, sig, error = record
+            if len(record) == 5:
+                outcome, code, sig, error, egress = record
                 result = RunResult(int(code), outcome, int(sig) or None, duration, error or None)
+                if egress:
+                    import json
+
+                    result.egress = json.loads(egress)
             else:  # the supervisor itself died: never report that as a pass
                 result = RunResult(EXIT_CAGE, CAGE_ERROR, None, duration, "the sandboy supervisor died")
         else:
@@ -248,7 +256,7 @@ def _result_from(status: int, child_message: str, outcome) -> RunResult:
 
 
 def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
-          supervise=None, pids_group=None, tty=False) -> Confined:
+          supervise=None, pids_group=None, tty=False, egress_log=None) -> Confined:
     """Start `argv` confined by `policy` (a Policy or a prebuilt Cage).
 
     The command leads a session of its own. A terminal on its fd 0–2 (given, or inherited when
@@ -263,6 +271,9 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
 
     `pids_group`: a `PidsCgroup` the caller has already joined (see cgroup.py): a run with
     `limits.processes` as root then counts inside it instead of making and joining its own.
+
+    `egress_log`: with `net.domains`, a file the proxy appends its JSON-lines decisions to. The
+    proxy runs in the supervisor, which an egress run always has.
     """
     from sandboy.confine.cage import Cage, for_run
 
@@ -297,7 +308,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         code = 1
         try:
             os.close(status_r)
-            _supervise(list(argv), cage, timeout, stdio, status_w, pids_group, tty)
+            _supervise(list(argv), cage, timeout, stdio, status_w, pids_group, tty, egress_log)
             code = 0
         finally:
             os._exit(code)
@@ -310,10 +321,11 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
 
 
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
-        supervise=None, pids_group=None, tty=False) -> RunResult:
+        supervise=None, pids_group=None, tty=False, egress_log=None) -> RunResult:
     """Run `argv` confined by `policy` and wait for it (see module docstring and `spawn`)."""
     return spawn(argv, policy, cwd=cwd, repo=repo, timeout=timeout, stdin=stdin, stdout=stdout,
-                 stderr=stderr, supervise=supervise, pids_group=pids_group, tty=tty).wait()
+                 stderr=stderr, supervise=supervise, pids_group=pids_group, tty=tty,
+                 egress_log=egress_log).wait()
 
 
 class LocalRun:
@@ -327,7 +339,8 @@ class LocalRun:
     collected too, so only a dedicated runner should use this.
     """
 
-    def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None, ctty=None):
+    def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None, ctty=None,
+                 egress_log=None):
         from sandboy.confine._libc import prctl
 
         prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -354,13 +367,26 @@ class LocalRun:
         # controlling terminal); the runner is the one to keep the caller's terminal from it.
         self._first = (*session_steps(ctty),
                        ("die with the runner", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
+        # Layer 3: the proxy runs in this process, started after the fork, stopped in wait()
+        self.egress = _egress_session(cage, egress_log)
+        if self.egress is not None:
+            self._first += tuple(self.egress.child_steps())
         try:
             self.pid = _start_child(self.argv, cage, stdio, err_w, self._first)
         except BaseException:
             os.close(self._err_r)
+            if self.egress is not None:
+                self.egress.abort()
             raise
         finally:
             os.close(err_w)
+        if self.egress is not None:
+            try:
+                self.egress.started()
+            except BaseException:
+                _kill_descendants(None)
+                os.close(self._err_r)
+                raise
         self.pidfd = os.pidfd_open(self.pid)
         self._status = None
         self._outcome = None
@@ -406,8 +432,19 @@ class LocalRun:
             result.enforced = self.cage.enforced
             result.degraded = list(self.cage.degraded)
             result.warnings = list(self.cage.warnings)
+            if self.egress is not None:
+                result.egress = self.egress.stop()  # the tree is gone: nothing left to serve
             self._result = result
         return self._result
+
+
+def _egress_session(cage, log_path):
+    """The run's egress proxy (Layer 3), or None without `net.domains`."""
+    if not cage.policy.net.egress:
+        return None
+    from sandboy.egress.session import EgressSession
+
+    return EgressSession.for_cage(cage, log_path)
 
 
 class _Stop(Exception):
@@ -418,7 +455,7 @@ def _on_stop(signum, frame):
     raise _Stop()
 
 
-def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False) -> None:
+def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False, egress_log=None) -> None:
     from sandboy.confine._libc import prctl
 
     # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
@@ -447,8 +484,8 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False)
     if os.getppid() == 1:
         raise SystemExit  # the caller is already gone
 
-    def report(outcome, code, sig=0, error=""):
-        os.write(status_w, f"{outcome}\0{code}\0{sig}\0{error}".encode())
+    def report(outcome, code, sig=0, error="", egress=""):
+        os.write(status_w, f"{outcome}\0{code}\0{sig}\0{error}\0{egress}".encode())
 
     limit = cage.policy.limits.processes
     if pids_group is not None and os.geteuid() == 0:
@@ -478,17 +515,27 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False)
         return
     if relay.master is not None:
         signal.signal(signal.SIGWINCH, relay.update_window_size)
-    first = session_steps(relay.ctty)
+    egress = _egress_session(cage, egress_log)
+    first = session_steps(relay.ctty) + (tuple(egress.child_steps()) if egress is not None else ())
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
         child = _start_child(argv, cage, relay.stdio, err_w, first)
     except OSError as exc:
         relay.close()
+        if egress is not None:
+            egress.abort()
         report(CAGE_ERROR, EXIT_CAGE, 0, f"fork failed: {exc.strerror}")
         return
     command.append(child)
     os.close(err_w)
     relay.started()
+    egress_error = None
+    if egress is not None:
+        try:
+            egress.started()  # SIGTERM is still blocked here: the proxy's thread inherits that
+        except (OSError, RuntimeError) as exc:
+            egress_error = f"egress proxy: {exc}"
+            _kill_pass(group)
 
     outcome = None
     status = None
@@ -517,7 +564,15 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False)
         group.remove()
 
     result = _result_from(status, _child_message(argv, cage, relay.stdio, _read_all(err_r), first), outcome)
-    report(result.outcome, result.returncode, result.signal or 0, result.error or "")
+    summary = ""
+    if egress is not None:
+        import json
+
+        summary = json.dumps(egress.stop())  # after the sweep: nothing of the run is left to use it
+    if egress_error:
+        report(CAGE_ERROR, EXIT_CAGE, 0, egress_error, summary)
+        return
+    report(result.outcome, result.returncode, result.signal or 0, result.error or "", summary)
 
 
 def _wait_until(pid: int, timeout, relay=None):

@@ -56,6 +56,8 @@ PROTECTIONS = (
     # ABI 7 adds only audit-log flags for landlock_restrict_self, which the cage does not use.
     Protection("seccomp", 0),
     Protection("environment", 0),
+    # Layer 3 (`net.domains`): the proxy as the only way out; compiled by sandboy.egress.compile
+    Protection("egress", 0, lost="a private network namespace (fallback: a Landlock port rule)"),
 )
 _BY_NAME = {p.name: p for p in PROTECTIONS}
 
@@ -307,10 +309,25 @@ def compile_all(job) -> dict:
     """Every compiler, in plan order: {name: Compiled}. Under `compat.landlock = "strict"` a
     missing path is a PolicyError and anything degraded a CageError naming all of it."""
     out = {}
+    egress = None
+    if job.resolved.net.egress:
+        from sandboy.egress.compile import compile_egress, merge_env
+
+        # Layer 3 rewrites the network rules the later compilers see (TCP connect only to the
+        # proxy's port) and adds the proxy's variables to the environment.
+        egress = compile_egress(job)
+        job.resolved = job.resolved.replace(net=egress.outputs["net"])
     for compiled in (compile_namespaces(job), compile_hygiene(job), compile_landlock_fs(job),
                      compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
         out[compiled.name] = compiled
+    if egress is not None:
+        env = out["environment"].outputs
+        env["env"] = merge_env(env["env"], egress.outputs["env"])
+        out["environment"].enforced["env"] = sorted(env["env"])
+        out["egress"] = egress
     degraded = [d for part in out.values() for d in part.degraded]
+    if degraded and job.strict and egress is not None and egress.outputs.get("listener") is not None:
+        egress.outputs["listener"].close()
     if degraded and job.strict:
         raise CageError(f"{job.policy.source}: compat.landlock = \"strict\" and this kernel cannot enforce: "
                         + "; ".join(degraded))

@@ -180,11 +180,6 @@ def _net(src, value) -> dict:
     if out.get("domains") and out.get("unrestricted"):
         raise PolicyError(src, "net.domains", "cannot be combined with net.unrestricted = true "
                           "(domains confine the network; unrestricted lifts every rule): keep one")
-    if out.get("domains") and out.get("udp"):
-        # Where user namespaces are missing the fallback cage shares the host network: UDP
-        # there would go around the proxy, and inside the namespace it reaches nothing.
-        raise PolicyError(src, "net.udp", "cannot be true together with net.domains: UDP does "
-                          "not go through the egress proxy (set udp = false)")
     return out
 
 

@@ -1,0 +1,59 @@
+"""The proxy of one run, attached to the process that forks the confined child.
+
+Lifecycle (the launcher calls these; see confine/launch.py):
+    session = EgressSession.for_cage(cage, log_path)   # None when the policy has no net.domains
+    ... fork the child with session.child_steps() run first in it ...
+    session.started()        # after the fork: take the listener, start the proxy thread
+    ... wait for the child (and, supervised, for every descendant) ...
+    summary = session.stop() # proxy, listener and every connection closed; counters returned
+
+The process that forks is the one that serves: the caller for a direct run, the supervisor for
+a supervised one, the gate for its steps. The proxy thread starts only after the fork, so no
+child is ever forked from a process with the proxy's thread running.
+"""
+
+from sandboy.egress.compile import MODE_NAMESPACE
+
+
+class EgressSession:
+    def __init__(self, cage, log_path=None):
+        from sandboy.egress.rules import Rules
+
+        part = cage.compiled["egress"]
+        self.mode = part.outputs["mode"]
+        self.port = part.outputs["port"]
+        self._listener = part.outputs.get("listener")
+        self.rules = Rules.from_policy(cage.policy)
+        self.log_path = log_path
+        self.service = None
+        self.summary = None
+
+    @classmethod
+    def for_cage(cls, cage, log_path=None):
+        compiled = getattr(cage, "compiled", {}).get("egress")
+        if compiled is None or not compiled.outputs:
+            return None
+        return cls(cage, log_path)
+
+    def child_steps(self) -> list:
+        """(label, step) pairs the child runs first (inside its namespaces)."""
+        if self.mode == MODE_NAMESPACE:
+            raise NotImplementedError("namespace mode is wired in with the namespace tier")
+        return []
+
+    def started(self) -> None:
+        """After the fork: serve on the listener for as long as the run lasts."""
+        from sandboy.egress.service import ProxyService
+
+        listener = self._listener.dup()  # the cage keeps its own; this one the service closes
+        self.service = ProxyService(self.rules, listener, self.log_path).start()
+
+    def stop(self) -> dict:
+        if self.summary is None:
+            counts = self.service.stop() if self.service is not None else {"allowed": 0, "denied": 0, "hosts": {}}
+            self.summary = {"mode": self.mode, "proxy": f"127.0.0.1:{self.port}", **counts}
+        return self.summary
+
+    def abort(self) -> None:
+        """The fork failed: nothing to serve."""
+        self.stop()

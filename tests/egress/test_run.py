@@ -1,0 +1,114 @@
+"""`sandboy run` / `sandboy.run` with net.domains, from the attacker's side: only the proxy's
+port is reachable, every decision is logged and counted, and nothing of the run is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from egresskit import Origin, to_toml_policy
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+
+
+@pytest.fixture(scope="module")
+def origin():
+    server = Origin()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def env(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 allowed.test denied.test\n")
+    return dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+
+
+def policy(tmp_path, domains, **net):
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml_policy({"domains": domains, "private": ["127.0.0.0/8"], **net}))
+    return path
+
+
+def run(tmp_path, env, domains, script, *extra, **net):
+    status = tmp_path / "status.json"
+    log = tmp_path / "egress.jsonl"
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(policy(tmp_path, domains, **net)), "--status-json",
+                           str(status), "--egress-log", str(log), *extra, "--", "/bin/sh", "-c", script],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    doc = json.loads(status.read_text()) if status.exists() and status.stat().st_size else {}
+    lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return proc, doc, lines
+
+
+def test_allowed_200_denied_403_logged_and_counted(tmp_path, env, origin):
+    script = (f"curl -sS -o /dev/null -w '%{{http_code}} ' http://allowed.test:{origin.port}/a; "
+              f"curl -sS -o /dev/null -w '%{{http_code}}' http://denied.test:{origin.port}/b")
+    proc, doc, lines = run(tmp_path, env, [f"allowed.test:{origin.port}"], script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "200 403"
+    assert [(e["decision"], e["host"]) for e in lines] == [("allow", "allowed.test"), ("deny", "denied.test")]
+    assert doc["egress"]["allowed"] == 1 and doc["egress"]["denied"] == 1
+    assert doc["enforced"]["egress"]["domains"] == [f"allowed.test:{origin.port}"]
+
+
+def test_direct_connections_bypassing_the_proxy_fail(tmp_path, env, origin):
+    before = len(origin.seen)
+    script = (f"curl -sS --noproxy '*' -m 5 http://127.0.0.1:{origin.port}/direct; echo rc=$?; "
+              f"env -u http_proxy -u HTTP_PROXY -u ALL_PROXY -u all_proxy curl -sS -m 5 http://127.0.0.1:{origin.port}/; "
+              "echo rc=$?")
+    proc, _, _ = run(tmp_path, env, [f"allowed.test:{origin.port}"], script)
+    assert proc.stdout.count("rc=7") == 2, (proc.stdout, proc.stderr)  # couldn't connect
+    assert len(origin.seen) == before
+
+
+def test_udp_and_dns_inside_fail(tmp_path, env):
+    py = ("import socket,sys\n"
+          "try:\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.sendto(b'x',('127.0.0.1',53)); print('udp-open')\n"
+          "except OSError as e: print('udp-refused', e.errno)\n"
+          "try:\n socket.getaddrinfo('example.com', 80); print('dns-ok')\n"
+          "except OSError as e: print('dns-failed')\n")
+    proc, _, _ = run(tmp_path, env, ["example.com"], f"/usr/bin/python3 -I -S -c \"{py}\"; "
+                     "RES_OPTIONS=use-vc getent hosts example.com; echo getent=$?")
+    assert "udp-refused" in proc.stdout and "dns-failed" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "getent=2" in proc.stdout or "getent=1" in proc.stdout, proc.stdout
+
+
+def test_nothing_left_behind(tmp_path, env, origin):
+    """No orphan (a background process of the command is killed), no port left listening."""
+    marker = f"sandboy-egress-orphan-{os.getpid()}"
+    proc, doc, _ = run(tmp_path, env, [f"allowed.test:{origin.port}"],
+                       f"(exec -a {marker} sleep 300 &) ; echo started")
+    assert proc.returncode == 0 and "started" in proc.stdout
+    port = int(doc["egress"]["proxy"].rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+    survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
+    assert survivors == ""
+
+
+def test_python_api_reports_egress(tmp_path, env, origin, monkeypatch):
+    from sandboy import Policy, run as sandboy_run
+
+    monkeypatch.setenv("SANDBOY_EGRESS_HOSTS", env["SANDBOY_EGRESS_HOSTS"])
+    p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
+    out = tmp_path / "out"
+    with open(out, "wb") as fh:
+        result = sandboy_run(["curl", "-sS", f"http://allowed.test:{origin.port}/api"], p, cwd=str(tmp_path),
+                             stdout=fh.fileno())
+    assert result.ok, result
+    assert b"/api" in out.read_bytes()
+    assert result.egress["allowed"] == 1 and result.egress["mode"] in ("namespace", "landlock-fallback")
+
+
+def test_bad_domain_entry_is_exit_2(tmp_path, env):
+    path = tmp_path / "bad.toml"
+    path.write_text('version = 1\n[net]\ndomains = ["*"]\n')
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(path), "--", "true"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and f"{path}: net.domains[0]: '*': '*' only as a leading" in proc.stderr, proc.stderr
