@@ -38,11 +38,13 @@ class Cage:
         self.fingerprint_of = None
         # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
         # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
-        self._steps = []
+        # The ruleset's step is not stored: `plan()` asks the ruleset for it at each launch, so
+        # a closed cage can never hand out an fd number it no longer owns (issue 8).
+        self._steps, self._steps_after_landlock = [], []
+        after = False
         for name, part in compiled.items():
-            self._steps += part.steps
-            if name == "landlock.net":
-                self._steps += ruleset.plan()
+            (self._steps_after_landlock if after else self._steps).extend(part.steps)
+            after = after or name == "landlock.net"
         self._keepalive = compiled["seccomp"].outputs["keepalive"]
         # the pure-Python executor then makes no types in the child
         _libc.prepare_buffers(len(compiled["seccomp"].outputs["bpf"]))
@@ -56,7 +58,16 @@ class Cage:
         steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
                  for target, fd in enumerate(stdio) if fd is not None and fd != target]
         steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
-        return steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
+        return (steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
+                + self.ruleset.plan() + self._steps_after_landlock)  # ruleset.plan(): CageError once closed
+
+    @property
+    def closed(self) -> bool:
+        return self.ruleset.closed
+
+    def check_open(self) -> None:
+        """CageError (125) for a closed cage: launchers call this before forking anything."""
+        self.ruleset.plan()
 
     def still_valid(self) -> bool:
         """True when a rebuild now would give the same rules (same inodes behind every policy

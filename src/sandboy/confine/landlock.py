@@ -10,6 +10,7 @@ The ruleset is created and filled in the parent (`build_ruleset`); the child onl
 import os
 import stat
 
+from sandboy.errors import CageError
 from sandboy.policy.resolve import is_glob, is_within
 from sandboy.confine._libc import (
     SYS_LANDLOCK_ADD_RULE,
@@ -203,8 +204,18 @@ class Ruleset:
         self.fd = fd
         self.abi = abi
 
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
     def plan(self) -> list:
-        """The child's step: enforce the ruleset on itself (inherited fd, closed at exec)."""
+        """The child's step: enforce the ruleset on itself (inherited fd, closed at exec).
+
+        Made per launch, from this object: once closed, the fd number may already belong to
+        another ruleset (a closed cage ran with a wider cage's rules), so a closed ruleset
+        refuses to be planned."""
+        if self.fd < 0:
+            raise CageError("this cage was closed (its Landlock ruleset fd is released); build a new one")
         return [("landlock_restrict_self", (SYS_LANDLOCK_RESTRICT_SELF, False, self.fd, 0))]
 
     def close(self) -> None:

@@ -280,6 +280,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     if not argv:
         raise ValueError("argv must name a command")
     cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo)
+    cage.check_open()  # here, not in a supervisor that would only exit 1
     from sandboy.confine import terminal
 
     timeout = _timeout_for(cage, timeout)
