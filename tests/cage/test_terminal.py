@@ -137,10 +137,14 @@ def test_leftover_cannot_reach_the_terminal_after_return(operator, policy, tmp_p
     argv = ["/usr/bin/python3", "-c", LEFTOVER, marker]
     if not tty:
         # The twin: without Sandboy the leftover swallows the line typed after its parent returned.
-        bare = operator.start(argv, controlling)
+        twin = f"twin-{time.monotonic_ns()}"
+        bare = operator.start(["/usr/bin/python3", "-c", LEFTOVER, twin], controlling)
         assert bare.wait(10) == 0
-        operator.type(f"{marker}-twin\n".encode())
-        assert f"LEFTOVER-{marker}" in operator.watch(5, until=b"LEFTOVER-").decode()
+        operator.type(f"{twin}-typed\n".encode())
+        deadline = time.monotonic() + 10
+        while operator.screen.count(f"LEFTOVER-{twin}".encode()) < 2 and time.monotonic() < deadline:
+            operator.watch(0.1)  # it writes to fd 1 and fd 2, then exits
+        assert f"LEFTOVER-{twin} ['{twin}-typed\\n']" in operator.screen.decode()
         assert operator.left_for_the_shell() == b""
         operator.screen = b""
     before = operator.foreground_group()
