@@ -97,3 +97,42 @@ def test_step_and_its_leftover_cannot_reach_the_operators_terminal(operator, tmp
     assert operator.left_for_the_shell() == f"{marker}\n{marker}-after\n".encode()
     assert operator.foreground_group() == before
     assert operator.holders(marker) == []
+
+
+def test_tty_step_is_interactive_and_the_others_are_not(operator, tmp_path):
+    """`sandboy gate --tty debug`: that step gets a fresh pty (the operator's size, the typed
+    line); the other step still gets no terminal; the log keeps the interactive step's output."""
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "plain"
+        run = "[ -t 0 ] || [ -t 1 ] || echo plain-has-no-terminal"
+
+        [[step]]
+        name = "debug"
+        run = "tty; stty size; read -r line; echo got:$line"
+    """)
+    mode = operator.mode()
+    logs = tmp_path / "logs"
+    gate = operator.start([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--tty", "debug", "--logs", str(logs)])
+    screen = operator.watch(30, until=b"33 111").decode()
+    assert "plain-has-no-terminal" in screen, screen
+    operator.type(b"typed-for-debug\r")
+    assert gate.wait(30) == 0
+    screen = operator.watch(2, until=b"gate passed").decode()
+    assert "got:typed-for-debug" in screen, screen
+    debug_tty = screen.split("== step 2/2: debug", 1)[1].split()[1]
+    assert debug_tty.startswith("/dev/pts/") and debug_tty != operator.path
+    assert "got:typed-for-debug" in (logs / "debug.log").read_text()
+    assert operator.mode() == mode
+
+
+def test_tty_names_a_step(tmp_path):
+    from gatekit import run_gate
+
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "unit"
+        run = "true"
+    """)
+    proc = run_gate(repo, "--tty", "unti")
+    assert proc.returncode == 2 and "--tty unti" in proc.stderr and "steps: unit" in proc.stderr, proc.stderr

@@ -87,7 +87,7 @@ class Relay:
     the command starts. `stdio` and `ctty` are what the command gets; `active` says whether
     anything is relayed at all (nothing is when no fd is a terminal and no pty was asked for)."""
 
-    def __init__(self, stdio=(None, None, None), tty: bool = False):
+    def __init__(self, stdio=(None, None, None), tty: bool = False, tee=None):
         self.caller = [i if fd is None else fd for i, fd in enumerate(stdio)]
         self.stdio = list(stdio)
         self.ctty = None
@@ -97,6 +97,7 @@ class Relay:
         self._to_master = b""               # typed input not yet taken by the pty
         self._input_open = False
         self._saved_mode = None
+        self._tee = tee                     # also given every byte shown (the gate's log)
         if tty:
             self._open_pty()
         else:
@@ -212,6 +213,8 @@ class Relay:
                 del self._copies[fd]
                 return moved
             _write_all(self._copies[fd], data)
+            if self._tee is not None:
+                self._tee(data)
             moved += len(data)
         return moved
 

@@ -20,6 +20,7 @@ examples:
   sandboy gate --junit ../out/gate.xml --json ../out/gate.json --logs ../out/logs
                                                  # reports go OUTSIDE what steps can write
   sandboy gate --keep-going                      # run every step even after a required one failed
+  sandboy gate --tty unit                        # debug step "unit" interactively in a fresh pty
 
 The repository writes .007/gate.toml; the operator's --ceiling (a step policy) bounds every step:
 a step policy can only narrow it, and each narrowing is printed as "step NAME asked for ...".
@@ -52,6 +53,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every step even after a required step failed")
+    parser.add_argument("--tty", action="append", default=[], metavar="STEP", dest="interactive",
+                        help="run STEP with a fresh pseudo-terminal relayed to this terminal, for "
+                             "interactive debugging (its output is shown raw); repeatable. Other steps "
+                             "never get a terminal")
     parser.set_defaults(func=run_command)
 
 
@@ -100,6 +105,11 @@ def run_command(args) -> int:
         if exc.key == "--json":
             args.json_path = None  # the refused path itself: write nothing there
         return _fail(args, str(exc), EXIT_USAGE)
+    names = [step.name for step in gate.steps]
+    for name in args.interactive:
+        if name not in names:
+            return _fail(args, f"--tty {name}: {gate.path} has no step of that name (steps: {', '.join(names)})",
+                         EXIT_USAGE)
     from sandboy.gate.runner import StopRequest
 
     stop = StopRequest()
@@ -108,7 +118,8 @@ def run_command(args) -> int:
     out = sys.stderr if args.json_path == "-" else sys.stdout
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
     try:
-        result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop)
+        result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
+                          interactive=args.interactive)
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself

@@ -230,12 +230,16 @@ class _Stream:
         self.pending = b""
         self.tail = bytearray()
 
-    def feed(self, chunk: bytes) -> None:
+    def record(self, chunk: bytes) -> None:
+        """Into the log and the tail only (an interactive step's output goes to the terminal as is)."""
         if self.log_fh is not None:
             self.log_fh.write(chunk)
         self.tail += chunk
         if len(self.tail) > TAIL_BYTES:
             del self.tail[: len(self.tail) - TAIL_BYTES]
+
+    def feed(self, chunk: bytes) -> None:
+        self.record(chunk)
         data = self.pending + chunk
         *lines, self.pending = data.split(b"\n")
         while len(self.pending) > MAX_LINE:
@@ -316,13 +320,52 @@ def _pump(run, read_fd: int, stream: _Stream, console, stop: StopRequest) -> boo
     return stop.requested
 
 
+def _pump_interactive(run, relay, stop: StopRequest) -> bool:
+    """`--tty STEP`: relay the operator's terminal and the step's own pseudo-terminal
+    (terminal.Relay) until the command exits, times out or the operator stops the gate; then
+    hang the pty up and end the tree, as `_pump` does. No live status line: the terminal is the
+    step's meanwhile."""
+    import signal
+
+    previous = signal.signal(signal.SIGWINCH, relay.update_window_size)
+    try:
+        while True:
+            poller = select.poll()
+            for fd in (run.pidfd, stop.fd):
+                poller.register(fd, select.POLLIN)
+            for fd, events in relay.poll_set():
+                poller.register(fd, events)
+            left = run.time_left()
+            exited = False
+            for fd, events in poller.poll(250 if left is None else max(0, min(250, int(left * 1000) + 1))):
+                if fd == stop.fd:
+                    stop.drain()
+                elif fd == run.pidfd:
+                    exited = True
+                else:
+                    relay.service(fd, events)
+            if exited:
+                run.exited()
+                relay.finish()  # hung up before the sweep: nothing left can use the pty
+                run.end()
+                return stop.requested
+            if stop.requested or run.time_left() == 0:
+                run.end(KILLED if stop.requested else TIMED_OUT)
+                relay.finish()
+                return stop.requested
+    finally:
+        relay.close()
+        signal.signal(signal.SIGWINCH, previous)
+
+
 class GateRun:
     """One run of a gate: what every step shares (the gate, the resolved ceiling, the console,
     where logs go, the compiled cages, the operator's stop request) and the steps' results.
 
     `run()` runs the steps in order and returns the GateResult; `run_step` runs one."""
 
-    def __init__(self, gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None):
+    def __init__(self, gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,
+                 interactive=()):
         self.gate = gate
         self.ceiling_source = ceiling.source
         self.ceiling = resolve_ceiling(ceiling, gate.repo)
@@ -331,6 +374,8 @@ class GateRun:
         self.keep_going = keep_going
         # `stop`: a StopRequest the caller installed (the CLI does), else one never requested
         self.stop = stop if stop is not None else StopRequest()
+        # names of steps run with a fresh pseudo-terminal relayed to ours (`--tty STEP`)
+        self.interactive = frozenset(interactive)
         self.results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
         self.cages = None  # a CageCache while run() runs
         if log_dir is not None:
@@ -396,17 +441,24 @@ class GateRun:
         interrupted = False
         owned = False
         cage = None
+        relay = None
         started = time.monotonic()
         try:
             from sandboy.confine.launch import LocalRun
 
             try:
+                stdio, ctty = (null_fd, write_fd, write_fd), None
+                if step.name in self.interactive:
+                    from sandboy.confine.terminal import Relay
+
+                    relay = Relay(tty=True, tee=stream.record)
+                    stdio, ctty = relay.stdio, relay.ctty
                 cage, owned = self.cages.get(policy)
                 # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
                 # of a step outlives it, including ones that called setsid, and a supervisor process
                 # per step would cost ≈ 2.5 ms (docs/performance.md).
-                proc = LocalRun(argv, cage, timeout=step.timeout, stdio=(null_fd, write_fd, write_fd),
-                                pids_group=self.cages.pids_group(policy))
+                proc = LocalRun(argv, cage, timeout=step.timeout, stdio=stdio,
+                                pids_group=self.cages.pids_group(policy), ctty=ctty)
             except PolicyError as exc:
                 result.refuse("policy_error", str(exc))
                 return False
@@ -416,9 +468,16 @@ class GateRun:
             finally:
                 os.close(write_fd)
                 os.close(null_fd)
-            interrupted = _pump(proc, read_fd, stream, self.console, self.stop)
+                if relay is not None:
+                    relay.started()
+            if relay is not None:
+                interrupted = _pump_interactive(proc, relay, self.stop)
+            else:
+                interrupted = _pump(proc, read_fd, stream, self.console, self.stop)
             outcome = proc.wait()
         finally:
+            if relay is not None:
+                relay.close()
             if owned:
                 cage.close()
             os.close(read_fd)
@@ -449,6 +508,8 @@ def _status(outcome) -> str:
     return "cage_error"
 
 
-def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None) -> GateResult:
+def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,
+             interactive=()) -> GateResult:
     """Run the gate (see GateRun)."""
-    return GateRun(gate, ceiling, console, log_dir=log_dir, keep_going=keep_going, stop=stop).run()
+    return GateRun(gate, ceiling, console, log_dir=log_dir, keep_going=keep_going, stop=stop,
+                   interactive=interactive).run()
