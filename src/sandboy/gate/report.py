@@ -52,6 +52,17 @@ def table(gate_result) -> str:
 # --- JSON ------------------------------------------------------------------------------
 
 
+def _egress(step):
+    """A step's Layer-3 traffic: the hosts its proxy let through and refused (None: no domains)."""
+    summary = step.run_result.egress if step.run_result is not None else None
+    if not summary:
+        return None
+    hosts = summary.get("hosts", {})
+    return {"mode": summary.get("mode"), "allowed": summary.get("allowed", 0), "denied": summary.get("denied", 0),
+            "allowed_hosts": sorted(h for h, c in hosts.items() if c.get("allow")),
+            "refused_hosts": sorted(h for h, c in hosts.items() if c.get("deny"))}
+
+
 def to_json(gate_result) -> dict:
     steps = []
     for s in gate_result.steps:
@@ -74,6 +85,7 @@ def to_json(gate_result) -> dict:
             "warnings": list(s.warnings),
             "log": s.log_path,
             "output_tail": _tail_text(s),
+            "egress": _egress(s),
         })
     code = gate_result.exit_code
     return {
