@@ -1,4 +1,4 @@
-"""The caller's terminal never reaches the cage (issue 7, item 4; docs/adr/0011-terminal.md).
+"""The caller's terminal never reaches the cage (issue 7, item 4; docs/adr/0011-the-callers-terminal.md).
 
 A pseudo-terminal plays the operator's (tests/termkit.py). `sandboy run` gets it on fd 0–2, as
 its controlling terminal or not. Attacks: read the operator's typing through /dev/tty or stdin;

@@ -1,4 +1,4 @@
-"""A gate step never reaches the operator's terminal (issue 7, item 4; docs/adr/0011-terminal.md).
+"""A gate step never reaches the operator's terminal (issue 7, item 4; docs/adr/0011-the-callers-terminal.md).
 
 The gate runs in a pseudo-terminal that plays the operator's (tests/termkit.py), as its
 controlling terminal. Attacks from a step: read the operator's typing through /dev/tty or stdin,

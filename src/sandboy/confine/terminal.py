@@ -1,4 +1,4 @@
-"""The caller's terminal never reaches a confined command (issue 7; docs/adr/0011-terminal.md).
+"""The caller's terminal never reaches a confined command (issue 7; docs/adr/0011-the-callers-terminal.md).
 
 Every confined command starts a session of its own (setsid): it has no controlling terminal, so
 `/dev/tty` cannot be opened, `tcsetpgrp` has nothing to act on, and the caller's job control does
