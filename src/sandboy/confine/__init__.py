@@ -7,6 +7,7 @@
     _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
                  a pure-Python one on `_ctypes` (ADR 0005)
     launch.py    exec mode (the CLI becomes the command), supervised mode, the API
+    terminal.py  own session; the caller's terminal replaced and relayed, or a fresh pty (ADR 0011)
     cgroup.py    a pids cgroup for `limits.processes` as root
     cleanup.py   removes what a command left in its private {tmp}
     doctor.py    what this machine can enforce
