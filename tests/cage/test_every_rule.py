@@ -26,7 +26,9 @@ import time
 import pytest
 from cagekit import BASE_READ, Result, cage_bpf, filter_only, to_toml
 
-pytestmark = pytest.mark.needs_kernel
+# The filter is tested beneath the namespace tier (where the kernel refuses namespaces, this is all
+# there is): `without_namespaces` forces the tier off (tests/cage/conftest.py).
+pytestmark = [pytest.mark.needs_kernel, pytest.mark.without_namespaces]
 
 ROOT = os.geteuid() == 0
 NOBODY = 65534
@@ -417,8 +419,11 @@ class Nobody:
         return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
 
     def env(self) -> dict:
-        return {"PATH": "/usr/bin:/bin", "PYTHONPATH": self.src, "HOME": self.dir,
-                "SANDBOY_CACHE_DIR": os.path.join(self.dir, "cache")}
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": self.src, "HOME": self.dir,
+               "SANDBOY_CACHE_DIR": os.path.join(self.dir, "cache")}
+        if "SANDBOY_NAMESPACES" in os.environ:  # as `without_namespaces` set it for this test
+            env["SANDBOY_NAMESPACES"] = os.environ["SANDBOY_NAMESPACES"]
+        return env
 
     def policy(self, fs=None, **sections) -> dict:
         fs = dict(fs or {})

@@ -21,7 +21,7 @@ import pytest
 import test_every_rule as rules
 from cagekit import Cage
 
-pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation]
+pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation, pytest.mark.without_namespaces]
 
 BUDGET_SECONDS = 180
 

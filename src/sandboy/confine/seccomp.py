@@ -178,19 +178,23 @@ class SocketRules:
 
 
 class _Prog:
+    """Instructions kept as the 64-bit little-endian value of each `struct sock_filter`
+    { u16 code; u8 jt; u8 jf; u32 k; }: packing them is then one to_bytes each (the filter is
+    built on every `sandboy run`, ≈ 0.2 ms for 280 instructions)."""
+
     def __init__(self):
-        self.insns: list[tuple[int, int, int, int]] = []
+        self.insns: list[int] = []
 
     def op(self, code: int, k: int = 0, jt: int = 0, jf: int = 0) -> None:
-        self.insns.append((code, jt, jf, k & 0xFFFFFFFF))
+        assert 0 <= jt < 256 and 0 <= jf < 256, (jt, jf)
+        self.insns.append(code | jt << 16 | jf << 24 | (k & 0xFFFFFFFF) << 32)
 
     def deny_if_eq(self, value: int, ret: int) -> None:
         self.op(JEQ_K, value, 0, 1)
         self.op(RET_K, ret)
 
     def bytes(self) -> bytes:
-        # struct sock_filter { u16 code; u8 jt; u8 jf; u32 k; }, little-endian
-        return b"".join(bytes((c & 0xFF, c >> 8, jt, jf)) + k.to_bytes(4, "little") for c, jt, jf, k in self.insns)
+        return b"".join([insn.to_bytes(8, "little") for insn in self.insns])
 
 
 def errno_ret(err: int) -> int:
