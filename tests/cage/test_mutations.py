@@ -1,4 +1,5 @@
-"""The mutation check: remove each seccomp rule in turn and require a probe to fail.
+"""The mutation check: remove each seccomp rule, and each other protection of the cage, in turn
+and require a probe to fail.
 
 Each mutant patches a private part of `sandboy.confine.seccomp` in this test process only (with
 pytest's monkeypatch, undone afterwards): a denylist entry, a SysV IPC call, one clone namespace
@@ -7,7 +8,11 @@ block. Nothing in production reads a switch for this: the cage is built here, in
 the mutated module, and the probes run on the real kernel. A mutant that no probe notices means
 a rule without a test (or a rule that does nothing): the test names every survivor.
 
-Budget: about 110 mutants, each a handful of cage runs; it must finish within three minutes.
+The second test does the same for the other layers (hygiene, Landlock, the filter as a whole, the
+environment) by weakening their compilers' output.
+
+Budget: about 115 mutants, each a handful of cage runs (≈ 15 s here); the first test stops past
+three minutes.
 """
 
 from __future__ import annotations
@@ -156,3 +161,140 @@ def test_every_rule_has_a_probe_that_fails_without_it(probe, tmp_path_factory):
         ipc.remove()
     assert not survivors, f"rules no probe depends on: {survivors}"
     print(f"{len(mutants)} mutants killed in {time.monotonic() - started:.1f} s")
+
+
+# --- the cage's other protections ------------------------------------------------------------
+
+def _wrap(compiler, change):
+    """A compiler that runs `compiler`, then `change(compiled)`: one protection weakened."""
+    def mutated(job, *args, **kwargs):
+        compiled = compiler(job, *args, **kwargs)
+        change(compiled)
+        return compiled
+    return mutated
+
+
+def _check_caps(cage, _v):
+    assert cage.run("caps").out.startswith("ok eff=0 prm=0 inh=0 bnd=0 amb=0")
+
+
+def _check_status_line(cage, field, expected):
+    policy = cage.policy(fs={"read": ["/proc"], "exec": ["/usr/bin"]})
+    out = cage.run(argv=["/usr/bin/grep", f"^{field}:", "/proc/self/status"], policy=policy).out
+    assert out.split() == [f"{field}:", expected], out
+
+
+def _check_nnp(cage, _v):
+    _check_status_line(cage, "NoNewPrivs", "1")
+
+
+def _check_fds(cage, _v):
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.set_inheritable(fd, True)
+        assert cage.run("fds").out == "ok 0 1 2"
+    finally:
+        os.close(fd)
+
+
+def _check_signals(cage, _v):
+    import signal
+
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        _check_status_line(cage, "SigIgn", "0000000000000000")
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def _check_rlimits(cage, _v):
+    policy = cage.policy(fs={"exec": ["/bin", "/usr/bin"]}, limits={"open_files": 37})
+    assert cage.run(argv=["/bin/sh", "-c", "ulimit -n"], policy=policy).out == "37"
+
+
+def _check_landlock_fs(cage, _v):
+    assert rules.answer(cage.run("read", "/etc/passwd")) == "EACCES"
+
+
+def _check_landlock_tcp(cage, v):
+    policy = cage.policy(net={"connect_tcp": [v["port"] + 1 if v["port"] < 65535 else 1]})
+    assert rules.answer(cage.run("tcp-connect", v["port"], policy=policy)) == "EACCES"
+
+
+def _check_landlock_scopes(cage, v):
+    assert rules.answer(cage.run("signal", v["victim"].pid, 0)) == "EPERM"  # signal 0: a permission check only
+
+
+def _check_seccomp_at_all(cage, _v):
+    assert rules.answer(cage.run("nr", 272, 0x10000000)) == "EPERM"  # unshare(CLONE_NEWUSER)
+
+
+def _check_environment(cage, _v):
+    os.environ["SANDBOY_MUTANT_SECRET"] = "s3cret"
+    try:
+        assert "s3cret" not in cage.run("env").out
+    finally:
+        del os.environ["SANDBOY_MUTANT_SECRET"]
+
+
+def _protection_mutants():
+    from sandboy.confine import hygiene, landlock, protections
+
+    def clear(key, value):
+        return lambda compiled: compiled.outputs.__setitem__(key, value)
+
+    def no_steps(compiled):
+        compiled.steps.clear()
+
+    out = [
+        ("no_new_privs", hygiene, "plan_no_new_privs", lambda: [], _check_nnp),
+        ("inherited fds closed", hygiene, "plan_cloexec", lambda *a, **k: [], _check_fds),
+        ("signal dispositions reset", hygiene, "plan_signals", lambda: [], _check_signals),
+        ("rlimits", hygiene, "plan_rlimits", lambda limits: [], _check_rlimits),
+        ("landlock ruleset", landlock.Ruleset, "plan", lambda self: [], _check_landlock_fs),
+        ("landlock.net.tcp", protections, "compile_landlock_net",  # as on a kernel below ABI 4
+         _wrap(protections.compile_landlock_net,
+               lambda c: c.outputs.update(handled_net=0, connect_ports=(), bind_ports=())), _check_landlock_tcp),
+        ("landlock.scopes", protections, "compile_landlock_net",
+         _wrap(protections.compile_landlock_net, clear("scoped", 0)), _check_landlock_scopes),
+        ("seccomp filter", protections, "compile_seccomp", _wrap(protections.compile_seccomp, no_steps),
+         _check_seccomp_at_all),
+        ("environment", protections, "compile_environment",
+         _wrap(protections.compile_environment, lambda c: c.outputs["env"].update(os.environ)), _check_environment),
+    ]
+    if os.geteuid() == 0:  # without capabilities there is nothing to drop
+        out.append(("capabilities dropped", hygiene, "plan_drop_capabilities", lambda: [], _check_caps))
+    return out
+
+
+def test_every_protection_has_a_probe_that_fails_without_it(probe, tmp_path_factory):
+    """The same for the cage's other layers: hygiene (no_new_privs, fds, signals, rlimits,
+    capabilities), Landlock (the ruleset, TCP ports, scopes), the seccomp filter as a whole, the
+    environment. The namespace tier has its own probes (test_namespaces.py)."""
+    victim = rules.start_victim()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    context = {"victim": victim, "port": listener.getsockname()[1]}
+    survivors = []
+    try:
+        mutants = _protection_mutants()
+        for label, owner, attribute, value, check in mutants:
+            _forget_built_cages()
+            with pytest.MonkeyPatch.context() as mp:
+                assert hasattr(owner, attribute), attribute
+                mp.setattr(owner, attribute, value)
+                try:
+                    check(Cage(probe, tmp_path_factory.mktemp("mutant")), context)
+                except AssertionError:
+                    pass
+                else:
+                    survivors.append(label)
+            _forget_built_cages()
+        for label, _owner, _attribute, _value, check in mutants:
+            check(Cage(probe, tmp_path_factory.mktemp("intact")), context)
+    finally:
+        victim.kill()
+        victim.wait()
+        listener.close()
+    assert not survivors, f"protections no probe depends on: {survivors}"
