@@ -14,8 +14,10 @@ a resize.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -51,6 +53,61 @@ def _sandboy(policy, *args):
     return [SANDBOY, "run", "--policy", policy, *args]
 
 
+NOBODY = 65534
+
+
+class User:
+    """Who runs Sandboy and the twins: root through the venv, or uid 65534 without capabilities
+    through the system python3 over this source tree (FINDINGS.md, "Testing as an ordinary user")."""
+
+    def __init__(self, name: str):
+        self.nobody = name == "nobody"
+        self.dir = tempfile.mkdtemp(prefix="sandboy-tty-")
+        os.chmod(self.dir, 0o755)
+        self.policy = os.path.join(self.dir, "policy.toml")
+        with open(self.policy, "w") as fh:
+            fh.write(to_toml(POLICY))
+        os.chmod(self.policy, 0o644)
+        os.mkdir(os.path.join(self.dir, "cache"))
+        if self.nobody:
+            os.chown(os.path.join(self.dir, "cache"), NOBODY, NOBODY)
+        src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
+        self.env = {"PATH": "/usr/bin:/bin", "HOME": self.dir, "SANDBOY_CACHE_DIR": os.path.join(self.dir, "cache")}
+        if self.nobody:
+            self.env["PYTHONPATH"] = src
+
+    def wrap(self, argv) -> list:
+        if not self.nobody:
+            return list(argv)
+        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+
+    def sandboy(self, *args) -> list:
+        if not self.nobody:
+            return _sandboy(self.policy, *args)
+        return self.wrap(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", self.policy, *args])
+
+    def start(self, operator, argv, controlling=True, **kw):
+        return operator.start(argv, controlling, env=self.env, cwd=self.dir, **kw)
+
+
+@pytest.fixture(params=["root", "nobody"])
+def user(request):
+    if request.param == "nobody":
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            pytest.skip("needs root (to become uid 65534) and setpriv")
+        check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                               capture_output=True, text=True)
+        if check.stdout.strip() != "True":
+            pytest.skip("needs a system python3 >= 3.11 that uid 65534 can run")
+    who = User(request.param)
+    if who.nobody and subprocess.run(who.wrap(["/usr/bin/python3", "-c", "import sandboy"]), env=who.env,
+                                     capture_output=True).returncode != 0:
+        shutil.rmtree(who.dir)
+        pytest.skip("uid 65534 cannot read this source tree")
+    yield who
+    shutil.rmtree(who.dir, ignore_errors=True)
+
+
 def _env(tmp_path):
     return dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
 
@@ -60,18 +117,18 @@ STEAL_STDIN = 'read line; echo "stdin:$?:$line"'
 
 
 @pytest.mark.parametrize("controlling", [True, False], ids=["controlling-terminal", "fds-only"])
-def test_command_cannot_read_what_the_operator_types(operator, policy, tmp_path, controlling):
+def test_command_cannot_read_what_the_operator_types(operator, user, controlling):
     marker = f"typed-{os.getpid()}-{time.monotonic_ns()}"
     script = f"{STEAL_TTY}; {STEAL_STDIN}"
     if controlling:
         # The twin: without Sandboy the same command reads the operator's line from /dev/tty.
         operator.type(f"{marker}-twin\n".encode())
-        bare = operator.start(["/bin/sh", "-c", STEAL_TTY])
+        bare = user.start(operator, user.wrap(["/bin/sh", "-c", STEAL_TTY]))
         assert bare.wait(10) == 0
         assert f"tty:0:{marker}-twin" in operator.watch(2, until=b"tty:").decode()
         operator.screen = b""
     operator.type(f"{marker}\n".encode())  # typed ahead, waiting in the terminal
-    proc = operator.start(_sandboy(policy, "--", "/bin/sh", "-c", script), controlling, env=_env(tmp_path))
+    proc = user.start(operator, user.sandboy("--", "/bin/sh", "-c", script), controlling)
     assert proc.wait(20) == 0
     screen = operator.watch(1, until=b"stdin:").decode()
     assert "tty:" in screen and "stdin:1:" in screen, screen
@@ -132,13 +189,13 @@ for fd in (1, 2):
 
 @pytest.mark.parametrize("tty", [False, True], ids=["relayed", "pty"])
 @pytest.mark.parametrize("controlling", [True, False], ids=["controlling-terminal", "fds-only"])
-def test_leftover_cannot_reach_the_terminal_after_return(operator, policy, tmp_path, controlling, tty):
+def test_leftover_cannot_reach_the_terminal_after_return(operator, user, controlling, tty):
     marker = f"leftover-{os.getpid()}-{time.monotonic_ns()}"
     argv = ["/usr/bin/python3", "-c", LEFTOVER, marker]
     if not tty:
         # The twin: without Sandboy the leftover swallows the line typed after its parent returned.
         twin = f"twin-{time.monotonic_ns()}"
-        bare = operator.start(["/usr/bin/python3", "-c", LEFTOVER, twin], controlling)
+        bare = user.start(operator, user.wrap(["/usr/bin/python3", "-c", LEFTOVER, twin]), controlling)
         assert bare.wait(10) == 0
         operator.type(f"{twin}-typed\n".encode())
         deadline = time.monotonic() + 10
@@ -148,8 +205,7 @@ def test_leftover_cannot_reach_the_terminal_after_return(operator, policy, tmp_p
         assert operator.left_for_the_shell() == b""
         operator.screen = b""
     before = operator.foreground_group()
-    proc = operator.start(_sandboy(policy, *(["--tty"] if tty else []), "--", *argv), controlling,
-                          env=_env(tmp_path))
+    proc = user.start(operator, user.sandboy(*(["--tty"] if tty else []), "--", *argv), controlling)
     assert proc.wait(20) == 0
     operator.type(f"{marker}-after\n".encode())
     screen = operator.watch(2.0).decode()
