@@ -28,14 +28,15 @@ def policy(tmp_path):
     ["--policy=p.toml", "--status-json", "s.json", "--", "ls", "--", "-x"],
     ["--policy", "p.toml", "--status-fd", "7", "--cwd", "/src", "--", "true"],
     ["--policy", "p.toml", "--dry-run", "--json"],
+    ["--policy", "p.toml", "--tty", "--", "bash", "-i"],
 ])
 def test_fast_path_agrees_with_argparse(argv):
     fast = parse_run_fast(argv)
     ns = build_parser().parse_args(["run", *argv])
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     assert fast is not None
-    assert (fast.policy, fast.status_json, fast.status_fd, fast.dry_run, fast.json, fast.cwd, fast.command) == (
-        ns.policy, ns.status_json, ns.status_fd, ns.dry_run, ns.json, ns.cwd, command)
+    assert (fast.policy, fast.status_json, fast.status_fd, fast.dry_run, fast.json, fast.cwd, fast.tty, fast.command) == (
+        ns.policy, ns.status_json, ns.status_fd, ns.dry_run, ns.json, ns.cwd, ns.tty, command)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--polcy", "x"], ["--policy"], ["--", "true"],

@@ -173,11 +173,14 @@ def _dry_run(policy, args: RunArgs) -> int:
 
     from sandboy.confine import launch
     from sandboy.confine.cage import build
+    from sandboy.confine.terminal import describe as describe_terminal
+    from sandboy.confine.terminal import exec_in_place_possible
 
     cage = build(policy, cwd=args.cwd)
     try:
         report = cage.report()
-        report["supervised"] = launch.needs_supervisor(policy)
+        report["supervised"] = bool(launch.needs_supervisor(policy) or args.tty or not exec_in_place_possible())
+        report["terminal"] = describe_terminal(args.tty)
         report["command"] = args.command
         if args.json:
             print(json.dumps(report, indent=2))

@@ -300,3 +300,10 @@ def test_tty_needs_no_terminal_on_the_callers_side(policy, tmp_path):
                           input=b"piped\n", capture_output=True, timeout=20, env=_env(tmp_path))
     assert proc.returncode == 0, proc
     assert b"in:piped" in proc.stdout
+
+
+def test_dry_run_says_what_replaces_the_terminal(operator, policy, tmp_path):
+    proc = operator.start(_sandboy(policy, "--dry-run"), controlling=False, env=_env(tmp_path))
+    assert proc.wait(20) == 0
+    screen = operator.watch(2, until=b"terminal:").decode()
+    assert "(supervised)" in screen and "terminal: own session; no terminal (fd 0 -> /dev/null" in screen, screen

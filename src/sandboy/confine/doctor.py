@@ -126,6 +126,8 @@ def describe_cage(report: dict) -> str:
                  "native x86_64 only")
     lines.append(f"environment: {', '.join(enf['env']) or 'empty'}")
     lines.append(f"limits: {enf['limits'] or 'none'}; capabilities: {enf['capabilities']}")
+    if "terminal" in report:
+        lines.append(f"terminal: {report['terminal']}")
     for d in report["degraded"]:
         lines.append(f"DEGRADED: {d}")
     for w in report["warnings"]:

@@ -58,6 +58,17 @@ def exec_in_place_possible() -> bool:
     return os.getsid(0) == pid or os.getpgrp() != pid
 
 
+def describe(tty: bool = False) -> str:
+    """What the command would get in place of this process's terminal (for --dry-run)."""
+    if tty:
+        return "own session; a fresh pseudo-terminal, relayed (--tty)"
+    kinds = []
+    for fd, instead in ((0, "/dev/null"), (1, "a relayed pipe"), (2, "a relayed pipe")):
+        if os.isatty(fd):
+            kinds.append(f"fd {fd} -> {instead}")
+    return "own session; no terminal" + (f" ({', '.join(kinds)})" if kinds else "")
+
+
 def enter_own_session() -> None:
     """Exec mode: make this process (the command to be) the leader of a new session."""
     if os.getsid(0) != os.getpid():
