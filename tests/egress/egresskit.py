@@ -58,7 +58,10 @@ class Origin:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 1024  # socketserver's default of 5 drops SYNs under the load test
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         if tls_context is not None:
             self.server.socket = tls_context.wrap_socket(self.server.socket, server_side=True)

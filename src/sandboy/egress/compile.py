@@ -23,6 +23,7 @@ helper (`egress.ssh_proxy`) when a `host:22` entry is listed.
 import os
 import sys
 
+from sandboy.egress.rules import WEB_PORTS, parse_entry
 from sandboy.errors import CageError, PolicyError
 
 NAMESPACE_PORT = 3128
@@ -38,7 +39,8 @@ def proxy_env(port: int, policy) -> dict:
     env = {"http_proxy": url, "https_proxy": url, "HTTP_PROXY": url, "HTTPS_PROXY": url,
            "ALL_PROXY": f"socks5h://127.0.0.1:{port}", "all_proxy": f"socks5h://127.0.0.1:{port}",
            "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1"}
-    if any(entry.endswith(":22") for entry in policy.net.domains):
+    if any(port not in WEB_PORTS for entry in policy.net.domains for port in parse_entry(entry).ports):
+        # an entry with its own port (git@host is host:22) may be an SSH server
         env["GIT_SSH_COMMAND"] = "ssh -o " + _shell_quote("ProxyCommand=" + ssh_proxy_command(port))
     return env
 
