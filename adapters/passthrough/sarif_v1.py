@@ -181,8 +181,10 @@ class RunUpgrade:
         for key in ("startLine", "startColumn", "endLine", "endColumn"):
             _put(out, key, _int(reg.get(key), 1))
         # v1 offset/length count bytes (v1 spec 3.10.7); 2.1.0 has byteOffset/byteLength for exactly that
-        _put(out, "byteOffset", _int(reg.get("offset")))
-        _put(out, "byteLength", _int(reg.get("length")))
+        length = _int(reg.get("length"))
+        # v1's offset defaults to 0 (a length alone measures from the start of the file)
+        _put(out, "byteOffset", _int(reg.get("offset")) if "offset" in reg else (0 if length is not None else None))
+        _put(out, "byteLength", length)
         return out if ("startLine" in out or "byteOffset" in out) else None
 
     def physical_location(self, phys: Any) -> dict[str, Any] | None:
@@ -200,7 +202,8 @@ class RunUpgrade:
         lookup = _s(key) or _s(fqn)
         if lookup in self.logical_index:
             ref["index"] = self.logical_index[lookup]
-            _put(ref, "fullyQualifiedName", self.logical[ref["index"]].get("fullyQualifiedName"))
+            if "fullyQualifiedName" not in ref:
+                _put(ref, "fullyQualifiedName", self.logical[ref["index"]].get("fullyQualifiedName"))
         _put(ref, "decoratedName", _s(decorated))
         return [ref] if ref else None
 
@@ -453,7 +456,8 @@ class RunUpgrade:
         for key, data in files.items():
             parent_key = _s(data.get("parentKey"))
             if parent_key is not None and parent_key in files:
-                rel = _s(data.get("uri")) or key[len(parent_key):].lstrip("#")
+                # relative to the parent: the key's part after `parent#` (the SDK's choice), else `uri`
+                rel = key[len(parent_key):].lstrip("#") if key.startswith(parent_key) else (_s(data.get("uri")) or key)
                 location: dict[str, Any] = {"uri": uri_reference(rel)}
             else:
                 base, rel = _split_base(key)
@@ -484,15 +488,17 @@ class RunUpgrade:
         # locations that use it say the real name, and they alone carry the decorated name.
         full_names: dict[str, str] = {}
         decorated: dict[str, str] = {}
-        for node in _nodes(self.v1.get("results")):
+        users = [self.v1.get(k) for k in ("results", "toolNotifications", "configurationNotifications")]
+        for node in _nodes(users):
             key, fqn = _s(node.get("logicalLocationKey")), _s(node.get("fullyQualifiedLogicalName"))
             if key and fqn and key != fqn:
                 full_names[key] = fqn
             if _s(node.get("decoratedName")) and (key or fqn):
                 decorated[key or fqn] = node["decoratedName"]  # type: ignore[index]
-        for i, key in enumerate(table):
-            self.logical_index[key] = i
-        for key, data in table.items():
+        for key in _parents_first(table):
+            self.logical_index[key] = len(self.logical_index)
+        for key in self.logical_index:
+            data = table[key]
             fqn = full_names.get(key, key)
             out: dict[str, Any] = {}
             _put(out, "name", _s(data.get("name")))
@@ -604,6 +610,19 @@ class RunUpgrade:
         return out
 
 
+def _parents_first(table: dict[str, dict[str, Any]]) -> list[str]:
+    """Dictionary order, except that a parent comes before its children (as the SDK orders them)."""
+    placed: dict[str, None] = {}
+    for key in table:
+        chain = []
+        node: str | None = key
+        while node is not None and node in table and node not in placed and node not in chain:  # a cycle stops
+            chain.append(node)
+            node = _s(table[node].get("parentKey"))
+        placed.update(dict.fromkeys(reversed(chain)))
+    return list(placed)
+
+
 def _split_base(uri: str) -> tuple[str | None, str]:
     """v1 `#BASE#rel` (a uriBaseId folded into a files key) -> ("BASE", "rel")."""
     if uri.startswith("#") and uri.count("#") >= 2:
@@ -653,4 +672,9 @@ def _nodes(root: Any) -> Any:
 
 
 def upgrade_run(run: dict[str, Any]) -> dict[str, Any]:
+    # A v1 run made by the SDK's 2.1 -> 1.0 converter carries the original 2.1 run in its
+    # property bag; the SDK restores it verbatim, and so do we (the host validates it like any output).
+    original = _dict(run.get("properties")).get("sarifv2/run")
+    if isinstance(original, dict) and isinstance(original.get("tool"), dict):
+        return original
     return RunUpgrade(run).upgrade()

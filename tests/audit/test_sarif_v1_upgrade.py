@@ -131,6 +131,15 @@ TABLE = [
                               {**RESULT_FILE, "fullyQualifiedLogicalName": "ns::f"}]}]},
      "runs.0", {"logicalLocations": [{"name": "ns", "kind": "namespace"},
                                      {"name": "f", "fullyQualifiedName": "ns::f", "kind": "function", "parentIndex": 0}]}),
+    ("logicalLocations-parents-first", {"logicalLocations": {"ns::C::m": {"name": "m", "parentKey": "ns::C"},
+                                                             "ns::C": {"name": "C", "parentKey": "ns"}, "ns": {"name": "ns"}}},
+     "runs.0.logicalLocations", [{"name": "ns"}, {"name": "C", "fullyQualifiedName": "ns::C", "parentIndex": 0},
+                                 {"name": "m", "fullyQualifiedName": "ns::C::m", "parentIndex": 1}]),
+    ("logicalLocation-disambiguated-key", {"logicalLocations": {"ns::f-1": {"name": "f"}}, "toolNotifications": [
+        {"message": "m", "exception": {"stack": {"frames": [{"fullyQualifiedLogicalName": "ns::f", "logicalLocationKey": "ns::f-1"}]}}}]},
+     "runs.0", {"logicalLocations": [{"name": "f", "fullyQualifiedName": "ns::f"}],
+                "invocations": [{"toolExecutionNotifications": [{"exception": {"stack": {"frames": [
+                    {"location": {"logicalLocations": [{"fullyQualifiedName": "ns::f", "index": 0}]}}]}}}]}]}),
     ("logicalLocation-reference", {"logicalLocations": {"ns::f": {"name": "f"}},
                                    "results": [{"ruleId": "X", "message": "m", "locations": [{**RESULT_FILE, "fullyQualifiedLogicalName": "ns::f"}]}]},
      "runs.0.results.0.locations.0.logicalLocations", [{"fullyQualifiedName": "ns::f", "index": 0}]),
@@ -178,6 +187,9 @@ TABLE = [
     ("offsets-only", {"results": [{"ruleId": "X", "message": "m", "locations": [
         {"resultFile": {"uri": "file:///C:/work/a.bin", "region": {"offset": 0, "length": 16}}}]}]},
      "runs.0.results.0.locations.0.physicalLocation.region", {"byteOffset": 0, "byteLength": 16}),
+    ("offsets-length-only", {"results": [{"ruleId": "X", "message": "m", "locations": [
+        {"resultFile": {"uri": "file:///C:/work/a.c", "region": {"startLine": 1, "length": 5}}}]}]},
+     "runs.0.results.0.locations.0.physicalLocation.region", {"startLine": 1, "byteOffset": 0, "byteLength": 5}),
     # 8. disabled rules stay disabled
     ("disabled-rule", {"rules": RULES}, "runs.0.tool.driver.rules.1.defaultConfiguration", {"level": "error", "enabled": False}),
     ("enabled-rule", {"rules": {"R": {"id": "R", "configuration": "enabled"}}},
@@ -210,6 +222,8 @@ TABLE = [
 def subset(actual: Any, expected: Any) -> bool:
     if isinstance(expected, dict):
         return isinstance(actual, dict) and all(k in actual and subset(actual[k], v) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(actual) == len(expected) and all(map(subset, actual, expected))
     return actual == expected
 
 
@@ -238,6 +252,14 @@ def test_v1_fields_without_a_home_are_kept_not_dropped(upgrade):
     assert run["properties"]["sarifV1"] == {"baselineId": "not-a-guid"}
     assert run["tool"]["driver"]["properties"]["sarifV1"] == {"fileVersion": "9.1-rc"}
     assert run["results"][0]["properties"]["sarifV1"] == {"id": "r-1", "futureField": 1}
+
+
+def test_a_run_carrying_its_original_2_1_run_is_restored(upgrade):
+    """The SDK's 2.1 -> 1.0 converter stashes the 2.1 run in the v1 property bag; like the SDK, we restore it."""
+    original = {"tool": {"driver": {"name": "Orig", "rules": [{"id": "R"}]}}, "results": [
+        {"ruleId": "R", "ruleIndex": 0, "message": {"text": "kept as written"}}]}
+    out = upgrade(v1({"properties": {"sarifv2/run": original}, "results": [{"ruleId": "R", "message": "lossy"}]}))
+    assert out["runs"][0] == original
 
 
 def test_formatted_message_without_a_template_keeps_id_and_arguments(upgrade):
