@@ -3,7 +3,7 @@
 Every v1 log here was written for this test (none is copied). Each row is converted
 natively (the adapter is plain Python) and the named 2.1.0 field is asserted; every
 output must also pass the schema and Sandboy's error-level checks. The last tests run
-the same logs through the real WebAssembly component.
+the same logs through the real WebAssembly component and through a BOM.
 """
 
 from __future__ import annotations
@@ -322,15 +322,68 @@ def test_component_matches_native_upgrade(built, upgrade, tmp_path):
     assert sarif.count_results(doc) == len(log["runs"][0]["results"])
 
 
+def test_v1_log_with_a_bom_converts(built, tmp_path):
+    from sandboy.audit.convert import ConvertRequest, convert
+
+    path = tmp_path / "bom.v1.sarif"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(v1({"rules": RULES, "results": [
+        {"ruleKey": "CHK002/duplicate", "message": "m", "locations": [RESULT_FILE]}]})).encode())
+    result = convert(ConvertRequest(tool="passthrough", artifacts=[(path.name, path)]), progress=lambda m: None)
+    res = result.doc["runs"][0]["results"][0]
+    assert (res["ruleId"], res["ruleIndex"]) == ("CHK002", 1)
+
+
 def repository_sarif_samples() -> list[Path]:
     samples = Path(__file__).resolve().parents[1] / "data" / "samples"  # the repository's (see conftest)
     return sorted(p for p in samples.rglob("*.sarif") if "negative" not in p.parts)
 
 
+def _regions(node: Any) -> list[dict[str, Any]]:
+    found, stack = [], [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            found += [v for k, v in cur.items() if k == "region" and isinstance(v, dict)]
+            stack.extend(cur.values())
+        elif isinstance(cur, list):
+            stack.extend(cur)
+    return found
+
+
+def assert_nothing_lost(v1_run: dict[str, Any], run: dict[str, Any]) -> None:
+    """Counts of every class of issue 10 survive the upgrade of a real v1 run."""
+    rules = run["tool"]["driver"].get("rules", [])
+    keys = list(v1_run.get("rules", {}))
+    assert len(rules) == len(keys)
+    assert run["tool"]["driver"]["name"] == v1_run["tool"]["name"]
+    for v1_res, res in zip(v1_run["results"], run["results"]):
+        key = v1_res.get("ruleKey", v1_res.get("ruleId"))
+        if key in keys:
+            assert res["ruleIndex"] == keys.index(key) and rules[res["ruleIndex"]]["id"] == res["ruleId"]
+        fmt = v1_res.get("formattedRuleMessage")
+        if fmt and "message" not in v1_res:
+            assert (res["message"]["id"], res["message"].get("arguments", [])) == (fmt["formatId"], fmt.get("arguments", []))
+            template = v1_run.get("rules", {}).get(key, {}).get("messageFormats", {}).get(fmt["formatId"])
+            if template:
+                assert not any(f"{{{i}}}" in res["message"]["text"] for i in range(len(fmt.get("arguments", []))))
+        for field in ("codeFlows", "fixes", "stacks", "relatedLocations"):
+            assert len(res.get(field, [])) == len(v1_res.get(field, [])), field
+        steps = sum(len(f.get("locations", [])) for f in v1_res.get("codeFlows", []))
+        assert steps == sum(len(t["locations"]) for f in res.get("codeFlows", []) for t in f["threadFlows"])
+    invocation = (run.get("invocations") or [{}])[0]
+    assert len(invocation.get("toolExecutionNotifications", [])) == len(v1_run.get("toolNotifications", []))
+    assert len(invocation.get("toolConfigurationNotifications", [])) == len(v1_run.get("configurationNotifications", []))
+    assert len(run.get("artifacts", [])) >= len(v1_run.get("files", {}))
+    assert len(run.get("logicalLocations", [])) == len(v1_run.get("logicalLocations", {}))
+    with_offsets = [r for r in _regions(v1_run.get("results")) if "offset" in r or "length" in r]
+    assert len([r for r in _regions(run["results"]) if "byteOffset" in r]) >= len(with_offsets)
+    assert not [r for r in _regions(run["results"]) if "charOffset" in r or "charLength" in r]
+
+
 @pytest.mark.parametrize("path", repository_sarif_samples(), ids=lambda p: p.name)
 def test_every_sample_round_trips(built, path):
     """Every SARIF sample in the repository (v1 upgraded, 2.1 passed through) comes out schema-valid
-    with the same number of results; v1 ruleKey/ruleId results keep a resolvable rule."""
+    with the same number of results; v1 samples keep every class of data issue 10 lists."""
     from sandboy.audit.convert import ConvertRequest, convert
 
     raw = sarif.parse_json(path.read_text("utf-8"))
@@ -338,10 +391,10 @@ def test_every_sample_round_trips(built, path):
     assert [p for p in sarif.problems(result.doc) if p.severity == "error"] == []
     assert sarif.count_results(result.doc) == sarif.count_results(raw) > 0
     if raw["version"] == "1.0.0":
-        for v1_run, run in zip(raw["runs"], result.doc["runs"]):
-            rules = run["tool"]["driver"].get("rules", [])
-            assert len(rules) == len(v1_run.get("rules", {}))
-            for v1_res, res in zip(v1_run["results"], run["results"]):
-                assert res.get("ruleId") == v1_res.get("ruleId")
-                if "ruleIndex" in res:
-                    assert rules[res["ruleIndex"]]["id"] == res["ruleId"]
+        for v1_run, run in zip(raw["runs"], result.doc["runs"], strict=True):
+            assert_nothing_lost(v1_run, run)
+
+
+def test_the_repository_has_real_v1_logs_of_several_producers():
+    v1 = [p for p in repository_sarif_samples() if sarif.parse_json(p.read_text("utf-8"))["version"] == "1.0.0"]
+    assert len(v1) >= 9 and any(p.read_bytes().startswith(b"\xef\xbb\xbf") for p in v1)  # one has a BOM (BinSkim)
