@@ -18,7 +18,7 @@ def _tail_text(result) -> str:
 
 
 def gate_status(code: int) -> str:
-    return {0: "passed", 1: "failed", 2: "policy_error", 125: "cage_error"}.get(code, "failed")
+    return {0: "passed", 1: "failed", 2: "policy_error", 125: "cage_error", 130: "interrupted"}.get(code, "failed")
 
 
 # --- table -----------------------------------------------------------------------------

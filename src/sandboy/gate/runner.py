@@ -10,6 +10,7 @@ for the reports. Killing the tree at the end or at the timeout is the cage's sup
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import time
@@ -25,6 +26,7 @@ MAX_LINE = 16 * 1024        # a longer line is cut into pieces, so memory stays 
 # outcome of the cage -> status in every report; nothing but "exited 0" reads as passed
 STATUSES = ("passed", "failed", "timed_out", "killed", "cage_error", "policy_error", "not_run")
 _FAILING = ("failed", "timed_out", "killed")
+EXIT_INTERRUPTED = 130  # ^C or SIGTERM stopped the gate: the shell's convention for SIGINT
 
 
 class StepResult:
@@ -110,10 +112,12 @@ class GateResult:
         self.steps = steps
         self.started = started
         self.duration = duration
-        self.interrupted = False  # the operator stopped the gate during a step
+        self.interrupted = False  # the operator stopped the gate (^C, SIGTERM)
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         if any(s.status == "policy_error" for s in self.steps):
             return EXIT_USAGE
         if any(s.failed_gate and s.status == "cage_error" for s in self.steps):
@@ -254,16 +258,36 @@ class _Stream:
             self.pending = b""
 
 
+class Interrupted(Exception):
+    """The operator stopped the gate while it was preparing a step (no process of it running)."""
+
+
 class StopRequest:
-    """^C and SIGTERM as a flag plus a wake-up byte, never as an exception.
+    """^C and SIGTERM as a flag plus a wake-up byte; an exception only inside `preparing()`.
 
     An exception raised wherever the signal lands — a second ^C halfway through killing a
     step's tree, say — unwound the gate and left hundreds of the step's processes behind
-    (re-parented to init once the gate exited). A flag is acted on at one place: the pump."""
+    (re-parented to init once the gate exited). So while a step runs, the flag is acted on at
+    one place: the pump. While a step is being prepared (its policy met, its cage built: a
+    glob in a hostile working copy can make that long) no process of it exists, and the flag
+    alone was never looked at: `timeout 120 sandboy gate` ran 11 minutes. There the handler
+    raises Interrupted, so the gate stops within a second whatever the preparation is doing."""
 
     def __init__(self):
         self.requested = False
+        self._preparing = False
         self.fd, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    @contextlib.contextmanager
+    def preparing(self):
+        """A section with no process of the step alive: a stop request raises Interrupted."""
+        if self.requested:
+            raise Interrupted()
+        self._preparing = True
+        try:
+            yield
+        finally:
+            self._preparing = False
 
     def install(self) -> None:
         """Take over SIGINT and SIGTERM for this process (the CLI does; a library caller may not)."""
@@ -275,6 +299,9 @@ class StopRequest:
 
     def _on_signal(self, signum, frame) -> None:
         self.requested = True
+        if self._preparing:
+            self._preparing = False  # once: the unwinding itself is not interrupted again
+            raise Interrupted()
 
     def drain(self) -> None:
         try:
@@ -409,7 +436,10 @@ class GateRun:
             if halted:
                 continue
             try:
-                policy, narrowings = step_policy(step, self.ceiling, self.gate.repo, gate_dir)
+                with self.stop.preparing():
+                    policy, narrowings = step_policy(step, self.ceiling, self.gate.repo, gate_dir)
+            except Interrupted:
+                return True
             except PolicyError as exc:  # e.g. a path the meet cannot resolve; nothing of this step ran
                 result.refuse("policy_error", str(exc))
                 self.console.step_end(result)
@@ -417,7 +447,11 @@ class GateRun:
             result.narrowings = narrowings
             result.policy = policy.to_toml_dict()
             self.console.step_start(result, len(self.results))
-            interrupted = self.run_step(step, result, policy)
+            try:
+                interrupted = self.run_step(step, result, policy)
+            except Interrupted:  # while its cage was built: nothing of it ran
+                result.refuse("not_run", "interrupted before it started")
+                interrupted = True
             self.console.step_end(result)
             if interrupted:
                 return True
@@ -453,7 +487,8 @@ class GateRun:
 
                     relay = Relay(tty=True, tee=stream.record)
                     stdio, ctty = relay.stdio, relay.ctty
-                cage, owned = self.cages.get(policy)
+                with self.stop.preparing():
+                    cage, owned = self.cages.get(policy)
                 # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
                 # of a step outlives it, including ones that called setsid, and a supervisor process
                 # per step would cost ≈ 2.5 ms (docs/performance.md).

@@ -1,0 +1,119 @@
+"""A hostile working copy against the gate's preparation of a step (issue 8, item 1).
+
+Deny globs are matched against the working copy at launch. Eight symlinks `a…h -> .` and a
+pattern of `*` components made the walk exponential (11 minutes at depth 12), before any step
+deadline, and SIGTERM / ^C were not looked at while a cage was built. Checked from the outside:
+the gate's wall time, its exit code and its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sandboy.confine import landlock
+from sandboy.errors import CageError
+
+from gatekit import by_name, make_repo, run_json
+
+# The step policy keeps what a shell needs; the deny patterns are the attack.
+POLICY = """
+[policy.p]
+version = 1
+fs.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "."]
+fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+fs.deny = [{denies}]
+"""
+
+
+def _gate(denies: list[str], run: str = "echo ran") -> str:
+    quoted = ", ".join(json.dumps(d) for d in denies)
+    return f"""
+        [[step]]
+        name = "deny"
+        run = "{run}"
+        policy = "p"
+    """ + POLICY.format(denies=quoted)
+
+
+def test_globs_never_follow_symlinks(tmp_path, fake_home):
+    repo = make_repo(tmp_path, _gate(["{repo}/" + "*/" * 12 + "nothing", "{repo}/**/*.pem"]))
+    for name in "abcdefgh":
+        os.symlink(".", repo / name)
+    (repo / "real").mkdir()
+    (repo / "real" / "key.pem").write_text("k")
+    started = time.monotonic()
+    proc, report = run_json(repo, tmp_path, home=fake_home, timeout=60)
+    assert time.monotonic() - started < 10, "the glob walk followed the symlinks"
+    step = by_name(report)["deny"]
+    assert step["status"] == "passed", proc.stdout + proc.stderr
+    # the real file is still denied (matched through its real directory, never through a link)
+    assert str(repo / "real" / "key.pem") in step["enforced"]["landlock"]["fs_denied"]
+
+
+def _big_dir(path, n: int) -> None:
+    path.mkdir()
+    (path / "f").write_text("")
+    for i in range(n):
+        os.link(path / "f", path / f"l{i}")
+
+
+def test_glob_entry_bound_names_the_pattern(tmp_path):
+    _big_dir(tmp_path / "big", 3000)
+    pattern = f"{tmp_path}/*/*x*"
+    with pytest.raises(CageError, match=r"fs\.deny: the glob .*\*/\*x\*.* more than 1,000 directory entries"):
+        landlock.expand_denies([pattern], print, landlock.GlobBudget(max_entries=1000))
+    # the twin: within the bound the same pattern matches
+    assert landlock.expand_denies([f"{tmp_path}/big/l1*"], print, landlock.GlobBudget(max_entries=5000))
+
+
+def test_glob_time_bound_names_the_pattern(tmp_path):
+    _big_dir(tmp_path / "big", 20_000)
+    patterns = [f"{tmp_path}/big/*q{i}*" for i in range(1000)]
+    started = time.monotonic()
+    with pytest.raises(CageError, match=r"fs\.deny: matching the glob .*\*q\d+\*.* took more than 0\.3 s"):
+        landlock.expand_denies(patterns, print, landlock.GlobBudget(seconds=0.3))
+    assert time.monotonic() - started < 2
+
+
+@pytest.fixture
+def slow_build_repo(tmp_path):
+    """A step whose cage takes longer to build than the test waits: many deny globs over a
+    directory of 50,000 entries (hard links: cheap to make)."""
+    repo = make_repo(tmp_path, _gate([f"{{repo}}/big/*q{i}*" for i in range(400)]))
+    _big_dir(repo / "big", 50_000)
+    return repo
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_during_cage_build_ends_the_gate_within_a_second(slow_build_repo, tmp_path, fake_home, sig):
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(slow_build_repo), "--json", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, HOME=str(fake_home)))
+    try:
+        line = proc.stdout.readline()
+        while line and not line.startswith("== step 1/1"):
+            line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        time.sleep(1.0)  # well inside the build (it takes many seconds)
+        assert proc.poll() is None, "the build finished before the signal: the test proves nothing"
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        stopped = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = proc.stdout.read()
+    assert stopped < 1.0, f"the gate took {stopped:.2f} s to stop"
+    assert proc.returncode == 130, out
+    data = json.loads(report.read_text())
+    assert data["status"] == "interrupted" and data["exit_code"] == 130
+    assert by_name(data)["deny"]["status"] == "not_run"
