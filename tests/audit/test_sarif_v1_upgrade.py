@@ -398,3 +398,18 @@ def test_every_sample_round_trips(built, path):
 def test_the_repository_has_real_v1_logs_of_several_producers():
     v1 = [p for p in repository_sarif_samples() if sarif.parse_json(p.read_text("utf-8"))["version"] == "1.0.0"]
     assert len(v1) >= 9 and any(p.read_bytes().startswith(b"\xef\xbb\xbf") for p in v1)  # one has a BOM (BinSkim)
+
+
+def test_guest_and_host_agree_on_uri_references(upgrade):
+    """The guest (sarif_v1.py) and the host (sandboy.audit.sarif) each carry the RFC 3986 grammar."""
+    sys.path.insert(0, str(ADAPTERS / "passthrough"))
+    try:
+        import sarif_v1
+    finally:
+        sys.path.remove(str(ADAPTERS / "passthrough"))
+    table = ["src/a.py", "file:///C:/a%20b/c.cs", "http://[::1]:8080/x?y#z", "", "../a/b.c", "a:b/c", "#frag",
+             "//host/share/f", "urn:x:y", "#SRCROOT#file.txt", "a b.c", "C:\\a\\b.c", "100%.c", "x#a#b", "1a:b",
+             "a[1].c", "http://exa mple/", "%zz", "file://c:/a.zip#/f.txt", "mailto:a@b.c", "?q=1", "a/b:c"]
+    assert [sarif_v1.is_uri_reference(u) for u in table] == [sarif.is_uri_reference(u) for u in table]
+    for u in table:
+        assert sarif.is_uri_reference(sarif_v1.uri_reference(u)), u
