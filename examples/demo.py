@@ -109,9 +109,13 @@ def gate_demo(home: str) -> int:
     if not os.path.isdir(repo):
         print("(examples/gate-demo is missing)")
         return 1
+    # Checked out under the (throwaway) home, as a developer's repository would be: the hostile
+    # steps look for the key there (a step's own HOME is a private, empty directory).
+    checkout = os.path.join(home, "src", "gate-demo")
+    shutil.copytree(repo, checkout)
     env = dict(os.environ, HOME=home)
-    print(f"$ sandboy gate {os.path.relpath(repo)}", flush=True)
-    return subprocess.run([SANDBOY, "gate", repo], env=env).returncode
+    print(f"$ sandboy gate {os.path.relpath(repo)}   # a copy in the throwaway home", flush=True)
+    return subprocess.run([SANDBOY, "gate", checkout], env=env).returncode
 
 
 def main() -> int:

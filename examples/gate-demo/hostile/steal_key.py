@@ -2,9 +2,9 @@
 
 import os
 
-from _attempt import attempt, finish
+from _attempt import attempt, finish, operator_home
 
-home = os.environ.get("HOME", "/root")
+home = operator_home()
 key = os.path.join(home, ".ssh", "id_ed25519")
 print(f"key file exists: {os.path.exists(key)} ({key})", flush=True)
 attempt("read /etc/shadow", lambda: open("/etc/shadow").read()[:40])

@@ -2,7 +2,7 @@
 
 import os
 
-from _attempt import attempt, finish
+from _attempt import attempt, finish, operator_home
 
 
 def write(path: str):
@@ -11,7 +11,7 @@ def write(path: str):
     return f"wrote {path}"
 
 
-home = os.environ.get("HOME", "/root")
+home = operator_home()
 for target in (os.path.join(home, ".bashrc"), "/etc/cron.d/gate-demo", "/tmp/gate-demo-pwned",
                os.path.join(os.path.dirname(os.getcwd()), "gate-demo-pwned")):
     attempt(f"write {target}", lambda t=target: write(t))

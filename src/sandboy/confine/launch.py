@@ -24,6 +24,7 @@ with `limits.processes` as root all of them sit in a pids cgroup. Nothing outliv
 """
 
 import _signal as signal  # the C module: `signal` imports enum (≈ 6 ms of start-up)
+import errno
 import os
 import sys
 import time
@@ -121,6 +122,8 @@ def exec_confined(argv, cage, on_applied=None):
     from sandboy.confine import _libc
     from sandboy.confine.terminal import enter_own_session
 
+    from sandboy.confine import explain  # imported now: inside the cage it may not be readable
+
     paths, args, envp = cage.exec_args(argv)
     try:
         enter_own_session()
@@ -132,7 +135,8 @@ def exec_confined(argv, cage, on_applied=None):
     try:
         _libc.exec_first(paths, args, envp)
     except OSError as exc:
-        sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}\n")
+        reason = explain.not_executable(argv[0], cage) if exc.errno == errno.EACCES else ""
+        sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}" + (f": {reason}" if reason else "") + "\n")
         return _libc.exit_code_for_exec_error(exc.errno)
 
 
@@ -234,7 +238,12 @@ def _child_message(argv, cage, stdio, data: bytes, first=()) -> str:
     index, err = report
     if index >= 0:
         return "cage:" + cage.describe_failure(index, err, stdio, first)
-    return f"exec:{_libc.exit_code_for_exec_error(err)}:{argv[0]}: {os.strerror(err)}"
+    reason = ""
+    if err == errno.EACCES:
+        from sandboy.confine import explain
+
+        reason = explain.not_executable(argv[0], cage)
+    return f"exec:{_libc.exit_code_for_exec_error(err)}:{argv[0]}: {os.strerror(err)}" + (f": {reason}" if reason else "")
 
 
 def _result_from(status: int, child_message: str, outcome) -> RunResult:

@@ -239,18 +239,40 @@ def validate(data, source: str = "<policy>") -> dict:
         raise PolicyError(source, "version", f"expected 1, got {data['version']!r}")
     fields = {}
     for key, value in data.items():
-        if key == "version":
+        if key in ("version", "include"):
             continue
         parser = _SECTION_PARSERS.get(key)
         if parser is None:
             import difflib
 
-            known = ["version", *_SECTION_PARSERS]
+            known = ["version", "include", *_SECTION_PARSERS]
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
             raise PolicyError(source, _keyname(key), f"unknown key ({hint}expected one of: {', '.join(known)})")
         fields[key] = parser(source, value)
+    if "include" in data:
+        _include(source, data["include"], fields)
     return fields
+
+
+def _include(src: str, value, fields: dict) -> None:
+    """`include = ["system", "python"]`: the presets' file rules go in front of the policy's own
+    (policy/presets.py resolves them on this machine)."""
+    from sandboy.policy import presets
+
+    names = _str_list(src, "include", value)
+    for name in names:
+        if name not in presets.PRESETS:
+            import difflib
+
+            near = difflib.get_close_matches(name, presets.PRESETS, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise PolicyError(src, "include", f"unknown preset {name!r} ({hint}expected some of: "
+                                              f"{', '.join(presets.PRESETS)})")
+    added = presets.expand(names)
+    fs = fields.setdefault("fs", {})
+    for kind, paths in added.items():
+        fs[kind] = tuple(dict.fromkeys((*paths, *fs.get(kind, ()))))
 
 
 # --- files and the parse cache --------------------------------------------------------

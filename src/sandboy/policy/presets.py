@@ -1,0 +1,192 @@
+"""Built-in presets a policy can include: `include = ["system", "python"]`.
+
+A preset is a set of file rules (`fs.read`, `fs.exec`, `fs.deny`) that a common kind of job
+needs, resolved on THIS machine when the policy is loaded: `python` finds the interpreters on
+`PATH`, follows their symlinks (a venv's `python` points into pyenv, /usr or /opt), and reads the
+venv's `pyvenv.cfg` to find the base interpreter and its standard library. Without that, a venv's
+`python` dies with `Permission denied` (its symlink target is not in `fs.exec`) or with
+`No module named 'encodings'` (the stdlib is not in `fs.read`).
+
+A preset only grants reading and executing: writing, the network and limits stay explicit in the
+policy. The preset's paths are added in front of the policy's own lists; `fs.deny` still wins.
+`sandboy run --dry-run` shows the result. Only paths that exist here are added.
+"""
+
+import os
+import sys
+
+# Host secrets under /etc that `system` (and the gate's built-in ceiling) never grant. The cage
+# expands a deny inside a granted directory into grants for its siblings.
+ETC_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",      # TLS private keys
+    "/etc/krb5.keytab",      # Kerberos host keys
+    "/etc/libvirt/secrets",
+    "/etc/NetworkManager/system-connections",  # Wi-Fi and VPN passwords
+)
+
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev", "/opt")
+SYSTEM_EXEC = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/lib", "/lib", "/lib64",
+               "/usr/libexec")
+
+
+class Rules:
+    """Paths gathered by a preset, in order, without duplicates."""
+
+    __slots__ = ("read", "exec", "deny")
+
+    def __init__(self):
+        self.read, self.exec, self.deny = [], [], []
+
+    def add(self, kind: str, path: str) -> None:
+        items = getattr(self, kind)
+        if path and path not in items and (path.startswith("{") or os.path.exists(path)):
+            items.append(path)
+
+
+def which_all(name: str, path_var: str | None) -> list[str]:
+    """Every `name` on PATH, in order (not only the first: a later one may be what a shell runs
+    once the first is refused)."""
+    found = []
+    for directory in (path_var or "").split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def symlink_chain(path: str) -> list[str]:
+    """`path` and every path its symlinks lead to, up to the final file."""
+    chain = [os.path.abspath(path)]
+    for _ in range(40):
+        current = chain[-1]
+        if not os.path.islink(current):
+            break
+        target = os.readlink(current)
+        chain.append(os.path.normpath(os.path.join(os.path.dirname(current), target)))
+    real = os.path.realpath(path)
+    if real not in chain:
+        chain.append(real)
+    return chain
+
+
+def _add_program(rules: Rules, path: str, read_prefix: bool) -> None:
+    """Execute rights for `path`, each symlink hop's directory and the real file's directory;
+    with `read_prefix`, read rights for the installation it lives in (bin/..)."""
+    parts = os.path.abspath(path).split(os.sep)
+    if "shims" in parts and ".pyenv" in parts:
+        # A pyenv shim is a script that runs $PYENV_ROOT/libexec/pyenv, which picks a version
+        # from files under the root: the whole (read-only) root is what it needs.
+        root = os.sep.join(parts[: parts.index(".pyenv") + 1])
+        rules.add("read", root)
+        for sub in ("bin", "libexec", "shims", "plugins", "versions"):
+            rules.add("exec", os.path.join(root, sub))
+    for hop in symlink_chain(path):
+        rules.add("exec", os.path.dirname(hop))
+        rules.add("read", os.path.dirname(hop))
+    if read_prefix:
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(path)))
+        if prefix != "/":
+            rules.add("read", prefix)
+
+
+def _venv_home(venv: str) -> str | None:
+    """The base interpreter's bin directory from a venv's pyvenv.cfg (`home = ...`)."""
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition("=")
+                if key.strip() == "home":
+                    return value.strip()
+    except OSError:
+        return None
+    return None
+
+
+def _add_venv(rules: Rules, venv: str) -> None:
+    rules.add("read", venv)
+    rules.add("exec", os.path.join(venv, "bin"))
+    for python in ("python3", "python"):
+        candidate = os.path.join(venv, "bin", python)
+        if os.path.exists(candidate):
+            _add_program(rules, candidate, read_prefix=True)
+    home = _venv_home(venv)
+    if home:
+        rules.add("exec", home)
+        rules.add("read", os.path.dirname(home.rstrip("/")))
+
+
+def system(environ) -> Rules:
+    rules = Rules()
+    for path in SYSTEM_READ:
+        rules.add("read", path)
+    for path in SYSTEM_EXEC:
+        rules.add("exec", path)
+    for path in ETC_SECRETS:
+        rules.add("deny", path)
+    return rules
+
+
+def python(environ) -> Rules:
+    """The interpreters on PATH (and their symlink targets and installation), the active venv
+    ($VIRTUAL_ENV), a `.venv` in the current directory, and the interpreter running Sandboy."""
+    rules = Rules()
+    for name in ("python3", "python"):
+        for path in which_all(name, environ.get("PATH")):
+            _add_program(rules, path, read_prefix=True)
+    venv = environ.get("VIRTUAL_ENV")
+    if venv and os.path.isdir(venv):
+        _add_venv(rules, venv)
+    if os.path.isfile(os.path.join(os.getcwd(), ".venv", "pyvenv.cfg")):
+        _add_venv(rules, os.path.join(os.getcwd(), ".venv"))
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        rules.add("read", prefix)
+        rules.add("exec", os.path.join(prefix, "bin"))
+    _add_program(rules, sys.executable, read_prefix=True)
+    return rules
+
+
+def git(environ) -> Rules:
+    rules = Rules()
+    for path in which_all("git", environ.get("PATH"))[:1]:
+        _add_program(rules, path, read_prefix=False)
+    for path in ("/usr/lib/git-core", "/usr/libexec/git-core"):
+        rules.add("exec", path)
+        rules.add("read", path)
+    for path in ("/usr/share/git-core", "/etc/gitconfig", "/usr/share/perl", "/usr/share/perl5"):
+        rules.add("read", path)
+    return rules
+
+
+def node(environ) -> Rules:
+    """`node`, `npm` and `npx` on PATH, their symlink targets and installation (an nvm or
+    /usr/local prefix holds npm in lib/node_modules)."""
+    rules = Rules()
+    for name in ("node", "npm", "npx"):
+        for path in which_all(name, environ.get("PATH"))[:1]:
+            _add_program(rules, path, read_prefix=True)
+    for path in ("/usr/share/nodejs", "/usr/lib/nodejs", "/usr/share/node_modules"):
+        rules.add("read", path)
+    return rules
+
+
+PRESETS = {"system": system, "python": python, "git": git, "node": node}
+
+
+def expand(names, environ=None) -> dict:
+    """{"read": [...], "exec": [...], "deny": [...]} for the named presets, in order."""
+    environ = os.environ if environ is None else environ
+    total = Rules()
+    for name in names:
+        rules = PRESETS[name](environ)
+        for kind in ("read", "exec", "deny"):
+            for path in getattr(rules, kind):
+                total.add(kind, path)
+    return {"read": total.read, "exec": total.exec, "deny": total.deny}
