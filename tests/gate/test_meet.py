@@ -212,3 +212,34 @@ def test_meet_never_widens_random_policies():
         assert not any(inside(p, ["/etc/shadow"]) for p in (*policy.fs.read, *policy.fs.write))
 
     check()
+
+
+def test_protections_only_add_up():
+    """A step may protect more than the ceiling, never less (fs.protect is a union)."""
+    ceiling = {"fs": {"read": ["."], "write": ["."], "protect": [".envrc"]}}
+    policy, texts = _meet({"fs": {"write": ["."], "protect": ["Makefile"]}}, ceiling)
+    assert policy.fs.protect == (f"{REPO}/.envrc", f"{REPO}/Makefile") and texts == []
+    policy, _ = _meet({"fs": {"write": ["."]}}, ceiling)  # a step that names none keeps the ceiling's
+    assert policy.fs.protect == (f"{REPO}/.envrc",)
+
+
+def test_step_cannot_turn_off_the_ceilings_protect_defaults():
+    ceiling = {"fs": {"read": ["."], "write": ["."]}}  # protect_defaults on by default
+    policy, texts = _meet({"fs": {"write": ["."], "protect_defaults": False}}, ceiling)
+    assert policy.fs.protect_defaults is True
+    assert any("protect_defaults" in t for t in texts)
+    # a ceiling that turned them off lets a step turn them back on, not the reverse
+    off = {"fs": {"read": ["."], "write": ["."], "protect_defaults": False}}
+    assert _meet({"fs": {"write": ["."]}}, off)[0].fs.protect_defaults is True
+    assert _meet({"fs": {"write": ["."], "protect_defaults": False}}, off)[0].fs.protect_defaults is False
+
+
+def test_write_on_a_protected_path_is_reported():
+    ceiling = {"fs": {"read": ["."], "write": ["."], "protect": ["conf"]}}
+    policy, texts = _meet({"fs": {"write": ["conf/app.ini"]}}, ceiling)
+    assert any("protects" in t and "conf" in t for t in texts)
+    assert f"{REPO}/conf" in policy.fs.protect  # the cage keeps it read-only
+
+
+def test_builtin_ceiling_keeps_protect_defaults():
+    assert ceilings.builtin().fs.protect_defaults is True

@@ -164,3 +164,24 @@ def test_hostile_toml_is_a_quick_policy_error(tmp_path, text, fragment):
         _load_text(tmp_path, text)
     assert fragment in str(info.value)
     assert time.monotonic() - started < 2
+
+
+def test_fs_protect_and_protect_defaults(tmp_path):
+    policy = _load_text(tmp_path, "version = 1\n")
+    assert policy.fs.protect == () and policy.fs.protect_defaults is True  # on unless turned off
+    policy = _load_text(tmp_path, "version = 1\n[fs]\nprotect = [\"{repo}/.envrc\"]\nprotect_defaults = false\n")
+    assert policy.fs.protect == ("{repo}/.envrc",) and policy.fs.protect_defaults is False
+    assert Policy.from_mapping(policy.to_toml_dict(), policy.source) == policy
+
+
+@pytest.mark.parametrize("text, key, fragment", [
+    ("version = 1\n[fs]\nprotect = [\"**/.bashrc\"]", "fs.protect[0]", "literal paths, not globs"),
+    ("version = 1\n[fs]\nprotect = [\"{nope}/x\"]", "fs.protect[0]", "unknown placeholder"),
+    ("version = 1\n[fs]\nprotect = \".git\"", "fs.protect", "expected a list of strings"),
+    ("version = 1\n[fs]\nprotect_defaults = \"no\"", "fs.protect_defaults", "true or false"),
+    ("version = 1\n[fs]\nprotect_default = false", "fs.protect_default", "did you mean 'protect_defaults'"),
+])
+def test_fs_protect_errors_name_the_key(tmp_path, text, key, fragment):
+    with pytest.raises(PolicyError) as info:
+        _load_text(tmp_path, text)
+    assert info.value.key == key and fragment in str(info.value)

@@ -20,7 +20,7 @@ class Cage:
     the Landlock ruleset fd they share, the plan that applies them, an environment and a report
     of what is enforced and what degraded."""
 
-    def __init__(self, policy, ctx, abi, compiled: dict, ruleset, warnings):
+    def __init__(self, policy, ctx, abi, compiled: dict, ruleset, warnings, protected=()):
         self.policy = policy
         self.ctx = ctx
         self.compiled = compiled
@@ -28,6 +28,9 @@ class Cage:
         self.env = compiled["environment"].outputs["env"]
         self.degraded = [d for c in compiled.values() for d in c.degraded]
         self.warnings = warnings
+        # Protected paths (realpaths, existing, inside a write root): what a mount namespace
+        # binds read-only; see confine.protected.
+        self.protected = tuple(protected)
         landlock_entry = {"abi": abi, **compiled["landlock.fs"].enforced, **compiled["landlock.net"].enforced}
         self.enforced = {"landlock": landlock_entry, "seccomp": compiled["seccomp"].enforced}
         for name in ("namespaces", "hygiene", "environment", "egress"):
@@ -156,7 +159,7 @@ def _build(policy, ctx, abi, environ) -> Cage:
                                          net["connect_ports"], net["bind_ports"], net["scoped"], warnings.append)
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
-    cage = Cage(policy, ctx, abi, compiled, ruleset, warnings)
+    cage = Cage(policy, ctx, abi, compiled, ruleset, warnings, job.protected)
     if fs["reusable"] and "egress" not in compiled:  # an egress cage holds a per-run port
         cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]))
         cage.fingerprint = _fingerprint(fs["inputs"], fs["split_dirs"])

@@ -58,6 +58,7 @@ EXEC = READ | EXECUTE
 WRITE = (READ | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SOCK
          | MAKE_FIFO | MAKE_SYM | REFER | TRUNCATE | IOCTL_DEV)
 
+READ_ONLY = READ | EXECUTE  # what a protected path keeps of the grant that covers it
 RIGHT_NAMES = {"read": READ, "exec": EXEC, "write": WRITE}
 
 # Devices every program expects; granting them opens nothing secret.
@@ -202,12 +203,14 @@ def expand_denies(denies, warn, budget=None) -> list[str]:
     return out
 
 
-def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None) -> list[tuple[str, int]]:
-    """Split grants around denied paths.
+def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None, protects=()) -> list[tuple[str, int]]:
+    """Split grants around denied and protected paths.
 
     Landlock can only grant, so a deny inside a granted directory becomes grants for each
     sibling on the way down to it; only directories that contain a denied path are split.
-    A grant at or under a denied path is dropped (deny wins). `split_dirs`, if given, receives
+    A grant at or under a denied path is dropped (deny wins). A protected path is split out
+    the same way and then granted only the read part (READ_FILE, READ_DIR, EXECUTE) of what
+    covered it; a grant at or under it is cut to that too. `split_dirs`, if given, receives
     the directories that were split (their listing decided the rules).
     """
     rules: dict[str, int] = {}
@@ -220,7 +223,12 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None)
     def split(path: str, rights: int) -> None:
         if any(is_within(path, d) for d in denies):
             return
-        inside = [d for d in denies if is_within(d, path)]
+        if any(is_within(path, p) for p in protects):
+            add(path, rights & READ_ONLY)
+            return
+        # A grant that can only read needs no split around a protected path (nothing to take away)
+        cut_points = [*denies, *protects] if rights & ~READ_ONLY else denies
+        inside = [d for d in cut_points if is_within(d, path)]
         if not inside:
             add(path, rights)
             return

@@ -96,7 +96,7 @@ class Job:
     """What every compiler may read: the policy (as written and resolved), the run's context,
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
-    __slots__ = ("policy", "resolved", "ctx", "abi", "environ")
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "_protected")
 
     def __init__(self, policy, resolved, ctx, abi, environ):
         self.policy = policy
@@ -104,6 +104,24 @@ class Job:
         self.ctx = ctx
         self.abi = abi
         self.environ = environ
+        self._protected = None
+
+    def protected_by_origin(self) -> tuple:
+        """(from_defaults, from_policy): realpaths of the protected paths that exist now inside
+        a write root (`confine.protected`); resolved once per job."""
+        if self._protected is None:
+            from sandboy.confine.protected import resolve_protected
+
+            fs = self.resolved.fs
+            self._protected = resolve_protected(fs.write, fs.protect, fs.protect_defaults)
+        return self._protected
+
+    @property
+    def protected(self) -> tuple:
+        """Every protected path (realpaths, each a file or a directory that exists inside a
+        write root): what a mount namespace binds read-only."""
+        from_defaults, from_policy = self.protected_by_origin()
+        return (*from_defaults, *from_policy)
 
     @property
     def strict(self) -> bool:
@@ -163,10 +181,11 @@ FS_RIGHT_NAMES = {name.lower(): getattr(landlock, name) for name in (
     "TRUNCATE", "IOCTL_DEV")}
 
 
-def compile_landlock_fs(job, cache=None) -> Compiled:
-    """Filesystem rules: the policy's grants split around its denies, for this ABI. Outputs:
-    `rules` [(path, rights)], `handled_fs`, and what the rules depend on for cage reuse
-    (`inputs`, `split_dirs`, `reusable`)."""
+def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
+    """Filesystem rules: the policy's grants split around its denies (and, unless a mount
+    namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
+    [(path, rights)], `handled_fs`, and what the rules depend on for cage reuse (`inputs`,
+    `split_dirs`, `reusable`)."""
     fs, source = job.resolved.fs, job.policy.source
     warnings: list[str] = []
     degraded: list[str] = []
@@ -198,8 +217,25 @@ def compile_landlock_fs(job, cache=None) -> Compiled:
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
     denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
+    for path in fs.protect:
+        if not os.path.lexists(path):
+            if job.strict:
+                raise PolicyError(source, "fs.protect", f"{path} does not exist, so a step could create it "
+                                  "(compat.landlock = \"strict\")")
+            warnings.append(f"fs.protect: {path} does not exist; a step may create it")
+    from_defaults, from_policy = job.protected_by_origin()
+    if protected_by_mount:
+        protects, protected_by = (), "mount namespace (read-only binds)"
+    else:
+        # Landlock grants only, so a protected path is split out like a deny, and its parent
+        # directories lose new entries. For the defaults that would stop git (index.lock is
+        # made in .git itself), so without a mount namespace they are reported, not split.
+        protects, protected_by = tuple(from_policy), "landlock (read-only rules)"
+        if from_defaults:
+            degraded.append("fs.protect_defaults: without a mount namespace these stay writable: "
+                            + ", ".join(from_defaults))
     split_dirs: list[str] = []
-    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs)
+    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects)
 
     handled_fs = fs_rights_for(job.abi)
     for row in PROTECTIONS:
@@ -209,12 +245,21 @@ def compile_landlock_fs(job, cache=None) -> Compiled:
     enforced = {
         "fs_rules": [[path, _names(rights & handled_fs, FS_RIGHT_NAMES)] for path, rights in rules],
         "fs_denied": denies,
+        "fs_protected": list(job.protected) if protected_by_mount else list(protects),
+        "fs_protected_by": protected_by,
     }
     return Compiled(
         "landlock.fs", (), enforced, degraded, warnings,
         rules=rules, handled_fs=handled_fs,
-        inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS),
+        inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
+                *protected_candidates(fs)),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
+
+
+def protected_candidates(fs) -> list:
+    from sandboy.confine.protected import candidates
+
+    return candidates(fs.write, fs.protect, fs.protect_defaults)
 
 
 def _inet_asked(net) -> bool:
@@ -317,7 +362,11 @@ def compile_all(job) -> dict:
         # proxy's port) and adds the proxy's variables to the environment.
         egress = compile_egress(job)
         job.resolved = job.resolved.replace(net=egress.outputs["net"])
-    for compiled in (compile_namespaces(job), compile_hygiene(job), compile_landlock_fs(job),
+    namespaces = compile_namespaces(job)
+    # A mount namespace that binds `job.protected` read-only says so in its outputs; the
+    # Landlock compiler then leaves those paths to it (no split, nothing degraded).
+    protected_by_mount = bool(namespaces.outputs.get("binds_protected"))
+    for compiled in (namespaces, compile_hygiene(job), compile_landlock_fs(job, protected_by_mount=protected_by_mount),
                      compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
         out[compiled.name] = compiled
     if egress is not None:

@@ -158,9 +158,23 @@ def _table(src: str, key: str, value, known: tuple) -> dict:
     return value
 
 
+def _protected_path(src: str, key: str, value: str) -> None:
+    _path(src, key, value)
+    if any(ch in value for ch in "*?["):
+        # A protected path is bound read-only / split at launch; a pattern would protect
+        # nothing a step creates later, so only literal paths are accepted.
+        raise PolicyError(src, key, f"{value!r}: fs.protect takes literal paths, not globs")
+
+
 def _fs(src, value) -> dict:
-    t = _table(src, "fs", value, ("read", "exec", "write", "deny"))
-    return {k: _str_list(src, f"fs.{k}", v, _path) for k, v in t.items()}
+    t = _table(src, "fs", value, ("read", "exec", "write", "deny", "protect", "protect_defaults"))
+    out = {}
+    for k, v in t.items():
+        if k == "protect_defaults":
+            out[k] = _bool(src, "fs.protect_defaults", v)
+        else:
+            out[k] = _str_list(src, f"fs.{k}", v, _protected_path if k == "protect" else _path)
+    return out
 
 
 def _net(src, value) -> dict:

@@ -119,7 +119,22 @@ def _meet_fs(step: FsRules, ceiling: FsRules, out: list) -> FsRules:
                 paths.remove(path)
                 out.append(Narrowing("fs", right, path, f"asked to {right} {path}; the ceiling denies {hit}"))
     deny = tuple(dict.fromkeys((*ceiling.deny, *step.deny)))
-    return FsRules(read=tuple(result["read"]), exec=tuple(result["exec"]), write=tuple(result["write"]), deny=deny)
+
+    # Protections only add up: a step may protect more, never less than the ceiling. A write
+    # grant on a protected path stays in the result (the cage makes the path read-only) and
+    # is reported, so the step's author sees why writes there fail.
+    protect = tuple(dict.fromkeys((*ceiling.protect, *step.protect)))
+    protected = [_real(p) for p in ceiling.protect]
+    for path in result["write"]:
+        hit = next((p for p in protected if _within(path, p)), None)
+        if hit is not None:
+            out.append(Narrowing("fs", "write", path, f"asked to write {path}; the ceiling protects {hit} "
+                                 "(read-only)"))
+    if ceiling.protect_defaults and not step.protect_defaults:
+        out.append(Narrowing("fs", "protect_defaults", False, "asked to turn off fs.protect_defaults; the ceiling "
+                             "protects the default paths (.git/config, .git/hooks, start-up files)"))
+    return FsRules(read=tuple(result["read"]), exec=tuple(result["exec"]), write=tuple(result["write"]), deny=deny,
+                   protect=protect, protect_defaults=ceiling.protect_defaults or step.protect_defaults)
 
 
 # --- network -----------------------------------------------------------------------------

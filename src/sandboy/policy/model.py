@@ -46,10 +46,12 @@ class _Record:
 
 
 class FsRules(_Record):
-    """Paths as written (placeholders unresolved); `policy.resolve` makes them absolute."""
+    """Paths as written (placeholders unresolved); `policy.resolve` makes them absolute.
+    `protect`: readable, never writable, even inside a write root; `protect_defaults`: also
+    protect `policy.protected.DEFAULT_PROTECTED` in every write root (docs: README)."""
 
-    __slots__ = ("read", "exec", "write", "deny")
-    _defaults = {"read": (), "exec": (), "write": (), "deny": ()}
+    __slots__ = ("read", "exec", "write", "deny", "protect", "protect_defaults")
+    _defaults = {"read": (), "exec": (), "write": (), "deny": (), "protect": (), "protect_defaults": True}
 
 
 class NetRules(_Record):

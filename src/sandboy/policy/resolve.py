@@ -59,7 +59,7 @@ def is_glob(path: str) -> bool:
 def uses_tmp(policy) -> bool:
     fs = policy.fs
     values = (value for _, value in policy.env.set)
-    return any(TMP_TOKEN in p for p in (*fs.read, *fs.exec, *fs.write, *fs.deny, *values))
+    return any(TMP_TOKEN in p for p in (*fs.read, *fs.exec, *fs.write, *fs.deny, *fs.protect, *values))
 
 
 def expand_value(raw: str, ctx: Context) -> str:
@@ -85,5 +85,6 @@ def resolve(policy, ctx: Context):
                 out.append(p)
         return tuple(out)
 
-    new_fs = fs.replace(read=paths(fs.read), exec=paths(fs.exec), write=paths(fs.write), deny=paths(fs.deny))
+    new_fs = fs.replace(read=paths(fs.read), exec=paths(fs.exec), write=paths(fs.write), deny=paths(fs.deny),
+                        protect=paths(fs.protect))
     return policy.replace(fs=new_fs)

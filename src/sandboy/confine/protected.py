@@ -1,0 +1,77 @@
+"""Protected paths: readable, never writable, even inside a write root (issue #7, ADR 0009).
+
+A step that may write the repository could otherwise plant code for the host's next command:
+`core.fsmonitor` appended to `.git/config` ran as root on the operator's next `git status`, and
+a `.git/hooks/pre-commit` runs on their next commit. The same holds for the start-up files of a
+home directory granted for writing. `fs.protect` names more paths; `fs.protect_defaults = true`
+(the default) adds `DEFAULT_PROTECTED` in every write root where the path exists at launch.
+
+This module only decides WHICH paths are protected (realpaths, resolved at launch). How they are
+enforced is the cage's business: a read-only bind in the cage's mount namespace where there is
+one; otherwise Landlock read-only rules for `fs.protect` entries (their directories are split,
+as for `fs.deny`), while the defaults are reported degraded rather than split (splitting `.git`
+would stop git writing `index.lock`; see ADR 0009).
+"""
+
+import os
+
+from sandboy.policy.resolve import is_within
+
+# Relative to each write root. Each entry is something a host program reads and acts on by
+# itself, so a write there is code run outside the cage later. Kept to files/directories that
+# tools never need to modify during a build or test run.
+DEFAULT_PROTECTED = (
+    # git: local config (core.fsmonitor, core.hooksPath, aliases, filters run programs) and hooks
+    ".git/config",
+    ".git/hooks",
+    # shells, readline and editors started by the operator
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".config/fish",
+    ".inputrc", ".vimrc", ".config/nvim", ".emacs",
+    # login sessions: autostart entries, user units, X start-up, environment
+    ".config/autostart", ".config/systemd/user", ".xprofile", ".xinitrc", ".xsession", ".pam_environment",
+    # git and ssh: global config, keys, known_hosts, authorized_keys, ssh config (ProxyCommand)
+    ".gitconfig", ".config/git", ".ssh",
+    # package managers that fetch or run code by configuration (index URLs, yarnPath, wrappers)
+    ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".pip", ".config/pip", ".cargo/config", ".cargo/config.toml",
+    # credential helpers run as programs (credsStore, exec plugins, credential_process)
+    ".docker/config.json", ".kube/config", ".aws/config",
+    # GnuPG (gpg.conf, agent config naming programs)
+    ".gnupg",
+)
+
+
+def candidates(write_roots, explicit, defaults: bool) -> list[str]:
+    """Every path whose existence decides the protected set (for cage reuse: a rebuild would
+    protect one that appeared since)."""
+    out = list(explicit)
+    if defaults:
+        out += [os.path.join(root, name) for root in write_roots for name in DEFAULT_PROTECTED]
+    return out
+
+
+def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
+    """(from_defaults, from_policy): realpaths of the protected paths that exist now and lie
+    inside some write root (elsewhere nothing can write them anyway). `write_roots` and
+    `explicit` are resolved policy paths."""
+    roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
+
+    def inside_a_root(path: str):
+        if not os.path.lexists(path):
+            return None
+        real = os.path.realpath(path)
+        return real if any(is_within(real, root) for root in roots) else None
+
+    from_defaults: list[str] = []
+    if defaults:
+        for root in roots:
+            for name in DEFAULT_PROTECTED:
+                real = inside_a_root(os.path.join(root, name))
+                if real and real not in from_defaults:
+                    from_defaults.append(real)
+    from_policy = []
+    for path in explicit:
+        real = inside_a_root(path)
+        if real and real not in from_defaults and real not in from_policy:
+            from_policy.append(real)
+    return from_defaults, from_policy

@@ -1,0 +1,216 @@
+"""Protected paths (fs.protect, fs.protect_defaults): readable, never writable, even inside a
+write root — and git inside the cage still works (issue #7, ADR 0009).
+
+Every attack is checked from the host side (bytes, mode, mtime of the protected file). Where
+the cage has a mount namespace binding the protected paths read-only, the default set (.git/config,
+.git/hooks, start-up files) is enforced; where it has none, the default set cannot be enforced
+without stopping git (Landlock cannot keep `.git` open for new files and its config closed), so
+the cage must say so in `degraded` — both cases are tested, whichever this machine gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.needs_kernel
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _snapshot(path):
+    st = os.lstat(path)
+    data = open(path, "rb").read() if os.path.isfile(path) else sorted(os.listdir(path))
+    return data, st.st_mode, st.st_mtime_ns, st.st_ino
+
+
+def _git_policy(cage, **fs):
+    return cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
+                           "write": ["."], **fs},
+                       env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(cage.work), **GIT_ENV}})
+
+
+def _host_git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout
+
+
+def _report(cage, policy):
+    from sandboy import Policy
+    from sandboy.confine import cage as cagemod
+
+    built = cagemod.build(Policy.from_mapping(policy, "<test>"), cwd=str(cage.work))
+    try:
+        return built.report(), built.protected
+    finally:
+        built.close()
+
+
+# --- fs.protect: named paths ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_protected_file_inside_a_write_root_cannot_be_changed(cage, via):
+    (cage.work / "conf").mkdir()
+    target = cage.work / "conf" / "settings.ini"
+    target.write_text("safe = 1\n")
+    os.chmod(target, 0o644)
+    before = _snapshot(target)
+    policy = cage.policy(fs={"write": ["."], "protect": ["conf/settings.ini"]})
+    for attack in (["write", target], ["open-trunc", target], ["truncate", target], ["unlink", target],
+                   ["rename", target, cage.work / "moved"]):
+        # (metadata — chmod, chown — is not mediated by Landlock; a read-only mount stops it,
+        # which the namespace tier's own probes cover)
+        r = cage.run(*attack, policy=policy, via=via)
+        assert not r.ok, (attack, r)
+    assert _snapshot(target) == before and not (cage.work / "moved").exists()
+    # twin: the file is still readable, and its writable siblings and the rest of the root too
+    assert cage.run("read", target, policy=policy, via=via).out == "ok safe = 1"
+    (cage.work / "conf" / "other").write_text("")
+    assert cage.run("write", cage.work / "conf" / "other", policy=policy, via=via).ok
+    (cage.work / "data").mkdir()
+    assert cage.run("create", cage.work / "data" / "new", policy=policy, via=via).ok
+
+
+def test_protected_directory_takes_no_new_file_and_no_replacement(cage):
+    hooks = cage.work / "hooks"
+    hooks.mkdir()
+    (hooks / "existing").write_text("#!/bin/sh\n")
+    before = _snapshot(hooks)
+    policy = cage.policy(fs={"write": ["."], "protect": ["hooks"]})
+    assert not cage.run("create", hooks / "pre-commit", policy=policy).ok
+    assert not cage.run("write", hooks / "existing", policy=policy).ok
+    assert not cage.run("rename", hooks, cage.work / "hooks-old", policy=policy).ok
+    assert not cage.run("mkdir", hooks / "sub", policy=policy).ok
+    assert _snapshot(hooks) == before and not (hooks / "pre-commit").exists()
+    assert (hooks / "existing").read_text() == "#!/bin/sh\n"
+    assert cage.run("ls", hooks, policy=policy).ok  # twin: still readable
+
+
+def test_a_write_grant_on_a_protected_path_stays_read_only(cage):
+    """`protect` wins over `write`, even when the write grant names the path itself."""
+    target = cage.work / "keep"
+    target.write_text("k")
+    policy = cage.policy(fs={"write": [".", "keep"], "protect": ["keep"]})
+    assert not cage.run("write", target, policy=policy).ok
+    assert target.read_text() == "k"
+
+
+def test_a_missing_protected_path_is_reported_and_refused_under_strict(cage):
+    from sandboy import Policy
+    from sandboy.confine import cage as cagemod
+    from sandboy.errors import PolicyError
+
+    policy = cage.policy(fs={"write": ["."], "protect": ["not-there"]})
+    report, _ = _report(cage, policy)
+    assert any("fs.protect" in w and "not-there" in w for w in report["warnings"])
+    strict = dict(policy, compat={"landlock": "strict"})
+    with pytest.raises(PolicyError, match="fs.protect"):
+        cagemod.build(Policy.from_mapping(strict, "<test>"), cwd=str(cage.work))
+
+
+# --- the default set ----------------------------------------------------------------------------
+
+
+def _repo_with_hooks(root):
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".git" / "hooks").mkdir(exist_ok=True)
+    (root / "README").write_text("hello\n")
+    _host_git(root, "add", "README")
+    _host_git(root, "commit", "-qm", "first")
+
+
+def test_default_set_is_resolved_in_each_write_root(cage):
+    _repo_with_hooks(cage.work)
+    (cage.work / ".bashrc").write_text("# host start-up file\n")
+    report, protected = _report(cage, _git_policy(cage))
+    work = os.path.realpath(cage.work)
+    assert f"{work}/.git/config" in protected and f"{work}/.git/hooks" in protected
+    assert f"{work}/.bashrc" in protected and f"{work}/.git" not in protected
+    assert f"{work}/.zshrc" not in protected  # only what exists at launch
+    off, none = _report(cage, _git_policy(cage, protect_defaults=False))
+    assert none == () and not any("protect_defaults" in d for d in off["degraded"])
+
+
+def test_git_config_and_hooks_cannot_be_planted(cage):
+    """The attack of issue #7 item 5: a step appends core.fsmonitor to .git/config and writes
+    .git/hooks/pre-commit, for the operator's next git command to run."""
+    _repo_with_hooks(cage.work)
+    config, hooks = cage.work / ".git" / "config", cage.work / ".git" / "hooks"
+    before = (_snapshot(config), _snapshot(hooks))
+    report, _ = _report(cage, _git_policy(cage))
+    attack = ("printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/config; "
+              "printf '#!/bin/sh\\nid\\n' > .git/hooks/pre-commit; chmod 755 .git/hooks/pre-commit; "
+              "git config core.hooksPath /tmp; exit 0")
+    r = cage.run(argv=["/bin/sh", "-c", attack], policy=_git_policy(cage))
+    if report["enforced"]["landlock"]["fs_protected_by"].startswith("mount"):
+        assert (_snapshot(config), _snapshot(hooks)) == before, r
+        assert not (hooks / "pre-commit").exists()
+        assert "fsmonitor" not in config.read_text() and "hooksPath" not in config.read_text()
+    else:
+        # No mount namespace: Landlock alone cannot keep .git writable for git and its config
+        # read-only, so the cage must name exactly what stays open.
+        degraded = [d for d in report["degraded"] if d.startswith("fs.protect_defaults")]
+        assert degraded and ".git/config" in degraded[0] and ".git/hooks" in degraded[0], report
+        pytest.skip("no mount namespace in this cage: the default set is reported degraded (asserted above)")
+
+
+def test_strict_refuses_when_the_default_set_cannot_be_enforced(cage):
+    _repo_with_hooks(cage.work)
+    report, _ = _report(cage, _git_policy(cage))
+    if report["enforced"]["landlock"]["fs_protected_by"].startswith("mount"):
+        pytest.skip("the mount namespace enforces the default set here")
+    from sandboy import Policy
+    from sandboy.confine import cage as cagemod
+    from sandboy.errors import CageError
+
+    strict = dict(_git_policy(cage), compat={"landlock": "strict"})
+    with pytest.raises(CageError, match="protect_defaults"):
+        cagemod.build(Policy.from_mapping(strict, "<test>"), cwd=str(cage.work))
+
+
+# --- twins: git keeps working inside the cage ------------------------------------------------
+
+
+def test_git_init_add_commit_branch_checkout_clone_inside_the_cage(cage):
+    _repo_with_hooks(cage.work)
+    (cage.work / "origin").mkdir()
+    _repo_with_hooks(cage.work / "origin")
+    script = """set -e
+echo change >> README
+git add README
+git commit -qm second
+git branch topic
+git checkout -q -b feature
+echo f > f.txt && git add f.txt && git commit -qm third
+git checkout -q topic
+git init -q fresh && cd fresh && echo x > x && git add x && git commit -qm init && cd ..
+git clone -q origin cloned
+echo done
+"""
+    r = cage.run(argv=["/bin/sh", "-c", script], policy=_git_policy(cage))
+    assert r.rc == 0 and r.out.endswith("done"), r
+    # checked on the host
+    assert _host_git(cage.work, "log", "--format=%s", "feature").split() == ["third", "second", "first"]
+    assert _host_git(cage.work, "rev-parse", "--abbrev-ref", "HEAD").strip() == "topic"
+    assert _host_git(cage.work / "fresh", "log", "--format=%s").strip() == "init"
+    assert (cage.work / "cloned" / "README").read_text() == "hello\n"
+    assert _host_git(cage.work, "status", "--porcelain", "--untracked-files=no").strip() == ""
+
+
+def test_status_json_names_the_protected_paths(cage):
+    _repo_with_hooks(cage.work)
+    status = cage.root / "status.json"
+    r = cage.cli(["--status-json", str(status), "--", "/bin/true"], _git_policy(cage, protect=["README"]))
+    assert r.rc == 0, r
+    doc = json.loads(status.read_text())
+    landlock = doc["enforced"]["landlock"]
+    work = os.path.realpath(cage.work)
+    if landlock["fs_protected_by"].startswith("mount"):
+        assert f"{work}/.git/config" in landlock["fs_protected"]
+    else:
+        assert landlock["fs_protected"] == [f"{work}/README"]
