@@ -181,3 +181,66 @@ def test_a_nested_gate_without_a_pids_cgroup_is_a_cage_error(small_repo, tmp_pat
     assert_no_traceback(proc)
     assert proc.returncode == 125, proc.stdout + proc.stderr
     assert "no pids cgroup could be created" in proc.stdout
+
+
+# --- usage errors said plainly (issue 9, smaller items) ------------------------------------------
+
+@pytest.fixture
+def true_policy(tmp_path) -> Path:
+    path = tmp_path / "p.toml"
+    path.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n')
+    return path
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--json"], "--json describes the rules and goes with --dry-run"),
+    (["--status-json", "/nonexistent/sbx/s.json"], "--status-json /nonexistent/sbx/s.json: No such file"),
+    (["--status-fd", "97"], "--status-fd 97: Bad file descriptor"),
+])
+def test_run_usage_errors_are_2_and_nothing_runs(true_policy, tmp_path, extra, says):
+    mark = tmp_path / "ran"
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(true_policy), *extra, "--", "touch", str(mark)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not mark.exists()
+
+
+def test_an_empty_status_file_tells_a_policy_error_from_the_commands_own_2(true_policy, tmp_path):
+    status = tmp_path / "status.json"
+    status.write_text("stale")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("version = 1\n[fs]\nraed = []\n")
+    refused = subprocess.run([SANDBOY, "run", "--policy", str(bad), "--status-json", str(status), "--", "true"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and status.read_text() == ""
+    own = subprocess.run([SANDBOY, "run", "--policy", str(true_policy), "--status-json", str(status), "--",
+                          "sh", "-c", "exit 2"], capture_output=True, text=True, timeout=60)
+    assert own.returncode == 2 and status.read_text() != ""
+
+
+def test_print_ceiling_is_a_policy_that_loads(tmp_path):
+    from sandboy.gate import ceiling as ceilings
+    from sandboy.policy.model import Policy
+
+    proc = subprocess.run([SANDBOY, "gate", "--print-ceiling"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    path = tmp_path / "ceiling.toml"
+    path.write_text(proc.stdout)
+    printed = Policy.load(str(path), use_cache=False)
+    builtin = Policy.from_mapping(ceilings.BUILTIN, "b")
+    assert (printed.fs, printed.net, printed.env, printed.limits) == (builtin.fs, builtin.net, builtin.env, builtin.limits)
+
+
+@pytest.mark.parametrize("gate, key, suggestion", [
+    ('[[step]]\nname = "x"\nrun = "true"\ntimeuot = 3\n', "timeuot", "timeout"),
+    ('[[steps]]\nname = "x"\nrun = "true"\n', "steps", "step"),
+    ('[[step]]\nname = "x"\nrun = "true"\npolicy = "p"\n[policy.p]\nversion = 1\n[policy.p.limts]\nprocesses = 3\n',
+     "limts", "limits"),
+    ('[[step]]\nname = "x"\nrun = "true"\n[gate]\nshel = "bash"\n', "shel", "shell"),
+])
+def test_every_unknown_gate_key_gets_a_did_you_mean(tmp_path, gate, key, suggestion):
+    (tmp_path / ".007").mkdir()
+    (tmp_path / ".007" / "gate.toml").write_text(gate)
+    proc = subprocess.run([SANDBOY, "gate", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{key}: unknown key (did you mean '{suggestion}'?" in proc.stderr, proc.stderr

@@ -100,15 +100,28 @@ def cmd_run(args: RunArgs) -> int:
     from sandboy.confine.terminal import exec_in_place_possible, has_controlling_terminal
     from sandboy.policy.model import Policy
 
+    if args.json and not args.dry_run:
+        _err("run: --json describes the rules and goes with --dry-run; for the outcome of a run "
+             "use --status-json FILE (nothing ran)")
+        return EXIT_USAGE
     if args.cwd is not None and not os.path.isdir(args.cwd):
         why = "does not exist" if not os.path.lexists(args.cwd) else "is not a directory"
         _err(f"--cwd {args.cwd}: {why} (nothing ran)")
         return EXIT_USAGE
+    status = None
+    if not args.dry_run and (args.status_json or args.status_fd is not None):
+        # Opened (and emptied) before the policy is read: an empty status file means Sandboy
+        # refused before anything ran — how a policy error (2) tells from the command's own 2.
+        try:
+            status = _StatusSink(args)
+        except OSError as exc:
+            option = "--status-json" if args.status_json else "--status-fd"
+            _err(f"{option} {args.status_json or args.status_fd}: {exc.strerror} (nothing ran)")
+            return EXIT_USAGE
     try:
         policy = Policy.load(args.policy)
         if args.dry_run:
             return _dry_run(policy, args)
-        status = _StatusSink(args) if (args.status_json or args.status_fd is not None) else None
         cage = cagemod.build(policy, cwd=args.cwd)
         for line in cage.degraded:
             _err(f"degraded: {line}")

@@ -112,8 +112,10 @@ def test_reports_validate(demo_run):
     xml = demo_run["base"] / "r.xml"
     xsd.validate(str(xml))
     text = xml.read_text()
-    assert text.count("<testcase ") == 9 and text.count("<failure ") == 8
-    assert 'type="timed_out"' in text
+    # the hostile steps are allowed to fail: a dashboard must not count them as failures
+    assert text.count("<testcase ") == 9 and text.count("<failure ") == 0 and 'failures="0"' in text
+    assert text.count('<skipped message="allowed failure (') == 8
+    assert 'allowed failure (timed_out): timed out after 2s' in text
 
 
 def test_markdown_summary(demo_run):

@@ -9,25 +9,9 @@ live under `/etc` (readable by root otherwise: steps run as whoever runs the gat
 from __future__ import annotations
 
 from sandboy.policy.model import Policy
+from sandboy.policy.presets import ETC_SECRETS  # host secrets under /etc: one list, shared with `system`
 
 BUILTIN_SOURCE = "<built-in ceiling>"
-
-# Host secrets under /etc. The cage expands a deny inside a granted directory into grants for
-# its siblings, so `read /etc` + these denies leaves them out.
-ETC_SECRETS = (
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/ssh",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-    "/etc/security/opasswd",
-    "/etc/ssl/private",      # TLS private keys
-    "/etc/krb5.keytab",      # Kerberos host keys
-    "/etc/libvirt/secrets",
-    "/etc/NetworkManager/system-connections",  # Wi-Fi and VPN passwords
-)
 
 # Limits: generous for a test suite, tight enough that a fork bomb or a runaway writer stops.
 # wall_seconds bounds a step that sets no timeout of its own; a step may only lower these.

@@ -53,6 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every step even after a required step failed")
+    parser.add_argument("--print-ceiling", action="store_true",
+                        help="print the built-in ceiling as a policy file (a start for --ceiling) and exit")
     parser.add_argument("--tty", action="append", default=[], metavar="STEP", dest="interactive",
                         help="run STEP with a fresh pseudo-terminal relayed to this terminal, for "
                              "interactive debugging (its output is shown raw); repeatable. Other steps "
@@ -93,6 +95,10 @@ def run_command(args) -> int:
     from sandboy.gate.outputs import check_outside, check_writable
     from sandboy.gate.runner import resolve_ceiling
 
+    if args.print_ceiling:
+        sys.stdout.write(f"# The built-in ceiling of `sandboy gate` (docs/gate.md). Edit and pass with --ceiling FILE.\n"
+                         f"{ceilings.to_toml(ceilings.BUILTIN)}")
+        return 0
     try:
         gate = config.load(args.repo)
         ceiling = ceilings.load(args.ceiling)

@@ -52,7 +52,9 @@ class Gate:
 def _unknown(src: str, prefix: str, table: dict, known: tuple) -> None:
     for key in table:
         if key not in known:
-            raise PolicyError(src, f"{prefix}{key}", f"unknown key (expected one of: {', '.join(known)})")
+            from sandboy.policy.load import _keyname, unknown_key
+
+            raise PolicyError(src, f"{prefix}{_keyname(key)}", unknown_key(key, known))
 
 
 

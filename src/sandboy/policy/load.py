@@ -144,17 +144,22 @@ def _kind(value) -> str:
 # --- sections ----------------------------------------------------------------------------
 
 
+def unknown_key(name, known) -> str:
+    """The problem text for an unknown key: a "did you mean" when one is close (`limts`,
+    `timeuot`, `steps`), then every key that is allowed. Used by the policy and gate.toml parsers."""
+    import difflib
+
+    near = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return f"unknown key ({hint}expected one of: {', '.join(known)})"
+
+
 def _table(src: str, key: str, value, known: tuple) -> dict:
     if not isinstance(value, dict):
         raise PolicyError(src, key, f"expected a table [{key}], got {_kind(value)}")
     for name in value:
         if name not in known:
-            import difflib
-
-            near = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            raise PolicyError(src, f"{key}.{_keyname(name)}",
-                              f"unknown key ({hint}expected one of: {', '.join(known)})")
+            raise PolicyError(src, f"{key}.{_keyname(name)}", unknown_key(name, known))
     return value
 
 
@@ -257,12 +262,7 @@ def validate(data, source: str = "<policy>") -> dict:
             continue
         parser = _SECTION_PARSERS.get(key)
         if parser is None:
-            import difflib
-
-            known = ["version", "include", *_SECTION_PARSERS]
-            near = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            raise PolicyError(source, _keyname(key), f"unknown key ({hint}expected one of: {', '.join(known)})")
+            raise PolicyError(source, _keyname(key), unknown_key(key, ["version", "include", *_SECTION_PARSERS]))
         fields[key] = parser(source, value)
     if "include" in data:
         _include(source, data["include"], fields)
