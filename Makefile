@@ -15,8 +15,14 @@ $(STAMP): pyproject.toml
 
 # Byte-compile up front: with PYTHONDONTWRITEBYTECODE set (as on CI machines) every start would
 # otherwise recompile the package, doubling `sandboy run`'s start-up (FINDINGS.md).
-compile: $(STAMP)
+compile: $(STAMP) $(VENV)/.native
 	@$(PY) -m compileall -q src >/dev/null
+
+# The C executor is built in place by the editable install; rebuild it when its source changes
+# (a stale build would lack what newer plans use, e.g. slots and the namespace init).
+$(VENV)/.native: src/sandboy/confine/_native.c $(STAMP)
+	$(PY) setup.py -q build_ext --inplace --force >/dev/null 2>&1 || $(PY) -m pip install -q -e '.[test]'
+	touch $@
 
 setup: $(STAMP)
 

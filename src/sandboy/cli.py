@@ -122,7 +122,7 @@ def cmd_run(args: RunArgs) -> int:
         policy = Policy.load(args.policy)
         if args.dry_run:
             return _dry_run(policy, args)
-        cage = cagemod.build(policy, cwd=args.cwd)
+        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty)
         for line in cage.degraded:
             _err(f"degraded: {line}")
         for line in cage.warnings:
@@ -132,7 +132,7 @@ def cmd_run(args: RunArgs) -> int:
         skipped = explain.skipped(args.command[0], cage)
         if skipped:
             _err(f"warning: {skipped}")
-        if args.tty or launch.needs_supervisor(policy) or not exec_in_place_possible():
+        if args.tty or launch.needs_supervisor(policy, cage) or not exec_in_place_possible():
             if has_controlling_terminal():
                 # The terminal's ^C and ^\ reach the supervisor too (it is in our job), which
                 # passes them on to the command (in a session of its own) and reports the outcome.
@@ -199,7 +199,7 @@ def _dry_run(policy, args: RunArgs) -> int:
         from sandboy.confine import explain
 
         report = cage.report()
-        report["supervised"] = bool(launch.needs_supervisor(policy) or args.tty or not exec_in_place_possible())
+        report["supervised"] = bool(launch.needs_supervisor(policy, cage) or args.tty or not exec_in_place_possible())
         report["terminal"] = describe_terminal(args.tty)
         report["command"] = args.command
         # What would fail at exec time with a bare 126: PATH entries and interpreter symlinks

@@ -43,6 +43,16 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_kernel: runs the real cage (Landlock, seccomp, gcc)")
     config.addinivalue_line("markers", "mutation: removes each seccomp rule in turn (tests/cage/test_mutations.py)")
+    config.addinivalue_line("markers", "without_namespaces: tests a layer beneath the namespace tier "
+                            "(Landlock, seccomp scopes): runs with the tier forced off, as where the kernel "
+                            "refuses namespaces; tests/cage/test_namespaces.py covers the same attacks with it")
+
+
+@pytest.fixture(autouse=True)
+def _namespace_tier(request, monkeypatch):
+    """`without_namespaces` tests see the fallback: SANDBOY_NAMESPACES=0 for API and CLI runs."""
+    if request.node.get_closest_marker("without_namespaces"):
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
 
 
 @pytest.fixture(scope="session")

@@ -323,13 +323,15 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(v, "orphan") || !strcmp(v, "hang")) {
         /* Leave a grandchild that called setsid behind and print its pid; then exit (orphan)
-         * or wait forever (hang). The supervisor must kill both. */
+         * or wait forever (hang). The supervisor must kill both. The grandchild takes the
+         * name `a` (its comm), so the host can look for it: in a PID namespace the pid printed
+         * is the namespace's, not the host's. */
         int p[2]; CHECK(pipe(p));
         pid_t pid = fork();
         if (pid == 0) {
             setsid();
             pid_t g = fork();
-            if (g == 0) { close(p[0]); close(p[1]); for (;;) pause(); }
+            if (g == 0) { close(p[0]); close(p[1]); if (*a) prctl(PR_SET_NAME, a); for (;;) pause(); }
             if (write(p[1], &g, sizeof g) < 0) _exit(1);
             _exit(0);
         }

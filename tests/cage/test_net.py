@@ -140,6 +140,7 @@ def abstract_listener():
     s.close()
 
 
+@pytest.mark.without_namespaces
 def test_abstract_unix_socket_outside_refused(cage, abstract_listener):
     policy = cage.policy(net={"unix": True})
     assert cage.run("abstract-connect", abstract_listener, policy=policy).out == "EPERM"  # scope, ABI 6

@@ -26,6 +26,7 @@ def outside(probe, *args) -> str:
     return subprocess.run([probe, *map(str, args)], capture_output=True, text=True, timeout=10).stdout.strip()
 
 
+@pytest.mark.without_namespaces
 def test_ptrace_of_a_sibling_refused(cage, outsider):
     assert cage.run("ptrace", outsider.pid).out == "EPERM"
     # Even with ptrace allowed by seccomp (a debugger step), Landlock keeps the tracee inside
@@ -36,6 +37,7 @@ def test_ptrace_of_a_sibling_refused(cage, outsider):
     assert outsider.poll() is None
 
 
+@pytest.mark.without_namespaces
 def test_signal_to_a_process_outside_refused(cage, outsider):
     assert cage.run("kill", outsider.pid).out == "EPERM"  # Landlock signal scope (ABI 6)
     assert outsider.poll() is None
@@ -61,6 +63,7 @@ def _watch_sigurg(seconds: float) -> subprocess.Popen:
     return watcher
 
 
+@pytest.mark.without_namespaces
 def test_kill_minus_one_reaches_nobody(cage, probe):
     """kill(-1, sig) as uid 0 would reach every root process on the host. The kernel returns 0
     for -1 even when every target refused, so a watcher process reports what it received:
@@ -75,11 +78,13 @@ def test_kill_minus_one_reaches_nobody(cage, probe):
     assert watcher.communicate()[0].strip() == "none"
 
 
+@pytest.mark.without_namespaces
 def test_pidfd_signal_to_a_process_outside_refused(cage, outsider):
     assert cage.run("pidfd-kill", outsider.pid).out == "EPERM"
     assert outsider.poll() is None
 
 
+@pytest.mark.without_namespaces
 def test_proc_of_a_process_outside_unreadable(cage, outsider):
     """With /proc readable, another process's environ (and mem, maps...) still is not."""
     policy = cage.policy(fs={"read": ["/proc"]})

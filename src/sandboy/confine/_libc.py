@@ -1,8 +1,15 @@
 """Raw system calls, and the executor of cage plans.
 
-A cage is compiled (cage.py) into a *plan*: a list of raw system calls `(nr, optional, *args)`,
-arguments being ints, `bytes` (passed as a pointer to their contents) or None (NULL). This
-module runs plans. Two implementations, one interface:
+A cage is compiled (cage.py) into a *plan*: a list of raw system calls `(nr, flags, *args)`,
+arguments being ints, `bytes` (passed as a pointer to their contents) or None (NULL). `flags`
+is `optional` (a failure is ignored) or an int from `step_flags`, which can also keep the call's
+result in a *slot*; an argument `(slot,)` then stands for that result (an fd made by one step and
+used by the next: open_tree then move_mount, socket then bind), and `(slot, template, offset)`
+for a copy of the bytes `template` with that result written at `offset` as a 32-bit int (an fd
+inside a struct). A failed step keeps -1 in its slot. The pseudo-call NR_INIT forks:
+the parent becomes the init of a new PID namespace (forwards signals, reaps orphans, reports the
+command's wait status on the error pipe as (REPORT_STATUS, status)), the child runs the rest of
+the plan. This module runs plans. Two implementations, one interface:
 
 - `native`: the C extension `sandboy.confine._native` (built by `pip install` when a compiler is
   there). The child runs the plan and execs without executing any Python: ≈ 0.2 ms instead of
@@ -20,18 +27,51 @@ import os
 # x86_64 numbers
 SYS_RT_SIGACTION = 13
 SYS_RT_SIGPROCMASK = 14
+SYS_WRITE = 1
+SYS_CLOSE = 3
 SYS_IOCTL = 16
 SYS_DUP2 = 33
+SYS_SOCKET = 41
+SYS_SENDMSG = 46
+SYS_BIND = 49
+SYS_LISTEN = 50
+SYS_SETSOCKOPT = 54
+SYS_CLONE = 56
+SYS_KILL = 62
 SYS_CHDIR = 80
 SYS_SETSID = 112
 SYS_CAPSET = 126
 SYS_PRCTL = 157
+SYS_MOUNT = 165
+SYS_OPENAT = 257
+SYS_MKDIRAT = 258
+SYS_SYMLINKAT = 266
 SYS_PRLIMIT64 = 302
 SYS_SECCOMP = 317
+SYS_OPEN_TREE = 428
+SYS_MOVE_MOUNT = 429
 SYS_CLOSE_RANGE = 436
+SYS_MOUNT_SETATTR = 442
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
+
+
+AT_FDCWD = -100 & 0xFFFFFFFFFFFFFFFF
+SIGCHLD = 17
+NR_INIT = -1          # pseudo-call: become the PID namespace's init (see the module docstring)
+REPORT_STATUS = -2    # error-pipe record of the init: (REPORT_STATUS, the command's wait status)
+MAX_SLOTS = 32
+# What an init passes on to the command (as tini does); stop signals are not passed.
+FORWARDED_SIGNALS = (1, 2, 3, 15, 10, 12, 14, 28, 18)  # HUP INT QUIT TERM USR1 USR2 ALRM WINCH CONT
+
+
+def step_flags(optional: bool = False, save: int = 0) -> int:
+    """The `flags` of a plan step: bit 0 optional, `save` (1..MAX_SLOTS) the slot that keeps
+    the call's result."""
+    if not 0 <= save <= MAX_SLOTS:
+        raise ValueError(f"slot {save} out of range")
+    return int(optional) | save << 8
 
 
 def u16(value: int) -> bytes:
@@ -73,6 +113,7 @@ if _native is not None:
     apply_plan = _native.apply_plan
     exec_first = _native.exec_first
     fork_exec = _native.fork_exec
+    wait_forwarding = _native.wait_forwarding
 
     def pointer_to(data: bytes):
         """(object to keep alive, its address) for structs that point at other buffers."""
@@ -146,13 +187,85 @@ else:
             raise OSError(err, os.strerror(err))
         return result
 
-    def apply_plan(plan) -> None:
-        for index, (nr, optional, *args) in enumerate(plan):
+    def apply_plan(plan, errpipe: int = -1) -> None:
+        slots = {}
+        for index, (nr, flags, *args) in enumerate(plan):
             try:
-                syscall(nr, *args)
+                if nr == NR_INIT:
+                    if errpipe < 0:  # only a forked child may become an init
+                        import errno
+
+                        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+                    result = _become_init(errpipe)
+                else:
+                    result = syscall(nr, *(_slot_arg(a, slots) if isinstance(a, tuple) else a for a in args))
             except OSError as exc:
-                if not optional:
+                if flags >> 8:
+                    slots[flags >> 8] = -1
+                if not flags & 1:
                     raise OSError(exc.errno, exc.strerror, index) from None
+                continue
+            if flags >> 8:
+                slots[flags >> 8] = result
+
+    def _slot_arg(arg: tuple, slots: dict):
+        if len(arg) == 1:
+            return slots[arg[0]]
+        slot, template, offset = arg
+        return template[:offset] + s32(slots[slot]) + template[offset + 4:]
+
+    def _become_init(errpipe: int) -> int:
+        """As `become_init` in _native.c: returns 0 in the child, never in the init."""
+        import _signal
+
+        watched = {*FORWARDED_SIGNALS, SIGCHLD}
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)  # the child unblocks in its plan
+        child = syscall(SYS_CLONE, SIGCHLD, 0, 0, 0, 0)
+        if child == 0:
+            return 0
+        os.closerange(0, errpipe)
+        os.closerange(errpipe + 1, 1 << 20)
+        while True:
+            signum = _signal.sigwaitinfo(watched).si_signo
+            if signum != SIGCHLD:
+                try:  # only to a command that left the init's process group (see _native.c)
+                    if os.getpgid(child) != os.getpgid(0):
+                        os.kill(child, signum)
+                except ProcessLookupError:
+                    pass
+                continue
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if not pid:
+                    break
+                if pid == child:
+                    os.write(errpipe, _record(REPORT_STATUS, status))
+                    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+    def wait_forwarding(pid: int) -> int:
+        """As `wait_forwarding` in _native.c."""
+        import _signal
+
+        watched = {*FORWARDED_SIGNALS, SIGCHLD}
+        old = _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)
+        try:
+            signum = SIGCHLD
+            while True:
+                if signum == SIGCHLD:
+                    got, status = os.waitpid(pid, os.WNOHANG)
+                    if got == pid:
+                        return status
+                else:
+                    try:
+                        os.killpg(pid, signum)
+                    except ProcessLookupError:
+                        os.kill(pid, signum)
+                signum = _signal.sigwaitinfo(watched).si_signo
+        finally:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 
     def exec_first(paths, argv, envp) -> None:
         import errno
@@ -169,14 +282,17 @@ else:
                     saved = exc
         raise saved or OSError(errno.ENOENT, os.strerror(errno.ENOENT))
 
-    def fork_exec(plan, paths, argv, envp, errpipe: int) -> int:
-        pid = os.fork()
+    def fork_exec(plan, paths, argv, envp, errpipe: int, clone_flags: int = 0) -> int:
+        # With namespaces, a raw clone(2): os.fork() takes no flags (and Python 3.11 has no
+        # os.unshare). The child then runs Python without CPython's after-fork hooks, as the C
+        # executor's child runs without them: it only makes system calls until it execs.
+        pid = syscall(SYS_CLONE, clone_flags | SIGCHLD, 0, 0, 0, 0) if clone_flags else os.fork()
         if pid:
             return pid
         index, err, code = -1, 0, 125
         try:
             try:
-                apply_plan(plan)
+                apply_plan(plan, errpipe)
             except OSError as exc:
                 index, err = exc.filename, exc.errno
             else:
@@ -185,7 +301,7 @@ else:
                 except OSError as exc:
                     err = exc.errno
                     code = exit_code_for_exec_error(err)
-            os.write(errpipe, index.to_bytes(8, "little", signed=True) + err.to_bytes(8, "little", signed=True))
+            os.write(errpipe, _record(index, err))
         finally:
             os._exit(code)
 
@@ -194,8 +310,26 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     return syscall(SYS_PRCTL, option, arg2, arg3, arg4, arg5)
 
 
+def _record(first: int, second: int) -> bytes:
+    return first.to_bytes(8, "little", signed=True) + second.to_bytes(8, "little", signed=True)
+
+
+def read_child_report(data: bytes) -> tuple:
+    """(error, status) from what a `fork_exec` child wrote on its error pipe: `error` is the
+    (step index or -1 for exec, errno) of a failed start or None; `status` the command's wait
+    status as the init of its PID namespace saw it, or None without one (no init, or the
+    init was killed)."""
+    error = status = None
+    for offset in range(0, len(data) - len(data) % 16, 16):
+        first = int.from_bytes(data[offset:offset + 8], "little", signed=True)
+        second = int.from_bytes(data[offset + 8:offset + 16], "little", signed=True)
+        if first == REPORT_STATUS:
+            status = second
+        elif error is None:
+            error = (first, second)
+    return error, status
+
+
 def read_child_error(data: bytes):
     """The (step index or -1 for exec, errno) a `fork_exec` child reported, or None."""
-    if len(data) != 16:
-        return None
-    return int.from_bytes(data[:8], "little", signed=True), int.from_bytes(data[8:], "little", signed=True)
+    return read_child_report(data)[0]

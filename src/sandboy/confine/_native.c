@@ -8,9 +8,16 @@
  * module only executes that list, in order, then execve()s. `_libc.py` executes the same plan in
  * Python where this module is not built; the probes in tests/cage run against both.
  *
- * Plan entry: (nr, optional, arg0, ..., arg5) — `optional` true means a failure is ignored
- * (e.g. PR_CAPBSET_DROP of a capability this kernel does not know). A bytes argument is passed
- * as a pointer to its contents; the plan holds the objects alive for the whole call.
+ * Plan entry: (nr, flags, arg0, ..., arg5). `flags` bit 0 ("optional") means a failure is
+ * ignored (e.g. PR_CAPBSET_DROP of a capability this kernel does not know); `flags >> 8`, when
+ * not zero, is a slot (1..MAX_SLOTS) that keeps the call's result for later steps. A bytes
+ * argument is passed as a pointer to its contents (the plan holds the objects alive); a 1-tuple
+ * `(slot,)` stands for the result kept in that slot (an fd from open_tree or socket), and a
+ * 3-tuple `(slot, template bytes, offset)` for a private copy of the bytes with that result
+ * written at `offset` as a 32-bit int (an fd inside a struct: landlock_add_rule's). A failed
+ * step keeps -1 in its slot, so an optional step using it fails too (EBADF). nr
+ * NR_INIT is not a system call: the process forks, the parent becomes the init of its PID
+ * namespace (become_init) and the child runs the rest of the plan.
  *
  * The child only makes system calls and writes to a pipe: nothing that allocates or locks, so it
  * is safe after fork() in a multi-threaded parent.
@@ -23,9 +30,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_ARGS 6
+#define MAX_SLOTS 32
+#define NR_INIT (-1)
+#define REPORT_STATUS (-2)   /* errpipe record: (REPORT_STATUS, wait status of the command) */
 
 /* The kernel's x86_64 rt_sigaction struct (not glibc's struct sigaction). */
 struct kernel_sigaction {
@@ -38,7 +49,12 @@ struct kernel_sigaction {
 typedef struct {
     long nr;
     int optional;
+    int save_slot;              /* 0: result not kept */
+    unsigned from_slot;         /* bit a: args[a] is a slot number, not a value */
     long args[MAX_ARGS];
+    char *owned[MAX_ARGS];      /* template copies (freed with the job) */
+    int patch_slot[MAX_ARGS];   /* for a template: the slot written into it, and where */
+    Py_ssize_t patch_offset[MAX_ARGS];
 } step_t;
 
 typedef struct {
@@ -56,6 +72,9 @@ static void free_strings(char **list) {
 }
 
 static void free_job(job_t *job) {
+    for (Py_ssize_t i = 0; job->steps != NULL && i < job->nsteps; i++)
+        for (int a = 0; a < MAX_ARGS; a++)
+            PyMem_Free(job->steps[i].owned[a]);
     PyMem_Free(job->steps);
     free_strings(job->paths);
     free_strings(job->argv);
@@ -99,7 +118,20 @@ static char **to_strings(PyObject *seq, const char *what) {
     return out;
 }
 
-static int to_arg(PyObject *obj, long *out) {
+static int to_arg(PyObject *obj, long *out, int *is_slot) {
+    *is_slot = 0;
+    if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 1) {
+        long slot = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
+        if (slot == -1 && PyErr_Occurred())
+            return -1;
+        if (slot < 1 || slot > MAX_SLOTS) {
+            PyErr_Format(PyExc_ValueError, "slot %ld out of range", slot);
+            return -1;
+        }
+        *out = slot;
+        *is_slot = 1;
+        return 0;
+    }
     if (PyBytes_Check(obj)) {
         *out = (long)(intptr_t)PyBytes_AS_STRING(obj);
         return 0;
@@ -140,16 +172,49 @@ static int to_steps(PyObject *plan, job_t *job) {
             Py_DECREF(fast);
             return -1;
         }
-        s->optional = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 1));
-        if (s->optional < 0) {
+        long flags = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));  /* True/False are ints */
+        if (flags == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        s->optional = (int)(flags & 1);
+        s->save_slot = (int)(flags >> 8);
+        if (s->save_slot < 0 || s->save_slot > MAX_SLOTS) {
+            PyErr_Format(PyExc_ValueError, "plan step %zd: slot out of range", i);
             Py_DECREF(fast);
             return -1;
         }
         for (Py_ssize_t a = 2; a < PyTuple_GET_SIZE(entry); a++) {
-            if (to_arg(PyTuple_GET_ITEM(entry, a), &s->args[a - 2]) < 0) {
+            int is_slot;
+            PyObject *arg = PyTuple_GET_ITEM(entry, a);
+            if (PyTuple_Check(arg) && PyTuple_GET_SIZE(arg) == 3) {  /* (slot, template, offset) */
+                long slot = PyLong_AsLong(PyTuple_GET_ITEM(arg, 0));
+                PyObject *tmpl = PyTuple_GET_ITEM(arg, 1);
+                Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(arg, 2));
+                if (PyErr_Occurred() || !PyBytes_Check(tmpl) || slot < 1 || slot > MAX_SLOTS || offset < 0 ||
+                    offset + 4 > PyBytes_GET_SIZE(tmpl)) {
+                    PyErr_Format(PyExc_ValueError, "plan step %zd: bad template argument", i);
+                    Py_DECREF(fast);
+                    return -1;
+                }
+                s->owned[a - 2] = PyMem_Malloc((size_t)PyBytes_GET_SIZE(tmpl));
+                if (s->owned[a - 2] == NULL) {
+                    PyErr_NoMemory();
+                    Py_DECREF(fast);
+                    return -1;
+                }
+                memcpy(s->owned[a - 2], PyBytes_AS_STRING(tmpl), (size_t)PyBytes_GET_SIZE(tmpl));
+                s->args[a - 2] = (long)(intptr_t)s->owned[a - 2];
+                s->patch_slot[a - 2] = (int)slot;
+                s->patch_offset[a - 2] = offset;
+                continue;
+            }
+            if (to_arg(arg, &s->args[a - 2], &is_slot) < 0) {
                 Py_DECREF(fast);
                 return -1;
             }
+            if (is_slot)
+                s->from_slot |= 1u << (a - 2);
         }
     }
     Py_DECREF(fast);
@@ -166,11 +231,85 @@ static int to_job(PyObject *plan, PyObject *paths, PyObject *argv, PyObject *env
     return 0;
 }
 
+static void report(int fd, long index, long err);
+
+/* Signals the init passes on to the command (as tini does); stop signals are not passed. */
+static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
+
+static void forwarding_set(sigset_t *set) {
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof(forwarded_signals) / sizeof(forwarded_signals[0]); i++)
+        sigaddset(set, forwarded_signals[i]);
+    sigaddset(set, SIGCHLD);
+}
+
+/* The init of a new PID namespace: fork; the child returns 0 and runs the rest of the plan;
+   this process passes signals on to it (when it left the init's process group, which is what
+   every sender signals), reaps every orphan of the namespace, and when the
+   command exits reports its wait status on `errpipe` and exits with its code (pid 1 cannot die
+   of its own signal). Its exit makes the kernel kill whatever is left in the namespace. Only
+   system calls: this runs in a child of a possibly multi-threaded Python process. */
+static long become_init(int errpipe) {
+    sigset_t set;
+    forwarding_set(&set);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, NULL, 8);  /* the child unblocks in its plan */
+    long child = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (child <= 0)
+        return child;
+    /* Keep nothing of the caller's but the error pipe: the command's stdio and the launcher's
+       fds must not stay open in here. */
+    if (errpipe > 0)
+        syscall(SYS_close_range, 0, errpipe - 1, 0);
+    syscall(SYS_close_range, errpipe + 1, ~0U, 0);
+    for (;;) {
+        siginfo_t info;
+        long sig = syscall(SYS_rt_sigtimedwait, &set, &info, NULL, 8);
+        if (sig < 0)
+            continue;
+        if (sig != SIGCHLD) {
+            /* Senders signal the init's process group (the command is in it unless it made
+               its own); pass a signal on only to a command that left the group. */
+            long group = syscall(SYS_getpgid, child);
+            if (group >= 0 && group != syscall(SYS_getpgid, 0))
+                syscall(SYS_kill, child, sig);
+            continue;
+        }
+        int status;
+        long pid;
+        while ((pid = syscall(SYS_wait4, -1, &status, WNOHANG, NULL)) > 0) {
+            if (pid == child) {
+                report(errpipe, REPORT_STATUS, status);
+                syscall(SYS_exit_group, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+            }
+        }
+    }
+}
+
 /* Returns -1 on success, else the index of the step that failed (errno set). */
-static Py_ssize_t run_steps(const job_t *job) {
+static Py_ssize_t run_steps(const job_t *job, int errpipe) {
+    long slots[MAX_SLOTS + 1] = {0};
     for (Py_ssize_t i = 0; i < job->nsteps; i++) {
         const step_t *s = &job->steps[i];
-        long r = syscall(s->nr, s->args[0], s->args[1], s->args[2], s->args[3], s->args[4], s->args[5]);
+        long r;
+        if (s->nr == NR_INIT) {
+            if (errpipe < 0) {
+                errno = EINVAL;  /* only a forked child may become an init */
+                return i;
+            }
+            r = become_init(errpipe);
+        } else {
+            long a[MAX_ARGS];
+            for (int k = 0; k < MAX_ARGS; k++) {
+                a[k] = (s->from_slot & (1u << k)) ? slots[s->args[k]] : s->args[k];
+                if (s->patch_slot[k]) {
+                    int value = (int)slots[s->patch_slot[k]];
+                    memcpy(s->owned[k] + s->patch_offset[k], &value, sizeof(value));
+                }
+            }
+            r = syscall(s->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+        }
+        if (s->save_slot)
+            slots[s->save_slot] = r < 0 ? -1 : r;
         if (r < 0 && !s->optional)
             return i;
     }
@@ -204,15 +343,18 @@ static void report(int fd, long index, long err) {
 }
 
 PyDoc_STRVAR(fork_exec_doc,
-"fork_exec(plan, paths, argv, envp, errpipe) -> pid\n\n"
+"fork_exec(plan, paths, argv, envp, errpipe, clone_flags=0) -> pid\n\n"
 "Fork; in the child run the plan, then execve the first candidate of `paths` that works.\n"
 "On failure the child writes (step index or -1 for exec, errno) as two native longs to\n"
-"`errpipe` and exits 125 (a step failed) or 126/127 (exec failed).");
+"`errpipe` and exits 125 (a step failed) or 126/127 (exec failed). With `clone_flags`\n"
+"(CLONE_NEW* namespaces) the child is made by clone(2) with them, and an NR_INIT step in\n"
+"the plan later writes (-2, the command's wait status) when the command exits.");
 
 static PyObject *fork_exec(PyObject *self, PyObject *args) {
     PyObject *plan, *paths, *argv, *envp;
     int errpipe;
-    if (!PyArg_ParseTuple(args, "OOOOi:fork_exec", &plan, &paths, &argv, &envp, &errpipe))
+    unsigned long clone_flags = 0;
+    if (!PyArg_ParseTuple(args, "OOOOi|k:fork_exec", &plan, &paths, &argv, &envp, &errpipe, &clone_flags))
         return NULL;
     job_t job;
     if (to_job(plan, paths, argv, envp, &job) < 0)
@@ -225,7 +367,9 @@ static PyObject *fork_exec(PyObject *self, PyObject *args) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    pid_t pid = vfork();
+    /* New namespaces need a real fork (clone without CLONE_VM): the child's init outlives the
+       exec of the command, and a vfork child would hold the parent until then. */
+    pid_t pid = clone_flags ? (pid_t)syscall(SYS_clone, clone_flags | SIGCHLD, 0, 0, 0, 0) : vfork();
     if (pid == 0) {
         for (int sig = 1; sig < 65; sig++) {
             struct kernel_sigaction current, dfl = {0};
@@ -233,7 +377,7 @@ static PyObject *fork_exec(PyObject *self, PyObject *args) {
                 current.handler != (unsigned long)SIG_DFL && current.handler != (unsigned long)SIG_IGN)
                 syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8);
         }
-        Py_ssize_t failed = run_steps(&job);
+        Py_ssize_t failed = run_steps(&job, errpipe);
         if (failed >= 0) {
             report(errpipe, (long)failed, errno);
             _exit(125);
@@ -264,7 +408,7 @@ static PyObject *apply_plan(PyObject *self, PyObject *plan) {
         free_job(&job);
         return NULL;
     }
-    Py_ssize_t failed = run_steps(&job);
+    Py_ssize_t failed = run_steps(&job, -1);
     int err = errno;
     free_job(&job);
     if (failed >= 0) {
@@ -313,9 +457,15 @@ static PyObject *raw_syscall(PyObject *self, PyObject *args) {
     if (nr == -1 && PyErr_Occurred())
         return NULL;
     long a[MAX_ARGS] = {0};
-    for (Py_ssize_t i = 1; i < n; i++)
-        if (to_arg(PyTuple_GET_ITEM(args, i), &a[i - 1]) < 0)
+    int is_slot;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (to_arg(PyTuple_GET_ITEM(args, i), &a[i - 1], &is_slot) < 0)
             return NULL;
+        if (is_slot) {
+            PyErr_SetString(PyExc_TypeError, "syscall(): slots exist only in plans");
+            return NULL;
+        }
+    }
     long r = syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
     if (r < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -334,7 +484,51 @@ static PyObject *address_of(PyObject *self, PyObject *obj) {
     return PyLong_FromVoidPtr(PyBytes_AS_STRING(obj));
 }
 
+PyDoc_STRVAR(wait_forwarding_doc,
+"wait_forwarding(pid) -> wait status\n\n"
+"Wait for the child `pid`, passing on to its process group the signals an init forwards\n"
+"(HUP, INT, QUIT, TERM, USR1, USR2, ALRM, WINCH, CONT), without running Python until it has\n"
+"exited.");
+
+static PyObject *wait_forwarding(PyObject *self, PyObject *arg) {
+    long child = PyLong_AsLong(arg);
+    if (child == -1 && PyErr_Occurred())
+        return NULL;
+    sigset_t set, old;
+    forwarding_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    int status = 0;
+    long got = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (long sig = SIGCHLD;;) {  /* checks once first: the child may have exited already */
+        if (sig != SIGCHLD) {
+            /* to the child's process group (a namespace's init and its command share one) */
+            if (syscall(SYS_kill, -child, sig) < 0)
+                syscall(SYS_kill, child, sig);
+        } else {
+            got = syscall(SYS_wait4, child, &status, WNOHANG, NULL);
+            if (got < 0) {
+                err = errno;
+                break;
+            }
+            if (got == child)
+                break;
+        }
+        siginfo_t info;
+        sig = syscall(SYS_rt_sigtimedwait, &set, &info, NULL, 8);
+    }
+    Py_END_ALLOW_THREADS
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (got < 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(status);
+}
+
 static PyMethodDef methods[] = {
+    {"wait_forwarding", wait_forwarding, METH_O, wait_forwarding_doc},
     {"fork_exec", fork_exec, METH_VARARGS, fork_exec_doc},
     {"apply_plan", apply_plan, METH_O, apply_plan_doc},
     {"exec_first", exec_first, METH_VARARGS, exec_first_doc},

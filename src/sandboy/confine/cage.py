@@ -3,14 +3,16 @@
 A plan is a list of raw system calls (see `_libc`): the child runs it and execs, so with the C
 executor no Python runs between fork and exec. Each protection is compiled by its own compiler
 (`protections`, ADR 0008); this module orders their steps and keeps what a run needs. Order
-(issue #2): stdio, working directory, signals, fds (per run) -> namespaces -> rlimits ->
-capabilities -> no_new_privs -> Landlock -> seccomp. Seccomp goes last so the calls the earlier
-steps need are never filtered.
+(issue #2): stdio -> namespaces (up to the PID namespace's init, which forks: the rest runs in
+its child) -> working directory, signals, fds (per run) -> rlimits -> capabilities ->
+no_new_privs -> Landlock -> seccomp. The working directory is entered after the mounts (else it
+would stay on the read-only copy); seccomp goes last so the calls the earlier steps need are
+never filtered.
 """
 
 import os
 
-from sandboy.confine import _libc, hygiene, landlock, protections
+from sandboy.confine import _libc, hygiene, landlock, namespaces, protections
 from sandboy.errors import CageError
 from sandboy.policy.resolve import Context, policy_dir, resolve, uses_tmp
 
@@ -39,6 +41,10 @@ class Cage:
         # Set by build() unless the policy has glob denies (matched anew at every launch):
         self.fingerprint = None
         self.fingerprint_of = None
+        # The namespace tier where the kernel allows it (namespaces.Tier), else None
+        self.tier = compiled["namespaces"].outputs.get("tier")
+        self.renew_ruleset = None  # under the tier: makes a fresh copy of the ruleset (started())
+        self._runs = 0
         # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
         # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
         # The ruleset's step is not stored: `plan()` asks the ruleset for it at each launch, so
@@ -56,10 +62,19 @@ class Cage:
     def cwd(self) -> str:
         return self.ctx.cwd
 
-    def plan(self, stdio=(None, None, None)) -> list:
-        """The child's system calls for one run: stdio, working directory, then the cage."""
+    @property
+    def clone_flags(self) -> int:
+        """The namespaces the child is cloned into (0: none, a vfork'd child)."""
+        return self.tier.flags if self.tier is not None else 0
+
+    def plan(self, stdio=(None, None, None), in_netns=()) -> list:
+        """The child's system calls for one run: stdio, the namespace tier up to becoming the
+        PID namespace's init (`in_netns`: this run's steps in its network namespace, see
+        `namespaces.Tier.plan`), working directory, then the cage."""
         steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
                  for target, fd in enumerate(stdio) if fd is not None and fd != target]
+        if self.tier is not None:
+            steps += self.tier.plan(in_netns)
         steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
         return (steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
                 + self.ruleset.plan() + self._steps_after_landlock)  # ruleset.plan(): CageError once closed
@@ -71,6 +86,19 @@ class Cage:
     def check_open(self) -> None:
         """CageError (125) for a closed cage: launchers call this before forking anything."""
         self.ruleset.plan()
+
+    def started(self) -> None:
+        """A child was started from this cage. Under the namespace tier each child adds a few
+        rules for its own private mounts to the shared ruleset (`namespaces.plan_landlock_rules`);
+        every RULESET_RENEW_RUNS runs the ruleset is replaced by a fresh copy under the same fd
+        number, so those rules cannot pile up."""
+        self._runs += 1
+        if self.renew_ruleset is not None and self._runs % namespaces.RULESET_RENEW_RUNS == 0:
+            fresh = self.renew_ruleset()
+            try:
+                os.dup2(fresh.fd, self.ruleset.fd, inheritable=False)
+            finally:
+                fresh.close()
 
     def still_valid(self) -> bool:
         """True when a rebuild now would give the same rules (same inodes behind every policy
@@ -100,7 +128,10 @@ class Cage:
         return f"cannot apply the cage: {label}: {os.strerror(err)}"
 
     def apply_here(self) -> None:
-        """Apply the cage to THIS process (exec mode). Raises CageError naming the failed step."""
+        """Apply the cage to THIS process (exec mode without the namespace tier, which needs a
+        child: see `launch.exec_confined`). Raises CageError naming the failed step."""
+        if self.tier is not None:
+            raise CageError("the namespace tier cannot be applied to the calling process")
         plan = self.plan()
         try:
             _libc.apply_plan([step for _, step in plan])
@@ -128,8 +159,9 @@ class Cage:
         }
 
 
-def build(policy, cwd=None, repo=None, environ=None, abi=None) -> Cage:
-    """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125)."""
+def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False) -> Cage:
+    """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125).
+    `tty`: the command will get a terminal (`--tty`), so the minimal /dev keeps /dev/tty."""
     abi = landlock.abi_version() if abi is None else abi
     if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
@@ -142,15 +174,15 @@ def build(policy, cwd=None, repo=None, environ=None, abi=None) -> Cage:
         tmp = tempfile.mkdtemp(prefix="sandboy-")
     ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir(policy, None), repo=repo)
     try:
-        return _build(policy, ctx, abi, environ)
+        return _build(policy, ctx, abi, environ, tty)
     except BaseException:
         if tmp:
             os.rmdir(tmp)  # still empty: nothing has run
         raise
 
 
-def _build(policy, ctx, abi, environ) -> Cage:
-    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ)
+def _build(policy, ctx, abi, environ, tty=False) -> Cage:
+    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
     compiled = protections.compile_all(job)
     warnings = [w for part in compiled.values() for w in part.warnings]
     fs, net = compiled["landlock.fs"].outputs, compiled["landlock.net"].outputs
@@ -160,6 +192,11 @@ def _build(policy, ctx, abi, environ) -> Cage:
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
     cage = Cage(policy, ctx, abi, compiled, ruleset, warnings, job.protected)
+    if cage.tier is not None:
+        cage.tier.bind_ruleset(ruleset.fd, fs["handled_fs"])
+        cage.renew_ruleset = lambda: landlock.build_ruleset(
+            abi, fs["rules"], fs["handled_fs"], net["handled_net"], net["connect_ports"], net["bind_ports"],
+            net["scoped"], lambda _: None)
     if fs["reusable"] and "egress" not in compiled:  # an egress cage holds a per-run port
         cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]))
         cage.fingerprint = _fingerprint(fs["inputs"], fs["split_dirs"])
@@ -170,16 +207,18 @@ _REUSED: dict = {}
 _REUSE_MAX = 8
 
 
-def for_run(policy, cwd=None, repo=None) -> tuple:
+def for_run(policy, cwd=None, repo=None, tty=False) -> tuple:
     """(cage, owned) for one run of `policy`: a cage compiled earlier in this process when a
     rebuild would give the same rules (see `Cage.still_valid`), else a new one. `owned` cages
     are the caller's to close. This is what makes `sandboy.run(argv, policy)` in a loop cost
-    what a prebuilt cage costs (docs/performance.md). Not for policies with a per-run `{tmp}`."""
-    if uses_tmp(policy):
-        return build(policy, cwd=cwd, repo=repo), True
+    what a prebuilt cage costs (docs/performance.md). A policy with `{tmp}` is reused only
+    under the namespace tier, where every run mounts a fresh private `{tmp}`."""
+    if uses_tmp(policy) and not namespaces.availability()[0]:
+        return build(policy, cwd=cwd, repo=repo, tty=tty), True
     here = os.path.abspath(cwd or os.getcwd())
     env = os.environ
-    key = (policy, here, os.path.abspath(repo or here), tuple(env.get(n) for n in policy.env.pass_),
+    key = (policy, here, os.path.abspath(repo or here), tty, tuple(env.get(n) for n in policy.env.pass_),
+           env.get(namespaces.FORCE_OFF_ENV),
            env.get("HOME"), env.get("SANDBOY_CACHE_DIR"), env.get("XDG_CACHE_HOME"), os.geteuid())
     cage = _REUSED.pop(key, None)
     if cage is not None:
@@ -187,7 +226,7 @@ def for_run(policy, cwd=None, repo=None) -> tuple:
             _REUSED[key] = cage  # most recently used last
             return cage, False
         cage.close()
-    cage = build(policy, cwd=cwd, repo=repo)
+    cage = build(policy, cwd=cwd, repo=repo, tty=tty)
     if cage.fingerprint is None:
         return cage, True
     _REUSED[key] = cage

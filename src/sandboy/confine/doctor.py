@@ -46,6 +46,12 @@ def _pids_cgroup_probe() -> None:
     group.remove()
 
 
+def _namespace_tier() -> tuple:
+    from sandboy.confine import namespaces
+
+    return namespaces.availability()
+
+
 def _libc_implementation() -> str:
     from sandboy.confine import _libc
 
@@ -70,6 +76,7 @@ def check() -> dict:
         "pidfd": hasattr(os, "pidfd_open"),
         "pids_cgroup": _in_child(_pids_cgroup_probe) if root else None,
         "user_namespaces": _in_child(_userns_probe),
+        "namespace_tier": _namespace_tier()[0],
     }
     notes = []
     if abi < 4:
@@ -83,6 +90,12 @@ def check() -> dict:
     if root:
         notes.append("running as root: capabilities are dropped in the cage; limits.processes uses a pids "
                      "cgroup (RLIMIT_NPROC does not bind uid 0)")
+    if not protections["namespace_tier"]:
+        from sandboy.confine import namespaces
+
+        notes.append(f"the namespace tier is unavailable ({_namespace_tier()[1]}): best-effort policies run "
+                     "without it and do not prevent: " + "; ".join(namespaces.LOST_WITHOUT.values())
+                     + "; strict policies are refused (exit 125)")
     if not protections["user_namespaces"]:
         notes.append("unprivileged user namespaces are unavailable: Layer 3 (private network) will not work")
     return {
@@ -128,6 +141,14 @@ def describe_cage(report: dict) -> str:
     lines.append(f"limits: {enf['limits'] or 'none'}; capabilities: {enf['capabilities']}")
     if "terminal" in report:
         lines.append(f"terminal: {report['terminal']}")
+    ns = enf.get("namespaces") or {}
+    if ns.get("mount"):
+        kinds = [name for name in ("user", "mount", "ipc", "pid", "net") if ns.get(name)]
+        lines.append(f"namespaces: {', '.join(kinds)}; writable mounts: {', '.join(ns['writable']) or 'none'}"
+                     + ("; {tmp}: private tmpfs per run" if ns.get("tmp") else ""))
+        lines.append(f"/dev: {', '.join(ns['dev'])}")
+    else:
+        lines.append(f"namespaces: none ({ns.get('reason') or 'unavailable'})")
     for d in report["degraded"]:
         lines.append(f"DEGRADED: {d}")
     for w in report["warnings"]:

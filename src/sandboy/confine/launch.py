@@ -99,16 +99,19 @@ def _make_room(group, limit: int) -> None:
     group.set_max(group.current() + limit if limit else "max")
 
 
-def needs_supervisor(policy) -> bool:
+def needs_supervisor(policy, cage=None) -> bool:
     """A parent must stay for a wall-clock limit, as root for a process limit (cgroup), and
     to remove the private `{tmp}` after the run: in exec mode nothing is left to remove it,
-    and every run leaked a /tmp/sandboy-* directory (with whatever the command wrote there)."""
+    and every run leaked a /tmp/sandboy-* directory (with whatever the command wrote there).
+    Not for `{tmp}` under the namespace tier (`cage` given): the run's `{tmp}` is a tmpfs that
+    dies with it, and exec mode's waiting parent removes the empty mount point."""
     from sandboy.policy.resolve import uses_tmp
 
     limits = policy.limits
+    private_tmp = cage is not None and cage.tier is not None and cage.tier.tmp_private
     # net.domains: the egress proxy lives in the supervisor, as long as the command's whole tree
-    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0) or uses_tmp(policy)
-                or policy.net.egress)
+    return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0)
+                or (uses_tmp(policy) and not private_tmp) or policy.net.egress)
 
 
 # --- exec mode: the CLI process becomes the command -------------------------------------
@@ -122,6 +125,8 @@ def exec_confined(argv, cage, on_applied=None):
     from sandboy.confine import _libc
     from sandboy.confine.terminal import enter_own_session
 
+    if cage.tier is not None:
+        return _wait_in_namespace(argv, cage, on_applied)
     from sandboy.confine import explain  # imported now: inside the cage it may not be readable
 
     paths, args, envp = cage.exec_args(argv)
@@ -138,6 +143,49 @@ def exec_confined(argv, cage, on_applied=None):
         reason = explain.not_executable(argv[0], cage) if exc.errno == errno.EACCES else ""
         sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}" + (f": {reason}" if reason else "") + "\n")
         return _libc.exit_code_for_exec_error(exc.errno)
+
+
+def _wait_in_namespace(argv, cage, on_applied):
+    """Exec mode under the namespace tier: this process cannot enter a new PID namespace, so
+    it starts the namespace's init (which leads a new session; the command runs in it) and
+    waits in C, passing signals on to the init's process group (`_libc.wait_forwarding`): no
+    Python runs while the command does. The command's exit status is passed through, and its
+    death by a signal repeated on this process."""
+    from sandboy.confine import _libc
+    from sandboy.confine.terminal import session_steps
+
+    first = session_steps()
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = _start_child(argv, cage, (None, None, None), err_w, first)
+    finally:
+        os.close(err_w)
+    status = _libc.wait_forwarding(pid)
+    message, reported = _child_report(argv, cage, (None, None, None), _read_all(err_r), first)
+    cage.close()
+    result = _result_from(status if reported is None else reported, message, None)
+    if result.outcome == CAGE_ERROR:
+        raise CageError(result.error)
+    if on_applied is not None:
+        on_applied()
+    if result.error:
+        sys.stderr.write(f"sandboy: {result.error}\n")
+    if result.outcome == SIGNALED:
+        _die_like(result.signal)
+    return result.returncode
+
+
+def _die_like(sig: int) -> None:
+    """End this process by `sig`, as the command ended, so a shell sees the same status."""
+    from sandboy.confine import _libc, hygiene
+
+    try:
+        _libc.syscall(_libc.SYS_PRLIMIT64, 0, hygiene.RLIMIT_CORE, bytes(16), None)  # no core of ours
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass
 
 
 # --- supervised mode and the API ------------------------------------------------------------
@@ -180,7 +228,11 @@ class Confined:
             restore_mode(*self.terminal_mode)
         data = _read_all(self._status_fd)
         duration = time.monotonic() - self._started
-        message = data.decode("utf-8", "replace") if self.supervised else self._decode_error(data)
+        if self.supervised:
+            message = data.decode("utf-8", "replace")
+        else:
+            message, reported = self._decode_error(data)
+            status = status if reported is None else reported
         if self.supervised:
             record = message.split("\0")
             if len(record) == 5:
@@ -220,34 +272,39 @@ def _read_all(fd: int) -> bytes:
 
 def _start_child(argv, cage, stdio, err_w, first=()) -> int:
     """Fork the confined child: it runs `first` ((label, step) pairs), then the cage's plan,
-    then execs (see `_libc`)."""
+    then execs (see `_libc`). Under the namespace tier the child is cloned into the new
+    namespaces and becomes their init (after `first`, e.g. its new session); the pid returned
+    is the init's, and the init reports the command's wait status on `err_w`."""
     from sandboy.confine import _libc
 
     paths, args, envp = cage.exec_args(argv)
     plan = [step for _, step in (*first, *cage.plan(stdio))]
-    return _libc.fork_exec(plan, paths, args, envp, err_w)
+    cage.started()
+    return _libc.fork_exec(plan, paths, args, envp, err_w, cage.clone_flags)
 
 
-def _child_message(argv, cage, stdio, data: bytes, first=()) -> str:
-    """The child's binary error report as "cage:<text>" / "exec:<code>:<text>" / ""."""
+def _child_report(argv, cage, stdio, data: bytes, first=()) -> tuple:
+    """(message, status) from the child's error pipe: the message is "cage:<text>" /
+    "exec:<code>:<text>" / ""; the status is the command's wait status as the namespace's init
+    reported it (None without the tier: the caller's own wait status is the command's)."""
     from sandboy.confine import _libc
 
-    report = _libc.read_child_error(data)
-    if report is None:
-        return ""
-    index, err = report
+    error, status = _libc.read_child_report(data)
+    if error is None:
+        return "", status
+    index, err = error
     if index >= 0:
-        return "cage:" + cage.describe_failure(index, err, stdio, first)
+        return "cage:" + cage.describe_failure(index, err, stdio, first), status
     reason = ""
     if err == errno.EACCES:
         from sandboy.confine import explain
 
         reason = explain.not_executable(argv[0], cage)
-    return f"exec:{_libc.exit_code_for_exec_error(err)}:{argv[0]}: {os.strerror(err)}" + (f": {reason}" if reason else "")
+    return f"exec:{_libc.exit_code_for_exec_error(err)}:{argv[0]}: {os.strerror(err)}" + (f": {reason}" if reason else ""), status
 
 
 def _result_from(status: int, child_message: str, outcome) -> RunResult:
-    """Classify a wait status plus the child's error message (see `_child_message`)."""
+    """Classify a wait status plus the child's error message (see `_child_report`)."""
     kind, _, detail = child_message.partition(":")
     if kind == "cage":
         return RunResult(EXIT_CAGE, CAGE_ERROR, error=detail)
@@ -288,13 +345,13 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
 
     if not argv:
         raise ValueError("argv must name a command")
-    cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo)
+    cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo, tty=tty)
     cage.check_open()  # here, not in a supervisor that would only exit 1
     from sandboy.confine import terminal
 
     timeout = _timeout_for(cage, timeout)
     stdio = (stdin, stdout, stderr)
-    needed = timeout is not None or needs_supervisor(cage.policy) or tty or terminal.any_terminal(stdio)
+    needed = timeout is not None or needs_supervisor(cage.policy, cage) or tty or terminal.any_terminal(stdio)
     if supervise is None:
         supervise = needed
     elif not supervise and needed:
@@ -324,7 +381,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
             os._exit(code)
     os.close(status_w)
     confined = Confined(pid, status_r, cage, owns, started, supervise,
-                        lambda data: _child_message(argv, cage, stdio, data, first))
+                        lambda data: _child_report(argv, cage, stdio, data, first))
     if restore is not None:
         confined.terminal_mode = (0 if stdin is None else stdin, restore)
     return confined
@@ -436,8 +493,8 @@ class LocalRun:
                 self._status = os.waitpid(self.pid, 0)[1]
             self.end()
             os.close(self.pidfd)
-            message = _child_message(self.argv, self.cage, self.stdio, _read_all(self._err_r), self._first)
-            result = _result_from(self._status, message, self._outcome)
+            message, reported = _child_report(self.argv, self.cage, self.stdio, _read_all(self._err_r), self._first)
+            result = _result_from(self._status if reported is None else reported, message, self._outcome)
             result.duration = time.monotonic() - self.started
             result.enforced = self.cage.enforced
             result.degraded = list(self.cage.degraded)
@@ -573,7 +630,8 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
             pass
         group.remove()
 
-    result = _result_from(status, _child_message(argv, cage, relay.stdio, _read_all(err_r), first), outcome)
+    message, reported = _child_report(argv, cage, relay.stdio, _read_all(err_r), first)
+    result = _result_from(status if reported is None else reported, message, outcome)
     summary = ""
     if egress is not None:
         import json

@@ -43,7 +43,8 @@ _FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM: everything Landlock handled in 
 
 PROTECTIONS = (
     # name                  min ABI
-    Protection("namespaces", 0, lost="(slot for the namespace tier, issue #7)"),
+    # user/mount/IPC/PID(/net) namespaces, where the kernel lets this uid make them (namespaces.py)
+    Protection("namespaces", 0, lost="see namespaces.LOST_WITHOUT"),
     Protection("hygiene", 0),  # rlimits, capabilities, no_new_privs; signals and fds per run
     Protection("landlock.fs", 1, fs_rights=_FS_ABI1),
     Protection("landlock.fs.refer", 2, fs_rights=landlock.REFER, lost="refer"),
@@ -96,14 +97,15 @@ class Job:
     """What every compiler may read: the policy (as written and resolved), the run's context,
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
-    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "_protected")
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected")
 
-    def __init__(self, policy, resolved, ctx, abi, environ):
+    def __init__(self, policy, resolved, ctx, abi, environ, tty=False):
         self.policy = policy
         self.resolved = resolved
         self.ctx = ctx
         self.abi = abi
         self.environ = environ
+        self.tty = tty  # the command will get a terminal: /dev/tty in the minimal /dev
         self._protected = None
 
     def protected_by_origin(self) -> tuple:
@@ -131,9 +133,16 @@ class Job:
 # --- the compilers ------------------------------------------------------------------------
 
 
-def compile_namespaces(job) -> Compiled:
-    """Slot for the namespace tier (user/mount/IPC/PID/net); nothing yet."""
-    return Compiled("namespaces")
+def compile_namespaces(job, landlock_fs) -> Compiled:
+    """The namespace tier (namespaces.py) from the policy's grants (`landlock_fs` outputs):
+    no steps here — its steps come first in the child, before the working directory is entered
+    (`Cage.plan`). Outputs: `tier` (a namespaces.Tier, or None where the kernel refuses)."""
+    from sandboy.confine import namespaces
+
+    degraded: list[str] = []
+    tier = namespaces.compile(job.policy, landlock_fs.outputs["grants"], job.ctx.tmp, job.abi, degraded, job.tty)
+    enforced = {"namespaces": tier.enforced if tier is not None else namespaces.unavailable_report()}
+    return Compiled("namespaces", (), enforced, degraded, tier=tier)
 
 
 def compile_hygiene(job, drop_caps=None) -> Compiled:
@@ -250,7 +259,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     }
     return Compiled(
         "landlock.fs", (), enforced, degraded, warnings,
-        rules=rules, handled_fs=handled_fs,
+        rules=rules, handled_fs=handled_fs, grants=grants,
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *protected_candidates(fs)),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
@@ -362,11 +371,13 @@ def compile_all(job) -> dict:
         # proxy's port) and adds the proxy's variables to the environment.
         egress = compile_egress(job)
         job.resolved = job.resolved.replace(net=egress.outputs["net"])
-    namespaces = compile_namespaces(job)
-    # A mount namespace that binds `job.protected` read-only says so in its outputs; the
-    # Landlock compiler then leaves those paths to it (no split, nothing degraded).
-    protected_by_mount = bool(namespaces.outputs.get("binds_protected"))
-    for compiled in (namespaces, compile_hygiene(job), compile_landlock_fs(job, protected_by_mount=protected_by_mount),
+    # The namespace tier needs the Landlock grants (its write roots, its per-run rules), so
+    # Landlock is compiled first; plan order is kept below.
+    landlock_fs = compile_landlock_fs(job, protected_by_mount=False)
+    namespaces = compile_namespaces(job, landlock_fs)
+    # In a user namespace the child holds every capability there until it drops them.
+    drop_caps = hygiene.has_capabilities() or namespaces.outputs["tier"] is not None
+    for compiled in (namespaces, compile_hygiene(job, drop_caps), landlock_fs,
                      compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
         out[compiled.name] = compiled
     if egress is not None:

@@ -1,0 +1,491 @@
+"""The namespace tier of Layer 2: THE place that makes user, mount, IPC, PID and network
+namespaces (docs/adr/0008-namespace-tier.md).
+
+What it closes that Landlock does not mediate (issue #7): metadata changes outside the write
+roots (chmod, chown, utimensat, setxattr get EROFS on a read-only mount), raw devices and other
+terminals (a minimal `/dev`), host SysV IPC (an IPC namespace), host processes (a PID namespace
+with its own `/proc`), and, when the policy grants no network at all, every host listener and
+abstract socket (a network namespace).
+
+How: the confined child is made by clone(2) with CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC |
+CLONE_NEWPID (| CLONE_NEWNET); its plan (see `_libc`) first maps the caller's uid and gid to
+themselves, then builds the mount tree with raw system calls, becomes the init of the PID
+namespace (NR_INIT) and lets its child run the rest of the cage (Landlock, seccomp, ...) and
+exec. No helper binary, no Python in the child with the C executor. A user namespace is made
+as root too: the mounts of a mount namespace owned by a less privileged user namespace are
+locked (a process in it cannot remount them read-write, even with every capability there).
+
+Mount tree, in order (the parent computes every path when the cage is built):
+  1. "/" recursively private: nothing done here propagates to the host.
+  2. A detached copy (open_tree OPEN_TREE_CLONE) of every write root and of each device node
+     the minimal /dev keeps, with the host's mount flags.
+  3. A new proc for the PID namespace on /proc.
+  4. Every mount read-only, recursively (mount_setattr).
+  5. A tmpfs /dev with the copied device nodes, a private devpts and a private shm, then /dev
+     itself read-only.
+  6. The write-root copies attached back over their paths (read-write where the host had them
+     so), and a fresh tmpfs on the cage's `{tmp}` directory.
+
+Egress (Layer 3) adds its steps through `Tier.add_in_netns` and the `plan_*` helpers below.
+"""
+
+import os
+
+from sandboy.confine import _libc
+from sandboy.confine._libc import (
+    AT_FDCWD,
+    NR_INIT,
+    SYS_BIND,
+    SYS_CLOSE,
+    SYS_IOCTL,
+    SYS_LISTEN,
+    SYS_MKDIRAT,
+    SYS_MOUNT,
+    SYS_MOUNT_SETATTR,
+    SYS_MOVE_MOUNT,
+    SYS_OPEN_TREE,
+    SYS_OPENAT,
+    SYS_SENDMSG,
+    SYS_SETSOCKOPT,
+    SYS_SOCKET,
+    SYS_SYMLINKAT,
+    SYS_WRITE,
+    step_flags,
+    u16,
+    u32,
+    u64,
+)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE = 1, 0o2000000, 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_RDONLY = 0x1
+O_WRONLY, O_CREAT, O_EXCL, O_CLOEXEC = 0o1, 0o100, 0o200, 0o2000000
+
+# The minimal /dev (DESIGN.md "Defaults"): these nodes, bound from the host; `tty` only on request.
+DEVICES = ("null", "zero", "full", "random", "urandom")
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx"))
+# Paths the tier replaces with private ones: a write grant there is not attached from the host.
+PRIVATE_TREES = ("/dev", "/proc")
+
+FORCE_OFF_ENV = "SANDBOY_NAMESPACES"  # "0": behave as if the kernel refused namespaces
+
+# What each namespace prevents, for the exact list of what is lost when they are unavailable.
+LOST_WITHOUT = {
+    "mount": "chmod/chown/utimensat/setxattr on files the uid owns outside the write roots (Landlock "
+             "does not mediate metadata; as root that includes every root-owned file)",
+    "dev": "raw block devices and other terminals of the same uid under any granted /dev path",
+    "ipc": "host SysV IPC segments, queues and semaphores (refused by seccomp unless ipc.sysv = true)",
+    "pid": "host processes under a granted /proc (/proc/PID/cmdline of every host process)",
+    "net": "host listeners and abstract unix sockets (sockets are still refused by seccomp)",
+    "tmp": "{tmp} is a per-run host directory (the cage is rebuilt for every run)",
+}
+
+
+def forced_off() -> bool:
+    return os.environ.get(FORCE_OFF_ENV, "1") == "0"
+
+
+class Tier:
+    """The namespace layer of one cage: the clone flags, the steps its first child runs before
+    becoming the init, and its report. Built by `compile`; `None` flags mean no tier at all."""
+
+    def __init__(self, flags: int, steps: list, enforced: dict, tmp_private: bool, rules=()):
+        self.flags = flags
+        self.steps = steps
+        self.enforced = enforced
+        self.tmp_private = tmp_private
+        self.rules = list(rules)  # Landlock rules the child adds once its mounts exist
+        self._rule_steps: list = []
+        self._in_netns: list = []
+
+    def bind_ruleset(self, ruleset_fd: int, handled_fs: int) -> None:
+        """Once the cage's ruleset exists: the steps that add `rules` to it in the child."""
+        self._rule_steps = plan_landlock_rules(ruleset_fd, self.rules, handled_fs)
+
+    @property
+    def ipc(self) -> bool:
+        """Is a private IPC namespace in force (SysV IPC then reaches nothing of the host)?"""
+        return bool(self.flags & CLONE_NEWIPC)
+
+    @property
+    def pid(self) -> bool:
+        return bool(self.flags & CLONE_NEWPID)
+
+    @property
+    def net(self) -> bool:
+        return bool(self.flags & CLONE_NEWNET)
+
+    def add_in_netns(self, steps: list) -> None:
+        """For Layer 3: run `steps` ((label, step) pairs) inside the cage's own network
+        namespace, before the command starts (the tier then makes one even if the policy grants
+        network). See `plan_loopback_up` and `plan_listen_and_send`."""
+        self.flags |= CLONE_NEWNET
+        self.enforced["net"] = True
+        self._in_netns.extend(steps)
+
+    def plan(self, in_netns=()) -> list:
+        """The child's steps, in order, up to and including becoming the init: after them the
+        plan continues in the init's child, which runs the cage and execs. `in_netns`: more
+        steps for this run only (e.g. Layer 3's fd channel, whose number changes per run)."""
+        return (self.steps + self._rule_steps + self._in_netns + list(in_netns)
+                + [("become the PID namespace's init", (NR_INIT, 0))])
+
+
+def no_network(net) -> bool:
+    """Does the policy grant no network at all (then the cage gets its own network namespace)?"""
+    return not (net.unrestricted or net.connect_tcp or net.bind_tcp or net.udp or net.domains or net.private)
+
+
+# Landlock rules are bound to inodes, and the private /proc, /dev, /dev/shm, /dev/pts and {tmp}
+# are new file systems at every run (Landlock's walk skips the host directories they cover). So
+# the child adds rules for them to the cage's ruleset once they are mounted, before enforcing it
+# (`plan_landlock_rules`): the policy's own rights for paths under /proc, /dev and {tmp}, and the
+# tier's fixed ones below. The ruleset object is shared with the parent, which renews it every
+# RULESET_RENEW_RUNS runs so these per-run rules cannot pile up (`cage.Cage.started`).
+# /dev itself: listing only (its nodes have their own rules, on the host inodes they are bound
+# from; READ_FILE here would reach every pty under a /dev/pts bound from the host for --tty).
+TIER_RULES = (("/dev", ("READ_DIR",)),
+              ("/dev/shm", ("READ_FILE", "READ_DIR", "WRITE_FILE", "MAKE_REG", "REMOVE_FILE", "TRUNCATE")),
+              ("/dev/pts", ("READ_FILE", "READ_DIR", "WRITE_FILE", "IOCTL_DEV")))
+RULESET_RENEW_RUNS = 64
+O_PATH, O_DIRECTORY = 0o10000000, 0o200000
+RULE_SLOT = 29
+
+
+def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False):
+    """The tier for `policy`, or None where the kernel refuses namespaces; then `degraded`
+    gets the exact list of what is no longer prevented (compat strict then refuses, 125).
+    `grants` (path -> Landlock rights) gains the rights on the private /dev."""
+    from sandboy.confine import landlock
+
+    ok, why = availability()
+    if not ok:
+        degraded.extend(f"namespaces unavailable ({why}): not prevented: {text}"
+                        for text in lost_without(policy, grants, tmp, abi))
+        return None
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID
+    if no_network(policy.net):
+        flags |= CLONE_NEWNET
+    roots = write_roots(grants, tmp)
+    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty)
+    rules = []  # (path, rights, required, is_dir)
+    for path, names in TIER_RULES:
+        if tty and path == "/dev/pts":
+            continue  # the host's devpts, bound for the command's terminal: only the policy's rules
+        rights = 0
+        for name in names:
+            rights |= getattr(landlock, name)
+        rules.append((path, rights, True, True))
+    device_nodes = {f"/dev/{name}" for name in DEVICES}
+    for path, rights in sorted(grants.items()):
+        if (path == tmp or _under_any(path, PRIVATE_TREES)) and path not in device_nodes:
+            rules.append((path, rights, path == tmp, os.path.isdir(path)))
+    enforced = {
+        "user": True,
+        "mount": True,
+        "writable": roots if "/" not in roots else ["/"],
+        "dev": [f"/dev/{name}" for name in DEVICES + (("tty",) if tty else ())]
+               + ["/dev/pts (the host's, for --tty)" if tty else "/dev/pts (private)", "/dev/shm (private)"],
+        "tmp": "private tmpfs" if tmp else None,
+        "ipc": True,
+        "pid": True,
+        "net": bool(flags & CLONE_NEWNET),
+    }
+    return Tier(flags, steps, enforced, bool(tmp), rules)
+
+
+def plan_landlock_rules(ruleset_fd: int, rules, handled_fs: int) -> list:
+    """Steps that add a Landlock rule per (path, rights, required, is_dir), opening each path
+    in the cage's mount tree. Rules that are not required are skipped where the path is
+    missing there (a failed open leaves -1 in the slot, so the rule step fails too)."""
+    from sandboy.confine.landlock import FILE_RIGHTS, RULE_PATH_BENEATH
+    from sandboy.confine._libc import SYS_LANDLOCK_ADD_RULE, s32
+
+    steps = []
+    for path, rights, required, is_dir in rules:
+        rights &= handled_fs if is_dir else handled_fs & FILE_RIGHTS
+        if not rights:
+            continue
+        optional = not required
+        flags = O_PATH | O_CLOEXEC | (O_DIRECTORY if is_dir else 0)
+        attr = u64(rights) + s32(-1)  # struct landlock_path_beneath_attr (packed), fd filled in
+        steps += [
+            (f"open {path} for its Landlock rule", (SYS_OPENAT, step_flags(optional, RULE_SLOT), AT_FDCWD,
+                                                    _path(path), flags)),
+            (f"Landlock rule for {path}", (SYS_LANDLOCK_ADD_RULE, step_flags(optional), ruleset_fd,
+                                          RULE_PATH_BENEATH, (RULE_SLOT, attr, 8), 0)),
+            (f"close {path}", (SYS_CLOSE, step_flags(True), (RULE_SLOT,))),
+        ]
+    return steps
+
+
+def lost_without(policy, grants: dict, tmp, abi: int) -> list:
+    """What the tier would prevent for this policy and nothing else does."""
+    lost = [LOST_WITHOUT["mount"]]
+    if any(_under_any(path, ("/dev",)) or path == "/" for path in grants
+           if path not in {f"/dev/{name}" for name in DEVICES}):
+        lost.append(LOST_WITHOUT["dev"])
+    if getattr(getattr(policy, "ipc", None), "sysv", False):
+        lost.append(LOST_WITHOUT["ipc"])
+    if any(_under_any("/proc", (path,)) or _under_any(path, ("/proc",)) for path in grants):
+        lost.append(LOST_WITHOUT["pid"])
+    if no_network(policy.net) and policy.net.unix and abi < 6:
+        lost.append(LOST_WITHOUT["net"])
+    if tmp:
+        lost.append(LOST_WITHOUT["tmp"])
+    return lost
+
+
+def unavailable_report() -> dict:
+    ok, why = availability()
+    return {"available": ok, "reason": why}
+
+
+def _path(path: str) -> bytes:
+    return os.fsencode(path) + b"\0"
+
+
+def _mount_attr(attr_set: int = 0, attr_clr: int = 0) -> bytes:
+    return u64(attr_set) + u64(attr_clr) + u64(0) + u64(0)  # struct mount_attr (size 32)
+
+
+def plan_user_map(uid: int, gid: int) -> list:
+    """Map the caller's uid and gid to themselves in the new user namespace. The child writes
+    its own maps (allowed for exactly its own ids once setgroups is denied), so nothing needs
+    to wait for the parent."""
+    steps = []
+    for name, text in (("setgroups", b"deny"), ("uid_map", b"%d %d 1\n" % (uid, uid)),
+                       ("gid_map", b"%d %d 1\n" % (gid, gid))):
+        path = _path(f"/proc/self/{name}")
+        steps += [
+            (f"open {name}", (SYS_OPENAT, step_flags(save=1), AT_FDCWD, path, O_WRONLY | O_CLOEXEC)),
+            (f"write {name}", (SYS_WRITE, 0, (1,), text, len(text))),
+            (f"close {name}", (SYS_CLOSE, 0, (1,))),
+        ]
+    return steps
+
+
+def write_roots(grants: dict, tmp) -> list:
+    """The topmost paths with any write right, outside the trees the tier replaces and
+    without the private `{tmp}` (mounted fresh instead)."""
+    from sandboy.confine import landlock
+
+    writing = landlock.WRITE & ~landlock.READ
+    roots = sorted(path for path, rights in grants.items()
+                   if rights & writing and path != tmp and not _under_any(path, PRIVATE_TREES))
+    top: list = []
+    for path in roots:
+        if not _under_any(path, top):
+            top.append(path)
+    return top
+
+
+def _under_any(path: str, trees) -> bool:
+    return any(path == tree or path.startswith(tree.rstrip("/") + "/") for tree in trees)
+
+
+def plan_mounts(roots, tmp=None, tty=False) -> list:
+    """The mount tree (module docstring). `roots`: write roots (existing, symlink-resolved)."""
+    everything_writable = "/" in roots
+    devices = DEVICES + (("tty",) if tty else ())
+    steps = [("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None))]
+    slot = 1
+    attach = []
+    if not everything_writable:
+        for root in roots:
+            steps.append((f"copy write root {root}", (SYS_OPEN_TREE, step_flags(save=slot), AT_FDCWD, _path(root),
+                                                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)))
+            attach.append((root, slot))
+            slot += 1
+    dev_slots = []
+    if tty:
+        # --tty: the command's terminal is a pty of the host's devpts (Sandboy relays it), and
+        # ttyname(3) looks for it by name: bind that devpts rather than a private one.
+        devices += ("pts",)
+    for name in devices:
+        steps.append((f"copy /dev/{name}", (SYS_OPEN_TREE, step_flags(save=slot), AT_FDCWD, _path(f"/dev/{name}"),
+                                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)))
+        dev_slots.append((name, slot))
+        slot += 1
+    steps.append(("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0",
+                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, None)))
+    if not everything_writable:
+        steps.append(("make every mount read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
+                                                     _mount_attr(MOUNT_ATTR_RDONLY), 32)))
+    steps.append(("mount /dev", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev\0", b"tmpfs\0",
+                                 MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=0755,size=64k\0")))
+    for name in ("pts", "shm"):
+        steps.append((f"mkdir /dev/{name}", (SYS_MKDIRAT, 0, AT_FDCWD, _path(f"/dev/{name}"), 0o755)))
+    for name, from_slot in dev_slots:
+        node = _path(f"/dev/{name}")
+        if name == "pts":
+            steps += [(f"bind /dev/{name}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, node,
+                                              MOVE_MOUNT_F_EMPTY_PATH)),
+                      (f"close copy of /dev/{name}", (SYS_CLOSE, 0, (from_slot,)))]
+            continue
+        steps += [
+            (f"create /dev/{name}", (SYS_OPENAT, step_flags(save=slot), AT_FDCWD, node,
+                                     O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)),
+            (f"close /dev/{name}", (SYS_CLOSE, 0, (slot,))),
+            (f"bind /dev/{name}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, node, MOVE_MOUNT_F_EMPTY_PATH)),
+            (f"close copy of /dev/{name}", (SYS_CLOSE, 0, (from_slot,))),
+        ]
+    if not tty:
+        steps.append(("mount /dev/pts", (SYS_MOUNT, 0, b"devpts\0", b"/dev/pts\0", b"devpts\0",
+                                         MS_NOSUID | MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620\0")))
+    steps.append(("mount /dev/shm", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev/shm\0", b"tmpfs\0",
+                                     MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=1777\0")))
+    for name, target in DEV_LINKS:
+        steps.append((f"link /dev/{name}", (SYS_SYMLINKAT, 0, _path(target), AT_FDCWD, _path(f"/dev/{name}"))))
+    steps.append(("make /dev read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/dev\0", 0,
+                                          _mount_attr(MOUNT_ATTR_RDONLY), 32)))
+    for root, from_slot in attach:
+        steps += [
+            (f"attach write root {root}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, _path(root),
+                                           MOVE_MOUNT_F_EMPTY_PATH)),
+            (f"close copy of {root}", (SYS_CLOSE, 0, (from_slot,))),
+        ]
+    if tmp:
+        steps.append((f"mount a private {tmp}", (SYS_MOUNT, 0, b"tmpfs\0", _path(tmp), b"tmpfs\0",
+                                                  MS_NOSUID | MS_NODEV, b"mode=0700\0")))
+    if slot > _libc.MAX_SLOTS:
+        raise ValueError(f"{len(attach)} write roots: more than the plan's {_libc.MAX_SLOTS} slots")
+    return steps
+
+
+# --- Layer 3 helpers: a listener made inside the cage's network namespace -------------------
+
+AF_UNIX, AF_INET, SOCK_STREAM, SOCK_DGRAM, SOCK_CLOEXEC = 1, 2, 1, 2, 0o2000000
+SOL_SOCKET, SO_REUSEADDR, SCM_RIGHTS = 1, 2, 1
+SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x8914, 0x1, 0x40
+
+
+def plan_loopback_up() -> list:
+    """Bring `lo` up in the new network namespace (it starts down)."""
+    ifreq = b"lo".ljust(16, b"\0") + u16(IFF_UP | IFF_RUNNING).ljust(24, b"\0")  # struct ifreq (40 bytes)
+    return [
+        ("socket for lo", (SYS_SOCKET, step_flags(save=30), AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)),
+        ("bring lo up", (SYS_IOCTL, 0, (30,), SIOCSIFFLAGS, ifreq)),
+        ("close socket for lo", (SYS_CLOSE, 0, (30,))),
+    ]
+
+
+def plan_listen_and_send(port: int, channel_fd: int, keep: list, host: str = "127.0.0.1", backlog: int = 128) -> list:
+    """Listen on host:port (TCP) inside the namespace and send the listening socket over the
+    unix socket `channel_fd` (the child's end of a socketpair; `receive_fd` takes it on the
+    other end). The socket is made with fd number 31's slot and dup'd nowhere: SCM_RIGHTS
+    needs its number in a buffer built now, so it is moved to `channel_fd + 1`... no: the
+    number is not known in advance, so the steps first dup3 it to a fixed fd, `fixed_fd`.
+
+    `keep`: a list the caller holds until the child has run (buffers the msghdr points at)."""
+    import socket
+
+    fixed_fd = channel_fd + 1000
+    addr = u16(AF_INET) + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8)
+    one = u32(1)
+    cmsg = u64(16 + 4) + u32(SOL_SOCKET) + u32(SCM_RIGHTS) + u32(fixed_fd) + bytes(4)  # cmsghdr + int, padded
+    payload = b"L"
+    keep_cmsg, cmsg_ptr = _libc.pointer_to(cmsg)
+    keep_payload, payload_ptr = _libc.pointer_to(payload)
+    iov = u64(payload_ptr) + u64(1)
+    keep_iov, iov_ptr = _libc.pointer_to(iov)
+    msghdr = u64(0) + u32(0) + u32(0) + u64(iov_ptr) + u64(1) + u64(cmsg_ptr) + u64(len(cmsg)) + u32(0) + u32(0)
+    keep.extend((keep_cmsg, keep_payload, keep_iov, msghdr))
+    SYS_DUP3 = 292
+    return [
+        ("listener socket", (SYS_SOCKET, step_flags(save=31), AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)),
+        ("listener fd", (SYS_DUP3, 0, (31,), fixed_fd, O_CLOEXEC)),
+        ("listener SO_REUSEADDR", (SYS_SETSOCKOPT, 0, fixed_fd, SOL_SOCKET, SO_REUSEADDR, one, 4)),
+        (f"listener bind {host}:{port}", (SYS_BIND, 0, fixed_fd, addr, len(addr))),
+        ("listener listen", (SYS_LISTEN, 0, fixed_fd, backlog)),
+        ("send the listener to the parent", (SYS_SENDMSG, 0, channel_fd, msghdr, 0)),
+        ("close the listener", (SYS_CLOSE, 0, fixed_fd)),
+        ("close the listener socket", (SYS_CLOSE, 0, (31,))),
+    ]
+
+
+def receive_fd(channel) -> int:
+    """The fd sent by `plan_listen_and_send`, from the parent's end of the socketpair."""
+    import socket
+
+    msg, fds, _flags, _addr = socket.recv_fds(channel, 1, 1)
+    if not fds:
+        raise OSError("the cage sent no listener")
+    return fds[0]
+
+
+# --- availability ---------------------------------------------------------------------------
+
+_AVAILABLE: list = []
+ALL = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
+
+
+def _static_refusal():
+    """Why this kernel would refuse unprivileged namespaces, read from sysctls, or None."""
+    checks = (("/proc/sys/user/max_user_namespaces", "user.max_user_namespaces = 0"),
+              ("/proc/sys/kernel/unprivileged_userns_clone", "kernel.unprivileged_userns_clone = 0"))
+    for path, reason in checks:
+        try:
+            with open(path, "rb") as fh:
+                if fh.read().strip() == b"0":
+                    return reason
+        except OSError:
+            pass
+    return None
+
+
+def availability() -> tuple:
+    """(True, "") when this process can make the tier's namespaces and mounts, else (False,
+    why). Probed once per process by a real child running the tier's own first steps (user
+    map, private /, a new /proc, read-only remount, a tmpfs): a container's seccomp, Ubuntu's
+    AppArmor userns restriction (the clone works, the mounts are refused) and
+    `user.max_user_namespaces = 0` all show here."""
+    if forced_off():
+        return False, f"{FORCE_OFF_ENV}=0"
+    if _AVAILABLE:
+        return _AVAILABLE[0]
+    reason = _static_refusal()
+    if reason is None:
+        reason = _probe()
+    _AVAILABLE.append((reason is None, reason or ""))
+    return _AVAILABLE[0]
+
+
+def _probe():
+    labelled = plan_user_map(os.geteuid(), os.getegid()) + [
+        ("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None)),
+        ("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
+        ("make every mount read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
+                                        _mount_attr(MOUNT_ATTR_RDONLY), 32)),
+        ("mount /dev", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev\0", b"tmpfs\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
+    ]
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        try:
+            pid = _libc.fork_exec([step for _, step in labelled], [b"/"], [b"probe"], [], err_w, ALL)
+        except OSError as exc:
+            return f"clone: {exc.strerror}"
+        finally:
+            os.close(err_w)
+        os.waitpid(pid, 0)
+        chunks = []
+        while chunk := os.read(err_r, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(err_r)
+    error, _ = _libc.read_child_report(b"".join(chunks))
+    if error is None:
+        return "the probe child reported nothing"
+    index, err = error
+    if index >= 0:
+        return f"{labelled[index][0]}: {os.strerror(err)}"
+    return None  # every step worked; only the exec of "/" failed, as intended
