@@ -186,24 +186,26 @@ class CageCache:
                 return None
         return self._pids_group
 
-    def get(self, policy) -> tuple:
+    def get(self, policy, tty=False) -> tuple:
         """(cage, owned): a compiled cage for `spawn`; the caller closes it after the step when
-        `owned` (a cage that could not be shared)."""
-        cage = self.cages.pop(policy, None)
+        `owned` (a cage that could not be shared). `tty`: for a step with a terminal (`--tty`),
+        whose /dev keeps /dev/tty and the host's pts under the namespace tier."""
+        key = (policy, tty)
+        cage = self.cages.pop(key, None)
         if cage is not None and not (cage.still_valid() and self._empty_tmp(cage)):
             cage.close()
             cage = None
         if cage is None:
-            cage = self._build(policy)
+            cage = self._build(policy, tty)
             if cage.fingerprint is None:
                 return cage, True
-        self.cages[policy] = cage
+        self.cages[key] = cage
         return cage, False
 
-    def _build(self, policy):
+    def _build(self, policy, tty=False):
         from sandboy.confine.cage import build
 
-        return build(policy, cwd=self.repo, repo=self.repo)
+        return build(policy, cwd=self.repo, repo=self.repo, tty=tty)
 
     @staticmethod
     def _empty_tmp(cage) -> bool:
@@ -488,7 +490,7 @@ class GateRun:
                     relay = Relay(tty=True, tee=stream.record)
                     stdio, ctty = relay.stdio, relay.ctty
                 with self.stop.preparing():
-                    cage, owned = self.cages.get(policy)
+                    cage, owned = self.cages.get(policy, tty=ctty is not None)
                 # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
                 # of a step outlives it, including ones that called setsid, and a supervisor process
                 # per step would cost ≈ 2.5 ms (docs/performance.md).
