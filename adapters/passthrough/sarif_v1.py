@@ -78,7 +78,9 @@ def uri_reference(text: str) -> str:
     elif re.match(r"^//[^/]", fixed):               # //server/share: UNC
         fixed = "file:" + fixed
     head, sep, fragment = fixed.partition("#")
-    fixed = quote(head, safe="/:@!$&'()*+,;=-._~%?") + sep + quote(fragment, safe="/:@!$&'()*+,;=-._~%?")
+    safe = "/:@!$&'()*+,;=-._~%?"
+    # surrogatepass: a lone surrogate (legal in JSON text) is still percent-encoded, not a crash
+    fixed = quote(head, safe=safe, errors="surrogatepass") + sep + quote(fragment, safe=safe, errors="surrogatepass")
     fixed = re.sub(r"%(?![0-9A-Fa-f]{2})", "%25", fixed)
     if not is_uri_reference(fixed):                 # e.g. ":" in a first relative segment
         fixed = "./" + fixed
@@ -108,6 +110,10 @@ def _text(value: Any) -> dict[str, str] | None:
 def _props(node: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The v1 property bag, plus v1 fields that have no 2.1.0 home under "sarifV1"."""
     props = dict(node["properties"]) if isinstance(node.get("properties"), dict) else {}
+    tags = props.get("tags")
+    if "tags" in props and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags) and len(set(tags)) == len(tags)):
+        # 2.1.0 tags are unique strings (3.8.2); anything else would fail the whole log
+        extra = {**(extra or {}), "tags": props.pop("tags")}
     if extra:
         kept = {k: v for k, v in extra.items() if v is not None}
         if kept:
@@ -256,7 +262,7 @@ class RunUpgrade:
             _put(tfl, "module", _s(step.get("module")))
             state = {k: {"text": v} for k, v in _dict(step.get("state")).items() if isinstance(v, str)}
             _put(tfl, "state", state)
-            importance = step.get("importance") if step.get("importance") in V1_IMPORTANCE else None
+            importance = step["importance"] if _s(step.get("importance")) in V1_IMPORTANCE else None
             _put(tfl, "importance", importance or ("essential" if step.get("essential") is True else None))
             kind = _s(step.get("kind"))
             kinds = list(V1_FLOW_KINDS.get(kind, [kind] if kind else []))
@@ -359,7 +365,7 @@ class RunUpgrade:
         rule_id, index = self.rule_for(res)
         _put(out, "ruleId", rule_id)
         _put(out, "ruleIndex", index)
-        level, kind = V1_LEVELS.get(res.get("level", "warning"), ("warning", None))
+        level, kind = V1_LEVELS.get(_s(res.get("level")) or "warning", ("warning", None))
         out["level"] = level
         _put(out, "kind", kind)
         key = _s(res.get("ruleKey")) or _s(res.get("ruleId"))
@@ -388,7 +394,7 @@ class RunUpgrade:
         _put(out, "stacks", [self.stack(s) for s in _list(res.get("stacks")) if isinstance(s, dict)])
         _put(out, "fixes", [f for f in (self.fix(x) for x in _list(res.get("fixes")) if isinstance(x, dict)) if f])
         _put(out, "suppressions", _suppressions(res.get("suppressionStates")))
-        _put(out, "baselineState", V1_BASELINE.get(res.get("baselineState")))
+        _put(out, "baselineState", V1_BASELINE.get(_s(res.get("baselineState")) or ""))
         rid = _s(res.get("id"))
         if rid and _GUID.match(rid.strip("{}")):
             out["guid"] = rid.strip("{}")
@@ -419,7 +425,7 @@ class RunUpgrade:
             extra["helpUri"] = help_uri  # 2.1.0 helpUri must be absolute (format: uri)
         props = _props(rule, extra) or {}
         config: dict[str, Any] = {}
-        if rule.get("defaultLevel") in V1_LEVELS:
+        if _s(rule.get("defaultLevel")) in V1_LEVELS:
             config["level"] = V1_LEVELS[rule["defaultLevel"]][0]
         if rule.get("configuration") in ("enabled", "disabled"):
             config["enabled"] = rule["configuration"] == "enabled"
@@ -511,7 +517,7 @@ class RunUpgrade:
 
     def notification(self, note: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"message": {"text": _s(note.get("message")) or _s(note.get("id")) or "notification"}}
-        _put(out, "level", note.get("level") if note.get("level") in V1_NOTIFICATION_LEVELS else None)
+        _put(out, "level", note["level"] if _s(note.get("level")) in V1_NOTIFICATION_LEVELS else None)
         _put(out, "descriptor", {"id": note["id"]} if _s(note.get("id")) else None)
         rule_id, index = self.rule_for(note)
         rule_ref: dict[str, Any] = {}

@@ -413,3 +413,40 @@ def test_guest_and_host_agree_on_uri_references(upgrade):
     assert [sarif_v1.is_uri_reference(u) for u in table] == [sarif.is_uri_reference(u) for u in table]
     for u in table:
         assert sarif.is_uri_reference(sarif_v1.uri_reference(u)), u
+
+
+def test_hostile_shapes_convert_or_are_refused_never_crash(upgrade):
+    """Real v1 logs with random fields replaced by values of the wrong type (seeded, 400 mutants):
+    each either upgrades to a log with no schema or error-level problems, or is refused as AdapterError."""
+    import random
+
+    sys.path.insert(0, str(ADAPTERS / "common"))
+    try:
+        from passthrough_adapter import convert
+        from sandboy_guest import AdapterError, GuestInput
+    finally:
+        sys.path.remove(str(ADAPTERS / "common"))
+    rng = random.Random(10)
+    logs = [sarif.parse_json(p.read_text("utf-8")) for p in repository_sarif_samples() if "sarif-v1" in p.parts]
+    values = [None, True, 0, -1, 1 << 70, 1.5, "", "x", "#A#b", "C:\\a b", "{0}{1}", [], {}, [1, "a"], {"a": 1}]
+
+    def spots(node, acc):
+        for key in (list(node) if isinstance(node, dict) else range(len(node)) if isinstance(node, list) else []):
+            acc.append((node, key))
+            spots(node[key], acc)
+        return acc
+
+    refused = 0
+    for _ in range(400):
+        log = copy.deepcopy(rng.choice(logs))
+        places = spots(log["runs"], [])
+        for _ in range(rng.randint(1, 6)):
+            holder, key = rng.choice(places)
+            holder[key] = copy.deepcopy(rng.choice(values))
+        try:
+            out = convert(GuestInput(tool="passthrough", artifacts={"m.sarif": json.dumps(log)}))
+        except AdapterError:
+            refused += 1
+            continue
+        assert [p for p in sarif.problems(out) if p.severity == "error"] == []
+    assert refused < 100  # most damage is survivable: the rest of the log still converts
