@@ -32,6 +32,20 @@ def test_convert_then_validate_github(built, samples, tmp_path):
     assert proc.returncode == 0 and report["valid"] and report["files"][0]["results"] == 13
 
 
+def test_convert_reports_inconsistencies_as_warnings(built, tmp_path):
+    # endColumn before startColumn on one line: GitHub takes it, so the conversion succeeds and says so
+    log = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "t"}}, "results": [{
+        "ruleId": "R", "message": {"text": "m"}, "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": "a.c"}, "region": {"startLine": 3, "startColumn": 9, "endColumn": 2}}}]}]}]}
+    src = tmp_path / "in.sarif"
+    src.write_text(json.dumps(log))
+    proc = cli("convert", "--tool", "passthrough", "--artifact", str(src), "-o", str(tmp_path / "out.sarif"))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert ("sandboy audit: warning: /runs/0/results/0/locations/0/physicalLocation/region/endColumn: endColumn 2 is before "
+            "startColumn 9 on the same line (SARIF 2.1.0 \u00a73.30.8) [semantic, warning]").encode() in proc.stderr
+    assert cli("validate", "--strict", str(tmp_path / "out.sarif")).returncode == 1
+
+
 def test_convert_to_stdout_from_stdin(built, samples):
     data = (samples / "bandit" / "spotifyscraper_bandit-1.8.3.json").read_bytes()
     proc = cli("convert", "--tool", "bandit", "--artifact", "b.json=-", "-q", stdin=data)

@@ -163,6 +163,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"sandboy audit: {prov.adapter}: {result.results} result(s) -> {args.output or 'stdout'} "
               f"({len(result.text):,} chars, guest {prov.duration_ms:.0f} ms, fuel {prov.fuel_used:,}, "
               f"total {result.seconds * 1000:.0f} ms)", file=sys.stderr)
+        for problem in result.warnings[:5]:  # str() cleans what the file said
+            print(f"sandboy audit: warning: {problem}", file=sys.stderr)
+        if len(result.warnings) > 5:
+            print(f"sandboy audit: … {len(result.warnings) - 5} more warning(s); `sandboy audit validate` lists them", file=sys.stderr)
     return 0
 
 

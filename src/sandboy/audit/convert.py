@@ -58,6 +58,7 @@ class ConvertResult:
     provenance: sarif.Provenance
     results: int
     seconds: float
+    warnings: list[sarif.Problem] = field(default_factory=list)  # inconsistencies that did not fail it
 
 
 def read_capped(path: Path, cap: int, what: str = "input") -> bytes:
@@ -138,8 +139,8 @@ def convert(req: ConvertRequest, progress: Progress = _stderr) -> ConvertResult:
         wasmtime_version=host.wasmtime_version(), fuel_used=outcome.fuel_used,
         duration_ms=outcome.seconds * 1000, inputs=inputs, sandboy_version=__version__,
     )
-    text, doc = sarif.finalize(outcome.sarif, prov, req.max_output_bytes, req.max_results)
-    return ConvertResult(text, doc, prov, sarif.count_results(doc), time.perf_counter() - started)
+    text, doc, warnings = sarif.finalize_with_warnings(outcome.sarif, prov, req.max_output_bytes, req.max_results)
+    return ConvertResult(text, doc, prov, sarif.count_results(doc), time.perf_counter() - started, warnings)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -402,6 +402,13 @@ def dumps(doc: Any) -> str:
 
 def finalize(output: str, prov: Provenance, max_output_bytes: int, max_results: int) -> tuple[str, dict[str, Any]]:
     """Turn a guest's output into canonical, validated, stamped SARIF or raise a classified error."""
+    text, doc, _ = finalize_with_warnings(output, prov, max_output_bytes, max_results)
+    return text, doc
+
+
+def finalize_with_warnings(output: str, prov: Provenance, max_output_bytes: int,
+                           max_results: int) -> tuple[str, dict[str, Any], list[Problem]]:
+    """finalize(), also returning the warnings (inconsistencies that do not fail a conversion)."""
     size = len(output) if len(output) * 4 <= max_output_bytes else len(output.encode("utf-8", "surrogatepass"))
     if size > max_output_bytes:
         raise OutputTooLarge(f"the adapter's output is {size:,} bytes, over --max-output-bytes {max_output_bytes:,}")
@@ -424,4 +431,4 @@ def finalize(output: str, prov: Provenance, max_output_bytes: int, max_results: 
         shown = "\n  ".join(str(p) for p in errors[:10] + warnings[:5])
         more = f"\n  … and {len(errors) - 10} more error(s)" if len(errors) > 10 else ""
         raise InvalidOutput(f"the adapter's output is not valid SARIF 2.1.0 ({len(errors)} error(s)):\n  {shown}{more}", errors)
-    return dumps(doc), doc
+    return dumps(doc), doc, found
