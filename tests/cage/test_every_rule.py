@@ -398,6 +398,38 @@ def test_real_programs_still_renice_themselves(cage):
     assert r.rc != 0
 
 
+_OPENMP = """
+#include <omp.h>
+#include <stdio.h>
+int main(void) { int n = 0;
+#pragma omp parallel reduction(+:n)
+    n += 1;
+    printf("threads %d\\n", n); return 0; }
+"""
+
+
+def test_seccomp_allow_lifts_the_caller_only_rule(cage, victim, tmp_path):
+    """The cost of "the caller only": OpenMP's thread binding (OMP_PROC_BIND) pins each new thread
+    by its thread id, which the filter refuses, and libgomp gives up. `seccomp.allow =
+    ["sched_setaffinity"]` lifts the rule for that call (any target), and only for it."""
+    allowed = cage.policy(seccomp={"allow": ["sched_setaffinity"]})
+    assert cage.run("setaffinity", victim.pid, 0, policy=allowed).ok
+    assert _affinity(victim.pid) == "0"
+    assert answer(cage.run("setpriority", 0, victim.pid, 5, policy=allowed)) == "EPERM"
+    source = tmp_path / "omp.c"
+    source.write_text(_OPENMP)
+    binary = tmp_path / "bin" / "omp"
+    binary.parent.mkdir()
+    if subprocess.run(["gcc", "-fopenmp", "-o", str(binary), str(source)], capture_output=True).returncode:
+        pytest.skip("gcc cannot build OpenMP programs here")
+    env = {"set": {"OMP_PROC_BIND": "true", "OMP_NUM_THREADS": "2"}}
+    fs = {"read": ["/proc", "/sys"], "exec": [str(binary.parent)]}
+    bound = cage.run(argv=[str(binary)], policy=cage.policy(fs=fs, env=env))
+    assert bound.rc != 0 and "Operation not permitted" in bound.err, bound
+    ok = cage.run(argv=[str(binary)], policy=cage.policy(fs=fs, env=env, seccomp={"allow": ["sched_setaffinity"]}))
+    assert ok.rc == 0 and ok.out == "threads 2", ok
+
+
 # --- the same probes as an ordinary user ------------------------------------------------
 
 class Nobody:

@@ -212,6 +212,16 @@ def test_setuid_and_setgid_modes_refused_sticky_allowed(name):
         assert call(mode) == seccomp.RET_ALLOW, oct(mode)
 
 
+def test_allow_lifts_only_the_named_caller_only_rule():
+    program = seccomp.build(DENIED_BY_DEFAULT, seccomp.SocketRules(False, False, False, False),
+                            allow_names={"sched_setaffinity"})
+    other_pid = [4242, 0, 0, 0, 0, 0]
+    assert execute(program, X86_64["sched_setaffinity"], X86_64_ARCH, other_pid) == seccomp.RET_ALLOW
+    for name in ("sched_setscheduler", "sched_setparam", "sched_setattr"):
+        assert execute(program, X86_64[name], X86_64_ARCH, other_pid) == EPERM, name
+    assert execute(program, X86_64["setpriority"], X86_64_ARCH, [0, 4242, 5, 0, 0, 0]) == EPERM
+
+
 def test_denied_calls_follow_the_policy():
     from sandboy.policy.model import Policy
 

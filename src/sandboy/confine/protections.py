@@ -332,7 +332,7 @@ def compile_seccomp(job) -> Compiled:
         udp=net.udp or net.unrestricted,
         tcp_any_protocol=net.unrestricted,
     )
-    bpf = seccomp.build(deny_calls, sockets)
+    bpf = seccomp.build(deny_calls, sockets, policy.seccomp.allow)
     steps, keepalive = seccomp.plan(bpf)
     enforced = {
         "denied_syscalls": sorted(deny_calls),

@@ -201,8 +201,10 @@ def errno_ret(err: int) -> int:
     return RET_ERRNO | (err & 0xFFFF)
 
 
-def build(deny_names, sockets: SocketRules) -> bytes:
-    """Return the filter program as packed `struct sock_filter` records."""
+def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
+    """Return the filter program as packed `struct sock_filter` records. `allow_names`
+    (`seccomp.allow`) also lifts the caller-only rule of the scheduling calls it names:
+    `sched_setaffinity` for OpenMP's thread binding (each thread pins itself by thread id)."""
     eperm = errno_ret(errno.EPERM)
     p = _Prog()
     p.op(LD_W_ABS, OFF_ARCH)
@@ -227,7 +229,7 @@ def build(deny_names, sockets: SocketRules) -> bytes:
         _fastopen_block(p, eperm)
     _prlimit_block(p, eperm)
     _mode_block(p, deny_names, eperm)
-    _self_only_block(p, deny_names, eperm)
+    _self_only_block(p, set(deny_names) | set(allow_names), eperm)
     p.op(RET_K, RET_ALLOW)
     return p.bytes()
 
@@ -246,13 +248,13 @@ def _mode_block(p: _Prog, deny_names, eperm: int) -> None:
         _guarded(p, syscall_nr(name), body.insns)
 
 
-def _self_only_block(p: _Prog, deny_names, eperm: int) -> None:
+def _self_only_block(p: _Prog, skip_names, eperm: int) -> None:
     """Scheduling calls on the caller only. As an ordinary user, setpriority, sched_setaffinity,
     sched_setscheduler(SCHED_IDLE) and ioprio_set on another process of the same uid succeeded,
     and setpriority(PRIO_USER, 0) reniced the operator's login shell; Landlock (ABI 7) scopes
     none of them. The kernel reads `which` and the id as 32-bit ints."""
     for name, (which, who) in SELF_ONLY.items():
-        if name in deny_names:
+        if name in skip_names:  # denied outright, or allowed for any target by the policy
             continue
         body = _Prog()
         if which is not None:
