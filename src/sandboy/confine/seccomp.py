@@ -38,7 +38,7 @@ DEFAULT_DENY = (
     "iopl", "ioperm", "quotactl", "quotactl_fd", "acct",
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     "personality", "uselib", "lookup_dcookie", "vhangup", "syslog",
-    # What Flatpak refuses and we did too little about: the LDT (a long CVE history, only Wine
+    # What Flatpak's filter refuses as well: the LDT (a long CVE history; only 16-bit code, Wine,
     # needs it) and NUMA memory placement (move_pages/migrate_pages act on other processes; the
     # mempolicy calls are kernel attack surface no build needs; libnuma treats EPERM as "no NUMA").
     "modify_ldt", "move_pages", "migrate_pages", "mbind", "set_mempolicy", "get_mempolicy",
