@@ -536,6 +536,17 @@ def test_as_nobody_netlink(nobody):
     assert nobody.run("netlink", 0).ok
     assert nobody.outside([nobody.probe, "netlink", str(NETLINK_SOCK_DIAG)], capture_output=True,
                           text=True).stdout.startswith("ok")
+    if not shutil.which("ss"):
+        return
+    with socket.socket() as listener:  # a listener of another user (root), on loopback
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = f":{listener.getsockname()[1]}"
+        seen = nobody.outside(["ss", "-lnt"], capture_output=True, text=True).stdout
+        assert port in seen  # uncaged, an ordinary user lists every listener of the host
+        policy = nobody.policy(fs={"exec": ["/usr/bin", "/bin"], "read": ["/etc"]})
+        inside = nobody.run(argv=["ss", "-lnt"], policy=policy)
+        assert port not in inside.out + inside.err
 
 
 def test_as_nobody_scheduling_of_a_victim(nobody):
