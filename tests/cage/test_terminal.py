@@ -307,3 +307,32 @@ def test_dry_run_says_what_replaces_the_terminal(operator, policy, tmp_path):
     assert proc.wait(20) == 0
     screen = operator.watch(2, until=b"terminal:").decode()
     assert "(supervised)" in screen and "terminal: own session; no terminal (fd 0 -> /dev/null" in screen, screen
+
+
+def test_tty_output_flows_while_typed_input_waits(operator, policy, tmp_path):
+    """The operator types far more than the pty takes while the command only writes: its output
+    must still be relayed (the relay once watched the pty only for room for the input, and the
+    command hung on a full output buffer)."""
+    import threading
+
+    program = "import sys, time; time.sleep(1); sys.stdout.write('y' * 300000 + '\\nall-written\\n')"
+    proc = operator.start(_sandboy(policy, "--tty", "--", "/usr/bin/python3", "-c", program), env=_env(tmp_path))
+    typed = [b"x" * 63 + b"\r"] * 3000
+
+    def type_all():
+        for line in typed:
+            try:
+                operator.type(line)
+            except OSError:
+                return
+
+    typist = threading.Thread(target=type_all, daemon=True)
+    typist.start()
+    try:
+        operator.watch(60, until=b"all-written")
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert b"all-written" in operator.screen

