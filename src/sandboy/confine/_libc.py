@@ -61,7 +61,7 @@ AT_FDCWD = -100 & 0xFFFFFFFFFFFFFFFF
 SIGCHLD = 17
 NR_INIT = -1          # pseudo-call: become the PID namespace's init (see the module docstring)
 REPORT_STATUS = -2    # error-pipe record of the init: (REPORT_STATUS, the command's wait status)
-MAX_SLOTS = 32
+MAX_SLOTS = 64
 # What an init passes on to the command (as tini does); stop signals are not passed.
 FORWARDED_SIGNALS = (1, 2, 3, 15, 10, 12, 14, 28, 18)  # HUP INT QUIT TERM USR1 USR2 ALRM WINCH CONT
 

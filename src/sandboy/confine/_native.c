@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #define MAX_ARGS 6
-#define MAX_SLOTS 32
+#define MAX_SLOTS 64
 #define NR_INIT (-1)
 #define REPORT_STATUS (-2)   /* errpipe record: (REPORT_STATUS, wait status of the command) */
 

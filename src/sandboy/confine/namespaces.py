@@ -32,6 +32,7 @@ Egress (Layer 3) adds its steps through `Tier.add_in_netns` and the `plan_*` hel
 import os
 
 from sandboy.confine import _libc
+from sandboy.errors import CageError
 from sandboy.confine._libc import (
     AT_FDCWD,
     NR_INIT,
@@ -158,10 +159,12 @@ TIER_RULES = (("/dev", ("READ_DIR",)),
               ("/dev/pts", ("READ_FILE", "READ_DIR", "WRITE_FILE", "IOCTL_DEV")))
 RULESET_RENEW_RUNS = 64
 O_PATH, O_DIRECTORY = 0o10000000, 0o200000
-RULE_SLOT = 29
+# Slots (see _libc): 1.. for the mount tree's copies, the top ones for steps that run alone.
+PROTECT_SLOT, RULE_SLOT, LOOPBACK_SLOT, LISTENER_SLOT = 60, 61, 62, 63
+AT_EMPTY_PATH = 0x1000
 
 
-def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False):
+def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False, protected=()):
     """The tier for `policy`, or None where the kernel refuses namespaces; then `degraded`
     gets the exact list of what is no longer prevented (compat strict then refuses, 125).
     `grants` (path -> Landlock rights) gains the rights on the private /dev."""
@@ -176,7 +179,7 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
     if no_network(policy.net):
         flags |= CLONE_NEWNET
     roots = write_roots(grants, tmp)
-    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty)
+    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected)
     rules = []  # (path, rights, required, is_dir)
     for path, names in TIER_RULES:
         if tty and path == "/dev/pts":
@@ -196,6 +199,7 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
         "dev": [f"/dev/{name}" for name in DEVICES + (("tty",) if tty else ())]
                + ["/dev/pts (the host's, for --tty)" if tty else "/dev/pts (private)", "/dev/shm (private)"],
         "tmp": "private tmpfs" if tmp else None,
+        "read_only_binds": list(protected),
         "ipc": True,
         "pid": True,
         "net": bool(flags & CLONE_NEWNET),
@@ -293,8 +297,10 @@ def _under_any(path: str, trees) -> bool:
     return any(path == tree or path.startswith(tree.rstrip("/") + "/") for tree in trees)
 
 
-def plan_mounts(roots, tmp=None, tty=False) -> list:
-    """The mount tree (module docstring). `roots`: write roots (existing, symlink-resolved)."""
+def plan_mounts(roots, tmp=None, tty=False, protected=()) -> list:
+    """The mount tree (module docstring). `roots`: write roots (existing, symlink-resolved);
+    `protected`: paths inside them bound read-only over themselves (fs.protect and its
+    defaults: .git/config, .git/hooks, start-up files), skipped if gone by the time a run starts."""
     everything_writable = "/" in roots
     devices = DEVICES + (("tty",) if tty else ())
     steps = [("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None))]
@@ -357,8 +363,21 @@ def plan_mounts(roots, tmp=None, tty=False) -> list:
     if tmp:
         steps.append((f"mount a private {tmp}", (SYS_MOUNT, 0, b"tmpfs\0", _path(tmp), b"tmpfs\0",
                                                   MS_NOSUID | MS_NODEV, b"mode=0700\0")))
-    if slot > _libc.MAX_SLOTS:
-        raise ValueError(f"{len(attach)} write roots: more than the plan's {_libc.MAX_SLOTS} slots")
+    optional = step_flags(True)
+    for path in protected:
+        # a read-only copy of the path's own subtree, made while detached, then put over it
+        steps += [
+            (f"copy protected {path}", (SYS_OPEN_TREE, step_flags(True, PROTECT_SLOT), AT_FDCWD, _path(path),
+                                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)),
+            (f"make the copy of {path} read-only", (SYS_MOUNT_SETATTR, optional, (PROTECT_SLOT,), b"\0",
+                                                    AT_EMPTY_PATH | AT_RECURSIVE, _mount_attr(MOUNT_ATTR_RDONLY), 32)),
+            (f"protect {path}", (SYS_MOVE_MOUNT, optional, (PROTECT_SLOT,), b"\0", AT_FDCWD, _path(path),
+                                 MOVE_MOUNT_F_EMPTY_PATH)),
+            (f"close copy of {path}", (SYS_CLOSE, optional, (PROTECT_SLOT,))),
+        ]
+    if slot >= PROTECT_SLOT:
+        raise CageError(f"{len(attach)} write roots: the namespace tier copies at most "
+                        f"{PROTECT_SLOT - 1 - len(devices)} (merge them into fewer directories)")
     return steps
 
 
@@ -367,49 +386,46 @@ def plan_mounts(roots, tmp=None, tty=False) -> list:
 AF_UNIX, AF_INET, SOCK_STREAM, SOCK_DGRAM, SOCK_CLOEXEC = 1, 2, 1, 2, 0o2000000
 SOL_SOCKET, SO_REUSEADDR, SCM_RIGHTS = 1, 2, 1
 SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x8914, 0x1, 0x40
+SYS_DUP3 = 292
 
 
 def plan_loopback_up() -> list:
     """Bring `lo` up in the new network namespace (it starts down)."""
     ifreq = b"lo".ljust(16, b"\0") + u16(IFF_UP | IFF_RUNNING).ljust(24, b"\0")  # struct ifreq (40 bytes)
     return [
-        ("socket for lo", (SYS_SOCKET, step_flags(save=30), AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)),
-        ("bring lo up", (SYS_IOCTL, 0, (30,), SIOCSIFFLAGS, ifreq)),
-        ("close socket for lo", (SYS_CLOSE, 0, (30,))),
+        ("socket for lo", (SYS_SOCKET, step_flags(save=LOOPBACK_SLOT), AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)),
+        ("bring lo up", (SYS_IOCTL, 0, (LOOPBACK_SLOT,), SIOCSIFFLAGS, ifreq)),
+        ("close socket for lo", (SYS_CLOSE, 0, (LOOPBACK_SLOT,))),
     ]
 
 
-def plan_listen_and_send(port: int, channel_fd: int, keep: list, host: str = "127.0.0.1", backlog: int = 128) -> list:
+def plan_listen_and_send(port: int, channel_fd: int, spare_fd: int, keep: list, host: str = "127.0.0.1",
+                         backlog: int = 128) -> list:
     """Listen on host:port (TCP) inside the namespace and send the listening socket over the
-    unix socket `channel_fd` (the child's end of a socketpair; `receive_fd` takes it on the
-    other end). The socket is made with fd number 31's slot and dup'd nowhere: SCM_RIGHTS
-    needs its number in a buffer built now, so it is moved to `channel_fd + 1`... no: the
-    number is not known in advance, so the steps first dup3 it to a fixed fd, `fixed_fd`.
-
-    `keep`: a list the caller holds until the child has run (buffers the msghdr points at)."""
+    unix socket `channel_fd` (the child's end of a socketpair; `receive_fd` takes it at the
+    other end). SCM_RIGHTS carries the fd's number in a buffer built now, so the listener is
+    first moved onto `spare_fd`: an fd the caller holds open for this (e.g. `os.dup(channel_fd)`)
+    and closes in the parent once the child has started, so the number is the child's to reuse.
+    `keep`: a list the caller holds until then (buffers the msghdr points at)."""
     import socket
 
-    fixed_fd = channel_fd + 1000
-    addr = u16(AF_INET) + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8)
-    one = u32(1)
-    cmsg = u64(16 + 4) + u32(SOL_SOCKET) + u32(SCM_RIGHTS) + u32(fixed_fd) + bytes(4)  # cmsghdr + int, padded
-    payload = b"L"
+    addr = u16(AF_INET) + port.to_bytes(2, "big") + socket.inet_aton(host) + bytes(8)  # sockaddr_in
+    cmsg = u64(16 + 4) + u32(SOL_SOCKET) + u32(SCM_RIGHTS) + u32(spare_fd) + bytes(4)  # CMSG_SPACE(4)
     keep_cmsg, cmsg_ptr = _libc.pointer_to(cmsg)
-    keep_payload, payload_ptr = _libc.pointer_to(payload)
-    iov = u64(payload_ptr) + u64(1)
-    keep_iov, iov_ptr = _libc.pointer_to(iov)
-    msghdr = u64(0) + u32(0) + u32(0) + u64(iov_ptr) + u64(1) + u64(cmsg_ptr) + u64(len(cmsg)) + u32(0) + u32(0)
+    keep_payload, payload_ptr = _libc.pointer_to(b"L")
+    keep_iov, iov_ptr = _libc.pointer_to(u64(payload_ptr) + u64(1))  # struct iovec
+    # struct msghdr: name, namelen (+pad), iov, iovlen, control, controllen, flags (+pad)
+    msghdr = u64(0) + u64(0) + u64(iov_ptr) + u64(1) + u64(cmsg_ptr) + u64(len(cmsg)) + u64(0)
     keep.extend((keep_cmsg, keep_payload, keep_iov, msghdr))
-    SYS_DUP3 = 292
     return [
-        ("listener socket", (SYS_SOCKET, step_flags(save=31), AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)),
-        ("listener fd", (SYS_DUP3, 0, (31,), fixed_fd, O_CLOEXEC)),
-        ("listener SO_REUSEADDR", (SYS_SETSOCKOPT, 0, fixed_fd, SOL_SOCKET, SO_REUSEADDR, one, 4)),
-        (f"listener bind {host}:{port}", (SYS_BIND, 0, fixed_fd, addr, len(addr))),
-        ("listener listen", (SYS_LISTEN, 0, fixed_fd, backlog)),
+        ("listener socket", (SYS_SOCKET, step_flags(save=LISTENER_SLOT), AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)),
+        ("listener onto its fd", (SYS_DUP3, 0, (LISTENER_SLOT,), spare_fd, O_CLOEXEC)),
+        ("close the listener socket", (SYS_CLOSE, 0, (LISTENER_SLOT,))),
+        ("listener SO_REUSEADDR", (SYS_SETSOCKOPT, 0, spare_fd, SOL_SOCKET, SO_REUSEADDR, u32(1), 4)),
+        (f"listener bind {host}:{port}", (SYS_BIND, 0, spare_fd, addr, len(addr))),
+        ("listener listen", (SYS_LISTEN, 0, spare_fd, backlog)),
         ("send the listener to the parent", (SYS_SENDMSG, 0, channel_fd, msghdr, 0)),
-        ("close the listener", (SYS_CLOSE, 0, fixed_fd)),
-        ("close the listener socket", (SYS_CLOSE, 0, (31,))),
+        ("close the listener", (SYS_CLOSE, 0, spare_fd)),
     ]
 
 

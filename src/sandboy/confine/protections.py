@@ -140,7 +140,8 @@ def compile_namespaces(job, landlock_fs) -> Compiled:
     from sandboy.confine import namespaces
 
     degraded: list[str] = []
-    tier = namespaces.compile(job.policy, landlock_fs.outputs["grants"], job.ctx.tmp, job.abi, degraded, job.tty)
+    tier = namespaces.compile(job.policy, landlock_fs.outputs["grants"], job.ctx.tmp, job.abi, degraded, job.tty,
+                              job.protected)
     enforced = {"namespaces": tier.enforced if tier is not None else namespaces.unavailable_report()}
     return Compiled("namespaces", (), enforced, degraded, tier=tier)
 
@@ -373,7 +374,11 @@ def compile_all(job) -> dict:
         job.resolved = job.resolved.replace(net=egress.outputs["net"])
     # The namespace tier needs the Landlock grants (its write roots, its per-run rules), so
     # Landlock is compiled first; plan order is kept below.
-    landlock_fs = compile_landlock_fs(job, protected_by_mount=False)
+    from sandboy.confine.namespaces import availability
+
+    # Where the tier will be in force it binds the protected paths read-only (then Landlock
+    # need not split them out, which would stop git making .git/index.lock).
+    landlock_fs = compile_landlock_fs(job, protected_by_mount=availability()[0])
     namespaces = compile_namespaces(job, landlock_fs)
     # In a user namespace the child holds every capability there until it drops them.
     drop_caps = hygiene.has_capabilities() or namespaces.outputs["tier"] is not None

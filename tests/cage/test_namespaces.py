@@ -1,0 +1,372 @@
+"""The namespace tier (issue #7 items 1, 3, 6, 7; docs/adr/0009-namespace-tier.md), tried from the
+attacker's side and checked from the host: modes, mtimes, xattrs, a host SysV segment's bytes,
+a host process's command line. Each attack has its legitimate twin.
+
+The tier is what `sandboy run` uses wherever the kernel lets this uid make namespaces; these tests
+are skipped elsewhere (the fallback is tested below by forcing it with SANDBOY_NAMESPACES=0). The
+same attacks against Landlock alone: tests marked `without_namespaces`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from cagekit import BASE_READ, to_toml
+
+from sandboy.confine import namespaces
+
+pytestmark = [pytest.mark.needs_kernel,
+              pytest.mark.skipif(not namespaces.availability()[0],
+                                 reason=f"no namespace tier here: {namespaces.availability()[1]}")]
+
+PY = "/usr/bin/python3"
+
+
+def tier_policy(cage, read=(), write=(), **sections) -> dict:
+    return cage.policy(fs={"read": list(read), "exec": ["/usr/bin", "/bin"], "write": list(write)}, **sections)
+
+
+def py(cage, code: str, *args, policy):
+    """Run a Python snippet in the cage (the system python3, as any build step would)."""
+    return cage.run(argv=[PY, "-c", code, *map(str, args)], policy=policy)
+
+
+METADATA = r"""
+import errno, os, sys
+path = sys.argv[1]
+for name, call in (("chmod", lambda: os.chmod(path, 0o4777)),
+                   ("utime", lambda: os.utime(path, (1, 1))),
+                   ("setxattr", lambda: os.setxattr(path, "user.sandboy", b"planted")),
+                   ("chown", lambda: os.chown(path, os.getuid(), os.getgid()))):
+    try:
+        call()
+        print(name, "ok")
+    except OSError as exc:
+        print(name, errno.errorcode[exc.errno])
+"""
+
+
+def _xattrs_work(path) -> bool:
+    try:
+        os.setxattr(path, "user.sandboy-probe", b"1")
+        os.removexattr(path, "user.sandboy-probe")
+        return True
+    except OSError:
+        return False
+
+
+def test_metadata_outside_the_write_roots_is_refused(cage):
+    """Item 1: chmod/utime/setxattr/chown of a file the uid owns, outside every grant. Landlock
+    does not mediate them; a read-only mount does (EROFS). Checked on the host afterwards."""
+    outside = cage.root / "outside"
+    outside.mkdir()
+    secret = outside / "secret"
+    secret.write_text("secret\n")
+    os.chmod(secret, 0o600)
+    before = os.stat(secret)
+    r = py(cage, METADATA, secret, policy=tier_policy(cage, write=[str(cage.work)]))
+    answers = dict(line.split() for line in r.out.splitlines())
+    assert answers == {"chmod": "EROFS", "utime": "EROFS", "setxattr": "EROFS", "chown": "EROFS"}, r
+    after = os.stat(secret)
+    assert stat.S_IMODE(after.st_mode) == 0o600 and after.st_mtime_ns == before.st_mtime_ns
+    assert after.st_uid == before.st_uid and "user.sandboy" not in os.listxattr(secret)
+
+
+def test_metadata_inside_a_write_root_still_works(cage):
+    """The twin: chmod, touch (utime) and setxattr inside a write root reach the host's file."""
+    mine = cage.work / "mine"
+    mine.write_text("x\n")
+    os.chmod(mine, 0o600)
+    r = py(cage, METADATA, mine, policy=tier_policy(cage, write=[str(cage.work)]))
+    answers = dict(line.split() for line in r.out.splitlines())
+    # the mode's setuid bit is seccomp's to refuse (issue #7 item 2); plain modes pass
+    assert answers["utime"] == "ok" and answers["chown"] == "ok", r
+    assert os.stat(mine).st_mtime == 1
+    if _xattrs_work(mine):
+        assert answers["setxattr"] == "ok" and os.getxattr(mine, "user.sandboy") == b"planted"
+    r = py(cage, "import os, sys; os.chmod(sys.argv[1], 0o644); print('ok')", mine,
+           policy=tier_policy(cage, write=[str(cage.work)]))
+    assert r.out.strip() == "ok" and stat.S_IMODE(os.stat(mine).st_mode) == 0o644, r
+
+
+LIST_DEV = "import os; print(' '.join(sorted(os.listdir('/dev'))))"
+
+
+def test_dev_is_minimal_even_when_the_policy_grants_it(cage):
+    """Item 3: `read /dev` opened raw block devices and other terminals. In the cage /dev holds
+    only the minimal set, and a pty of the host (opened here, its slave named) is not there."""
+    master, slave = os.openpty()
+    try:
+        name = os.ttyname(slave)
+        policy = tier_policy(cage, read=["/dev"])
+        r = py(cage, LIST_DEV, policy=policy)
+        assert r.out.split() == ["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+                                 "stdout", "urandom", "zero"], r
+        blocks = [d for d in os.listdir("/dev") if stat.S_ISBLK(os.stat(f"/dev/{d}").st_mode)]
+        for dev in [*blocks[:3], name]:
+            r = cage.run("read", dev, policy=policy)
+            assert r.out == "ENOENT", (dev, r)
+        os.write(master, b"typed on the host\n")
+        time.sleep(0.1)
+        assert os.read(slave, 100) == b"typed on the host\n"  # nobody inside took it
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+DEV_TWIN = r"""
+import os, pty
+from multiprocessing import shared_memory
+assert open("/dev/null", "rb").read() == b""
+assert len(open("/dev/urandom", "rb").read(16)) == 16
+open("/dev/null", "wb").write(b"x")
+shm = shared_memory.SharedMemory(create=True, size=64)   # POSIX shm: /dev/shm
+shm.buf[:5] = b"hello"
+other = shared_memory.SharedMemory(shm.name)
+assert bytes(other.buf[:5]) == b"hello"
+other.close(); shm.close(); shm.unlink()
+master, slave = pty.openpty()                             # a pty of the cage's own devpts
+os.write(slave, b"ping\n")
+assert os.read(master, 100).strip() == b"ping"
+print("ok", os.ttyname(slave))
+"""
+
+
+def test_dev_twin_devices_posix_shm_and_a_private_pty_work(cage):
+    r = py(cage, DEV_TWIN, policy=tier_policy(cage))
+    assert r.out.startswith("ok /dev/pts/"), r
+
+
+class HostSegment:
+    """A SysV segment (holding a marker), queue and semaphore set of the host, made and removed
+    outside the cage under a key unique to this test."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.key = 0x5C000000 | (os.getpid() & 0xFFFF) << 4 | (id(self) & 0xF)
+        self.marker = f"host-secret-{os.getpid()}"
+        out = subprocess.run([probe, "sysv-make", hex(self.key), self.marker], capture_output=True, text=True).stdout
+        assert out.startswith("ok"), out
+        self.shm = int(out.split()[1])
+
+    def contents(self) -> str:
+        return subprocess.run([self.probe, "sysv-show", hex(self.key)], capture_output=True, text=True).stdout.strip()
+
+    def remove(self):
+        subprocess.run([self.probe, "sysv-remove", hex(self.key)], capture_output=True)
+
+
+@pytest.fixture
+def host_segment(probe):
+    segment = HostSegment(probe)
+    yield segment
+    segment.remove()
+
+
+def test_host_sysv_ipc_is_out_of_reach_even_when_the_policy_allows_sysv(cage, host_segment):
+    """Item 6: with `[ipc] sysv = true` the cage may use SysV IPC — its own, in its IPC namespace:
+    the host's segment is not found by key nor by id, its bytes stay, and a queue made inside
+    does not outlive the run."""
+    policy = cage.policy(ipc={"sysv": True})
+    key = hex(host_segment.key)
+    assert cage.run("sysv", "shmget", key, policy=policy).out == "ENOENT"
+    assert cage.run("sysv", "msgget", key, policy=policy).out == "ENOENT"
+    r = cage.run("sysv", "shm-write", host_segment.shm, "overwritten", policy=policy)
+    assert not r.ok, r
+    assert host_segment.contents() == f"ok {host_segment.marker}"
+    other = hex(host_segment.key + 1)
+    assert cage.run("sysv", "msgget-create", other, policy=policy).ok  # the twin: its own queue works
+    assert subprocess.run(["ipcs", "-q"], capture_output=True, text=True).stdout.find(f"0x{host_segment.key + 1:08x}") < 0
+
+
+def test_host_processes_are_invisible(cage):
+    """Item 7: /proc/PID/cmdline of a host process (here one started by the test, named with a
+    unique marker, as `mysql --password=...` would be) is not reachable; /proc/self still works."""
+    marker = f"sbx-secret-{os.getpid()}-{time.monotonic_ns()}"
+    victim = subprocess.Popen(["/bin/sleep", "60"], executable="/bin/sleep")
+    named = subprocess.Popen([marker, "60"], executable="/bin/sleep")
+    try:
+        code = ("import os, sys\n"
+                "seen = [p for p in os.listdir('/proc') if p.isdigit()\n"
+                "        and sys.argv[1].encode() in open(f'/proc/{p}/cmdline', 'rb').read()]\n"
+                "print(len([p for p in os.listdir('/proc') if p.isdigit()]), seen)\n"
+                "print(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[0].decode())\n"
+                "try:\n    os.kill(int(sys.argv[2]), 0); print('signalled')\n"
+                "except OSError as exc:\n    print(exc.errno)\n")
+        r = py(cage, code, marker, victim.pid, policy=tier_policy(cage, read=["/proc"]))
+        lines = r.out.splitlines()
+        count, seen = lines[0].split(" ", 1)
+        assert seen == "[]" and int(count) <= 3, r  # the init and the command itself only
+        assert lines[1] == PY  # the twin: /proc/self is the command's own
+        assert lines[2] != "signalled"
+        with open(f"/proc/{named.pid}/cmdline", "rb") as fh:
+            assert marker.encode() in fh.read()  # the marker is really there, on the host
+    finally:
+        for proc in (victim, named):
+            proc.kill()
+            proc.wait()
+
+
+GIT = r"""
+set -e
+export HOME="$PWD" GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x
+git init -q fresh && cd fresh && echo hi > a && git add a && git commit -qm one && cd ..
+git clone -q "$1" copy && cd copy && echo more >> README && git commit -qam two
+git log --oneline | wc -l
+"""
+
+
+def test_git_init_commit_and_clone_work_in_the_cage(cage):
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    origin = cage.root / "origin"
+    subprocess.run(["git", "init", "-q", str(origin)], check=True)
+    (origin / "README").write_text("hello\n")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@x")
+    subprocess.run(["git", "-C", str(origin), "add", "README"], check=True, env=env)
+    subprocess.run(["git", "-C", str(origin), "commit", "-qm", "first"], check=True, env=env)
+    policy = tier_policy(cage, read=["/etc", str(origin)], write=[str(cage.work)], env={"pass": ["PATH"]})
+    r = cage.run(argv=["/bin/sh", "-c", GIT, "sh", str(origin)], policy=policy)
+    assert r.ok and r.out.strip() == "2", r
+    assert (cage.work / "fresh" / ".git").is_dir() and (cage.work / "copy" / "README").read_text() == "hello\nmore\n"
+
+
+def test_tmp_is_private_per_run_and_the_cage_is_reused(cage):
+    """{tmp}: a fresh tmpfs at the cage's fixed path for every run, so the same compiled cage
+    serves the next run (no rebuild) and a run never sees the previous one's files."""
+    from sandboy import Policy
+    from sandboy.confine import cage as cagemod
+
+    policy = Policy.from_mapping(tier_policy(cage, write=["{tmp}"]), "<test>")
+    first, owned = cagemod.for_run(policy, cwd=str(cage.work))
+    again, _ = cagemod.for_run(policy, cwd=str(cage.work))
+    assert again is first and not owned
+    code = "import os; print(sorted(os.listdir(os.environ['TMPDIR']))); open(os.environ['TMPDIR'] + '/x', 'w')"
+    for _ in range(2):
+        r = py(cage, code, policy=tier_policy(cage, write=["{tmp}"]))
+        assert r.out.strip() == "[]", r
+    assert os.listdir(first.ctx.tmp) == []  # nothing reached the host's directory
+
+
+def test_exec_mode_passes_the_status_and_a_signal_through(cage):
+    assert cage.run("exit", "7", via="cli").rc == 7
+    r = cage.run(argv=["/bin/sh", "-c", "kill -TERM $$"], policy=tier_policy(cage), via="cli")
+    assert r.rc == -15, r  # the CLI dies of the same signal, as the command did
+    r = cage.run(argv=["/bin/sh", "-c", "kill -TERM $$"], policy=tier_policy(cage))
+    assert r.rc == 128 + 15 and "signal" not in r.err, r
+
+
+def test_report_says_what_the_tier_does(cage):
+    r = cage.cli(["--dry-run", "--json"], tier_policy(cage, write=[str(cage.work)]))
+    ns = json.loads(r.out)["enforced"]["namespaces"]
+    assert ns["user"] and ns["mount"] and ns["ipc"] and ns["pid"] and ns["net"]
+    assert ns["writable"] == [os.path.realpath(cage.work)]
+    with_net = cage.policy(net={"connect_tcp": [443]})
+    r = cage.cli(["--dry-run", "--json"], with_net)
+    assert json.loads(r.out)["enforced"]["namespaces"]["net"] is False  # a network grant: the host's
+
+
+# --- the fallback: where the kernel refuses namespaces ------------------------------------------
+
+
+def test_fallback_says_exactly_what_is_no_longer_prevented(cage, monkeypatch):
+    monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
+    policy = tier_policy(cage, read=["/dev", "/proc"], write=["{tmp}"], ipc={"sysv": True})
+    r = cage.cli(["--dry-run", "--json"], policy)
+    doc = json.loads(r.out)
+    lost = [d for d in doc["degraded"] if d.startswith("namespaces unavailable")]
+    assert len(lost) == 5 and all(namespaces.FORCE_OFF_ENV in d for d in lost), lost
+    for text in ("chmod/chown/utimensat/setxattr", "raw block devices", "host SysV IPC", "host processes",
+                 "{tmp} is a per-run host directory"):
+        assert any(text in d for d in lost), text
+    assert doc["enforced"]["namespaces"] == {"available": False, "reason": "SANDBOY_NAMESPACES=0"}
+    status = cage.root / "status.json"
+    r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "0"], policy)
+    assert r.rc == 0 and "degraded: namespaces unavailable" in r.err
+    assert len([d for d in json.loads(status.read_text())["degraded"] if d.startswith("namespaces")]) == 5
+    # without the tier the metadata attack of item 1 works again, as the report said
+    outside = cage.root / "outside"
+    outside.write_text("x")
+    os.chmod(outside, 0o600)
+    r = py(cage, METADATA, outside, policy=tier_policy(cage))
+    assert "chmod ok" in r.out and stat.S_IMODE(os.stat(outside).st_mode) == 0o777, r
+
+
+def test_fallback_under_strict_refuses_125(cage, monkeypatch):
+    monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
+    strict = dict(tier_policy(cage), compat={"landlock": "strict"})
+    r = cage.cli(["--", cage.probe, "exit", "0"], strict)
+    assert r.rc == 125 and "namespaces unavailable" in r.err, r
+    monkeypatch.delenv(namespaces.FORCE_OFF_ENV)
+    assert cage.cli(["--", cage.probe, "exit", "0"], strict).rc == 0  # the twin: with the tier it runs
+
+
+# --- as an ordinary user, for real ---------------------------------------------------------------
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def nobody(tmp_path):
+    """A world-readable directory owned by uid 65534, and `sandboy run` as that user with no
+    capabilities, from the system python3 over this source tree (FINDINGS.md)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to become uid 65534")
+    base = tmp_path / "nobody"
+    base.mkdir()
+    for sub in ("outside", "work"):
+        (base / sub).mkdir()
+    for path in (base, base / "outside", base / "work"):
+        os.chown(path, NOBODY, NOBODY)
+    os.chmod(tmp_path, 0o755)
+    for parent in tmp_path.parents:
+        if str(parent) in ("/", "/tmp"):
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o005)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
+
+    def run(script: str, policy: dict, env=None):
+        path = base / "policy.toml"
+        path.write_text(to_toml(policy))
+        os.chmod(path, 0o644)
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+                "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(path), "--", "/bin/sh", "-c", script]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=base / "work", timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base),
+                                   "SANDBOY_CACHE_DIR": str(base / "cache"), **(env or {})})
+
+    if run("true", {"version": 1, "fs": {"read": BASE_READ, "exec": ["/usr/bin", "/bin"]}}).returncode != 0:
+        pytest.skip("the system python3 cannot import sandboy from this tree as uid 65534")
+    return base, run
+
+
+def test_as_an_ordinary_user_the_tier_holds(nobody):
+    """The unprivileged path for real (a user namespace mapping 65534 to itself): chmod of the
+    user's own file outside the write roots gets EROFS (without the tier it succeeds: the twin
+    below), its write root still works, and no host process shows in /proc."""
+    base, run = nobody
+    key = base / "outside" / "id_rsa"
+    key.write_text("key\n")
+    os.chown(key, NOBODY, NOBODY)
+    os.chmod(key, 0o600)
+    policy = {"version": 1, "fs": {"read": [*BASE_READ, "/proc"], "exec": ["/usr/bin", "/bin"],
+                                   "write": [str(base / "work")]}}
+    script = (f"chmod 644 {key} 2>&1 | grep -o 'Read-only file system'; touch mine && chmod 640 mine && echo twin; "
+              "ls /proc | grep -c '^[0-9]'; id -u")
+    r = run(script, policy)
+    out = r.stdout.split()
+    assert r.returncode == 0 and out[:2] == ["Read-only", "file"], r
+    assert out[-3] == "twin" and int(out[-2]) <= 5 and out[-1] == str(NOBODY), r
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(base / "work" / "mine").st_mode) == 0o640
+    # the same attack with the tier forced off: the ordinary user's own key becomes world-readable
+    r = run(f"chmod 644 {key} && echo changed", policy, env={namespaces.FORCE_OFF_ENV: "0"})
+    assert "changed" in r.stdout and stat.S_IMODE(os.stat(key).st_mode) == 0o644, r
