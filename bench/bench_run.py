@@ -4,8 +4,11 @@
 Every figure is a ratio against a baseline measured in the same run, interleaved, so machine
 noise hits both sides alike:
 
-  CLI       sandboy run -- /bin/true   vs  python -c pass (same venv)  vs  bwrap --ro-bind / / /bin/true  vs  /bin/true
-  API       sandboy.run(["/bin/true"]) vs  subprocess.run(["/bin/true"])
+  CLI       sandboy run -- /bin/true   vs  python -c pass (same venv)  vs  bwrap --ro-bind / / /bin/true
+            vs  bwrap --unshare-all --ro-bind / / /bin/true (comparable isolation)  vs  /bin/true
+  API       sandboy.run(["/bin/true"]) vs  subprocess.run(["/bin/true"]); with and without the
+            namespace tier; with `{tmp}` vs the same policy without it
+  namespaces  what each namespace adds to starting /bin/true (raw clone + the tier's own steps)
   workload  du -s /usr (stat of every file) confined  vs  bare
 
     .venv/bin/python bench/bench_run.py [--rounds N] [--json]
@@ -65,6 +68,7 @@ def bench_cli(policy_path: str, rounds: int) -> dict:
     bwrap = shutil.which("bwrap")
     if bwrap:
         cases["bwrap"] = lambda: _time_cmd([bwrap, "--ro-bind", "/", "/", "/bin/true"])
+        cases["bwrap --unshare-all"] = lambda: _time_cmd([bwrap, "--unshare-all", "--ro-bind", "/", "/", "/bin/true"])
     for fn in cases.values():  # warm caches (policy parse cache, page cache)
         fn()
     return _interleaved(cases, rounds)
@@ -72,10 +76,19 @@ def bench_cli(policy_path: str, rounds: int) -> dict:
 
 def bench_api(policy_path: str, rounds: int) -> dict:
     import sandboy
+    from sandboy.confine import namespaces
     from sandboy.confine.cage import build
 
     policy = sandboy.Policy.load(policy_path)
+    with_tmp = sandboy.Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
+                                                                 "exec": ["/usr/bin", "/bin"],
+                                                                 "write": ["{tmp}"]}}, "<bench {tmp}>")
     cage = build(policy)
+    os.environ[namespaces.FORCE_OFF_ENV] = "0"
+    try:
+        plain_cage = build(policy)  # Landlock, seccomp and hygiene only
+    finally:
+        del os.environ[namespaces.FORCE_OFF_ENV]
     # No terminal on the command's fds (one would be relayed by a supervisor): /dev/null for
     # both sides.
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -93,6 +106,18 @@ def bench_api(policy_path: str, rounds: int) -> dict:
         assert result.ok, result
         return time.perf_counter() - start
 
+    def api_without_tier():
+        start = time.perf_counter()
+        result = sandboy.run(["/bin/true"], plain_cage, **stdio)
+        assert result.ok, result
+        return time.perf_counter() - start
+
+    def api_tmp():
+        start = time.perf_counter()
+        result = sandboy.run(["/bin/true"], with_tmp, **stdio)
+        assert result.ok, result
+        return time.perf_counter() - start
+
     def plain():
         start = time.perf_counter()
         subprocess.run(["/bin/true"], check=True, **stdio)
@@ -100,10 +125,58 @@ def bench_api(policy_path: str, rounds: int) -> dict:
 
     try:
         return _interleaved({"subprocess.run": plain, "sandboy.run(policy)": api_fresh,
-                             "sandboy.run(cage)": api_prebuilt}, rounds)
+                             "sandboy.run(cage)": api_prebuilt, "sandboy.run(cage without tier)": api_without_tier,
+                             "sandboy.run(policy with {tmp})": api_tmp}, rounds)
     finally:
         cage.close()
+        plain_cage.close()
         os.close(null)
+
+
+def bench_namespaces(rounds: int) -> dict:
+    """Start /bin/true through the plan executor with one namespace more at a time, each with
+    the steps the tier runs for it: what each one costs (docs/performance.md)."""
+    from sandboy.confine import _libc
+    from sandboy.confine import namespaces as ns
+
+    if not ns.availability()[0]:
+        return {}
+    user = ns.plan_user_map(os.geteuid(), os.getegid())
+    private = [("private", (_libc.SYS_MOUNT, 0, None, b"/\0", None, ns.MS_REC | ns.MS_PRIVATE, None))]
+    read_only = [("ro", (_libc.SYS_MOUNT_SETATTR, 0, _libc.AT_FDCWD, b"/\0", ns.AT_RECURSIVE,
+                         ns._mount_attr(ns.MOUNT_ATTR_RDONLY), 32))]
+    proc = [("proc", (_libc.SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC, None))]
+    init = [("init", (_libc.NR_INIT, 0))]
+    full = ns.plan_mounts([tempfile.gettempdir()])
+    variants = {
+        "no namespace (vfork)": (0, []),
+        "+ user (maps)": (ns.CLONE_NEWUSER, user),
+        "+ user + ipc": (ns.CLONE_NEWUSER | ns.CLONE_NEWIPC, user),
+        "+ user + net": (ns.CLONE_NEWUSER | ns.CLONE_NEWNET, user),
+        "+ user + mount (all read-only)": (ns.CLONE_NEWUSER | ns.CLONE_NEWNS, user + private + read_only),
+        "+ user + mount + pid (/proc, init)": (ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID,
+                                               user + private + proc + init),
+        "whole tier (its mount tree, init)": (ns.ALL, user + full + init),
+    }
+    paths, argv, envp = [b"/bin/true"], [b"true"], []
+
+    def case(flags, labelled):
+        plan = [step for _, step in labelled]
+
+        def run():
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            start = time.perf_counter()
+            pid = _libc.fork_exec(plan, paths, argv, envp, err_w, flags)
+            os.close(err_w)
+            os.waitpid(pid, 0)
+            elapsed = time.perf_counter() - start
+            error, _ = _libc.read_child_report(os.read(err_r, 64))
+            os.close(err_r)
+            assert error is None, (labelled[error[0]][0] if error[0] >= 0 else "exec", error)
+            return elapsed
+        return run
+
+    return _interleaved({name: case(*spec) for name, spec in variants.items()}, rounds)
 
 
 def bench_workload(policy_path: str, rounds: int) -> dict:
@@ -132,6 +205,7 @@ def main() -> int:
             fh.write(POLICY)
         cli = bench_cli(policy_path, args.rounds)
         api = bench_api(policy_path, args.rounds)
+        spaces = bench_namespaces(args.rounds)
         work = bench_workload(policy_path, args.rounds)
 
     ratios = {
@@ -140,22 +214,28 @@ def main() -> int:
         "api / subprocess": api["sandboy.run(policy)"] / api["subprocess.run"],
         "api(prebuilt cage) / subprocess": api["sandboy.run(cage)"] / api["subprocess.run"],
         "api / bwrap": api["sandboy.run(policy)"] / cli["bwrap"] if "bwrap" in cli else None,
+        "api / bwrap --unshare-all": (api["sandboy.run(policy)"] / cli["bwrap --unshare-all"]
+                                      if "bwrap" in cli else None),
+        "cli / bwrap --unshare-all": cli["sandboy run"] / cli["bwrap --unshare-all"] if "bwrap" in cli else None,
+        "api with {tmp} / without": api["sandboy.run(policy with {tmp})"] / api["sandboy.run(policy)"],
+        "api tier / without tier": api["sandboy.run(cage)"] / api["sandboy.run(cage without tier)"],
         # The confined figure includes `sandboy run`'s own start-up once (measured above with
         # /bin/true); the target is about the workload under the cage, so that is taken out.
         "workload confined / bare": (work["confined"] - (cli["sandboy run"] - cli["true"])) / work["bare"],
         "workload incl. start-up / bare": work["confined"] / work["bare"],
     }
-    targets = {"cli / python floor": 1.3, "api / subprocess": 1.5, "api / bwrap": 1.0,
+    targets = {"cli / python floor": 1.3, "api / bwrap --unshare-all": 1.0, "api with {tmp} / without": 1.2,
                "workload confined / bare": 1.05}
     if args.json:
-        print(json.dumps({"cli_s": cli, "api_s": api, "workload_s": work, "ratios": ratios,
+        print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "workload_s": work, "ratios": ratios,
                           "targets": targets}, indent=2))
         return 0
     print(f"sandboy run benchmark ({args.rounds} rounds, medians, interleaved)")
-    for title, table in (("CLI", cli), ("API", api), ("workload: du -s /usr", work)):
+    for title, table in (("CLI", cli), ("API", api), ("namespaces: /bin/true via the plan executor", spaces),
+                         ("workload: du -s /usr", work)):
         print(f"  {title}")
         for name, secs in table.items():
-            print(f"    {name:<24} {secs * 1000:8.2f} ms")
+            print(f"    {name:<36} {secs * 1000:8.2f} ms")
     print("  ratios")
     for name, value in ratios.items():
         if value is None:

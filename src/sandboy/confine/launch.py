@@ -280,7 +280,15 @@ def _start_child(argv, cage, stdio, err_w, first=()) -> int:
     paths, args, envp = cage.exec_args(argv)
     plan = [step for _, step in (*first, *cage.plan(stdio))]
     cage.started()
-    return _libc.fork_exec(plan, paths, args, envp, err_w, cage.clone_flags)
+    try:
+        return _libc.fork_exec(plan, paths, args, envp, err_w, cage.clone_flags)
+    except OSError as exc:
+        if not cage.clone_flags:
+            raise
+        from sandboy.confine.namespaces import forget
+
+        forget()  # the kernel refuses the namespaces now: the next build probes again
+        raise CageError(f"cannot apply the cage: clone into new namespaces: {exc.strerror}") from None
 
 
 def _child_report(argv, cage, stdio, data: bytes, first=()) -> tuple:
@@ -293,6 +301,12 @@ def _child_report(argv, cage, stdio, data: bytes, first=()) -> tuple:
     if error is None:
         return "", status
     index, err = error
+    if index >= 0 and cage.tier is not None and index < len(first) + len(cage.plan(stdio)):
+        labels = [label for label, _ in (*first, *cage.plan(stdio))]
+        if labels[index] in cage.tier.labels:  # the kernel refused the tier after all: probe anew
+            from sandboy.confine.namespaces import forget
+
+            forget()
     if index >= 0:
         return "cage:" + cage.describe_failure(index, err, stdio, first), status
     reason = ""

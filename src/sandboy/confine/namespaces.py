@@ -108,6 +108,11 @@ class Tier:
         self._rule_steps: list = []
         self._in_netns: list = []
 
+    @property
+    def labels(self) -> set:
+        """Labels of the tier's own steps (a run that fails at one of them says so)."""
+        return {label for label, _ in self.plan()}
+
     def bind_ruleset(self, ruleset_fd: int, handled_fs: int) -> None:
         """Once the cage's ruleset exists: the steps that add `rules` to it in the child."""
         self._rule_steps = plan_landlock_rules(ruleset_fd, self.rules, handled_fs)
@@ -470,10 +475,61 @@ def availability() -> tuple:
     if _AVAILABLE:
         return _AVAILABLE[0]
     reason = _static_refusal()
-    if reason is None:
+    if reason is None and not _known_good():
         reason = _probe()
+        if reason is None:
+            _remember_good()
     _AVAILABLE.append((reason is None, reason or ""))
     return _AVAILABLE[0]
+
+
+# A positive probe is remembered for this boot and uid in Sandboy's cache directory, so
+# `sandboy run` does not pay a probe child at every start (docs/performance.md). Should the
+# kernel start refusing later in the same boot (a sysctl changed), the run fails closed (125,
+# naming the clone or mount step) and `forget` removes the note, so the next run probes again.
+def _note_path():
+    from sandboy.policy.load import cache_dir
+
+    return os.path.join(cache_dir(), f"namespaces-ok-{os.geteuid()}")
+
+
+def _boot_id() -> bytes:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
+            return fh.read().strip() + b" " + os.uname().release.encode()
+    except OSError:
+        return b""
+
+
+def _known_good() -> bool:
+    boot = _boot_id()
+    try:
+        with open(_note_path(), "rb") as fh:
+            return bool(boot) and fh.read() == boot
+    except OSError:
+        return False
+
+
+def _remember_good() -> None:
+    boot = _boot_id()
+    if not boot:
+        return
+    path = _note_path()
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path + ".tmp", "wb") as fh:
+            fh.write(boot)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
+def forget() -> None:
+    """A tier step failed at run time: probe again next time (see `_note_path`)."""
+    try:
+        os.unlink(_note_path())
+    except OSError:
+        pass
 
 
 def _probe():
