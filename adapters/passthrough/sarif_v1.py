@@ -339,6 +339,10 @@ class RunUpgrade:
         rule_id = _s(res.get("ruleId"))
         if rule_id is None and index is not None:
             rule_id = _s(self.rules_v1[key].get("id")) or key
+        if index is None and rule_id is not None:
+            # a dictionary keyed by something else: the one rule whose id this is (never a guess among several)
+            same = [i for i, rule in enumerate(self.rules_v1.values()) if rule.get("id") == rule_id]
+            index = same[0] if len(same) == 1 else None
         return rule_id, index
 
     def message(self, res: dict[str, Any], rule_key: str | None, rule_id: str | None) -> dict[str, Any]:
@@ -423,6 +427,10 @@ class RunUpgrade:
             out["helpUri"] = uri_reference(help_uri)
         elif help_uri:
             extra["helpUri"] = help_uri  # 2.1.0 helpUri must be absolute (format: uri)
+        if out["id"] != key:
+            # the v1 key that disambiguated rules sharing an id; it also keeps such rules distinct
+            # (2.1.0's rules array must not hold two identical objects)
+            extra["ruleKey"] = key
         props = _props(rule, extra) or {}
         config: dict[str, Any] = {}
         if _s(rule.get("defaultLevel")) in V1_LEVELS:

@@ -73,6 +73,9 @@ TABLE = [
      "runs.0.results.0", {"ruleId": "CHK002", "ruleIndex": 1}),
     ("ruleKey-with-ruleId", {"rules": RULES, "results": [{"ruleId": "CHK002", "ruleKey": "CHK002/duplicate", "message": "m"}]},
      "runs.0.results.0.ruleIndex", 1),
+    ("ruleId-of-a-rule-keyed-otherwise", {"rules": {"k1": {"id": "ONLY"}, "k2": {"id": "TWICE"}, "k3": {"id": "TWICE"}},
+                                          "results": [{"ruleId": "ONLY", "message": "m"}, {"ruleId": "TWICE", "message": "m"}]},
+     "runs.0.results", [{"ruleId": "ONLY", "ruleIndex": 0}, {"ruleId": "TWICE"}]),
     # 3. tool: name stays name, fullName stays fullName, version goes to version
     ("tool", {"tool": {"name": "PREchecker", "fullName": "PREchecker Code Analysis 9.1", "version": "9.1.0-beta",
                        "semanticVersion": "9.1.0", "fileVersion": "9.1.0.7", "language": "en-US"}},
@@ -231,7 +234,7 @@ def subset(actual: Any, expected: Any) -> bool:
 def test_v1_field_reaches_its_2_1_home(upgrade, name, run, path, expected):
     out = upgrade(v1(run))
     got = at(out, path)
-    if path in ("runs.0", "runs.0.results.0"):  # whole run / result: only the named fields
+    if path in ("runs.0", "runs.0.results", "runs.0.results.0"):  # whole run / result(s): only the named fields
         assert subset(got, expected), json.dumps(got, indent=1)
     else:
         assert got == expected, json.dumps(got, indent=1)
