@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from typing import Any
 from urllib.parse import quote
@@ -246,7 +247,7 @@ class RunUpgrade:
                     annotations.append(reg)
                 elif isinstance(place, dict):
                     extra.setdefault("annotations", []).append(ann)
-        _put(out, "annotations", annotations)
+        _put(out, "annotations", _unique(annotations))
         _put(out, "properties", _props(acl, extra))
         return out
 
@@ -326,7 +327,7 @@ class RunUpgrade:
                 changes.append({"artifactLocation": art, "replacements": replacements})
         if not changes:
             return None
-        out = {"artifactChanges": changes}
+        out = {"artifactChanges": _unique(changes)}
         _put(out, "description", _text(fix.get("description")))
         return out
 
@@ -390,13 +391,13 @@ class RunUpgrade:
             else:
                 extra["snippet"] = snippet  # 2.1.0 keeps a snippet in a region; this result has none
         _put(out, "locations", locations)
-        _put(out, "relatedLocations", [self.annotated_location(a) for a in _list(res.get("relatedLocations")) if isinstance(a, dict)])
+        _put(out, "relatedLocations", _unique([self.annotated_location(a) for a in _list(res.get("relatedLocations")) if isinstance(a, dict)]))
         flows = [self.code_flow(f) for f in _list(res.get("codeFlows")) if isinstance(f, dict)]
         _put(out, "codeFlows", [f for f in flows if f["threadFlows"]])
         if len(out.get("codeFlows", [])) < len(flows):
             extra["emptyCodeFlows"] = [f for f in flows if not f["threadFlows"]]  # 2.1.0 needs >= 1 step
-        _put(out, "stacks", [self.stack(s) for s in _list(res.get("stacks")) if isinstance(s, dict)])
-        _put(out, "fixes", [f for f in (self.fix(x) for x in _list(res.get("fixes")) if isinstance(x, dict)) if f])
+        _put(out, "stacks", _unique([self.stack(s) for s in _list(res.get("stacks")) if isinstance(s, dict)]))
+        _put(out, "fixes", _unique([f for f in (self.fix(x) for x in _list(res.get("fixes")) if isinstance(x, dict)) if f]))
         _put(out, "suppressions", _suppressions(res.get("suppressionStates")))
         _put(out, "baselineState", V1_BASELINE.get(_s(res.get("baselineState")) or ""))
         rid = _s(res.get("id"))
@@ -586,7 +587,7 @@ class RunUpgrade:
                     loc["index"] = self._add_artifact(name, dict(loc))
                 self.artifacts[loc["index"]]["contents"] = {"text": contents}
             responses.append(loc)
-        _put(out, "responseFiles", responses)
+        _put(out, "responseFiles", _unique(responses))
         _put(out, "toolExecutionNotifications", tool_notes)
         _put(out, "toolConfigurationNotifications", config_notes)
         _put(out, "properties", _props(inv, extra))
@@ -598,8 +599,9 @@ class RunUpgrade:
         out: dict[str, Any] = {"tool": self.tool()}
         _put(out, "invocations", self.invocations())
         results = [self.result(r) for r in _list(self.v1.get("results")) if isinstance(r, dict)]
-        _put(out, "artifacts", self.artifacts)      # after results: nested URIs they name add artifacts
-        _put(out, "logicalLocations", self.logical)
+        # after results: nested URIs they name add artifacts
+        _put(out, "artifacts", _distinct(self.artifacts, list(self.artifact_index)))
+        _put(out, "logicalLocations", _distinct(self.logical, list(self.logical_index)))
         out["results"] = results
         _put(out, "language", _language(_dict(self.v1.get("tool")).get("language")))
         out["columnKind"] = "utf16CodeUnits"  # v1 columns count UTF-16 code units (as the SDK records)
@@ -622,6 +624,34 @@ class RunUpgrade:
             extra["baselineId"] = baseline  # 2.1.0 only has a GUID for it
         _put(out, "properties", _props(self.v1, extra))
         return out
+
+
+def _canonical(node: Any) -> str:
+    return json.dumps(node, sort_keys=True)
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    """Exact duplicates dropped: 2.1.0 makes these arrays `uniqueItems` (a repeat would fail the whole log)."""
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        text = _canonical(item)
+        if text not in seen:
+            seen.add(text)
+            out.append(item)
+    return out
+
+
+def _distinct(items: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+    """Indexed arrays cannot drop a repeat (indexes point into them): a repeat keeps its v1 key instead."""
+    seen: set[str] = set()
+    for item, key in zip(items, keys):
+        text = _canonical(item)
+        if text in seen:
+            item.setdefault("properties", {}).setdefault("sarifV1", {})["key"] = key
+            text = _canonical(item)
+        seen.add(text)
+    return items
 
 
 def _parents_first(table: dict[str, dict[str, Any]]) -> list[str]:

@@ -184,6 +184,13 @@ TABLE = [
         {"resultFile": {"uri": "C:\\My Work\\a.c", "region": {"startLine": 1}}}]}]},
      "runs.0.results.0.locations.0.physicalLocation.artifactLocation.uri", "file:///C:/My%20Work/a.c"),
     # 7. v1 offset/length count bytes
+    ("repeats-stay-schema-valid", {"logicalLocations": {"f": {"name": "f"}, "f-1": {"name": "f"}},
+                                   "results": [{"ruleId": "X", "message": "m",
+                                                "locations": [{"resultFile": {"uri": "a.c"}, "fullyQualifiedLogicalName": "f",
+                                                               "logicalLocationKey": "f-1"}],
+                                                "relatedLocations": [{"message": "same"}, {"message": "same"}]}]},
+     "runs.0", {"logicalLocations": [{"name": "f"}, {"name": "f", "properties": {"sarifV1": {"key": "f-1"}}}],
+                "results": [{"relatedLocations": [{"message": {"text": "same"}}]}]}),
     ("offsets", {"results": [{"ruleId": "X", "message": "m", "locations": [
         {"resultFile": {"uri": "file:///C:/work/a.c", "region": {"startLine": 2, "offset": 120, "length": 7}}}]}]},
      "runs.0.results.0.locations.0.physicalLocation.region", {"startLine": 2, "byteOffset": 120, "byteLength": 7}),
@@ -445,7 +452,10 @@ def test_hostile_shapes_convert_or_are_refused_never_crash(upgrade):
         places = spots(log["runs"], [])
         for _ in range(rng.randint(1, 6)):
             holder, key = rng.choice(places)
-            holder[key] = copy.deepcopy(rng.choice(values))
+            if isinstance(holder, list) and rng.random() < 0.3:
+                holder.append(copy.deepcopy(holder[key]))  # a repeat: 2.1.0 arrays are often uniqueItems
+            else:
+                holder[key] = copy.deepcopy(rng.choice(values))
         try:
             out = convert(GuestInput(tool="passthrough", artifacts={"m.sarif": json.dumps(log)}))
         except AdapterError:
