@@ -187,7 +187,7 @@ class RunUpgrade:
         out: dict[str, Any] = {}
         for key in ("startLine", "startColumn", "endLine", "endColumn"):
             _put(out, key, _int(reg.get(key), 1))
-        # v1 offset/length count bytes (v1 spec 3.10.7); 2.1.0 has byteOffset/byteLength for exactly that
+        # v1 offset/length count bytes (the v1 spec's region); 2.1.0 has byteOffset/byteLength for exactly that
         length = _int(reg.get("length"))
         # v1's offset defaults to 0 (a length alone measures from the start of the file)
         _put(out, "byteOffset", _int(reg.get("offset")) if "offset" in reg else (0 if length is not None else None))
@@ -334,7 +334,7 @@ class RunUpgrade:
     # --- result ----------------------------------------------------------------------
 
     def rule_for(self, res: dict[str, Any]) -> tuple[str | None, int | None]:
-        """(ruleId, ruleIndex): ruleKey names the entry of the v1 rules dictionary (v1 3.19.5)."""
+        """(ruleId, ruleIndex): ruleKey names the entry of the v1 rules dictionary."""
         key = _s(res.get("ruleKey")) or _s(res.get("ruleId"))
         index = self.rule_index.get(key) if key is not None else None
         rule_id = _s(res.get("ruleId"))
@@ -612,7 +612,7 @@ class RunUpgrade:
             details["guid"] = run_id.strip("{}")
             run_id = None
         if stable is not None or run_id:
-            # 2.1.0 automationDetails.id is "category/instance" (3.17.4): stableId is the category
+            # 2.1.0 automationDetails.id is "category/instance" (3.17.3): stableId is the category
             details["id"] = f"{stable}/{run_id or ''}" if stable is not None else run_id
         _put(out, "automationDetails", details)
         automation = _s(self.v1.get("automationId"))
