@@ -91,7 +91,9 @@ def _ignore_terminal_signals() -> None:
 
 
 def _err(message: str) -> None:
-    sys.stderr.write(f"sandboy: {message}\n")
+    from sandboy.escape import line  # messages quote policy files and paths: never raw
+
+    sys.stderr.write(line(f"sandboy: {message}") + "\n")
 
 
 def cmd_run(args: RunArgs) -> int:

@@ -33,7 +33,9 @@ COMPONENTIZE_PY_VERSION = "0.25.1"  # pinned in pyproject.toml; part of the buil
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    from sandboy.escape import block  # progress names paths and components
+
+    print(block(message), file=sys.stderr, flush=True)
 
 
 def cache_dir(*parts: str) -> Path:

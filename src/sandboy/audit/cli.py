@@ -107,11 +107,14 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 
     def run(args: argparse.Namespace) -> int:
         from sandboy.audit.errors import AuditError
+        from sandboy.escape import block, line
 
         try:
             return func(args)
         except AuditError as exc:
-            print(f"sandboy audit: {exc}", file=sys.stderr)
+            # Sandboy's own line breaks are kept (a list of problems); everything quoted in the
+            # message was `escape.clean`ed where it was composed, and every line passes `line`.
+            print(block(f"sandboy audit: {exc}"), file=sys.stderr)
             return exc.exit_code
         except BrokenPipeError:
             raise  # the reader went away: sandboy.cli.finish exits quietly (141)
@@ -124,8 +127,8 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         except Exception as exc:  # noqa: BLE001 — the promise is "no traceback", bugs included
             if os.environ.get("SANDBOY_DEBUG"):
                 raise
-            print(f"sandboy audit: internal error ({type(exc).__name__}: {exc}); "
-                  "this is a Sandboy bug — re-run with SANDBOY_DEBUG=1 and report the traceback", file=sys.stderr)
+            print(line(f"sandboy audit: internal error ({type(exc).__name__}: {exc}); "
+                       "this is a Sandboy bug — re-run with SANDBOY_DEBUG=1 and report the traceback"), file=sys.stderr)
             return EXIT_INTERNAL
 
     return run
@@ -137,6 +140,7 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 def cmd_convert(args: argparse.Namespace) -> int:
     from sandboy.audit.convert import ConvertRequest, convert, write_atomic
     from sandboy.audit.errors import UsageError
+    from sandboy.escape import clean
 
     if args.output and args.output != "-":
         out = Path(args.output)
@@ -160,7 +164,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     prov = result.provenance
     if not args.quiet:
-        print(f"sandboy audit: {prov.adapter}: {result.results} result(s) -> {args.output or 'stdout'} "
+        print(f"sandboy audit: {clean(prov.adapter)}: {result.results} result(s) -> {clean(args.output or 'stdout')} "
               f"({len(result.text):,} chars, guest {prov.duration_ms:.0f} ms, fuel {prov.fuel_used:,}, "
               f"total {result.seconds * 1000:.0f} ms)", file=sys.stderr)
         for problem in result.warnings[:5]:  # str() cleans what the file said
@@ -172,7 +176,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def _validate_one(path: Path, github: bool, cap: int, strict: bool = False) -> dict[str, Any]:
     from sandboy.audit import sarif
-    from sandboy.audit.convert import read_capped
+    from sandboy.audit.capped import read_capped
 
     raw = read_capped(path, cap, "SARIF file")
     try:
@@ -204,7 +208,7 @@ def _validate_one(path: Path, github: bool, cap: int, strict: bool = False) -> d
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sandboy.audit.host import clean_guest_text  # pointers and messages quote the file
+    from sandboy.escape import clean, line  # pointers, messages and file names quote untrusted input
 
     reports = [_validate_one(Path(f), args.github, args.max_input_bytes, args.strict) for f in args.files]
     if args.json:
@@ -213,12 +217,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for rep in reports:
             verdict = "valid" if rep["valid"] else "INVALID"
             checks = "SARIF 2.1.0" + (" (strict)" if args.strict else "") + (" + GitHub code scanning" if args.github else "")
-            print(f"{rep['file']}: {verdict} {checks} ({rep['runs']} run(s), {rep['results']} result(s), "
-                  f"{rep['errors']} error(s), {rep['warnings']} warning(s))")
+            print(line(f"{clean(rep['file'])}: {verdict} {checks} ({rep['runs']} run(s), {rep['results']} result(s), "
+                       f"{rep['errors']} error(s), {rep['warnings']} warning(s))"))
             for p in rep["problems"][: args.max_problems]:
                 tag = p["source"] + ("" if p["severity"] == "error" else ", warning")
                 spec = f" (SARIF 2.1.0 §{p['spec']})" if p.get("spec") else ""
-                print(f"  {clean_guest_text(p['pointer'] or '/')}: {clean_guest_text(p['message'])}{spec} [{tag}]")
+                print(line(f"  {clean(p['pointer'] or '/', 2000)}: {clean(p['message'], 2000)}{clean(spec)} [{tag}]"))
             if len(rep["problems"]) > args.max_problems:
                 print(f"  … {len(rep['problems']) - args.max_problems} more (use --json for all)")
     return 0 if all(r["valid"] for r in reports) else 1

@@ -21,7 +21,8 @@ from urllib.parse import quote
 
 from sandboy.audit import host, sarif
 from sandboy.audit.build import build
-from sandboy.audit.errors import InputTooLarge, UsageError
+from sandboy.audit.capped import read_capped
+from sandboy.audit.errors import UsageError
 from sandboy.audit.registry import adapter_for_tool
 
 DEFAULT_MAX_INPUT_BYTES = 64 << 20
@@ -32,7 +33,9 @@ Progress = Callable[[str], None]
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    from sandboy.escape import block  # progress names paths and components
+
+    print(block(message), file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -59,28 +62,6 @@ class ConvertResult:
     results: int
     seconds: float
     warnings: list[sarif.Problem] = field(default_factory=list)  # inconsistencies that did not fail it
-
-
-def read_capped(path: Path, cap: int, what: str = "input") -> bytes:
-    """One bounded read: never more than cap+1 bytes, whatever the file claims to be."""
-    if str(path) == "-":
-        data = sys.stdin.buffer.read(cap + 1)
-    else:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(cap + 1)
-        except FileNotFoundError:
-            raise UsageError(f"{path}: no such file (check the {what} path)") from None
-        except IsADirectoryError:
-            raise UsageError(f"{path}: is a directory; pass the report file itself") from None
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read {what}: {exc.strerror}") from None
-    if len(data) > cap:
-        raise InputTooLarge(
-            f"{path}: larger than the {cap:,}-byte input cap; if it is expected to be that big, "
-            "raise --max-input-bytes (inputs are capped in total, across all files)"
-        )
-    return data
 
 
 def _uri(path: Path) -> str:

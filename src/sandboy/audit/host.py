@@ -16,7 +16,6 @@ import functools
 import hashlib
 import importlib.metadata
 import os
-import re
 import stat
 import sys
 import threading
@@ -40,6 +39,7 @@ from sandboy.audit.errors import (
     UsageError,
 )
 from sandboy.audit.registry import WORLD
+from sandboy.escape import clean  # guest text reaches terminals and CI logs
 
 EXPORT = "to-sarif"
 INPUT_FIELDS = ["tool", "stdout", "stderr", "artifacts", "options"]
@@ -258,13 +258,6 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "(no message)"
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def clean_guest_text(text: str, limit: int = 2000) -> str:
-    """Guest text goes to a terminal: strip control characters (escape sequences), bound it."""
-    text = _CONTROL.sub("?", text)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
 
 
 def classify(exc: Exception, limits: Limits) -> AuditError:
@@ -290,7 +283,7 @@ def classify(exc: Exception, limits: Limits) -> AuditError:
             f"or memory exhausted at the {mib} MiB cap); the input was not converted"
         )
     last = text.strip().splitlines()[-1] if text.strip() else type(exc).__name__
-    return GuestCrash(f"the adapter crashed: {clean_guest_text(last.strip(), 300)}")
+    return GuestCrash(f"the adapter crashed: {clean(last.strip(), 300)}")
 
 
 def call(loaded: Loaded, raw: RawInput, limits: Limits) -> Outcome:
@@ -329,7 +322,7 @@ def call(loaded: Loaded, raw: RawInput, limits: Limits) -> Outcome:
             raise MemoryExhausted(
                 f"the adapter ran out of memory at the {limits.memory_bytes >> 20} MiB cap; raise --memory-mib"
             )
-        raise AdapterFailed(f"the adapter rejected the input: {clean_guest_text(payload)}")
+        raise AdapterFailed(f"the adapter rejected the input: {clean(payload, 2000)}")
     if tag != "ok" or not isinstance(payload, str):
         raise ComponentRefused(f"{loaded.path}: `{EXPORT}` returned {type(result).__name__}, not result<string, string>")
     return Outcome(payload, fuel_used, seconds)

@@ -38,10 +38,10 @@ class Problem:
         return asdict(self)
 
     def __str__(self) -> str:
-        from sandboy.audit.host import clean_guest_text  # keys and messages come from the file
+        from sandboy.escape import clean  # keys and messages come from the file (no wasmtime import here)
 
         text = f"{self.pointer or '/'}: {self.message}" + (f" (SARIF 2.1.0 §{self.spec})" if self.spec else "")
-        return f"{clean_guest_text(text)} [{self.source}{'' if self.severity == 'error' else ', warning'}]"
+        return f"{clean(text, 2000)} [{self.source}{'' if self.severity == 'error' else ', warning'}]"
 
 
 def pointer(parts: Any) -> str:

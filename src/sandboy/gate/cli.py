@@ -62,15 +62,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_command)
 
 
+def _say(text: str) -> None:
+    """One line on stderr; it may quote the repository (keys, paths, names): never raw."""
+    from sandboy.escape import line
+
+    sys.stderr.write(line(text) + "\n")
+
+
 def _fail(args, message: str, code: int) -> int:
-    sys.stderr.write(f"sandboy gate: {message}\n")
+    _say(f"sandboy gate: {message}")
     if getattr(args, "json_path", None):
         from sandboy.gate.report import error_json, write_json
 
         try:
             _write_json(args.json_path, error_json(message, code), write_json)
         except OSError as exc:
-            sys.stderr.write(f"sandboy gate: cannot write a report: {args.json_path}: {exc.strerror or exc}\n")
+            _say(f"sandboy gate: cannot write a report: {args.json_path}: {exc.strerror or exc}")
     return code
 
 
@@ -139,7 +146,7 @@ def run_command(args) -> int:
     except BrokenPipeError:
         raise  # `--json -` and its reader went away: sandboy.cli.finish exits quietly (141)
     except OSError as exc:
-        sys.stderr.write(f"sandboy gate: cannot write a report: {exc.filename or ''}: {exc.strerror}\n")
+        _say(f"sandboy gate: cannot write a report: {exc.filename or ''}: {exc.strerror}")
         return max(result.exit_code, 1)
     if console.reader_gone:
         return EXIT_READER_GONE  # quietly, like a tool ended by SIGPIPE; the reports are written

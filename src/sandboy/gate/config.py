@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from sandboy import escape
 from sandboy.errors import PolicyError
 from sandboy.policy.load import MAX_POLICY_BYTES, _kind, parse_toml, read_bounded
 from sandboy.policy.model import Policy
@@ -52,9 +53,9 @@ class Gate:
 def _unknown(src: str, prefix: str, table: dict, known: tuple) -> None:
     for key in table:
         if key not in known:
-            from sandboy.policy.load import _keyname, unknown_key
+            from sandboy.policy.load import unknown_key
 
-            raise PolicyError(src, f"{prefix}{_keyname(key)}", unknown_key(key, known))
+            raise PolicyError(src, f"{prefix}{escape.key(key)}", unknown_key(key, known))
 
 
 
@@ -103,7 +104,7 @@ def _policy_tables(src: str, tables) -> dict:
         raise PolicyError(src, "policy", f"expected tables [policy.NAME], got {_kind(tables)}")
     out = {}
     for name, table in tables.items():
-        key = f"policy.{name}"
+        key = f"policy.{escape.key(name)}"
         if not isinstance(table, dict):
             raise PolicyError(src, key, f"expected a table [{key}], got {_kind(table)}")
         try:
@@ -120,9 +121,9 @@ def _read_regular(src: str, key: str, path: str) -> bytes:
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
-        raise PolicyError(src, key, f"cannot read {path}: {exc.strerror}") from None
+        raise PolicyError(src, key, f"cannot read {path!r}: {exc.strerror}") from None
     if not stat.S_ISREG(mode):
-        raise PolicyError(src, key, f"{path} is not a regular file")
+        raise PolicyError(src, key, f"{path!r} is not a regular file")
     return read_bounded(path, MAX_POLICY_BYTES)
 
 
@@ -134,12 +135,12 @@ def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Poli
         raise PolicyError(src, key, f"{ref!r} must not contain '..': policy files live inside the repository")
     real = os.path.realpath(os.path.join(gate_dir, ref))
     if not is_within(real, repo):
-        raise PolicyError(src, key, f"{ref!r} resolves to {real}, outside the repository (a symlink?)")
+        raise PolicyError(src, key, f"{ref!r} resolves to {real!r}, outside the repository (a symlink?)")
     raw = _read_regular(src, key, real)
     try:
         return Policy.from_mapping(parse_toml(raw, real), real)
     except PolicyError as exc:
-        raise PolicyError(src, f"{key} ({ref})", f"{exc.key}: {exc.problem}" if exc.key else exc.problem) from None
+        raise PolicyError(src, f"{key} ({ref!r})", f"{exc.key}: {exc.problem}" if exc.key else exc.problem) from None
 
 
 def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files: dict) -> Step:
@@ -175,8 +176,8 @@ def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files
         elif ref in tables:
             policy = tables[ref]
         else:
-            known = ", ".join(sorted(tables)) or "none defined"
-            raise PolicyError(src, f"{prefix}.policy", f"no [policy.{ref}] table (defined: {known})")
+            known = ", ".join(escape.key(t) for t in sorted(tables)) or "none defined"
+            raise PolicyError(src, f"{prefix}.policy", f"no [policy.{escape.key(ref)}] table (defined: {known})")
     return Step(name, run, ref, policy, timeout, allow_failure)
 
 

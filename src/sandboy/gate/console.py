@@ -5,9 +5,10 @@ the step's output prefixed `[name] `, the step's end, the final table. When stde
 one-line live status ("running unit 12.3s") is redrawn there and erased before each stdout line;
 without a terminal there is no status line and no colour, so a CI log reads the same as a pipe.
 
-Step output is untrusted: control characters (escape sequences, carriage returns) are shown
-escaped, so a step can neither repaint the terminal nor forge a line without its prefix; the
-prefix also keeps a step from issuing CI workflow commands (`::add-mask::`), which must start a line.
+Step output, step names, policy references, paths and messages are untrusted: every line passes
+`sandboy.escape` (control characters shown escaped, no line a CI runner reads as a workflow
+command), so a repository can neither repaint the terminal nor forge a line. Tabs in step output
+are expanded to spaces first (the `--logs` file keeps the raw bytes).
 """
 
 from __future__ import annotations
@@ -15,17 +16,13 @@ from __future__ import annotations
 import sys
 import time
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0, 9), *range(10, 32), 127, *range(0x80, 0xA0))}
+from sandboy.escape import block, clean
 
 _COLOURS = {"passed": "32", "failed": "31", "timed_out": "31", "killed": "31", "cage_error": "35",
             "policy_error": "35", "not_run": "2", "note": "33", "head": "1"}
 
 LABELS = {"passed": "PASSED", "failed": "FAILED", "timed_out": "TIMED OUT", "killed": "KILLED",
           "cage_error": "CAGE ERROR", "policy_error": "POLICY ERROR", "not_run": "NOT RUN"}
-
-
-def clean(text: str) -> str:
-    return text.translate(_CONTROL)
 
 
 def label(result) -> str:
@@ -50,6 +47,8 @@ class Console:
     # --- helpers ---
 
     def _paint(self, kind: str, text: str) -> str:
+        """`text` made safe (`escape.block`), then coloured: the only escapes written are ours."""
+        text = block(text)
         return f"\x1b[{_COLOURS[kind]}m{text}\x1b[0m" if self.colour else text
 
     def _clear_status(self) -> None:
@@ -78,15 +77,15 @@ class Console:
     # --- events ---
 
     def gate_start(self, gate, ceiling_source: str) -> None:
-        self._line(self._paint("head", f"sandboy gate: {len(gate.steps)} step{'' if len(gate.steps) == 1 else 's'} from {gate.path}, "
-                                       f"ceiling {ceiling_source}"))
+        self._line(self._paint("head", f"sandboy gate: {len(gate.steps)} step{'' if len(gate.steps) == 1 else 's'} "
+                                       f"from {clean(gate.path)}, ceiling {clean(ceiling_source)}"))
 
     def step_start(self, result, total: int) -> None:
         self._current = result.name
         self._started = time.monotonic()
         extra = []
         if result.policy_ref:
-            extra.append(f"policy {result.policy_ref}")
+            extra.append(f"policy {clean(result.policy_ref)}")
         if result.timeout:
             extra.append(f"timeout {result.timeout}s")
         if result.allow_failure:
@@ -100,7 +99,8 @@ class Console:
         self._line(self._paint("note", f"!! {clean(text)}"))
 
     def output(self, name: str, raw: bytes) -> None:
-        self._line(f"[{clean(name)}] {clean(raw.decode('utf-8', 'replace').rstrip(chr(13)))}")
+        text = raw.decode("utf-8", "replace").rstrip("\r").expandtabs(8)
+        self._line(block(f"[{clean(name)}] {clean(text)}"))
 
     def tick(self) -> None:
         if self.live and self._current is not None:
@@ -112,11 +112,11 @@ class Console:
     def step_end(self, result) -> None:
         self._current = None
         for item in result.degraded:
-            self.note(f"step {result.name}: not enforced on this kernel: {item}")
+            self.note(f"step {clean(result.name)}: not enforced on this kernel: {clean(item)}")
         kind = "passed" if result.status == "passed" else ("note" if result.allow_failure else result.status)
         said = "" if result.status == "passed" else f": {clean(result.describe())}"
         text = f"== {clean(result.name)}: {label(result)}{said} in {result.duration:.2f}s"
         self._line(self._paint(kind, text))
 
     def final(self, table: str) -> None:
-        self._line(table)
+        self._line(block(table))

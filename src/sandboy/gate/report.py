@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from sandboy.gate.console import clean, label
+from sandboy.escape import block, clean, markdown
+from sandboy.gate.console import label
 
 REPORT_VERSION = 1
 _TAIL_IN_REPORTS = 16 * 1024
@@ -113,9 +114,14 @@ def error_json(message: str, code: int) -> dict:
 
 
 def _xml_safe(text: str) -> str:
-    # XML 1.0 cannot carry most control characters, even escaped: show them as \xNN.
-    return "".join(c if c in "\t\n\r" or (" " <= c <= "\ud7ff") or ("\ue000" <= c <= "\ufffd")
-                   or c >= "\U00010000" else f"\\x{ord(c):02x}" for c in text)
+    # XML 1.0 cannot carry most control characters, even escaped, and CI systems show these
+    # reports to people: the same escaping as every other printer (sandboy.escape).
+    return clean(text)
+
+
+def _xml_text(text: str) -> str:
+    """Element text keeps its lines (an output tail), each one made safe."""
+    return block(text)
 
 
 def to_junit(gate_result) -> bytes:
@@ -144,11 +150,13 @@ def to_junit(gate_result) -> bytes:
         elif s.status in ("cage_error", "policy_error"):
             ET.SubElement(case, "error", {"message": message, "type": s.status}).text = message
         elif s.status == "not_run":
-            ET.SubElement(case, "skipped", {"message": "not run: an earlier required step failed"})
+            why = _xml_safe(s.error) if s.error else ("the gate was interrupted" if gate_result.interrupted
+                                                     else "an earlier required step failed")
+            ET.SubElement(case, "skipped", {"message": f"not run: {why}"})
         notes = [n.for_step(s.name) for n in s.narrowings]
         out = "".join(f"narrowed: {n}\n" for n in notes) + _tail_text(s)
         if out:
-            ET.SubElement(case, "system-out").text = _xml_safe(out)
+            ET.SubElement(case, "system-out").text = _xml_text(out)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
@@ -157,10 +165,7 @@ def to_junit(gate_result) -> bytes:
 
 def _md(text: str) -> str:
     """A table cell: no pipes, no HTML, no line breaks from untrusted names or messages."""
-    escaped = clean(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-    for ch in "`*_[]":
-        escaped = escaped.replace(ch, "\\" + ch)
-    return escaped
+    return markdown(text)
 
 
 def to_markdown(gate_result) -> str:

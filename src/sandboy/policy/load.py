@@ -118,21 +118,11 @@ def _cidr(src: str, key: str, value: str) -> None:
         raise PolicyError(src, key, f"{value} is not a private, loopback or link-local range")
 
 
-_BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-
-
 def _keyname(name) -> str:
-    """A key as TOML would write it: bare when it can be, else quoted with escapes.
+    """A key as TOML would write it (`sandboy.escape.key`: keys come from untrusted files)."""
+    from sandboy.escape import key  # lazy: only error messages need it
 
-    Why: keys come from untrusted files (a repository's gate.toml); printed raw, a key holding
-    a newline or an ANSI escape broke the one-line `FILE: key: problem` message and could
-    forge terminal output."""
-    name = str(name)
-    if name and set(name) <= _BARE_KEY:
-        return name
-    import json
-
-    return json.dumps(name)
+    return key(name)
 
 
 def _kind(value) -> str:
@@ -223,7 +213,8 @@ def _env(src, value) -> dict:
             raise PolicyError(src, "env.set", f"expected a table of NAME = \"value\", got {_kind(table)}")
         pairs = []
         for name, val in table.items():
-            _env_name(src, f"env.set.{_keyname(name)}", name)
+            if not name or "=" in name or "\0" in name:  # (the key is spelled out only on error)
+                _env_name(src, f"env.set.{_keyname(name)}", name)
             if not isinstance(val, str) or "\0" in val:
                 raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {_kind(val)}")
             pairs.append((name, val))
