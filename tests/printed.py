@@ -1,5 +1,5 @@
 """What every printed byte of Sandboy must satisfy, and hostile text to feed it (issue 8, items
-2 and 7). Shared by tests/gate/test_escaping.py and tests/audit/test_escaping.py."""
+2 and 7). Shared by tests/gate/test_gate_escaping.py and tests/audit/test_audit_escaping.py."""
 
 from __future__ import annotations
 
