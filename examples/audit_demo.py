@@ -22,7 +22,7 @@ Stand-alone, in a temporary directory:
     .venv/bin/python examples/audit_demo.py
 
 Returns 0 on success. Bandit comes with `pip install -e '.[test]'`; without it the demo prints one
-skip line and returns 0. The first conversion builds the adapter component (~10-30 s, progress on
+skip line and returns 0. The first conversion builds the adapter component (tens of seconds, progress on
 stderr); the build is cached (docs/audit.md, "Caches"), so later runs take about a second.
 
 `interpreter_grants()` and `write_policy()` are also used by tests/audit/test_real_tools.py to
@@ -158,7 +158,7 @@ def _run(sandboy: str, base: Path, outdir: Path, report: Path, sarif_path: Path)
     print(f"bandit found {_plural(len(issues), 'issue')} in {_plural(len(files), 'file')}" + (f" ({detail})" if detail else ""))
 
     print(f"$ sandboy audit convert --tool bandit --artifact bandit.json={short[report]} -o {short[sarif_path]}")
-    print("  (the first run builds and compiles the adapter component, ~10-30 s; progress below)", flush=True)
+    print("  (the first run builds and compiles the adapter component: tens of seconds to minutes; progress below)", flush=True)
     # stderr is inherited so the build progress shows live; -q drops only the summary line.
     proc = subprocess.run([sandboy, "audit", "convert", "--tool", "bandit", "--artifact", f"bandit.json={report}",
                            "-o", str(sarif_path), "-q"], stdin=subprocess.DEVNULL, timeout=600)

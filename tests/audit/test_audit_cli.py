@@ -145,3 +145,46 @@ def test_imports_stay_lazy():
 def test_build_is_cached(built):
     proc = cli("build", "infer")
     assert proc.returncode == 0 and b"building" not in proc.stderr and b"sha256=" in proc.stdout
+
+
+def test_convert_json_summary(built, samples, tmp_path):
+    out = tmp_path / "infer.sarif"
+    proc = cli("convert", "--tool", "infer", "--artifact",
+               f"report.json={samples}/infer/zrlog_infer-0.17.0_report.json", "-o", str(out), "--json")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr.decode()
+    summary = json.loads(proc.stdout)
+    assert summary["results"] == 5 and summary["adapter"] == "infer" and summary["output"] == str(out)
+    assert summary["chars"] == len(out.read_text())
+
+
+def test_convert_json_needs_an_output_file(samples):
+    proc = cli("convert", "--tool", "infer", "--artifact",
+               f"report.json={samples}/infer/zrlog_infer-0.17.0_report.json", "--json")
+    no_traceback(proc)
+    assert proc.returncode == 2 and b"add -o FILE" in proc.stderr
+
+
+def test_build_json_lists_what_was_built(built):
+    proc = cli("build", "--json", "infer")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr.decode()
+    rows = json.loads(proc.stdout)
+    assert [r["adapter"] for r in rows] == ["infer"] and Path(rows[0]["component"]) == built["infer"]
+    assert len(rows[0]["sha256"]) == 64
+
+
+def test_the_build_estimate_is_what_it_took_last_time(tmp_path, monkeypatch):
+    """The progress line's estimate is measured, not a constant: none before the first build."""
+    import os
+
+    from sandboy.audit.build import estimate, record
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    os.chmod(cache, 0o700)
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(cache))
+    assert "can take minutes" in estimate("build")
+    record("build", 64.4)
+    assert estimate("build") == "first use; 64 s last time here"
+    assert "can take minutes" in estimate("compile")

@@ -1,6 +1,7 @@
 """Build guest adapters with componentize-py, cached by source hash.
 
-Builds are slow (~10 s, ~415 MB peak) and not byte-identical, so:
+Builds are slow (tens of seconds, ~415 MB peak; the progress line says how long the last one
+took here) and not byte-identical, so:
 
 * a build is keyed on the sha256 of its sources + the componentize-py version
   and reused until a source changes;
@@ -100,6 +101,23 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def estimate(kind: str) -> str:
+    """How long a first-use `kind` ("build" or "compile") took last time on this machine, for the
+    progress line: a fixed guess was wrong by 6x on a loaded 2-core machine (~10 s said, 64 s taken)."""
+    try:
+        seconds = float((cache_dir("timings") / kind).read_text())
+    except (OSError, ValueError, UsageError):
+        return "first use; the first one on a machine can take minutes"
+    return f"first use; {seconds:.0f} s last time here"
+
+
+def record(kind: str, seconds: float) -> None:
+    try:
+        (cache_dir("timings") / kind).write_text(f"{seconds:.1f}\n")
+    except (OSError, UsageError):
+        pass  # only the next estimate is lost
+
+
 def build(spec: AdapterSpec, progress: Progress = _stderr, force: bool = False) -> Path:
     """Return the built component for `spec`, building it on first use."""
     return build_sources(spec.name, source_files(spec), progress, force)
@@ -114,7 +132,10 @@ def build_sources(name: str, files: list[Path], progress: Progress = _stderr, fo
     with _locked(target):
         if target.is_file() and not force:
             return target  # another process built it while we waited
-        progress(f"building adapter {name} (first use, ~10 s)…")
+        progress(f"building adapter {name} with componentize-py ({estimate('build')})…")
+        import time
+
+        started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"sandboy-build-{name}-") as tmp:
             # Build from a copy: componentize-py imports the app at build time and
             # would leave __pycache__ in the source tree.
@@ -134,5 +155,7 @@ def build_sources(name: str, files: list[Path], progress: Progress = _stderr, fo
                 tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
                 raise BuildFailed(f"building adapter {name} failed (componentize-py exit {proc.returncode}):\n{tail}")
             os.replace(out, target)
-        progress(f"built adapter {name}: {target} ({target.stat().st_size / 1e6:.1f} MB)")
+        elapsed = time.monotonic() - started
+        record("build", elapsed)
+        progress(f"built adapter {name} in {elapsed:.1f} s: {target} ({target.stat().st_size / 1e6:.1f} MB)")
     return target

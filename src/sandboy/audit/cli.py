@@ -49,9 +49,10 @@ examples:
   sandboy audit build --all        # pre-build and pre-compile every adapter (CI images)
   sandboy audit build infer
 
-Builds with componentize-py --stub-wasi (~10 s each) into $SANDBOY_CACHE_DIR, else
+Builds with componentize-py --stub-wasi (tens of seconds each; the progress line says how long
+the last one took here) into $SANDBOY_CACHE_DIR, else
 $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy, keyed on the sources' hash; then compiles
-the native code (.cwasm, ~10 s) keyed on the component's sha256 and the wasmtime version.
+the native code (.cwasm) keyed on the component's sha256 and the wasmtime version.
 """
 
 
@@ -142,6 +143,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from sandboy.audit.errors import UsageError
     from sandboy.escape import clean
 
+    if args.json and not (args.output and args.output != "-"):
+        raise UsageError("--json prints a summary on stdout, which then carries the SARIF: add -o FILE")
     if args.output and args.output != "-":
         out = Path(args.output)
         if not out.parent.is_dir() and str(out.parent):
@@ -163,7 +166,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
         sys.stdout.write(result.text)
         sys.stdout.flush()
     prov = result.provenance
-    if not args.quiet:
+    if args.json:
+        print(json.dumps({"output": args.output, "results": result.results, "chars": len(result.text),
+                          "adapter": prov.adapter, "adapter_version": prov.adapter_version,
+                          "component_sha256": prov.component_sha256, "fuel_used": prov.fuel_used,
+                          "guest_ms": round(prov.duration_ms, 3), "total_ms": round(result.seconds * 1000, 3),
+                          "warnings": [str(p) for p in result.warnings]},
+                         indent=2))
+    elif not args.quiet:
         print(f"sandboy audit: {clean(prov.adapter)}: {result.results} result(s) -> {clean(args.output or 'stdout')} "
               f"({len(result.text):,} chars, guest {prov.duration_ms:.0f} ms, fuel {prov.fuel_used:,}, "
               f"total {result.seconds * 1000:.0f} ms)", file=sys.stderr)
@@ -237,12 +247,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     names = sorted(ADAPTERS) if args.all else args.names
     if not names:
         raise UsageError("name adapters to build, or --all (known: " + ", ".join(sorted(ADAPTERS)) + ")")
+    rows = []
     for name in names:
         if name not in ADAPTERS:
             raise UsageError(f"unknown adapter {name!r}; known: {', '.join(sorted(ADAPTERS))}")
         path = build(ADAPTERS[name], force=args.force)
         loaded = host.load(path, progress=lambda m: print(m, file=sys.stderr, flush=True))
-        print(f"{name}: {path} sha256={loaded.sha256}")
+        rows.append({"adapter": name, "component": str(path), "sha256": loaded.sha256})
+        if not args.json:
+            print(f"{name}: {path} sha256={loaded.sha256}")
+    if args.json:
+        print(json.dumps(rows, indent=2))
     return 0
 
 
@@ -283,6 +298,7 @@ def add_parser(subparsers: Any) -> None:
     conv.add_argument("--option", metavar="KEY=VALUE", type=_option, action="append", help="adapter option (repeatable)")
     conv.add_argument("-o", "--output", metavar="OUT", help="SARIF output file, written atomically (default: stdout)")
     conv.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    conv.add_argument("--json", action="store_true", help="the summary as JSON on stdout (needs -o FILE)")
     limits = conv.add_argument_group("limits (the adapter and its input are untrusted)")
     limits.add_argument("--max-input-bytes", type=_size, default=64 << 20, metavar="SIZE", help="cap on all inputs together, read in one bounded read (default 64M)")
     limits.add_argument("--fuel", type=_positive_int, metavar="N", help="wasm fuel budget (default: 2e9 + 4000 per input byte)")
@@ -308,6 +324,7 @@ def add_parser(subparsers: Any) -> None:
     bld.add_argument("names", nargs="*", metavar="ADAPTER")
     bld.add_argument("--all", action="store_true", help="every built-in adapter")
     bld.add_argument("--force", action="store_true", help="rebuild even if cached")
+    bld.add_argument("--json", action="store_true", help="what was built as JSON on stdout (progress stays on stderr)")
     bld.set_defaults(func=_guarded(cmd_build))
 
     lst = sub.add_parser("list", help="list built-in adapters and the tools they serve")

@@ -235,7 +235,10 @@ def load(path: Path, progress: Callable[[str], None] | None = None) -> Loaded:
             component = None  # stale, truncated or untrusted cache entry: recompile below
     if component is None:
         if progress:
-            progress(f"compiling component {path.name} (first use, ~10 s)…")
+            from sandboy.audit.build import estimate
+
+            progress(f"compiling component {path.name} to native code ({estimate('compile')})…")
+        started = time.monotonic()
         try:
             component = wc.Component(eng, wasm)
         except wasmtime.WasmtimeError as exc:
@@ -246,6 +249,12 @@ def load(path: Path, progress: Callable[[str], None] | None = None) -> Loaded:
         with os.fdopen(fd, "wb") as fh:
             fh.write(component.serialize())
         os.replace(tmp, cwasm)
+        from sandboy.audit.build import record
+
+        elapsed = time.monotonic() - started
+        record("compile", elapsed)
+        if progress:
+            progress(f"compiled component {path.name} in {elapsed:.1f} s")
     _refuse_imports(component, path)
     loaded = _loaded[key] = Loaded(component, sha256, path)
     return loaded
