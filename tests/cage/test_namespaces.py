@@ -371,3 +371,20 @@ def test_as_an_ordinary_user_the_tier_holds(nobody):
     # the same attack with the tier forced off: the ordinary user's own key becomes world-readable
     r = run(f"chmod 644 {key} && echo changed", policy, env={namespaces.FORCE_OFF_ENV: "0"})
     assert "changed" in r.stdout and stat.S_IMODE(os.stat(key).st_mode) == 0o644, r
+
+
+def test_fallback_never_shares_a_host_tmp_between_api_runs(cage, monkeypatch):
+    """Without the tier `{tmp}` is a host directory: API runs may overlap, so `for_run` builds a
+    cage (and a directory) per run instead of reusing one (cage.Reuse)."""
+    from sandboy import Policy
+    from sandboy.confine import cage as cagemod
+
+    monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
+    policy = Policy.from_mapping(tier_policy(cage, write=["{tmp}"]), "<test>")
+    first, owned_first = cagemod.for_run(policy, cwd=str(cage.work))
+    second, owned_second = cagemod.for_run(policy, cwd=str(cage.work))
+    try:
+        assert owned_first and owned_second and first.ctx.tmp != second.ctx.tmp
+    finally:
+        first.close()
+        second.close()

@@ -153,17 +153,20 @@ class CageCache:
     """One compiled cage per distinct effective policy, reused by every step that has it.
 
     Compiling a cage costs a few ms per step (the /etc secrets split /etc into ~150 rules), more
-    than the target overhead. A cage is reused only when a rebuild would give the same rules
-    (`Cage.still_valid`: the same inodes behind every policy path, the same entries in every
-    directory split around a deny — a previous step may have changed either) and never with
-    glob denies, which are matched anew at each launch. Its `{tmp}` is emptied between steps, so
-    each step still starts with a private, empty `{tmp}`; no process of the previous step is
-    alive by then.
+    than the target overhead. When a cage may run again is `cage.Reuse`'s rule (the same one as
+    `sandboy.run`'s): the rules a rebuild would give are unchanged (a previous step may have
+    changed a policy path or a split directory), no glob denies, and each step starts with an
+    empty private `{tmp}` (a tmpfs per step under the namespace tier; elsewhere the directory is
+    emptied between steps, when no process of the previous step is alive any more).
     """
 
     def __init__(self, repo: str):
+        from sandboy.confine.cage import Reuse
+
         self.repo = repo
-        self.cages: dict = {}
+        # Steps run one at a time, so a `{tmp}` outside the namespace tier may be emptied
+        # between them and its cage reused too.
+        self.reuse = Reuse(empty_tmp=True)
         self._pids_group = None  # False once creation failed
 
     def pids_group(self, policy):
@@ -190,33 +193,12 @@ class CageCache:
         """(cage, owned): a compiled cage for `spawn`; the caller closes it after the step when
         `owned` (a cage that could not be shared). `tty`: for a step with a terminal (`--tty`),
         whose /dev keeps /dev/tty and the host's pts under the namespace tier."""
-        key = (policy, tty)
-        cage = self.cages.pop(key, None)
-        if cage is not None and not (cage.still_valid() and self._empty_tmp(cage)):
-            cage.close()
-            cage = None
-        if cage is None:
-            cage = self._build(policy, tty)
-            if cage.fingerprint is None:
-                return cage, True
-        self.cages[key] = cage
-        return cage, False
-
-    def _build(self, policy, tty=False):
         from sandboy.confine.cage import build
 
-        return build(policy, cwd=self.repo, repo=self.repo, tty=tty)
-
-    @staticmethod
-    def _empty_tmp(cage) -> bool:
-        from sandboy.confine.cleanup import empty_dir
-
-        return not cage.ctx.tmp or empty_dir(cage.ctx.tmp)
+        return self.reuse.get((policy, tty), lambda: build(policy, cwd=self.repo, repo=self.repo, tty=tty))
 
     def close(self) -> None:
-        for cage in self.cages.values():
-            cage.close()
-        self.cages.clear()
+        self.reuse.close()
         if self._pids_group:
             try:
                 self._pids_group.leave()
