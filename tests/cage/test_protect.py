@@ -1,5 +1,5 @@
 """Protected paths (fs.protect, fs.protect_defaults): readable, never writable, even inside a
-write root — and git inside the cage still works (issue #7, ADR 0011).
+write root — and git inside the cage still works (issue #7, ADR 0013).
 
 Every attack is checked from the host side (bytes, mode, mtime of the protected file). Where
 the cage has a mount namespace binding the protected paths read-only, the default set (.git/config,

@@ -1,4 +1,4 @@
-"""Protected paths: readable, never writable, even inside a write root (issue #7, ADR 0011).
+"""Protected paths: readable, never writable, even inside a write root (issue #7, ADR 0013).
 
 A step that may write the repository could otherwise plant code for the host's next command:
 `core.fsmonitor` appended to `.git/config` ran as root on the operator's next `git status`, and
@@ -10,7 +10,7 @@ This module only decides WHICH paths are protected (realpaths, resolved at launc
 enforced is the cage's business: a read-only bind in the cage's mount namespace where there is
 one; otherwise Landlock read-only rules for `fs.protect` entries (their directories are split,
 as for `fs.deny`), while the defaults are reported degraded rather than split (splitting `.git`
-would stop git writing `index.lock`; see ADR 0011).
+would stop git writing `index.lock`; see ADR 0013).
 """
 
 import os

@@ -2,8 +2,10 @@
 
 `--ceiling FILE` is an ordinary step policy written by the operator. Without it the built-in
 ceiling below applies: the system read-only, the repository and a per-run `{tmp}` writable, no
-network, never `$HOME`, `/root`, `/var` or `/tmp` as a whole, and none of the host secrets that
-live under `/etc` (readable by root otherwise: steps run as whoever runs the gate).
+network, no raw `/dev` (only null, zero, full, random, urandom), never `$HOME`, `/root`, `/var` or
+`/tmp` as a whole, none of the host secrets that live under `/etc` (readable by root otherwise:
+steps run as whoever runs the gate), and the protected paths of the repository (`.git/config`,
+`.git/hooks`, ...: `fs.protect_defaults`) read-only.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 BUILTIN = {
     "version": 1,
     "fs": {
-        "read": ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev", "{repo}"],
+        # No `/dev`: reading it opened raw block devices (a secret read straight off a loop
+        # device) and other terminals of the same user (issue #7). Every cage grants the
+        # minimal device set itself (`landlock.DEVICE_GRANTS`: null, zero, full, random,
+        # urandom); a private pts and shm come with the namespace tier's own /dev.
+        "read": ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "{repo}"],
         # The ELF interpreter is added by the cage itself; lib dirs hold helper executables
         # (e.g. /usr/lib/git-core). Exec lists are a speed bump, not a boundary (FINDINGS.md).
         "exec": ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/lib", "/lib", "/lib64",
