@@ -214,3 +214,17 @@ def test_status_json_names_the_protected_paths(cage):
         assert f"{work}/.git/config" in landlock["fs_protected"]
     else:
         assert landlock["fs_protected"] == [f"{work}/README"]
+
+
+def test_missing_hooks_directory_is_made_and_protected_before_the_command(cage):
+    """Git runs `.git/hooks/*` whether or not the directory existed: a repository without one
+    must not let the command create it."""
+    _repo_with_hooks(cage.work)
+    import shutil
+
+    shutil.rmtree(cage.work / ".git" / "hooks")
+    _, protected = _report(cage, _git_policy(cage))
+    hooks = cage.work / ".git" / "hooks"
+    assert hooks.is_dir() and os.listdir(hooks) == []
+    assert os.stat(hooks).st_uid == os.stat(cage.work / ".git").st_uid
+    assert f"{os.path.realpath(cage.work)}/.git/hooks" in protected

@@ -41,6 +41,28 @@ DEFAULT_PROTECTED = (
 )
 
 
+def _complete_git_dir(root: str) -> None:
+    """A repository whose `.git/hooks` (or `.git/config`) is missing would let the command make
+    it, and git runs hooks from there whether or not they existed before. So where `.git` is a
+    real git directory, the missing ones are made now (an empty directory, an empty file, owned
+    like `.git`), which is what `git init` would have left, and then protected like the rest."""
+    git_dir = os.path.join(root, ".git")
+    if os.path.islink(git_dir) or not os.path.isfile(os.path.join(git_dir, "HEAD")):
+        return
+    try:
+        owner = os.stat(git_dir)
+        for name, make in (("hooks", lambda p: os.mkdir(p, 0o755)),
+                           ("config", lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                                                                  | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)))):
+            path = os.path.join(git_dir, name)
+            if not os.path.lexists(path):
+                make(path)
+                if os.geteuid() == 0:
+                    os.lchown(path, owner.st_uid, owner.st_gid)
+    except OSError:
+        pass  # not ours to change: it then stays unprotected, and is absent from the report
+
+
 def candidates(write_roots, explicit, defaults: bool) -> list[str]:
     """Every path whose existence decides the protected set (for cage reuse: a rebuild would
     protect one that appeared since)."""
@@ -65,6 +87,7 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
     from_defaults: list[str] = []
     if defaults:
         for root in roots:
+            _complete_git_dir(root)
             for name in DEFAULT_PROTECTED:
                 real = inside_a_root(os.path.join(root, name))
                 if real and real not in from_defaults:
