@@ -18,6 +18,15 @@ import pytest
 
 pytestmark = pytest.mark.needs_kernel
 
+
+@pytest.fixture(params=["tier", "landlock-only"])
+def namespaces(request, monkeypatch):
+    """Each protected-path test runs with the namespace tier (where this kernel allows it) and
+    with it forced off, as where the kernel refuses namespaces."""
+    if request.param == "landlock-only":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    return request.param
+
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -39,6 +48,14 @@ def _host_git(repo, *args):
                           env={**os.environ, **GIT_ENV}).stdout
 
 
+def _by_mount(cage, policy) -> bool:
+    from sandboy.confine import namespaces
+
+    by = _report(cage, policy)[0]["enforced"]["landlock"]["fs_protected_by"]
+    assert by.startswith("mount") == (namespaces.availability()[0]), by
+    return by.startswith("mount")
+
+
 def _report(cage, policy):
     from sandboy import Policy
     from sandboy.confine import cage as cagemod
@@ -54,7 +71,7 @@ def _report(cage, policy):
 
 
 @pytest.mark.parametrize("via", ["api", "cli"])
-def test_protected_file_inside_a_write_root_cannot_be_changed(cage, via):
+def test_protected_file_inside_a_write_root_cannot_be_changed(cage, via, namespaces):
     (cage.work / "conf").mkdir()
     target = cage.work / "conf" / "settings.ini"
     target.write_text("safe = 1\n")
@@ -67,6 +84,8 @@ def test_protected_file_inside_a_write_root_cannot_be_changed(cage, via):
         # which the namespace tier's own probes cover)
         r = cage.run(*attack, policy=policy, via=via)
         assert not r.ok, (attack, r)
+    if _by_mount(cage, policy):  # metadata too: a read-only mount refuses chown/chmod (EROFS)
+        assert cage.run("chown", target, os.getuid(), policy=policy, via=via).out == "EROFS"
     assert _snapshot(target) == before and not (cage.work / "moved").exists()
     # twin: the file is still readable, and its writable siblings and the rest of the root too
     assert cage.run("read", target, policy=policy, via=via).out == "ok safe = 1"
@@ -76,7 +95,7 @@ def test_protected_file_inside_a_write_root_cannot_be_changed(cage, via):
     assert cage.run("create", cage.work / "data" / "new", policy=policy, via=via).ok
 
 
-def test_protected_directory_takes_no_new_file_and_no_replacement(cage):
+def test_protected_directory_takes_no_new_file_and_no_replacement(cage, namespaces):
     hooks = cage.work / "hooks"
     hooks.mkdir()
     (hooks / "existing").write_text("#!/bin/sh\n")
@@ -91,7 +110,7 @@ def test_protected_directory_takes_no_new_file_and_no_replacement(cage):
     assert cage.run("ls", hooks, policy=policy).ok  # twin: still readable
 
 
-def test_a_write_grant_on_a_protected_path_stays_read_only(cage):
+def test_a_write_grant_on_a_protected_path_stays_read_only(cage, namespaces):
     """`protect` wins over `write`, even when the write grant names the path itself."""
     target = cage.work / "keep"
     target.write_text("k")
@@ -100,7 +119,7 @@ def test_a_write_grant_on_a_protected_path_stays_read_only(cage):
     assert target.read_text() == "k"
 
 
-def test_a_missing_protected_path_is_reported_and_refused_under_strict(cage):
+def test_a_missing_protected_path_is_reported_and_refused_under_strict(cage, namespaces):
     from sandboy import Policy
     from sandboy.confine import cage as cagemod
     from sandboy.errors import PolicyError
@@ -124,7 +143,7 @@ def _repo_with_hooks(root):
     _host_git(root, "commit", "-qm", "first")
 
 
-def test_default_set_is_resolved_in_each_write_root(cage):
+def test_default_set_is_resolved_in_each_write_root(cage, namespaces):
     _repo_with_hooks(cage.work)
     (cage.work / ".bashrc").write_text("# host start-up file\n")
     report, protected = _report(cage, _git_policy(cage))
@@ -136,7 +155,7 @@ def test_default_set_is_resolved_in_each_write_root(cage):
     assert none == () and not any("protect_defaults" in d for d in off["degraded"])
 
 
-def test_git_config_and_hooks_cannot_be_planted(cage):
+def test_git_config_and_hooks_cannot_be_planted(cage, namespaces):
     """The attack of issue #7 item 5: a step appends core.fsmonitor to .git/config and writes
     .git/hooks/pre-commit, for the operator's next git command to run."""
     _repo_with_hooks(cage.work)
@@ -147,7 +166,7 @@ def test_git_config_and_hooks_cannot_be_planted(cage):
               "printf '#!/bin/sh\\nid\\n' > .git/hooks/pre-commit; chmod 755 .git/hooks/pre-commit; "
               "git config core.hooksPath /tmp; exit 0")
     r = cage.run(argv=["/bin/sh", "-c", attack], policy=_git_policy(cage))
-    if report["enforced"]["landlock"]["fs_protected_by"].startswith("mount"):
+    if _by_mount(cage, _git_policy(cage)):
         assert (_snapshot(config), _snapshot(hooks)) == before, r
         assert not (hooks / "pre-commit").exists()
         assert "fsmonitor" not in config.read_text() and "hooksPath" not in config.read_text()
@@ -159,7 +178,7 @@ def test_git_config_and_hooks_cannot_be_planted(cage):
         pytest.skip("no mount namespace in this cage: the default set is reported degraded (asserted above)")
 
 
-def test_strict_refuses_when_the_default_set_cannot_be_enforced(cage):
+def test_strict_refuses_when_the_default_set_cannot_be_enforced(cage, namespaces):
     _repo_with_hooks(cage.work)
     report, _ = _report(cage, _git_policy(cage))
     if report["enforced"]["landlock"]["fs_protected_by"].startswith("mount"):
@@ -176,7 +195,7 @@ def test_strict_refuses_when_the_default_set_cannot_be_enforced(cage):
 # --- twins: git keeps working inside the cage ------------------------------------------------
 
 
-def test_git_init_add_commit_branch_checkout_clone_inside_the_cage(cage):
+def test_git_init_add_commit_branch_checkout_clone_inside_the_cage(cage, namespaces):
     _repo_with_hooks(cage.work)
     (cage.work / "origin").mkdir()
     _repo_with_hooks(cage.work / "origin")
@@ -202,7 +221,7 @@ echo done
     assert _host_git(cage.work, "status", "--porcelain", "--untracked-files=no").strip() == ""
 
 
-def test_status_json_names_the_protected_paths(cage):
+def test_status_json_names_the_protected_paths(cage, namespaces):
     _repo_with_hooks(cage.work)
     status = cage.root / "status.json"
     r = cage.cli(["--status-json", str(status), "--", "/bin/true"], _git_policy(cage, protect=["README"]))
@@ -216,7 +235,7 @@ def test_status_json_names_the_protected_paths(cage):
         assert landlock["fs_protected"] == [f"{work}/README"]
 
 
-def test_missing_hooks_directory_is_made_and_protected_before_the_command(cage):
+def test_missing_hooks_directory_is_made_and_protected_before_the_command(cage, namespaces):
     """Git runs `.git/hooks/*` whether or not the directory existed: a repository without one
     must not let the command create it."""
     _repo_with_hooks(cage.work)

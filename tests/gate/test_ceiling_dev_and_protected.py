@@ -77,14 +77,18 @@ def _dev_gate(devices: list[str], pty: str) -> str:
     """
 
 
-def test_step_cannot_reach_block_devices_or_other_terminals(tmp_path, fake_home):
+@pytest.mark.parametrize("namespaces", ["tier", "landlock-only"])
+def test_step_cannot_reach_block_devices_or_other_terminals(tmp_path, fake_home, namespaces):
+    """With the namespace tier the step's /dev is a minimal tmpfs; without it (forced off, as
+    where the kernel refuses namespaces) the ceiling alone keeps /dev out."""
+    env = {"SANDBOY_NAMESPACES": "0"} if namespaces == "landlock-only" else {}
     master, slave = os.openpty()
     try:
         pty = os.ttyname(slave)
         devices = _block_devices()
         os.write(master, b"TYPED\n")  # what the operator typed, waiting on their terminal
         repo = make_repo(tmp_path, _dev_gate(devices, pty))
-        proc, report = run_json(repo, tmp_path, home=fake_home)
+        proc, report = run_json(repo, tmp_path, home=fake_home, env=env)
         steps = by_name(report)
         out = steps["raw-dev"]["output_tail"]
         assert "ESCAPED" not in out, out
@@ -102,7 +106,8 @@ def test_step_cannot_reach_block_devices_or_other_terminals(tmp_path, fake_home)
 
 
 def test_with_dev_granted_the_same_step_escapes(tmp_path, fake_home):
-    """The twin that proves the ceiling is what refuses: `/dev` readable, as it used to be."""
+    """The twin that proves the ceiling is what refuses: `/dev` readable, as it used to be, and
+    no namespace tier (whose minimal /dev would hide the devices anyway)."""
     master, slave = os.openpty()
     try:
         pty = os.ttyname(slave)
@@ -113,7 +118,7 @@ def test_with_dev_granted_the_same_step_escapes(tmp_path, fake_home):
         old.write_text(ceilings.to_toml(data))
         os.write(master, b"TYPED\n")
         repo = make_repo(tmp_path, _dev_gate(devices, pty))
-        proc, report = run_json(repo, tmp_path, "--ceiling", old, home=fake_home)
+        proc, report = run_json(repo, tmp_path, "--ceiling", old, home=fake_home, env={"SANDBOY_NAMESPACES": "0"})
         out = by_name(report)["raw-dev"]["output_tail"]
         assert "ESCAPED: read TYPED" in out, out  # it read what was typed on another terminal
         assert _pending(slave) == b""
@@ -143,12 +148,19 @@ PLANT = """
 """
 
 
+def _tier_available() -> bool:
+    from sandboy.confine import namespaces
+
+    return namespaces.availability()[0]
+
+
 def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           env={**os.environ, **GIT_ENV}).stdout
 
 
-def test_step_cannot_plant_git_config_or_hooks_and_git_still_works(tmp_path, fake_home):
+@pytest.mark.parametrize("namespaces", ["tier", "landlock-only"])
+def test_step_cannot_plant_git_config_or_hooks_and_git_still_works(tmp_path, fake_home, namespaces):
     repo = make_repo(tmp_path, PLANT, files={"notes.txt": "one\n"})
     _git(repo, "init", "-q")
     (repo / ".git" / "hooks").mkdir(exist_ok=True)
@@ -156,7 +168,8 @@ def test_step_cannot_plant_git_config_or_hooks_and_git_still_works(tmp_path, fak
     _git(repo, "commit", "-qm", "first")
     config_before = (repo / ".git" / "config").read_bytes()
     hooks_before = sorted(os.listdir(repo / ".git" / "hooks"))
-    proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
+    env = {"SANDBOY_NAMESPACES": "0"} if namespaces == "landlock-only" else {}
+    proc, report = run_json(repo, tmp_path, home=fake_home, env={**GIT_ENV, **env})
     steps = by_name(report)
     plant = steps["plant"]
     protected_by = plant["enforced"]["landlock"]["fs_protected_by"]
@@ -165,6 +178,7 @@ def test_step_cannot_plant_git_config_or_hooks_and_git_still_works(tmp_path, fak
     assert commit["status"] == "passed" and "committed" in commit["output_tail"], commit["output_tail"]
     assert _git(repo, "log", "--format=%s").split() == ["from-step", "first"]
     assert _git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "step-branch"
+    assert protected_by.startswith("mount") == (namespaces == "tier" and _tier_available())
     if protected_by.startswith("mount"):
         assert (repo / ".git" / "config").read_bytes() == config_before
         assert sorted(os.listdir(repo / ".git" / "hooks")) == hooks_before
