@@ -8,13 +8,13 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# pip >= 25 writes console-script wrappers that do not import `re` (FINDINGS: start-up cost)
+	# pip >= 25 writes console-script wrappers that do not import `re` (docs/findings.md: imports decide start-up)
 	$(PY) -m pip install -q --upgrade 'pip==25.3'
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 # Byte-compile up front: with PYTHONDONTWRITEBYTECODE set (as on CI machines) every start would
-# otherwise recompile the package, doubling `sandboy run`'s start-up (FINDINGS.md).
+# otherwise recompile the package, doubling `sandboy run`'s start-up (docs/findings.md).
 compile: $(STAMP) $(VENV)/.native
 	@$(PY) -m compileall -q src >/dev/null
 

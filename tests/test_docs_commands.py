@@ -126,3 +126,19 @@ def test_a_documented_command_block_works_as_written(block, scratch, tmp_path):
     if "output" in block.mark.split():
         for line in block.output:
             assert line in said, f"{block.id}: the documented output {line!r} was not printed:\n{said[-2000:]}"
+
+
+def test_the_repository_explains_itself():
+    """Comments and docs point at files in this repository (docs/design.md, docs/findings.md, ADRs),
+    never at the project's working notes outside it; every docs/*.md named in src/ exists."""
+    outside = re.compile(r"\b(DESIGN|FINDINGS)\.md\b|\.\./shared\b|\bFINDINGS\b")
+    named = set()
+    for path in [*REPO.glob("src/**/*.py"), *REPO.glob("tests/**/*.py"), *REPO.glob("bench/*.py"),
+                 *REPO.glob("examples/**/*.py"), REPO / "Makefile", *DOCS]:
+        if path == Path(__file__) or ".venv" in path.parts:
+            continue
+        text = path.read_text(errors="replace")
+        assert not outside.search(text), f"{path.relative_to(REPO)} points outside the repository"
+        named.update(re.findall(r"docs/([\w/-]+\.md)", text))
+    missing = [name for name in sorted(named) if not (REPO / "docs" / name).is_file()]
+    assert not missing, missing

@@ -59,3 +59,20 @@ def test_every_adapter_has_sources():
     for spec in registry.ADAPTERS.values():
         files = registry.source_files(spec)
         assert files[0].name == "adapter.wit" and any(f.name == "app.py" for f in files)
+
+
+
+@pytest.mark.parametrize("variable", ["SANDBOY_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
+def test_one_cache_rule_for_policies_components_and_the_cage(variable, monkeypatch, tmp_path):
+    """ADR 0006: the cage keeps commands out of the directory the components live in, found by
+    `policy.load.cache_dir`; the components must be where that rule says, whichever variable decides."""
+    from sandboy.policy.load import cache_dir
+
+    for name in ("SANDBOY_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    base = tmp_path / "base"
+    base.mkdir(mode=0o700)
+    monkeypatch.setenv(variable, str(base))
+    components = build.cache_dir("components")
+    assert components == build.Path(cache_dir()) / "components"
+    assert str(components).startswith(str(base) + "/")

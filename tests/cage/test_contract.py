@@ -1,4 +1,4 @@
-"""The exit-code contract, limits, --status-json and --dry-run (DESIGN.md "Exit codes")."""
+"""The exit-code contract, limits, --status-json and --dry-run (docs/design.md, "Exit codes")."""
 
 from __future__ import annotations
 

@@ -434,7 +434,7 @@ def test_seccomp_allow_lifts_the_caller_only_rule(cage, victim, tmp_path):
 
 class Nobody:
     """Runs `sandboy run` as uid/gid 65534 with no capabilities, from the system python3 over this
-    source tree (FINDINGS.md "Testing as an ordinary user")."""
+    source tree (docs/findings.md, "Testing as an ordinary user")."""
 
     def __init__(self, probe_src: str, tmp: str):
         self.dir = tmp

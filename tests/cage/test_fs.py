@@ -163,7 +163,7 @@ def test_deny_inside_granted_dir(deny_tree, via):
 
 def test_denied_directory_stays_listable_known_gap(deny_tree):
     """Landlock rules are hierarchical and only grant: READ_DIR on a split directory (kept so
-    `ls .` works, DESIGN.md) also covers every directory beneath it, the denied one included.
+    `ls .` works, docs/design.md) also covers every directory beneath it, the denied one included.
     A denied directory's file *names* stay listable; their contents do not. Asserted as it is."""
     (deny_tree.work / "secrets" / "deeper").mkdir()
     policy = deny_tree.policy(fs={"read": ["."], "deny": ["secrets"]})
@@ -180,7 +180,7 @@ def test_denied_file_cannot_be_moved_or_linked_out(deny_tree):
         assert deny_tree.run(*args, policy=policy).out in REFUSED_REFER, args
     assert not (deny_tree.work / "out" / "env").exists()
     assert (deny_tree.work / ".env").read_text() == "TOKEN=1"
-    # Accepted by DESIGN.md: a split directory takes no new files.
+    # Accepted by docs/design.md: a split directory takes no new files.
     assert deny_tree.run("create", "new", policy=policy).out == "EACCES"
 
 

@@ -318,7 +318,7 @@ NOBODY = 65534
 @pytest.fixture
 def nobody(tmp_path):
     """A world-readable directory owned by uid 65534, and `sandboy run` as that user with no
-    capabilities, from the system python3 over this source tree (FINDINGS.md)."""
+    capabilities, from the system python3 over this source tree (docs/findings.md, "Testing as an ordinary user")."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to become uid 65534")
     base = tmp_path / "nobody"

@@ -88,7 +88,7 @@ def test_tcp_bind_to_port_not_allowed_refused(cage):
 
 @pytest.mark.parametrize("proto", [IPPROTO_MPTCP, IPPROTO_MPTCP | HIGH, IPPROTO_SCTP])
 def test_mptcp_and_sctp_refused_under_port_rules(cage, tcp_server, proto):
-    """MPTCP connects past Landlock's TCP port rules (FINDINGS.md): refused at socket()."""
+    """MPTCP connects past Landlock's TCP port rules (docs/findings.md): refused at socket()."""
     allowed, other = tcp_server
     policy = cage.policy(net={"connect_tcp": [allowed]})
     assert cage.run("tcp-connect", other, proto, policy=policy).out == "EPERM"
@@ -108,7 +108,7 @@ def test_udp_refused_unless_allowed(cage, udp_server, tcp_server):
     port = udp_server.getsockname()[1]
     tcp_only = cage.policy(net={"connect_tcp": [tcp_server[0]]})
     assert cage.run("udp", port, policy=tcp_only).out == "EPERM"
-    # libseccomp compared 64 bits where the kernel reads 32 (FINDINGS.md): family, type and
+    # libseccomp compared 64 bits where the kernel reads 32 (docs/findings.md): family, type and
     # protocol with high bits set are still AF_INET / SOCK_DGRAM to the kernel.
     for args in ((socket.AF_INET | HIGH, SOCK_DGRAM, 0), (socket.AF_INET, SOCK_DGRAM | HIGH, 0),
                  (socket.AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK, 0), (socket.AF_INET, SOCK_DGRAM, 17 | HIGH),
@@ -192,7 +192,7 @@ def test_datagram_socketpair_cannot_reach_a_host_socket(cage, datagram_daemon):
 
 def test_pathname_socket_reachable_with_unix_true_known_gap(cage, daemon_socket):
     """Landlock (ABI < 9) does not restrict connect() to a pathname unix socket, even where
-    file access is denied (FINDINGS.md). `net.unix = true` therefore reaches every socket the
+    file access is denied (docs/findings.md). `net.unix = true` therefore reaches every socket the
     uid may connect to. This asserts what is true so a kernel that closes the gap is noticed."""
     from sandboy.confine import landlock
 

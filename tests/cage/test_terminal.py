@@ -58,7 +58,7 @@ NOBODY = 65534
 
 class User:
     """Who runs Sandboy and the twins: root through the venv, or uid 65534 without capabilities
-    through the system python3 over this source tree (FINDINGS.md, "Testing as an ordinary user")."""
+    through the system python3 over this source tree (docs/findings.md, "Testing as an ordinary user")."""
 
     def __init__(self, name: str):
         self.nobody = name == "nobody"

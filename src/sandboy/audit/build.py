@@ -40,13 +40,13 @@ def _stderr(message: str) -> None:
 
 
 def cache_dir(*parts: str) -> Path:
-    """$SANDBOY_CACHE_DIR, else $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy (created 0700)."""
-    base = os.environ.get("SANDBOY_CACHE_DIR")
-    if base:
-        root = Path(base)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "sandboy"
+    """`parts` under Sandboy's cache directory (created 0700). Where that is — $SANDBOY_CACHE_DIR,
+    else $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy — is decided in one place,
+    `sandboy.policy.load.cache_dir`, which the cage also uses to keep every command out of it
+    (ADR 0006): two copies of the rule could disagree and leave the components reachable."""
+    from sandboy.policy.load import cache_dir as cache_root
+
+    root = Path(cache_root())
     path = root.joinpath(*parts)
     try:
         existed = root.exists()

@@ -47,7 +47,7 @@ MEMORY_EXHAUSTED = "sandboy:memory-exhausted:"  # mirrors adapters/common/sandbo
 
 DEFAULT_MEMORY_MIB = 256
 DEFAULT_DEADLINE_SECONDS = 120.0
-# FINDINGS: ≈ 0.7 M fuel for a 1 KB call, ≈ 970 fuel per input byte for Infer,
+# docs/findings.md (adapter host): ≈ 0.7 M fuel for a 1 KB call, ≈ 970 fuel per input byte for Infer,
 # ≈ 4e9 fuel per second. A fixed base plus 4,000 per byte leaves room for
 # heavier adapters and still stops a 64 MiB input after ~a minute of work.
 FUEL_BASE = 2_000_000_000

@@ -3,7 +3,7 @@
 Everything here treats its input as hostile (it came out of a guest adapter or
 off disk): strict JSON only, the official OASIS 2.1.0 schema (errata01,
 vendored in schema/) through jsonschema-rs with format checking on (python-
-jsonschema would miss `uri` formats and is ~1000x slower, FINDINGS), then the
+jsonschema would miss `uri` formats and is ~1000x slower, docs/findings.md), then the
 cross-field rules a schema cannot express. What we emit is re-serialised from
 the validated tree, so a consumer sees exactly what was checked (no duplicate
 keys, no comments, no NaN).

@@ -19,7 +19,7 @@ the plan. This module runs plans. Two implementations, one interface:
   built, or with SANDBOY_NATIVE=0 (the test suite runs the probes against both).
 
 Why no binding library at all: the PyPI Landlock/seccomp bindings spawn subprocesses at import
-(≈ 170 ms, FINDINGS.md), and libseccomp compares arguments as 64 bits (ADR 0003).
+(docs/findings.md), and libseccomp compares arguments as 64 bits (ADR 0003).
 """
 
 import os

@@ -1,7 +1,7 @@
 """Landlock rules: filesystem rights, TCP ports and scopes, for whatever ABI the kernel has.
 
 Everything is put into ONE ruleset: a second stacked ruleset that does not handle filesystem
-access still denies REFER implicitly (FINDINGS.md, landrun PR #56).
+access still denies REFER implicitly (docs/findings.md, landrun PR #56).
 
 The ruleset is created and filled in the parent (`build_ruleset`); the child only calls
 `landlock_restrict_self` on the inherited fd, so the API pays the path walking once per policy.
@@ -22,7 +22,7 @@ from sandboy.confine._libc import (
 )
 
 # Filesystem access rights (uapi/linux/landlock.h). Debian 12's 6.1 headers stop at ABI 2,
-# so they are defined here (FINDINGS.md).
+# so they are defined here (docs/findings.md).
 EXECUTE = 1 << 0
 WRITE_FILE = 1 << 1
 READ_FILE = 1 << 2
@@ -187,7 +187,7 @@ class GlobBudget:
 
 
 def expand_denies(denies, warn, budget=None) -> list[str]:
-    """Deny patterns → the real paths that exist now (globs matched at launch, DESIGN.md, within
+    """Deny patterns → the real paths that exist now (globs matched at launch, docs/design.md, within
     one GlobBudget: a CageError names a pattern that costs too much)."""
     out: list[str] = []
     budget = budget if budget is not None else GlobBudget()
@@ -239,7 +239,7 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
             return
         if split_dirs is not None:
             split_dirs.append(path)
-        # READ_DIR on the split directory keeps it listable, as DESIGN.md allows; nothing
+        # READ_DIR on the split directory keeps it listable, as docs/design.md allows; nothing
         # beneath it is reachable except through the per-entry grants below.
         add(path, rights & READ_DIR)
         for name in entries:

@@ -49,7 +49,7 @@ OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXEC
 class RunResult:
     """What happened to one confined command.
 
-    `outcome`: one of OUTCOMES. `returncode` follows DESIGN.md's exit codes. `signal`: the signal
+    `outcome`: one of OUTCOMES. `returncode` follows docs/design.md's exit codes. `signal`: the signal
     that ended the command, or None. `error`: why the command did not run or was cut short, in
     words — which cage step failed and why, "bash: No such file or directory" for an exec that
     failed, a pids-cgroup refusal, "the sandboy supervisor died" — or None for a run that

@@ -1,5 +1,5 @@
 """The namespace tier of Layer 2: THE place that makes user, mount, IPC, PID and network
-namespaces (docs/adr/0008-namespace-tier.md).
+namespaces (docs/adr/0009-namespace-tier.md).
 
 What it closes that Landlock does not mediate (issue #7): metadata changes outside the write
 roots (chmod, chown, utimensat, setxattr get EROFS on a read-only mount), raw devices and other
@@ -70,7 +70,7 @@ MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 O_WRONLY, O_CREAT, O_EXCL, O_CLOEXEC = 0o1, 0o100, 0o200, 0o2000000
 
-# The minimal /dev (DESIGN.md "Defaults"): these nodes, bound from the host; `tty` only on request.
+# The minimal /dev (docs/design.md, "Step policy": always applied): these nodes, bound from the host; `tty` only on request.
 DEVICES = ("null", "zero", "full", "random", "urandom")
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
              ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx"))

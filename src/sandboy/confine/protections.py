@@ -214,7 +214,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         if os.path.exists(path):
             grants[path] = grants.get(path, 0) | rights
     if fs.exec:
-        # Every dynamically linked program needs EXECUTE on its ELF interpreter (FINDINGS.md).
+        # Every dynamically linked program needs EXECUTE on its ELF interpreter (docs/findings.md).
         for interp in landlock.ELF_INTERPRETERS:
             if os.path.exists(interp):
                 real = os.path.realpath(interp)

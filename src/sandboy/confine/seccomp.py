@@ -2,7 +2,7 @@
 
 Why not libseccomp: version 2.5.4 (Debian 12, and the PyPI bindings) compares syscall arguments
 as 64-bit values while the kernel reads 32, so `socket(0x1_00000002, SOCK_DGRAM, 0)` slipped past
-a UDP ban (FINDINGS.md). This filter loads only the low word of every argument it inspects.
+a UDP ban (docs/findings.md). This filter loads only the low word of every argument it inspects.
 Loading it costs ≈ 0.3 ms against 1-18 ms for the bindings.
 
 Layout (every jump is short, so no offset can overflow the 8-bit jump fields):
@@ -173,7 +173,7 @@ class SocketRules:
         self.inet = inet
         self.udp = udp
         # False: only protocol 0/IPPROTO_TCP on SOCK_STREAM, because MPTCP (262) and SCTP
-        # reach the network outside Landlock's TCP port rules (FINDINGS.md).
+        # reach the network outside Landlock's TCP port rules (docs/findings.md).
         self.tcp_any_protocol = tcp_any_protocol
 
 

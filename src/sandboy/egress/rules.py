@@ -1,6 +1,6 @@
 """What the egress proxy lets through: `net.domains`, `net.domains_deny` and `net.private`.
 
-Entry grammar (DESIGN.md): `host` (ports 80 and 443), `host:port`, `*.suffix` (any name strictly
+Entry grammar (docs/design.md, docs/egress.md): `host` (ports 80 and 443), `host:port`, `*.suffix` (any name strictly
 below `suffix`, not `suffix` itself), `*.suffix:port`, IPv4 literals `1.2.3.4[:port]`, IPv6
 literals `[::1][:port]` (or a bare `::1`). Names are lower-cased; a trailing dot, a bare `*`,
 a `*` anywhere but a leading `*.`, and all-numeric names that are not a dotted-quad (`127.1`,

@@ -1,4 +1,4 @@
-"""The operator's ceiling: the most any gate step may do (DESIGN.md "Gate").
+"""The operator's ceiling: the most any gate step may do (docs/design.md, "Gate").
 
 `--ceiling FILE` is an ordinary step policy written by the operator. Without it the built-in
 ceiling below applies: the system read-only, the repository and a per-run `{tmp}` writable, no
@@ -35,7 +35,7 @@ BUILTIN = {
         # urandom); a private pts and shm come with the namespace tier's own /dev.
         "read": ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "{repo}"],
         # The ELF interpreter is added by the cage itself; lib dirs hold helper executables
-        # (e.g. /usr/lib/git-core). Exec lists are a speed bump, not a boundary (FINDINGS.md).
+        # (e.g. /usr/lib/git-core). Exec lists are a speed bump, not a boundary (docs/findings.md).
         "exec": ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/lib", "/lib", "/lib64",
                  "/usr/libexec"],
         "write": ["{repo}", "{tmp}"],

@@ -473,7 +473,7 @@ class GateRun:
                     stdio, ctty = relay.stdio, relay.ctty
                 with self.stop.preparing():
                     cage, owned = self.cages.get(policy, tty=ctty is not None)
-                # The gate supervises its steps itself (it is a subreaper): DESIGN.md says no process
+                # The gate supervises its steps itself (it is a subreaper): docs/design.md (Gate) says no process
                 # of a step outlives it, including ones that called setsid, and a supervisor process
                 # per step would cost ≈ 2.5 ms (docs/performance.md).
                 proc = LocalRun(argv, cage, timeout=step.timeout, stdio=stdio,

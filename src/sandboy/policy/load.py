@@ -6,7 +6,7 @@ turns them into records. This module never imports the model, so the two form no
 Start-up cost matters here: `tomllib` imports `re` (together ≈ 25 ms, more than the whole cage).
 So a validated policy is cached (`marshal`, keyed on the file's exact bytes) and `tomllib` runs
 only on a miss. Cached data is validated again on every load, so the cache saves parsing only and
-can never widen a policy. See FINDINGS.md and docs/performance.md.
+can never widen a policy. See docs/findings.md (imports decide start-up) and docs/performance.md.
 """
 
 import os
@@ -339,6 +339,9 @@ def _refuse_long_dotted_keys(text: str, source: str) -> None:
 
 
 def cache_dir() -> str:
+    """Sandboy's cache directory: the policy parse cache and the audit adapters' components
+    (`audit.build.cache_dir`) both live under it, and the cage denies it to every command (ADR 0006).
+    The one place this rule is written."""
     base = os.environ.get("SANDBOY_CACHE_DIR")
     if not base:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
