@@ -375,6 +375,12 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     # The supervisor puts the caller's terminal in raw mode for tty=True; should it die before
     # putting it back, wait() does.
     restore = terminal.saved_mode(0 if stdin is None else stdin) if tty else None
+    if cage.policy.net.egress:
+        # The proxy runs in the supervisor: import it (asyncio, h11: tens of ms) here, once per
+        # process, rather than in every supervisor after the fork.
+        from sandboy.egress.session import preload
+
+        preload()
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     started = time.monotonic()
     try:
@@ -613,7 +619,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
     egress_error = None
     if egress is not None:
         try:
-            egress.started()  # SIGTERM is still blocked here: the proxy's thread inherits that
+            egress.started(wait=False)  # SIGTERM is still blocked: the proxy's thread inherits that
         except (OSError, RuntimeError) as exc:
             egress_error = f"egress proxy: {exc}"
             _kill_pass(group)
@@ -650,7 +656,8 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
     if egress is not None:
         import json
 
-        summary = json.dumps(egress.stop())  # after the sweep: nothing of the run is left to use it
+        # after the sweep nothing of the run is left to use the proxy; this process exits next
+        summary = json.dumps(egress.stop(exiting=True))
     if egress_error:
         report(CAGE_ERROR, EXIT_CAGE, 0, egress_error, summary)
         return

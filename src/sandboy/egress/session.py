@@ -15,6 +15,16 @@ child is ever forked from a process with the proxy's thread running.
 from sandboy.egress.compile import MODE_NAMESPACE
 
 
+def preload() -> None:
+    """Import what the proxy needs (asyncio, h11, ipaddress, json: tens of ms) in the calling
+    process, once, so that each forked supervisor does not import it all again per run."""
+    import ipaddress  # noqa: F401
+    import json  # noqa: F401
+
+    import sandboy.egress.proxy  # noqa: F401
+    import sandboy.egress.service  # noqa: F401
+
+
 class EgressSession:
     def __init__(self, cage, log_path=None):
         from sandboy.egress.rules import Rules
@@ -41,16 +51,21 @@ class EgressSession:
             raise NotImplementedError("namespace mode is wired in with the namespace tier")
         return []
 
-    def started(self) -> None:
+    def started(self, wait: bool = True) -> None:
         """After the fork: serve on the listener for as long as the run lasts."""
         from sandboy.egress.service import ProxyService
 
         listener = self._listener.dup()  # the cage keeps its own; this one the service closes
-        self.service = ProxyService(self.rules, listener, self.log_path).start()
+        self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
 
-    def stop(self) -> dict:
+    def stop(self, exiting: bool = False) -> dict:
+        """End the proxy; its counters. `exiting`: the calling process ends right after (the
+        supervisor), which ends the thread and closes every socket: only the counters are read."""
         if self.summary is None:
-            counts = self.service.stop() if self.service is not None else {"allowed": 0, "denied": 0, "hosts": {}}
+            if self.service is None:
+                counts = {"allowed": 0, "denied": 0, "hosts": {}}
+            else:
+                counts = self.service.counts() if exiting else self.service.stop()
             self.summary = {"mode": self.mode, "proxy": f"127.0.0.1:{self.port}", **counts}
         return self.summary
 
