@@ -23,11 +23,29 @@ def origin():
     server.close()
 
 
+def _namespaces_available() -> bool:
+    from sandboy.confine import namespaces
+
+    return namespaces.availability()[0]
+
+
+@pytest.fixture(params=["namespace", "landlock-fallback"])
+def mode(request):
+    if request.param == "namespace" and not _namespaces_available():
+        pytest.skip("no unprivileged user namespaces here")
+    return request.param
+
+
 @pytest.fixture
-def env(tmp_path):
+def env(tmp_path, mode):
+    """The CLI's environment: test names → 127.0.0.1; the fallback forced where asked."""
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 allowed.test denied.test\n")
-    return dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    out = dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    out.pop("SANDBOY_NAMESPACES", None)
+    if mode == "landlock-fallback":
+        out["SANDBOY_NAMESPACES"] = "0"
+    return out
 
 
 def policy(tmp_path, domains, **net):
@@ -47,7 +65,7 @@ def run(tmp_path, env, domains, script, *extra, **net):
     return proc, doc, lines
 
 
-def test_allowed_200_denied_403_logged_and_counted(tmp_path, env, origin):
+def test_allowed_200_denied_403_logged_and_counted(tmp_path, env, origin, mode):
     script = (f"curl -sS -o /dev/null -w '%{{http_code}} ' http://allowed.test:{origin.port}/a; "
               f"curl -sS -o /dev/null -w '%{{http_code}}' http://denied.test:{origin.port}/b")
     proc, doc, lines = run(tmp_path, env, [f"allowed.test:{origin.port}"], script)
@@ -56,6 +74,9 @@ def test_allowed_200_denied_403_logged_and_counted(tmp_path, env, origin):
     assert [(e["decision"], e["host"]) for e in lines] == [("allow", "allowed.test"), ("deny", "denied.test")]
     assert doc["egress"]["allowed"] == 1 and doc["egress"]["denied"] == 1
     assert doc["enforced"]["egress"]["domains"] == [f"allowed.test:{origin.port}"]
+    assert doc["egress"]["mode"] == doc["enforced"]["egress"]["mode"] == mode
+    weaker = [d for d in doc["degraded"] if d.startswith("egress:")]
+    assert bool(weaker) == (mode == "landlock-fallback"), doc["degraded"]
 
 
 def test_direct_connections_bypassing_the_proxy_fail(tmp_path, env, origin):
@@ -93,10 +114,24 @@ def test_nothing_left_behind(tmp_path, env, origin):
     assert survivors == ""
 
 
+def test_namespace_mode_has_nowhere_else_to_go(tmp_path, env, origin, mode):
+    """Even where the policy also grants the origin's TCP port, a direct connection finds no
+    route (namespace) or is refused by Landlock (fallback: the port is not granted beside domains)."""
+    before = len(origin.seen)
+    script = f"curl -sS --noproxy '*' -m 5 http://127.0.0.1:{origin.port}/direct; echo rc=$?"
+    proc, doc, _ = run(tmp_path, env, [f"allowed.test:{origin.port}"], script, connect_tcp=[origin.port])
+    assert "rc=7" in proc.stdout, (proc.stdout, proc.stderr)
+    assert len(origin.seen) == before
+    if mode == "namespace":
+        assert doc["enforced"]["namespaces"]["net"] is True
+
+
 def test_python_api_reports_egress(tmp_path, env, origin, monkeypatch):
     from sandboy import Policy, run as sandboy_run
 
     monkeypatch.setenv("SANDBOY_EGRESS_HOSTS", env["SANDBOY_EGRESS_HOSTS"])
+    if "SANDBOY_NAMESPACES" in env:
+        monkeypatch.setenv("SANDBOY_NAMESPACES", env["SANDBOY_NAMESPACES"])
     p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
     out = tmp_path / "out"
     with open(out, "wb") as fh:

@@ -197,7 +197,9 @@ def _build(policy, ctx, abi, environ, tty=False) -> Cage:
         cage.renew_ruleset = lambda: landlock.build_ruleset(
             abi, fs["rules"], fs["handled_fs"], net["handled_net"], net["connect_ports"], net["bind_ports"],
             net["scoped"], lambda _: None)
-    if fs["reusable"] and "egress" not in compiled:  # an egress cage holds a per-run port
+    egress = compiled.get("egress")
+    # a fallback egress cage holds its own host port: built per run; the namespace mode's is fixed
+    if fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
         cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]))
         cage.fingerprint = _fingerprint(fs["inputs"], fs["split_dirs"])
     return cage

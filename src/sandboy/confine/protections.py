@@ -386,6 +386,9 @@ def compile_all(job) -> dict:
                      compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
         out[compiled.name] = compiled
     if egress is not None:
+        from sandboy.egress.compile import attach_to_tier
+
+        attach_to_tier(egress, namespaces.outputs["tier"])
         env = out["environment"].outputs
         env["env"] = merge_env(env["env"], egress.outputs["env"])
         out["environment"].enforced["env"] = sorted(env["env"])

@@ -77,10 +77,13 @@ def merge_env(env: dict, egress_env: dict) -> dict:
 
 
 def namespace_mode_available(job) -> tuple:
-    """(ok, why not): can this cage get its own network namespace? The namespace tier (issue 7,
-    `confine.namespaces`) is THE place that makes them; until its net-namespace listener is
-    wired into the launcher, every egress cage uses the fallback (and says so)."""
-    return False, "the namespace tier's network namespace is not wired into this build yet"
+    """(ok, why not): can this cage get its own network namespace? The namespace tier
+    (`confine.namespaces`, issue 7) is THE place that makes them; it says whether it can
+    (probed, cached per boot; SANDBOY_NAMESPACES=0 forces the fallback)."""
+    from sandboy.confine import namespaces
+
+    ok, why = namespaces.availability()
+    return ok, (why or "user namespaces unavailable")
 
 
 def compile_egress(job, namespace_ok=None):
@@ -141,3 +144,13 @@ def compile_egress(job, namespace_ok=None):
     }}
     return Compiled("egress", (), enforced, degraded, warnings, net=rules, env=proxy_env(port, policy),
                     mode=mode, port=port, listener=listener)
+
+
+def attach_to_tier(egress, tier) -> None:
+    """Namespace mode: the tier makes a network namespace for this cage (CLONE_NEWNET); the
+    per-run steps (lo up, listen, send the listener) come from `EgressSession.child_steps`."""
+    if egress.outputs.get("mode") != MODE_NAMESPACE:
+        return
+    if tier is None:  # availability said yes a moment ago; never run without the namespace
+        raise CageError("egress: the namespace tier was not built; refusing to run net.domains without it")
+    tier.add_in_netns([])

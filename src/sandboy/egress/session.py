@@ -37,6 +37,7 @@ class EgressSession:
         self.log_path = log_path
         self.service = None
         self.summary = None
+        self._channel = self._child_end = None
 
     @classmethod
     def for_cage(cls, cage, log_path=None):
@@ -46,16 +47,50 @@ class EgressSession:
         return cls(cage, log_path)
 
     def child_steps(self) -> list:
-        """(label, step) pairs the child runs first (inside its namespaces)."""
-        if self.mode == MODE_NAMESPACE:
-            raise NotImplementedError("namespace mode is wired in with the namespace tier")
-        return []
+        """(label, step) pairs the child runs first, right after clone(2), inside its new user +
+        network namespace: bring `lo` up, listen on 127.0.0.1:PORT, send the listening socket
+        over a socketpair to this process (namespaces.plan_listen_and_send)."""
+        if self.mode != MODE_NAMESPACE:
+            return []
+        import os
+        import socket
+
+        from sandboy.confine import namespaces
+
+        self._channel, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._child_end = child_end
+        self._spare = os.dup(child_end.fileno())  # the listener's fd number in the child
+        self._keep = []
+        return (namespaces.plan_loopback_up()
+                + namespaces.plan_listen_and_send(self.port, child_end.fileno(), self._spare, self._keep))
+
+    def _close_child_side(self) -> None:
+        import os
+
+        if getattr(self, "_child_end", None) is not None:
+            self._child_end.close()
+            os.close(self._spare)
+            self._child_end = None
 
     def started(self, wait: bool = True) -> None:
-        """After the fork: serve on the listener for as long as the run lasts."""
+        """After the fork: take the listener (sent by the child from its namespace, or the
+        cage's host socket in the fallback) and serve on it for as long as the run lasts."""
+        import socket
+
         from sandboy.egress.service import ProxyService
 
-        listener = self._listener.dup()  # the cage keeps its own; this one the service closes
+        if self.mode == MODE_NAMESPACE:
+            from sandboy.confine import namespaces
+
+            self._close_child_side()  # now only the child holds it: its exit ends the wait below
+            try:
+                fd = namespaces.receive_fd(self._channel)
+            finally:
+                self._channel.close()
+                self._channel = None
+            listener = socket.socket(fileno=fd)
+        else:
+            listener = self._listener.dup()  # the cage keeps its own; this one the service closes
         self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
 
     def stop(self, exiting: bool = False) -> dict:
@@ -71,4 +106,8 @@ class EgressSession:
 
     def abort(self) -> None:
         """The fork failed: nothing to serve."""
+        self._close_child_side()
+        if getattr(self, "_channel", None) is not None:
+            self._channel.close()
+            self._channel = None
         self.stop()
