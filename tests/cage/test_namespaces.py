@@ -388,3 +388,49 @@ def test_fallback_never_shares_a_host_tmp_between_api_runs(cage, monkeypatch):
     finally:
         first.close()
         second.close()
+
+
+def test_exec_mode_passes_a_signal_on_to_the_command(cage):
+    """`sandboy run` (exec mode) waits outside the PID namespace: a SIGTERM sent to it reaches
+    the command, which handles it; its exit status comes back through the init."""
+    policy_path = cage.root / "policy.toml"
+    policy_path.write_text(to_toml(tier_policy(cage)))
+    from cagekit import SANDBOY
+
+    script = "trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.05; done"
+    proc = subprocess.Popen([SANDBOY, "run", "--policy", str(policy_path), "--", "/bin/sh", "-c", script],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cage.work, start_new_session=True,
+                            env=dict(os.environ, SANDBOY_CACHE_DIR=str(cage.root / "cache")))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(15)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3 and out.strip() == "got TERM", (proc.returncode, out, err)
+
+
+def test_a_cage_runs_past_its_ruleset_renewal(cage):
+    """Each run adds its private mounts' Landlock rules to the cage's shared ruleset; every
+    RULESET_RENEW_RUNS runs the parent swaps in a fresh copy under the same fd (cage.Cage.started).
+    Runs before, across and after the swap keep the same rights."""
+    from sandboy import Policy, run
+    from sandboy.confine import cage as cagemod
+
+    built = cagemod.build(Policy.from_mapping(tier_policy(cage, read=["/proc"], write=[str(cage.work)]), "<t>"),
+                          cwd=str(cage.work))
+    try:
+        fd = built.ruleset.fd
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for i in range(namespaces.RULESET_RENEW_RUNS + 2):
+                argv = ["/bin/sh", "-c", f"head -c1 /proc/self/status >/dev/null && echo {i} > out && "
+                                         "! echo x > /etc/sandboy-renewal 2>/dev/null"]
+                result = run(argv, built, stdin=null, stdout=null, stderr=null)
+                assert result.ok and (cage.work / "out").read_text() == f"{i}\n", (i, result)
+        finally:
+            os.close(null)
+        assert built.ruleset.fd == fd and not os.path.exists("/etc/sandboy-renewal")
+    finally:
+        built.close()
