@@ -293,6 +293,14 @@ def test_fallback_says_exactly_what_is_no_longer_prevented(cage, monkeypatch):
     r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "0"], policy)
     assert r.rc == 0 and "degraded: namespaces unavailable" in r.err
     assert len([d for d in json.loads(status.read_text())["degraded"] if d.startswith("namespaces")]) == 5
+    from cagekit import SANDBOY
+
+    doctor = subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True,
+                            env=dict(os.environ, SANDBOY_CACHE_DIR=str(cage.root / "cache")))
+    report = json.loads(doctor.stdout)
+    assert report["protections"]["namespace_tier"] is False
+    assert any("namespace tier is unavailable (SANDBOY_NAMESPACES=0)" in n and "chmod/chown" in n
+               for n in report["notes"]), report["notes"]
     # without the tier the metadata attack of item 1 works again, as the report said
     outside = cage.root / "outside"
     outside.write_text("x")
