@@ -76,15 +76,46 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _lone_surrogate(doc: Any) -> Any:
+    """The first string (key or value) holding a lone surrogate, else None. JSON text may spell
+    one (`"\\ud800"`), but it is not Unicode: it cannot be written back as UTF-8 nor cross the
+    WIT string boundary (every adapter trapped on it)."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return key
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return node
+    return None
+
+
 def load_json(name: str, text: str) -> Any:
     """The JSON reading rule, the same as the host's `sandboy.audit.sarif.parse_json` (docs/audit.md,
     "Reading JSON"; tests/audit/test_json_rule.py holds them to it): one leading UTF-8 BOM is
     skipped (BinSkim and other Windows tools write one); strict JSON otherwise — no NaN/Infinity,
-    no number beyond a double, no comments; a clear message on failure."""
+    no number beyond a double, no lone surrogate escapes, no comments; a clear message on failure."""
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        if "\\ud" in text or "\\uD" in text:  # only an escape can spell a lone surrogate
+            bad = _lone_surrogate(doc)
+            if bad is not None:
+                raise AdapterError(f"a string holds a lone surrogate escape ({ascii(bad[:40])}): not Unicode "
+                                   "text (RFC 8259 section 8.2); fix the producer")
+        return doc
     except json.JSONDecodeError as exc:
         hint = ""
         if text[exc.pos : exc.pos + 2] in ("//", "/*"):

@@ -26,7 +26,8 @@ import sandboy_guest  # noqa: E402  (the guest helper, run natively here)
 CORPUS = [
     '{"a": 1}', '\ufeff{"a": 1}', '\ufeff\ufeff{"a": 1}', ' \ufeff{}', '[1.5, -0.0, 1e308]', '[1e400]', '[-1e400]',
     '[NaN]', '[Infinity]', '[-Infinity]', '{"a": 1} // c', '/* c */ {}', '[' + '9' * 5000 + ']', '[' * 2000 + ']' * 2000,
-    '', '\ufeff', '"\\ud800"', '{"a": 1, "a": 2}', '[1,]', "{'a': 1}", '\x00{}', '{}\ufeff',
+    '', '\ufeff', '"\\ud800"', '{"\\udc00": 1}', '["\\ud83d\\ude00"]', '["\\\\ud800"]', '["a\\uD800b"]',
+    '{"a": 1, "a": 2}', '[1,]', "{'a': 1}", '\x00{}', '{}\ufeff',
 ]
 
 
@@ -82,3 +83,16 @@ def test_bom_sarif_validates_and_converts(built, tmp_path):
     assert conv.returncode == 0, conv.stderr
     assert not out.read_bytes().startswith(b"\xef\xbb\xbf")  # what we write carries no BOM
     assert json.loads(out.read_text())["runs"][0]["results"][0]["ruleId"] == "BA2001"
+
+
+def test_lone_surrogate_is_a_clear_refusal_not_a_crash(built, tmp_path):
+    """Reported by sarif10: a log holding "\\ud800" made every adapter trap (exit 14): the guest's
+    output could not cross the WIT string boundary. Both sides now refuse it as not Unicode."""
+    path = tmp_path / "x.sarif"
+    path.write_text('{"version":"2.1.0","runs":[{"tool":{"driver":{"name":"t"}},"results":[{"message":{"text":"a\\ud800b"}}]}]}')
+    sandboy = [sys.executable, "-m", "sandboy", "audit"]
+    conv = subprocess.run([*sandboy, "convert", "--tool", "passthrough", "--artifact", f"log={path}"],
+                          capture_output=True, text=True, timeout=300)
+    assert conv.returncode == 10 and "lone surrogate" in conv.stderr, conv.stderr
+    val = subprocess.run([*sandboy, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert val.returncode == 1 and "lone surrogate" in val.stdout, val.stdout + val.stderr

@@ -61,13 +61,14 @@ def _refuse_constant(name: str) -> Any:
 
 def parse_json(text: str) -> Any:
     """The JSON reading rule (docs/audit.md, "Reading JSON"): one leading UTF-8 BOM skipped, then
-    strict JSON — no NaN/Infinity, no number beyond a double, no comments. The guests' `load_json`
+    strict JSON — no NaN/Infinity, no number beyond a double, no lone surrogate escapes, no
+    comments. The guests' `load_json`
     (adapters/common/sandboy_guest.py) applies the same rule on the other side of the boundary;
     the host never imports guest code, so tests/audit/test_json_rule.py holds the two together."""
     if text.startswith("\ufeff"):
         text = text[1:]  # a UTF-8 BOM is common from Windows tools (BinSkim) and harmless
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         hint = ""
         if text[exc.pos : exc.pos + 2] in ("//", "/*"):
@@ -79,6 +80,37 @@ def parse_json(text: str) -> Any:
         raise
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise JsonProblem(f"not usable JSON: {str(exc)[:200]}") from None
+    if "\\ud" in text or "\\uD" in text:  # only an escape can spell a lone surrogate
+        bad = _lone_surrogate(doc)
+        if bad is not None:
+            raise JsonProblem(f"a string holds a lone surrogate escape ({ascii(bad[:40])}): not Unicode text "
+                              "(RFC 8259 section 8.2); fix the producer")
+    return doc
+
+
+def _lone_surrogate(doc: Any) -> Any:
+    """The first string (key or value) holding a lone surrogate, else None. JSON text may spell
+    one (`"\\ud800"`), but it is not Unicode: it cannot be written back as UTF-8 nor cross the
+    WIT string boundary (every adapter trapped on it)."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return key
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return node
+    return None
 
 
 def _finite_float(text: str) -> float:
