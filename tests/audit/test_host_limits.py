@@ -116,7 +116,7 @@ def test_schema_errors_of_a_huge_invalid_document_stay_cheap():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
     found = sarif.schema_problems(doc)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 120  # a hang guard only (27 s and 3.5 GB before the fix); memory below
     assert len(found) == 1 and "first error" in found[0].message
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300 * 1024
     small = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "t", "rules": [{}] * 3}}}]}

@@ -54,7 +54,9 @@ def test_100_mb_input_is_capped_without_reading_it_all(built, tmp_path):
     started = time.perf_counter()
     with pytest.raises(InputTooLarge, match="big.json") as err:
         infer(big)
-    assert err.value.exit_code == 3 and time.perf_counter() - started < 5
+    # a hang guard, not a measurement (bench/ measures): reading all 100 MB would not hang either,
+    # so what proves the cap is InputTooLarge itself, raised by one bounded read
+    assert err.value.exit_code == 3 and time.perf_counter() - started < 60
     with pytest.raises(InputTooLarge):
         infer(big, max_input_bytes=1 << 20)
 
@@ -101,7 +103,7 @@ def test_endless_loop_runs_out_of_fuel(hostile, tmp_path):
     started = time.perf_counter()
     with pytest.raises(OutOfFuel) as err:
         guest(hostile, "loop", tmp_path, fuel=500_000_000)
-    assert err.value.exit_code == 11 and time.perf_counter() - started < 10
+    assert err.value.exit_code == 11 and time.perf_counter() - started < 120  # a hang guard only
 
 
 def test_endless_loop_hits_the_deadline(hostile, tmp_path):
@@ -109,7 +111,9 @@ def test_endless_loop_hits_the_deadline(hostile, tmp_path):
     with pytest.raises(DeadlineExceeded) as err:
         guest(hostile, "loop", tmp_path, fuel=10**15, deadline_seconds=0.5)
     elapsed = time.perf_counter() - started
-    assert err.value.exit_code == 12 and 0.4 < elapsed < 5
+    # not early; and ended by the deadline, not by the 10**15 fuel (hours): a generous hang guard,
+    # not a measurement, so a loaded machine cannot make it flaky
+    assert err.value.exit_code == 12 and 0.4 < elapsed < 120
 
 
 def test_endless_allocation_hits_the_memory_cap(hostile, tmp_path):
@@ -235,7 +239,7 @@ def test_garbage_is_not_a_component(tmp_path):
 
 def test_warm_load_uses_the_cwasm_cache(built):
     host._loaded.clear()
-    started = time.perf_counter()
-    loaded = host.load(built["infer"])
-    assert time.perf_counter() - started < 2  # deserialising, not a 10 s compile
+    said = []
+    loaded = host.load(built["infer"], progress=said.append)
+    assert not any("compiling" in m for m in said), said  # deserialised from the .cwasm, not compiled
     assert host._cwasm_path(loaded.sha256).is_file()

@@ -29,10 +29,21 @@ def tcp_server():
         s.close()
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports free right now: held together while picked, so the kernel
+    cannot hand out the same one twice (two `free_port()` calls could)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def test_no_net_section_refuses_inet_sockets(cage, tcp_server):
@@ -80,7 +91,7 @@ def test_listen_autobind_with_bind_ports_is_reported_degraded(cage):
 
 
 def test_tcp_bind_to_port_not_allowed_refused(cage):
-    allowed, other = free_port(), free_port()
+    allowed, other = free_ports(2)
     policy = cage.policy(net={"bind_tcp": [allowed]})
     assert cage.run("tcp-bind", other, policy=policy).out == "EACCES"
     assert cage.run("tcp-bind", allowed, policy=policy).ok

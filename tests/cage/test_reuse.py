@@ -22,13 +22,17 @@ def test_unchanged_policy_and_tree_reuse_the_compiled_cage(cage):
 
 
 def test_a_path_that_appears_is_granted_next_run(cage):
-    policy = _policy(cage, read=["later"])
-    assert cage.run("read", "later/f", policy=cage.policy(fs={"read": ["later"]})).out == "ENOENT"
+    spec = cage.policy(fs={"read": ["later"]})
+    assert cage.run("read", "later/f", policy=spec).out == "ENOENT"
+    # The setup: with the tree unchanged, runs of this policy share one compiled cage...
+    first, _ = cagemod.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))
+    assert cagemod.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))[0] is first
     (cage.work / "later").mkdir()
     (cage.work / "later" / "f").write_text("hello")
-    r = cage.run("read", "later/f", policy=cage.policy(fs={"read": ["later"]}))
+    r = cage.run("read", "later/f", policy=spec)
     assert r.out == "ok hello", r
-    assert policy  # (the same policy dict both times: reuse must not hide the new path)
+    # ...and the path that appeared made the reuse check compile it anew
+    assert cagemod.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))[0] is not first
 
 
 def test_a_repointed_symlink_is_followed_anew(cage):
