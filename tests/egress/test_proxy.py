@@ -331,3 +331,26 @@ def test_load_200_concurrent_connections(tmp_path):
         assert p.stop()["allowed"] == 400
     finally:
         origin.close()
+
+
+@pytest.mark.parametrize("raw", [
+    b"GARBAGE\r\n\r\n",
+    b"GET http://allowed.test/ HTTP/1.1\r\n" + b"X: " + b"a" * 100_000 + b"\r\n\r\n",  # header too large
+    b"GET http://allowed.test/ HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    b"GET http://allowed.test/ HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    b"GET https://allowed.test/ HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"CONNECT allowed.test HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"CONNECT allowed.test:99999 HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"\x05\x01\x00\x05\x09\x00\x01" + bytes(6),  # SOCKS: unknown command 9
+    b"\x05\x01\x02",  # SOCKS: only username/password offered
+    b"\x16\x03\x01\x00\x05hello",
+])
+def test_hostile_requests_get_a_clean_refusal(make_proxy, origin, raw):
+    p = make_proxy([f"allowed.test:{origin.port}", "allowed.test"])
+    before = len(origin.seen)
+    out = http_exchange(p.port, raw, timeout=5)
+    assert len(origin.seen) == before
+    assert out == b"" or out.startswith((b"HTTP/1.1 400", b"HTTP/1.1 403", b"HTTP/1.1 431", b"\x05"))
+    # and the proxy still serves
+    ok = http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}/still", extra=b"Connection: close\r\n"))
+    assert ok.startswith(b"HTTP/1.1 200")

@@ -147,3 +147,31 @@ def test_bad_domain_entry_is_exit_2(tmp_path, env):
     path.write_text('version = 1\n[net]\ndomains = ["*"]\n')
     proc = subprocess.run([SANDBOY, "run", "--policy", str(path), "--", "true"], capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and f"{path}: net.domains[0]: '*': '*' only as a leading" in proc.stderr, proc.stderr
+
+
+def test_doctor_labels_the_egress_mode(tmp_path):
+    for forced, expected in ((None, None), ("0", "landlock-fallback")):
+        env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+        env.pop("SANDBOY_NAMESPACES", None)
+        if forced:
+            env["SANDBOY_NAMESPACES"] = forced
+        proc = subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True, env=env)
+        doc = json.loads(proc.stdout)
+        if expected is None:
+            expected = "namespace" if doc["protections"]["namespace_tier"] else "landlock-fallback"
+        assert doc["egress"] == expected
+        if expected == "landlock-fallback":
+            assert any("WEAKER fallback" in note for note in doc["notes"])
+
+
+def test_start_up_without_domains_imports_no_egress(tmp_path):
+    """h11/asyncio cost tens of ms: only a policy with net.domains may pull them in."""
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml_policy({"connect_tcp": [443]}))
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([SANDBOY, "run", "--policy", str(path), "--", "/bin/true"], check=True, env=env)
+    proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(path), "--", "/bin/true"],
+                          capture_output=True, text=True, env=env)
+    used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "sandboy.confine.cage" in used
+    assert not {m for m in used if m.startswith(("sandboy.egress", "h11", "asyncio"))}, used

@@ -98,14 +98,28 @@ def check() -> dict:
                      + "; strict policies are refused (exit 125)")
     if not protections["user_namespaces"]:
         notes.append("unprivileged user namespaces are unavailable: Layer 3 (private network) will not work")
+    egress = _egress_mode(protections["namespace_tier"], abi)
+    if egress != "namespace":
+        notes.append("net.domains (Layer 3): " + ("WEAKER fallback: the proxy on a host loopback port and a Landlock "
+                     "rule for that port only (the same port on any other address stays reachable); strict "
+                     "policies are refused (exit 125)" if egress == "landlock-fallback" else
+                     "not enforceable here (no network namespace, no Landlock TCP rules): refused (exit 125)"))
     return {
         "kernel": os.uname().release,
         "landlock_abi": abi,
         "root": root,
         "protections": protections,
         "cage_available": abi >= 1 and protections["seccomp_filter"],
+        "egress": egress,
         "notes": notes,
     }
+
+
+def _egress_mode(tier: bool, abi: int) -> str:
+    """How `net.domains` would be enforced here (see sandboy/egress/compile.py)."""
+    if tier:
+        return "namespace"
+    return "landlock-fallback" if abi >= 4 else "unavailable"
 
 
 def render(result: dict) -> str:
@@ -116,6 +130,11 @@ def render(result: dict) -> str:
         lines.append(f"  {name:<20} {mark}")
     lines.append("cage: " + ("available" if result["cage_available"]
                              else "NOT available: `sandboy run` will refuse (exit 125)"))
+    egress = result.get("egress")
+    if egress:
+        lines.append("egress (net.domains): " + {"namespace": "private network namespace + proxy",
+                                                 "landlock-fallback": "WEAKER fallback (Landlock port rule + proxy)",
+                                                 "unavailable": "unavailable (refused, 125)"}[egress])
     lines.extend(f"note: {n}" for n in result["notes"])
     return "\n".join(lines)
 
@@ -149,6 +168,12 @@ def describe_cage(report: dict) -> str:
         lines.append(f"/dev: {', '.join(ns['dev'])}")
     else:
         lines.append(f"namespaces: none ({ns.get('reason') or 'unavailable'})")
+    eg = enf.get("egress")
+    if eg:
+        lines.append(f"egress: {eg['mode']} ({eg['strength']}); proxy {eg['proxy']}; domains: "
+                     f"{', '.join(eg['domains'])}" + (f"; denied: {', '.join(eg['domains_deny'])}" if eg['domains_deny']
+                                                       else "") + (f"; private: {', '.join(eg['private'])}"
+                                                                   if eg['private'] else ""))
     for d in report["degraded"]:
         lines.append(f"DEGRADED: {d}")
     for w in report["warnings"]:

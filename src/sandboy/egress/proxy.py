@@ -278,6 +278,12 @@ class EgressProxy:
         if path.startswith("?"):
             path = "/" + path
         path = path.split("#", 1)[0]
+        names = {name for name, _ in request.headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            # RFC 9112 6.3: a message with both is a smuggling attempt as often as not; the
+            # upstream could frame it differently from us. Refuse rather than pick one.
+            await self._reply(conn, writer, 400, b"sandboy egress: both Transfer-Encoding and Content-Length\n")
+            return False
         host, port = _split_authority(authority, 80)
         if host is None or "@" in authority:
             await self._reply(conn, writer, 400, f"sandboy egress: bad URL authority {authority!r}\n".encode())
