@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per step)")
     parser.add_argument("--json", metavar="FILE", dest="json_path", help="write a JSON report ('-' for stdout)")
     parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
+    parser.add_argument("--max-step-output", metavar="SIZE", type=_size, default=32 << 20,
+                        help="bytes of each step's output kept in its log and shown (head and tail; "
+                             "the rest is dropped and reported); default 32M")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every step even after a required step failed")
     parser.add_argument("--print-ceiling", action="store_true",
@@ -67,6 +70,18 @@ def _say(text: str) -> None:
     from sandboy.escape import line
 
     sys.stderr.write(line(text) + "\n")
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        value = int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except ValueError:
+        value = -1
+    if value < 1024:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size of at least 1K (examples: 1M, 64M, 1G)")
+    return value
 
 
 def _fail(args, message: str, code: int) -> int:
@@ -132,7 +147,7 @@ def run_command(args) -> int:
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
     try:
         result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
-                          interactive=args.interactive)
+                          interactive=args.interactive, max_output=args.max_step_output)
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself

@@ -25,6 +25,12 @@ LABELS = {"passed": "PASSED", "failed": "FAILED", "timed_out": "TIMED OUT", "kil
           "cage_error": "CAGE ERROR", "policy_error": "POLICY ERROR", "not_run": "NOT RUN"}
 
 
+def truncation(result) -> str:
+    """How much of a step's output was dropped (over --max-step-output), in words."""
+    return (f"output truncated: {result.output_dropped:,} of {result.output_bytes:,} bytes dropped "
+            "(the log and the console keep the head and the tail; --max-step-output)")
+
+
 def label(result) -> str:
     return LABELS[result.status] + (" (allowed)" if result.allow_failure and result.status != "passed" else "")
 
@@ -99,8 +105,17 @@ class Console:
         self._line(self._paint("note", f"!! {clean(text)}"))
 
     def output(self, name: str, raw: bytes) -> None:
+        self.write_output(self.render_output(name, raw))
+
+    @staticmethod
+    def render_output(name: str, raw: bytes) -> str:
+        """One line of a step's output as shown: prefixed, escaped (the runner counts these
+        characters against --max-step-output)."""
         text = raw.decode("utf-8", "replace").rstrip("\r").expandtabs(8)
-        self._line(block(f"[{clean(name)}] {clean(text)}"))
+        return block(f"[{clean(name)}] {clean(text)}")
+
+    def write_output(self, text: str) -> None:
+        self._line(text)
 
     def tick(self) -> None:
         if self.live and self._current is not None:
@@ -114,6 +129,8 @@ class Console:
         for item in result.degraded:
             self.note(f"step {clean(result.name)}: not enforced on this kernel: {clean(item)}")
         kind = "passed" if result.status == "passed" else ("note" if result.allow_failure else result.status)
+        if result.output_dropped:
+            self.note(f"step {clean(result.name)}: {truncation(result)}")
         said = "" if result.status == "passed" else f": {clean(result.describe())}"
         text = f"== {clean(result.name)}: {label(result)}{said} in {result.duration:.2f}s"
         self._line(self._paint(kind, text))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from sandboy.escape import block, clean, markdown
-from sandboy.gate.console import label
+from sandboy.gate.console import label, truncation
 
 REPORT_VERSION = 1
 _TAIL_IN_REPORTS = 16 * 1024
@@ -41,6 +41,8 @@ def table(gate_result) -> str:
         detail = "" if s.status in ("passed", "not_run") else s.describe()
         if s.status == "failed" and last_line(s):
             detail = f"{detail}: {last_line(s)}"
+        if s.output_dropped:
+            detail = "; ".join(d for d in (detail, f"output truncated ({s.output_dropped:,} bytes dropped)") if d)
         rows.append((clean(s.name), label(s), code, f"{s.duration:.2f}s", str(len(s.narrowings) or ""),
                      clean(detail)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -86,6 +88,8 @@ def to_json(gate_result) -> dict:
             "warnings": list(s.warnings),
             "log": s.log_path,
             "output_tail": _tail_text(s),
+            "output_bytes": s.output_bytes,
+            "output_dropped": s.output_dropped,
             "egress": _egress(s),
         })
     code = gate_result.exit_code
@@ -154,7 +158,10 @@ def to_junit(gate_result) -> bytes:
                                                      else "an earlier required step failed")
             ET.SubElement(case, "skipped", {"message": f"not run: {why}"})
         notes = [n.for_step(s.name) for n in s.narrowings]
-        out = "".join(f"narrowed: {n}\n" for n in notes) + _tail_text(s)
+        out = "".join(f"narrowed: {n}\n" for n in notes)
+        if s.output_dropped:
+            out += f"{truncation(s)}\n"
+        out += _tail_text(s)
         if out:
             ET.SubElement(case, "system-out").text = _xml_text(out)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
@@ -177,6 +184,8 @@ def to_markdown(gate_result) -> str:
         mark = icon.get(s.status, "⚠️" if s.allow_failure else "❌")
         code_cell = "" if s.returncode is None else str(s.returncode)
         detail = "" if s.status in ("passed", "not_run") else s.describe()
+        if s.output_dropped:
+            detail = "; ".join(d for d in (detail, truncation(s)) if d)
         lines.append(f"| {_md(s.name)} | {mark} {label(s)} | {code_cell} | {s.duration:.2f}s | {_md(detail)} |")
     notes = [n.for_step(s.name) for s in gate_result.steps for n in s.narrowings]
     if notes:

@@ -10,6 +10,7 @@ for the reports. Killing the tree at the end or at the timeout is the cage's sup
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import select
@@ -35,7 +36,7 @@ class StepResult:
     signal, error and what was enforced are read from the RunResult, never copied."""
 
     __slots__ = ("name", "run", "policy_ref", "allow_failure", "timeout", "status", "run_result", "_error",
-                 "duration", "narrowings", "policy", "log_path", "tail", "index")
+                 "duration", "narrowings", "policy", "log_path", "tail", "index", "output_bytes", "output_dropped")
 
     def __init__(self, step, index: int):
         self.name = step.name
@@ -52,6 +53,8 @@ class StepResult:
         self.policy = None
         self.log_path = None
         self.tail = b""
+        self.output_bytes = 0    # what the step wrote
+        self.output_dropped = 0  # of that, neither logged nor shown (over --max-step-output)
 
     def refuse(self, status: str, error: str) -> None:
         """The step never ran a command: a policy error (exit 2) or a cage error (exit 125)."""
@@ -208,20 +211,81 @@ class CageCache:
             self._pids_group = None
 
 
-class _Stream:
-    """Split a step's output into lines for the console; keep the raw bytes for log and tail."""
+DEFAULT_MAX_STEP_OUTPUT = 32 << 20  # bytes of a step's output kept in its log, and shown, per step
 
-    def __init__(self, console, name: str, log_fh):
+
+class _HeadTail:
+    """The head and the tail of a stream of items (byte chunks, console lines) within `limit`
+    units: the first half passes through at once, the last half is held (a deque of items: a
+    bytearray trimmed at the front would move megabytes per chunk) until `tail()` at the end;
+    everything between is counted as dropped, never stored."""
+
+    def __init__(self, limit: int):
+        self.head_left = limit // 2
+        self.tail_limit = limit - limit // 2
+        self.held: collections.deque = collections.deque()
+        self.held_size = 0
+        self.dropped = 0        # units
+        self.dropped_items = 0
+
+    def take(self, item, size: int) -> bool:
+        """True: pass `item` on now (head). False: held for the tail (or later dropped)."""
+        if size <= self.head_left:
+            self.head_left -= size
+            return True
+        self.head_left = 0  # the head is over: what follows goes to the tail, in order
+        self.held.append((item, size))
+        self.held_size += size
+        while self.held and self.held_size - self.held[0][1] >= self.tail_limit:
+            _, first = self.held.popleft()
+            self.held_size -= first
+            self.dropped += first
+            self.dropped_items += 1
+        return False
+
+    def tail(self) -> list:
+        """The held items (the caller trims the first when `held_size` exceeds `tail_limit`)."""
+        items = [item for item, _ in self.held]
+        self.held.clear()
+        return items
+
+
+class _Stream:
+    """Split a step's output into lines for the console; keep the raw bytes for log and tail.
+
+    Both the log and the console are capped at `limit` bytes per step (head and tail kept): two
+    5-second steps (`yes`, `tr < /dev/zero`) wrote 90 MB of log and 106 MB of console, at
+    18 MB/s each for up to the hour the built-in ceiling allows."""
+
+    def __init__(self, console, name: str, log_fh, limit: int = DEFAULT_MAX_STEP_OUTPUT):
         self.console = console
         self.name = name
         self.log_fh = log_fh
         self.pending = b""
         self.tail = bytearray()
+        self.total = 0                     # bytes the step wrote
+        self.log_cap = _HeadTail(limit)    # of those bytes, kept in the log
+        self.console_cap = _HeadTail(limit)  # console text, in characters
+        self.cap_noted = False
+
+    @property
+    def dropped(self) -> int:
+        """Bytes of the step's output neither logged nor kept (0 when all of it fitted)."""
+        return self.log_cap.dropped + max(0, self.log_cap.held_size - self.log_cap.tail_limit)
 
     def record(self, chunk: bytes) -> None:
         """Into the log and the tail only (an interactive step's output goes to the terminal as is)."""
-        if self.log_fh is not None:
-            self.log_fh.write(chunk)
+        self.total += len(chunk)
+        if self.log_cap.head_left >= len(chunk):
+            self.log_cap.head_left -= len(chunk)
+            if self.log_fh is not None:
+                self.log_fh.write(chunk)
+        else:
+            head = chunk[: self.log_cap.head_left]
+            if head and self.log_fh is not None:
+                self.log_fh.write(head)
+            self.log_cap.head_left = 0
+            self.log_cap.take(chunk[len(head):], len(chunk) - len(head))
         self.tail += chunk
         if len(self.tail) > TAIL_BYTES:
             del self.tail[: len(self.tail) - TAIL_BYTES]
@@ -234,12 +298,53 @@ class _Stream:
             lines.append(self.pending[:MAX_LINE])
             self.pending = self.pending[MAX_LINE:]
         for line in lines:
-            self.console.output(self.name, line)
+            self._show(line)
+
+    def _show(self, line: bytes) -> None:
+        cap = self.console_cap
+        if cap.head_left:
+            text = self.console.render_output(self.name, line)
+            if cap.take(text, len(text) + 1):
+                self.console.write_output(text)
+                return
+        else:  # held raw, rendered only if it ends up in the tail (a flood costs a deque append a line)
+            cap.take(line, len(line) + len(self.name) + 4)
+        if not self.cap_noted:
+            self.cap_noted = True
+            half = cap.tail_limit
+            self.console.note(f"step {self.name}: more than {_mib(half)} of output; the rest is shown when the "
+                              f"step ends, its last {_mib(half)} only (--max-step-output)")
 
     def close(self) -> None:
         if self.pending:
-            self.console.output(self.name, self.pending)
+            self._show(self.pending)
             self.pending = b""
+        cap = self.console_cap
+        texts = [item if isinstance(item, str) else self.console.render_output(self.name, item) for item in cap.tail()]
+        over = sum(len(t) + 1 for t in texts) - cap.tail_limit
+        while texts and over > 0:  # whole lines only
+            over -= len(texts[0]) + 1
+            cap.dropped += len(texts[0]) + 1
+            cap.dropped_items += 1
+            texts.pop(0)
+        if cap.dropped:
+            self.console.note(f"step {self.name}: {cap.dropped_items:,} lines (about {cap.dropped:,} characters) "
+                              f"of output not shown; the last {len(texts):,} lines follow")
+        for text in texts:
+            self.console.write_output(text)
+        held = b"".join(self.log_cap.tail())
+        keep = held[max(0, len(held) - self.log_cap.tail_limit):]
+        self.log_cap.dropped += len(held) - len(keep)
+        self.log_cap.held_size = len(keep)
+        if self.log_fh is not None and self.log_cap.dropped:
+            self.log_fh.write(f"\n[sandboy gate: {self.log_cap.dropped:,} bytes of output dropped here "
+                              f"(--max-step-output); the last {len(keep):,} bytes follow]\n".encode())
+        if self.log_fh is not None:
+            self.log_fh.write(keep)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
 class Interrupted(Exception):
@@ -376,8 +481,10 @@ class GateRun:
     `run()` runs the steps in order and returns the GateResult; `run_step` runs one."""
 
     def __init__(self, gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,
-                 interactive=()):
+                 interactive=(), max_output: int = DEFAULT_MAX_STEP_OUTPUT):
         self.gate = gate
+        # bytes of each step's output kept in its log and shown on the console (head and tail)
+        self.max_output = max_output
         self.ceiling_source = ceiling.source
         self.ceiling = resolve_ceiling(ceiling, gate.repo)
         self.console = console
@@ -455,7 +562,7 @@ class GateRun:
             log_fh = open_output(result.log_path)
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        stream = _Stream(self.console, step.name, log_fh)
+        stream = _Stream(self.console, step.name, log_fh, self.max_output)
         interrupted = False
         owned = False
         cage = None
@@ -504,6 +611,7 @@ class GateRun:
             if log_fh is not None:
                 log_fh.close()
             result.tail = bytes(stream.tail)
+            result.output_bytes, result.output_dropped = stream.total, stream.dropped
             result.duration = time.monotonic() - started
         result.run_result = outcome
         result.status = _status(outcome)
@@ -528,7 +636,7 @@ def _status(outcome) -> str:
 
 
 def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,
-             interactive=()) -> GateResult:
+             interactive=(), max_output: int = DEFAULT_MAX_STEP_OUTPUT) -> GateResult:
     """Run the gate (see GateRun)."""
     return GateRun(gate, ceiling, console, log_dir=log_dir, keep_going=keep_going, stop=stop,
-                   interactive=interactive).run()
+                   interactive=interactive, max_output=max_output).run()
