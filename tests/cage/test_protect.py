@@ -326,3 +326,26 @@ def test_as_an_ordinary_user_without_the_tier_the_gap_is_reported(as_nobody):
     assert r.returncode == 0, r.stderr
     assert "fs.protect_defaults" in r.stderr and ".git/config" in r.stderr, r.stderr
     assert "fsmonitor" in (repo / ".git" / "config").read_text()
+
+
+def test_a_reused_cage_is_rebuilt_when_a_start_up_file_appears(cage, namespaces):
+    """`sandboy.run` in a loop reuses a compiled cage while a rebuild would give the same one:
+    a start-up file made since must make it rebuild (and protect the file)."""
+    from sandboy import Policy
+    from sandboy.confine import cage as cagemod
+
+    policy = Policy.from_mapping(cage.policy(fs={"write": ["."]}), "<test>")
+    first, owned = cagemod.for_run(policy, cwd=str(cage.work))
+    try:
+        assert first.still_valid() and first.protected == ()
+        (cage.work / "notes.txt").write_text("")  # an ordinary new file changes nothing
+        assert first.still_valid()
+        (cage.work / ".bashrc").write_text("# new\n")
+        assert not first.still_valid()
+        second, owned_second = cagemod.for_run(policy, cwd=str(cage.work))
+        assert second is not first and second.protected == (f"{os.path.realpath(cage.work)}/.bashrc",)
+        if owned_second:
+            second.close()
+    finally:
+        if owned:
+            first.close()

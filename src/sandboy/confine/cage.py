@@ -200,8 +200,8 @@ def _build(policy, ctx, abi, environ, tty=False) -> Cage:
     egress = compiled.get("egress")
     # a fallback egress cage holds its own host port: built per run; the namespace mode's is fixed
     if fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
-        cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]))
-        cage.fingerprint = _fingerprint(fs["inputs"], fs["split_dirs"])
+        cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]), fs["protected_args"])
+        cage.fingerprint = _fingerprint(*cage.fingerprint_of)
     return cage
 
 
@@ -277,9 +277,12 @@ def _stat_key(path: str):
     return st.st_dev, st.st_ino, st.st_mode
 
 
-def _fingerprint(inputs, split_dirs) -> tuple:
+def _fingerprint(inputs, split_dirs, protected_args) -> tuple:
     """What a rebuild's rules depend on in the filesystem: which inode each policy path leads
-    to (or that it is missing), and the entries of each directory split around a deny."""
+    to (or that it is missing), the entries of each directory split around a deny, and which
+    protected paths exist now (`confine.protected`: a `.bashrc` made since must be protected)."""
+    from sandboy.confine.protected import resolve_protected
+
     listing = []
     for directory in split_dirs:
         try:
@@ -287,4 +290,4 @@ def _fingerprint(inputs, split_dirs) -> tuple:
             listing.append((directory, _stat_key(directory), tuple(os.listdir(directory))))
         except OSError:
             listing.append((directory, None, ()))
-    return tuple(_stat_key(p) for p in inputs), tuple(listing)
+    return tuple(_stat_key(p) for p in inputs), tuple(listing), resolve_protected(*protected_args)

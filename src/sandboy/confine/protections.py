@@ -262,14 +262,9 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         "landlock.fs", (), enforced, degraded, warnings,
         rules=rules, handled_fs=handled_fs, grants=grants,
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
-                *protected_candidates(fs)),
+                *fs.protect),
+        protected_args=(fs.write, fs.protect, fs.protect_defaults),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
-
-
-def protected_candidates(fs) -> list:
-    from sandboy.confine.protected import candidates
-
-    return candidates(fs.write, fs.protect, fs.protect_defaults)
 
 
 def _inet_asked(net) -> bool:
