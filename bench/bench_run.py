@@ -179,6 +179,74 @@ def bench_namespaces(rounds: int) -> dict:
     return _interleaved({name: case(*spec) for name, spec in variants.items()}, rounds)
 
 
+def bench_terminal(policy_path: str, rounds: int) -> dict:
+    """The command's own session and the terminal relay (ADR 0011): `/bin/true` through the plan
+    executor with and without `setsid` first (a new session creates a scheduler autogroup where
+    those are enabled), and `sandboy run` without a terminal (exec mode), with a pty on fd 0-2
+    (resident: the output relayed) and with `--tty` (a fresh pty relayed)."""
+    import pty
+    import threading
+
+    from sandboy.confine import _libc
+    from sandboy.confine.terminal import session_steps
+
+    paths, argv, envp = [b"/bin/true"], [b"true"], []
+
+    def executor(plan):
+        def run():
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            start = time.perf_counter()
+            pid = _libc.fork_exec(plan, paths, argv, envp, err_w)
+            os.close(err_w)
+            os.waitpid(pid, 0)
+            elapsed = time.perf_counter() - start
+            os.close(err_r)
+            return elapsed
+        return run
+
+    master, slave = pty.openpty()
+
+    def drain():  # the terminal's screen: read all of it so no write ever blocks
+        while True:
+            try:
+                if not os.read(master, 65536):
+                    return
+            except OSError:
+                return
+
+    threading.Thread(target=drain, daemon=True).start()
+    sandboy = os.path.join(VENV_BIN, "sandboy")
+
+    def cli(*options, terminal):
+        argv = [sandboy, "run", *options, "--policy", policy_path, "--", "/bin/true"]
+
+        def run():
+            if not terminal:
+                return _time_cmd(argv)
+            start = time.perf_counter()
+            proc = subprocess.run(argv, stdin=slave, stdout=slave, stderr=slave)
+            elapsed = time.perf_counter() - start
+            if proc.returncode != 0:
+                raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(argv)}")
+            return elapsed
+        return run
+
+    cases = {
+        "executor: /bin/true": executor([]),
+        "executor: setsid, /bin/true": executor([step for _, step in session_steps()]),
+        "sandboy run, no terminal (exec)": cli(terminal=False),
+        "sandboy run, pty on fd 0-2 (relay)": cli(terminal=True),
+        "sandboy run --tty": cli("--tty", terminal=True),
+    }
+    try:
+        for fn in cases.values():
+            fn()
+        return _interleaved(cases, rounds)
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
 def bench_workload(policy_path: str, rounds: int) -> dict:
     sandboy = os.path.join(VENV_BIN, "sandboy")
     # As root the cage drops CAP_DAC_READ_SEARCH, so du may meet a few 0700 directories it
@@ -206,6 +274,7 @@ def main() -> int:
         cli = bench_cli(policy_path, args.rounds)
         api = bench_api(policy_path, args.rounds)
         spaces = bench_namespaces(args.rounds)
+        term = bench_terminal(policy_path, args.rounds)
         work = bench_workload(policy_path, args.rounds)
 
     ratios = {
@@ -219,6 +288,10 @@ def main() -> int:
         "cli / bwrap --unshare-all": cli["sandboy run"] / cli["bwrap --unshare-all"] if "bwrap" in cli else None,
         "api with {tmp} / without": api["sandboy.run(policy with {tmp})"] / api["sandboy.run(policy)"],
         "api tier / without tier": api["sandboy.run(cage)"] / api["sandboy.run(cage without tier)"],
+        "setsid + exec / exec (executor)": term["executor: setsid, /bin/true"] / term["executor: /bin/true"],
+        "cli under a terminal / exec mode": (term["sandboy run, pty on fd 0-2 (relay)"]
+                                             / term["sandboy run, no terminal (exec)"]),
+        "cli --tty / exec mode": term["sandboy run --tty"] / term["sandboy run, no terminal (exec)"],
         # The confined figure includes `sandboy run`'s own start-up once (measured above with
         # /bin/true); the target is about the workload under the cage, so that is taken out.
         "workload confined / bare": (work["confined"] - (cli["sandboy run"] - cli["true"])) / work["bare"],
@@ -227,12 +300,13 @@ def main() -> int:
     targets = {"cli / python floor": 1.3, "api / bwrap --unshare-all": 1.0, "api with {tmp} / without": 1.2,
                "workload confined / bare": 1.05}
     if args.json:
-        print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "workload_s": work, "ratios": ratios,
+        print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "terminal_s": term,
+                          "workload_s": work, "ratios": ratios,
                           "targets": targets}, indent=2))
         return 0
     print(f"sandboy run benchmark ({args.rounds} rounds, medians, interleaved)")
     for title, table in (("CLI", cli), ("API", api), ("namespaces: /bin/true via the plan executor", spaces),
-                         ("workload: du -s /usr", work)):
+                         ("own session and terminal relay", term), ("workload: du -s /usr", work)):
         print(f"  {title}")
         for name, secs in table.items():
             print(f"    {name:<36} {secs * 1000:8.2f} ms")
