@@ -98,8 +98,11 @@ NET_CASES = [
     ({"domains": ["x.org"]}, {"domains": ["*.x.org"]}, {"domains": ()}, "x.org"),
     ({"domains": ["a.x.org:22"]}, {"domains": ["*.x.org"]}, {"domains": ()}, "a.x.org:22"),
     ({"domains": ["a.x.org:443"]}, {"domains": ["a.x.org"]}, {"domains": ("a.x.org:443",)}, None),
-    ({"private": ["127.0.0.1/32"]}, {"private": ["127.0.0.0/8"]}, {"private": ("127.0.0.1/32",)}, None),
-    ({"private": ["10.0.0.0/8"]}, {"private": ["127.0.0.0/8"]}, {"private": ()}, "10.0.0.0/8"),
+    # (net.private only means something beside net.domains: a policy with it alone is refused)
+    ({"domains": ["a.test"], "private": ["127.0.0.1/32"]}, {"domains": ["a.test"], "private": ["127.0.0.0/8"]},
+     {"private": ("127.0.0.1/32",)}, None),
+    ({"domains": ["a.test"], "private": ["10.0.0.0/8"]}, {"domains": ["a.test"], "private": ["127.0.0.0/8"]},
+     {"private": ()}, "10.0.0.0/8"),
 ]
 
 

@@ -185,3 +185,17 @@ def test_fs_protect_errors_name_the_key(tmp_path, text, key, fragment):
     with pytest.raises(PolicyError) as info:
         _load_text(tmp_path, text)
     assert info.value.key == key and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["private", "domains_deny"])
+def test_egress_keys_without_domains_are_refused_not_ignored(key):
+    """net.private / net.domains_deny shape the egress proxy; without net.domains there is none,
+    and a rule that silently does nothing is refused (issue 9)."""
+    from sandboy.errors import PolicyError
+    from sandboy.policy.model import Policy
+
+    value = ["127.0.0.0/8"] if key == "private" else ["evil.test"]
+    with pytest.raises(PolicyError) as err:
+        Policy.from_mapping({"version": 1, "net": {"connect_tcp": [443], key: value}}, "p.toml")
+    assert err.value.key == f"net.{key}" and "add net.domains" in str(err.value)
+    Policy.from_mapping({"version": 1, "net": {"domains": ["ok.test"], key: value}}, "p.toml")  # the twin

@@ -58,6 +58,14 @@ def _libc_implementation() -> str:
     return _libc.IMPLEMENTATION
 
 
+def _close_range_probe() -> bool:
+    """close_range(CLOSE_RANGE_CLOEXEC) tried on a range no process has open (the same probe the
+    cage uses to choose between it and closing fds one by one)."""
+    from sandboy.confine.hygiene import close_range_cloexec_works
+
+    return close_range_cloexec_works()
+
+
 def check() -> dict:
     from sandboy.confine import landlock
 
@@ -71,7 +79,7 @@ def check() -> dict:
         "landlock_ioctl_dev": abi >= 5,
         "landlock_scopes": abi >= 6,
         "seccomp_filter": _in_child(_seccomp_probe),
-        "close_range": True,
+        "close_range": _close_range_probe(),
         "native_executor": _libc_implementation() == "native",
         "pidfd": hasattr(os, "pidfd_open"),
         "pids_cgroup": _in_child(_pids_cgroup_probe) if root else None,

@@ -157,7 +157,8 @@ def compile_hygiene(job, drop_caps=None) -> Compiled:
         steps += hygiene.plan_drop_capabilities()
     steps += hygiene.plan_no_new_privs()
     enforced = {
-        "no_new_privs": True,
+        # from the plan itself: a step that fails refuses the run (125), so a planned step is applied
+        "no_new_privs": any(label == "no_new_privs" for label, _ in steps),
         "inherited_fds": "closed above 2",
         "limits": {k: v for k, v in limits.to_dict().items() if v},
         "capabilities": "dropped" if drop_caps else "none held",
@@ -333,7 +334,7 @@ def compile_seccomp(job) -> Compiled:
     enforced = {
         "denied_syscalls": sorted(deny_calls),
         "instructions": len(bpf) // 8,
-        "native_arch_only": True,
+        "native_arch_only": seccomp.native_arch_only(bpf),
         "sysv_ipc": "allowed" if policy.ipc.sysv else "refused",
         "sockets": {"unix": sockets.unix, "inet": sockets.inet, "udp": sockets.udp,
                     "mptcp_sctp_raw": sockets.tcp_any_protocol},

@@ -201,6 +201,24 @@ def errno_ret(err: int) -> int:
     return RET_ERRNO | (err & 0xFFFF)
 
 
+def native_arch_only(bpf: bytes) -> bool:
+    """Does the program start by refusing every architecture but x86_64 and the x32 numbers?
+    Read from the program itself, so the status report says what the filter does, not what it
+    was meant to do."""
+    insns = [int.from_bytes(bpf[i:i + 8], "little") for i in range(0, min(len(bpf), 48), 8)]
+
+    def code(i):
+        return insns[i] & 0xFFFF
+
+    def k(i):
+        return insns[i] >> 32
+
+    return (len(insns) == 6 and code(0) == LD_W_ABS and k(0) == OFF_ARCH and code(1) == JEQ_K
+            and k(1) == AUDIT_ARCH_X86_64 and (insns[1] >> 16) & 0xFF == 1 and code(2) == RET_K
+            and k(2) & 0xFFFF0000 == RET_ERRNO and code(3) == LD_W_ABS and k(3) == OFF_NR
+            and code(4) == JGE_K and k(4) == X32_SYSCALL_BIT and code(5) == RET_K and k(5) & 0xFFFF0000 == RET_ERRNO)
+
+
 def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
     """Return the filter program as packed `struct sock_filter` records. `allow_names`
     (`seccomp.allow`) also lifts the caller-only rule of the scheduling calls it names:

@@ -186,6 +186,12 @@ def _net(src, value) -> dict:
             out[k] = _str_list(src, key, v, _cidr)
         else:
             out[k] = _bool(src, key, v)
+    for k in ("private", "domains_deny"):
+        if out.get(k) and not out.get("domains"):
+            # They only shape what the egress proxy may reach; without net.domains there is no
+            # proxy, and a silently ignored rule reads as if it protected something.
+            raise PolicyError(src, f"net.{k}", "only applies to the egress proxy, which net.domains starts: "
+                              "add net.domains, or remove this key")
     if out.get("domains") and out.get("unrestricted"):
         raise PolicyError(src, "net.domains", "cannot be combined with net.unrestricted = true "
                           "(domains confine the network; unrestricted lifts every rule): keep one")
