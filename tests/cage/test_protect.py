@@ -249,7 +249,7 @@ def test_missing_hooks_directory_is_made_and_protected_before_the_command(cage, 
     assert f"{os.path.realpath(cage.work)}/.git/hooks" in protected
 
 
-# --- as an ordinary user, for real (FINDINGS.md "Testing as an ordinary user") -----------------
+# --- as an ordinary user, for real (docs/findings.md, "Testing as an ordinary user") -----------------
 
 NOBODY = 65534
 
