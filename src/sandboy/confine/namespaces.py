@@ -33,6 +33,7 @@ import os
 
 from sandboy.confine import _libc
 from sandboy.errors import CageError
+from sandboy.policy.resolve import is_within
 from sandboy.confine._libc import (
     AT_FDCWD,
     NR_INIT,
@@ -299,7 +300,7 @@ def write_roots(grants: dict, tmp) -> list:
 
 
 def _under_any(path: str, trees) -> bool:
-    return any(path == tree or path.startswith(tree.rstrip("/") + "/") for tree in trees)
+    return any(is_within(path, tree) for tree in trees)
 
 
 def plan_mounts(roots, tmp=None, tty=False, protected=()) -> list:
