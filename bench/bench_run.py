@@ -247,6 +247,63 @@ def bench_terminal(policy_path: str, rounds: int) -> dict:
         os.close(master)
 
 
+def _run_path_import_seconds(policy_path: str) -> float:
+    """Self time of every module `sandboy run` imports beyond `python -c pass` (-X importtime)."""
+    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
+
+    def modules(argv):
+        proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True)
+        out = {}
+        for line in proc.stderr.splitlines():
+            if line.startswith("import time:") and "|" in line and not line.rstrip().endswith("imported package"):
+                fields = [f.strip() for f in line[len("import time:"):].split("|")]
+                if fields[0].isdigit():
+                    out[fields[2]] = int(fields[0])
+        return out
+
+    floor = modules(["-c", "pass"])
+    used = modules([sandboy, "run", "--policy", policy_path, "--", "/bin/true"])
+    return sum(us for name, us in used.items() if name not in floor) / 1e6
+
+
+def bench_parts(policy_path: str, rounds: int) -> dict:
+    """The parts of `sandboy run`'s start-up, each on its own: the imports of the run path, the
+    policy load on a parse-cache hit and miss (ADR 0004), compiling the cage, and the reuse check
+    of a compiled cage (`Cage.still_valid`)."""
+    import sandboy
+    from sandboy.confine import cage as cagemod
+
+    policy = sandboy.Policy.load(policy_path)
+    reused, owned = cagemod.for_run(policy)
+
+    def timed(fn):
+        def run():
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        return run
+
+    def compile_cage():
+        start = time.perf_counter()
+        built = cagemod.build(policy)
+        elapsed = time.perf_counter() - start
+        built.close()
+        return elapsed
+
+    cases = {
+        "imports of the run path (self time)": lambda: _run_path_import_seconds(policy_path),
+        "policy load, parse-cache hit": timed(lambda: sandboy.Policy.load(policy_path)),
+        "policy load, parse-cache miss": timed(lambda: sandboy.Policy.load(policy_path, use_cache=False)),
+        "compile the cage": compile_cage,
+        "reuse check (still_valid)": timed(reused.still_valid),
+    }
+    try:
+        return _interleaved(cases, max(5, rounds // 4))
+    finally:
+        if owned:
+            reused.close()
+
+
 def bench_workload(policy_path: str, rounds: int) -> dict:
     sandboy = os.path.join(VENV_BIN, "sandboy")
     # As root the cage drops CAP_DAC_READ_SEARCH, so du may meet a few 0700 directories it
@@ -276,6 +333,7 @@ def main() -> int:
         spaces = bench_namespaces(args.rounds)
         term = bench_terminal(policy_path, args.rounds)
         work = bench_workload(policy_path, args.rounds)
+        parts = bench_parts(policy_path, args.rounds)
 
     ratios = {
         "cli / python floor": cli["sandboy run"] / cli["python -c pass"],
@@ -301,12 +359,13 @@ def main() -> int:
                "workload confined / bare": 1.05}
     if args.json:
         print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "terminal_s": term,
-                          "workload_s": work, "ratios": ratios,
+                          "workload_s": work, "start_up_parts_s": parts, "ratios": ratios,
                           "targets": targets}, indent=2))
         return 0
     print(f"sandboy run benchmark ({args.rounds} rounds, medians, interleaved)")
     for title, table in (("CLI", cli), ("API", api), ("namespaces: /bin/true via the plan executor", spaces),
-                         ("own session and terminal relay", term), ("workload: du -s /usr", work)):
+                         ("own session and terminal relay", term), ("workload: du -s /usr", work),
+                         ("start-up parts (medians of rounds/4)", parts)):
         print(f"  {title}")
         for name, secs in table.items():
             print(f"    {name:<36} {secs * 1000:8.2f} ms")
