@@ -138,8 +138,9 @@ class Cage:
         except OSError as exc:
             raise CageError(self.describe_failure(exc.filename, exc.errno)) from None
 
-    def close(self) -> None:
-        """In the parent, when no more children will be started from this cage."""
+    def close(self, deadline=None) -> bool:
+        """In the parent, when no more children will be started from this cage. False when its
+        `{tmp}` could not be removed entirely (or not before `deadline`, a time.monotonic() value)."""
         self.ruleset.close()
         egress = self.compiled.get("egress")
         if egress is not None and egress.outputs.get("listener") is not None:
@@ -147,7 +148,8 @@ class Cage:
         if self.ctx.tmp:
             from sandboy.confine.cleanup import remove_tree
 
-            remove_tree(self.ctx.tmp)
+            return remove_tree(self.ctx.tmp, deadline)
+        return True
 
     def report(self) -> dict:
         return {
@@ -246,10 +248,11 @@ class Reuse:
             self.cages.pop(next(iter(self.cages))).close()
         return cage, False
 
-    def close(self) -> None:
-        for cage in self.cages.values():
-            cage.close()
+    def close(self, deadline=None) -> list:
+        """Close every kept cage; the `{tmp}` directories left behind (see Cage.close)."""
+        left = [cage.ctx.tmp for cage in self.cages.values() if not cage.close(deadline)]
         self.cages.clear()
+        return left
 
 
 _REUSED = Reuse(limit=8)

@@ -9,28 +9,34 @@ of the run is dead.
 """
 
 import os
+import time
 
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def empty_dir(path: str) -> bool:
-    """Remove everything inside `path` (kept, mode 0700). False if something could not go."""
+def empty_dir(path: str, deadline: float | None = None) -> bool:
+    """Remove everything inside `path` (kept, mode 0700). False if something could not go, or
+    if `deadline` (a time.monotonic() value) passed first: the gate, stopped by ^C, must not
+    spend seconds unlinking what a step left in its {tmp}."""
     try:
         os.chmod(path, 0o700)
         top = os.open(path, _OPEN_DIR)
     except OSError:
         return False
     try:
-        return _empty(top)
+        return _empty(top, deadline)
     finally:
         os.close(top)
 
 
-def remove_tree(path: str) -> bool:
-    """Remove `path` and everything beneath it. False if something could not go."""
+def remove_tree(path: str, deadline: float | None = None) -> bool:
+    """Remove `path` and everything beneath it. False if something could not go (or `deadline`
+    passed first: `path` is then left, partly emptied)."""
     if not os.path.lexists(path):
         return True
-    ok = empty_dir(path) if os.path.isdir(path) and not os.path.islink(path) else True
+    ok = empty_dir(path, deadline) if os.path.isdir(path) and not os.path.islink(path) else True
+    if not ok and deadline is not None and time.monotonic() > deadline:
+        return False
     try:
         if os.path.isdir(path) and not os.path.islink(path):
             os.rmdir(path)
@@ -44,7 +50,7 @@ def remove_tree(path: str) -> bool:
 _MAX_DEPTH = 32  # open directory fds held at once; deeper subtrees are moved up first
 
 
-def _empty(top: int) -> bool:
+def _empty(top: int, deadline: float | None = None) -> bool:
     """Depth-first with an explicit stack of [dir fd, its name, subdirectories left to do].
 
     A subtree deeper than _MAX_DEPTH is renamed into the top directory and emptied from there
@@ -59,7 +65,10 @@ def _empty(top: int) -> bool:
             frame[2] = []
             try:
                 with os.scandir(fd) as entries:
-                    for entry in entries:
+                    for n, entry in enumerate(entries):
+                        if deadline is not None and n % 256 == 255 and time.monotonic() > deadline:
+                            _close_all(stack)
+                            return False
                         if entry.is_dir(follow_symlinks=False):
                             frame[2].append(entry.name)
                             continue
@@ -96,3 +105,9 @@ def _empty(top: int) -> bool:
             except OSError:
                 ok = False
     return ok
+
+
+def _close_all(stack) -> None:
+    """Close the fds of an abandoned walk (the top one belongs to the caller)."""
+    for frame in stack[1:]:
+        os.close(frame[0])

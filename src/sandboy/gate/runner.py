@@ -200,8 +200,9 @@ class CageCache:
 
         return self.reuse.get((policy, tty), lambda: build(policy, cwd=self.repo, repo=self.repo, tty=tty))
 
-    def close(self) -> None:
-        self.reuse.close()
+    def close(self, deadline=None) -> list:
+        """Close every cage; returns the `{tmp}` directories left behind (see Cage.close)."""
+        left = self.reuse.close(deadline)
         if self._pids_group:
             try:
                 self._pids_group.leave()
@@ -209,6 +210,7 @@ class CageCache:
                 pass
             self._pids_group.remove()
             self._pids_group = None
+        return left
 
 
 DEFAULT_MAX_STEP_OUTPUT = 32 << 20  # bytes of a step's output kept in its log, and shown, per step
@@ -508,14 +510,24 @@ class GateRun:
             os.makedirs(self.log_dir, exist_ok=True)
         self.console.gate_start(self.gate, self.ceiling_source)
         self.cages = CageCache(self.gate.repo)
+        self._left_behind: list = []
+        interrupted = False
         try:
             interrupted = self._run_steps()
         finally:
-            self.cages.close()
+            self._left_behind += self.cages.close(self._cleanup_deadline())
             self.cages = None
+        for path in self._left_behind:
+            self.console.note(f"stopped before a step's {{tmp}} was removed: remove {path} yourself")
         result = GateResult(self.gate, self.ceiling_source, self.results, started_wall, time.monotonic() - started)
         result.interrupted = interrupted
         return result
+
+    def _cleanup_deadline(self):
+        """None (remove everything) unless the operator stopped the gate: then what a step left
+        in its {tmp} gets half a second, so the gate still ends within a second of ^C/SIGTERM
+        (300,000 files took 2 s); what remains is named on the console."""
+        return time.monotonic() + 0.5 if self.stop.requested else None
 
     def _run_steps(self) -> bool:
         """Run the steps in order; True when the operator stopped the gate (^C, SIGTERM)."""
@@ -604,8 +616,8 @@ class GateRun:
         finally:
             if relay is not None:
                 relay.close()
-            if owned:
-                cage.close()
+            if owned and not cage.close(self._cleanup_deadline()):
+                self._left_behind.append(cage.ctx.tmp)
             os.close(read_fd)
             stream.close()
             if log_fh is not None:
