@@ -238,8 +238,19 @@ def _check_environment(cage, _v):
         del os.environ["SANDBOY_MUTANT_SECRET"]
 
 
+def _check_protected(cage, _v):
+    # named in fs.protect: this module runs without the namespace tier, where the default set is
+    # reported degraded and only named paths get Landlock's read-only rules
+    startup = cage.work / "conf" / "startup.rc"
+    startup.parent.mkdir()
+    startup.write_text("# host start-up file\n")
+    policy = cage.policy(fs={"write": ["."], "protect": ["conf/startup.rc"]})
+    assert not cage.run("write", startup, policy=policy).ok
+    assert startup.read_text() == "# host start-up file\n"
+
+
 def _protection_mutants():
-    from sandboy.confine import hygiene, landlock, protections
+    from sandboy.confine import hygiene, landlock, protected, protections
 
     def clear(key, value):
         return lambda compiled: compiled.outputs.__setitem__(key, value)
@@ -260,6 +271,7 @@ def _protection_mutants():
          _wrap(protections.compile_landlock_net, clear("scoped", 0)), _check_landlock_scopes),
         ("seccomp filter", protections, "compile_seccomp", _wrap(protections.compile_seccomp, no_steps),
          _check_seccomp_at_all),
+        ("protected paths", protected, "resolve_protected", lambda *a, **k: ([], []), _check_protected),
         ("environment", protections, "compile_environment",
          _wrap(protections.compile_environment, lambda c: c.outputs["env"].update(os.environ)), _check_environment),
     ]
@@ -270,8 +282,8 @@ def _protection_mutants():
 
 def test_every_protection_has_a_probe_that_fails_without_it(probe, tmp_path_factory):
     """The same for the cage's other layers: hygiene (no_new_privs, fds, signals, rlimits,
-    capabilities), Landlock (the ruleset, TCP ports, scopes), the seccomp filter as a whole, the
-    environment. The namespace tier has its own probes (test_namespaces.py)."""
+    capabilities), Landlock (the ruleset, TCP ports, scopes), the seccomp filter as a whole,
+    protected paths, the environment. The namespace tier has its own probes (test_namespaces.py)."""
     victim = rules.start_victim()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
