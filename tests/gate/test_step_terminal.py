@@ -10,7 +10,10 @@ nothing of the attacker is on the screen, the foreground group is unchanged.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -64,19 +67,77 @@ def operator():
     op.close()
 
 
-def test_step_and_its_leftover_cannot_reach_the_operators_terminal(operator, tmp_path):
+NOBODY = 65534
+
+
+class Runner:
+    """Runs the gate and the twin as root (this venv), or as uid 65534 without capabilities
+    through the system python3 over this source tree (docs/findings.md, "Testing as an ordinary
+    user"), in a world-readable directory that user owns."""
+
+    def __init__(self, who: str, tmp_path):
+        self.nobody = who == "nobody"
+        self.env = None
+        self.base = tmp_path
+        if self.nobody:
+            from pathlib import Path
+
+            self.base = Path(tempfile.mkdtemp(prefix="sandboy-gate-tty-"))
+            os.chmod(self.base, 0o755)
+            import sandboy
+
+            src = os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))
+            self.env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(self.base),
+                        "SANDBOY_CACHE_DIR": str(self.base / "cache")}
+
+    def own(self) -> None:
+        if self.nobody:
+            for root, dirs, files in os.walk(self.base):
+                for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
+                    os.chown(name, NOBODY, NOBODY)
+
+    def argv(self, argv) -> list:
+        if not self.nobody:
+            return list(argv)
+        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+
+    def python(self) -> str:
+        return "/usr/bin/python3" if self.nobody else sys.executable
+
+    def close(self) -> None:
+        if self.nobody:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(params=["root", "nobody"])
+def runner(request, tmp_path):
+    if request.param == "nobody":
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            pytest.skip("needs root (to become uid 65534) and setpriv")
+        check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                               capture_output=True, text=True)
+        if check.stdout.strip() != "True":
+            pytest.skip("needs a system python3 >= 3.11 that uid 65534 can run")
+    who = Runner(request.param, tmp_path)
+    yield who
+    who.close()
+
+
+def test_step_and_its_leftover_cannot_reach_the_operators_terminal(operator, runner):
     marker = f"gate-{os.getpid()}-{time.monotonic_ns()}"
-    (tmp_path / "attack.py").write_text(ATTACK)
-    repo = make_repo(tmp_path, f"""
+    base = runner.base
+    (base / "attack.py").write_text(ATTACK)
+    repo = make_repo(base, f"""
         [[step]]
         name = "attack"
         run = "python3 attack.py {marker}"
     """, {"attack.py": ATTACK})
+    runner.own()
     # The twin: the same program outside the cage, in the operator's terminal, reads the line,
     # and its leftover the next one, typed after the program returned.
     twin = f"twin-{marker}"
     operator.type(f"{twin}-1\n".encode())
-    bare = operator.start(["/usr/bin/python3", str(tmp_path / "attack.py"), twin])
+    bare = operator.start(runner.argv(["/usr/bin/python3", str(base / "attack.py"), twin]), env=runner.env)
     assert bare.wait(10) == 0
     operator.type(f"{twin}-2\n".encode())
     screen = operator.watch(5, until=f"LEFTOVER-{twin}".encode()).decode()
@@ -86,8 +147,9 @@ def test_step_and_its_leftover_cannot_reach_the_operators_terminal(operator, tmp
 
     operator.type(f"{marker}\n".encode())  # typed ahead, waiting in the terminal
     before = operator.foreground_group()
-    gate = operator.start([sys.executable, "-m", "sandboy.gate.cli", str(repo)])
-    assert gate.wait(60) == 0
+    gate = operator.start(runner.argv([runner.python(), "-m", "sandboy.gate.cli", str(repo)]), env=runner.env,
+                          cwd=str(base))
+    assert gate.wait(60) == 0, operator.watch(1).decode()
     operator.type(f"{marker}-after\n".encode())
     screen = operator.watch(2.0).decode()
     assert f"STEP-{marker}" in screen, screen  # the step ran and reported
