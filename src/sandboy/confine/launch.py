@@ -84,7 +84,9 @@ class RunResult:
 
 
 NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
-                  "cgroup could be created; refusing to run without the limit")
+                  "cgroup could be created; refusing to run without the limit (run it where "
+                  "/sys/fs/cgroup is writable — not inside another cage — or with a policy or gate "
+                  "ceiling without limits.processes)")
 
 
 def _timeout_for(cage, timeout):
