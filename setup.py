@@ -5,9 +5,36 @@ It is optional: without a C compiler the build skips it and `sandboy.confine._li
 same plan in Python, slower (`sandboy doctor` says which one is in use).
 """
 
+import shutil
+from pathlib import Path
+
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+# The adapters' guest sources (adapters/: the WIT, common/ helpers, one directory per adapter) are
+# not host code, but they are part of the product: a wheel must carry them so `sandboy audit`
+# can build its components on first use with no source checkout (docs/adr/0014). They are
+# copied into the built package as sandboy/audit/guest_sources/, the layout of adapters/.
+GUEST_SOURCES = Path(__file__).resolve().parent / "adapters"
+GUEST_PACKAGE_DIR = ("sandboy", "audit", "guest_sources")
+
+
+class build_py_with_guest_sources(build_py):
+    def run(self):
+        super().run()
+        if self.editable_mode or not GUEST_SOURCES.is_dir():
+            return  # an editable install reads adapters/ in the checkout itself
+        dest = Path(self.build_lib).joinpath(*GUEST_PACKAGE_DIR)
+        shutil.rmtree(dest, ignore_errors=True)
+        for path in sorted(GUEST_SOURCES.rglob("*")):
+            if path.suffix in (".py", ".wit") and "__pycache__" not in path.parts:
+                target = dest / path.relative_to(GUEST_SOURCES)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+
 
 setup(
+    cmdclass={"build_py": build_py_with_guest_sources},
     ext_modules=[
         Extension(
             "sandboy.confine._native",

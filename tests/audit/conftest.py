@@ -55,3 +55,7 @@ def hostile() -> Path:
     path = build_sources("test-hostile", files)
     host.load(path)
     return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: builds/installs a wheel or runs real analysers (tens of seconds)")

@@ -1,9 +1,10 @@
 """Adapter names -> guest sources, and where those sources live.
 
-Guest sources are not part of the importable package (they run inside a
-component, not in the host), they live beside it in the repository's
-`adapters/` directory. The install is editable, so they are found relative
-to this file; SANDBOY_ADAPTERS_DIR overrides that (e.g. for a wheel install).
+Guest sources are not host code (they run inside a component), they live in the
+repository's `adapters/` directory. A wheel carries a copy as package data,
+`sandboy/audit/guest_sources/` (setup.py; docs/adr/0014), and builds components from it on
+first use; an editable install reads `adapters/` in the checkout. SANDBOY_ADAPTERS_DIR
+overrides both.
 """
 
 from __future__ import annotations
@@ -57,13 +58,19 @@ def adapter_for_tool(tool: str) -> AdapterSpec:
 def adapters_root() -> Path:
     """The directory holding `wit/adapter.wit`, `common/` and one directory per adapter."""
     override = os.environ.get("SANDBOY_ADAPTERS_DIR")
-    root = Path(override) if override else Path(__file__).resolve().parents[3] / "adapters"
-    if not (root / "wit" / "adapter.wit").is_file():
-        raise UsageError(
-            f"adapter sources not found at {root} (no wit/adapter.wit): install Sandboy from a "
-            "source checkout (pip install -e .) or set SANDBOY_ADAPTERS_DIR to its adapters/ directory"
-        )
-    return root
+    if override:
+        candidates = [Path(override)]
+    else:
+        here = Path(__file__).resolve()
+        candidates = [here.parent / "guest_sources", here.parents[3] / "adapters"]  # wheel, checkout
+    for root in candidates:
+        if (root / "wit" / "adapter.wit").is_file():
+            return root
+    raise UsageError(
+        f"adapter sources not found (no wit/adapter.wit in {' or '.join(map(str, candidates))}): "
+        "this install is incomplete; reinstall Sandboy (pip install --force-reinstall sandboy), "
+        "or set SANDBOY_ADAPTERS_DIR to a source checkout's adapters/ directory"
+    )
 
 
 def source_files(spec: AdapterSpec) -> list[Path]:

@@ -1,0 +1,94 @@
+"""An install that works (issue 12, docs/adr/0014): a wheel built from the tree, installed into a
+fresh virtualenv, converts a real sample with no source checkout beside it.
+
+The wheel is built from a copy of the files an sdist carries (so nothing of the checkout can be
+found by accident), installed with its dependencies from the package index (pip's cache makes the
+second run fast), and run from an empty directory. The component cache is the test session's, keyed
+on the sources' hash: a hit proves the wheel carries byte-identical guest sources; with
+SANDBOY_TEST_COLD_BUILD=1 the cache is a fresh directory and the first conversion builds for real
+(≈ 60-80 s here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, SAMPLES
+
+pytestmark = pytest.mark.slow
+
+# What an sdist of the project holds (MANIFEST.in + setuptools' defaults) — and nothing else.
+TREE = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "src", "adapters")
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{argv} exited {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("wheel")
+    tree = base / "tree"
+    for name in TREE:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "*.wasm", "*.cwasm"))
+        else:
+            tree.mkdir(exist_ok=True)
+            shutil.copy2(source, tree / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDBOY_ADAPTERS_DIR", "PYTHONPATH", "VIRTUAL_ENV"))}
+    dist = base / "dist"
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(tree)], base, env, 600)
+    (wheel,) = dist.glob("sandboy-*.whl")
+    venv = base / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], base, env, 120)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], base, env, 900)
+    shutil.rmtree(tree)  # nothing of the source tree is left beside the install
+    return wheel
+
+
+def test_the_wheel_carries_the_guest_sources(installed: Path) -> None:
+    names = set(zipfile.ZipFile(installed).namelist())
+    for adapter in ("bandit", "semgrep", "infer", "passthrough"):
+        assert f"sandboy/audit/guest_sources/{adapter}/app.py" in names
+    assert "sandboy/audit/guest_sources/wit/adapter.wit" in names
+    assert "sandboy/audit/guest_sources/common/sandboy_guest.py" in names
+    assert not [n for n in names if n.endswith((".wasm", ".cwasm", ".pyc"))]
+    # Sources only: the wheel stays small (the C executor is most of it).
+    assert installed.stat().st_size < 2 * 1024 * 1024
+
+
+def test_installed_wheel_converts_a_real_sample_from_an_empty_directory(installed: Path, tmp_path: Path) -> None:
+    venv = installed.parents[1] / "venv"
+    sandboy = venv / "bin" / "sandboy"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDBOY_ADAPTERS_DIR", "PYTHONPATH", "VIRTUAL_ENV"))}
+    if os.environ.get("SANDBOY_TEST_COLD_BUILD") == "1":
+        env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cold-cache")
+    work = tmp_path / "work"
+    work.mkdir()
+    sample = SAMPLES / "bandit" / "spotifyscraper_bandit-1.8.3.json"
+    shutil.copy2(sample, work / "bandit.json")
+
+    where = _run([str(venv / "bin" / "python"), "-c", "from sandboy.audit.registry import adapters_root; print(adapters_root())"], work, env, 60)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
+
+    started = time.monotonic()
+    _run([str(sandboy), "audit", "convert", "--tool", "bandit", "--artifact", "bandit.json", "-o", "bandit.sarif"], work, env, 900)
+    took = time.monotonic() - started
+    print(f"time to first conversion from the installed wheel: {took:.1f} s")
+    log = json.loads((work / "bandit.sarif").read_text())
+    run = log["runs"][0]
+    assert run["tool"]["driver"]["name"].lower() == "bandit"
+    assert len(run["results"]) > 0
+    _run([str(sandboy), "audit", "validate", "bandit.sarif"], work, env, 120)
