@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, SAMPLES
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "tests" / "data" / "samples"
 
 pytestmark = pytest.mark.slow
 
