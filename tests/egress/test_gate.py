@@ -39,9 +39,18 @@ def test_step_domains_met_with_the_ceiling_and_reported(tmp_path, origin):
     hosts.write_text("127.0.0.1 allowed.test denied.test\n")
     report = tmp_path / "report.json"
     env = dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    logs = tmp_path / "logs"
+    summary = tmp_path / "summary.md"
     proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
-                           "--json", str(report)], capture_output=True, text=True, env=env, timeout=120)
+                           "--json", str(report), "--logs", str(logs)], capture_output=True, text=True,
+                          env=dict(env, GITHUB_STEP_SUMMARY=str(summary)), timeout=120)
+    # the Markdown summary lists the hosts too
+    assert f"fetch: allowed allowed.test:{port}; refused denied.test:{port}" in summary.read_text()
     data = json.loads(report.read_text())
+    egress_logs = list(logs.glob("*.egress.jsonl"))
+    assert len(egress_logs) == 1, list(logs.iterdir())
+    decisions = [json.loads(line) for line in egress_logs[0].read_text().splitlines()]
+    assert [(d["decision"], d["host"]) for d in decisions] == [("allow", "allowed.test"), ("deny", "denied.test")]
     step = data["steps"][0]
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     tail = step["output_tail"]

@@ -21,7 +21,8 @@ class EgressLog:
     def __init__(self, path=None):
         self._fd = None
         if path is not None:
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            # O_NOFOLLOW: a symlink planted at the log's path is refused, never followed
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         self._lock = threading.Lock()
         self.allowed = 0
         self.denied = 0

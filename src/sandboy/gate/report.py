@@ -190,6 +190,13 @@ def to_markdown(gate_result) -> str:
     notes = [n.for_step(s.name) for s in gate_result.steps for n in s.narrowings]
     if notes:
         lines += ["", "**Narrowed by the ceiling**", ""] + [f"- {_md(n)}" for n in notes]
+    egress = [(s.name, _egress(s)) for s in gate_result.steps if _egress(s)]
+    if egress:
+        lines += ["", "**Network (net.domains)**", ""]
+        for name, e in egress:
+            allowed = ", ".join(e["allowed_hosts"]) or "none"
+            refused = ", ".join(e["refused_hosts"]) or "none"
+            lines.append(f"- {_md(name)}: allowed {_md(allowed)}; refused {_md(refused)}")
     return "\n".join(lines) + "\n"
 
 

@@ -595,8 +595,11 @@ class GateRun:
                 # The gate supervises its steps itself (it is a subreaper): docs/design.md (Gate) says no process
                 # of a step outlives it, including ones that called setsid, and a supervisor process
                 # per step would cost ≈ 2.5 ms (docs/performance.md).
+                # with net.domains and --logs: the proxy's decisions beside the step's output
+                egress_log = (os.path.splitext(result.log_path)[0] + ".egress.jsonl"
+                              if result.log_path and policy.net.egress else None)
                 proc = LocalRun(argv, cage, timeout=step.timeout, stdio=stdio,
-                                pids_group=self.cages.pids_group(policy), ctty=ctty)
+                                pids_group=self.cages.pids_group(policy), ctty=ctty, egress_log=egress_log)
             except PolicyError as exc:
                 result.refuse("policy_error", str(exc))
                 return False
