@@ -10,7 +10,7 @@ cheap on the `sandboy run` start-up path:
 
 __version__ = "0.1.0"
 
-__all__ = ["Policy", "PolicyError", "CageError", "RunResult", "run", "__version__"]
+__all__ = ["Policy", "PolicyError", "CageError", "RunResult", "run", "spawn", "__version__"]
 
 
 def __getattr__(name: str):
@@ -23,7 +23,7 @@ def __getattr__(name: str):
         from sandboy import errors
 
         return getattr(errors, name)
-    if name in ("run", "RunResult"):
+    if name in ("run", "spawn", "RunResult"):
         from sandboy.confine import launch
 
         return getattr(launch, name)

@@ -175,3 +175,21 @@ def test_start_up_without_domains_imports_no_egress(tmp_path):
     used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "sandboy.confine.cage" in used
     assert not {m for m in used if m.startswith(("sandboy.egress", "h11", "asyncio"))}, used
+
+
+def test_spawn_handle_serves_until_wait(tmp_path, env, origin, monkeypatch):
+    """`sandboy.spawn`: the proxy serves while the command runs; wait() ends both and reports."""
+    from sandboy import Policy, spawn
+
+    monkeypatch.setenv("SANDBOY_EGRESS_HOSTS", env["SANDBOY_EGRESS_HOSTS"])
+    if "SANDBOY_NAMESPACES" in env:
+        monkeypatch.setenv("SANDBOY_NAMESPACES", env["SANDBOY_NAMESPACES"])
+    p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
+    out = tmp_path / "out"
+    with open(out, "wb") as fh:
+        proc = spawn(["/bin/sh", "-c", f"sleep 0.2; curl -sS http://allowed.test:{origin.port}/spawned"], p,
+                     cwd=str(tmp_path), stdout=fh.fileno())
+        assert proc.pid > 0
+        result = proc.wait()
+    assert result.ok and b"/spawned" in out.read_bytes(), result
+    assert result.egress["allowed"] == 1
