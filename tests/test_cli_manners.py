@@ -244,3 +244,31 @@ def test_every_unknown_gate_key_gets_a_did_you_mean(tmp_path, gate, key, suggest
     proc = subprocess.run([SANDBOY, "gate", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert f"{key}: unknown key (did you mean '{suggestion}'?" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--policy", str(REPO / "policy.example.toml"), "--dry-run"],
+    ["doctor", "--json"],
+    ["audit", "list"],
+    ["audit", "validate", str(SAMPLE)],
+    ["gate", "--print-ceiling"],
+], ids=lambda argv: " ".join(a if "/" not in a else Path(a).name for a in argv))
+def test_an_unwritable_stdout_is_said_once_with_74(argv, tmp_path):
+    """/dev/full (ENOSPC) stands for a full disk or a dead terminal: one line, exit 74, no traceback."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([SANDBOY, *argv], stdout=full, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              text=True, cwd=tmp_path, timeout=120)
+    assert_no_traceback(proc)
+    assert proc.returncode == 74 and "cannot write the output: No space left on device" in proc.stderr, proc.stderr
+
+
+def test_a_gate_whose_output_fails_stops_and_writes_its_reports(small_repo, tmp_path):
+    import json
+
+    report = tmp_path / "gate.json"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([SANDBOY, "gate", str(small_repo / "repo"), "--json", str(report)], stdout=full,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=120)
+    assert_no_traceback(proc)
+    assert proc.returncode == 74 and "cannot write the output" in proc.stderr, proc.stderr
+    assert json.loads(report.read_text())["steps"][0]["status"] == "not_run"

@@ -9,7 +9,7 @@ prints the usual help and errors.
 import os
 import sys
 
-from sandboy.errors import EXIT_CAGE, EXIT_READER_GONE, EXIT_USAGE, CageError, PolicyError
+from sandboy.errors import EXIT_CAGE, EXIT_OUTPUT_FAILED, EXIT_READER_GONE, EXIT_USAGE, CageError, PolicyError
 
 RUN_EPILOG = """\
 examples:
@@ -24,7 +24,7 @@ stdin becomes /dev/null, on stdout/stderr a pipe Sandboy copies to it while the 
 exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
 be applied (the command never runs unconfined); 126/127 command not executable / not found;
 128+n killed by signal n (supervised mode, e.g. limits.wall_seconds); 141 from --dry-run when
-the reader of stdout went away (`| head`).
+the reader of stdout went away (`| head`); 74 stdout could not be written.
 Policy reference: README.md and policy.example.toml."""
 
 
@@ -319,10 +319,21 @@ def finish(main_function, argv=None) -> int:
         sys.stdout.flush()  # here, not at interpreter exit, where a failure prints "Exception ignored"
         return code
     except BrokenPipeError:
-        quiet = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(quiet, sys.stdout.fileno())  # the buffered rest goes nowhere at exit
-        os.close(quiet)
+        _stdout_to_devnull()
         return EXIT_READER_GONE
+    except OSError as exc:
+        # Whatever escaped a command as OSError is its output failing (a full disk, /dev/full,
+        # EIO): every command handles its own files and names them. Said once, exit 74.
+        _stdout_to_devnull()
+        sys.stderr.write(f"sandboy: cannot write the output: {exc.strerror or exc}\n")
+        return EXIT_OUTPUT_FAILED
+
+
+def _stdout_to_devnull() -> None:
+    """What is still buffered for stdout goes nowhere at exit (no "Exception ignored")."""
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, sys.stdout.fileno())
+    os.close(quiet)
 
 
 def entry() -> None:

@@ -103,12 +103,16 @@ def _option(text: str) -> tuple[str, str]:
     return key, value
 
 
+# Errors of writing stdout (a full disk, /dev/full, a dead terminal): not an internal error.
+_OUTPUT_ERRNOS = {28, 5, 27, 122}  # ENOSPC, EIO, EFBIG, EDQUOT
+
+
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Every failure becomes one line on stderr and a documented exit code, never a traceback."""
 
     def run(args: argparse.Namespace) -> int:
         from sandboy.audit.errors import AuditError
-        from sandboy.escape import block, line
+        from sandboy.escape import block
 
         try:
             return func(args)
@@ -119,6 +123,10 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             return exc.exit_code
         except BrokenPipeError:
             raise  # the reader went away: sandboy.cli.finish exits quietly (141)
+        except OSError as exc:
+            if exc.errno in _OUTPUT_ERRNOS and exc.filename is None:
+                raise  # stdout could not be written: sandboy.cli.finish says so (74)
+            return _internal_error(exc)
         except KeyboardInterrupt:
             print("sandboy audit: interrupted", file=sys.stderr)
             return 130
@@ -126,13 +134,19 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             print("sandboy audit: the host ran out of memory; lower --max-input-bytes", file=sys.stderr)
             return EXIT_INTERNAL
         except Exception as exc:  # noqa: BLE001 — the promise is "no traceback", bugs included
-            if os.environ.get("SANDBOY_DEBUG"):
-                raise
-            print(line(f"sandboy audit: internal error ({type(exc).__name__}: {exc}); "
-                       "this is a Sandboy bug — re-run with SANDBOY_DEBUG=1 and report the traceback"), file=sys.stderr)
-            return EXIT_INTERNAL
+            return _internal_error(exc)
 
     return run
+
+
+def _internal_error(exc: Exception) -> int:
+    from sandboy.escape import line
+
+    if os.environ.get("SANDBOY_DEBUG"):
+        raise exc
+    print(line(f"sandboy audit: internal error ({type(exc).__name__}: {exc}); "
+               "this is a Sandboy bug — re-run with SANDBOY_DEBUG=1 and report the traceback"), file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 # --- commands ---------------------------------------------------------------------

@@ -30,7 +30,8 @@ With $GITHUB_STEP_SUMMARY set, a Markdown summary is appended to it.
 
 exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed;
 2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM);
-141 the reader of stdout went away (`| head`): the running step is ended, the reports written.
+141 the reader of stdout went away (`| head`): the running step is ended, the reports written;
+74 stdout could not be written (a full disk): the same, said on stderr.
 Reference: docs/gate.md."""
 
 
@@ -163,6 +164,12 @@ def run_command(args) -> int:
     except OSError as exc:
         _say(f"sandboy gate: cannot write a report: {exc.filename or ''}: {exc.strerror}")
         return max(result.exit_code, 1)
+    if console.output_error is not None:
+        from sandboy.errors import EXIT_OUTPUT_FAILED
+
+        _say(f"sandboy gate: cannot write the output: {console.output_error.strerror}; the gate stopped "
+             "(reports written)")
+        return EXIT_OUTPUT_FAILED
     if console.reader_gone:
         return EXIT_READER_GONE  # quietly, like a tool ended by SIGPIPE; the reports are written
     if result.interrupted:

@@ -43,6 +43,7 @@ class Console:
         # and the reports written. Later lines are dropped.
         self.on_reader_gone = on_reader_gone
         self.reader_gone = False
+        self.output_error = None  # an OSError other than EPIPE that stopped the output
         self.status = status or sys.stderr
         self.live = self.status.isatty() if live is None else live
         self.colour = self.live and self.out.isatty()
@@ -70,8 +71,9 @@ class Console:
         try:
             self.out.write(text + "\n")
             self.out.flush()
-        except BrokenPipeError:
+        except OSError as exc:  # the reader went away (EPIPE), or the output cannot be written
             self.reader_gone = True
+            self.output_error = None if isinstance(exc, BrokenPipeError) else exc
             import os
 
             quiet = os.open(os.devnull, os.O_WRONLY)  # what is still buffered goes nowhere
