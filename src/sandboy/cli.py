@@ -272,7 +272,7 @@ def build_parser():
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=cmd_doctor)
 
-    for module in ("sandboy.gate.cli", "sandboy.audit.cli"):
+    for module in ("sandboy.gate.cli", "sandboy.audit.cli", "sandboy.capability.cli"):
         try:
             mod = __import__(module, fromlist=["add_parser"])
         except ImportError:

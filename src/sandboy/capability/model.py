@@ -1,0 +1,272 @@
+"""`owen.policy.toml`: the canonical capability policy, strictly validated, and its path rule.
+
+Patterns are a gitignore subset every target can say the same way: `*` and `?` within one path
+segment, `**` as a whole segment, a trailing `/` for "this directory and everything in it", a
+pattern without an inner `/` matching at any depth, one with an inner (or leading) `/` anchored to
+the repository root. Not accepted, each with its reason in the error: `!` re-includes (Claude
+Code's deny rules and the cage's `fs.deny` cannot make an exception, so a re-include would be
+silently lost there), `[...]` classes and `\\` escapes (the targets disagree on them), `..`.
+"""
+
+import re
+
+from sandboy.errors import PolicyError
+
+POLICY_FILE = "owen.policy.toml"
+TOP_KEYS = ("version", "targets", "read", "index", "write", "exec", "network", "codex", "sandboy")
+SECTION_KEYS = {
+    "read": ("deny",),
+    "index": ("exclude",),
+    "write": ("allow", "deny"),
+    "exec": ("allow", "deny"),
+    "network": ("domains",),
+    "codex": ("profile",),
+    "sandboy": ("include",),
+}
+DEFAULT_INCLUDE = ("system", "python", "git")
+
+
+class Pattern:
+    """One path pattern of the policy, parsed once; `covers(path)` is THE canonical decision."""
+
+    __slots__ = ("text", "body", "anchored", "dir_only", "_regex")
+
+    def __init__(self, text: str, body: str, anchored: bool, dir_only: bool):
+        self.text, self.body, self.anchored, self.dir_only = text, body, anchored, dir_only
+        self._regex = re.compile(_to_regex(body, anchored))
+
+    def gitignore(self) -> str:
+        """The pattern as a gitignore line (anchored ones spelled with a leading `/`)."""
+        return ("/" if self.anchored else "") + self.body + ("/" if self.dir_only else "")
+
+    def is_literal(self) -> bool:
+        return self.anchored and not any(c in self.body for c in "*?")
+
+    def matches(self, path: str, is_dir: bool) -> bool:
+        if self.dir_only and not is_dir:
+            return False
+        return self._regex.fullmatch(path) is not None
+
+    def covers(self, path: str, is_dir: bool = False) -> bool:
+        """True when the pattern matches `path` (relative, `/`-separated) or a directory above it
+        (gitignore: excluding a directory excludes everything in it)."""
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            if self.matches("/".join(parts[:i]), True):
+                return True
+        return self.matches("/".join(parts), is_dir)
+
+    def __repr__(self):
+        return f"Pattern({self.text!r})"
+
+
+def _to_regex(body: str, anchored: bool) -> str:
+    out = []
+    segments = body.split("/")
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if seg == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        piece = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in seg)
+        out.append(piece if last else piece + "/")
+    regex = "".join(out)
+    return regex if anchored else "(?:[^/]+/)*" + regex
+
+
+def parse_pattern(src: str, key: str, text) -> Pattern:
+    if not isinstance(text, str):
+        raise PolicyError(src, key, f"expected a path pattern (a string), got {_kind(text)}")
+    problem = None
+    if not text or text.strip() != text:
+        problem = "empty, or begins/ends with blanks"
+    elif text.startswith("!"):
+        problem = ("'!' re-includes are not accepted: Claude Code's deny rules and the cage's fs.deny "
+                   "cannot make an exception, so it would be lost there; list what to deny instead")
+    elif text.startswith("#"):
+        problem = "a pattern cannot start with '#' (a comment in every ignore file)"
+    elif any(c in text for c in "[]\\\0\n"):
+        problem = "'[...]' classes, '\\' escapes and control characters are not accepted (the targets disagree on them)"
+    if problem:
+        raise PolicyError(src, key, f"{text!r}: {problem}")
+    dir_only = text.endswith("/")
+    body = text.strip("/")
+    anchored = text.startswith("/") or "/" in body
+    segments = body.split("/")
+    for seg in segments:
+        if seg in ("", ".", ".."):
+            raise PolicyError(src, key, f"{text!r}: empty, '.' or '..' segment (write paths relative to the repository root)")
+        if "**" in seg and seg != "**":
+            raise PolicyError(src, key, f"{text!r}: '**' must be a whole segment (as in 'a/**/b')")
+    if body == "**":
+        raise PolicyError(src, key, f"{text!r}: matches everything; name what to cover")
+    return Pattern(text, body, anchored, dir_only)
+
+
+class ExecRule:
+    """A command prefix: `npm run test` allows/denies that program with those first arguments."""
+
+    __slots__ = ("text", "words")
+
+    def __init__(self, text: str, words: tuple):
+        self.text, self.words = text, words
+
+    def covers(self, argv) -> bool:
+        return tuple(argv[: len(self.words)]) == self.words
+
+
+def parse_exec(src: str, key: str, text) -> ExecRule:
+    if not isinstance(text, str):
+        raise PolicyError(src, key, f"expected a command prefix (a string), got {_kind(text)}")
+    words = tuple(text.split())
+    if not words:
+        raise PolicyError(src, key, "empty command prefix")
+    if any(c in text for c in "*()\0\n\"'"):
+        raise PolicyError(src, key, f"{text!r}: a prefix is plain words (no '*', quotes or parentheses); "
+                          "it covers every command that starts with them")
+    return ExecRule(" ".join(words), words)
+
+
+class CapabilityPolicy:
+    """The validated policy. Lists keep their order (emitted files follow it)."""
+
+    def __init__(self, source, read_deny, index_exclude, write_allow, write_deny, exec_allow,
+                 exec_deny, domains, targets, codex_profile, include, target_options):
+        self.source = source
+        self.read_deny, self.index_exclude = read_deny, index_exclude
+        self.write_allow, self.write_deny = write_allow, write_deny
+        self.exec_allow, self.exec_deny = exec_allow, exec_deny
+        self.domains, self.targets = domains, targets
+        self.codex_profile, self.include = codex_profile, include
+        self.target_options = target_options
+
+    # --- the canonical decisions (what every target is compared with) -----------------------
+
+    def read_rule(self, path: str, is_dir=False):
+        """The read-deny pattern that hides `path`, or None (readable)."""
+        return next((p for p in self.read_deny if p.covers(path, is_dir)), None)
+
+    def index_rule(self, path: str, is_dir=False):
+        """The rule keeping `path` out of an agent's index: a read deny or an index exclude."""
+        return self.read_rule(path, is_dir) or next(
+            (p for p in self.index_exclude if p.covers(path, is_dir)), None)
+
+    def write_rule(self, path: str, is_dir=False):
+        """(writable, deciding pattern or reason)."""
+        hit = self.read_rule(path, is_dir)
+        if hit:
+            return False, hit
+        hit = next((p for p in self.write_deny if p.covers(path, is_dir)), None)
+        if hit:
+            return False, hit
+        if not self.write_allow:
+            return True, "write.allow is absent: the whole repository is writable"
+        hit = next((p for p in self.write_allow if p.covers(path, is_dir)), None)
+        return (True, hit) if hit else (False, "not under any write.allow entry")
+
+
+def _kind(value) -> str:
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a float",
+             list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _list(src, key, value, parse):
+    if not isinstance(value, list):
+        raise PolicyError(src, key, f"expected a list, got {_kind(value)}")
+    out, seen = [], set()
+    for i, item in enumerate(value):
+        parsed = parse(src, f"{key}[{i}]", item)
+        if parsed.text not in seen:
+            seen.add(parsed.text)
+            out.append(parsed)
+    return tuple(out)
+
+
+def _unknown(src, key, name, known):
+    from sandboy.escape import key as keyname
+    from sandboy.policy.load import unknown_key
+
+    raise PolicyError(src, f"{key}{keyname(name)}", unknown_key(name, known))
+
+
+def _domain(src, key, value):
+    if not isinstance(value, str):
+        raise PolicyError(src, key, f"expected a domain (a string), got {_kind(value)}")
+    from sandboy.egress.rules import EntryError, parse_entry
+
+    try:
+        parse_entry(value)
+    except EntryError as exc:
+        raise PolicyError(src, key, str(exc)) from None
+    return value.lower()
+
+
+def from_mapping(data: dict, src: str) -> CapabilityPolicy:
+    from sandboy.capability.targets import TARGETS
+
+    for name in data:
+        if name not in TOP_KEYS:
+            _unknown(src, "", name, TOP_KEYS)
+    if data.get("version") != 1:
+        raise PolicyError(src, "version", f"expected version = 1, got {data.get('version')!r}")
+    sections = {}
+    for name, known in SECTION_KEYS.items():
+        table = data.get(name, {})
+        if not isinstance(table, dict):
+            raise PolicyError(src, name, f"expected a table [{name}], got {_kind(table)}")
+        for k in table:
+            if k not in known:
+                _unknown(src, f"{name}.", k, known)
+        sections[name] = table
+    pat = lambda sec, k: _list(src, f"{sec}.{k}", sections[sec].get(k, []), parse_pattern)  # noqa: E731
+    ex = lambda k: _list(src, f"exec.{k}", sections["exec"].get(k, []), parse_exec)  # noqa: E731
+    domains = sections["network"].get("domains", [])
+    if not isinstance(domains, list):
+        raise PolicyError(src, "network.domains", f"expected a list of domains, got {_kind(domains)}")
+    domains = tuple(dict.fromkeys(_domain(src, f"network.domains[{i}]", d) for i, d in enumerate(domains)))
+
+    targets = data.get("targets", list(t for t, e in TARGETS.items() if e.default))
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise PolicyError(src, "targets", f"expected a list of target names, got {_kind(targets)}")
+    for i, t in enumerate(targets):
+        if t not in TARGETS:
+            from sandboy.policy.load import unknown_key
+
+            raise PolicyError(src, f"targets[{i}]", unknown_key(t, tuple(TARGETS)).replace("unknown key", f"unknown target {t!r}"))
+    profile = sections["codex"].get("profile", "owen")
+    if not isinstance(profile, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", profile):
+        raise PolicyError(src, "codex.profile", f"expected a profile name (letters, digits, '-', '_'), got {profile!r}")
+    include = sections["sandboy"].get("include", list(DEFAULT_INCLUDE))
+    from sandboy.policy.presets import PRESETS
+
+    if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
+        raise PolicyError(src, "sandboy.include", f"expected a list of preset names, got {_kind(include)}")
+    for i, name in enumerate(include):
+        if name not in PRESETS:
+            from sandboy.policy.load import unknown_key
+
+            raise PolicyError(src, f"sandboy.include[{i}]", unknown_key(name, tuple(PRESETS)).replace("unknown key", f"unknown preset {name!r}"))
+    policy = CapabilityPolicy(
+        src, pat("read", "deny"), pat("index", "exclude"), pat("write", "allow"), pat("write", "deny"),
+        ex("allow"), ex("deny"), domains, tuple(dict.fromkeys(targets)), profile, tuple(include), {})
+    if not any(t in policy.targets for t in TARGETS):
+        raise PolicyError(src, "targets", "empty: name at least one target")
+    return policy
+
+
+def load(path: str) -> CapabilityPolicy:
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(1 << 20)
+    except OSError as exc:
+        raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PolicyError(path, "", "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(path, "", f"not valid TOML: {exc}") from None
+    return from_mapping(data, path)

@@ -1,0 +1,147 @@
+"""Claude Code: `.claude/settings.json` — permission rules and sandbox settings, merged into the
+file the user already has. Only the entries Sandboy owns change: the rules it wrote last time are
+recorded in `.sandboy/owned.json`, so a rule dropped from the policy is removed again, and
+everything else in the file (the user's own rules, hooks, env, model...) is kept as it was."""
+
+import json
+
+from sandboy.capability.targets import ADVISORY, LOST, Target, rules
+from sandboy.errors import PolicyError
+
+SETTINGS = ".claude/settings.json"
+SANDBOX_NOTE = ("Claude Code's own sandbox applies it to Bash when enabled and available there; "
+                "Sandboy does not verify it")
+
+
+def paths(pattern) -> list:
+    """Claude rule paths for one pattern: `./x` anchored at the project, `**/x` at any depth;
+    a matched directory covers its contents, so `x/**` is emitted too."""
+    base = ("./" if pattern.anchored else "**/") + pattern.body
+    return [base + "/**"] if pattern.dir_only else [base, base + "/**"]
+
+
+def wanted(policy) -> dict:
+    """The entries this policy puts in the file: {dotted list key: [values]}."""
+    allow, deny = [], []
+    deny_read, allow_write, deny_write = [], [], []
+    for p in policy.read_deny:
+        for path in paths(p):
+            deny += [f"Read({path})", f"Edit({path})"]  # a Read() deny alone leaves Edit/Write open
+            deny_read.append(path)
+            deny_write.append(path)
+    for p in policy.write_deny:
+        for path in paths(p):
+            deny.append(f"Edit({path})")
+            deny_write.append(path)
+    for p in policy.write_allow:
+        for path in paths(p):
+            allow.append(f"Edit({path})")
+            allow_write.append(path)
+    for rule in policy.exec_allow:
+        allow.append(f"Bash({rule.text}:*)")
+    for rule in policy.exec_deny:
+        deny.append(f"Bash({rule.text}:*)")
+    for domain in policy.domains:
+        allow.append(f"WebFetch(domain:{domain})")
+    out = {
+        "permissions.allow": allow, "permissions.deny": deny,
+        "sandbox.filesystem.denyRead": deny_read, "sandbox.filesystem.denyWrite": deny_write,
+        "sandbox.filesystem.allowWrite": allow_write if policy.write_allow else ["."],
+        "sandbox.network.allowedDomains": list(policy.domains),
+    }
+    return {k: list(dict.fromkeys(v)) for k, v in out.items()}
+
+
+def _node(doc: dict, dotted: str, create: bool):
+    *parents, leaf = dotted.split(".")
+    node = doc
+    for part in parents:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            if not create:
+                return None, leaf
+            nxt = node[part] = {}
+        node = nxt
+    return node, leaf
+
+
+def merge(doc: dict, want: dict, previously_owned: dict) -> dict:
+    """Put `want` into `doc`: values owned last time and no longer wanted are removed, values
+    the user wrote are kept in place, new values appended. Returns what is owned now."""
+    owned = {}
+    lists = [k for k, v in previously_owned.items() if isinstance(v, list)]
+    for key in sorted(set(want) | set(lists)):
+        values = want.get(key, [])
+        stale = set(previously_owned.get(key, ())) - set(values)
+        node, leaf = _node(doc, key, create=bool(values))
+        if node is None:
+            continue
+        current = node.get(leaf, [])
+        if not isinstance(current, list):
+            raise PolicyError(SETTINGS, key, f"expected a list, found {type(current).__name__}: fix or remove it")
+        kept = [v for v in current if v not in stale]
+        added = [v for v in values if v not in kept]
+        owned[key] = [v for v in values if v in added or v in previously_owned.get(key, ())]
+        if kept or added:
+            node[leaf] = kept + added
+        elif leaf in node:
+            del node[leaf]
+    if "enabled" not in doc.get("sandbox", {}):
+        doc.setdefault("sandbox", {})["enabled"] = True
+        owned["sandbox.enabled"] = True
+    elif previously_owned.get("sandbox.enabled"):
+        owned["sandbox.enabled"] = True
+    return {k: v for k, v in owned.items() if v}
+
+
+class Claude(Target):
+    name, agent, files = "claude", "Claude Code", (SETTINGS,)
+
+    def render(self, policy, ctx) -> dict:
+        text = ctx.read(SETTINGS)
+        doc = {}
+        if text is not None and text.strip():
+            try:
+                doc = json.loads(text)
+            except ValueError as exc:
+                raise PolicyError(SETTINGS, "", f"not valid JSON ({exc}); fix it, then compile again") from None
+            if not isinstance(doc, dict):
+                raise PolicyError(SETTINGS, "", "expected a JSON object at the top")
+        ctx.own(SETTINGS, merge(doc, wanted(policy), ctx.owned(SETTINGS)))
+        return {SETTINGS: json.dumps(doc, indent=2, ensure_ascii=False) + "\n"}
+
+    def fidelity(self, policy) -> list:
+        out = []
+        for key, text, _item in rules(policy):
+            if key == "read.deny":
+                out.append((key, text, ADVISORY, "Read() and Edit() deny rules (both: a Read() deny alone "
+                            "leaves Edit/Write open) and sandbox.filesystem.denyRead; " + SANDBOX_NOTE))
+            elif key == "index.exclude":
+                out.append((key, text, LOST, "Claude Code has no index setting; a Read() deny would hide "
+                            "the file entirely (that is read.deny)"))
+            elif key == "write.deny":
+                out.append((key, text, ADVISORY, "Edit() deny and sandbox.filesystem.denyWrite; " + SANDBOX_NOTE))
+            elif key == "write.allow":
+                out.append((key, text, ADVISORY, "Edit() allow and sandbox.filesystem.allowWrite; " + SANDBOX_NOTE))
+            elif key.startswith("exec."):
+                out.append((key, text, ADVISORY, f"Bash({text}:*) rule: matched on the command text by "
+                            "Claude Code; nothing stops the same program run another way (a script, env, an "
+                            "interpreter)"))
+            else:
+                out.append((key, text, ADVISORY, "WebFetch(domain:) allow and sandbox.network.allowedDomains; "
+                            + SANDBOX_NOTE))
+        return out
+
+    def decide(self, policy, path: str) -> dict:
+        read_hit = policy.read_rule(path)
+        write_hit = read_hit or next((p for p in policy.write_deny if p.covers(path)), None)
+        if write_hit is None and policy.write_allow and not any(p.covers(path) for p in policy.write_allow):
+            writable = (None, "no Edit() rule: Claude Code asks")
+        else:
+            writable = ((False, f"Edit({paths(write_hit)[0]}) deny") if write_hit
+                        else (True, "no Edit() deny rule"))
+        return {
+            "readable": (False, f"Read({paths(read_hit)[0]}) deny") if read_hit else (True, "no Read() deny rule"),
+            "indexable": (None, "Claude Code has no index"),
+            "writable": writable,
+        }

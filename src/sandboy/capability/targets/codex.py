@@ -1,0 +1,94 @@
+"""Codex: a permission profile in the project's `.codex/config.toml` — `[permissions.NAME]` with
+`filesystem` entries (`"none"` = unreadable, `"read"`, `"write"`) under `":workspace_roots"` and
+`[permissions.NAME.network] domains`, selected by `default_permissions` when the user chose none.
+
+The file is shared with the user: read with tomllib, only the profile (and `default_permissions`
+when Sandboy set it) replaced, written with tomli-w. TOML comments do not survive that round trip
+(tomllib drops them), which docs/capability.md says."""
+
+from sandboy.capability.targets import ADVISORY, LOST, MARKER, Target, rules
+from sandboy.errors import PolicyError
+
+CONFIG = ".codex/config.toml"
+SANDBOX_NOTE = "Codex's own sandbox applies the profile to the commands it runs; Sandboy does not verify it"
+
+
+def entries(pattern) -> list:
+    base = ("" if pattern.anchored else "**/") + pattern.body
+    return [base + "/**"] if pattern.dir_only else [base, base + "/**"]
+
+
+def profile(policy) -> dict:
+    roots = {".": "read" if policy.write_allow else "write"}
+    for p in policy.write_allow:
+        for e in entries(p):
+            roots[e] = "write"
+    for p in policy.write_deny:
+        for e in entries(p):
+            roots[e] = "read"
+    for p in policy.read_deny:
+        for e in entries(p):
+            roots[e] = "none"
+    prof = {"filesystem": {":minimal": "read", ":workspace_roots": roots}}
+    if policy.domains:
+        prof["network"] = {"domains": list(policy.domains)}
+    return prof
+
+
+class Codex(Target):
+    name, agent, files = "codex", "Codex", (CONFIG,)
+
+    def render(self, policy, ctx) -> dict:
+        import tomllib
+
+        import tomli_w
+
+        text = ctx.read(CONFIG)
+        doc = {}
+        if text:
+            try:
+                doc = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise PolicyError(CONFIG, "", f"not valid TOML ({exc}); fix it, then compile again") from None
+        previous = ctx.owned(CONFIG)
+        perms = doc.setdefault("permissions", {})
+        if not isinstance(perms, dict):
+            raise PolicyError(CONFIG, "permissions", "expected a table")
+        old_profile = previous.get("profile")
+        if old_profile and old_profile != policy.codex_profile:
+            perms.pop(old_profile, None)  # the policy renamed its profile: the old one is ours
+        perms[policy.codex_profile] = profile(policy)
+        owned = {"profile": policy.codex_profile}
+        chosen = doc.get("default_permissions")
+        if chosen is None or (previous.get("default_permissions") and chosen == old_profile):
+            doc["default_permissions"] = policy.codex_profile
+            owned["default_permissions"] = True
+        ctx.own(CONFIG, owned)
+        head = f"# {MARKER} (the [permissions.{policy.codex_profile}] profile)\n"
+        return {CONFIG: head + tomli_w.dumps(doc)}
+
+    def fidelity(self, policy) -> list:
+        out = []
+        for key, text, _item in rules(policy):
+            if key == "read.deny":
+                out.append((key, text, ADVISORY, '"none" entries in the profile; ' + SANDBOX_NOTE))
+            elif key == "index.exclude":
+                out.append((key, text, LOST, "Codex has no index or ignore setting"))
+            elif key in ("write.allow", "write.deny"):
+                out.append((key, text, ADVISORY, '"write"/"read" entries in the profile; ' + SANDBOX_NOTE))
+            elif key.startswith("exec."):
+                out.append((key, text, LOST, "a permission profile has no command rules (Codex's exec "
+                            "policy rules live elsewhere and are not generated)"))
+            else:
+                out.append((key, text, ADVISORY, "[permissions.NAME.network] domains; " + SANDBOX_NOTE))
+        return out
+
+    def decide(self, policy, path: str) -> dict:
+        read_hit = policy.read_rule(path)
+        writable, why = policy.write_rule(path)
+        why = why.text if hasattr(why, "text") else why
+        return {
+            "readable": (False, f"{entries(read_hit)[0]} = \"none\"") if read_hit else (True, ":workspace_roots readable"),
+            "indexable": (None, "Codex has no index"),
+            "writable": (writable, why),
+        }

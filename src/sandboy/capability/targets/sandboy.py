@@ -1,0 +1,110 @@
+"""The Sandboy step policy `.sandboy/agent.toml`: the one target that ENFORCES — run an agent (or
+its shell) with `sandboy run --policy .sandboy/agent.toml -- ...` from the repository root.
+
+It stands alone: presets grant the system directories a shell needs (read/exec only), the
+repository is readable, the write roots are write.allow (or the repository), read.deny becomes
+`fs.deny` (patterns the cage matches at launch, so the committed file depends on nothing local),
+literal write.deny paths become `fs.protect`, domains become `net.domains` (Layer 3's proxy).
+The policy files themselves are protected, so a caged agent cannot loosen its next run."""
+
+from sandboy.capability.targets import ENFORCED, LOST, MARKER, Target, rules
+
+AGENT = ".sandboy/agent.toml"
+SELF_PROTECTED = ("owen.policy.toml", ".sandboy", ".claude", ".codex")
+
+
+def deny_entry(pattern) -> str:
+    # `**/x` is zero or more directories deep in the cage's matcher, so it covers the root too.
+    return pattern.body if pattern.anchored else "**/" + pattern.body
+
+
+def write_roots(policy) -> tuple:
+    """(granted write roots, patterns that cannot be a write root)."""
+    if not policy.write_allow:
+        return ["."], []
+    ok = [p.body for p in policy.write_allow if p.is_literal()]
+    return ok, [p for p in policy.write_allow if not p.is_literal()]
+
+
+def _toml_list(values) -> str:
+    import json
+
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"  # a JSON string is a TOML basic string
+
+
+class SandboyStep(Target):
+    name, agent, files = "sandboy", "Sandboy (sandboy run / gate steps)", (AGENT,)
+
+    def render(self, policy, ctx) -> dict:
+        roots, _ = write_roots(policy)
+        protect = [p.body for p in policy.write_deny if p.is_literal()]
+        if "." in roots:  # outside the write roots everything is read-only already
+            protect += [p for p in SELF_PROTECTED if p not in protect]
+        lines = [
+            f"# {MARKER}",
+            "# Run from the repository root:  sandboy run --policy .sandboy/agent.toml -- COMMAND",
+            "version = 1",
+            f"include = {_toml_list(policy.include)}",
+            "",
+            "[fs]",
+            'read = ["."]',
+            f"write = {_toml_list([*roots, '{tmp}'])}",
+            f"deny = {_toml_list(deny_entry(p) for p in policy.read_deny)}      # read.deny: neither readable nor writable",
+            f"protect = {_toml_list(protect)}      # write.deny and the policy files: readable, never writable",
+            "",
+        ]
+        if policy.domains:
+            lines += ["[net]", f"domains = {_toml_list(policy.domains)}", ""]
+        lines += ["[env]", 'pass = ["PATH", "LANG", "LC_ALL", "TERM", "TZ"]', 'set = { HOME = "{tmp}" }', ""]
+        return {AGENT: "\n".join(lines)}
+
+    def fidelity(self, policy) -> list:
+        _, not_roots = write_roots(policy)
+        out = []
+        for key, text, item in rules(policy):
+            if key == "read.deny":
+                out.append((key, text, ENFORCED, f"fs.deny {deny_entry(item)!r} (Landlock, and EROFS outside "
+                            "the write roots under the namespace tier); matched when the command starts, so a "
+                            "file created later is not denied; Landlock's deny inside a grant splits the "
+                            "directory holding each match: nothing new can be created in it"))
+            elif key == "index.exclude":
+                out.append((key, text, LOST, "not a security rule: the cage has no index, the path stays readable"))
+            elif key == "write.allow":
+                if item in not_roots:
+                    out.append((key, text, LOST, "a write root is a literal path; this pattern grants nothing "
+                                "(stricter than asked)"))
+                else:
+                    out.append((key, text, ENFORCED, "a write root (Landlock); everything else is read-only"))
+            elif key == "write.deny":
+                if item.is_literal():
+                    out.append((key, text, ENFORCED, "fs.protect: bound read-only under the namespace tier "
+                                "(Landlock read-only split otherwise); only if the path exists at launch"))
+                else:
+                    out.append((key, text, LOST, "fs.protect takes literal paths anchored at the root; "
+                                "this pattern stays writable in the cage"))
+            elif key == "exec.allow":
+                out.append((key, text, LOST, "Landlock decides execution by file, not by arguments; the "
+                            "presets' programs stay executable (a shell needs them)"))
+            elif key == "exec.deny":
+                out.append((key, text, LOST, "Landlock decides execution by file, not by arguments; the "
+                            "program stays executable through the system preset"))
+            else:
+                out.append((key, text, ENFORCED, "net.domains: the only way out is Sandboy's egress proxy, "
+                            "from the cage's own network namespace (where the tier is unavailable: a "
+                            "degraded loopback fallback, refused under compat.landlock = strict)"))
+        return out
+
+    def decide(self, policy, path: str) -> dict:
+        read_hit = policy.read_rule(path)
+        if read_hit:
+            denied = (False, f"fs.deny {deny_entry(read_hit)!r}")
+            return {"readable": denied, "indexable": (None, "no index"), "writable": denied}
+        roots, _ = write_roots(policy)
+        protect = next((p for p in policy.write_deny if p.is_literal() and p.covers(path)), None)
+        if protect:
+            writable = (False, f"fs.protect {protect.body!r}")
+        elif any(path == r or path.startswith(r.rstrip("/") + "/") or r == "." for r in roots):
+            writable = (True, "inside a write root")
+        else:
+            writable = (False, "outside every write root")
+        return {"readable": (True, 'fs.read "."'), "indexable": (None, "no index"), "writable": writable}

@@ -1,0 +1,230 @@
+"""The capability policy compiler (docs/capability.md): strict validation, every gitignore-style
+output decides like the canonical policy (checked with pathspec, a maintained gitignore matcher),
+Claude/Codex merges keep the user's keys and drop stale owned rules, `check` catches drift, and
+the generated .sandboy/agent.toml really enforces reads, writes and domains (checked on the host)."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pathspec
+import pytest
+
+from sandboy.capability import compiler, explain, model
+from sandboy.capability.targets import TARGETS
+from sandboy.errors import PolicyError
+
+SANDBOY = [sys.executable, "-m", "sandboy"]
+POLICY = """version = 1
+targets = ["cursor", "claude", "codex", "gemini", "aider", "windsurf", "jetbrains", "aiexclude", "sandboy"]
+[read]
+deny = [".env", ".env.*", "*.pem", "secrets/", "/config/prod.yaml", "deep/**/token.txt"]
+[index]
+exclude = ["build/", "*.min.js", "/vendor"]
+[write]
+deny = ["/Makefile"]
+[exec]
+allow = ["npm run test"]
+deny = ["git push"]
+[network]
+domains = ["pypi.org"]
+"""
+
+MATRIX = [
+    ".env", "a/.env", "a/b/.env", ".env.local", "x/.env.prod", "env", ".envrc", "key.pem", "a/b/c.pem",
+    "pem", "secrets/x", "secrets/a/b", "a/secrets/x", "secrets", "config/prod.yaml", "a/config/prod.yaml",
+    "config/dev.yaml", "deep/token.txt", "deep/a/b/token.txt", "x/deep/token.txt", "build/out.o",
+    "src/build/x", "build", "app.min.js", "a/app.min.js", "vendor/lib.py", "a/vendor/lib.py", "src/main.py",
+    "Makefile", "README.md",
+]
+
+
+def _policy(tmp_path, text=POLICY):
+    (tmp_path / "owen.policy.toml").write_text(text)
+    return model.load(str(tmp_path / "owen.policy.toml"))
+
+
+def _cli(*args, cwd):
+    return subprocess.run([*SANDBOY, "policy", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_every_ignore_file_decides_like_the_policy(tmp_path):
+    policy = _policy(tmp_path)
+    files = compiler.render(policy, str(tmp_path))
+    checked = 0
+    for name in policy.targets:
+        target = TARGETS[name]
+        for rel in target.files:
+            if not rel.startswith(".") or rel.endswith((".json", ".toml")):
+                continue
+            spec = pathspec.GitIgnoreSpec.from_lines(files[rel].splitlines())
+            for path in MATRIX:
+                if rel == ".cursorindexingignore":
+                    want = any(p.covers(path) for p in policy.index_exclude)
+                elif rel == ".cursorignore":
+                    want = policy.read_rule(path) is not None
+                else:
+                    want = policy.index_rule(path) is not None
+                assert spec.match_file(path) == want, (rel, path)
+                checked += 1
+    assert checked == 7 * len(MATRIX)
+    # the canonical rule itself, spot-checked: the matrix is not all one answer
+    assert policy.read_rule("a/b/.env") and policy.read_rule("secrets/a/b") and not policy.read_rule(".envrc")
+    assert not policy.read_rule("a/config/prod.yaml") and policy.index_rule("a/app.min.js")
+
+
+def test_every_file_carries_the_marker_and_aiexclude_is_never_empty(tmp_path):
+    files = compiler.render(_policy(tmp_path), str(tmp_path))
+    for rel, text in files.items():
+        if rel.endswith((".json",)):
+            continue
+        assert "generated from owen.policy.toml" in text.splitlines()[0], rel
+    empty = _policy(tmp_path, 'version = 1\ntargets = ["aiexclude", "gemini"]\n')
+    files = compiler.render(empty, str(tmp_path))
+    assert files[".aiexclude"] is None
+    assert compiler.write(files, str(tmp_path)) == [".geminiignore"]
+    assert not (tmp_path / ".aiexclude").exists()
+
+
+@pytest.mark.parametrize("text, key, problem", [
+    ('version = 1\n[read]\ndney = []\n', "read.dney", "did you mean 'deny'"),
+    ('version = 1\ntarget = []\n', "target", "did you mean 'targets'"),
+    ('version = 1\n[read]\ndeny = ["!keep.env"]\n', "read.deny[0]", "re-includes"),
+    ('version = 1\n[read]\ndeny = ["a/../b"]\n', "read.deny[0]", "'..'"),
+    ('version = 1\n[read]\ndeny = ["[ab].env"]\n', "read.deny[0]", "classes"),
+    ('version = 1\n[exec]\ndeny = ["rm *"]\n', "exec.deny[0]", "plain words"),
+    ('version = 1\n[network]\ndomains = [3]\n', "network.domains[0]", "expected a domain"),
+    ('version = 1\ntargets = ["cursr"]\n', "targets[0]", "did you mean 'cursor'"),
+    ('version = 2\n', "version", "expected version = 1"),
+])
+def test_bad_policies_name_file_key_and_problem(tmp_path, text, key, problem):
+    (tmp_path / "owen.policy.toml").write_text(text)
+    with pytest.raises(PolicyError) as err:
+        model.load(str(tmp_path / "owen.policy.toml"))
+    assert err.value.key == key and problem in err.value.problem
+    run = _cli("compile", cwd=tmp_path)
+    assert run.returncode == 2 and f"owen.policy.toml: {key}: " in run.stderr and "Traceback" not in run.stderr
+
+
+def test_claude_merge_keeps_foreign_keys_and_drops_stale_owned_rules(tmp_path):
+    (tmp_path / ".claude").mkdir()
+    user = {"model": "opus", "permissions": {"allow": ["Bash(make:*)"], "deny": ["Read(./private.txt)"]},
+            "hooks": {"Stop": [{"command": "true"}]}}
+    (tmp_path / ".claude/settings.json").write_text(json.dumps(user))
+    _policy(tmp_path)
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    doc = json.loads((tmp_path / ".claude/settings.json").read_text())
+    assert doc["model"] == "opus" and doc["hooks"] == user["hooks"]
+    assert "Bash(make:*)" in doc["permissions"]["allow"] and "Read(./private.txt)" in doc["permissions"]["deny"]
+    assert {"Read(**/.env)", "Edit(**/.env)", "Bash(git push:*)", "Edit(./Makefile)"} <= set(doc["permissions"]["deny"])
+    assert {"Bash(npm run test:*)", "WebFetch(domain:pypi.org)"} <= set(doc["permissions"]["allow"])
+    assert doc["sandbox"]["network"]["allowedDomains"] == ["pypi.org"] and doc["sandbox"]["enabled"] is True
+    # an older policy's rules do not linger; the user's stay
+    _policy(tmp_path, 'version = 1\ntargets = ["claude"]\n[read]\ndeny = ["*.pem"]\n')
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    doc = json.loads((tmp_path / ".claude/settings.json").read_text())
+    assert doc["permissions"]["deny"] == ["Read(./private.txt)", "Read(**/*.pem)", "Edit(**/*.pem)",
+                                          "Read(**/*.pem/**)", "Edit(**/*.pem/**)"]
+    assert doc["permissions"]["allow"] == ["Bash(make:*)"] and doc["model"] == "opus"
+    assert "network" not in doc["sandbox"] or not doc["sandbox"]["network"].get("allowedDomains")
+    assert _cli("check", cwd=tmp_path).returncode == 0
+
+
+def test_codex_profile_round_trip_keeps_user_tables(tmp_path):
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex/config.toml").write_text('model = "gpt-5"\n[mcp_servers.docs]\ncommand = "docs-mcp"\n')
+    _policy(tmp_path)
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    doc = tomllib.loads((tmp_path / ".codex/config.toml").read_text())
+    assert doc["model"] == "gpt-5" and doc["mcp_servers"]["docs"]["command"] == "docs-mcp"
+    assert doc["default_permissions"] == "owen"
+    roots = doc["permissions"]["owen"]["filesystem"][":workspace_roots"]
+    assert roots["."] == "write" and roots["**/.env"] == "none" and roots["Makefile"] == "read"
+    assert doc["permissions"]["owen"]["network"]["domains"] == ["pypi.org"]
+    # renaming the profile removes the old one (it was ours), keeps the user's tables
+    _policy(tmp_path, POLICY + '[codex]\nprofile = "agents"\n')
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    doc = tomllib.loads((tmp_path / ".codex/config.toml").read_text())
+    assert set(doc["permissions"]) == {"agents"} and doc["default_permissions"] == "agents"
+    assert doc["mcp_servers"]["docs"]["command"] == "docs-mcp"
+
+
+def test_check_exits_1_with_a_diff_when_a_file_drifted(tmp_path):
+    _policy(tmp_path)
+    assert _cli("check", cwd=tmp_path).returncode == 1  # nothing compiled yet
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    assert _cli("check", cwd=tmp_path).returncode == 0
+    with open(tmp_path / ".aiderignore", "a") as fh:
+        fh.write("!.env\n")
+    run = _cli("check", cwd=tmp_path)
+    assert run.returncode == 1 and "-!.env" in run.stdout and "+++ b/.aiderignore" in run.stdout
+
+
+def test_fidelity_table_reports_losses(tmp_path):
+    _policy(tmp_path)
+    run = _cli("compile", "--json", cwd=tmp_path)
+    rows = json.loads(run.stdout)["fidelity"]
+    cell = {(r["key"], r["rule"], r["target"]): r for r in rows}
+    assert cell[("read.deny", ".env", "sandboy")]["status"] == "enforced"
+    assert cell[("read.deny", ".env", "gemini")]["status"] == "advisory"
+    assert cell[("exec.deny", "git push", "cursor")]["status"] == "lost"
+    assert cell[("exec.deny", "git push", "sandboy")]["status"] == "lost"
+    assert cell[("index.exclude", "build/", "claude")]["status"] == "lost"
+    assert cell[("network.domains", "pypi.org", "sandboy")]["status"] == "enforced"
+    assert all(r["reason"] for r in rows)
+    assert len(rows) == 9 * (6 + 3 + 1 + 2 + 1)
+
+
+def test_explain_names_the_deciding_rule(tmp_path):
+    policy = _policy(tmp_path)
+    result = explain.explain(policy, "a/b/.env")
+    assert result["policy"]["readable"] == (False, "read.deny '.env'")
+    assert result["sandboy"]["writable"][0] is False and result["gemini"]["readable"][0] is False
+    assert explain.explain(policy, "Makefile")["sandboy"]["writable"] == (False, "fs.protect 'Makefile'")
+    run = _cli("explain", "src/main.py", cwd=tmp_path)
+    assert run.returncode == 0 and "readable   yes" in run.stdout
+
+
+# --- real enforcement: the generated step policy under `sandboy run` ----------------------------
+
+def _caged(repo, script):
+    return subprocess.run([*SANDBOY, "run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script],
+                          cwd=repo, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / ".env").write_text("SECRET=hunter2\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/main.py").write_text("print('ok')\n")
+    (tmp_path / "Makefile").write_text("all:\n")
+    _policy(tmp_path, POLICY.replace('domains = ["pypi.org"]', "domains = []"))
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    return tmp_path
+
+
+def test_generated_policy_denies_secrets_and_allows_the_rest(repo):
+    denied = _caged(repo, "cat .env")
+    assert denied.returncode != 0 and "hunter2" not in denied.stdout
+    allowed = _caged(repo, "cat src/main.py")
+    assert allowed.returncode == 0 and allowed.stdout == "print('ok')\n", allowed.stderr
+
+
+def test_generated_policy_refuses_denied_writes_and_allows_others(repo):
+    bad = _caged(repo, "echo evil > Makefile; echo evil > .env; echo evil > owen.policy.toml")
+    assert bad.returncode != 0
+    assert (repo / "Makefile").read_text() == "all:\n" and (repo / ".env").read_text() == "SECRET=hunter2\n"
+    assert "evil" not in (repo / "owen.policy.toml").read_text()
+    good = _caged(repo, "echo fine > src/new.txt")
+    assert good.returncode == 0, good.stderr
+    assert (repo / "src/new.txt").read_bytes() == b"fine\n"
+
+
+def test_generated_policy_refuses_a_domain_it_does_not_list(tmp_path):
+    _policy(tmp_path)
+    assert _cli("compile", cwd=tmp_path).returncode == 0
+    run = _caged(tmp_path, "/usr/bin/python3 -c \"import urllib.request as u; u.urlopen('http://denied.example/', timeout=20)\"")
+    assert run.returncode != 0
+    assert "403" in run.stderr or "Forbidden" in run.stderr or "refused" in run.stderr.lower(), run.stderr
