@@ -298,7 +298,7 @@ def add_parser(subparsers: Any) -> None:
         description="Convert untrusted static-analysis output to SARIF 2.1.0 with sandboxed adapters, and validate SARIF.",
         formatter_class=fmt,
     )
-    sub = audit.add_subparsers(dest="audit_command", metavar="{convert,validate,build,list}")
+    sub = audit.add_subparsers(dest="audit_command", metavar="{convert,validate,build,list,run,merge,diff}")
     audit.set_defaults(func=lambda args: (audit.print_help(sys.stderr), 2)[1])
 
     conv = sub.add_parser("convert", help="run an adapter on a tool's output, emit validated SARIF",
@@ -344,6 +344,10 @@ def add_parser(subparsers: Any) -> None:
     lst = sub.add_parser("list", help="list built-in adapters and the tools they serve")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(func=_guarded(cmd_list))
+
+    from sandboy.audit.pipeline_cli import add_parsers  # run / merge / diff (issue 12)
+
+    add_parsers(sub, _guarded)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,127 @@
+"""`sandboy audit diff --baseline old.sarif new.sarif`: which results are new, unchanged, absent.
+
+A result's identity is (tool, ruleId, fingerprint): `partialFingerprints.primaryLocationLineHash`
+when both sides have one (GitHub's; it survives lines moving), else the primary location's file
+and start line with the message text. Every result of the new log gets `baselineState` new or
+unchanged; results only in the baseline are copied into the output marked `absent` (SARIF 2.1.0
+§3.27.24). Identity is a multiset: two identical findings in the baseline cover two in the new log.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from sandboy.audit import sarif
+from sandboy.audit.merge import _dict, _list, tool_name
+
+
+@dataclass
+class DiffSummary:
+    new: int = 0
+    unchanged: int = 0
+    absent: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"new": self.new, "unchanged": self.unchanged, "absent": self.absent}
+
+
+def identity(tool: str, result: dict[str, Any], artifacts: list[Any]) -> str:
+    fps = _dict(result.get("partialFingerprints"))
+    rule = result.get("ruleId") or _dict(result.get("rule")).get("id") or result.get("ruleIndex")
+    line_hash = fps.get("primaryLocationLineHash")
+    if isinstance(line_hash, str) and line_hash:
+        return json.dumps([tool, rule, "h", line_hash])
+    physical = _dict(_dict((_list(result.get("locations")) or [{}])[0]).get("physicalLocation"))
+    where = _dict(physical.get("artifactLocation"))
+    uri = where.get("uri")
+    if uri is None and isinstance(where.get("index"), int) and 0 <= where["index"] < len(artifacts):
+        uri = _dict(_dict(artifacts[where["index"]]).get("location")).get("uri")
+    line = _dict(physical.get("region")).get("startLine")
+    return json.dumps([tool, rule, "l", uri, line, _dict(result.get("message")).get("text")])
+
+
+def diff_docs(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[dict[str, Any], DiffSummary]:
+    summary = DiffSummary()
+    old: Counter[str] = Counter()
+    old_results: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for run in _list(baseline.get("runs")):
+        if not isinstance(run, dict):
+            continue
+        artifacts = _list(run.get("artifacts"))
+        for result in _list(run.get("results")):
+            if isinstance(result, dict):
+                key = identity(tool_name(run), result, artifacts)
+                old[key] += 1
+                old_results.setdefault(key, []).append((run, result))
+    out = copy.deepcopy(current)
+    for run in _list(out.get("runs")):
+        if not isinstance(run, dict):
+            continue
+        artifacts = _list(run.get("artifacts"))
+        for result in _list(run.get("results")):
+            if not isinstance(result, dict):
+                continue
+            key = identity(tool_name(run), result, artifacts)
+            if old[key] > 0:
+                old[key] -= 1
+                result["baselineState"] = "unchanged"
+                summary.unchanged += 1
+            else:
+                result["baselineState"] = "new"
+                summary.new += 1
+    # What the baseline had and the new log lacks: copied in, without indices that would point
+    # into the baseline's own rules/artifacts, into the new log's run of the same tool.
+    runs_by_tool = {tool_name(r): r for r in _list(out.get("runs")) if isinstance(r, dict)}
+    for key, remaining in old.items():
+        for run, result in old_results[key][len(old_results[key]) - remaining:] if remaining > 0 else []:
+            gone = _portable(result, _list(run.get("artifacts")))
+            gone["baselineState"] = "absent"
+            target = runs_by_tool.get(tool_name(run))
+            if target is None:
+                target = {"tool": copy.deepcopy(run.get("tool")), "results": []}
+                for k in ("automationDetails",):
+                    if k in run:
+                        target[k] = copy.deepcopy(run[k])
+                _dict(_dict(target["tool"]).get("driver")).pop("rules", None)
+                out.setdefault("runs", []).append(target)
+                runs_by_tool[tool_name(run)] = target
+            target.setdefault("results", []).append(gone)
+            summary.absent += 1
+    return out, summary
+
+
+def _portable(result: dict[str, Any], artifacts: list[Any]) -> dict[str, Any]:
+    """A copy of a baseline result that means the same thing in another log: ruleIndex dropped
+    (ruleId kept), artifact indices replaced by the artifact's uri."""
+    gone = copy.deepcopy(result)
+    gone.pop("ruleIndex", None)
+    if isinstance(gone.get("rule"), dict):
+        gone["rule"].pop("index", None)
+        if not gone["rule"]:
+            del gone["rule"]
+    stack: list[Any] = [gone]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            loc = cur.get("artifactLocation")
+            if isinstance(loc, dict) and isinstance(loc.get("index"), int):
+                i = loc.pop("index")
+                if "uri" not in loc and 0 <= i < len(artifacts):
+                    source = _dict(_dict(artifacts[i]).get("location"))
+                    for k in ("uri", "uriBaseId"):
+                        if k in source:
+                            loc[k] = source[k]
+            stack.extend(cur.values())
+        elif isinstance(cur, list):
+            stack.extend(cur)
+    if "message" not in gone:
+        gone["message"] = {"text": "(absent since the baseline)"}
+    return gone
+
+
+def render(out: dict[str, Any]) -> str:
+    return sarif.dumps(out)

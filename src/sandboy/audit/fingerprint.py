@@ -1,0 +1,166 @@
+"""`partialFingerprints.primaryLocationLineHash`, computed the way GitHub code scanning does.
+
+GitHub's upload action (github/codeql-action, src/fingerprints.ts) fingerprints a result by a
+rolling hash of the source starting at its primary location's start line: per line, the first
+100 characters from the start of that line onward (spaces and tabs skipped, CR / CRLF / LF all
+read as LF, then an end-of-file marker 0xFFFF and zeros), polynomial base 37 in 64-bit
+wrap-around arithmetic, printed as unsigned hex without leading zeros, plus `:N` where N counts
+how many earlier lines had the same hash. Characters are UTF-16 code units (JavaScript strings)
+of the file decoded as UTF-8. Matching it matters: alerts keep their identity across uploads
+only when our fingerprint equals the one GitHub would compute. This is our own implementation,
+checked against the upstream test vectors (tests/audit/test_fingerprint.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import unquote
+
+BLOCK_SIZE = 100
+MOD = 37
+MASK = (1 << 64) - 1
+FIRST_MOD = pow(MOD, BLOCK_SIZE, 1 << 64)
+EOF = 0xFFFF
+MAX_SOURCE_BYTES = 32 << 20  # a "source file" larger than this is not hashed (nor by us read)
+_SPACE, _TAB, _LF, _CR = 0x20, 0x09, 0x0A, 0x0D
+
+
+def _code_units(text: str) -> Iterator[int]:
+    for ch in text:
+        o = ord(ch)
+        if o > 0xFFFF:  # a JavaScript string holds a surrogate pair here
+            o -= 0x10000
+            yield 0xD800 + (o >> 10)
+            yield 0xDC00 + (o & 0x3FF)
+        else:
+            yield o
+
+
+def line_hashes(text: str) -> list[str]:
+    """The `hash:count` of every line of `text`, index 0 = line 1."""
+    window = [0] * BLOCK_SIZE
+    line_at = [-1] * BLOCK_SIZE   # the line that starts at this window slot, or -1
+    out: list[str] = []
+    counts: dict[str, int] = {}
+    state = {"hash": 0, "index": 0}
+
+    def emit() -> None:
+        value = format(state["hash"], "x")
+        counts[value] = counts.get(value, 0) + 1
+        line = line_at[state["index"]]
+        while len(out) < line:
+            out.append("")
+        out[line - 1] = f"{value}:{counts[value]}"
+        line_at[state["index"]] = -1
+
+    def update(current: int) -> None:
+        i = state["index"]
+        begin = window[i]
+        window[i] = current
+        state["hash"] = (MOD * state["hash"] + current - FIRST_MOD * begin) & MASK
+        state["index"] = (i + 1) % BLOCK_SIZE
+
+    line_number = 0
+    line_start = True
+    prev_cr = False
+
+    def process(current: int) -> None:
+        nonlocal line_number, line_start, prev_cr
+        if current in (_SPACE, _TAB) or (prev_cr and current == _LF):
+            prev_cr = False
+            return
+        if current == _CR:
+            current, prev_cr = _LF, True
+        else:
+            prev_cr = False
+        if line_at[state["index"]] != -1:
+            emit()
+        if line_start:
+            line_start = False
+            line_number += 1
+            line_at[state["index"]] = line_number
+        if current == _LF:
+            line_start = True
+        update(current)
+
+    for unit in _code_units(text):
+        process(unit)
+    process(EOF)
+    for _ in range(BLOCK_SIZE):
+        if line_at[state["index"]] != -1:
+            emit()
+        update(0)
+    return out
+
+
+def hash_file(path: Path) -> list[str] | None:
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return line_hashes(data.decode("utf-8", "replace"))
+
+
+def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> Path | None:
+    """The file a result's artifactLocation names, inside `root`, as GitHub resolves it."""
+    if "uri" not in location and isinstance(location.get("index"), int) and not isinstance(location.get("index"), bool):
+        i = location["index"]
+        if not 0 <= i < len(artifacts) or not isinstance(artifacts[i], dict) or not isinstance(artifacts[i].get("location"), dict):
+            return None
+        location = artifacts[i]["location"]
+    uri = location.get("uri")
+    if not isinstance(uri, str):
+        return None
+    uri = unquote(uri)
+    uri = uri.removeprefix("file://")
+    if "://" in uri:
+        return None
+    base = os.path.realpath(root)
+    full = os.path.realpath(uri if uri.startswith("/") else os.path.join(base, uri))
+    if not (full == base or full.startswith(base + os.sep)):
+        return None  # outside the source root (also after following symlinks)
+    return Path(full) if os.path.isfile(full) else None
+
+
+def add_fingerprints(doc: dict[str, Any], root: Path) -> int:
+    """Set primaryLocationLineHash on every result that lacks one and whose primary location has a
+    start line in a file under `root`. Returns how many were added. Existing values are kept."""
+    wanted: dict[Path, list[tuple[dict[str, Any], int]]] = {}
+    for run in doc.get("runs") or []:
+        if not isinstance(run, dict):
+            continue
+        artifacts = run.get("artifacts") if isinstance(run.get("artifacts"), list) else []
+        for result in run.get("results") or []:
+            if not isinstance(result, dict):
+                continue
+            fps = result.get("partialFingerprints")
+            if isinstance(fps, dict) and fps.get("primaryLocationLineHash"):
+                continue
+            locations = result.get("locations")
+            primary = locations[0] if isinstance(locations, list) and locations and isinstance(locations[0], dict) else {}
+            physical = primary.get("physicalLocation") if isinstance(primary.get("physicalLocation"), dict) else {}
+            where = physical.get("artifactLocation")
+            region = physical.get("region") if isinstance(physical.get("region"), dict) else {}
+            line = region.get("startLine")
+            if not isinstance(where, dict) or not isinstance(line, int) or isinstance(line, bool) or line < 1:
+                continue
+            path = source_path(where, artifacts, root)
+            if path is not None:
+                wanted.setdefault(path, []).append((result, line))
+    added = 0
+    for path, items in wanted.items():
+        hashes = hash_file(path)
+        if hashes is None:
+            continue
+        for result, line in items:
+            if line <= len(hashes) and hashes[line - 1]:
+                fps = result.get("partialFingerprints")
+                if not isinstance(fps, dict):
+                    fps = result["partialFingerprints"] = {}
+                fps["primaryLocationLineHash"] = hashes[line - 1]
+                added += 1
+    return added

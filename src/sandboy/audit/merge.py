@@ -1,0 +1,369 @@
+"""`sandboy audit merge`: many SARIF logs -> one, and `--github`: a complete upload preflight.
+
+Merging:
+* runs of the same tool (driver name) and category (`automationDetails.id` up to its last '/')
+  fold into one run: rules deduplicated by id and artifacts by location with every index
+  remapped; identical results (after remapping) kept once; a run with zero results is kept;
+* every run gets an `automationDetails.id` (`TOOL/` when it had none), so no two runs share
+  tool + category — GitHub code scanning rejects that;
+* `partialFingerprints.primaryLocationLineHash` is computed where missing, from the source file
+  under `--source-root` (fingerprint.py, GitHub's algorithm);
+* any input that is not valid SARIF 2.1.0 fails the whole merge, and so does an output that is
+  not valid: nothing is written then.
+
+`github_preflight` then makes the log fit GitHub's upload limits — never silently: ≤ 20 runs
+(runs of one tool folded when over), ≤ 25,000 results per run (the most severe kept, a notice
+result says how many of which level were dropped), ≤ 10,000 thread-flow locations per result
+(cut, the message says so), `message.text` on every result, ≤ 10 MB gzipped (over: an error
+naming the largest runs to upload separately).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboy.audit import github, sarif
+from sandboy.audit.errors import AuditError, UsageError
+
+LEVEL_ORDER = {"error": 0, "warning": 1, "note": 2, "none": 3}
+NOTICE_RULE = "sandboy/truncated"
+
+
+class MergeFailed(AuditError):
+    """An input that is not SARIF 2.1.0, or a log that cannot be made to fit: nothing written."""
+
+    exit_code, kind = 1, "merge-failed"
+
+
+@dataclass
+class MergeReport:
+    inputs: int = 0
+    input_bytes: int = 0
+    runs_in: int = 0
+    runs_out: int = 0
+    results_in: int = 0
+    results_out: int = 0
+    duplicates: int = 0
+    fingerprints_added: int = 0
+    notices: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def tool_name(run: dict[str, Any]) -> str:
+    return str(_dict(_dict(run.get("tool")).get("driver")).get("name", ""))
+
+
+def category(run: dict[str, Any]) -> str:
+    ident = _dict(run.get("automationDetails")).get("id")
+    return ident.rpartition("/")[0] if isinstance(ident, str) else ""
+
+
+def load(path: Path, cap: int = 256 << 20) -> tuple[dict[str, Any], int]:
+    """A SARIF 2.1.0 log, or MergeFailed naming the file and its first errors."""
+    from sandboy.audit.capped import read_capped
+    from sandboy.escape import clean
+
+    raw = read_capped(path, cap, "SARIF file")
+    try:
+        doc = sarif.parse_json(raw.decode("utf-8"))
+    except (UnicodeDecodeError, sarif.JsonProblem) as exc:
+        raise MergeFailed(f"{clean(str(path))}: not a SARIF log: {clean(str(exc), 300)}") from None
+    if isinstance(doc, dict) and doc.get("version") == "1.0.0":
+        raise MergeFailed(f"{clean(str(path))}: SARIF 1.0.0; upgrade it first: "
+                          f"sandboy audit convert --tool passthrough --artifact {clean(str(path))} -o FILE")
+    errors = [p for p in sarif.problems(doc) if p.severity == "error"]
+    if errors:
+        listed = "; ".join(clean(str(p), 300) for p in errors[:3])
+        raise MergeFailed(f"{clean(str(path))}: not valid SARIF 2.1.0 ({len(errors)} error(s)): {listed}")
+    return doc, len(raw)
+
+
+def _remap_artifact_indices(node: Any, mapping: dict[int, int]) -> None:
+    """Every artifactLocation.index (and artifact `parentIndex`) below `node`, remapped."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            for key, value in cur.items():
+                if key == "artifactLocation" and isinstance(value, dict) and isinstance(value.get("index"), int):
+                    value["index"] = mapping.get(value["index"], -1)
+                stack.append(value)
+        elif isinstance(cur, list):
+            stack.extend(cur)
+
+
+def _artifact_key(artifact: Any) -> str:
+    location = _dict(_dict(artifact).get("location"))
+    if "uri" in location:
+        return _canon([location.get("uri"), location.get("uriBaseId")])
+    return _canon(artifact)
+
+
+class _Folded:
+    """One output run being assembled from input runs of one tool + category."""
+
+    def __init__(self, first: dict[str, Any]):
+        self.run = {k: copy.deepcopy(v) for k, v in first.items() if k not in ("results", "artifacts")}
+        driver = _dict(_dict(self.run.get("tool")).get("driver"))
+        self.rules: list[Any] = []
+        self.rule_at: dict[str, int] = {}
+        driver.pop("rules", None)
+        self.driver = driver
+        self.artifacts: list[Any] = []
+        self.artifact_at: dict[str, int] = {}
+        self.results: list[Any] = []
+        self.seen: set[str] = set()
+        self.invocations: list[Any] = []
+        self.duplicates = 0
+
+    def add(self, run: dict[str, Any]) -> None:
+        rule_map: dict[int, int] = {}
+        for i, rule in enumerate(_list(_dict(_dict(run.get("tool")).get("driver")).get("rules"))):
+            rid = _dict(rule).get("id")
+            key = rid if isinstance(rid, str) else _canon(rule)
+            if key not in self.rule_at:
+                self.rule_at[key] = len(self.rules)
+                self.rules.append(rule)
+            rule_map[i] = self.rule_at[key]
+        art_map: dict[int, int] = {}
+        fresh: list[dict[str, Any]] = []
+        for i, artifact in enumerate(_list(run.get("artifacts"))):
+            key = _artifact_key(artifact)
+            if key not in self.artifact_at:
+                self.artifact_at[key] = len(self.artifacts)
+                self.artifacts.append(copy.deepcopy(artifact))
+                if isinstance(self.artifacts[-1], dict):
+                    fresh.append(self.artifacts[-1])
+            art_map[i] = self.artifact_at[key]
+        for artifact in fresh:  # a parent named by this run's numbering
+            if isinstance(artifact.get("parentIndex"), int):
+                if artifact["parentIndex"] in art_map:
+                    artifact["parentIndex"] = art_map[artifact["parentIndex"]]
+                else:
+                    del artifact["parentIndex"]
+        for result in _list(run.get("results")):
+            if not isinstance(result, dict):
+                continue
+            result = copy.deepcopy(result)
+            if isinstance(result.get("ruleIndex"), int):
+                result["ruleIndex"] = rule_map.get(result["ruleIndex"], result["ruleIndex"])
+                rule = self.rules[result["ruleIndex"]] if 0 <= result["ruleIndex"] < len(self.rules) else None
+                if "ruleId" not in result and isinstance(_dict(rule).get("id"), str):
+                    result["ruleId"] = rule["id"]
+            rule_ref = result.get("rule")
+            if isinstance(rule_ref, dict) and isinstance(rule_ref.get("index"), int) and "toolComponent" not in rule_ref:
+                rule_ref["index"] = rule_map.get(rule_ref["index"], rule_ref["index"])
+            if art_map:
+                _remap_artifact_indices(result, art_map)
+            key = _canon(result)
+            if key in self.seen:
+                self.duplicates += 1
+                continue
+            self.seen.add(key)
+            self.results.append(result)
+        self.invocations.extend(_list(run.get("invocations")))
+
+    def build(self) -> dict[str, Any]:
+        run = self.run
+        if self.rules:
+            self.driver["rules"] = self.rules
+        if self.artifacts:
+            run["artifacts"] = self.artifacts
+        if self.invocations:
+            run["invocations"] = self.invocations
+        run["results"] = self.results
+        if not isinstance(_dict(run.get("automationDetails")).get("id"), str):
+            run["automationDetails"] = {**_dict(run.get("automationDetails")), "id": f"{tool_name(run) or 'tool'}/"}
+        return run
+
+
+def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[dict[str, Any]], int]:
+    groups: dict[tuple[str, str], _Folded] = {}
+    for run in runs:
+        key = (tool_name(run), "" if by_tool_only else category(run))
+        if key not in groups:
+            groups[key] = _Folded(run)
+            if by_tool_only and category(run):
+                groups[key].run["automationDetails"] = {"id": f"{category(run)}/"}
+        groups[key].add(run)
+    return [g.build() for g in groups.values()], sum(g.duplicates for g in groups.values())
+
+
+def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None) -> tuple[dict[str, Any], MergeReport]:
+    report = MergeReport(inputs=len(docs))
+    runs = [run for doc in docs for run in _list(doc.get("runs")) if isinstance(run, dict)]
+    report.runs_in = len(runs)
+    report.results_in = sum(len(_list(r.get("results"))) for r in runs)
+    merged_runs, report.duplicates = fold(runs)
+    out = {"$schema": sarif.SARIF_SCHEMA_URI, "version": sarif.SARIF_VERSION, "runs": merged_runs}
+    if source_root is not None:
+        from sandboy.audit.fingerprint import add_fingerprints
+
+        report.fingerprints_added = add_fingerprints(out, source_root)
+    report.runs_out = len(merged_runs)
+    report.results_out = sarif.count_results(out)
+    return out, report
+
+
+# --- GitHub upload preflight ----------------------------------------------------------
+
+
+def _level(result: dict[str, Any], rules: list[Any]) -> str:
+    level = result.get("level")
+    if isinstance(level, str):
+        return level
+    index = result.get("ruleIndex")
+    if isinstance(index, int) and 0 <= index < len(rules):
+        configured = _dict(_dict(rules[index]).get("defaultConfiguration")).get("level")
+        if isinstance(configured, str):
+            return configured
+    return "warning"  # SARIF's default
+
+
+def _message_text(result: dict[str, Any], rules: list[Any]) -> str | None:
+    message = _dict(result.get("message"))
+    if isinstance(message.get("text"), str) and message["text"]:
+        return None
+    index = result.get("ruleIndex")
+    rule = _dict(rules[index]) if isinstance(index, int) and 0 <= index < len(rules) else {}
+    if not rule and isinstance(result.get("ruleId"), str):
+        rule = next((_dict(r) for r in rules if _dict(r).get("id") == result["ruleId"]), {})
+    mid = message.get("id")
+    template = _dict(_dict(rule.get("messageStrings")).get(mid)).get("text") if isinstance(mid, str) else None
+    if isinstance(template, str):
+        args = [str(a) for a in _list(message.get("arguments"))]
+        for i, arg in enumerate(args):
+            template = template.replace("{" + str(i) + "}", arg)
+        return template
+    for key in ("shortDescription", "fullDescription"):
+        text = _dict(rule.get(key)).get("text")
+        if isinstance(text, str) and text:
+            return text
+    return f"{result.get('ruleId') or rule.get('id') or 'result'}"
+
+
+def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]:
+    """Make `doc` fit GitHub code scanning's limits, saying what changed in report.notices."""
+    runs = _list(doc.get("runs"))
+    if len(runs) > github.MAX_RUNS:
+        folded, dups = fold(runs, by_tool_only=True)
+        report.duplicates += dups
+        report.notices.append(f"{len(runs)} runs are over GitHub's {github.MAX_RUNS}: runs of one tool folded into {len(folded)}")
+        runs = doc["runs"] = folded
+        if len(runs) > github.MAX_RUNS:
+            names = ", ".join(sorted({tool_name(r) for r in runs})[:30])
+            raise MergeFailed(f"{len(runs)} different tools ({names}) are more than GitHub's {github.MAX_RUNS} runs per "
+                              "upload: upload them in several files (e.g. sandboy audit merge per group of tools)")
+    for r, run in enumerate(runs):
+        rules = _list(_dict(_dict(run.get("tool")).get("driver")).get("rules"))
+        results = _list(run.get("results"))
+        filled = 0
+        for result in results:
+            if isinstance(result, dict):
+                text = _message_text(result, rules)
+                if text is not None:
+                    result["message"] = {**_dict(result.get("message")), "text": text}
+                    filled += 1
+                cut = _cut_thread_flows(result)
+                if cut:
+                    report.notices.append(f"/runs/{r}: a result's thread flows had {cut:,} locations over GitHub's "
+                                          f"{github.MAX_THREAD_FLOW_LOCATIONS:,}: cut, its message says so")
+        if filled:
+            report.notices.append(f"/runs/{r} ({tool_name(run)}): message.text filled in on {filled} result(s) from its rule")
+        if len(results) > github.MAX_RESULTS:
+            _truncate(run, rules, report, r)
+    raw = sarif.dumps(doc).encode()
+    packed = github.gzip_size(raw)
+    if packed > github.MAX_GZIP_BYTES:
+        sizes = sorted(((len(sarif.dumps(run)), tool_name(run), category(run)) for run in runs), reverse=True)
+        largest = ", ".join(f"{name} (category {cat or '-'}: {size / 1e6:.1f} MB)" for size, name, cat in sizes[:3])
+        raise MergeFailed(f"{packed / 1e6:.1f} MB gzipped is over GitHub's 10 MB per upload: upload the largest runs "
+                          f"separately ({largest}) — sandboy audit merge them into different files")
+    found = [p for p in github.github_problems(doc, raw) if p.severity == "error"]
+    if found:
+        raise MergeFailed("GitHub would reject the merged log: " + "; ".join(str(p) for p in found[:5]))
+    return doc
+
+
+def _cut_thread_flows(result: dict[str, Any]) -> int:
+    total = 0
+    flows = [tf for cf in _list(result.get("codeFlows")) for tf in _list(_dict(cf).get("threadFlows")) if isinstance(tf, dict)]
+    count = sum(len(_list(tf.get("locations"))) for tf in flows)
+    if count <= github.MAX_THREAD_FLOW_LOCATIONS:
+        return 0
+    budget = github.MAX_THREAD_FLOW_LOCATIONS
+    for tf in flows:
+        locations = _list(tf.get("locations"))
+        keep = max(0, min(len(locations), budget))
+        if keep < len(locations):
+            tf["locations"] = locations[:keep]
+        budget -= keep
+        total += len(locations) - keep
+    message = result.setdefault("message", {})
+    if isinstance(message, dict):
+        message["text"] = (str(message.get("text") or "") +
+                           f" [sandboy: code flow cut to the first {github.MAX_THREAD_FLOW_LOCATIONS:,} of {count:,} locations for GitHub]").strip()
+    return total
+
+
+def _truncate(run: dict[str, Any], rules: list[Any], report: MergeReport, r: int) -> None:
+    results = _list(run.get("results"))
+    keep_n = github.MAX_RESULTS - 1  # room for the notice
+    order = sorted(range(len(results)), key=lambda i: (LEVEL_ORDER.get(_level(results[i], rules), 1), i))
+    kept_idx = sorted(order[:keep_n])
+    dropped: dict[str, int] = {}
+    for i in order[keep_n:]:
+        level = _level(results[i], rules)
+        dropped[level] = dropped.get(level, 0) + 1
+    kept = [results[i] for i in kept_idx]
+    summary = ", ".join(f"{n:,} {level}" for level, n in sorted(dropped.items(), key=lambda kv: LEVEL_ORDER.get(kv[0], 1)))
+    text = (f"sandboy: {len(results) - keep_n:,} of {len(results):,} results of this run were dropped to fit GitHub's "
+            f"{github.MAX_RESULTS:,} results per run ({summary}); the most severe were kept. The full log is the input of "
+            "`sandboy audit merge`.")
+    notice: dict[str, Any] = {"ruleId": NOTICE_RULE, "level": "note", "message": {"text": text}}
+    anchor = next((res.get("locations") for res in kept if isinstance(res, dict) and _list(res.get("locations"))), None)
+    if anchor:
+        notice["locations"] = copy.deepcopy(anchor[:1])
+    kept.append(notice)
+    run["results"] = kept
+    report.notices.append(f"/runs/{r} ({tool_name(run)}): {text}")
+
+
+def merge_files(paths: list[Path], source_root: Path | None, github_mode: bool) -> tuple[str, MergeReport]:
+    if not paths:
+        raise UsageError("name the SARIF logs to merge")
+    docs, total = [], 0
+    for path in paths:
+        doc, size = load(path)
+        docs.append(doc)
+        total += size
+    out, report = merge_docs(docs, source_root)
+    report.input_bytes = total
+    if github_mode:
+        out = github_preflight(out, report)
+        report.results_out = sarif.count_results(out)
+        report.runs_out = len(out["runs"])
+    errors = [p for p in sarif.problems(out) if p.severity == "error"]
+    if errors:
+        raise MergeFailed("the merged log is not valid SARIF 2.1.0 (a Sandboy bug): " + "; ".join(str(p) for p in errors[:3]))
+    if report.runs_in and not report.runs_out:
+        raise MergeFailed("the merge produced no runs")
+    return sarif.dumps(out), report

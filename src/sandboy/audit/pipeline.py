@@ -1,0 +1,326 @@
+"""`sandboy audit run`: every selected analyser on a repository, each confined, each converted.
+
+Per tool (an `adapters.toml` entry, toolconfig.py):
+
+1. skipped, with the reason, when it does not run on this platform, a file it requires is absent
+   from the repository, or an executable of its phases is not on PATH;
+2. each phase runs under its own Sandboy cage: the repository read-only, a private output
+   directory and a private HOME writable, nothing else written, no network unless an operator
+   entry says so; stdout/stderr go to files bounded by RLIMIT_FSIZE (`limits.file_size_mib`);
+3. its output goes through the tool's adapter (WebAssembly, audit/convert.py): validated, capped,
+   stamped with provenance;
+4. each run's `invocations` records what confined each phase (the policy's sha256, what was
+   enforced and what degraded) and how it ended; `automationDetails.id` names the tool.
+
+A tool that fails (cage refused, non-success exit, adapter error, timeout) is reported and the
+others still run. The per-tool logs are merged (audit/merge.py) into one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from sandboy.audit.toolconfig import Phase, Tool
+
+CAPTURE_MIB = 256       # stdout/stderr of one phase, and every file it writes (RLIMIT_FSIZE)
+ENV_PASS = ("LANG", "LC_ALL", "TZ", "TERM")
+RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class PhaseReport:
+    name: str
+    argv: list[str]
+    outcome: str
+    returncode: int | None
+    ok: bool
+    seconds: float
+    policy_sha256: str
+    enforced: dict[str, Any] = field(default_factory=dict)
+    degraded: list[str] = field(default_factory=list)
+    error: str | None = None
+    started: str = ""
+    ended: str = ""
+
+
+@dataclass
+class ToolReport:
+    tool: str
+    status: str                 # ran / skipped / failed
+    reason: str = ""
+    results: int = 0
+    seconds: float = 0.0
+    sarif: dict[str, Any] | None = None
+    phases: list[PhaseReport] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "status": self.status, "reason": self.reason, "results": self.results,
+                "seconds": round(self.seconds, 3),
+                "phases": [{"name": p.name, "outcome": p.outcome, "returncode": p.returncode, "ok": p.ok,
+                            "seconds": round(p.seconds, 3), "policy_sha256": p.policy_sha256,
+                            "degraded": p.degraded, "error": p.error} for p in self.phases]}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def search_path() -> str:
+    """PATH for finding tools: the directory of the interpreter running Sandboy first (tools
+    installed beside it, e.g. in its venv), then the caller's PATH."""
+    parts = [str(Path(sys.executable).parent), *os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)]
+    return os.pathsep.join(dict.fromkeys(p for p in parts if p))
+
+
+def expand(text: str, places: dict[str, str]) -> str:
+    for key, value in places.items():
+        text = text.replace(key, value)
+    return text
+
+
+def missing_reason(tool: Tool, repo: Path, path: str) -> str | None:
+    """Why `tool` cannot run here, or None."""
+    if not tool.runs_here():
+        return f"runs on {tool.platform} only"
+    for name in tool.requires:
+        if not (repo / name).exists():
+            return f"the repository has no {name}"
+    for phase in tool.phases:
+        if shutil.which(phase.argv[0], path=path) is None:
+            return f"{phase.argv[0]} is not installed (not on PATH)"
+    return None
+
+
+def program_dirs(program: str) -> list[str]:
+    """What the phase's program needs to read and execute: its directory (and its symlink
+    target's), and for a script whose `#!` names an interpreter inside a virtualenv, that whole
+    environment (entry points like semgrep exec binaries shipped in site-packages)."""
+    real = os.path.realpath(program)
+    dirs = [os.path.dirname(program), os.path.dirname(real)]
+    try:
+        with open(real, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!"):
+        interpreter = first[2:].strip().split(b" ")[0].decode("utf-8", "replace")
+        env = os.path.dirname(os.path.dirname(interpreter))
+        if os.path.isfile(os.path.join(env, "pyvenv.cfg")):
+            dirs.append(env)
+    return list(dict.fromkeys(d for d in dirs if d))
+
+
+def phase_policy(phase: Phase, places: dict[str, str], program: str, path: str) -> dict[str, Any]:
+    """The Sandboy step policy of one phase, as a mapping (Policy.from_mapping)."""
+    own = program_dirs(program)
+    read = [places["{repo}"], places["{out}"], places["{home}"], *own, *(expand(p, places) for p in phase.read)]
+    # {tmp}: Sandboy's private temporary directory (a fresh tmpfs under the namespace tier)
+    write = [places["{out}"], places["{home}"], "{tmp}", *(expand(p, places) for p in phase.write)]
+    mapping: dict[str, Any] = {
+        "version": 1,
+        "include": list(phase.include),
+        "fs": {"read": list(dict.fromkeys(read)), "write": list(dict.fromkeys(write)),
+               "exec": list(dict.fromkeys([*own, *(expand(p, places) for p in phase.exec)]))},
+        "env": {"pass": list(ENV_PASS), "set": {"HOME": places["{home}"], "PATH": path,
+                                                "XDG_CACHE_HOME": places["{home}"] + "/.cache", "TMPDIR": "{tmp}"}},
+        "limits": {"wall_seconds": phase.wall_seconds, "memory_mib": phase.memory_mib,
+                   "file_size_mib": CAPTURE_MIB},
+    }
+    if phase.network:
+        mapping["net"] = {"unrestricted": True}
+    return mapping
+
+
+def policy_digest(mapping: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(mapping, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path) -> PhaseReport:
+    from sandboy import Policy, run
+    from sandboy.errors import CageError, PolicyError
+
+    argv = [expand(a, places) for a in phase.argv]
+    program = shutil.which(argv[0], path=path) or argv[0]
+    argv[0] = program
+    mapping = phase_policy(phase, places, program, path)
+    digest = policy_digest(mapping)
+    started, t0 = _now(), time.monotonic()
+    out_fd = os.open(logs / f"{phase.name}.stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    err_fd = os.open(logs / f"{phase.name}.stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        policy = Policy.from_mapping(mapping, source=f"adapters.toml phase {phase.name}")
+        result = run(argv, policy, cwd=places["{repo}"], repo=places["{repo}"], timeout=phase.wall_seconds,
+                     stdin=None, stdout=out_fd, stderr=err_fd, supervise=True)
+    except (PolicyError, CageError) as exc:
+        return PhaseReport(phase.name, argv, "cage_error", 125, False, time.monotonic() - t0, digest,
+                           error=str(exc), started=started, ended=_now())
+    finally:
+        os.close(out_fd)
+        os.close(err_fd)
+    ok = result.outcome == "exited" and result.returncode in phase.ok_exit
+    error = result.error
+    if not ok and error is None:
+        error = f"exit status {result.returncode} (success is {', '.join(map(str, phase.ok_exit))})"
+        tail = _tail(logs / f"{phase.name}.stderr")
+        if tail:
+            error += f"; stderr ends: {tail}"
+    return PhaseReport(phase.name, argv, result.outcome, result.returncode, ok, result.duration or time.monotonic() - t0,
+                       digest, dict(result.enforced), list(result.degraded), error, started, _now())
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - limit))
+            return fh.read().decode("utf-8", "replace").strip().replace("\n", " | ")
+    except OSError:
+        return ""
+
+
+def invocation(report: PhaseReport) -> dict[str, Any]:
+    """A SARIF `invocation` saying how a phase was confined and how it ended."""
+    inv: dict[str, Any] = {
+        "commandLine": " ".join(report.argv),
+        "arguments": report.argv[1:],
+        "executionSuccessful": report.ok,
+        "startTimeUtc": report.started,
+        "endTimeUtc": report.ended,
+        "properties": {"sandboy": {
+            "phase": report.name, "outcome": report.outcome, "policy_sha256": report.policy_sha256,
+            "confinement": "degraded" if report.degraded else "enforced",
+            "enforced": report.enforced, "degraded": report.degraded,
+        }},
+    }
+    if report.returncode is not None:
+        inv["exitCode"] = report.returncode
+    if report.error:
+        inv["toolExecutionNotifications"] = [{"level": "error", "message": {"text": report.error[:2000]}}]
+    return inv
+
+
+SRCROOT = "%SRCROOT%"
+
+
+def relative_uris(doc: dict[str, Any], repo: Path) -> int:
+    """Absolute paths and file: URIs inside the repository -> relative to it, with uriBaseId
+    %SRCROOT% (GitHub code scanning expects repository-relative paths; the cage ran the tool on
+    the absolute path of the repository). Returns how many were rewritten."""
+    from urllib.parse import quote, unquote
+
+    root = str(repo.resolve()).rstrip("/") + "/"
+    changed = 0
+    stack: list[Any] = [doc]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            uri = cur.get("uri")
+            if isinstance(uri, str) and "uriBaseId" not in cur:
+                path = unquote(uri[len("file://"):]) if uri.startswith("file://") else uri
+                if path.startswith(root):
+                    cur["uri"] = quote(path[len(root):], safe="/-._~")
+                    cur["uriBaseId"] = SRCROOT
+                    changed += 1
+            stack.extend(v for v in cur.values() if isinstance(v, (dict, list)))
+        elif isinstance(cur, list):
+            stack.extend(v for v in cur if isinstance(v, (dict, list)))
+    if changed:
+        for run in doc.get("runs", []):
+            bases = run.setdefault("originalUriBaseIds", {})
+            bases.setdefault(SRCROOT, {"uri": "file://" + quote(root, safe="/-._~")})
+    return changed
+
+
+def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) -> ToolReport:
+    from sandboy.audit.convert import ConvertRequest, convert
+    from sandboy.audit.errors import AuditError
+    from sandboy.audit.registry import TOOLS
+
+    t0 = time.monotonic()
+    reason = missing_reason(tool, repo, path)
+    if reason:
+        return ToolReport(tool.name, SKIPPED, reason)
+    base = work / tool.name
+    out, home, logs = base / "out", base / "home", base / "logs"
+    for d in (out, home, logs):
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    places = {"{repo}": str(repo), "{out}": str(out), "{home}": str(home)}
+    report = ToolReport(tool.name, RAN)
+    for phase in tool.phases:
+        progress(f"{tool.name}: {phase.name}: running confined…")
+        done = run_phase(phase, places, path, logs)
+        report.phases.append(done)
+        if not done.ok:
+            report.status, report.reason = FAILED, f"phase {phase.name}: {done.error}"
+            report.seconds = time.monotonic() - t0
+            return report
+    source = out / tool.output_file if tool.output_from == "file" and tool.output_file else logs / f"{tool.phases[-1].name}.stdout"
+    if not source.is_file():
+        report.status, report.reason = FAILED, f"the tool wrote no {tool.output_file or 'stdout'}"
+        report.seconds = time.monotonic() - t0
+        return report
+    progress(f"{tool.name}: converting with adapter {tool.adapter}…")
+    name = tool.name if TOOLS.get(tool.name) == tool.adapter else tool.adapter
+    try:
+        converted = convert(ConvertRequest(tool=name, artifacts=[(tool.artifact, source)]), progress)
+    except AuditError as exc:
+        report.status, report.reason = FAILED, f"adapter {tool.adapter}: {exc}"
+        report.seconds = time.monotonic() - t0
+        return report
+    doc = converted.doc
+    relative_uris(doc, repo)
+    for run in doc.get("runs", []):
+        run["invocations"] = [invocation(p) for p in report.phases]
+        run["automationDetails"] = {"id": f"sandboy/{tool.name}/"}
+    report.sarif, report.results = doc, converted.results
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: Path,
+            progress: Progress) -> list[ToolReport]:
+    from sandboy.audit.errors import UsageError
+
+    if names:
+        unknown = [n for n in names if n not in tools]
+        if unknown:
+            from sandboy.policy.load import unknown_key
+
+            raise UsageError(f"--tools: {unknown[0]!r}: {unknown_key(unknown[0], tuple(tools))}")
+        selected = [tools[n] for n in dict.fromkeys(names)]
+    else:
+        selected = list(tools.values())
+    path = search_path()
+    reports = []
+    for tool in selected:
+        report = run_tool(tool, repo, work, path, progress)
+        if report.status == SKIPPED:
+            progress(f"{tool.name}: skipped: {report.reason}")
+        elif report.status == FAILED:
+            progress(f"{tool.name}: FAILED: {report.reason}")
+        else:
+            progress(f"{tool.name}: {report.results} result(s) in {report.seconds:.1f} s")
+        reports.append(report)
+    return reports
+
+
+def status_table(reports: list[ToolReport]) -> str:
+    from sandboy.escape import clean
+
+    rows = [("tool", "status", "results", "time", "why")]
+    for r in reports:
+        rows.append((r.tool, r.status, str(r.results) if r.status == RAN else "-",
+                     f"{r.seconds:.1f}s" if r.status != SKIPPED else "-", clean(r.reason, 300)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+                     for row in rows).rstrip()

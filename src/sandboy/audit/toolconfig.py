@@ -1,0 +1,222 @@
+"""`adapters.toml`: which analysers `sandboy audit run` knows and how each is invoked.
+
+Three layers, later ones winning per tool: the built-in file (sandboy/audit/adapters.toml), the
+repository's `.007/adapters.toml` (may only ADD tools, and never with `network = true`: the
+repository is untrusted), and an operator file (`--adapters FILE`, may add and override).
+Validation is strict: any problem is a UsageError (exit 2) reading `FILE: key: problem`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboy.audit.errors import UsageError
+
+BUILTIN = Path(__file__).with_name("adapters.toml")
+REPO_FILE = Path(".007") / "adapters.toml"
+TOP_KEYS = ("version", "tools")
+TOOL_KEYS = ("adapter", "platform", "build_free", "requires", "output", "phases")
+OUTPUT_KEYS = ("kind", "from", "file", "artifact")
+PHASE_KEYS = ("name", "argv", "include", "read", "exec", "write", "network", "ok_exit", "wall_seconds", "memory_mib")
+PLATFORMS = ("linux", "windows", "any")
+KINDS = ("sarif", "native-json")
+SOURCES = ("file", "stdout")
+PLACEHOLDERS = ("{repo}", "{out}", "{home}")
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    argv: tuple[str, ...]
+    include: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    exec: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    network: bool = False
+    ok_exit: tuple[int, ...] = (0,)
+    wall_seconds: int = 900
+    memory_mib: int = 2048
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    adapter: str
+    platform: str
+    build_free: bool
+    output_kind: str
+    output_from: str
+    output_file: str | None
+    artifact: str
+    phases: tuple[Phase, ...]
+    requires: tuple[str, ...] = ()
+    source: str = ""  # the file this entry came from
+
+    def runs_here(self) -> bool:
+        return self.platform == "any" or (self.platform == "linux") == sys.platform.startswith("linux")
+
+
+@dataclass
+class ToolSet:
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+
+def _fail(src: str, key: str, problem: str) -> UsageError:
+    from sandboy.escape import clean
+
+    return UsageError(f"{clean(src)}: {clean(key)}: {problem}")
+
+
+def _check_keys(src: str, where: str, table: Any, known: tuple[str, ...]) -> dict[str, Any]:
+    from sandboy.policy.load import unknown_key
+
+    if not isinstance(table, dict):
+        raise _fail(src, where, f"expected a table, got {type(table).__name__}")
+    for name in table:
+        if name not in known:
+            raise _fail(src, f"{where}.{name}" if where else name, unknown_key(name, known))
+    return table
+
+
+def _str(src: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(src, key, f"expected a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _strs(src: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _fail(src, key, "expected a list of non-empty strings")
+    return tuple(value)
+
+
+def _int(src: str, key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _fail(src, key, f"expected an integer from {low} to {high}, got {value!r:.60}")
+    return value
+
+
+def _choice(src: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise _fail(src, key, f"expected one of {', '.join(choices)}, got {value!r:.60}")
+    return value
+
+
+def _phase(src: str, key: str, data: Any, index: int) -> Phase:
+    from sandboy.policy.presets import PRESETS
+
+    data = _check_keys(src, key, data, PHASE_KEYS)
+    argv = _strs(src, f"{key}.argv", data.get("argv"))
+    if not argv:
+        raise _fail(src, f"{key}.argv", "expected at least the command")
+    if argv[0].startswith("{") or "/" in argv[0]:
+        raise _fail(src, f"{key}.argv", f"argv[0] must be a command name found on PATH, got {argv[0]!r:.60}")
+    include = _strs(src, f"{key}.include", data.get("include", []))
+    for name in include:
+        if name not in PRESETS:
+            raise _fail(src, f"{key}.include", f"unknown preset {name!r:.40} (known: {', '.join(PRESETS)})")
+    network = data.get("network", False)
+    if not isinstance(network, bool):
+        raise _fail(src, f"{key}.network", "expected true or false")
+    ok_exit = data.get("ok_exit", [0])
+    if not isinstance(ok_exit, list) or not ok_exit:
+        raise _fail(src, f"{key}.ok_exit", "expected a non-empty list of exit statuses")
+    return Phase(
+        name=_str(src, f"{key}.name", data.get("name", f"phase{index + 1}")),
+        argv=argv, include=include,
+        read=_strs(src, f"{key}.read", data.get("read", [])),
+        exec=_strs(src, f"{key}.exec", data.get("exec", [])),
+        write=_strs(src, f"{key}.write", data.get("write", [])),
+        network=network,
+        ok_exit=tuple(_int(src, f"{key}.ok_exit", v, 0, 255) for v in ok_exit),
+        wall_seconds=_int(src, f"{key}.wall_seconds", data.get("wall_seconds", 900), 1, 86400),
+        memory_mib=_int(src, f"{key}.memory_mib", data.get("memory_mib", 2048), 16, 1 << 20),
+    )
+
+
+def _tool(src: str, name: str, data: Any) -> Tool:
+    from sandboy.audit.registry import ADAPTERS
+
+    key = f"tools.{name}"
+    data = _check_keys(src, key, data, TOOL_KEYS)
+    for required in ("adapter", "output", "phases"):
+        if required not in data:
+            raise _fail(src, f"{key}.{required}", "missing (every tool names its adapter, output and phases)")
+    adapter = _str(src, f"{key}.adapter", data["adapter"])
+    if adapter not in ADAPTERS:
+        raise _fail(src, f"{key}.adapter", f"unknown adapter {adapter!r:.40} (known: {', '.join(sorted(ADAPTERS))})")
+    build_free = data.get("build_free", False)
+    if not isinstance(build_free, bool):
+        raise _fail(src, f"{key}.build_free", "expected true or false")
+    out = _check_keys(src, f"{key}.output", data["output"], OUTPUT_KEYS)
+    kind = _choice(src, f"{key}.output.kind", out.get("kind"), KINDS)
+    origin = _choice(src, f"{key}.output.from", out.get("from"), SOURCES)
+    file = out.get("file")
+    if origin == "file":
+        file = _str(src, f"{key}.output.file", file)
+        if file.startswith("/") or ".." in Path(file).parts:
+            raise _fail(src, f"{key}.output.file", "expected a relative path inside the output directory {out}")
+    elif file is not None:
+        raise _fail(src, f"{key}.output.file", "only with from = \"file\"")
+    phases = data["phases"]
+    if not isinstance(phases, list) or not phases:
+        raise _fail(src, f"{key}.phases", "expected at least one [[phases]] table")
+    return Tool(
+        name=name, adapter=adapter,
+        platform=_choice(src, f"{key}.platform", data.get("platform", "any"), PLATFORMS),
+        build_free=build_free, output_kind=kind, output_from=origin, output_file=file,
+        artifact=_str(src, f"{key}.output.artifact", out.get("artifact", Path(file).name if file else "stdout")),
+        phases=tuple(_phase(src, f"{key}.phases[{i}]", p, i) for i, p in enumerate(phases)),
+        requires=_strs(src, f"{key}.requires", data.get("requires", [])),
+        source=src,
+    )
+
+
+def parse(text: str, src: str) -> dict[str, Tool]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(src, "(file)", f"not valid TOML: {exc}") from None
+    _check_keys(src, "", data, TOP_KEYS)
+    if data.get("version") != 1:
+        raise _fail(src, "version", "expected version = 1")
+    tools = data.get("tools", {})
+    _check_keys(src, "tools", tools, tuple(tools))
+    return {name: _tool(src, f"{name}", entry) for name, entry in tools.items()}
+
+
+def read(path: Path) -> dict[str, Tool]:
+    from sandboy.audit.capped import read_capped
+
+    data = read_capped(path, 1 << 20, "adapters file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fail(str(path), "(file)", "not UTF-8") from None
+    return parse(text, str(path))
+
+
+def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, Tool]:
+    """Built-in entries, then the repository's additions, then the operator's file."""
+    tools = read(BUILTIN)
+    if repo is not None and (repo / REPO_FILE).is_file():
+        src = repo / REPO_FILE
+        for name, tool in read(src).items():
+            if name in tools:
+                raise _fail(str(src), f"tools.{name}", "a repository may add tools, not redefine a built-in "
+                            "one (an operator file, --adapters FILE, may)")
+            for i, phase in enumerate(tool.phases):
+                if phase.network:
+                    raise _fail(str(src), f"tools.{name}.phases[{i}].network",
+                                "a repository cannot grant its tools the network (an operator file may)")
+            tools[name] = tool
+    if operator is not None:
+        if not operator.is_file():
+            raise UsageError(f"{operator}: no such adapters file")
+        tools.update(read(operator))
+    return tools

@@ -1,0 +1,66 @@
+"""adapters.toml is strictly validated: exit 2 with `FILE: key: problem` (issue 12)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandboy.audit import toolconfig
+from sandboy.audit.errors import UsageError
+
+GOOD_PHASE = '[[tools.t.phases]]\nargv = ["sh", "-c", "true"]\n'
+GOOD_TOOL = '[tools.t]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+
+
+def test_the_built_in_entries_load_and_cover_the_issue() -> None:
+    tools = toolconfig.load()
+    assert {"bandit", "semgrep", "ruff", "infer", "infersharp", "codeql", "roslyn"} <= set(tools)
+    assert [p.name for p in tools["codeql"].phases] == ["database-create", "database-analyze"]
+    assert any("version=2.1" in a for a in tools["roslyn"].phases[0].argv)
+    assert tools["ruff"].adapter == "passthrough" and tools["ruff"].output_kind == "sarif"
+    assert not any(p.network for t in tools.values() for p in t.phases)
+
+
+@pytest.mark.parametrize("text, key, problem", [
+    ("version = 2\n", "version", "expected version = 1"),
+    ("version = 1\nvesion = 1\n", "vesion", "did you mean 'version'"),
+    ("version = 1\n[tools.t]\nadaptr = 'x'\n", "tools.t.adaptr", "did you mean 'adapter'"),
+    ("version = 1\n[tools.t]\nadapter = 'nope'\noutput = {kind='sarif', from='stdout'}\n" + GOOD_PHASE, "tools.t.adapter", "unknown adapter"),
+    ("version = 1\n" + GOOD_TOOL.replace('"stdout"', '"pipe"') + GOOD_PHASE, "tools.t.output.from", "expected one of file, stdout"),
+    ("version = 1\n" + GOOD_TOOL + '[[tools.t.phases]]\nargv = ["/bin/sh"]\n', "tools.t.phases[0].argv", "found on PATH"),
+    ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'include = ["pyhton"]\n', "tools.t.phases[0].include", "unknown preset"),
+    ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'wall_seconds = 0\n', "tools.t.phases[0].wall_seconds", "integer from 1"),
+    ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'netwrok = true\n', "tools.t.phases[0].netwrok", "did you mean 'network'"),
+    ("version = 1\n[tools.t]\nadapter = 'bandit'\noutput = {kind='sarif', from='file', file='../x'}\n" + GOOD_PHASE, "tools.t.output.file", "inside the output directory"),
+    ("version = 1\n[tools.t]\nadapter = 'bandit'\n", "tools.t.output", "missing"),
+    ("version = [\n", "(file)", "not valid TOML"),
+])
+def test_bad_entries_name_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:
+    path = tmp_path / "ops.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        toolconfig.load(operator=path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: {key}: "), message
+    assert problem in message
+
+
+def test_an_operator_file_overrides_a_built_in_tool(tmp_path: Path) -> None:
+    path = tmp_path / "ops.toml"
+    path.write_text('version = 1\n[tools.ruff]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+                    '[[tools.ruff.phases]]\nargv = ["ruff", "check", "--output-format", "sarif", "{repo}"]\nnetwork = true\n')
+    tools = toolconfig.load(operator=path)
+    assert tools["ruff"].output_from == "stdout" and tools["ruff"].phases[0].network
+
+
+def test_cli_exit_2_with_the_problem_and_no_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "ops.toml"
+    path.write_text("version = 1\n[tools.t]\nphses = []\n")
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(tmp_path), "--adapters", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"{path}: tools.t.phses: unknown key (did you mean 'phases'?" in done.stderr
+    assert "Traceback" not in done.stderr
