@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,6 +67,8 @@ def _say(message: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import tempfile
+
     from sandboy.audit import merge, pipeline, toolconfig
     from sandboy.audit.errors import UsageError
 
