@@ -85,6 +85,11 @@ class EgressSession:
             self._close_child_side()  # now only the child holds it: its exit ends the wait below
             try:
                 fd = namespaces.receive_fd(self._channel)
+            except OSError:
+                # The child failed before it could send the listener (a plan step it reports on
+                # its error pipe, which the launcher turns into the run's cage error): there is
+                # nothing to serve, and nothing in the cage to reach.
+                return
             finally:
                 self._channel.close()
                 self._channel = None
