@@ -132,6 +132,7 @@ class _Folded:
         self.results: list[Any] = []
         self.seen: set[str] = set()
         self.invocations: list[Any] = []
+        self.seen_invocations: set[str] = set()
         self.duplicates = 0
 
     def add(self, run: dict[str, Any]) -> None:
@@ -179,7 +180,11 @@ class _Folded:
                 continue
             self.seen.add(key)
             self.results.append(result)
-        self.invocations.extend(_list(run.get("invocations")))
+        for inv in _list(run.get("invocations")):
+            key = _canon(inv)
+            if key not in self.seen_invocations:
+                self.seen_invocations.add(key)
+                self.invocations.append(inv)
 
     def build(self) -> dict[str, Any]:
         run = self.run
