@@ -77,13 +77,15 @@ def _compile(ns) -> int:
     written = compiler.write(files, ns.root)
     rows = fidelity.table(policy)
     skipped = sorted(rel for rel, text in files.items() if text is None)
+    removed = sorted(rel for rel, text in files.items() if text == compiler.REMOVE)
     if ns.json:
-        json.dump({"written": written, "unchanged": sorted(set(files) - set(written) - set(skipped)),
+        json.dump({"written": sorted(set(written) - set(removed)), "removed": removed,
+                   "unchanged": sorted(set(files) - set(written) - set(skipped) - set(removed)),
                    "not_written": skipped, "fidelity": rows}, sys.stdout, indent=2)
         print()
         return 0
     for rel in written:
-        print(f"wrote {rel}")
+        print(f"{'removed' if rel in removed else 'wrote'} {rel}")
     for rel in skipped:
         print(f"not written: {rel} (it would have no patterns; an empty one blocks everything)")
     if not written:

@@ -1,14 +1,18 @@
 """Write the targets' files, or compare them with what is on disk (`check`).
 
 Ownership of entries merged into files the user shares with us (Claude's settings, Codex's
-config) is recorded in `.sandboy/owned.json`, itself a generated file."""
+config), and the list of files generated, are recorded in `.sandboy/owned.json`, itself a
+generated file: so a target dropped from the policy has its files removed (an ignore file, only
+while it still carries the generated marker) or its entries taken out (Claude, Codex), and an
+`.aiexclude` that would now be empty is removed rather than left with old patterns."""
 
 import json
 import os
 
-from sandboy.capability.targets import TARGETS
+from sandboy.capability.targets import MARKER, TARGETS
 
 OWNED = ".sandboy/owned.json"
+REMOVE = "\0remove"  # a value of render(): this generated file must not exist any more
 
 
 class Context:
@@ -38,14 +42,30 @@ class Context:
         self.now[rel] = record
 
 
+def _ours(text) -> bool:
+    return text is not None and MARKER in "\n".join(text.splitlines()[:2])
+
+
 def render(policy, root: str) -> dict:
-    """{relative path: wanted text or None (must not exist as generated)} for every target."""
+    """{relative path: wanted text, REMOVE, or None (not written, not there)} for every target."""
     ctx = Context(root)
-    files = {}
+    files, retracted = {}, set()
     for name in policy.targets:
         files.update(TARGETS[name].render(policy, ctx))
-    if ctx.now:
-        files[OWNED] = json.dumps(ctx.now, indent=2, sort_keys=True) + "\n"
+    for name, target in TARGETS.items():
+        # a shared file's entries from a target the policy no longer names
+        if name not in policy.targets and hasattr(target, "retract") and any(ctx.owned(f) for f in target.files):
+            out = target.retract(ctx)
+            files.update(out)
+            retracted.update(out)
+    previous = ctx.previous.get("files", [])
+    for rel in (*files, *(previous if isinstance(previous, list) else ())):
+        if files.get(rel) is None and rel not in ctx.now and _ours(ctx.read(rel)):
+            files[rel] = REMOVE
+    record = dict(ctx.now)
+    record["files"] = sorted(rel for rel, text in files.items()
+                            if text not in (None, REMOVE) and rel not in retracted)
+    files[OWNED] = json.dumps(record, indent=2, sort_keys=True) + "\n"
     return files
 
 
@@ -56,6 +76,10 @@ def write(files: dict, root: str) -> list:
         if text is None:
             continue
         path = os.path.join(root, rel)
+        if text == REMOVE:
+            os.remove(path)
+            written.append(rel)
+            continue
         try:
             with open(path, encoding="utf-8") as fh:
                 if fh.read() == text:
@@ -81,7 +105,10 @@ def drift(files: dict, root: str) -> list:
         current = ctx.read(rel)
         if text is None:
             continue
-        if current != text:
+        if text == REMOVE:
+            out.append("".join(difflib.unified_diff(current.splitlines(True), [], fromfile=f"a/{rel}",
+                                                    tofile="/dev/null")))
+        elif current != text:
             out.append("".join(difflib.unified_diff(
                 (current or "").splitlines(True), text.splitlines(True),
                 fromfile=f"a/{rel}" if current is not None else "/dev/null", tofile=f"b/{rel}")))

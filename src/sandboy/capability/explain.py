@@ -5,12 +5,14 @@ from sandboy.capability.targets import TARGETS
 
 
 def canonical(policy, path: str) -> dict:
+    decision = policy.read_decision(path)
     read_hit = policy.read_rule(path)
     index_hit = policy.index_rule(path)
     writable, why = policy.write_rule(path)
     label = lambda key, p: f"{key} {p.text!r}"  # noqa: E731
     return {
-        "readable": (False, label("read.deny", read_hit)) if read_hit else (True, "no read.deny pattern"),
+        "readable": (False, label("read.deny", read_hit)) if read_hit
+        else (True, label("read.deny", decision)) if decision else (True, "no read.deny pattern"),
         "indexable": (False, label("read.deny" if index_hit is read_hit else "index.exclude", index_hit))
         if index_hit else (True, "no read.deny or index.exclude pattern"),
         "writable": (writable, label("write.deny" if why in policy.write_deny else "read.deny" if why in policy.read_deny

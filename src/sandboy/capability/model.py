@@ -3,9 +3,11 @@
 Patterns are a gitignore subset every target can say the same way: `*` and `?` within one path
 segment, `**` as a whole segment, a trailing `/` for "this directory and everything in it", a
 pattern without an inner `/` matching at any depth, one with an inner (or leading) `/` anchored to
-the repository root. Not accepted, each with its reason in the error: `!` re-includes (Claude
-Code's deny rules and the cage's `fs.deny` cannot make an exception, so a re-include would be
-silently lost there), `[...]` classes and `\\` escapes (the targets disagree on them), `..`.
+the repository root. In read.deny only, `!pattern` re-includes as in git: the last matching line
+decides, and nothing inside an excluded directory can be re-included. Claude Code, Codex and the
+cage cannot make such an exception: there the path stays denied (stricter), and the fidelity table
+says so. Not accepted, each with its reason in the error: `!` elsewhere, `[...]` classes and `\\`
+escapes (the targets disagree on them), `..`.
 """
 
 import re
@@ -29,15 +31,16 @@ DEFAULT_INCLUDE = ("system", "python", "git")
 class Pattern:
     """One path pattern of the policy, parsed once; `covers(path)` is THE canonical decision."""
 
-    __slots__ = ("text", "body", "anchored", "dir_only", "_regex")
+    __slots__ = ("text", "body", "anchored", "dir_only", "negated", "_regex")
 
-    def __init__(self, text: str, body: str, anchored: bool, dir_only: bool):
+    def __init__(self, text: str, body: str, anchored: bool, dir_only: bool, negated=False):
         self.text, self.body, self.anchored, self.dir_only = text, body, anchored, dir_only
+        self.negated = negated
         self._regex = re.compile(_to_regex(body, anchored))
 
     def gitignore(self) -> str:
         """The pattern as a gitignore line (anchored ones spelled with a leading `/`)."""
-        return ("/" if self.anchored else "") + self.body + ("/" if self.dir_only else "")
+        return ("!" if self.negated else "") + ("/" if self.anchored else "") + self.body + ("/" if self.dir_only else "")
 
     def is_literal(self) -> bool:
         return self.anchored and not any(c in self.body for c in "*?")
@@ -60,6 +63,23 @@ class Pattern:
         return f"Pattern({self.text!r})"
 
 
+def decide(patterns, path: str, is_dir: bool = False):
+    """git's rule over an ordered list that may hold `!` re-includes: the pattern that decides
+    `path` (a negated one = re-included), or None. A directory excluded above `path` decides,
+    whatever comes later: git does not look inside an excluded directory."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        here = "/".join(parts[:i])
+        leaf_is_dir = is_dir if i == len(parts) else True
+        last = None
+        for p in patterns:
+            if p.matches(here, leaf_is_dir):
+                last = p
+        if last is not None and (i == len(parts) or not last.negated):
+            return last
+    return None
+
+
 def _to_regex(body: str, anchored: bool) -> str:
     out = []
     segments = body.split("/")
@@ -74,24 +94,25 @@ def _to_regex(body: str, anchored: bool) -> str:
     return regex if anchored else "(?:[^/]+/)*" + regex
 
 
-def parse_pattern(src: str, key: str, text) -> Pattern:
+def parse_pattern(src: str, key: str, text, negatable=False) -> Pattern:
     if not isinstance(text, str):
         raise PolicyError(src, key, f"expected a path pattern (a string), got {_kind(text)}")
     problem = None
     if not text or text.strip() != text:
         problem = "empty, or begins/ends with blanks"
-    elif text.startswith("!"):
-        problem = ("'!' re-includes are not accepted: Claude Code's deny rules and the cage's fs.deny "
-                   "cannot make an exception, so it would be lost there; list what to deny instead")
+    elif text.startswith("!") and not negatable:
+        problem = ("'!' re-includes are accepted in read.deny only (here they would silently change "
+                   "what the combined ignore files hide); list what to cover instead")
     elif text.startswith("#"):
         problem = "a pattern cannot start with '#' (a comment in every ignore file)"
     elif any(c in text for c in "[]\\\0\n"):
         problem = "'[...]' classes, '\\' escapes and control characters are not accepted (the targets disagree on them)"
     if problem:
         raise PolicyError(src, key, f"{text!r}: {problem}")
+    negated = text.startswith("!")
     dir_only = text.endswith("/")
-    body = text.strip("/")
-    anchored = text.startswith("/") or "/" in body
+    body = text[negated:].strip("/")
+    anchored = text[negated:].startswith("/") or "/" in body
     segments = body.split("/")
     for seg in segments:
         if seg in ("", ".", ".."):
@@ -100,7 +121,7 @@ def parse_pattern(src: str, key: str, text) -> Pattern:
             raise PolicyError(src, key, f"{text!r}: '**' must be a whole segment (as in 'a/**/b')")
     if body == "**":
         raise PolicyError(src, key, f"{text!r}: matches everything; name what to cover")
-    return Pattern(text, body, anchored, dir_only)
+    return Pattern(text, body, anchored, dir_only, negated)
 
 
 class ExecRule:
@@ -142,9 +163,18 @@ class CapabilityPolicy:
 
     # --- the canonical decisions (what every target is compared with) -----------------------
 
+    def read_decision(self, path: str, is_dir=False):
+        """The read.deny line deciding `path` (a `!` one = re-included), or None."""
+        return decide(self.read_deny, path, is_dir)
+
     def read_rule(self, path: str, is_dir=False):
         """The read-deny pattern that hides `path`, or None (readable)."""
-        return next((p for p in self.read_deny if p.covers(path, is_dir)), None)
+        hit = decide(self.read_deny, path, is_dir)
+        return None if hit is None or hit.negated else hit
+
+    def denied_without_exceptions(self, path: str, is_dir=False):
+        """What a target that cannot re-include decides: the first non-negated match."""
+        return next((p for p in self.read_deny if not p.negated and p.covers(path, is_dir)), None)
 
     def index_rule(self, path: str, is_dir=False):
         """The rule keeping `path` out of an agent's index: a read deny or an index exclude."""
@@ -219,7 +249,8 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
             if k not in known:
                 _unknown(src, f"{name}.", k, known)
         sections[name] = table
-    pat = lambda sec, k: _list(src, f"{sec}.{k}", sections[sec].get(k, []), parse_pattern)  # noqa: E731
+    pat = lambda sec, k: _list(src, f"{sec}.{k}", sections[sec].get(k, []),  # noqa: E731
+                               lambda s_, k_, v_: parse_pattern(s_, k_, v_, negatable=(sec, k) == ("read", "deny")))
     ex = lambda k: _list(src, f"exec.{k}", sections["exec"].get(k, []), parse_exec)  # noqa: E731
     domains = sections["network"].get("domains", [])
     if not isinstance(domains, list):

@@ -25,6 +25,8 @@ def wanted(policy) -> dict:
     allow, deny = [], []
     deny_read, allow_write, deny_write = [], [], []
     for p in policy.read_deny:
+        if p.negated:
+            continue  # deny rules win over allow rules: Claude Code cannot make the exception
         for path in paths(p):
             deny += [f"Read({path})", f"Edit({path})"]  # a Read() deny alone leaves Edit/Write open
             deny_read.append(path)
@@ -94,6 +96,10 @@ def merge(doc: dict, want: dict, previously_owned: dict) -> dict:
     return {k: v for k, v in owned.items() if v}
 
 
+def _empty(node) -> bool:
+    return isinstance(node, dict) and all(_empty(v) for v in node.values())
+
+
 class Claude(Target):
     name, agent, files = "claude", "Claude Code", (SETTINGS,)
 
@@ -110,10 +116,31 @@ class Claude(Target):
         ctx.own(SETTINGS, merge(doc, wanted(policy), ctx.owned(SETTINGS)))
         return {SETTINGS: json.dumps(doc, indent=2, ensure_ascii=False) + "\n"}
 
+    def retract(self, ctx) -> dict:
+        """The policy no longer names Claude: take out every entry Sandboy owns, keep the rest."""
+        text = ctx.read(SETTINGS)
+        try:
+            doc = json.loads(text) if text else {}
+        except ValueError:
+            return {}  # not ours to repair; compile for claude reports it
+        if not isinstance(doc, dict):
+            return {}
+        owned = ctx.owned(SETTINGS)
+        merge(doc, {}, {k: v for k, v in owned.items() if isinstance(v, list)})
+        if owned.get("sandbox.enabled") and isinstance(doc.get("sandbox"), dict):
+            doc["sandbox"].pop("enabled", None)
+        for key in ("sandbox", "permissions"):
+            if doc.get(key) == {} or (key == "sandbox" and _empty(doc.get(key))):
+                doc.pop(key, None)
+        return {SETTINGS: json.dumps(doc, indent=2, ensure_ascii=False) + "\n"}
+
     def fidelity(self, policy) -> list:
         out = []
         for key, text, _item in rules(policy):
-            if key == "read.deny":
+            if key == "read.deny" and _item.negated:
+                out.append((key, text, LOST, "a deny rule wins over any allow rule in Claude Code: "
+                            "the path stays denied (stricter than asked)"))
+            elif key == "read.deny":
                 out.append((key, text, ADVISORY, "Read() and Edit() deny rules (both: a Read() deny alone "
                             "leaves Edit/Write open) and sandbox.filesystem.denyRead; " + SANDBOX_NOTE))
             elif key == "index.exclude":
@@ -133,7 +160,7 @@ class Claude(Target):
         return out
 
     def decide(self, policy, path: str) -> dict:
-        read_hit = policy.read_rule(path)
+        read_hit = policy.denied_without_exceptions(path)
         write_hit = read_hit or next((p for p in policy.write_deny if p.covers(path)), None)
         if write_hit is None and policy.write_allow and not any(p.covers(path) for p in policy.write_allow):
             writable = (None, "no Edit() rule: Claude Code asks")

@@ -27,6 +27,8 @@ def profile(policy) -> dict:
         for e in entries(p):
             roots[e] = "read"
     for p in policy.read_deny:
+        if p.negated:
+            continue  # no exception to a "none" entry can be said
         for e in entries(p):
             roots[e] = "none"
     prof = {"filesystem": {":minimal": "read", ":workspace_roots": roots}}
@@ -67,10 +69,34 @@ class Codex(Target):
         head = f"# {MARKER} (the [permissions.{policy.codex_profile}] profile)\n"
         return {CONFIG: head + tomli_w.dumps(doc)}
 
+    def retract(self, ctx) -> dict:
+        """The policy no longer names Codex: remove the profile Sandboy wrote (and
+        `default_permissions` when Sandboy set it), keep the rest."""
+        import tomllib
+
+        import tomli_w
+
+        try:
+            doc = tomllib.loads(ctx.read(CONFIG) or "")
+        except tomllib.TOMLDecodeError:
+            return {}
+        owned = ctx.owned(CONFIG)
+        perms = doc.get("permissions")
+        if isinstance(perms, dict):
+            perms.pop(owned.get("profile"), None)
+            if not perms:
+                doc.pop("permissions")
+        if owned.get("default_permissions") and doc.get("default_permissions") == owned.get("profile"):
+            doc.pop("default_permissions")
+        return {CONFIG: tomli_w.dumps(doc)}
+
     def fidelity(self, policy) -> list:
         out = []
         for key, text, _item in rules(policy):
-            if key == "read.deny":
+            if key == "read.deny" and _item.negated:
+                out.append((key, text, LOST, "a profile has no exception to a \"none\" entry: the path "
+                            "stays unreadable (stricter than asked)"))
+            elif key == "read.deny":
                 out.append((key, text, ADVISORY, '"none" entries in the profile; ' + SANDBOX_NOTE))
             elif key == "index.exclude":
                 out.append((key, text, LOST, "Codex has no index or ignore setting"))
@@ -84,8 +110,10 @@ class Codex(Target):
         return out
 
     def decide(self, policy, path: str) -> dict:
-        read_hit = policy.read_rule(path)
+        read_hit = policy.denied_without_exceptions(path)
         writable, why = policy.write_rule(path)
+        if read_hit:
+            writable, why = False, read_hit
         why = why.text if hasattr(why, "text") else why
         return {
             "readable": (False, f"{entries(read_hit)[0]} = \"none\"") if read_hit else (True, ":workspace_roots readable"),

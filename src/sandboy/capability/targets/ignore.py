@@ -4,6 +4,7 @@
 They hide paths from an agent's own tools and index. They say nothing about writes or commands,
 and nothing stops a shell `cat`: every rule they carry is advisory."""
 
+from sandboy.capability.model import decide
 from sandboy.capability.targets import ADVISORY, LOST, MARKER, Target, rules
 
 SHELL = "the agent's own tools honour it; a shell command (cat, grep) still reads the file"
@@ -44,7 +45,10 @@ class IgnoreTarget(Target):
                 out.append((key, text, LOST, "no known agent reads this file"))
             elif key == "read.deny":
                 where = self.files[0]
-                out.append((key, text, ADVISORY, f"{where}: {SHELL}"))
+                what = ("re-included as in git; inside an excluded directory git keeps the path "
+                        "excluded, while some matchers (pathspec) re-include it there, so agents may "
+                        "differ on such paths") if _item.negated else SHELL
+                out.append((key, text, ADVISORY, f"{where}: {what}"))
             elif key == "index.exclude":
                 where = self.index_only_file or self.files[0]
                 out.append((key, text, ADVISORY, f"{where}: kept out of the agent's context/index; {SHELL}"))
@@ -57,8 +61,13 @@ class IgnoreTarget(Target):
         return out
 
     def decide(self, policy, path: str) -> dict:
+        reinclude = []
+
         def first(patterns):
-            return next((p for p in patterns if p.covers(path)), None)
+            hit = decide(patterns, path)
+            if hit is not None and hit.negated:
+                reinclude.append(hit)
+            return None if hit is None or hit.negated else hit
 
         if self.read_by_nobody:
             none = (None, "no known agent reads this file")
@@ -70,9 +79,12 @@ class IgnoreTarget(Target):
             index_file = self.index_only_file if not read_hit else file_of
         else:
             index_file = file_of
-            read_hit = index_hit  # one file: whatever is listed is hidden from the agent entirely
+            # one file: read.deny's lines, then index.exclude's (no `!` there), so an index
+            # pattern is never undone by a read.deny re-include
+            read_hit = index_hit = first((*policy.read_deny, *policy.index_exclude))
+        free = (True, f"{file_of}: re-included by {reinclude[0].gitignore()}") if reinclude else (True, "no pattern matches")
         return {
-            "readable": (False, f"{file_of}: {read_hit.gitignore()}") if read_hit else (True, "no pattern matches"),
+            "readable": (False, f"{file_of}: {read_hit.gitignore()}") if read_hit else free,
             "indexable": (False, f"{index_file}: {index_hit.gitignore()}") if index_hit else (True, "no pattern matches"),
             "writable": (None, "not expressible in an ignore file"),
         }

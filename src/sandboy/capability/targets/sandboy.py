@@ -49,7 +49,7 @@ class SandboyStep(Target):
             "[fs]",
             'read = ["."]',
             f"write = {_toml_list([*roots, '{tmp}'])}",
-            f"deny = {_toml_list(deny_entry(p) for p in policy.read_deny)}      # read.deny: neither readable nor writable",
+            f"deny = {_toml_list(deny_entry(p) for p in policy.read_deny if not p.negated)}      # read.deny: neither readable nor writable",
             f"protect = {_toml_list(protect)}      # write.deny and the policy files: readable, never writable",
             "",
         ]
@@ -62,7 +62,10 @@ class SandboyStep(Target):
         _, not_roots = write_roots(policy)
         out = []
         for key, text, item in rules(policy):
-            if key == "read.deny":
+            if key == "read.deny" and item.negated:
+                out.append((key, text, LOST, "fs.deny cannot make an exception: the path stays "
+                            "unreadable in the cage (stricter than asked)"))
+            elif key == "read.deny":
                 out.append((key, text, ENFORCED, f"fs.deny {deny_entry(item)!r} (Landlock, and EROFS outside "
                             "the write roots under the namespace tier); matched when the command starts, so a "
                             "file created later is not denied; Landlock's deny inside a grant splits the "
@@ -95,7 +98,7 @@ class SandboyStep(Target):
         return out
 
     def decide(self, policy, path: str) -> dict:
-        read_hit = policy.read_rule(path)
+        read_hit = policy.denied_without_exceptions(path)
         if read_hit:
             denied = (False, f"fs.deny {deny_entry(read_hit)!r}")
             return {"readable": denied, "indexable": (None, "no index"), "writable": denied}
