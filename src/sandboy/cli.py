@@ -215,8 +215,9 @@ def _dry_run(policy, args: RunArgs) -> int:
             print(json.dumps(report, indent=2))
             return 0
         from sandboy.confine.doctor import describe_cage
+        from sandboy.escape import block  # the rules quote policy paths and the command line
 
-        print(describe_cage(report))
+        print(block(describe_cage(report)))
         return 0
     finally:
         cage.close()
