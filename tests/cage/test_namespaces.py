@@ -357,11 +357,13 @@ def nobody(tmp_path):
     return base, run
 
 
-def test_as_an_ordinary_user_the_tier_holds(nobody):
+def test_as_an_ordinary_user_the_tier_holds(nobody, probe):
     """The unprivileged path for real (a user namespace mapping 65534 to itself): chmod of the
     user's own file outside the write roots gets EROFS (without the tier it succeeds: the twin
-    below), its write root still works, and no host process shows in /proc."""
+    below), its write root still works, no host process shows in /proc, /dev is the minimal one
+    and the user's own host SysV segment is out of reach."""
     base, run = nobody
+    probe_binary = probe
     key = base / "outside" / "id_rsa"
     key.write_text("key\n")
     os.chown(key, NOBODY, NOBODY)
@@ -376,6 +378,24 @@ def test_as_an_ordinary_user_the_tier_holds(nobody):
     assert out[-3] == "twin" and int(out[-2]) <= 5 and out[-1] == str(NOBODY), r
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(base / "work" / "mine").st_mode) == 0o640
+    # item 3 and item 6 as this user: the minimal /dev, and a SysV segment of the user's own
+    # (made outside, by key) that the cage cannot find even with `[ipc] sysv = true`
+    probe = base / "probe"
+    shutil.copy(probe_binary, probe)
+    os.chmod(probe, 0o755)
+    sysv_key = hex(0x5D000000 | (os.getpid() & 0xFFFF) << 4)
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
+    made = subprocess.run([*as_nobody, str(probe), "sysv-make", sysv_key, "nobody-secret"], capture_output=True, text=True)
+    assert made.stdout.startswith("ok"), made
+    try:
+        sysv = {**policy, "fs": {**policy["fs"], "exec": ["/usr/bin", "/bin", str(base)]}, "ipc": {"sysv": True}}
+        r = run(f"ls /dev | tr '\\n' ' '; {probe} sysv shmget {sysv_key}", sysv)
+        assert r.stdout.split() == ["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+                                    "stdout", "urandom", "zero", "ENOENT"], r
+        shown = subprocess.run([*as_nobody, str(probe), "sysv-show", sysv_key], capture_output=True, text=True)
+        assert shown.stdout.strip() == "ok nobody-secret", shown
+    finally:
+        subprocess.run([*as_nobody, str(probe), "sysv-remove", sysv_key], capture_output=True)
     # the same attack with the tier forced off: the ordinary user's own key becomes world-readable
     r = run(f"chmod 644 {key} && echo changed", policy, env={namespaces.FORCE_OFF_ENV: "0"})
     assert "changed" in r.stdout and stat.S_IMODE(os.stat(key).st_mode) == 0o644, r
