@@ -462,3 +462,45 @@ def test_a_cage_runs_past_its_ruleset_renewal(cage):
         assert built.ruleset.fd == fd and not os.path.exists("/etc/sandboy-renewal")
     finally:
         built.close()
+
+
+def test_layer3_helpers_hand_the_parent_a_listener_inside_the_cage_netns(cage):
+    """For egress (issue 11): the cage's own network namespace, `lo` brought up, a listener bound
+    inside it and sent to the parent over a socketpair; the command connects to it on loopback
+    and the parent accepts that connection. The host's loopback is not the cage's."""
+    import socket
+
+    from sandboy import Policy
+    from sandboy.confine import _libc
+    from sandboy.confine import cage as cagemod
+    from sandboy.confine.launch import _start_child
+
+    port = 31000 + os.getpid() % 2000
+    policy = Policy.from_mapping(cage.policy(net={"connect_tcp": [port]}), "<t>")
+    built = cagemod.build(policy, cwd=str(cage.work))
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    spare = os.dup(child_end.fileno())
+    keep: list = []
+    try:
+        built.tier.add_in_netns([])  # a network namespace although the policy grants a port
+        first = (*namespaces.plan_loopback_up(),
+                 *namespaces.plan_listen_and_send(port, child_end.fileno(), spare, keep))
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = _start_child([cage.probe, "tcp-connect", str(port)], built, (None, None, None), err_w, first)
+        os.close(err_w)
+        os.close(spare)
+        child_end.close()
+        listener = socket.socket(fileno=namespaces.receive_fd(parent_end))
+        listener.settimeout(10)
+        conn, _ = listener.accept()  # the command's connect(), made inside the cage's netns
+        conn.close()
+        listener.close()
+        _, status = os.waitpid(pid, 0)
+        error, reported = _libc.read_child_report(os.read(err_r, 64))
+        os.close(err_r)
+        assert error is None and os.waitstatus_to_exitcode(reported) == 0, (error, reported)
+        with socket.socket() as host_side:  # nothing listens on the host's loopback for it
+            assert host_side.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        parent_end.close()
+        built.close()
