@@ -25,6 +25,9 @@ Mount tree, in order (the parent computes every path when the cage is built):
      itself read-only.
   6. The write-root copies attached back over their paths (read-write where the host had them
      so), and a fresh tmpfs on the cage's `{tmp}` directory.
+  7. A read-only copy over each protected path (`fs.protect` and its defaults).
+Then the child adds Landlock rules for the new file systems (`plan_landlock_rules`: rules are
+tied to inodes, and these are new at every run) and becomes the init.
 
 Egress (Layer 3) adds its steps through `Tier.add_in_netns` and the `plan_*` helpers below.
 """
