@@ -288,3 +288,36 @@ def test_a_re_included_path_stays_denied_in_the_cage(repo):
     (repo / ".env.example").write_text("EXAMPLE=1\n")
     run = _caged(repo, "cat .env.example")
     assert run.returncode != 0 and "EXAMPLE" not in run.stdout
+
+
+def test_compile_never_follows_a_symlink_out_of_the_repository(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".claude").symlink_to(outside)  # a hostile repository's .claude -> somewhere of the user's
+    (repo / ".aiderignore").symlink_to(outside / "victim")
+    (outside / "victim").write_text("precious\n")
+    _policy(repo)
+    run = _cli("compile", cwd=repo)
+    assert run.returncode == 2 and "symlink" in run.stderr and "Traceback" not in run.stderr
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert (outside / "victim").read_text() == "precious\n"
+
+
+def test_a_hand_edited_owned_record_cannot_crash_compile(tmp_path):
+    _policy(tmp_path)
+    (tmp_path / ".sandboy").mkdir()
+    (tmp_path / ".sandboy/owned.json").write_text('{".claude/settings.json": {"permissions.deny": [[1]]}, "files": 3}')
+    run = _cli("compile", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert _cli("check", cwd=tmp_path).returncode == 0
+
+
+def test_codex_warns_when_older_sandbox_settings_override_the_profile(tmp_path):
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex/config.toml").write_text('sandbox_mode = "workspace-write"\n')
+    _policy(tmp_path)
+    run = _cli("compile", "--json", cwd=tmp_path)
+    assert run.returncode == 0
+    assert any("IGNORES the permission profile" in w for w in json.loads(run.stdout)["warnings"])

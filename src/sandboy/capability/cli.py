@@ -63,8 +63,15 @@ def _init(ns) -> int:
         return EXIT_USAGE
     from importlib.resources import files
 
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(files("sandboy.capability").joinpath("starter.toml").read_text(encoding="utf-8"))
+    text = files("sandboy.capability").joinpath("starter.toml").read_text(encoding="utf-8")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if ns.force else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        _err(f"{path}: cannot write: {exc.strerror}")
+        return EXIT_USAGE
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
     print(f"wrote {path}; next: sandboy policy compile")
     return 0
 
@@ -73,15 +80,20 @@ def _compile(ns) -> int:
     from sandboy.capability import compiler, fidelity, model
 
     policy = model.load(_policy_path(ns))
-    files = compiler.render(policy, ns.root)
+    warnings = []
+    files = compiler.render(policy, ns.root, warnings)
     written = compiler.write(files, ns.root)
+    from sandboy.escape import line
+
+    for text in warnings:
+        print(f"sandboy policy: warning: {line(text)}", file=sys.stderr)
     rows = fidelity.table(policy)
     skipped = sorted(rel for rel, text in files.items() if text is None)
     removed = sorted(rel for rel, text in files.items() if text == compiler.REMOVE)
     if ns.json:
         json.dump({"written": sorted(set(written) - set(removed)), "removed": removed,
                    "unchanged": sorted(set(files) - set(written) - set(skipped) - set(removed)),
-                   "not_written": skipped, "fidelity": rows}, sys.stdout, indent=2)
+                   "not_written": skipped, "warnings": warnings, "fidelity": rows}, sys.stdout, indent=2)
         print()
         return 0
     for rel in written:

@@ -10,33 +10,62 @@ import json
 import os
 
 from sandboy.capability.targets import MARKER, TARGETS
+from sandboy.errors import PolicyError
 
 OWNED = ".sandboy/owned.json"
 REMOVE = "\0remove"  # a value of render(): this generated file must not exist any more
+
+
+def _inside(root: str, rel: str) -> str:
+    """ROOT/rel, refusing a path that leaves the repository through a symlink (a repository's
+    `.claude` could point at ~/.ssh: compile must never read or write there)."""
+    path = os.path.join(root, rel)
+    parent = os.path.realpath(os.path.dirname(path))
+    real_root = os.path.realpath(root)
+    if os.path.islink(path) or not (parent == real_root or parent.startswith(real_root.rstrip("/") + "/")):
+        raise PolicyError(rel, "", "is a symlink or lies under one that leaves the repository: "
+                          "refusing to follow it (replace it with a plain file or directory)")
+    return path
+
+
+def _clean_owned(record) -> dict:
+    """Only the shapes Sandboy writes; anything else in a (hand-edited) owned.json is ignored."""
+    if not isinstance(record, dict):
+        return {}
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = value
+        elif isinstance(value, (bool, str)):
+            out[key] = value
+    return out
 
 
 class Context:
     def __init__(self, root: str):
         self.root = root
         try:
-            with open(os.path.join(root, OWNED), encoding="utf-8") as fh:
+            with open(_inside(root, OWNED), encoding="utf-8") as fh:
                 self.previous = json.load(fh)
             if not isinstance(self.previous, dict):
                 self.previous = {}
         except (OSError, ValueError):
             self.previous = {}
         self.now = {}
+        self.warnings = []
 
     def read(self, rel: str):
+        path = _inside(self.root, rel)
         try:
-            with open(os.path.join(self.root, rel), encoding="utf-8") as fh:
-                return fh.read()
+            with open(path, encoding="utf-8") as fh:
+                return fh.read(4 << 20)
         except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError(rel, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
 
     def owned(self, rel: str) -> dict:
-        value = self.previous.get(rel, {})
-        return value if isinstance(value, dict) else {}
+        return _clean_owned(self.previous.get(rel, {}))
 
     def own(self, rel: str, record: dict) -> None:
         self.now[rel] = record
@@ -46,9 +75,11 @@ def _ours(text) -> bool:
     return text is not None and MARKER in "\n".join(text.splitlines()[:2])
 
 
-def render(policy, root: str) -> dict:
-    """{relative path: wanted text, REMOVE, or None (not written, not there)} for every target."""
+def render(policy, root: str, warnings=None) -> dict:
+    """{relative path: wanted text, REMOVE, or None (not written, not there)} for every target.
+    What a target found that weakens it on the user's side is appended to `warnings`."""
     ctx = Context(root)
+    ctx.warnings = warnings if warnings is not None else []
     files, retracted = {}, set()
     for name in policy.targets:
         files.update(TARGETS[name].render(policy, ctx))
@@ -75,7 +106,7 @@ def write(files: dict, root: str) -> list:
     for rel, text in files.items():
         if text is None:
             continue
-        path = os.path.join(root, rel)
+        path = _inside(root, rel)
         if text == REMOVE:
             os.remove(path)
             written.append(rel)
@@ -87,8 +118,14 @@ def write(files: dict, root: str) -> list:
         except FileNotFoundError:
             pass
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        path = _inside(root, rel)  # again: the directory may have just been made
         tmp = path + ".sandboy-tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        try:
+            os.unlink(tmp)  # whatever a repository left there (a symlink, say) is not followed
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
         written.append(rel)

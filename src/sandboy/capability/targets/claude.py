@@ -114,6 +114,9 @@ class Claude(Target):
             if not isinstance(doc, dict):
                 raise PolicyError(SETTINGS, "", "expected a JSON object at the top")
         ctx.own(SETTINGS, merge(doc, wanted(policy), ctx.owned(SETTINGS)))
+        if doc.get("sandbox", {}).get("enabled") is not True:
+            ctx.warnings.append(f"{SETTINGS}: sandbox.enabled is set to false by the user: the sandbox "
+                                "settings written there have no effect (the permission rules still apply)")
         return {SETTINGS: json.dumps(doc, indent=2, ensure_ascii=False) + "\n"}
 
     def retract(self, ctx) -> dict:

@@ -61,10 +61,16 @@ class Codex(Target):
             perms.pop(old_profile, None)  # the policy renamed its profile: the old one is ours
         perms[policy.codex_profile] = profile(policy)
         owned = {"profile": policy.codex_profile}
+        if "sandbox_mode" in doc or "sandbox_workspace_write" in doc:
+            ctx.warnings.append(f"{CONFIG}: sandbox_mode / [sandbox_workspace_write] is set, so Codex uses "
+                                "those older settings and IGNORES the permission profile; remove them")
         chosen = doc.get("default_permissions")
         if chosen is None or (previous.get("default_permissions") and chosen == old_profile):
             doc["default_permissions"] = policy.codex_profile
             owned["default_permissions"] = True
+        elif chosen != policy.codex_profile:
+            ctx.warnings.append(f"{CONFIG}: default_permissions = {chosen!r} (the user's choice) is kept: "
+                                f"the [permissions.{policy.codex_profile}] profile is written but not selected")
         ctx.own(CONFIG, owned)
         head = f"# {MARKER} (the [permissions.{policy.codex_profile}] profile)\n"
         return {CONFIG: head + tomli_w.dumps(doc)}
