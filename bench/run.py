@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`make bench`: every benchmark, one after another, each printing ratios against baselines
-measured in the same run. Pass `--only run|gate|audit` to pick one."""
+measured in the same run. Pass `--only run|gate|audit|egress` to pick one."""
 
 from __future__ import annotations
 
