@@ -481,6 +481,7 @@ class LocalRun:
         self._outcome = None
         self._ended = False
         self._result = None
+        self.abandoned = False  # see end(deadline=...)
 
     def time_left(self):
         """Seconds until the deadline (never negative), or None without one."""
@@ -494,16 +495,32 @@ class LocalRun:
                 self._status = status
         return self._status is not None
 
-    def end(self, outcome=None) -> None:
-        """Kill the command (if still running) and every descendant; `outcome` names why."""
+    def end(self, outcome=None, deadline=None) -> None:
+        """Kill the command (if still running) and every descendant; `outcome` names why.
+
+        `deadline` (a time.monotonic() value; the gate stopped by ^C/SIGTERM): stop waiting for
+        the killed tree then. Every process has been sent SIGKILL and runs no more code, but the
+        kernel may still be tearing one down — a step's private tmpfs holding 300,000 files took
+        1.8 s — and the gate must end within a second. `abandoned` then says so."""
         if outcome is not None and self._outcome is None and self._status is None:
             self._outcome = outcome
         if self._ended:
             return
         if self._status is None:
             _kill_pass(None)
-            self._status = os.waitpid(self.pid, 0)[1]
-        _kill_descendants(None)
+            if deadline is None:
+                self._status = os.waitpid(self.pid, 0)[1]
+            else:
+                while not (reaped := os.waitpid(self.pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                if not reaped[0]:
+                    self.abandoned = True
+                    self._status = signal.SIGKILL  # the wait status of a process killed by SIGKILL
+                    self._ended = True
+                    return
+                self._status = reaped[1]
+        if not _kill_descendants(None, deadline):
+            self.abandoned = True
         self._ended = True
 
     def kill(self) -> None:
@@ -728,18 +745,27 @@ def _kill_pass(cgroup) -> None:
             pass
 
 
-def _kill_descendants(cgroup) -> None:
+def _kill_descendants(cgroup, deadline=None) -> bool:
     """SIGKILL and reap until no descendant is left. Orphans come back to us (subreaper), so
-    each round sees the ones the previous round's deaths released."""
+    each round sees the ones the previous round's deaths released. `deadline` (time.monotonic()):
+    give up reaping then and return False (everything found has been sent SIGKILL)."""
     while True:
         _kill_pass(cgroup)
         try:
-            os.waitpid(-1, 0)
+            if deadline is None:
+                os.waitpid(-1, 0)
+            else:
+                while not os.waitpid(-1, os.WNOHANG)[0]:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.005)
             # Reap the whole batch before walking /proc again: one walk per reaped child made the
             # sweep quadratic (2,000 processes took 26 s past a 3 s timeout).
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
         except ChildProcessError:
             if cgroup is None or not set(cgroup.pids()) - {os.getpid()}:
-                return
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
             time.sleep(0.001)

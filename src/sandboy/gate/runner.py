@@ -213,6 +213,7 @@ class CageCache:
         return left
 
 
+STOP_GRACE_SECONDS = 0.5  # after ^C/SIGTERM, how long the gate waits for the killed step's tree to be reaped
 DEFAULT_MAX_STEP_OUTPUT = 32 << 20  # bytes of a step's output kept in its log, and shown, per step
 
 
@@ -431,7 +432,11 @@ def _pump(run, read_fd: int, stream: _Stream, console, stop: StopRequest) -> boo
                     poller.unregister(fd)
                     watching.discard(fd)
         if stop.requested and run.pidfd in watching:
-            run.kill()  # the tree dies: the pidfd and the pipe report it next
+            # the tree dies: the pidfd and the pipe report it next — unless the kernel takes long
+            # to tear a process down, which the gate then does not wait for (it ends within 1 s)
+            run.end(KILLED, deadline=time.monotonic() + STOP_GRACE_SECONDS)
+            if getattr(run, "abandoned", False):
+                return True
         elif run.time_left() == 0 and run.pidfd in watching:
             run.end(TIMED_OUT)
         console.tick()
