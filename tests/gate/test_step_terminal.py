@@ -198,3 +198,20 @@ def test_tty_names_a_step(tmp_path):
     """)
     proc = run_gate(repo, "--tty", "unti")
     assert proc.returncode == 2 and "--tty unti" in proc.stderr and "steps: unit" in proc.stderr, proc.stderr
+
+
+def test_tty_step_output_stays_out_of_a_json_report_on_stdout(operator, tmp_path):
+    import json
+
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "debug"
+        run = "echo shown-on-the-terminal"
+    """)
+    report = tmp_path / "stdout.json"
+    with open(report, "wb") as out:
+        gate = operator.start([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--tty", "debug", "--json", "-"],
+                              stdio=(operator.slave, out, operator.slave))
+        assert gate.wait(60) == 0
+    assert json.loads(report.read_text())["steps"][0]["status"] == "passed"
+    assert "shown-on-the-terminal" in operator.watch(2, until=b"shown-on-the-terminal").decode()

@@ -593,7 +593,14 @@ class GateRun:
                 if step.name in self.interactive:
                     from sandboy.confine.terminal import Relay
 
-                    relay = Relay(tty=True, tee=stream.record)
+                    # The step's terminal output goes where the gate's record goes (stderr
+                    # with `--json -`, so the report on stdout stays JSON).
+                    try:
+                        record_fd = self.console.out.fileno()
+                    except (AttributeError, OSError, ValueError):
+                        record_fd = 1
+                    self.console.out.flush()
+                    relay = Relay((None, record_fd, None), tty=True, tee=stream.record)
                     stdio, ctty = relay.stdio, relay.ctty
                 with self.stop.preparing():
                     cage, owned = self.cages.get(policy, tty=ctty is not None)
