@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = {"run": "bench_run.py", "gate": "bench_gate.py", "audit": "bench_audit.py", "egress": "bench_egress.py"}
+BENCHES = {"run": "bench_run.py", "gate": "bench_gate.py", "audit": "bench_audit.py", "egress": "bench_egress.py",
+           "merge": "bench_merge.py"}
 
 
 def main() -> int:
