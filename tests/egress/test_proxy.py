@@ -354,3 +354,83 @@ def test_hostile_requests_get_a_clean_refusal(make_proxy, origin, raw):
     # and the proxy still serves
     ok = http_exchange(p.port, get(p.port, f"http://allowed.test:{origin.port}/still", extra=b"Connection: close\r\n"))
     assert ok.startswith(b"HTTP/1.1 200")
+
+
+def _client_hello(server_name: str) -> bytes:
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return outgoing.read()
+
+
+class _Sink:
+    """A raw TCP server for one connection: reads until the client half-closes, then sends the
+    sha256 of what it got and `reply_size` patterned bytes, and closes."""
+
+    def __init__(self, reply_size: int):
+        import hashlib
+        import threading
+
+        self.listener = loopback_listener()
+        self.port = self.listener.getsockname()[1]
+        self.received = b""
+        self.reply = (bytes(range(256)) * (reply_size // 256 + 1))[:reply_size]
+
+        def serve():
+            conn, _ = self.listener.accept()
+            with conn:
+                chunks = []
+                while data := conn.recv(1 << 20):
+                    chunks.append(data)
+                self.received = b"".join(chunks)
+                conn.sendall(hashlib.sha256(self.received).digest() + self.reply)
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.thread.join(30)
+        self.listener.close()
+
+
+def test_a_spliced_tunnel_carries_early_bytes_half_close_and_bulk_intact(make_proxy):
+    """After the SNI check the tunnel is copied with splice(2): bytes sent in the same segment
+    as the ClientHello (TLS early data), many MiB each way and a half-close must all arrive
+    exactly — checked by the server's digest of what it received and the client's of the reply."""
+    import hashlib
+
+    sink = _Sink(reply_size=24 << 20)
+    p = make_proxy([f"allowed.test:{sink.port}"])
+    s, status = connect_tunnel(p.port, "allowed.test", sink.port, timeout=60)
+    assert status.endswith("200 Connection established")
+    sent = _client_hello("allowed.test") + b"EARLY-DATA" + bytes(range(256)) * (12 << 12)  # + 12 MiB
+    s.sendall(sent)
+    s.shutdown(socket.SHUT_WR)  # the server answers only after it saw our end of file
+    chunks = []
+    while data := s.recv(1 << 20):
+        chunks.append(data)
+    s.close()
+    sink.close()
+    got = b"".join(chunks)
+    assert sink.received == sent
+    assert got[:32] == hashlib.sha256(sent).digest()
+    assert got[32:] == sink.reply
+    assert p.log()[-1]["decision"] == "allow"
+
+
+def test_sni_mismatch_sends_nothing_even_with_early_bytes(make_proxy):
+    """The splice starts only after the check: a mismatching hello followed by more bytes in the
+    same segment reaches the server not at all."""
+    sink = _Sink(reply_size=0)
+    p = make_proxy([f"allowed.test:{sink.port}"])
+    s, status = connect_tunnel(p.port, "allowed.test", sink.port)
+    assert status.endswith("200 Connection established")
+    s.sendall(_client_hello("other.test") + b"EARLY-DATA" * 1000)
+    s.shutdown(socket.SHUT_WR)
+    assert s.recv(100) == b""  # dropped
+    s.close()
+    sink.thread.join(10)
+    sink.listener.close()
+    assert sink.received == b""
+    assert p.log()[-1]["decision"] == "deny" and "other.test" in p.log()[-1]["reason"]
