@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -232,6 +233,42 @@ static int to_job(PyObject *plan, PyObject *paths, PyObject *argv, PyObject *env
 }
 
 static void report(int fd, long index, long err);
+static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots);
+static int exec_candidates(const job_t *job);
+
+/* The confined child's work from plan step `start` on: run the steps, exec; on failure report
+   (step index or -1 for exec, errno) on `errpipe` and exit 125 / 126 / 127. Never returns. */
+static void child_run(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots) {
+    Py_ssize_t failed = run_steps(job, errpipe, may_init, start, slots);
+    if (failed >= 0) {
+        report(errpipe, (long)failed, errno);
+        syscall(SYS_exit_group, 125);
+    }
+    int err = exec_candidates(job);
+    report(errpipe, -1, err);
+    syscall(SYS_exit_group, err == ENOENT || err == ENOTDIR ? 127 : 126);
+}
+
+/* The command's start from the init: CLONE_VM | CLONE_VFORK, as vfork, so the init's copy of
+   the caller's memory is not copied again (a page-table copy and its teardown per run); the
+   init waits until the command has exec'd. The command runs on a stack of its own (it must
+   not return into the init's frames) and goes on with the plan after NR_INIT, sharing the
+   slots. The stack is this module's static buffer: only ever used inside an init, a clone
+   (not a vfork) of the caller, so in that process's own copy of it. */
+typedef struct {
+    const job_t *job;
+    int errpipe;
+    Py_ssize_t start;
+    long *slots;
+} command_start_t;
+
+static char command_stack[128 * 1024] __attribute__((aligned(64)));
+
+static int command_main(void *arg) {
+    const command_start_t *c = arg;
+    child_run(c->job, c->errpipe, 0, c->start, c->slots);
+    return 0;
+}
 
 /* Signals the init passes on to the command (as tini does); stop signals are not passed. */
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
@@ -249,12 +286,14 @@ static void forwarding_set(sigset_t *set) {
    command exits reports its wait status on `errpipe` and exits with its code (pid 1 cannot die
    of its own signal). Its exit makes the kernel kill whatever is left in the namespace. Only
    system calls: this runs in a child of a possibly multi-threaded Python process. */
-static long become_init(int errpipe) {
+static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *slots) {
     sigset_t set;
     forwarding_set(&set);
-    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, NULL, 8);  /* the child unblocks in its plan */
-    long child = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-    if (child <= 0)
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, NULL, 8);  /* the command unblocks in its plan */
+    command_start_t start = {job, errpipe, next, slots};
+    long child = clone(command_main, command_stack + sizeof(command_stack), CLONE_VM | CLONE_VFORK | SIGCHLD,
+                       &start);
+    if (child < 0)
         return child;
     /* Keep nothing of the caller's but the error pipe: the command's stdio and the launcher's
        fds must not stay open in here. */
@@ -285,18 +324,23 @@ static long become_init(int errpipe) {
     }
 }
 
-/* Returns -1 on success, else the index of the step that failed (errno set). */
-static Py_ssize_t run_steps(const job_t *job, int errpipe) {
-    long slots[MAX_SLOTS + 1] = {0};
-    for (Py_ssize_t i = 0; i < job->nsteps; i++) {
+/* Runs steps `start`.. with `slots` (NULL: fresh ones). Returns -1 on success, else the index
+   of the step that failed (errno set). An NR_INIT step never returns in this process (it
+   becomes the init; the command goes on in `command_main`). `may_init` is false outside a
+   clone of the caller (apply_plan, a vfork'd child, the command itself): no init there. */
+static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots) {
+    long own[MAX_SLOTS + 1] = {0};
+    if (slots == NULL)
+        slots = own;
+    for (Py_ssize_t i = start; i < job->nsteps; i++) {
         const step_t *s = &job->steps[i];
         long r;
         if (s->nr == NR_INIT) {
-            if (errpipe < 0) {
-                errno = EINVAL;  /* only a forked child may become an init */
+            if (!may_init || errpipe < 0) {
+                errno = EINVAL;  /* only a clone of the caller may become an init */
                 return i;
             }
-            r = become_init(errpipe);
+            r = become_init(job, errpipe, i + 1, slots);  /* returns only if the clone failed */
         } else {
             long a[MAX_ARGS];
             for (int k = 0; k < MAX_ARGS; k++) {
@@ -377,14 +421,9 @@ static PyObject *fork_exec(PyObject *self, PyObject *args) {
                 current.handler != (unsigned long)SIG_DFL && current.handler != (unsigned long)SIG_IGN)
                 syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8);
         }
-        Py_ssize_t failed = run_steps(&job, errpipe);
-        if (failed >= 0) {
-            report(errpipe, (long)failed, errno);
-            _exit(125);
-        }
-        int err = exec_candidates(&job);
-        report(errpipe, -1, err);
-        _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+        /* A vfork'd child shares the caller's memory (and this module's command stack): it
+           may not become an init. */
+        child_run(&job, errpipe, clone_flags != 0, 0, NULL);
     }
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -408,7 +447,7 @@ static PyObject *apply_plan(PyObject *self, PyObject *plan) {
         free_job(&job);
         return NULL;
     }
-    Py_ssize_t failed = run_steps(&job, -1);
+    Py_ssize_t failed = run_steps(&job, -1, 0, 0, NULL);
     int err = errno;
     free_job(&job);
     if (failed >= 0) {
