@@ -157,6 +157,7 @@ def bench_namespaces(rounds: int) -> dict:
         "+ user + mount + pid (/proc, init)": (ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID,
                                                user + private + proc + init),
         "whole tier (its mount tree, init)": (ns.ALL, user + full + init),
+        "whole tier, command as pid 1 (no init)": (ns.ALL, user + full),
     }
     paths, argv, envp = [b"/bin/true"], [b"true"], []
 
