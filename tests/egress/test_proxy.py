@@ -434,3 +434,75 @@ def test_sni_mismatch_sends_nothing_even_with_early_bytes(make_proxy):
     sink.listener.close()
     assert sink.received == b""
     assert p.log()[-1]["decision"] == "deny" and "other.test" in p.log()[-1]["reason"]
+
+
+def _read_exactly(s, count: int) -> bytes:
+    chunks, left = [], count
+    while left:
+        data = s.recv(min(left, 1 << 20))
+        if not data:
+            break
+        chunks.append(data)
+        left -= len(data)
+    return b"".join(chunks)
+
+
+def test_spliced_response_bodies_keep_each_pipelined_request_checked(make_proxy, origin):
+    """Big Content-Length bodies are spliced past h11; the client connection still parses and
+    decides every following request: a big body, a small one, a big one, then a denied host —
+    all sent at once (pipelined)."""
+    from sandboy.egress.proxy import SPLICE_BODY_MIN
+
+    p = make_proxy([f"allowed.test:{origin.port}"])
+    big = SPLICE_BODY_MIN * 3 + 17
+    before = len(origin.seen)
+    raw = (get(p.port, f"http://allowed.test:{origin.port}/big/{big}")
+           + get(p.port, f"http://allowed.test:{origin.port}/small")
+           + get(p.port, f"http://allowed.test:{origin.port}/big/{big + 1}")
+           + get(p.port, f"http://denied.test:{origin.port}/after"))
+    with socket.create_connection(("127.0.0.1", p.port), timeout=30) as s:
+        s.sendall(raw)
+        for size in (big, None, big + 1):
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            body = _read_exactly(s, length)
+            assert len(body) == length
+            if size is None:
+                assert b"/small" in body
+            else:
+                assert length == size and body == b"x" * size
+        rest = read_response(s)
+    assert rest.startswith(b"HTTP/1.1 403") and b"denied.test" in rest
+    paths = [path for _, path in origin.seen[before:]]
+    assert paths == [f"/big/{big}", "/small", f"/big/{big + 1}"]
+
+
+def test_a_short_spliced_body_ends_the_connection(make_proxy):
+    """An upstream that promises more than it sends: the client gets what came, then the close
+    (never a hang, never a next response on that connection)."""
+    import threading
+
+    listener = loopback_listener()
+    port = listener.getsockname()[1]
+    promised, sent = 4 << 20, 2 << 20
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % promised + b"y" * sent)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    p = make_proxy([f"allowed.test:{port}"])
+    out = http_exchange(p.port, get(p.port, f"http://allowed.test:{port}/x")
+                        + get(p.port, f"http://allowed.test:{port}/second"), timeout=30)
+    thread.join(10)
+    listener.close()
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and body == b"y" * sent

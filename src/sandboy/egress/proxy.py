@@ -47,6 +47,9 @@ MAX_CONNECTIONS = 1024
 # system call per pipe-full. 1 MiB pipes (F_SETPIPE_SZ; the default 64 KiB when refused).
 SPLICE_PIPE_SIZE = 1 << 20
 _SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+# Plain-HTTP response bodies at least this long (Content-Length framed) are spliced too, after
+# h11 has parsed and checked the request and the response head; smaller ones stay in h11.
+SPLICE_BODY_MIN = 1 << 20
 # Hop-by-hop headers (RFC 9110 7.6.1) plus Host, which the proxy sets from the URL. Framing
 # headers (content-length, transfer-encoding) are kept: h11 frames each side from them.
 _HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
@@ -335,6 +338,11 @@ class EgressProxy:
                 kind = type(event)
                 writer.write(conn.send(kind(status_code=event.status_code, headers=_end_to_end(event.headers),
                                             reason=event.reason)))
+                length = _spliceable_length(request.method, event)
+                if length is not None:
+                    done = await _splice_body(conn, uconn, writer, up_reader, up_writer, length)
+                    upstream.close()  # its parser never saw the spliced bytes: not reused
+                    return done  # the caller starts the next cycle, as below
             elif isinstance(event, h11.Data):
                 writer.write(conn.send(h11.Data(data=event.data)))
                 await writer.drain()
@@ -446,6 +454,79 @@ async def _next_event(conn, reader):
         return event
 
 
+def _spliceable_length(method: bytes, response):
+    """The Content-Length of a response body big enough to splice, else None (chunked bodies,
+    bodiless responses and small bodies go through h11 chunk by chunk)."""
+    if not isinstance(response, h11.Response) or method == b"HEAD" or response.status_code in (204, 304):
+        return None
+    lengths = [value for name, value in response.headers if name == b"content-length"]
+    if len(lengths) != 1 or any(name == b"transfer-encoding" for name, _ in response.headers):
+        return None
+    length = int(lengths[0])  # h11 has checked it is digits
+    return length if length >= SPLICE_BODY_MIN else None
+
+
+class _SentOutside:
+    """Body bytes that went to the client by splice(2), not through h11: h11's documented stand-in
+    for sendfile (its writers only take len() of Data.data), so its Content-Length count stays
+    exact and EndOfMessage still refuses a short or long body."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+
+async def _splice_body(conn, uconn, writer, up_reader, up_writer, length: int) -> bool:
+    """Forward a Content-Length response body of `length` bytes upstream → client: what the
+    parsers already hold through h11, the rest with splice(2). False: the connection must close."""
+    sent = 0
+    while True:  # body bytes h11 has already read
+        event = uconn.next_event()
+        if event is h11.NEED_DATA:
+            break
+        if isinstance(event, h11.Data):
+            writer.write(conn.send(h11.Data(data=event.data)))
+            sent += len(event.data)
+        elif isinstance(event, h11.EndOfMessage):
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+            return True
+        else:
+            return False
+    up_writer.transport.pause_reading()
+    early = _take_buffered(up_reader)[: length - sent]  # bytes past the body: only for a closed upstream
+    if early:
+        writer.write(conn.send(h11.Data(data=early)))
+        sent += len(early)
+    client = writer.transport
+    client.set_write_buffer_limits(high=0)  # drain() now waits for an empty buffer
+    try:
+        await writer.drain()
+        if client.is_closing() or up_writer.transport.is_closing():
+            return False
+        loop = asyncio.get_running_loop()
+        src = os.dup(up_writer.get_extra_info("socket").fileno())
+        try:
+            dst = os.dup(writer.get_extra_info("socket").fileno())
+            try:
+                copied = await _copy(loop, src, dst, length - sent)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+        if copied and conn.send_with_data_passthrough(h11.Data(data=_SentOutside(copied))) is None:
+            return False
+        if sent + copied != length:
+            return False  # the upstream ended early: the client sees a short body, then the close
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+        return True
+    finally:
+        client.set_write_buffer_limits()
+
+
 async def _splice_tunnel(reader, writer, up_reader, up_writer) -> None:
     """Copy both directions of a decided tunnel with splice(2) until both ends are done.
 
@@ -495,27 +576,10 @@ def _take_buffered(reader) -> bytes:
 
 
 async def _splice(loop, src: int, dst: int, dst_sock, both) -> None:
-    """src → pipe → dst until src's end of file; then half-close dst (as _pipe's write_eof).
+    """src → dst until src's end of file; then half-close dst (as _pipe's write_eof).
     A reset on either side ends both directions."""
-    pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        try:
-            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, SPLICE_PIPE_SIZE)
-        except OSError:
-            pass
-        while True:
-            try:
-                held = os.splice(src, pipe_w, SPLICE_PIPE_SIZE, flags=_SPLICE_FLAGS)
-            except BlockingIOError:
-                await _fd_ready(loop, src, loop.add_reader, loop.remove_reader)
-                continue
-            if held == 0:
-                break
-            while held:
-                try:
-                    held -= os.splice(pipe_r, dst, held, flags=_SPLICE_FLAGS)
-                except BlockingIOError:
-                    await _fd_ready(loop, dst, loop.add_writer, loop.remove_writer)
+        await _copy(loop, src, dst)
         dst_sock.shutdown(socket.SHUT_WR)
     except OSError:
         for sock in both:
@@ -523,6 +587,35 @@ async def _splice(loop, src: int, dst: int, dst_sock, both) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+async def _copy(loop, src: int, dst: int, limit=None) -> int:
+    """splice(2) src → pipe → dst until src's end of file or `limit` bytes; the count copied."""
+    pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    copied = 0
+    try:
+        try:
+            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, SPLICE_PIPE_SIZE)
+        except OSError:
+            pass
+        while limit is None or copied < limit:
+            want = SPLICE_PIPE_SIZE if limit is None else min(SPLICE_PIPE_SIZE, limit - copied)
+            try:
+                held = os.splice(src, pipe_w, want, flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                await _fd_ready(loop, src, loop.add_reader, loop.remove_reader)
+                continue
+            if held == 0:
+                break
+            while held:
+                try:
+                    moved = os.splice(pipe_r, dst, held, flags=_SPLICE_FLAGS)
+                except BlockingIOError:
+                    await _fd_ready(loop, dst, loop.add_writer, loop.remove_writer)
+                    continue
+                held -= moved
+                copied += moved
+        return copied
     finally:
         os.close(pipe_r)
         os.close(pipe_w)
