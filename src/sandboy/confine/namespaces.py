@@ -188,7 +188,8 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
     if no_network(policy.net):
         flags |= CLONE_NEWNET
     roots = write_roots(grants, tmp)
-    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected)
+    memory = getattr(getattr(policy, "limits", None), "memory_mib", None)
+    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected, memory)
     rules = []  # (path, rights, required, is_dir)
     for path, names in TIER_RULES:
         if tty and path == "/dev/pts":
@@ -306,7 +307,19 @@ def _under_any(path: str, trees) -> bool:
     return any(is_within(path, tree) for tree in trees)
 
 
-def plan_mounts(roots, tmp=None, tty=False, protected=()) -> list:
+# tmpfs sizes. A tmpfs is RAM: without a size the kernel allows half of the host's memory per
+# mount, and its pages count against no rlimit of the command (RLIMIT_AS does not see them), so
+# {tmp} plus /dev/shm let one cage fill the whole machine. /dev/shm gets Docker's default; {tmp}
+# gets the run's memory limit (`limits.memory_mib`) or, without one, a quarter of the RAM.
+SHM_SIZE = b"64m"
+TMP_SIZE_DEFAULT = b"25%"
+
+
+def tmpfs_size(memory_mib) -> bytes:
+    return b"%dm" % memory_mib if memory_mib else TMP_SIZE_DEFAULT
+
+
+def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> list:
     """The mount tree (module docstring). `roots`: write roots (existing, symlink-resolved);
     `protected`: paths inside them bound read-only over themselves (fs.protect and its
     defaults: .git/config, .git/hooks, start-up files), skipped if gone by the time a run starts."""
@@ -358,7 +371,7 @@ def plan_mounts(roots, tmp=None, tty=False, protected=()) -> list:
         steps.append(("mount /dev/pts", (SYS_MOUNT, 0, b"devpts\0", b"/dev/pts\0", b"devpts\0",
                                          MS_NOSUID | MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620\0")))
     steps.append(("mount /dev/shm", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev/shm\0", b"tmpfs\0",
-                                     MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=1777\0")))
+                                     MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=1777,size=" + SHM_SIZE + b"\0")))
     for name, target in DEV_LINKS:
         steps.append((f"link /dev/{name}", (SYS_SYMLINKAT, 0, _path(target), AT_FDCWD, _path(f"/dev/{name}"))))
     steps.append(("make /dev read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/dev\0", 0,
@@ -371,8 +384,20 @@ def plan_mounts(roots, tmp=None, tty=False, protected=()) -> list:
         ]
     if tmp:
         steps.append((f"mount a private {tmp}", (SYS_MOUNT, 0, b"tmpfs\0", _path(tmp), b"tmpfs\0",
-                                                  MS_NOSUID | MS_NODEV, b"mode=0700\0")))
+                                                  MS_NOSUID | MS_NODEV, b"mode=0700,size=" + tmpfs_size(memory_mib) + b"\0")))
     optional = step_flags(True)
+    for path in pinned_ancestors(roots, protected):
+        # A directory holding a mount point can still be renamed (only the mount point itself
+        # is EBUSY): `mv .git .git.old; mkdir .git` would leave the host a fresh .git with a
+        # planted config beside the protected one. A read-write copy of each directory between
+        # the write root and a protected path, bound over itself, makes it a mount point too.
+        steps += [
+            (f"copy {path} (holds a protected path)", (SYS_OPEN_TREE, step_flags(True, PROTECT_SLOT), AT_FDCWD,
+                                                       _path(path), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)),
+            (f"pin {path} in place", (SYS_MOVE_MOUNT, optional, (PROTECT_SLOT,), b"\0", AT_FDCWD, _path(path),
+                                      MOVE_MOUNT_F_EMPTY_PATH)),
+            (f"close copy of {path}", (SYS_CLOSE, optional, (PROTECT_SLOT,))),
+        ]
     for path in protected:
         # a read-only copy of the path's own subtree, made while detached, then put over it
         steps += [
@@ -388,6 +413,27 @@ def plan_mounts(roots, tmp=None, tty=False, protected=()) -> list:
         raise CageError(f"{len(attach)} write roots: the namespace tier copies at most "
                         f"{PROTECT_SLOT - 1 - len(devices)} (merge them into fewer directories)")
     return steps
+
+
+def pinned_ancestors(roots, protected) -> list:
+    """The directories strictly between a write root and each protected path inside it,
+    shallowest first: each becomes a mount point so that it cannot be renamed or removed (a
+    rename would carry the protected path away and let a new one take its place)."""
+    everything_writable = "/" in roots
+    pinned: list = []
+    for path in protected:
+        root = "/" if everything_writable else next((r for r in roots if is_within(path, r)), None)
+        if root is None:
+            continue
+        parent = os.path.dirname(path)
+        chain = []
+        while parent != root and is_within(parent, root) and parent != os.path.dirname(parent):
+            chain.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(chain):
+            if directory not in pinned:
+                pinned.append(directory)
+    return sorted(pinned, key=lambda p: (p.count("/"), p))
 
 
 # --- Layer 3 helpers: a listener made inside the cage's network namespace -------------------

@@ -1,0 +1,146 @@
+"""Red-team probes against the namespace tier and protected paths (issue #7): attacks an
+independent attacker found to work, each checked from the HOST side, with the twin that
+legitimate work still succeeds. Holes not closed yet are `xfail(strict=True)` with the reason,
+so they document themselves and turn red the day they are fixed (then drop the mark).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.needs_kernel
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _tier():
+    from sandboy.confine import namespaces
+
+    ok, why = namespaces.availability()
+    if not ok:
+        pytest.skip(f"namespace tier unavailable here ({why}); without it the default protected set "
+                    "is reported degraded (tests/cage/test_protect.py)")
+
+
+def _policy(cage, **sections):
+    return cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
+                           "write": ["."]},
+                       env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(cage.work), **GIT_ENV}},
+                       **sections)
+
+
+def _host_repo(path):
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(["git", "-C", str(path), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
+                   env={**os.environ, **GIT_ENV})
+
+
+def _host_git_status(repo):
+    """The operator's next git command in the repository, as the host runs it."""
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True,
+                   env={**os.environ, **GIT_ENV}, timeout=30)
+
+
+def _fsmonitor(marker) -> str:
+    return f'[core]\n\tfsmonitor = "touch {marker}; false"\n'
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_a_renamed_git_dir_cannot_be_replaced_by_a_planted_one(cage, tmp_path, via):
+    """`mv .git .git.old; mkdir .git; cp ...; append core.fsmonitor` worked: only the protected
+    paths were mount points, and a directory holding a mount point can be renamed. The host then
+    saw a fresh .git whose config ran the planted command on the operator's next `git status`."""
+    _host_repo(cage.work)
+    config = (cage.work / ".git" / "config").read_bytes()
+    marker = tmp_path / "PWNED"
+    script = ("mv .git .git.old; mkdir -p .git && cp -r .git.old/. .git/; "
+              f"printf '{_fsmonitor(marker)}' >> .git/config; "
+              # the twin, in the same run: git still works in the pinned .git
+              "echo x > f && git add f && git commit -qm two && echo COMMITTED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage), via=via)
+    assert "COMMITTED" in result.out, result
+    assert not (cage.work / ".git.old").exists()
+    assert (cage.work / ".git" / "config").read_bytes() == config
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git ran a command planted by the cage"
+    log = subprocess.run(["git", "-C", str(cage.work), "log", "--format=%s"], capture_output=True, text=True)
+    assert log.stdout.split() == ["two", "init"]
+
+
+def test_a_renamed_parent_of_a_protected_file_cannot_be_replaced(cage):
+    """The same attack on a deeper `fs.protect` entry: every directory between the write root
+    and the protected path stays in place; files in them stay writable."""
+    deep = cage.work / "conf" / "deep"
+    deep.mkdir(parents=True)
+    (deep / "settings.ini").write_text("safe = 1\n")
+    script = ("mv conf conf.old || mv conf/deep conf/deep.old; mkdir -p conf/deep; "
+              "echo 'evil = 1' > conf/deep/settings.ini; echo fine > conf/deep/other && echo WROTE")
+    policy = _policy(cage)
+    policy["fs"]["protect"] = ["conf/deep/settings.ini"]
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=policy)
+    assert "WROTE" in result.out, result
+    assert (deep / "settings.ini").read_text() == "safe = 1\n"
+    assert (deep / "other").read_text() == "fine\n"
+    assert sorted(os.listdir(cage.work)) == ["conf"] and sorted(os.listdir(cage.work / "conf")) == ["deep"]
+
+
+@pytest.mark.xfail(strict=True, reason="HOLE (board @shape): .git/commondir does not exist at launch, so "
+                   "nothing protects it; git reads config and hooks from the directory it names, so a "
+                   "planted commondir pointing at a directory the cage wrote runs code on the host's "
+                   "next git command")
+def test_a_planted_commondir_does_not_redirect_the_hosts_git(cage, tmp_path):
+    _host_repo(cage.work)
+    marker = tmp_path / "PWNED"
+    script = ("mkdir evil && cp -r .git/objects .git/refs evil/ && "
+              f"printf '{_fsmonitor(marker)}' > evil/config && echo ../evil > .git/commondir && echo PLANTED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
+    assert "PLANTED" in result.out or result.rc != 0, result
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git ran a command planted through .git/commondir"
+
+
+def test_tmpfs_mounts_are_bounded_so_a_cage_cannot_fill_the_hosts_memory(cage):
+    """{tmp} and /dev/shm were tmpfs mounts of the kernel's default size, half the RAM EACH
+    (12 GiB apiece here), whose pages count against no rlimit of the command. Now /dev/shm is
+    64 MiB and {tmp} the run's memory limit (a quarter of the RAM without one)."""
+    policy = _policy(cage, limits={"memory_mib": 256})
+    policy["fs"]["write"] = [".", "{tmp}"]
+    script = ('df -k --output=size /dev/shm "$TMPDIR" | tail -n 2; '
+              "head -c 80M /dev/zero > /dev/shm/fill 2>/dev/null; echo shm_rc=$?; rm -f /dev/shm/fill; "
+              'head -c 300M /dev/zero > "$TMPDIR/fill" 2>/dev/null; echo tmp_rc=$?; rm -f "$TMPDIR/fill"; '
+              "echo x > /dev/shm/ok && echo SHM_WORKS")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=policy)
+    sizes = [int(line) for line in result.out.split()[:2]]
+    assert sizes == [64 * 1024, 256 * 1024], result
+    assert "shm_rc=1" in result.out and "tmp_rc=1" in result.out, result  # ENOSPC, not the host's RAM
+    assert "SHM_WORKS" in result.out, result
+
+
+def test_tmp_without_a_memory_limit_is_a_quarter_of_the_ram(cage):
+    policy = _policy(cage)
+    policy["fs"]["write"] = [".", "{tmp}"]
+    result = cage.run(argv=["/bin/sh", "-c", 'df -k --output=size "$TMPDIR" | tail -n 1'], policy=policy)
+    ram_kib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024
+    assert 0 < int(result.out) <= ram_kib // 4 + 4096, result
+
+
+def test_the_init_is_out_of_reach(cage):
+    """Cheap regression probes that were refused: the command cannot read the init's fds (the
+    error pipe carrying its wait status), environment or root, cannot signal it, and /proc/sys
+    and the host's sysrq trigger are read-only or absent."""
+    script = ("readlink /proc/1/fd/* 2>/dev/null && echo FD_LEAK; cat /proc/1/environ 2>/dev/null && echo ENV_LEAK; "
+              "for f in /proc/1/fd/*; do echo forged > $f 2>/dev/null && echo FORGED; done; "
+              "ls /proc/1/root/ 2>/dev/null && echo ROOT_LEAK; kill -KILL 1 2>/dev/null && echo KILLED; "
+              "echo 1 > /proc/sys/vm/drop_caches 2>/dev/null && echo SYSCTL; "
+              "echo h > /proc/sysrq-trigger 2>/dev/null && echo SYSRQ; exit 7")
+    policy = _policy(cage)
+    policy["fs"]["read"] += ["/proc"]
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=policy)
+    assert result.rc == 7, result
+    for leak in ("FD_LEAK", "ENV_LEAK", "FORGED", "ROOT_LEAK", "KILLED", "SYSCTL", "SYSRQ"):
+        assert leak not in result.out, result
