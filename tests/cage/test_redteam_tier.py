@@ -144,3 +144,28 @@ def test_the_init_is_out_of_reach(cage):
     assert result.rc == 7, result
     for leak in ("FD_LEAK", "ENV_LEAK", "FORGED", "ROOT_LEAK", "KILLED", "SYSCTL", "SYSRQ"):
         assert leak not in result.out, result
+
+
+@pytest.mark.xfail(strict=True, reason="HOLE (board @shape): a nested repository the cage creates, registered as "
+                   "a gitlink in the (writable) index, carries its own .git/config; the host's `git status` at "
+                   "the top runs `git status` inside it and so its core.fsmonitor")
+def test_a_planted_submodule_does_not_run_code_on_the_hosts_git_status(cage, tmp_path):
+    _host_repo(cage.work)
+    marker = tmp_path / "PWNED"
+    script = ("git init -q sub && git -C sub commit -q --allow-empty -m s && "
+              f"printf '{_fsmonitor(marker)}' >> sub/.git/config && "
+              "git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub && echo PLANTED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
+    assert "PLANTED" in result.out, result
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git status ran a command planted in a nested repository"
+
+
+def test_hard_links_to_protected_files_are_refused(cage):
+    """A hard link from the write root to a protected file would survive on the host as a
+    second name for it; the read-only bind is another mount, so link() gets EXDEV."""
+    _host_repo(cage.work)
+    script = "ln .git/config cfg; ln .git/hooks/pre-commit.sample hook; ls"
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
+    assert "Invalid cross-device link" in result.err or "cross-device" in result.out + result.err, result
+    assert not (cage.work / "cfg").exists() and not (cage.work / "hook").exists()

@@ -1,0 +1,65 @@
+"""Red-team: a hostile repository's gate steps planting code for the operator's next git
+command, through doors the protected set did not name. Checked from the host: the operator's
+own `git status` after the gate runs nothing the steps wrote. Open holes are
+`xfail(strict=True)` with the reason (see tests/cage/test_redteam_tier.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from gatekit import by_name, make_repo, run_json
+
+pytestmark = pytest.mark.needs_kernel
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org"}
+
+ATTACKS = {
+    # only .git/config and .git/hooks were mount points: their directory could be renamed away
+    "rename-git-dir": "mv .git .git.old; mkdir -p .git && cp -r .git.old/. .git/ && printf 'FSMONITOR' >> .git/config",
+    # .git/commondir does not exist at launch: git reads config and hooks where it points
+    "commondir": "mkdir evil && cp -r .git/objects .git/refs evil/ && printf 'FSMONITOR' > evil/config "
+                 "&& echo ../evil > .git/commondir",
+    # a nested repository registered as a gitlink: the host's git status runs git status in it
+    "submodule": "git init -q sub && git -C sub -c user.name=t -c user.email=t@x commit -q --allow-empty -m s "
+                 "&& printf 'FSMONITOR' >> sub/.git/config "
+                 "&& git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub",
+}
+OPEN = {"commondir": "HOLE (board @shape): .git/commondir is not protected (absent at launch)",
+        "submodule": "HOLE (board @shape): a nested repo + gitlink in the writable index; host git status "
+                     "runs its config"}
+
+
+def _tier_available() -> bool:
+    from sandboy.confine import namespaces
+
+    return namespaces.availability()[0]
+
+
+@pytest.mark.parametrize("attack", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OPEN[name]))
+                                    if name in OPEN else name for name in ATTACKS])
+def test_step_cannot_plant_code_for_the_operators_next_git_command(tmp_path, fake_home, attack):
+    if not _tier_available():
+        pytest.skip("without the namespace tier the default protected set is reported degraded")
+    marker = tmp_path / "PWNED"
+    fsmonitor = f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+    script = ATTACKS[attack].replace("FSMONITOR", fsmonitor) + "; echo ATTEMPTED; exit 0"
+    gate = f"""
+        [[step]]
+        name = "plant"
+        run = '''{script}'''
+    """
+    repo = make_repo(tmp_path, gate, files={"notes.txt": "one\n"})
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "first"], check=True, env={**os.environ, **GIT_ENV})
+    proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
+    assert "ATTEMPTED" in by_name(report)["plant"]["output_tail"], report
+    # the operator, after the gate: their next git command in the repository
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30,
+                   env={**os.environ, **GIT_ENV})
+    assert not marker.exists(), f"{attack}: the operator's git ran a command a gate step planted"
