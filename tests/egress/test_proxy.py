@@ -7,6 +7,7 @@ import json
 import socket
 import ssl
 import subprocess
+import sys
 import time
 
 import pytest
@@ -315,6 +316,13 @@ def test_load_200_concurrent_connections(tmp_path):
         return out.startswith(b"HTTP/1.1 200") and len(out) > 64 * 1024
 
     try:
+        assert client(1)  # the proxy builds its event loop at its first client: not a per-round fd
+        settled, deadline = open_fds(), time.monotonic() + 5  # the warm-up's sockets close a moment later
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            if open_fds() == settled:
+                break
+            settled = open_fds()
         rounds = []
         for _ in range(2):
             fds = open_fds()
@@ -328,7 +336,7 @@ def test_load_200_concurrent_connections(tmp_path):
             assert open_fds() == fds, describe_sockets(open_fds() - fds)
             rounds.append(_rss_kib() - rss)
         assert rounds[1] < 32 * 1024, rounds  # the second round reuses what the first grew (KiB)
-        assert p.stop()["allowed"] == 400
+        assert p.stop()["allowed"] == 401
     finally:
         origin.close()
 
@@ -506,3 +514,30 @@ def test_a_short_spliced_body_ends_the_connection(make_proxy):
     listener.close()
     head, _, body = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and body == b"y" * sent
+
+
+def test_a_service_without_clients_never_imports_the_proxy():
+    """Set-up cost: until a client connects, the service is a thread in select(2); asyncio and
+    h11 are imported only then. stop() ends it in either phase and leaves no fd."""
+    code = """
+import socket, sys, os
+from sandboy.egress.rules import Rules
+from sandboy.egress.service import ProxyService
+before = set(os.listdir("/proc/self/fd"))
+sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(8)
+svc = ProxyService(Rules(["a.test"], (), ()), sock).start()
+counts = svc.stop()
+assert set(os.listdir("/proc/self/fd")) == before, "fd left"
+assert counts["allowed"] == 0
+print(sorted(m for m in ("asyncio", "h11", "sandboy.egress.proxy") if m in sys.modules))
+sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(8)
+svc = ProxyService(Rules(["a.test"], (), ()), sock).start()
+c = socket.create_connection(sock.getsockname())
+c.sendall(b"GET http://b.test/ HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n")
+assert c.recv(100).startswith(b"HTTP/1.1 403")
+c.close()
+print(svc.stop()["denied"], "asyncio" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "1 True"], out.stdout

@@ -5,23 +5,35 @@ Why a thread and not a process: the listening socket is handed to this process b
 and dies with its process, so the proxy can never outlive the run that owns it. `stop()` closes
 the listening socket and every connection, and joins the thread: no fd, port or thread remains.
 
+Set-up is kept off the run's path (bench/bench_egress.py, "set-up"):
+- `channel=`: the thread itself receives the listener the cage's child sends, so the caller goes
+  straight on to wait for the child instead of waiting to be woken for the hand-over;
+- the thread waits for the first client (or stop) with select(2) before it imports asyncio and
+  h11 (tens of ms) and builds its event loop: a run that never connects never pays for them,
+  and a client that connects early waits in the listen backlog, nothing is lost.
+`stop()` wakes the thread through a pipe, in whichever phase it is.
+
 Start the service only after the last fork that may still run Python in the child (the cage's
 child runs its plan, which is raw system calls, then execs).
 """
 
+import os
+import select
 import threading
 
 from sandboy.egress.log import EgressLog
 
 
 class ProxyService:
-    def __init__(self, rules, listen_sock, log_path=None, resolver=None):
+    def __init__(self, rules, listen_sock=None, log_path=None, resolver=None, channel=None):
+        if (listen_sock is None) == (channel is None):
+            raise ValueError("ProxyService needs a listening socket or a channel to receive one from")
         self.rules = rules
         self.listen_sock = listen_sock
+        self._channel = channel
         self.log = EgressLog(log_path)
         self._resolver = resolver
-        self._loop = None
-        self._stopped = None
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._thread = None
         self._ready = threading.Event()
         self.error = None
@@ -31,9 +43,9 @@ class ProxyService:
         return self.listen_sock.getsockname()[1]
 
     def start(self, wait: bool = True) -> "ProxyService":
-        """Serve from a new thread. `wait=False` returns at once (connections queue in the
-        listen backlog until the loop runs): one thread hand-off less per run, which on a loaded
-        machine costs milliseconds; the supervisor uses it."""
+        """Serve from a new thread. `wait=False` returns at once: one thread hand-off less per
+        run, which on a loaded machine costs milliseconds; the supervisor uses it. `wait=True`
+        returns once the listener is held (and raises what kept it from being received)."""
         self._thread = threading.Thread(target=self._main, name="sandboy-egress", daemon=True)
         self._thread.start()
         if wait:
@@ -43,24 +55,53 @@ class ProxyService:
         return self
 
     def _main(self) -> None:
+        try:
+            if self._channel is not None:
+                self._receive_listener()
+            self._ready.set()
+            if self.listen_sock is None:
+                return  # the child failed before it sent the listener: nothing to serve
+            readable, _, _ = select.select([self.listen_sock, self._wake_r], [], [])
+            if self._wake_r in readable:
+                return  # stopped before any client came
+            self._serve()
+        except BaseException as exc:  # surfaced by start() or stop(), never lost
+            self.error = exc
+        finally:
+            self._ready.set()
+
+    def _receive_listener(self) -> None:
+        import socket
+
+        from sandboy.confine import namespaces
+
+        try:
+            fd = namespaces.receive_fd(self._channel)
+        except OSError:
+            # The child failed before it could send the listener (a plan step it reports on its
+            # error pipe, which the launcher turns into the run's cage error): nothing to reach.
+            return
+        finally:
+            self._channel.close()
+            self._channel = None
+        self.listen_sock = socket.socket(fileno=fd)
+
+    def _serve(self) -> None:
         import asyncio
 
         from sandboy.egress.proxy import EgressProxy
 
         async def serve():
-            self._loop = asyncio.get_running_loop()
-            self._stopped = asyncio.Event()
-            proxy = EgressProxy(self.rules, self._resolver, self.log)
-            self.proxy = proxy
-            self._ready.set()
-            await proxy.serve(self.listen_sock, self._stopped)
+            loop = asyncio.get_running_loop()
+            stopped = asyncio.Event()
+            loop.add_reader(self._wake_r, stopped.set)  # stop() writes the pipe
+            try:
+                self.proxy = EgressProxy(self.rules, self._resolver, self.log)
+                await self.proxy.serve(self.listen_sock, stopped)
+            finally:
+                loop.remove_reader(self._wake_r)
 
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:  # surfaced by start() or stop(), never lost
-            self.error = exc
-        finally:
-            self._ready.set()
+        asyncio.run(serve())
 
     def counts(self) -> dict:
         """The counters so far, without stopping (a supervisor about to exit reports these:
@@ -70,18 +111,22 @@ class ProxyService:
     def stop(self) -> dict:
         """End the proxy and return its counters (for --status-json)."""
         if self._thread is not None:
-            loop, stopped = self._loop, self._stopped
-            if loop is not None and self._thread.is_alive():
-                try:
-                    loop.call_soon_threadsafe(stopped.set)
-                except RuntimeError:
-                    pass  # the loop already ended
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # already woken
             self._thread.join()
             self._thread = None
-        try:
-            self.listen_sock.close()
-        except OSError:
-            pass
+        for fd in (self._wake_r, self._wake_w):
+            if fd is not None:
+                os.close(fd)
+        self._wake_r = self._wake_w = None
+        for sock in (self.listen_sock, self._channel):
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
         summary = self.log.summary()
         self.log.close()
         return summary

@@ -15,9 +15,21 @@ child is ever forked from a process with the proxy's thread running.
 from sandboy.egress.compile import MODE_NAMESPACE
 
 
+_preload_calls = 0
+
+
 def preload() -> None:
-    """Import what the proxy needs (asyncio, h11, ipaddress, json: tens of ms) in the calling
-    process, once, so that each forked supervisor does not import it all again per run."""
+    """Import what the proxy needs (asyncio, h11, ipaddress, json: tens of ms, far more under
+    load) in the calling process, so that each forked supervisor does not import it all again.
+
+    Not at a process's first egress run: that run's supervisor imports them in its proxy thread
+    only when a client connects (service.py), so `sandboy run` — one run per process — pays
+    nothing for a command that never connects, and a command that does overlaps the import with
+    its own start-up. From the second run on, the caller makes many: import once, here."""
+    global _preload_calls
+    _preload_calls += 1
+    if _preload_calls < 2:
+        return
     import ipaddress  # noqa: F401
     import json  # noqa: F401
 
@@ -74,29 +86,17 @@ class EgressSession:
 
     def started(self, wait: bool = True) -> None:
         """After the fork: take the listener (sent by the child from its namespace, or the
-        cage's host socket in the fallback) and serve on it for as long as the run lasts."""
-        import socket
-
+        cage's host socket in the fallback) and serve on it for as long as the run lasts.
+        `wait=False`: the proxy's thread receives the listener itself (service.py)."""
         from sandboy.egress.service import ProxyService
 
         if self.mode == MODE_NAMESPACE:
-            from sandboy.confine import namespaces
-
-            self._close_child_side()  # now only the child holds it: its exit ends the wait below
-            try:
-                fd = namespaces.receive_fd(self._channel)
-            except OSError:
-                # The child failed before it could send the listener (a plan step it reports on
-                # its error pipe, which the launcher turns into the run's cage error): there is
-                # nothing to serve, and nothing in the cage to reach.
-                return
-            finally:
-                self._channel.close()
-                self._channel = None
-            listener = socket.socket(fileno=fd)
+            self._close_child_side()  # now only the child holds it: its exit ends the receive
+            channel, self._channel = self._channel, None
+            self.service = ProxyService(self.rules, log_path=self.log_path, channel=channel).start(wait)
         else:
             listener = self._listener.dup()  # the cage keeps its own; this one the service closes
-        self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
+            self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
 
     def stop(self, exiting: bool = False) -> dict:
         """End the proxy; its counters. `exiting`: the calling process ends right after (the
