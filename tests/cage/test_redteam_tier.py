@@ -169,3 +169,43 @@ def test_hard_links_to_protected_files_are_refused(cage):
     result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
     assert "Invalid cross-device link" in result.err or "cross-device" in result.out + result.err, result
     assert not (cage.work / "cfg").exists() and not (cage.work / "hook").exists()
+
+
+@pytest.mark.parametrize("value", [".husky/_", '"hooks dir"'])
+def test_a_configured_hooks_path_in_the_worktree_is_protected(cage, tmp_path, value):
+    """husky and friends set `core.hooksPath` to a worktree directory (`.husky/_`): git runs
+    the operator's hooks from there, and the write root reached it, so a planted `pre-commit`
+    ran on the operator's next commit. It is protected like `.git/hooks` now."""
+    _host_repo(cage.work)
+    hooks = cage.work / value.strip('"')
+    hooks.mkdir(parents=True)
+    subprocess.run(["git", "-C", str(cage.work), "config", "core.hooksPath", value.strip('"')], check=True)
+    marker = tmp_path / "PWNED"
+    script = (f"printf '#!/bin/sh\\ntouch {marker}\\n' > '{hooks}/pre-commit'; chmod +x '{hooks}/pre-commit'; "
+              f"mv '{hooks}' moved; echo x > f && git add f && git commit -qm two && echo COMMITTED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
+    assert "COMMITTED" in result.out, result
+    assert os.listdir(hooks) == []  # (a `mv` across the pinned mounts may leave a copy: harmless)
+    subprocess.run(["git", "-C", str(cage.work), "commit", "-q", "--allow-empty", "-m", "host"], check=True,
+                   env={**os.environ, **GIT_ENV})
+    assert not marker.exists(), "the operator's commit ran a hook the cage planted"
+
+
+def test_hooks_path_reader():
+    from sandboy.confine.protected import _config_hooks_path
+
+    cases = {
+        "[core]\n\thooksPath = .husky/_\n": ".husky/_",
+        "[Core]\n  HOOKSPATH=\"with space\" \n": "with space",
+        "[core]\n\thookspath = a ; comment\n[user]\n\thooksPath = nope\n": "a",
+        "[core] hooksPath = inline\n": "inline",
+        "[core]\n\thooksPath = first\n\thooksPath = last\n": "last",
+        "[user]\n\thooksPath = x\n": None,
+    }
+    import tempfile
+
+    for text, expected in cases.items():
+        with tempfile.NamedTemporaryFile("w", suffix=".config") as fh:
+            fh.write(text)
+            fh.flush()
+            assert _config_hooks_path(fh.name) == expected, text

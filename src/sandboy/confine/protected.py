@@ -64,6 +64,55 @@ def _complete_git_dir(root: str) -> None:
         pass  # not ours to change: it then stays unprotected, and is absent from the report
 
 
+def _config_hooks_path(config_file: str):
+    """The last `core.hooksPath` set in one git config file, or None. A small reader of the
+    plain `[core]` / `hooksPath = value` form (case-insensitive names, optional quotes, `;`/`#`
+    comments); includes are not followed (a hooksPath set only through an include stays open)."""
+    try:
+        with open(config_file, "rb") as fh:
+            text = fh.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    section, found = "", None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line[1:line.find("]")].strip().lower() if "]" in line else ""
+            line = line[line.find("]") + 1:].strip() if "]" in line else ""
+        if section != "core" or "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        if key.lower() != "hookspath":
+            continue
+        for mark in (" #", " ;", "\t#", "\t;"):
+            if not value.startswith('"') and mark in value:
+                value = value[:value.index(mark)].strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        found = value or None
+    return found
+
+
+def hooks_paths(root: str) -> list[str]:
+    """Directories git would run hooks from for a repository at `root`, other than
+    `.git/hooks`: `core.hooksPath` in its `.git/config` or the operator's global config (husky
+    and similar tools point it into the worktree, e.g. `.husky/_`, where a write root reaches
+    it: a planted `pre-commit` there ran on the operator's next commit). Relative values are
+    relative to the worktree's top, `~/` is the operator's home."""
+    git_dir = os.path.join(root, ".git")
+    if not os.path.isdir(git_dir):
+        return []
+    home = os.path.expanduser("~")
+    found = []
+    for config in (os.path.join(git_dir, "config"), os.path.join(home, ".gitconfig"),
+                   os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")):
+        value = _config_hooks_path(config)
+        if value:
+            value = os.path.join(home, value[2:]) if value.startswith("~/") else os.path.join(root, value)
+            found.append(os.path.normpath(value))
+    return found
+
+
 _FIRST_COMPONENTS = frozenset(name.split("/", 1)[0] for name in DEFAULT_PROTECTED)
 
 
@@ -110,6 +159,10 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
             _complete_git_dir(root)
             for name in _present_defaults(root):
                 real = default_under(root, name)
+                if real and real not in from_defaults:
+                    from_defaults.append(real)
+            for hooks in hooks_paths(root):
+                real = inside_a_root(hooks)
                 if real and real not in from_defaults:
                     from_defaults.append(real)
     from_policy = []
