@@ -67,7 +67,7 @@ def test_action_steps_run_locally(tmp_path: Path) -> None:
 
 def test_pre_commit_hooks_run_locally(tmp_path: Path) -> None:
     hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
-    assert {h["id"] for h in hooks} == {"sandboy-gate", "sandboy-audit"}
+    assert {h["id"] for h in hooks} == {"sandboy-gate", "sandboy-audit", "sandboy-policy-check"}
     project = tmp_path / "project"
     shutil.copytree(DEMO, project)
     for hook in hooks:
@@ -75,7 +75,14 @@ def test_pre_commit_hooks_run_locally(tmp_path: Path) -> None:
         argv = shlex.split(hook["entry"])
         if hook["id"] == "sandboy-audit":
             argv += ["--tools", "ruff"]  # one fast analyser is enough to prove the entry
+        if hook["id"] == "sandboy-policy-check":  # docs/capability.md: a project with a compiled policy
+            for verb in ("init", "compile"):
+                subprocess.run(["sandboy", "policy", verb], cwd=project, env=_env(), check=True, capture_output=True)
         done = subprocess.run(argv, cwd=project, env=_env(), capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"{hook['id']}: {done.stderr[-2000:]}"
+        if hook["id"] == "sandboy-policy-check":  # and it fails once a generated file drifted
+            (project / ".aiderignore").write_text("edited by hand\n")
+            drifted = subprocess.run(argv, cwd=project, env=_env(), capture_output=True, text=True, timeout=120)
+            assert drifted.returncode == 1 and "+++ b/.aiderignore" in drifted.stdout
         if hook["id"] == "sandboy-audit":
             assert json.loads(done.stdout)["runs"][0]["tool"]["driver"]["name"] == "ruff"
