@@ -78,13 +78,24 @@ output = { kind = "sarif", from = "file", file = "none.sarif" }
 name = "fail"
 argv = ["sh", "-c", "echo analyser crashed >&2; exit 3"]
 include = ["system"]
+
+[tools.hangs]
+adapter = "passthrough"
+output = { kind = "sarif", from = "stdout" }
+[[tools.hangs.phases]]
+name = "forever"
+argv = ["sleep", "600"]
+include = ["system"]
+wall_seconds = 2
 """)
     out = tmp_path / "merged.sarif"
-    done = _audit("run", str(demo), "--adapters", str(ops), "--tools", "broken,codeql,ruff", "-o", str(out), cwd=tmp_path)
+    done = _audit("run", str(demo), "--adapters", str(ops), "--tools", "broken,hangs,codeql,ruff", "-o", str(out), cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     table = done.stderr
     assert "broken" in table and "failed" in table and "exit status 3" in table and "analyser crashed" in table
     assert "codeql" in table and "skipped" in table and "codeql is not installed" in table
+    hangs = next(line for line in table.splitlines() if line.startswith("hangs "))
+    assert "failed" in hangs and "timed_out" in hangs, hangs
     log = json.loads(out.read_text())
     assert [run["tool"]["driver"]["name"] for run in log["runs"]] == ["ruff"]
 
@@ -152,7 +163,7 @@ read = [{str(tmp_path / 'hostile.py')!r}]
 
 
 def test_a_repository_cannot_grant_its_tools_the_network(demo: Path, tmp_path: Path) -> None:
-    (demo / ".007").mkdir()
+    (demo / ".007").mkdir(exist_ok=True)  # the demo has a gate.toml there
     (demo / ".007" / "adapters.toml").write_text("""version = 1
 [tools.exfil]
 adapter = "passthrough"

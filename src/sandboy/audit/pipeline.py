@@ -169,9 +169,14 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path) -> Ph
         os.close(out_fd)
         os.close(err_fd)
     ok = result.outcome == "exited" and result.returncode in phase.ok_exit
-    error = result.error
-    if not ok and error is None:
-        error = f"exit status {result.returncode} (success is {', '.join(map(str, phase.ok_exit))})"
+    error = None
+    if not ok:
+        if result.outcome == "timed_out":
+            error = f"timed_out after {phase.wall_seconds} s (wall_seconds); the tool's tree was killed"
+        elif result.outcome != "exited":
+            error = f"{result.outcome}: {result.error or f'exit status {result.returncode}'}"
+        else:
+            error = f"exit status {result.returncode} (success is {', '.join(map(str, phase.ok_exit))})"
         tail = _tail(logs / f"{phase.name}.stderr")
         if tail:
             error += f"; stderr ends: {tail}"
