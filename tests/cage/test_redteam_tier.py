@@ -209,3 +209,24 @@ def test_hooks_path_reader():
             fh.write(text)
             fh.flush()
             assert _config_hooks_path(fh.name) == expected, text
+
+
+PTY_FLOOD = """
+import os
+fds = []
+try:
+    while len(fds) < 5000:
+        fds.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+except OSError as exc:
+    print("stopped", exc.errno)
+print("opened", len(fds))
+"""
+
+
+def test_a_cage_cannot_take_every_pty_of_the_host(cage):
+    """The private devpts had no `max`: a cage opened 3071 ptys (kernel.pty.max minus the host's
+    reserve) and held them, so no other container or sandbox could get one meanwhile."""
+    result = cage.run(argv=["python3", "-c", PTY_FLOOD], policy=_policy(cage, limits={"open_files": 6000}))
+    opened = int(result.out.split("opened")[1])
+    assert 1 <= opened <= 64, result  # twin: a pty still opens
+    assert "stopped 28" in result.out, result  # ENOSPC from devpts, not EMFILE

@@ -307,11 +307,15 @@ def _under_any(path: str, trees) -> bool:
     return any(is_within(path, tree) for tree in trees)
 
 
-# tmpfs sizes. A tmpfs is RAM: without a size the kernel allows half of the host's memory per
+# Sizes of what the tier mounts. A tmpfs is RAM: without a size the kernel allows half of the host's memory per
 # mount, and its pages count against no rlimit of the command (RLIMIT_AS does not see them), so
 # {tmp} plus /dev/shm let one cage fill the whole machine. /dev/shm gets Docker's default; {tmp}
 # gets the run's memory limit (`limits.memory_mib`) or, without one, a quarter of the RAM.
 SHM_SIZE = b"64m"
+# The private devpts: without `max` a cage held every pty the kernel hands out beyond the host's
+# reserve (kernel.pty.max - kernel.pty.reserve: 3071 here), so no other container or sandbox could
+# open one while it ran. A build or test needs a handful.
+PTY_MAX = b"64"
 TMP_SIZE_DEFAULT = b"25%"
 
 
@@ -369,7 +373,7 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
         ]
     if not tty:
         steps.append(("mount /dev/pts", (SYS_MOUNT, 0, b"devpts\0", b"/dev/pts\0", b"devpts\0",
-                                         MS_NOSUID | MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620\0")))
+                                         MS_NOSUID | MS_NOEXEC, b"newinstance,ptmxmode=0666,mode=0620,max=" + PTY_MAX + b"\0")))
     steps.append(("mount /dev/shm", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev/shm\0", b"tmpfs\0",
                                      MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=1777,size=" + SHM_SIZE + b"\0")))
     for name, target in DEV_LINKS:
