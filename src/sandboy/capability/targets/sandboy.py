@@ -66,8 +66,8 @@ class SandboyStep(Target):
                 out.append((key, text, LOST, "fs.deny cannot make an exception: the path stays "
                             "unreadable in the cage (stricter than asked)"))
             elif key == "read.deny":
-                out.append((key, text, ENFORCED, f"fs.deny {deny_entry(item)!r} (Landlock, and EROFS outside "
-                            "the write roots under the namespace tier); matched when the command starts, so a "
+                out.append((key, text, ENFORCED, f"fs.deny {deny_entry(item)!r} (Landlock: neither read nor "
+                            "written, by a shell too); matched when the command starts, so a "
                             "file created later is not denied; Landlock's deny inside a grant splits the "
                             "directory holding each match: nothing new can be created in it"))
             elif key == "index.exclude":
