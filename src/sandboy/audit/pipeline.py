@@ -193,6 +193,17 @@ def _tail(path: Path, limit: int = 400) -> str:
         return ""
 
 
+def _summary(value: Any, depth: int = 0) -> Any:
+    """The cage's `enforced` report, short enough to ride in every invocation: long lists (the
+    Landlock rule list runs to hundreds of entries) become their length; the policy digest names
+    the whole policy anyway."""
+    if isinstance(value, dict):
+        return {k: _summary(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list) and (len(value) > 16 or depth > 3):
+        return {"count": len(value)}
+    return value
+
+
 def invocation(report: PhaseReport) -> dict[str, Any]:
     """A SARIF `invocation` saying how a phase was confined and how it ended."""
     inv: dict[str, Any] = {
@@ -204,7 +215,7 @@ def invocation(report: PhaseReport) -> dict[str, Any]:
         "properties": {"sandboy": {
             "phase": report.name, "outcome": report.outcome, "policy_sha256": report.policy_sha256,
             "confinement": "degraded" if report.degraded else "enforced",
-            "enforced": report.enforced, "degraded": report.degraded,
+            "enforced": _summary(report.enforced), "degraded": report.degraded,
         }},
     }
     if report.returncode is not None:
