@@ -212,16 +212,43 @@ class Rules:
         import ipaddress
 
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if ip.version == 6 and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        if ip.version == 6:
+            ip = _embedded_ipv4(ip) or ip
         if any(ip.version == net.version and ip in net for net in self.private):
             return None
-        if ip.is_global and not ip.is_multicast:
+        if ip.is_global and not ip.is_multicast and not (ip.version == 6 and ip in ipaddress.ip_network(_LOCAL_NAT64)):
             return None
         kind = ("loopback" if ip.is_loopback else "link-local (cloud metadata lives here)" if ip.is_link_local
                 else "unspecified" if ip.is_unspecified else "multicast" if ip.is_multicast
                 else "private" if ip.is_private else "not a global address")
         return f"address {ip} is {kind} and no net.private range holds it"
+
+
+# IPv6 prefixes that carry an IPv4 address a gateway or the kernel may deliver to: NAT64 (RFC
+# 6052 well-known prefix), IPv4-compatible (deprecated ::/96). Python 3.11 calls them
+# global, so `64:ff9b::a9fe:a9fe` (169.254.169.254 through a NAT64 gateway) or `64:ff9b::a00:1`
+# (10.0.0.1) in an allowed name's AAAA answer passed the check. 6to4 and Teredo carry theirs in
+# `sixtofour` / `teredo`.
+_NAT64 = ("64:ff9b::/96", "::/96")
+# RFC 8215 local-use NAT64: the operator chooses where the IPv4 bits sit, so no address can be
+# read out of it; never global (Python 3.11 says it is).
+_LOCAL_NAT64 = "64:ff9b:1::/48"
+
+
+def _embedded_ipv4(ip):
+    """The IPv4 address an IPv6 one stands for (mapped, NAT64, compatible, 6to4, Teredo), else None."""
+    import ipaddress
+
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]  # (server, client): the client is where the bytes go
+    for prefix in _NAT64:
+        if ip in ipaddress.ip_network(prefix) and int(ip) & 0xFFFFFFFF and ip != ipaddress.ip_address("::1"):
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 def meet_domains(step, ceiling) -> tuple:
