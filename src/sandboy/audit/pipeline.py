@@ -146,8 +146,15 @@ def policy_digest(mapping: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(mapping, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path) -> PhaseReport:
-    from sandboy import Policy, run
+HEARTBEAT_SECONDS = 10.0
+
+
+def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
+              progress: Progress = lambda message: None) -> PhaseReport:
+    import threading
+
+    from sandboy import Policy
+    from sandboy.confine.launch import spawn
     from sandboy.errors import CageError, PolicyError
 
     argv = [expand(a, places) for a in phase.argv]
@@ -160,8 +167,23 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path) -> Ph
     err_fd = os.open(logs / f"{phase.name}.stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         policy = Policy.from_mapping(mapping, source=f"adapters.toml phase {phase.name}")
-        result = run(argv, policy, cwd=places["{repo}"], repo=places["{repo}"], timeout=phase.wall_seconds,
+        proc = spawn(argv, policy, cwd=places["{repo}"], repo=places["{repo}"], timeout=phase.wall_seconds,
                      stdin=None, stdout=out_fd, stderr=err_fd, supervise=True)
+        # The live view: a line every HEARTBEAT_SECONDS while the phase runs (the thread starts
+        # after the fork and only prints).
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT_SECONDS):
+                progress(f"{phase.name}: still running ({time.monotonic() - t0:.0f} s of at most {phase.wall_seconds} s)")
+
+        ticker = threading.Thread(target=beat, daemon=True)
+        ticker.start()
+        try:
+            result = proc.wait()
+        finally:
+            done.set()
+            ticker.join()
     except (PolicyError, CageError) as exc:
         return PhaseReport(phase.name, argv, "cage_error", 125, False, time.monotonic() - t0, digest,
                            error=str(exc), started=started, ended=_now())
@@ -274,7 +296,7 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     report = ToolReport(tool.name, RAN)
     for phase in tool.phases:
         progress(f"{tool.name}: {phase.name}: running confined…")
-        done = run_phase(phase, places, path, logs)
+        done = run_phase(phase, places, path, logs, lambda message: progress(f"{tool.name}: {message}"))
         report.phases.append(done)
         if not done.ok:
             report.status, report.reason = FAILED, f"phase {phase.name}: {done.error}"
