@@ -230,3 +230,49 @@ def test_a_cage_cannot_take_every_pty_of_the_host(cage):
     opened = int(result.out.split("opened")[1])
     assert 1 <= opened <= 64, result  # twin: a pty still opens
     assert "stopped 28" in result.out, result  # ENOSPC from devpts, not EMFILE
+
+
+@pytest.mark.parametrize("layout", ["file-link", "dir-link", "chained-links"])
+def test_a_symlinked_start_up_file_cannot_be_replaced(cage, layout):
+    """Dotfile managers (stow, chezmoi, yadm) make `~/.bashrc` a symlink into a dotfiles
+    directory. Only the link's TARGET was bound read-only; the link itself sat in the write root:
+    `rm .bashrc; echo ... > .bashrc` replaced the operator's start-up file. Every link on the way
+    to a protected path is now bound over itself (EBUSY on unlink/rename)."""
+    (cage.work / "dots").mkdir()
+    (cage.work / "dots" / "bashrc").write_text("safe\n")
+    if layout == "file-link":
+        os.symlink("dots/bashrc", cage.work / ".bashrc")
+    elif layout == "dir-link":
+        (cage.work / ".config").mkdir()
+        (cage.work / "dots" / "git").mkdir()
+        (cage.work / "dots" / "git" / "config").write_text("safe\n")
+        os.symlink("../dots/git", cage.work / ".config" / "git")
+        os.symlink("dots/bashrc", cage.work / ".bashrc")
+    else:
+        os.symlink("dots", cage.work / ".dotfiles")
+        os.symlink(".dotfiles/bashrc", cage.work / ".bashrc")
+    script = ("rm -f .bashrc; echo planted > .bashrc; rm -f .dotfiles && mkdir .dotfiles && echo planted > .dotfiles/bashrc; "
+              "rm -f .config/git; mkdir -p .config/git && echo planted > .config/git/config; "
+              "echo fine > dots/other && echo TRIED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
+    assert "TRIED" in result.out, result  # twin: the dotfiles directory itself stays writable
+    assert (cage.work / "dots" / "bashrc").read_text() == "safe\n"
+    assert os.path.islink(cage.work / ".bashrc"), "the operator's ~/.bashrc is now a file the cage wrote"
+    assert (cage.work / ".bashrc").read_text() == "safe\n"
+    if layout == "dir-link":
+        assert os.path.islink(cage.work / ".config" / "git")
+        assert (cage.work / ".config" / "git" / "config").read_text() == "safe\n"
+    if layout == "chained-links":
+        assert os.path.islink(cage.work / ".dotfiles")
+
+
+def test_symlinks_on_the_way(tmp_path):
+    from sandboy.confine.protected import symlinks_on_the_way
+
+    (tmp_path / "dots").mkdir()
+    os.symlink("dots", tmp_path / ".dotfiles")
+    os.symlink(".dotfiles/bashrc", tmp_path / ".bashrc")
+    assert symlinks_on_the_way(str(tmp_path / ".bashrc")) == [str(tmp_path / ".bashrc"), str(tmp_path / ".dotfiles")]
+    assert symlinks_on_the_way(str(tmp_path / "dots")) == []
+    os.symlink("loop", tmp_path / "loop")
+    assert len(symlinks_on_the_way(str(tmp_path / "loop"))) <= 41  # bounded on a loop

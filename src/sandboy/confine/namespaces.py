@@ -69,7 +69,7 @@ CLONE_NEWNET = 0x40000000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
-OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE = 1, 0o2000000, 0x8000
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, AT_SYMLINK_NOFOLLOW = 1, 0o2000000, 0x8000, 0x100
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 O_WRONLY, O_CREAT, O_EXCL, O_CLOEXEC = 0o1, 0o100, 0o200, 0o2000000
@@ -405,8 +405,9 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
     for path in protected:
         # a read-only copy of the path's own subtree, made while detached, then put over it
         steps += [
+            # AT_SYMLINK_NOFOLLOW: a protected symlink (a dotfile link) is bound as itself
             (f"copy protected {path}", (SYS_OPEN_TREE, step_flags(True, PROTECT_SLOT), AT_FDCWD, _path(path),
-                                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)),
+                                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)),
             (f"make the copy of {path} read-only", (SYS_MOUNT_SETATTR, optional, (PROTECT_SLOT,), b"\0",
                                                     AT_EMPTY_PATH | AT_RECURSIVE, _mount_attr(MOUNT_ATTR_RDONLY), 32)),
             (f"protect {path}", (SYS_MOVE_MOUNT, optional, (PROTECT_SLOT,), b"\0", AT_FDCWD, _path(path),

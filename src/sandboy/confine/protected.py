@@ -127,6 +127,37 @@ def _present_defaults(root: str) -> list[str]:
     return [name for name in DEFAULT_PROTECTED if name.split("/", 1)[0] in here]
 
 
+def symlinks_on_the_way(path: str, limit: int = 40) -> list[str]:
+    """Where each symlink met while resolving `path` lives (its own path, with a real parent),
+    in order. Protecting only the target of `~/.bashrc -> .dotfiles/bashrc` (stow, chezmoi,
+    yadm) left the link itself in the write root: `rm .bashrc; echo ... > .bashrc` replaced the
+    operator's start-up file. Each link found here is bound over itself too (a symlink can be a
+    mount point: then `unlink`/`rename` of it get EBUSY)."""
+    found: list[str] = []
+    pending = [part for part in os.path.abspath(path).split("/") if part]
+    current = "/"
+    while pending and len(found) <= limit:
+        part = pending.pop(0)
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        if part == ".":
+            continue
+        candidate = os.path.join(current, part)
+        try:
+            if not stat.S_ISLNK(os.lstat(candidate).st_mode):
+                current = candidate
+                continue
+            target = os.readlink(candidate)
+        except OSError:
+            return found
+        found.append(candidate)
+        if target.startswith("/"):
+            current = "/"
+        pending = [p for p in target.split("/") if p] + pending
+    return found
+
+
 def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
     """(from_defaults, from_policy): realpaths of the protected paths that exist now and lie
     inside some write root (elsewhere nothing can write them anyway). `write_roots` and
@@ -150,10 +181,12 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
             except OSError:
                 return None
             if stat.S_ISLNK(mode):
+                linked.append(os.path.join(root, name))
                 return inside_a_root(os.path.join(root, name))
         return path
 
     from_defaults: list[str] = []
+    linked: list[str] = []  # default paths reached through a symlink (inside the root)
     if defaults:
         for root in roots:
             _complete_git_dir(root)
@@ -170,4 +203,12 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
         real = inside_a_root(path)
         if real and real not in from_defaults and real not in from_policy:
             from_policy.append(real)
+    # The links on the way to a protected path, where a write root holds them: bound as
+    # themselves under the tier; without it they are named with the defaults (degraded).
+    links = []
+    for path in linked + list(explicit):
+        for link in symlinks_on_the_way(path):
+            if any(is_within(link, r) for r in roots) and link not in links:
+                links.append(link)
+    from_defaults.extend(link for link in links if link not in from_defaults and link not in from_policy)
     return from_defaults, from_policy
