@@ -276,3 +276,23 @@ def test_symlinks_on_the_way(tmp_path):
     assert symlinks_on_the_way(str(tmp_path / "dots")) == []
     os.symlink("loop", tmp_path / "loop")
     assert len(symlinks_on_the_way(str(tmp_path / "loop"))) <= 41  # bounded on a loop
+
+
+@pytest.mark.parametrize("section", ["include", 'includeIf "gitdir:**"'])
+def test_a_config_the_repository_includes_from_the_worktree_is_protected(cage, tmp_path, section):
+    """`git config include.path ../tools/gitconfig` (shared settings kept in the worktree): git
+    reads that file as its own config, and the write root reached it — a planted core.fsmonitor
+    there ran on the operator's next `git status`."""
+    _host_repo(cage.work)
+    (cage.work / "tools").mkdir()
+    (cage.work / "tools" / "gitconfig").write_text("[alias]\n\tst = status\n")
+    with open(cage.work / ".git" / "config", "a") as fh:
+        fh.write(f'[{section}]\n\tpath = ../tools/gitconfig\n')
+    marker = tmp_path / "PWNED"
+    script = (f"printf '{_fsmonitor(marker)}' >> tools/gitconfig; echo x > tools/other && git add tools/other "
+              "&& git commit -qm two && echo COMMITTED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
+    assert "COMMITTED" in result.out, result
+    assert (cage.work / "tools" / "gitconfig").read_text() == "[alias]\n\tst = status\n"
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git ran a command planted in an included config"

@@ -65,31 +65,54 @@ def _complete_git_dir(root: str) -> None:
 
 
 def _config_hooks_path(config_file: str):
-    """The last `core.hooksPath` set in one git config file, or None. A small reader of the
-    plain `[core]` / `hooksPath = value` form (case-insensitive names, optional quotes, `;`/`#`
-    comments); includes are not followed (a hooksPath set only through an include stays open)."""
+    """The last `core.hooksPath` set in one git config file, or None."""
+    found = _config_values(config_file, "core", "hookspath")
+    return found[-1] if found else None
+
+
+def _config_values(config_file: str, wanted_section: str, wanted_key: str) -> list:
+    """Every value of `wanted_key` in sections named `wanted_section` (`includeif` matches any
+    `[includeIf "..."]`) of one git config file. A small reader of the plain `[section]` /
+    `key = value` form (case-insensitive names, optional quotes, `;`/`#` comments); includes
+    are not followed here."""
     try:
         with open(config_file, "rb") as fh:
             text = fh.read(1 << 20).decode("utf-8", "replace")
     except OSError:
-        return None
-    section, found = "", None
+        return []
+    section, values = "", []
     for raw in text.splitlines():
         line = raw.strip()
         if line.startswith("["):
-            section = line[1:line.find("]")].strip().lower() if "]" in line else ""
+            section = line[1:line.find("]")].strip().split(" ", 1)[0].lower() if "]" in line else ""
             line = line[line.find("]") + 1:].strip() if "]" in line else ""
-        if section != "core" or "=" not in line:
+        if section != wanted_section or "=" not in line:
             continue
         key, value = (part.strip() for part in line.split("=", 1))
-        if key.lower() != "hookspath":
+        if key.lower() != wanted_key:
             continue
         for mark in (" #", " ;", "\t#", "\t;"):
             if not value.startswith('"') and mark in value:
                 value = value[:value.index(mark)].strip()
         if len(value) >= 2 and value[0] == value[-1] == '"':
             value = value[1:-1]
-        found = value or None
+        if value:
+            values.append(value)
+    return values
+
+
+def included_configs(root: str) -> list[str]:
+    """Files the repository's `.git/config` includes (`[include] path`, `[includeIf ...] path`):
+    git reads them as its own config, so one in the worktree (`git config include.path
+    ../tools/gitconfig`, a common way to share settings) took a planted `core.fsmonitor`.
+    Relative paths are relative to `.git/`; `~/` is the operator's home."""
+    git_dir = os.path.join(root, ".git")
+    config = os.path.join(git_dir, "config")
+    found = []
+    for section in ("include", "includeif"):
+        for value in _config_values(config, section, "path"):
+            value = os.path.expanduser(value) if value.startswith("~/") else os.path.join(git_dir, value)
+            found.append(os.path.normpath(value))
     return found
 
 
@@ -194,7 +217,7 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
                 real = default_under(root, name)
                 if real and real not in from_defaults:
                     from_defaults.append(real)
-            for hooks in hooks_paths(root):
+            for hooks in hooks_paths(root) + included_configs(root):
                 real = inside_a_root(hooks)
                 if real and real not in from_defaults:
                     from_defaults.append(real)
