@@ -49,7 +49,7 @@ class ProxyService:
         run, which on a loaded machine costs milliseconds; the supervisor uses it. `wait=True`
         returns once the listener is held (and raises what kept it from being received)."""
         # _thread, not threading.Thread: Thread.start() blocks until the new thread has run,
-        # which on a loaded machine is a scheduler wake-up (measured 3-4 ms per run). `_ended`
+        # which on a loaded machine is a scheduler wake-up (milliseconds) in the supervisor's path. `_ended`
         # is held while the thread lives: stop() waits for it instead of join().
         self._ended.acquire()
         try:
