@@ -517,7 +517,7 @@ def test_a_short_spliced_body_ends_the_connection(make_proxy):
 
 
 def test_a_service_without_clients_never_imports_the_proxy():
-    """Set-up cost: until a client connects, the service is a thread in select(2); asyncio and
+    """Set-up cost: until a client connects, the service is a thread in poll(2); asyncio and
     h11 are imported only then. stop() ends it in either phase and leaves no fd."""
     code = """
 import socket, sys, os
@@ -541,3 +541,24 @@ print(svc.stop()["denied"], "asyncio" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["[]", "1 True"], out.stdout
+
+
+def test_a_listener_with_a_high_fd_number_is_served(tmp_path):
+    """A busy caller (the gate, a test runner) may hold more than 1024 fds: the service waits for
+    its first client with poll(2), which has no FD_SETSIZE limit, unlike select(2)."""
+    import os
+
+    origin = Origin()
+    low = loopback_listener()
+    high_fd = os.dup2(low.fileno(), 1500)
+    low.close()
+    try:
+        listener = socket.socket(fileno=high_fd)
+        rules = Rules([f"allowed.test:{origin.port}"], (), ("127.0.0.0/8",), source="test.toml")
+        service = ProxyService(rules, listener, None, Resolver(dict(HOSTS))).start()
+        out = http_exchange(service.port, get(0, f"http://allowed.test:{origin.port}/high",
+                                              extra=b"Connection: close\r\n"))
+        assert out.startswith(b"HTTP/1.1 200") and b"/high" in out
+        assert service.stop()["allowed"] == 1
+    finally:
+        origin.close()

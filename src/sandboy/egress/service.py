@@ -8,7 +8,7 @@ the listening socket and every connection, and joins the thread: no fd, port or 
 Set-up is kept off the run's path (bench/bench_egress.py, "set-up"):
 - `channel=`: the thread itself receives the listener the cage's child sends, so the caller goes
   straight on to wait for the child instead of waiting to be woken for the hand-over;
-- the thread waits for the first client (or stop) with select(2) before it imports asyncio and
+- the thread waits for the first client (or stop) with poll(2) before it imports asyncio and
   h11 (tens of ms) and builds its event loop: a run that never connects never pays for them,
   and a client that connects early waits in the listen backlog, nothing is lost.
 `stop()` wakes the thread through a pipe, in whichever phase it is.
@@ -77,8 +77,10 @@ class ProxyService:
             self._ready.set()
             if self.listen_sock is None:
                 return  # the child failed before it sent the listener: nothing to serve
-            readable, _, _ = select.select([self.listen_sock, self._wake_r], [], [])
-            if self._wake_r in readable:
+            poller = select.poll()  # not select(2): it fails for fd numbers >= 1024
+            poller.register(self.listen_sock, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+            if any(fd == self._wake_r for fd, _ in poller.poll()):
                 return  # stopped before any client came
             self._serve()
         except BaseException as exc:  # surfaced by start() or stop(), never lost
