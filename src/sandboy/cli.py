@@ -129,11 +129,12 @@ def cmd_run(args: RunArgs) -> int:
             _err(f"degraded: {line}")
         for line in cage.warnings:
             _err(f"warning: {line}")
-        from sandboy.confine import explain  # before the cage: it may not be readable inside
+        if "/" not in args.command[0]:  # a PATH search only: a path names one file, nothing is skipped
+            from sandboy.confine import explain  # before the cage: it may not be readable inside
 
-        skipped = explain.skipped(args.command[0], cage)
-        if skipped:
-            _err(f"warning: {skipped}")
+            skipped = explain.skipped(args.command[0], cage)
+            if skipped:
+                _err(f"warning: {skipped}")
         if args.tty or launch.needs_supervisor(policy, cage) or not exec_in_place_possible():
             if has_controlling_terminal():
                 # The terminal's ^C and ^\ reach the supervisor too (it is in our job), which
