@@ -158,6 +158,8 @@ def cmd_run(args: RunArgs) -> int:
                 status.write(cage.enforced, cage.degraded, cage.warnings, policy.source,
                              {"outcome": "exec", "returncode": None})
 
+        global _exit_without_finalizing
+        _exit_without_finalizing = True
         return launch.exec_confined(args.command, cage, on_applied)
     except PolicyError as exc:
         _err(str(exc))
@@ -338,8 +340,23 @@ def _stdout_to_devnull() -> None:
     os.close(quiet)
 
 
+# Set by exec mode of `sandboy run`: the command has run (or failed to start) and what is left
+# is to exit with its status. Tearing the interpreter down (module dicts, the compiled cage's
+# tables) took 3-4 ms, a third of the CLI's start-up overhead (docs/performance.md); exec mode
+# starts no thread, registers no atexit hook and writes its status file with os.write, so after
+# flushing stdout and stderr nothing is lost by leaving with os._exit.
+_exit_without_finalizing = False
+
+
 def entry() -> None:
-    sys.exit(finish(main))
+    code = finish(main)
+    if _exit_without_finalizing:
+        try:
+            sys.stderr.flush()
+        except OSError:
+            pass
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
