@@ -106,3 +106,22 @@ def test_dry_run_json_shows_rules_and_runs_nothing(policy, tmp_path):
     assert report["enforced"]["seccomp"]["native_arch_only"] is True
     assert any(path == "/usr/bin" for path, _ in report["enforced"]["landlock"]["fs_rules"])
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("namespaces", ["1", "0"])
+def test_exit_without_interpreter_teardown_loses_nothing(policy, tmp_path, namespaces):
+    """`sandboy run` leaves with os._exit (interpreter teardown cost 3-4 ms, docs/performance.md):
+    the command's status, sandboy's own messages on stderr and the status file must all arrive."""
+    env = dict(os.environ, SANDBOY_NAMESPACES=namespaces)
+    status = tmp_path / "status.json"
+    ran = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--status-json", str(status), "--",
+                          "/bin/sh", "-c", "echo out; echo err >&2; exit 7"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, start_new_session=True)
+    assert (ran.returncode, ran.stdout) == (7, "out\n")
+    assert "err\n" in ran.stderr
+    assert json.loads(status.read_text())["policy"] == str(policy)
+    missing = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/no-such-command"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                             start_new_session=True)
+    assert missing.returncode == 127
+    assert "/bin/no-such-command: No such file or directory" in missing.stderr

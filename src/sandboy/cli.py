@@ -97,6 +97,7 @@ def _err(message: str) -> None:
 
 
 def cmd_run(args: RunArgs) -> int:
+    global _exit_without_finalizing
     from sandboy.confine import cage as cagemod
     from sandboy.confine import launch
     from sandboy.confine.terminal import exec_in_place_possible, has_controlling_terminal
@@ -144,6 +145,9 @@ def cmd_run(args: RunArgs) -> int:
                 result = launch.run(args.command, cage, supervise=True, tty=args.tty, egress_log=args.egress_log)
             finally:
                 cage.close()
+            # the supervisor process has ended (egress proxy included); nothing of this process
+            # is left to finalize but the egress session's objects, kept out to be sure
+            _exit_without_finalizing = not policy.net.egress
             if result.error:
                 _err(result.error)
             if status:
@@ -158,7 +162,6 @@ def cmd_run(args: RunArgs) -> int:
                 status.write(cage.enforced, cage.degraded, cage.warnings, policy.source,
                              {"outcome": "exec", "returncode": None})
 
-        global _exit_without_finalizing
         _exit_without_finalizing = True
         return launch.exec_confined(args.command, cage, on_applied)
     except PolicyError as exc:
@@ -340,11 +343,11 @@ def _stdout_to_devnull() -> None:
     os.close(quiet)
 
 
-# Set by exec mode of `sandboy run`: the command has run (or failed to start) and what is left
-# is to exit with its status. Tearing the interpreter down (module dicts, the compiled cage's
-# tables) took 3-4 ms, a third of the CLI's start-up overhead (docs/performance.md); exec mode
-# starts no thread, registers no atexit hook and writes its status file with os.write, so after
-# flushing stdout and stderr nothing is lost by leaving with os._exit.
+# Set by `sandboy run` once the command has run (or failed to start) and what is left is to exit
+# with its status. Tearing the interpreter down (module dicts, the compiled cage's tables) took
+# 3-4 ms, a third of the CLI's start-up overhead (docs/performance.md); the run path starts no
+# thread in this process, registers no atexit hook and writes its status file with os.write, so
+# after flushing stdout and stderr nothing is lost by leaving with os._exit.
 _exit_without_finalizing = False
 
 
