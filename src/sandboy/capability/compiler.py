@@ -11,6 +11,7 @@ import os
 
 from sandboy.capability.targets import MARKER, TARGETS
 from sandboy.errors import PolicyError
+from sandboy.policy.resolve import is_within
 
 OWNED = ".sandboy/owned.json"
 REMOVE = "\0remove"  # a value of render(): this generated file must not exist any more
@@ -21,8 +22,7 @@ def _inside(root: str, rel: str) -> str:
     `.claude` could point at ~/.ssh: compile must never read or write there)."""
     path = os.path.join(root, rel)
     parent = os.path.realpath(os.path.dirname(path))
-    real_root = os.path.realpath(root)
-    if os.path.islink(path) or not (parent == real_root or parent.startswith(real_root.rstrip("/") + "/")):
+    if os.path.islink(path) or not is_within(parent, os.path.realpath(root)):
         raise PolicyError(rel, "", "is a symlink or lies under one that leaves the repository: "
                           "refusing to follow it (replace it with a plain file or directory)")
     return path

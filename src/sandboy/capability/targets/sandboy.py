@@ -8,6 +8,7 @@ literal write.deny paths become `fs.protect`, domains become `net.domains` (Laye
 The policy files themselves are protected, so a caged agent cannot loosen its next run."""
 
 from sandboy.capability.targets import ENFORCED, LOST, MARKER, Target, rules
+from sandboy.policy.resolve import is_within
 
 AGENT = ".sandboy/agent.toml"
 SELF_PROTECTED = ("owen.policy.toml", ".sandboy", ".claude", ".codex")
@@ -106,7 +107,7 @@ class SandboyStep(Target):
         protect = next((p for p in policy.write_deny if p.is_literal() and p.covers(path)), None)
         if protect:
             writable = (False, f"fs.protect {protect.body!r}")
-        elif any(path == r or path.startswith(r.rstrip("/") + "/") or r == "." for r in roots):
+        elif any(r == "." or is_within(path, r) for r in roots):
             writable = (True, "inside a write root")
         else:
             writable = (False, "outside every write root")
