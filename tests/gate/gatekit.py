@@ -49,3 +49,9 @@ def run_json(repo, tmp_path: Path, *args, **kw):
 
 def by_name(report: dict) -> dict:
     return {step["name"]: step for step in report["steps"]}
+
+
+def survivors(marker: str) -> list:
+    """Pids of the processes a test named `marker` (with `exec -a`): the name starts their
+    command line, so a shell that merely mentions it in a script is not counted."""
+    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()

@@ -19,7 +19,7 @@ import pytest
 from sandboy.confine import landlock
 from sandboy.errors import CageError
 
-from gatekit import by_name, make_repo, run_json
+from gatekit import by_name, make_repo, run_json, survivors
 
 # The step policy keeps what a shell needs; the deny patterns are the attack.
 POLICY = """
@@ -154,11 +154,6 @@ def test_stop_does_not_wait_for_the_kernel_to_free_a_huge_tmp(tmp_path, fake_hom
     assert proc.returncode == 130
     assert by_name(json.loads(report.read_text()))["fill"]["status"] == "killed"
     deadline = time.monotonic() + 10
-    while _running(marker) and time.monotonic() < deadline:
+    while survivors(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _running(marker) == []
-
-
-def _running(marker: str) -> list:
-    """Pids whose command line starts with this test's marker (set with `exec -a`)."""
-    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()
+    assert survivors(marker) == []

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gatekit import DEMO, FAKE_KEY, by_name, make_repo, run_gate, run_json
+from gatekit import DEMO, FAKE_KEY, by_name, make_repo, run_gate, run_json, survivors
 
 from sandboy.gate import ceiling as ceilings
 
@@ -242,7 +242,7 @@ def test_no_descendant_outlives_its_step(tmp_path, mode, status):
     proc, report = run_json(repo, tmp_path)
     assert by_name(report)["escape"]["status"] == status, proc.stdout
     assert (repo / "escaped.pid").read_text()  # the grandchild did start
-    assert _survivors(marker) == [], f"{marker} outlived its step"
+    assert survivors(marker) == [], f"{marker} outlived its step"
 
 
 def test_output_is_sanitized_and_logged(tmp_path):
@@ -475,17 +475,17 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
     proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, HOME=str(fake_home)))
     deadline = time.monotonic() + 20
-    while not (marker.exists() and _survivors(escaped)) and time.monotonic() < deadline:
+    while not (marker.exists() and survivors(escaped)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
-    assert len(_survivors(escaped)) == 1  # the setup worked: the escaped sleep is running
+    assert len(survivors(escaped)) == 1  # the setup worked: the escaped sleep is running
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=20)
     assert proc.returncode == 130
     marker.unlink()
     time.sleep(0.5)
     assert not marker.exists()  # the loop is dead
-    assert _survivors(escaped) == []  # and so is the process that left the session
+    assert survivors(escaped) == []  # and so is the process that left the session
 
 
 def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
@@ -502,14 +502,6 @@ def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
     # ended it, and run_json's own timeout fails the test if the gate hangs.
     proc, report = run_json(repo, tmp_path, home=fake_home, timeout=60)
     assert by_name(report)["silent"]["status"] == "timed_out", proc.stdout + proc.stderr
-
-
-def _survivors(marker: str) -> list:
-    """Pids of the processes this test named `marker` (with `exec -a`): the name starts their
-    command line, so the shell that merely mentions it in a script is not counted."""
-    import subprocess
-
-    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()
 
 
 def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_home):
@@ -532,18 +524,18 @@ def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_hom
                             env=dict(os.environ, HOME=str(fake_home)))
     try:
         deadline = time.monotonic() + 30
-        while len(_survivors(marker)) < 250 and time.monotonic() < deadline:
+        while len(survivors(marker)) < 250 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(_survivors(marker)) >= 250, "the setup: a big tree is running when the signals come"
+        assert len(survivors(marker)) >= 250, "the setup: a big tree is running when the signals come"
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
         assert proc.returncode == 130
-        assert _survivors(marker) == []
+        assert survivors(marker) == []
         assert json.loads(report.read_text())["steps"][0]["status"] == "killed"
     finally:
-        for pid in _survivors(marker):
+        for pid in survivors(marker):
             os.kill(int(pid), signal.SIGKILL)
 
 
@@ -570,4 +562,4 @@ def test_a_big_tree_is_swept_quickly_at_the_timeout(tmp_path, fake_home):
     assert step["status"] == "timed_out", proc.stdout + proc.stderr
     spawned = [int(line.split()[-1]) for line in step["output_tail"].splitlines() if line.startswith("spawned ")]
     assert spawned and spawned[0] >= 1000, step["output_tail"][-500:]  # the setup: a big tree existed
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
