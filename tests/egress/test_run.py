@@ -126,12 +126,17 @@ def test_namespace_mode_has_nowhere_else_to_go(tmp_path, env, origin, mode):
         assert doc["enforced"]["namespaces"]["net"] is True
 
 
-def test_python_api_reports_egress(tmp_path, env, origin, monkeypatch):
-    from sandboy import Policy, run as sandboy_run
-
+def _in_process(env, monkeypatch):
+    """The API runs in this process: give it the run's resolver map and namespace mode."""
     monkeypatch.setenv("SANDBOY_EGRESS_HOSTS", env["SANDBOY_EGRESS_HOSTS"])
     if "SANDBOY_NAMESPACES" in env:
         monkeypatch.setenv("SANDBOY_NAMESPACES", env["SANDBOY_NAMESPACES"])
+
+
+def test_python_api_reports_egress(tmp_path, env, origin, monkeypatch):
+    from sandboy import Policy, run as sandboy_run
+
+    _in_process(env, monkeypatch)
     p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
     out = tmp_path / "out"
     with open(out, "wb") as fh:
@@ -181,9 +186,7 @@ def test_spawn_handle_serves_until_wait(tmp_path, env, origin, monkeypatch):
     """`sandboy.spawn`: the proxy serves while the command runs; wait() ends both and reports."""
     from sandboy import Policy, spawn
 
-    monkeypatch.setenv("SANDBOY_EGRESS_HOSTS", env["SANDBOY_EGRESS_HOSTS"])
-    if "SANDBOY_NAMESPACES" in env:
-        monkeypatch.setenv("SANDBOY_NAMESPACES", env["SANDBOY_NAMESPACES"])
+    _in_process(env, monkeypatch)
     p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
     out = tmp_path / "out"
     with open(out, "wb") as fh:
