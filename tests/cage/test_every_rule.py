@@ -26,6 +26,9 @@ import time
 import pytest
 from cagekit import BASE_READ, Result, cage_bpf, filter_only, to_toml
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from userkit import skip_unless_nobody_can_run  # noqa: E402
+
 # The filter is tested beneath the namespace tier (where the kernel refuses namespaces, this is all
 # there is): `without_namespaces` forces the tier off (tests/cage/conftest.py).
 pytestmark = [pytest.mark.needs_kernel, pytest.mark.without_namespaces]
@@ -479,12 +482,7 @@ class Nobody:
 
 @pytest.fixture
 def nobody(probe):
-    if not ROOT or not shutil.which("setpriv"):
-        pytest.skip("needs root (to become uid 65534) and setpriv")
-    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info >= (3, 11))"],
-                           capture_output=True, text=True)
-    if check.stdout.strip() != "True":
-        pytest.skip("needs a system python3 >= 3.11 that uid 65534 can run")
+    skip_unless_nobody_can_run()
     tmp = tempfile.mkdtemp(prefix="sandboy-nobody-")
     user = Nobody(probe, tmp)
     if subprocess.run(user.argv(["/usr/bin/python3", "-c", "import sandboy"]), env=user.env(),

@@ -25,6 +25,7 @@ from cagekit import SANDBOY, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from termkit import Operator  # noqa: E402
+from userkit import skip_unless_nobody_can_run  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -93,12 +94,7 @@ class User:
 @pytest.fixture(params=["root", "nobody"])
 def user(request):
     if request.param == "nobody":
-        if os.geteuid() != 0 or not shutil.which("setpriv"):
-            pytest.skip("needs root (to become uid 65534) and setpriv")
-        check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info >= (3, 11))"],
-                               capture_output=True, text=True)
-        if check.stdout.strip() != "True":
-            pytest.skip("needs a system python3 >= 3.11 that uid 65534 can run")
+        skip_unless_nobody_can_run()
     who = User(request.param)
     if who.nobody and subprocess.run(who.wrap(["/usr/bin/python3", "-c", "import sandboy"]), env=who.env,
                                      capture_output=True).returncode != 0:

@@ -21,6 +21,7 @@ from gatekit import make_repo
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from termkit import Operator  # noqa: E402
+from userkit import skip_unless_nobody_can_run  # noqa: E402
 
 # After the step's own reads, a leftover (new session, double fork, SIGHUP/SIGTTOU ignored)
 # waits, takes the foreground and reads again, through fd 0 and /dev/tty.
@@ -112,12 +113,7 @@ class Runner:
 @pytest.fixture(params=["root", "nobody"])
 def runner(request, tmp_path):
     if request.param == "nobody":
-        if os.geteuid() != 0 or not shutil.which("setpriv"):
-            pytest.skip("needs root (to become uid 65534) and setpriv")
-        check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info >= (3, 11))"],
-                               capture_output=True, text=True)
-        if check.stdout.strip() != "True":
-            pytest.skip("needs a system python3 >= 3.11 that uid 65534 can run")
+        skip_unless_nobody_can_run()
     who = Runner(request.param, tmp_path)
     yield who
     who.close()
