@@ -328,8 +328,3 @@ def read_child_report(data: bytes) -> tuple:
         elif error is None:
             error = (first, second)
     return error, status
-
-
-def read_child_error(data: bytes):
-    """The (step index or -1 for exec, errno) a `fork_exec` child reported, or None."""
-    return read_child_report(data)[0]
