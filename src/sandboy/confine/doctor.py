@@ -106,7 +106,9 @@ def check() -> dict:
                      + "; strict policies are refused (exit 125)")
     if not protections["user_namespaces"]:
         notes.append("unprivileged user namespaces are unavailable: Layer 3 (private network) will not work")
-    egress = _egress_mode(protections["namespace_tier"], abi)
+    from sandboy.egress.compile import egress_mode
+
+    egress = egress_mode(protections["namespace_tier"], abi) or "unavailable"
     if egress != "namespace":
         notes.append("net.domains (Layer 3): " + ("WEAKER fallback: the proxy on a host loopback port and a Landlock "
                      "rule for that port only (the same port on any other address stays reachable); strict "
@@ -121,13 +123,6 @@ def check() -> dict:
         "egress": egress,
         "notes": notes,
     }
-
-
-def _egress_mode(tier: bool, abi: int) -> str:
-    """How `net.domains` would be enforced here (see sandboy/egress/compile.py)."""
-    if tier:
-        return "namespace"
-    return "landlock-fallback" if abi >= 4 else "unavailable"
 
 
 def render(result: dict) -> str:

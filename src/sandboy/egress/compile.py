@@ -76,6 +76,17 @@ def merge_env(env: dict, egress_env: dict) -> dict:
     return out
 
 
+def egress_mode(namespace_ok: bool, abi: int):
+    """How `net.domains` is enforced: MODE_NAMESPACE, MODE_FALLBACK (Landlock lets the command
+    connect only to the proxy's host port), or None: refused (no namespace, no Landlock TCP rules).
+    The one place this is decided, for the cage and for `sandboy doctor`."""
+    from sandboy.confine.protections import protection
+
+    if namespace_ok:
+        return MODE_NAMESPACE
+    return MODE_FALLBACK if protection("landlock.net.tcp").available(abi) else None
+
+
 def namespace_mode_available(job) -> tuple:
     """(ok, why not): can this cage get its own network namespace? The namespace tier
     (`confine.namespaces`, issue 7) is THE place that makes them; it says whether it can
@@ -107,11 +118,12 @@ def compile_egress(job, namespace_ok=None):
         namespace_ok, why = namespace_mode_available(job)
     degraded, warnings = [], []
     listener = None
-    if namespace_ok:
-        mode, port = MODE_NAMESPACE, NAMESPACE_PORT
+    mode = egress_mode(namespace_ok, job.abi)
+    if mode == MODE_NAMESPACE:
+        port = NAMESPACE_PORT
         connect = tuple(sorted({*net.connect_tcp, port}))  # other ports reach only the namespace's lo
     else:
-        if not tcp.available(job.abi):
+        if mode is None:
             raise CageError(f"{policy.source}: net.domains: no user namespaces and no Landlock TCP rules "
                             f"(ABI {job.abi} < {tcp.min_abi}): the command could reach any host directly; "
                             "refusing to run")
@@ -124,7 +136,7 @@ def compile_egress(job, namespace_ok=None):
         except OSError:
             listener.close()
             raise
-        mode, port = MODE_FALLBACK, listener.getsockname()[1]
+        port = listener.getsockname()[1]
         degraded.append(FALLBACK_LOST.format(port=port, why=why))
         if net.connect_tcp:
             warnings.append(f"net.connect_tcp {list(net.connect_tcp)} not granted beside net.domains without "
