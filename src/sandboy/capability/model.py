@@ -13,6 +13,7 @@ escapes (the targets disagree on them), `..`.
 import re
 
 from sandboy.errors import PolicyError
+from sandboy.policy.load import _kind
 
 POLICY_FILE = "owen.policy.toml"
 TOP_KEYS = ("version", "targets", "read", "index", "write", "exec", "network", "codex", "sandboy")
@@ -193,12 +194,6 @@ class CapabilityPolicy:
             return True, "write.allow is absent: the whole repository is writable"
         hit = next((p for p in self.write_allow if p.covers(path, is_dir)), None)
         return (True, hit) if hit else (False, "not under any write.allow entry")
-
-
-def _kind(value) -> str:
-    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a float",
-             list: "a list", dict: "a table"}
-    return names.get(type(value), type(value).__name__)
 
 
 def _list(src, key, value, parse):
