@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from sandboy.audit import host, sarif
-from sandboy.audit.build import build
+from sandboy.audit.build import _stderr, build
 from sandboy.audit.capped import read_capped
 from sandboy.audit.errors import UsageError
 from sandboy.audit.registry import adapter_for_tool
@@ -30,12 +29,6 @@ DEFAULT_MAX_OUTPUT_BYTES = 128 << 20  # wasmtime-py's host copy budget is 128 Mi
 DEFAULT_MAX_RESULTS = 100_000
 
 Progress = Callable[[str], None]
-
-
-def _stderr(message: str) -> None:
-    from sandboy.escape import block  # progress names paths and components
-
-    print(block(message), file=sys.stderr, flush=True)
 
 
 @dataclass
