@@ -106,9 +106,6 @@ class Console:
     def note(self, text: str) -> None:
         self._line(self._paint("note", f"!! {clean(text)}"))
 
-    def output(self, name: str, raw: bytes) -> None:
-        self.write_output(self.render_output(name, raw))
-
     @staticmethod
     def render_output(name: str, raw: bytes) -> str:
         """One line of a step's output as shown: prefixed, escaped (the runner counts these
