@@ -13,7 +13,7 @@ escapes (the targets disagree on them), `..`.
 import re
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import _kind
+from sandboy.policy.load import _kind, parse_toml, read_bounded
 
 POLICY_FILE = "owen.policy.toml"
 TOP_KEYS = ("version", "targets", "read", "index", "write", "exec", "network", "codex", "sandboy")
@@ -282,17 +282,6 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
 
 
 def load(path: str) -> CapabilityPolicy:
-    import tomllib
-
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(1 << 20)
-    except OSError as exc:
-        raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise PolicyError(path, "", "not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(path, "", f"not valid TOML: {exc}") from None
-    return from_mapping(data, path)
+    # The step-policy reader: one bounded read (a file over the limit is refused, never cut and
+    # parsed), UTF-8, and the TOML guards (long dotted keys, deep nesting) of policy files.
+    return from_mapping(parse_toml(read_bounded(path), path), path)
