@@ -3,7 +3,7 @@
 import pytest
 
 from sandboy.policy.model import Policy
-from sandboy.policy.resolve import is_within, policy_dir
+from sandboy.policy.resolve import is_within, is_within_any, policy_dir
 
 
 @pytest.mark.parametrize("path, root, inside", [
@@ -17,6 +17,17 @@ from sandboy.policy.resolve import is_within, policy_dir
 ])
 def test_is_within_compares_whole_components(path, root, inside):
     assert is_within(path, root) is inside
+
+
+@pytest.mark.parametrize("path, roots, inside", [
+    ("/a/b/c", ["/x", "/a/b"], True),     # any one root is enough
+    ("/a/bc", ["/x", "/a/b"], False),     # whole components, as is_within
+    ("/a/b", [], False),                  # no roots: nothing is inside
+    ("/a/b", ("/",), True),
+    ("/proc/1", iter(["/sys", "/proc"]), True),   # any iterable, read once
+])
+def test_is_within_any_is_is_within_for_some_root(path, roots, inside):
+    assert is_within_any(path, roots) is inside
 
 
 def test_policy_dir_is_the_files_directory_or_the_fallback(tmp_path):

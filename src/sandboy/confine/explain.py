@@ -10,7 +10,7 @@ cage too, after an exec failed (import this module before the cage is applied).
 
 import os
 
-from sandboy.policy.resolve import is_within
+from sandboy.policy.resolve import is_within_any
 
 INTERPRETERS = ("python", "pip", "pytest", "node", "npm", "npx", "perl", "ruby")
 _PRESET_FOR = {"python": "python", "pip": "python", "pytest": "python", "node": "node", "npm": "node",
@@ -23,10 +23,6 @@ def exec_roots(cage) -> list[str]:
 
     resolved = resolve(cage.policy, cage.ctx).fs
     return [os.path.realpath(p) for p in resolved.exec if not p.startswith("{")]
-
-
-def _covered(real: str, roots) -> bool:
-    return any(is_within(real, root) for root in roots)
 
 
 def _shebang(path: str) -> list[str]:
@@ -53,7 +49,7 @@ def why_not(path: str, roots, path_var: str = "", depth: int = 0) -> str:
     """"" when `path` (an existing file) can be executed under `roots`, else the reason."""
     real = os.path.realpath(path)
     via = f" (a symlink to {real})" if real != os.path.abspath(path) else ""
-    if not _covered(real, roots):
+    if not is_within_any(real, roots):
         return (f"{path}{via}: {os.path.dirname(real)} is not in fs.exec; add \"{os.path.dirname(real)}\" "
                 f"to fs.exec{_preset_hint(path, real)}")
     words = _shebang(real)
@@ -122,7 +118,7 @@ def path_warnings(cage) -> list[str]:
     for directory in dict.fromkeys(path_var.split(":")):
         if not directory or not os.path.isdir(directory):
             continue
-        if not _covered(os.path.realpath(directory), roots):
+        if not is_within_any(os.path.realpath(directory), roots):
             out.append(f"PATH entry {directory} is not in fs.exec: commands found there fail with 126 "
                        "(or a later PATH entry's runs instead)")
             continue

@@ -11,7 +11,7 @@ import os
 import stat
 
 from sandboy.errors import CageError
-from sandboy.policy.resolve import is_glob, is_within
+from sandboy.policy.resolve import is_glob, is_within, is_within_any
 from sandboy.confine._libc import (
     SYS_LANDLOCK_ADD_RULE,
     SYS_LANDLOCK_CREATE_RULESET,
@@ -221,9 +221,9 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
         rules[path] = rules.get(path, 0) | rights
 
     def split(path: str, rights: int) -> None:
-        if any(is_within(path, d) for d in denies):
+        if is_within_any(path, denies):
             return
-        if any(is_within(path, p) for p in protects):
+        if is_within_any(path, protects):
             add(path, rights & READ_ONLY)
             return
         # A grant that can only read needs no split around a protected path (nothing to take away)
@@ -251,7 +251,7 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
                 split(child, rights)
 
     for path, rights in grants.items():
-        if any(is_within(path, d) for d in denies):
+        if is_within_any(path, denies):
             warn(f"fs: {path} lies inside a denied path; not granted")
             continue
         split(path, rights)

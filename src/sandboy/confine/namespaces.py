@@ -36,7 +36,7 @@ import os
 
 from sandboy.confine import _libc
 from sandboy.errors import CageError
-from sandboy.policy.resolve import is_within
+from sandboy.policy.resolve import is_within, is_within_any
 from sandboy.confine._libc import (
     AT_FDCWD,
     NR_INIT,
@@ -200,7 +200,7 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
         rules.append((path, rights, True, True))
     device_nodes = {f"/dev/{name}" for name in DEVICES}
     for path, rights in sorted(grants.items()):
-        if (path == tmp or _under_any(path, PRIVATE_TREES)) and path not in device_nodes:
+        if (path == tmp or is_within_any(path, PRIVATE_TREES)) and path not in device_nodes:
             rules.append((path, rights, path == tmp, os.path.isdir(path)))
     enforced = {
         "user": True,
@@ -245,12 +245,12 @@ def plan_landlock_rules(ruleset_fd: int, rules, handled_fs: int) -> list:
 def lost_without(policy, grants: dict, tmp, abi: int) -> list:
     """What the tier would prevent for this policy and nothing else does."""
     lost = [LOST_WITHOUT["mount"]]
-    if any(_under_any(path, ("/dev",)) or path == "/" for path in grants
+    if any(is_within(path, "/dev") or path == "/" for path in grants
            if path not in {f"/dev/{name}" for name in DEVICES}):
         lost.append(LOST_WITHOUT["dev"])
     if getattr(getattr(policy, "ipc", None), "sysv", False):
         lost.append(LOST_WITHOUT["ipc"])
-    if any(_under_any("/proc", (path,)) or _under_any(path, ("/proc",)) for path in grants):
+    if any(is_within("/proc", path) or is_within(path, "/proc") for path in grants):
         lost.append(LOST_WITHOUT["pid"])
     if no_network(policy.net) and policy.net.unix and abi < 6:
         lost.append(LOST_WITHOUT["net"])
@@ -295,16 +295,12 @@ def write_roots(grants: dict, tmp) -> list:
 
     writing = landlock.WRITE & ~landlock.READ
     roots = sorted(path for path, rights in grants.items()
-                   if rights & writing and path != tmp and not _under_any(path, PRIVATE_TREES))
+                   if rights & writing and path != tmp and not is_within_any(path, PRIVATE_TREES))
     top: list = []
     for path in roots:
-        if not _under_any(path, top):
+        if not is_within_any(path, top):
             top.append(path)
     return top
-
-
-def _under_any(path: str, trees) -> bool:
-    return any(is_within(path, tree) for tree in trees)
 
 
 # Sizes of what the tier mounts. A tmpfs is RAM: without a size the kernel allows half of the host's memory per

@@ -16,7 +16,7 @@ would stop git writing `index.lock`; see ADR 0013).
 import os
 import stat
 
-from sandboy.policy.resolve import is_within
+from sandboy.policy.resolve import is_within_any
 
 # Relative to each write root. Each entry is something a host program reads and acts on by
 # itself, so a write there is code run outside the cage later. Kept to files/directories that
@@ -191,7 +191,7 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
         if not os.path.lexists(path):
             return None
         real = os.path.realpath(path)
-        return real if any(is_within(real, root) for root in roots) else None
+        return real if is_within_any(real, roots) else None
 
     def default_under(root: str, name: str):
         # `root` is a realpath: walk the name's components with lstat, and pay for realpath
@@ -231,7 +231,7 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
     links = []
     for path in linked + list(explicit):
         for link in symlinks_on_the_way(path):
-            if any(is_within(link, r) for r in roots) and link not in links:
+            if is_within_any(link, roots) and link not in links:
                 links.append(link)
     from_defaults.extend(link for link in links if link not in from_defaults and link not in from_policy)
     return from_defaults, from_policy

@@ -42,6 +42,11 @@ def is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def is_within_any(path: str, roots) -> bool:
+    """True when `path` is within (`is_within`) at least one of `roots`; False for no roots."""
+    return any(is_within(path, root) for root in roots)
+
+
 def policy_dir(policy, fallback: str) -> str:
     """`{policy_dir}` for a policy: the directory of the file it was loaded from, or
     `fallback` for a policy that has no file (built-in, from a mapping, a gate step's table)."""
