@@ -122,6 +122,10 @@ def test_every_file_carries_the_marker_and_aiexclude_is_never_empty(tmp_path):
     ('version = 1\n[exec]\ndeny = ["rm *"]\n', "exec.deny[0]", "plain words"),
     ('version = 1\n[network]\ndomains = [3]\n', "network.domains[0]", "expected a domain"),
     ('version = 1\ntargets = ["cursr"]\n', "targets[0]", "did you mean 'cursor'"),
+    ('version = 1\ntargets = ["cursr"]\n', "targets[0]", "unknown target 'cursr' ("),
+    ('version = 1\n[sandboy]\ninclude = ["pyton"]\n', "sandboy.include[0]", "unknown preset 'pyton' (did you mean 'python'"),
+    ('version = 1\nread = 3\n', "read", "expected a table [read], got an integer"),
+    ('version = 1\n[network]\ndomains = ["exa mple.com"]\n', "network.domains[0]", "exa mple.com"),
     ('version = 2\n', "version", "expected version = 1"),
 ])
 def test_bad_policies_name_file_key_and_problem(tmp_path, text, key, problem):

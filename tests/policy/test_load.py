@@ -199,3 +199,28 @@ def test_egress_keys_without_domains_are_refused_not_ignored(key):
         Policy.from_mapping({"version": 1, "net": {"connect_tcp": [443], key: value}}, "p.toml")
     assert err.value.key == f"net.{key}" and "add net.domains" in str(err.value)
     Policy.from_mapping({"version": 1, "net": {"domains": ["ok.test"], key: value}}, "p.toml")  # the twin
+
+
+def test_unknown_key_names_the_kind_of_thing_and_the_near_miss():
+    assert load.unknown_key("limts", ("limits", "fs")) == (
+        "unknown key (did you mean 'limits'? expected one of: limits, fs)")
+    assert load.unknown_key("zzz", ("limits", "fs"), what="preset 'zzz'") == (
+        "unknown preset 'zzz' (expected one of: limits, fs)")
+
+
+def test_checked_table_returns_the_table_or_names_the_bad_key():
+    table = {"a": 1}
+    assert load.checked_table("p.toml", "sec", table, ("a", "b")) is table
+    with pytest.raises(PolicyError) as err:
+        load.checked_table("p.toml", "sec", {"c": 1}, ("a", "b"))
+    assert (err.value.key, err.value.problem) == ("sec.c", "unknown key (expected one of: a, b)")
+    with pytest.raises(PolicyError) as err:
+        load.checked_table("p.toml", "sec", [1], ("a",))
+    assert (err.value.key, err.value.problem) == ("sec", "expected a table [sec], got a list")
+
+
+def test_check_domain_refuses_what_egress_refuses():
+    load.check_domain("p.toml", "net.domains[0]", "*.pypi.org")
+    with pytest.raises(PolicyError) as err:
+        load.check_domain("p.toml", "net.domains[0]", "exa mple.com")
+    assert err.value.key == "net.domains[0]" and "exa mple.com" in err.value.problem

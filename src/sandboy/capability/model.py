@@ -13,7 +13,7 @@ escapes (the targets disagree on them), `..`.
 import re
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import _kind, parse_toml, read_bounded
+from sandboy.policy.load import _kind, check_domain, checked_table, parse_toml, read_bounded, unknown_key
 
 POLICY_FILE = "owen.policy.toml"
 TOP_KEYS = ("version", "targets", "read", "index", "write", "exec", "network", "codex", "sandboy")
@@ -208,22 +208,10 @@ def _list(src, key, value, parse):
     return tuple(out)
 
 
-def _unknown(src, key, name, known):
-    from sandboy.escape import key as keyname
-    from sandboy.policy.load import unknown_key
-
-    raise PolicyError(src, f"{key}{keyname(name)}", unknown_key(name, known))
-
-
 def _domain(src, key, value):
     if not isinstance(value, str):
         raise PolicyError(src, key, f"expected a domain (a string), got {_kind(value)}")
-    from sandboy.egress.rules import EntryError, parse_entry
-
-    try:
-        parse_entry(value)
-    except EntryError as exc:
-        raise PolicyError(src, key, str(exc)) from None
+    check_domain(src, key, value)
     return value.lower()
 
 
@@ -232,18 +220,12 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
 
     for name in data:
         if name not in TOP_KEYS:
-            _unknown(src, "", name, TOP_KEYS)
+            from sandboy.escape import key as keyname
+
+            raise PolicyError(src, keyname(name), unknown_key(name, TOP_KEYS))
     if data.get("version") != 1:
         raise PolicyError(src, "version", f"expected version = 1, got {data.get('version')!r}")
-    sections = {}
-    for name, known in SECTION_KEYS.items():
-        table = data.get(name, {})
-        if not isinstance(table, dict):
-            raise PolicyError(src, name, f"expected a table [{name}], got {_kind(table)}")
-        for k in table:
-            if k not in known:
-                _unknown(src, f"{name}.", k, known)
-        sections[name] = table
+    sections = {name: checked_table(src, name, data.get(name, {}), known) for name, known in SECTION_KEYS.items()}
     pat = lambda sec, k: _list(src, f"{sec}.{k}", sections[sec].get(k, []),  # noqa: E731
                                lambda s_, k_, v_: parse_pattern(s_, k_, v_, negatable=(sec, k) == ("read", "deny")))
     ex = lambda k: _list(src, f"exec.{k}", sections["exec"].get(k, []), parse_exec)  # noqa: E731
@@ -257,9 +239,7 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
         raise PolicyError(src, "targets", f"expected a list of target names, got {_kind(targets)}")
     for i, t in enumerate(targets):
         if t not in TARGETS:
-            from sandboy.policy.load import unknown_key
-
-            raise PolicyError(src, f"targets[{i}]", unknown_key(t, tuple(TARGETS)).replace("unknown key", f"unknown target {t!r}"))
+            raise PolicyError(src, f"targets[{i}]", unknown_key(t, tuple(TARGETS), what=f"target {t!r}"))
     profile = sections["codex"].get("profile", "owen")
     if not isinstance(profile, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", profile):
         raise PolicyError(src, "codex.profile", f"expected a profile name (letters, digits, '-', '_'), got {profile!r}")
@@ -270,9 +250,7 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
         raise PolicyError(src, "sandboy.include", f"expected a list of preset names, got {_kind(include)}")
     for i, name in enumerate(include):
         if name not in PRESETS:
-            from sandboy.policy.load import unknown_key
-
-            raise PolicyError(src, f"sandboy.include[{i}]", unknown_key(name, tuple(PRESETS)).replace("unknown key", f"unknown preset {name!r}"))
+            raise PolicyError(src, f"sandboy.include[{i}]", unknown_key(name, tuple(PRESETS), what=f"preset {name!r}"))
     policy = CapabilityPolicy(
         src, pat("read", "deny"), pat("index", "exclude"), pat("write", "allow"), pat("write", "deny"),
         ex("allow"), ex("deny"), domains, tuple(dict.fromkeys(targets)), profile, tuple(include), {})

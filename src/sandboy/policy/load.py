@@ -98,7 +98,8 @@ def _env_name(src: str, key: str, name: str) -> None:
         raise PolicyError(src, key, f"not an environment variable name: {name!r}")
 
 
-def _domain(src: str, key: str, value: str) -> None:
+def check_domain(src: str, key: str, value: str) -> None:
+    """A PolicyError naming `key` unless `value` is a `net.domains` entry egress.rules accepts."""
     from sandboy.egress.rules import EntryError, parse_entry
 
     try:
@@ -134,17 +135,20 @@ def _kind(value) -> str:
 # --- sections ----------------------------------------------------------------------------
 
 
-def unknown_key(name, known) -> str:
+def unknown_key(name, known, what: str = "key") -> str:
     """The problem text for an unknown key: a "did you mean" when one is close (`limts`,
-    `timeuot`, `steps`), then every key that is allowed. Used by the policy and gate.toml parsers."""
+    `timeuot`, `steps`), then every key that is allowed. Used by the policy and gate.toml parsers;
+    `what` names other unknown things the same way (`what=f"target {name!r}"`)."""
     import difflib
 
     near = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
     hint = f"did you mean {near[0]!r}? " if near else ""
-    return f"unknown key ({hint}expected one of: {', '.join(known)})"
+    return f"unknown {what} ({hint}expected one of: {', '.join(known)})"
 
 
-def _table(src: str, key: str, value, known: tuple) -> dict:
+def checked_table(src: str, key: str, value, known: tuple) -> dict:
+    """`value` if it is a table whose keys are all in `known`, else a PolicyError naming `key`
+    (or the first unknown `key.name`)."""
     if not isinstance(value, dict):
         raise PolicyError(src, key, f"expected a table [{key}], got {_kind(value)}")
     for name in value:
@@ -162,7 +166,7 @@ def _protected_path(src: str, key: str, value: str) -> None:
 
 
 def _fs(src, value) -> dict:
-    t = _table(src, "fs", value, ("read", "exec", "write", "deny", "protect", "protect_defaults"))
+    t = checked_table(src, "fs", value, ("read", "exec", "write", "deny", "protect", "protect_defaults"))
     out = {}
     for k, v in t.items():
         if k == "protect_defaults":
@@ -174,14 +178,14 @@ def _fs(src, value) -> dict:
 
 def _net(src, value) -> dict:
     known = ("connect_tcp", "bind_tcp", "udp", "unix", "domains", "private", "domains_deny", "unrestricted")
-    t = _table(src, "net", value, known)
+    t = checked_table(src, "net", value, known)
     out = {}
     for k, v in t.items():
         key = f"net.{k}"
         if k in ("connect_tcp", "bind_tcp"):
             out[k] = _port_list(src, key, v)
         elif k in ("domains", "domains_deny"):
-            out[k] = tuple(dict.fromkeys(d.lower() for d in _str_list(src, key, v, _domain)))
+            out[k] = tuple(dict.fromkeys(d.lower() for d in _str_list(src, key, v, check_domain)))
         elif k == "private":
             out[k] = _str_list(src, key, v, _cidr)
         else:
@@ -199,17 +203,17 @@ def _net(src, value) -> dict:
 
 
 def _ipc(src, value) -> dict:
-    t = _table(src, "ipc", value, ("sysv",))
+    t = checked_table(src, "ipc", value, ("sysv",))
     return {k: _bool(src, f"ipc.{k}", v) for k, v in t.items()}
 
 
 def _seccomp(src, value) -> dict:
-    t = _table(src, "seccomp", value, ("deny", "allow"))
+    t = checked_table(src, "seccomp", value, ("deny", "allow"))
     return {k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()}
 
 
 def _env(src, value) -> dict:
-    t = _table(src, "env", value, ("pass", "set"))
+    t = checked_table(src, "env", value, ("pass", "set"))
     out = {}
     if "pass" in t:
         out["pass_"] = _str_list(src, "env.pass", t["pass"], _env_name)
@@ -229,12 +233,12 @@ def _env(src, value) -> dict:
 
 
 def _limits(src, value) -> dict:
-    t = _table(src, "limits", value, LIMIT_KEYS)
+    t = checked_table(src, "limits", value, LIMIT_KEYS)
     return {k: _count(src, f"limits.{k}", v) for k, v in t.items()}
 
 
 def _compat(src, value) -> dict:
-    t = _table(src, "compat", value, ("landlock",))
+    t = checked_table(src, "compat", value, ("landlock",))
     mode = t.get("landlock", "best-effort")
     if mode not in ("best-effort", "strict"):
         raise PolicyError(src, "compat.landlock", f"expected \"best-effort\" or \"strict\", got {mode!r}")
