@@ -272,3 +272,18 @@ def test_a_gate_whose_output_fails_stops_and_writes_its_reports(small_repo, tmp_
     assert_no_traceback(proc)
     assert proc.returncode == 74 and "cannot write the output" in proc.stderr, proc.stderr
     assert json.loads(report.read_text())["steps"][0]["status"] == "not_run"
+
+
+def test_output_to_devnull_swallows_what_is_still_buffered(tmp_path):
+    """The one helper `sandboy.cli.finish` and the gate console use when their reader is gone:
+    the stream's fd becomes /dev/null, so the buffered bytes are dropped, not written to the old
+    target, and a later flush (as at interpreter exit) raises nothing."""
+    from sandboy.cli import output_to_devnull
+
+    target = tmp_path / "out"
+    with open(target, "w") as stream:
+        stream.write("still buffered")
+        output_to_devnull(stream)
+        stream.flush()
+        assert os.path.samestat(os.fstat(stream.fileno()), os.stat(os.devnull))
+    assert target.read_text() == ""

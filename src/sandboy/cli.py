@@ -326,20 +326,22 @@ def finish(main_function, argv=None) -> int:
         sys.stdout.flush()  # here, not at interpreter exit, where a failure prints "Exception ignored"
         return code
     except BrokenPipeError:
-        _stdout_to_devnull()
+        output_to_devnull(sys.stdout)
         return EXIT_READER_GONE
     except OSError as exc:
         # Whatever escaped a command as OSError is its output failing (a full disk, /dev/full,
         # EIO): every command handles its own files and names them. Said once, exit 74.
-        _stdout_to_devnull()
+        output_to_devnull(sys.stdout)
         sys.stderr.write(f"sandboy: cannot write the output: {exc.strerror or exc}\n")
         return EXIT_OUTPUT_FAILED
 
 
-def _stdout_to_devnull() -> None:
-    """What is still buffered for stdout goes nowhere at exit (no "Exception ignored")."""
+def output_to_devnull(stream) -> None:
+    """Point `stream`'s file descriptor at /dev/null once its reader is gone (or it cannot be
+    written): what is still buffered then goes nowhere at exit instead of failing again there
+    ("Exception ignored ... BrokenPipeError")."""
     quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, sys.stdout.fileno())
+    os.dup2(quiet, stream.fileno())
     os.close(quiet)
 
 

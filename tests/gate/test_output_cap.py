@@ -89,3 +89,45 @@ def test_bad_size_is_a_usage_error(tmp_path):
     """)
     proc = run_gate(repo, "--max-step-output", "lots")
     assert proc.returncode == 2 and "expected a size" in proc.stderr
+
+
+# --- the head-and-tail buffer itself (gate.runner._HeadTail), which both caps share ---------------
+
+def test_head_tail_bytes_cut_a_chunk_at_the_head_and_keep_the_last_bytes():
+    from sandboy.gate.runner import _HeadTail
+
+    cap = _HeadTail(10)  # a head of 5 bytes, a tail of 5
+    assert cap.take_bytes(b"abc") == b"abc"
+    assert cap.take_bytes(b"defgh") == b"de"       # cut: the head is full after "e"
+    assert cap.take_bytes(b"") == b""
+    assert cap.take_bytes(b"ijklmnop") == b""      # all held for the tail
+    assert cap.dropped_by_now == 6                 # "fghijklmnop" held, 5 of it fits the tail
+    assert cap.tail_bytes() == b"lmnop"
+    assert (cap.dropped, cap.dropped_by_now) == (6, 6)
+    assert cap.tail_bytes() == b""                 # released once
+
+
+def test_head_tail_items_keep_whole_items_measured_once_rendered():
+    from sandboy.gate.runner import _HeadTail
+
+    cap = _HeadTail(20)  # a head of 10 characters, a tail of 10
+    assert cap.take("0123456789", 10) is True
+    assert cap.take(b"ab", 1) is False             # held raw with an estimate, rendered later
+    assert cap.take(b"cdef", 1) is False
+    assert cap.take(b"ghijkl", 1) is False
+    lines = cap.tail_items(render=lambda raw: raw.decode().upper(), size=lambda text: len(text) + 1)
+    assert lines == ["GHIJKL"]                     # "AB", "CDEF" (8 with newlines) dropped whole
+    assert (cap.dropped, cap.dropped_items) == (8, 2)
+
+
+def test_the_cli_default_is_the_runners():
+    import argparse
+
+    from sandboy.gate import cli
+    from sandboy.gate.runner import DEFAULT_MAX_STEP_OUTPUT
+
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    action = next(a for a in parser._actions if a.dest == "max_step_output")
+    assert action.default is None  # run_command then passes DEFAULT_MAX_STEP_OUTPUT
+    assert f"default {DEFAULT_MAX_STEP_OUTPUT >> 20}M" in action.help

@@ -52,7 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per step)")
     parser.add_argument("--json", metavar="FILE", dest="json_path", help="write a JSON report ('-' for stdout)")
     parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
-    parser.add_argument("--max-step-output", metavar="SIZE", type=_size, default=32 << 20,
+    parser.add_argument("--max-step-output", metavar="SIZE", type=_size, default=None,
                         help="bytes of each step's output kept in its log and shown (head and tail; "
                              "the rest is dropped and reported); default 32M")
     parser.add_argument("--keep-going", action="store_true",
@@ -113,10 +113,8 @@ def run_command(args) -> int:
     from sandboy.gate import ceiling as ceilings
     from sandboy.gate import config, report
     from sandboy.gate.console import Console
-    from sandboy.gate.runner import run_gate
-
     from sandboy.gate.outputs import check_outside, check_writable
-    from sandboy.gate.runner import resolve_ceiling
+    from sandboy.gate.runner import DEFAULT_MAX_STEP_OUTPUT, StopRequest, resolve_ceiling, run_gate
 
     if args.print_ceiling:
         sys.stdout.write(f"# The built-in ceiling of `sandboy gate` (docs/gate.md). Edit and pass with --ceiling FILE.\n"
@@ -139,8 +137,6 @@ def run_command(args) -> int:
         if name not in names:
             return _fail(args, f"--tty {name}: {gate.path} has no step of that name (steps: {', '.join(names)})",
                          EXIT_USAGE)
-    from sandboy.gate.runner import StopRequest
-
     stop = StopRequest()
     stop.install()  # ^C and SIGTERM end the running step's tree, then the gate (exit 130)
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
@@ -148,7 +144,7 @@ def run_command(args) -> int:
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
     try:
         result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
-                          interactive=args.interactive, max_output=args.max_step_output)
+                          interactive=args.interactive, max_output=DEFAULT_MAX_STEP_OUTPUT if args.max_step_output is None else args.max_step_output)
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself

@@ -74,11 +74,9 @@ class Console:
         except OSError as exc:  # the reader went away (EPIPE), or the output cannot be written
             self.reader_gone = True
             self.output_error = None if isinstance(exc, BrokenPipeError) else exc
-            import os
+            from sandboy.cli import output_to_devnull
 
-            quiet = os.open(os.devnull, os.O_WRONLY)  # what is still buffered goes nowhere
-            os.dup2(quiet, self.out.fileno())
-            os.close(quiet)
+            output_to_devnull(self.out)
             if self.on_reader_gone:
                 self.on_reader_gone()
 

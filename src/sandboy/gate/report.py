@@ -190,7 +190,7 @@ def to_markdown(gate_result) -> str:
     notes = [n.for_step(s.name) for s in gate_result.steps for n in s.narrowings]
     if notes:
         lines += ["", "**Narrowed by the ceiling**", ""] + [f"- {_md(n)}" for n in notes]
-    egress = [(s.name, _egress(s)) for s in gate_result.steps if _egress(s)]
+    egress = [(s.name, e) for s in gate_result.steps if (e := _egress(s))]
     if egress:
         lines += ["", "**Network (net.domains)**", ""]
         for name, e in egress:

@@ -246,11 +246,49 @@ class _HeadTail:
             self.dropped_items += 1
         return False
 
-    def tail(self) -> list:
-        """The held items (the caller trims the first when `held_size` exceeds `tail_limit`)."""
+    def take_bytes(self, chunk: bytes) -> bytes:
+        """`take` for a byte chunk, which may be cut: the part that still fits in the head, to pass
+        on now (all of it, some, or b""); the rest is held for the tail."""
+        if len(chunk) <= self.head_left:
+            self.head_left -= len(chunk)
+            return chunk
+        head = chunk[: self.head_left]
+        self.head_left = 0
+        self.take(chunk[len(head):], len(chunk) - len(head))
+        return head
+
+    @property
+    def dropped_by_now(self) -> int:
+        """Units dropped so far, counting what is held beyond `tail_limit` (trimmed at the end)."""
+        return self.dropped + max(0, self.held_size - self.tail_limit)
+
+    def _release(self) -> list:
         items = [item for item, _ in self.held]
         self.held.clear()
+        self.held_size = 0
         return items
+
+    def tail_bytes(self) -> bytes:
+        """The held byte chunks joined and cut to their last `tail_limit` bytes (the cut is
+        counted as dropped)."""
+        held = b"".join(self._release())
+        keep = held[max(0, len(held) - self.tail_limit):]
+        self.dropped += len(held) - len(keep)
+        return keep
+
+    def tail_items(self, render, size) -> list:
+        """The held items passed through `render`, the oldest dropped (and counted) until the rest
+        measure (`size` of each) within `tail_limit`. Whole items are kept: for console lines, held
+        raw and measured only once rendered."""
+        items = [render(item) for item in self._release()]
+        over = sum(size(item) for item in items) - self.tail_limit
+        first = 0
+        while first < len(items) and over > 0:
+            over -= size(items[first])
+            self.dropped += size(items[first])
+            self.dropped_items += 1
+            first += 1
+        return items[first:]
 
 
 class _Stream:
@@ -274,21 +312,14 @@ class _Stream:
     @property
     def dropped(self) -> int:
         """Bytes of the step's output neither logged nor kept (0 when all of it fitted)."""
-        return self.log_cap.dropped + max(0, self.log_cap.held_size - self.log_cap.tail_limit)
+        return self.log_cap.dropped_by_now
 
     def record(self, chunk: bytes) -> None:
         """Into the log and the tail only (an interactive step's output goes to the terminal as is)."""
         self.total += len(chunk)
-        if self.log_cap.head_left >= len(chunk):
-            self.log_cap.head_left -= len(chunk)
-            if self.log_fh is not None:
-                self.log_fh.write(chunk)
-        else:
-            head = chunk[: self.log_cap.head_left]
-            if head and self.log_fh is not None:
-                self.log_fh.write(head)
-            self.log_cap.head_left = 0
-            self.log_cap.take(chunk[len(head):], len(chunk) - len(head))
+        head = self.log_cap.take_bytes(chunk)
+        if head and self.log_fh is not None:
+            self.log_fh.write(head)
         self.tail += chunk
         if len(self.tail) > TAIL_BYTES:
             del self.tail[: len(self.tail) - TAIL_BYTES]
@@ -323,22 +354,15 @@ class _Stream:
             self._show(self.pending)
             self.pending = b""
         cap = self.console_cap
-        texts = [item if isinstance(item, str) else self.console.render_output(self.name, item) for item in cap.tail()]
-        over = sum(len(t) + 1 for t in texts) - cap.tail_limit
-        while texts and over > 0:  # whole lines only
-            over -= len(texts[0]) + 1
-            cap.dropped += len(texts[0]) + 1
-            cap.dropped_items += 1
-            texts.pop(0)
+        texts = cap.tail_items(
+            render=lambda item: item if isinstance(item, str) else self.console.render_output(self.name, item),
+            size=lambda text: len(text) + 1)
         if cap.dropped:
             self.console.note(f"step {self.name}: {cap.dropped_items:,} lines (about {cap.dropped:,} characters) "
                               f"of output not shown; the last {len(texts):,} lines follow")
         for text in texts:
             self.console.write_output(text)
-        held = b"".join(self.log_cap.tail())
-        keep = held[max(0, len(held) - self.log_cap.tail_limit):]
-        self.log_cap.dropped += len(held) - len(keep)
-        self.log_cap.held_size = len(keep)
+        keep = self.log_cap.tail_bytes()
         if self.log_fh is not None and self.log_cap.dropped:
             self.log_fh.write(f"\n[sandboy gate: {self.log_cap.dropped:,} bytes of output dropped here "
                               f"(--max-step-output); the last {len(keep):,} bytes follow]\n".encode())
