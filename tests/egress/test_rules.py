@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandboy.errors import PolicyError
-from sandboy.egress.rules import EntryError, Rules, meet_domains, parse_entry
+from sandboy.egress.rules import EntryError, Rules, meet_domains, parse_entry, split_authority
 from sandboy.policy.model import Policy
 
 
@@ -35,6 +35,37 @@ def test_bad_entries(text, fragment):
     with pytest.raises(EntryError, match=None) as info:
         parse_entry(text)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("text, split", [
+    ("pypi.org", ("pypi.org", None)),
+    ("pypi.org:8443", ("pypi.org", 8443)),
+    ("[::1]", ("[::1]", None)),            # brackets stay: normalize_host and parse_entry strip them
+    ("[::1]:22", ("[::1]", 22)),
+    (":80", ("", 80)),                     # an empty host is the caller's to refuse
+])
+def test_split_authority(text, split):
+    assert split_authority(text, text) == split
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[::1", "unclosed '['"), ("[::1]x", "unexpected 'x' after ']'"), ("a:", "bad port"), ("a:65536", "bad port"),
+    ("a:1:2", "bad port"), ("::1", "bad port"),   # a bare IPv6 literal is not an authority
+])
+def test_split_authority_refuses(text, fragment):
+    with pytest.raises(EntryError) as info:
+        split_authority(text, "WHOLE")
+    assert fragment in str(info.value) and "'WHOLE'" in str(info.value)
+
+
+def test_the_proxys_authority_is_split_by_the_same_rule():
+    from sandboy.egress.proxy import _split_authority
+
+    assert _split_authority("example.com", 80) == ("example.com", 80)
+    assert _split_authority("[::1]:8443", None) == ("[::1]", 8443)
+    assert _split_authority("example.com", None) == ("example.com", None)  # CONNECT then says it needs a port
+    for bad in ("", "[::1", "[::1]x", "a:0", "::1"):
+        assert _split_authority(bad, 80) == (None, None), bad
 
 
 def test_policy_errors_name_file_and_key():

@@ -36,7 +36,7 @@ import h11
 from sandboy.egress import sni
 from sandboy.egress.log import EgressLog
 from sandboy.egress.resolver import Resolver
-from sandboy.egress.rules import EntryError, normalize_host
+from sandboy.egress.rules import EntryError, normalize_host, split_authority
 
 READ_SIZE = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024
@@ -646,19 +646,10 @@ async def _pipe(reader, writer) -> None:
 
 def _split_authority(text: str, default_port):
     """(host, port) from "host", "host:port", "[v6]", "[v6]:port"; (None, None) when malformed."""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None, None
-        host, rest = text[: end + 1], text[end + 1 :]
-    else:
-        host, sep, rest = text.partition(":")
-        rest = sep + rest
-    if rest:
-        port = rest[1:]
-        if not rest.startswith(":") or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-            return None, None
-        return host, int(port)
-    if not host:
+    try:
+        host, port = split_authority(text, text)
+    except EntryError:
         return None, None
-    return host, default_port
+    if port is None:
+        return (host, default_port) if host else (None, None)
+    return host, port

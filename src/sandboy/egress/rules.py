@@ -104,6 +104,23 @@ def check_name(name: str, whole: str) -> None:
         raise EntryError(f"{whole!r} is neither a dotted-quad IPv4 address nor a host name")
 
 
+def split_authority(text: str, whole: str):
+    """(host, port or None) of "host", "host:port", "[v6]" or "[v6]:port", the brackets kept on
+    the host; EntryError naming `whole` when malformed. A bare IPv6 literal ("::1") is not split
+    here: the caller decides whether it may stand without brackets."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise EntryError(f"unclosed '[' in {whole!r}")
+        host, rest = text[: end + 1], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise EntryError(f"unexpected {rest!r} after ']' in {whole!r}")
+    else:
+        host, sep, port = text.partition(":")
+        rest = sep + port
+    return host, (_port(rest[1:], whole) if rest else None)
+
+
 def parse_entry(value: str) -> Entry:
     """Parse one policy entry; raises EntryError with a one-line reason."""
     text = value.strip().lower()
@@ -111,14 +128,10 @@ def parse_entry(value: str) -> Entry:
         raise EntryError(f"not a host name, *.domain pattern or IP literal: {value!r}")
     host, ports = text, WEB_PORTS
     if text.startswith("["):  # [v6] or [v6]:port
-        end = text.find("]")
-        if end < 0:
-            raise EntryError(f"unclosed '[' in {value!r}")
-        host, rest = text[1:end], text[end + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise EntryError(f"unexpected {rest!r} after ']' in {value!r}")
-            ports = (_port(rest[1:], value),)
+        bracketed, port = split_authority(text, value)
+        host = bracketed[1:-1]
+        if port is not None:
+            ports = (port,)
         ip = _ip(host)
         if ip is None or ip.version != 6:
             raise EntryError(f"not an IPv6 literal inside [...]: {value!r}")
@@ -128,9 +141,9 @@ def parse_entry(value: str) -> Entry:
         if ip is None:
             raise EntryError(f"not an IP literal: {value!r} (IPv6 with a port: [addr]:port)")
         return Entry(text, str(ip), False, True, ports)
-    if ":" in text:
-        host, _, port = text.partition(":")
-        ports = (_port(port, value),)
+    host, port = split_authority(text, value)
+    if port is not None:
+        ports = (port,)
     if host == "*" or "*" in host[2:] or (host.startswith("*") and not host.startswith("*.")):
         raise EntryError(f"{value!r}: '*' only as a leading '*.' (to allow every host use "
                          "net.unrestricted = true)")
