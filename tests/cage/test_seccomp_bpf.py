@@ -243,3 +243,18 @@ def test_builtin_syscall_numbers_match_the_full_table():
     assert set(seccomp.DEFAULT_DENY) <= set(seccomp._COMMON_NRS)
     for name in (*seccomp.SYSV_IPC, *seccomp.MODE_ARG, *seccomp.SELF_ONLY, *seccomp.ENOSYS_CALLS):
         assert name in seccomp._COMMON_NRS, name
+
+
+def test_refuse_arg_bits_refuses_only_its_call_with_a_bit_set():
+    """The one shape behind the clone, mode and MSG_FASTOPEN rules (seccomp._refuse_arg_bits)."""
+    p = seccomp._Prog()
+    p.op(seccomp.LD_W_ABS, 0)  # A = nr, as every block expects
+    seccomp._refuse_arg_bits(p, "sendto", 3, 0x20000000, EPERM)
+    p.op(seccomp.RET_K, 0x7FFF0001)  # a marker: fell through to the rest of the filter
+    program = p.bytes()
+    sendto, connect = X86_64["sendto"], X86_64["connect"]
+    for flags, verdict in ((0x20000000, EPERM), (0x20000040, EPERM), (0x40, seccomp.RET_ALLOW), (0, seccomp.RET_ALLOW),
+                           (0x20000000 << 32, seccomp.RET_ALLOW)):  # only the low 32 bits are the int
+        assert execute(program, sendto, X86_64_ARCH, [0, 0, 0, flags, 0, 0]) == verdict, hex(flags)
+    assert execute(program, sendto, X86_64_ARCH, [0, 0, 0x20000000, 0, 0x20000000, 0]) == seccomp.RET_ALLOW
+    assert execute(program, connect, X86_64_ARCH, [0, 0, 0, 0x20000000, 0, 0]) == 0x7FFF0001

@@ -256,14 +256,8 @@ def _mode_block(p: _Prog, deny_names, eperm: int) -> None:
     """No setuid/setgid bit in any mode a call sets or creates with. Refused whatever the other
     flags say (open without O_CREAT ignores its mode, and libc then passes 0)."""
     for name, index in MODE_ARG.items():
-        if name in deny_names:
-            continue
-        body = _Prog()
-        body.op(LD_W_ABS, _arg_low(index))
-        body.op(JSET_K, PRIVILEGE_MODE_BITS, 0, 1)
-        body.op(RET_K, eperm)
-        body.op(RET_K, RET_ALLOW)
-        _guarded(p, syscall_nr(name), body.insns)
+        if name not in deny_names:
+            _refuse_arg_bits(p, name, index, PRIVILEGE_MODE_BITS, eperm)
 
 
 def _self_only_block(p: _Prog, skip_names, eperm: int) -> None:
@@ -320,13 +314,19 @@ def _guarded(p: _Prog, nr: int, body: list) -> None:
     p.insns.extend(body)
 
 
-def _clone_block(p: _Prog, eperm: int) -> None:
+def _refuse_arg_bits(p: _Prog, name: str, index: int, bits: int, eperm: int) -> None:
+    """`name` with any of `bits` set in the low 32 bits of argument `index` returns `eperm`;
+    without them it is allowed (no later rule sees it)."""
     body = _Prog()
-    body.op(LD_W_ABS, _arg_low(0))
-    body.op(JSET_K, CLONE_NS_FLAGS, 0, 1)
+    body.op(LD_W_ABS, _arg_low(index))
+    body.op(JSET_K, bits, 0, 1)
     body.op(RET_K, eperm)
     body.op(RET_K, RET_ALLOW)
-    _guarded(p, syscall_nr("clone"), body.insns)
+    _guarded(p, syscall_nr(name), body.insns)
+
+
+def _clone_block(p: _Prog, eperm: int) -> None:
+    _refuse_arg_bits(p, "clone", 0, CLONE_NS_FLAGS, eperm)
 
 
 def _ioctl_block(p: _Prog, eperm: int) -> None:
@@ -345,12 +345,7 @@ def _fastopen_block(p: _Prog, eperm: int) -> None:
     a port the ruleset denied, data included (tests/cage/test_net.py). TCP_FASTOPEN_CONNECT is
     not affected: it goes through connect(), which Landlock checks."""
     for name, index in SEND_FLAGS_ARG.items():
-        body = _Prog()
-        body.op(LD_W_ABS, _arg_low(index))
-        body.op(JSET_K, MSG_FASTOPEN, 0, 1)
-        body.op(RET_K, eperm)
-        body.op(RET_K, RET_ALLOW)
-        _guarded(p, syscall_nr(name), body.insns)
+        _refuse_arg_bits(p, name, index, MSG_FASTOPEN, eperm)
 
 
 def _socket_block(p: _Prog, rules: SocketRules, eperm: int) -> None:
