@@ -139,8 +139,8 @@ class Claude(Target):
 
     def fidelity(self, policy) -> list:
         out = []
-        for key, text, _item in rules(policy):
-            if key == "read.deny" and _item.negated:
+        for key, text, item in rules(policy):
+            if key == "read.deny" and item.negated:
                 out.append((key, text, LOST, "a deny rule wins over any allow rule in Claude Code: "
                             "the path stays denied (stricter than asked)"))
             elif key == "read.deny":

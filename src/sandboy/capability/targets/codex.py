@@ -98,8 +98,8 @@ class Codex(Target):
 
     def fidelity(self, policy) -> list:
         out = []
-        for key, text, _item in rules(policy):
-            if key == "read.deny" and _item.negated:
+        for key, text, item in rules(policy):
+            if key == "read.deny" and item.negated:
                 out.append((key, text, LOST, "a profile has no exception to a \"none\" entry: the path "
                             "stays unreadable (stricter than asked)"))
             elif key == "read.deny":

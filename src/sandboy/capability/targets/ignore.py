@@ -40,14 +40,14 @@ class IgnoreTarget(Target):
 
     def fidelity(self, policy) -> list:
         out = []
-        for key, text, _item in rules(policy):
+        for key, text, item in rules(policy):
             if self.read_by_nobody and key in ("read.deny", "index.exclude"):
                 out.append((key, text, LOST, "no known agent reads this file"))
             elif key == "read.deny":
                 where = self.files[0]
                 what = ("re-included as in git; inside an excluded directory git keeps the path "
                         "excluded, while some matchers (pathspec) re-include it there, so agents may "
-                        "differ on such paths") if _item.negated else SHELL
+                        "differ on such paths") if item.negated else SHELL
                 out.append((key, text, ADVISORY, f"{where}: {what}"))
             elif key == "index.exclude":
                 where = self.index_only_file or self.files[0]
