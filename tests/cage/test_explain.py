@@ -76,3 +76,18 @@ def test_dry_run_warns_about_path_entries_and_interpreter_symlinks(layout, tmp_p
     assert f"PATH entry {elsewhere} is not in fs.exec" in proc.stdout, proc.stdout[-2000:]
     assert f"interpreter {root}/bin/python3 (a symlink to {root}/other/python3.99)" in proc.stdout
     assert f"PATH entry {root}/bin is not" not in proc.stdout  # the twin: a granted entry is quiet
+
+
+def test_an_empty_path_is_explained_as_the_executor_searched_it(layout):
+    """PATH set but empty makes execvp (and the C executor) look in the working directory; the
+    reason for the 126 comes from the same search (one `path_candidates`), so it names the file
+    the executor was refused, not a miss in the default PATH."""
+    root, policy = layout
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "python3.99"], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PATH=""), cwd=root / "other")
+    assert proc.returncode == 126, proc.stderr
+    assert f'./python3.99: {root}/other is not in fs.exec; add "{root}/other" to fs.exec' in proc.stderr, proc.stderr
+    # the twin: from a granted directory the same empty PATH runs it
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "true"], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PATH=""), cwd=root / "bin")
+    assert proc.returncode == 0, proc.stderr

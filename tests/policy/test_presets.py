@@ -177,3 +177,16 @@ def test_example_make_builds_and_runs(tmp_path):
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.toml")))
 def test_every_example_policy_loads(name):
     Policy.load(str(EXAMPLES / name))
+
+
+def test_which_all_without_path_searches_the_default_path_not_the_working_directory(tmp_path, monkeypatch):
+    """PATH unset: the presets look where the executor would (policy.resolve.DEFAULT_PATH), never
+    in the working directory, where a repository could plant a `python3` to be granted exec."""
+    planted = tmp_path / "python3"
+    shutil.copy("/bin/true", planted)
+    monkeypatch.chdir(tmp_path)
+    found = presets.which_all("python3", None)
+    assert "./python3" not in found and str(planted) not in found
+    assert found == presets.which_all("python3", "/usr/local/bin:/usr/bin:/bin")
+    # the twin: PATH naming the directory finds it
+    assert presets.which_all("python3", str(tmp_path)) == [str(planted)]

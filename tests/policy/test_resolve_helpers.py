@@ -1,9 +1,10 @@
-"""The one "is this path inside that root" rule and the one `{policy_dir}` rule (policy.resolve)."""
+"""The one "is this path inside that root" rule, the one `{policy_dir}` rule and the one PATH
+search (policy.resolve)."""
 
 import pytest
 
 from sandboy.policy.model import Policy
-from sandboy.policy.resolve import is_within, is_within_any, policy_dir
+from sandboy.policy.resolve import DEFAULT_PATH, is_within, is_within_any, path_candidates, policy_dir
 
 
 @pytest.mark.parametrize("path, root, inside", [
@@ -38,3 +39,15 @@ def test_policy_dir_is_the_files_directory_or_the_fallback(tmp_path):
     assert policy_dir(Policy.from_mapping({"version": 1}, "<built-in ceiling>"), "/fallback") == "/fallback"
     # a step table inside gate.toml names no file of its own
     assert policy_dir(Policy.from_mapping({"version": 1}, f"{path} [policy.x]"), "/gate") == "/gate"
+
+
+@pytest.mark.parametrize("name, path_var, expected", [
+    ("tool", "/a:/b", ["/a/tool", "/b/tool"]),
+    ("tool", None, [f"{d}/tool" for d in DEFAULT_PATH.split(":")]),  # PATH unset: the default search
+    ("tool", "", ["./tool"]),                 # PATH set but empty: the working directory, as execvp
+    ("tool", "/a::/b", ["/a/tool", "./tool", "/b/tool"]),
+    ("./tool", "/a", ["./tool"]),             # a name with a slash is not searched
+    ("/usr/bin/true", None, ["/usr/bin/true"]),
+])
+def test_path_candidates_is_execvps_search(name, path_var, expected):
+    assert path_candidates(name, path_var) == expected

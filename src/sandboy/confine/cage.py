@@ -14,7 +14,7 @@ import os
 
 from sandboy.confine import _libc, hygiene, landlock, namespaces, protections
 from sandboy.errors import CageError
-from sandboy.policy.resolve import Context, policy_dir, resolve, uses_tmp
+from sandboy.policy.resolve import Context, path_candidates, policy_dir, resolve, uses_tmp
 
 
 class Cage:
@@ -22,9 +22,12 @@ class Cage:
     the Landlock ruleset fd they share, the plan that applies them, an environment and a report
     of what is enforced and what degraded."""
 
-    def __init__(self, policy, ctx, abi, compiled: dict, ruleset, warnings, protected=()):
+    def __init__(self, policy, ctx, abi, compiled: dict, ruleset, warnings, protected=(), exec_paths=()):
         self.policy = policy
         self.ctx = ctx
+        # fs.exec as resolved for this build (absolute, not symlink-resolved): `exec_roots`
+        self._exec_paths = tuple(exec_paths)
+        self._exec_roots = None
         self.compiled = compiled
         self.ruleset = ruleset
         self.env = compiled["environment"].outputs["env"]
@@ -105,15 +108,19 @@ class Cage:
         path, same entries in every split directory), so this cage may run the command again."""
         return self.fingerprint is not None and _fingerprint(*self.fingerprint_of) == self.fingerprint
 
+    @property
+    def exec_roots(self) -> list:
+        """The directories the command may execute from, symlinks resolved: what `explain`
+        checks a refused or skipped exec against. From the policy as this build resolved it
+        (a PATH-searched `sandboy run` asked this of a fresh resolve of the policy before)."""
+        if self._exec_roots is None:
+            self._exec_roots = [os.path.realpath(p) for p in self._exec_paths if not p.startswith("{")]
+        return self._exec_roots
+
     def exec_args(self, argv) -> tuple:
         """(candidate paths, argv, envp) as bytes: PATH is searched inside the cage, by the
         child, as execvp(3) would, so a directory the cage refuses is skipped like a miss."""
-        name = os.fsencode(argv[0])
-        if b"/" in name:
-            paths = [name]
-        else:
-            search = self.env.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-            paths = [os.path.join(os.fsencode(d) or b".", name) for d in search.split(":")]
+        paths = [os.fsencode(p) for p in path_candidates(os.fsdecode(argv[0]), self.env.get("PATH"))]
         envp = [os.fsencode(f"{k}={v}") for k, v in self.env.items()]
         args = [os.fsencode(a) for a in argv]
         if any(b"\0" in item for item in (*paths, *args, *envp)):
@@ -193,7 +200,7 @@ def _build(policy, ctx, abi, environ, tty=False) -> Cage:
                                          net["connect_ports"], net["bind_ports"], net["scoped"], warnings.append)
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
-    cage = Cage(policy, ctx, abi, compiled, ruleset, warnings, job.protected)
+    cage = Cage(policy, ctx, abi, compiled, ruleset, warnings, job.protected, job.resolved.fs.exec)
     if cage.tier is not None:
         cage.tier.bind_ruleset(ruleset.fd, fs["handled_fs"])
         cage.renew_ruleset = lambda: landlock.build_ruleset(

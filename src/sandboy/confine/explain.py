@@ -10,19 +10,11 @@ cage too, after an exec failed (import this module before the cage is applied).
 
 import os
 
-from sandboy.policy.resolve import is_within_any
+from sandboy.policy.resolve import is_within_any, path_candidates
 
 INTERPRETERS = ("python", "pip", "pytest", "node", "npm", "npx", "perl", "ruby")
 _PRESET_FOR = {"python": "python", "pip": "python", "pytest": "python", "node": "node", "npm": "node",
                "npx": "node", "git": "git"}
-
-
-def exec_roots(cage) -> list[str]:
-    """The directories the cage lets the command execute from, symlinks resolved."""
-    from sandboy.policy.resolve import resolve
-
-    resolved = resolve(cage.policy, cage.ctx).fs
-    return [os.path.realpath(p) for p in resolved.exec if not p.startswith("{")]
 
 
 def _shebang(path: str) -> list[str]:
@@ -45,7 +37,7 @@ def _preset_hint(*names: str) -> str:
     return ""
 
 
-def why_not(path: str, roots, path_var: str = "", depth: int = 0) -> str:
+def why_not(path: str, roots, path_var: str | None = None, depth: int = 0) -> str:
     """"" when `path` (an existing file) can be executed under `roots`, else the reason."""
     real = os.path.realpath(path)
     via = f" (a symlink to {real})" if real != os.path.abspath(path) else ""
@@ -56,7 +48,7 @@ def why_not(path: str, roots, path_var: str = "", depth: int = 0) -> str:
     if words and depth < 4:
         interpreter = words[0]
         if os.path.basename(interpreter) == "env" and len(words) > 1:
-            found = [c for c in candidates(words[1], path_var) if os.path.isfile(c)]
+            found = [c for c in path_candidates(words[1], path_var) if os.path.isfile(c)]
             if not found:
                 return ""
             interpreter = found[0]
@@ -67,19 +59,12 @@ def why_not(path: str, roots, path_var: str = "", depth: int = 0) -> str:
     return ""
 
 
-def candidates(name: str, path_var: str) -> list[str]:
-    """Where execvp would look for `name`, in order."""
-    if "/" in name:
-        return [name]
-    return [os.path.join(d or ".", name) for d in (path_var or "/usr/local/bin:/usr/bin:/bin").split(":")]
-
-
 def not_executable(argv0: str, cage) -> str:
     """The reason for a 126 (EACCES) on `argv0`, or "" when none is found."""
     try:
-        roots = exec_roots(cage)
-        path_var = cage.env.get("PATH", "")
-        for candidate in candidates(argv0, path_var):
+        roots = cage.exec_roots
+        path_var = cage.env.get("PATH")
+        for candidate in path_candidates(argv0, path_var):
             if os.path.isfile(candidate):
                 reason = why_not(candidate, roots, path_var)
                 if reason:
@@ -94,10 +79,10 @@ def skipped(argv0: str, cage) -> str:
     later one without a word: say so (e.g. a venv's `pip` skipped for /usr/bin/pip)."""
     if "/" in argv0:
         return ""
-    roots = exec_roots(cage)
-    path_var = cage.env.get("PATH", "")
+    roots = cage.exec_roots
+    path_var = cage.env.get("PATH")
     refused = []
-    for candidate in candidates(argv0, path_var):
+    for candidate in path_candidates(argv0, path_var):
         if not os.path.isfile(candidate) or not os.access(candidate, os.X_OK):
             continue
         reason = why_not(candidate, roots, path_var)
@@ -112,10 +97,10 @@ def skipped(argv0: str, cage) -> str:
 def path_warnings(cage) -> list[str]:
     """For --dry-run: PATH entries the cage cannot execute from, and interpreter symlinks in the
     ones it can whose targets it cannot."""
-    roots = exec_roots(cage)
-    path_var = cage.env.get("PATH", "")
+    roots = cage.exec_roots
+    path_var = cage.env.get("PATH")
     out = []
-    for directory in dict.fromkeys(path_var.split(":")):
+    for directory in dict.fromkeys((path_var or "").split(":")):
         if not directory or not os.path.isdir(directory):
             continue
         if not is_within_any(os.path.realpath(directory), roots):

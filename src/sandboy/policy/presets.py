@@ -15,6 +15,8 @@ policy. The preset's paths are added in front of the policy's own lists; `fs.den
 import os
 import sys
 
+from sandboy.policy.resolve import path_candidates
+
 # Host secrets under /etc that `system` (and the gate's built-in ceiling) never grant. The cage
 # expands a deny inside a granted directory into grants for its siblings.
 ETC_SECRETS = (
@@ -53,10 +55,9 @@ class Rules:
 
 def which_all(name: str, path_var: str | None) -> list[str]:
     """Every `name` on PATH, in order (not only the first: a later one may be what a shell runs
-    once the first is refused)."""
+    once the first is refused); `path_var` None: PATH unset, the executor's default search."""
     found = []
-    for directory in (path_var or "").split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
+    for candidate in path_candidates(name, path_var):
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and candidate not in found:
             found.append(candidate)
     return found

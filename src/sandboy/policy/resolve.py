@@ -8,6 +8,9 @@ prefix so that two policies (a step and its ceiling) can still be compared path 
 import os
 
 TMP_TOKEN = "{tmp}"
+# Where a command named without a slash is looked for when PATH is unset (the C executor's and
+# `explain`'s search; glibc's execvp(3) default plus /usr/local/bin).
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class Context:
@@ -45,6 +48,17 @@ def is_within(path: str, root: str) -> bool:
 def is_within_any(path: str, roots) -> bool:
     """True when `path` is within (`is_within`) at least one of `roots`; False for no roots."""
     return any(is_within(path, root) for root in roots)
+
+
+def path_candidates(name: str, path_var: str | None) -> list[str]:
+    """Where execvp(3) looks for `name`, in order: `name` itself when it holds a slash, else each
+    entry of `path_var` (an empty entry is the working directory); `path_var` None means PATH is
+    unset: DEFAULT_PATH. THE PATH search: the cage's exec (`Cage.exec_args`), the reasons
+    `explain` gives for a refused exec and the presets' program lookup all use it."""
+    if "/" in name:
+        return [name]
+    search = DEFAULT_PATH if path_var is None else path_var
+    return [os.path.join(d or ".", name) for d in search.split(":")]
 
 
 def policy_dir(policy, fallback: str) -> str:
