@@ -18,6 +18,7 @@ BAD_GATES = [
     ("[[step]]\nname = \"a\"\nrun = \"true\"\ncolour = 1\n", "step[0] ('a').colour", "unknown key"),
     ("surprise = 1\n" + OK_STEP, "surprise", "unknown key"),
     ("[gate]\nshel = [\"sh\"]\n" + OK_STEP, "gate.shel", "unknown key"),
+    ("gate = 3\n" + OK_STEP, "gate", "expected a table [gate], got an integer"),
     ("[gate]\nshell = \"bash -lc\"\n" + OK_STEP, "gate.shell", "expected a non-empty list"),
     ("[gate]\nshell = []\n" + OK_STEP, "gate.shell", "expected a non-empty list"),
     ("[[step]]\nname = 3\nrun = \"true\"\n", "step[0].name", "expected a string"),

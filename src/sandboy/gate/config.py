@@ -11,7 +11,7 @@ import os
 
 from sandboy import escape
 from sandboy.errors import PolicyError
-from sandboy.policy.load import MAX_POLICY_BYTES, _kind, parse_toml, read_bounded
+from sandboy.policy.load import MAX_POLICY_BYTES, _kind, checked_table, parse_toml, read_bounded
 from sandboy.policy.model import Policy
 from sandboy.policy.resolve import is_within
 
@@ -86,9 +86,7 @@ def _check_name(src: str, key: str, name) -> str:
 
 
 def _shell(src: str, gate) -> tuple:
-    if not isinstance(gate, dict):
-        raise PolicyError(src, "gate", f"expected a table [gate], got {_kind(gate)}")
-    _unknown(src, "gate.", gate, _GATE_KEYS)
+    checked_table(src, "gate", gate, _GATE_KEYS)
     shell = gate.get("shell", list(DEFAULT_SHELL))
     if not isinstance(shell, list) or not shell:
         raise PolicyError(src, "gate.shell", f"expected a non-empty list of strings like [\"bash\", \"-lc\"], "
