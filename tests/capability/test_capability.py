@@ -124,6 +124,8 @@ def test_every_file_carries_the_marker_and_aiexclude_is_never_empty(tmp_path):
     ('version = 1\ntargets = ["cursr"]\n', "targets[0]", "did you mean 'cursor'"),
     ('version = 1\ntargets = ["cursr"]\n', "targets[0]", "unknown target 'cursr' ("),
     ('version = 1\n[sandboy]\ninclude = ["pyton"]\n', "sandboy.include[0]", "unknown preset 'pyton' (did you mean 'python'"),
+    ('version = 1\ntargets = "claude"\n', "targets", "expected a list of target names, got a string"),
+    ('version = 1\n[sandboy]\ninclude = [1]\n', "sandboy.include", "expected a list of preset names, got a list"),
     ('version = 1\nread = 3\n', "read", "expected a table [read], got an integer"),
     ('version = 1\n[network]\ndomains = ["exa mple.com"]\n', "network.domains[0]", "exa mple.com"),
     ('version = 2\n', "version", "expected version = 1"),
@@ -325,3 +327,13 @@ def test_codex_warns_when_older_sandbox_settings_override_the_profile(tmp_path):
     run = _cli("compile", "--json", cwd=tmp_path)
     assert run.returncode == 0
     assert any("IGNORES the permission profile" in w for w in json.loads(run.stdout)["warnings"])
+
+
+def test_names_returns_the_list_or_names_the_bad_entry():
+    assert model._names("p.toml", "k", ["a", "b"], ("a", "b", "c"), "thing") == ["a", "b"]
+    with pytest.raises(PolicyError) as err:
+        model._names("p.toml", "k", ["a", "bb"], ("a", "b"), "thing")
+    assert (err.value.key, err.value.problem) == ("k[1]", "unknown thing 'bb' (did you mean 'b'? expected one of: a, b)")
+    with pytest.raises(PolicyError) as err:
+        model._names("p.toml", "k", ("a",), ("a",), "thing")  # a TOML list is a list, nothing else
+    assert (err.value.key, err.value.problem) == ("k", "expected a list of thing names, got tuple")

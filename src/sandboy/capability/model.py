@@ -215,6 +215,17 @@ def _domain(src, key, value):
     return value.lower()
 
 
+def _names(src: str, key: str, value, known, kind: str) -> list:
+    """`value` if it is a list of names from `known`; else a PolicyError naming `key` (or the
+    first unknown `key[i]`, with a "did you mean")."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise PolicyError(src, key, f"expected a list of {kind} names, got {_kind(value)}")
+    for i, name in enumerate(value):
+        if name not in known:
+            raise PolicyError(src, f"{key}[{i}]", unknown_key(name, tuple(known), what=f"{kind} {name!r}"))
+    return value
+
+
 def from_mapping(data: dict, src: str) -> CapabilityPolicy:
     from sandboy.capability.targets import TARGETS
 
@@ -234,23 +245,15 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
         raise PolicyError(src, "network.domains", f"expected a list of domains, got {_kind(domains)}")
     domains = tuple(dict.fromkeys(_domain(src, f"network.domains[{i}]", d) for i, d in enumerate(domains)))
 
-    targets = data.get("targets", list(t for t, e in TARGETS.items() if e.default))
-    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-        raise PolicyError(src, "targets", f"expected a list of target names, got {_kind(targets)}")
-    for i, t in enumerate(targets):
-        if t not in TARGETS:
-            raise PolicyError(src, f"targets[{i}]", unknown_key(t, tuple(TARGETS), what=f"target {t!r}"))
+    targets = _names(src, "targets", data.get("targets", [t for t, e in TARGETS.items() if e.default]), TARGETS,
+                     "target")
     profile = sections["codex"].get("profile", "owen")
     if not isinstance(profile, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", profile):
         raise PolicyError(src, "codex.profile", f"expected a profile name (letters, digits, '-', '_'), got {profile!r}")
-    include = sections["sandboy"].get("include", list(DEFAULT_INCLUDE))
     from sandboy.policy.presets import PRESETS
 
-    if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
-        raise PolicyError(src, "sandboy.include", f"expected a list of preset names, got {_kind(include)}")
-    for i, name in enumerate(include):
-        if name not in PRESETS:
-            raise PolicyError(src, f"sandboy.include[{i}]", unknown_key(name, tuple(PRESETS), what=f"preset {name!r}"))
+    include = _names(src, "sandboy.include", sections["sandboy"].get("include", list(DEFAULT_INCLUDE)), PRESETS,
+                     "preset")
     policy = CapabilityPolicy(
         src, pat("read", "deny"), pat("index", "exclude"), pat("write", "allow"), pat("write", "deny"),
         ex("allow"), ex("deny"), domains, tuple(dict.fromkeys(targets)), profile, tuple(include), {})
