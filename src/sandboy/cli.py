@@ -152,9 +152,10 @@ def cmd_run(args: RunArgs) -> int:
                 result = launch.run(args.command, cage, supervise=True, tty=args.tty, egress_log=args.egress_log)
             finally:
                 cage.close()
-            # the supervisor process has ended (egress proxy included); nothing of this process
-            # is left to finalize but the egress session's objects, kept out to be sure
-            _exit_without_finalizing = not policy.net.egress
+            # the supervisor process has ended, and with it the egress proxy (its thread, the
+            # listener, the --egress-log fd, written unbuffered): nothing of this process is left
+            # to finalize (cage.close() closed a fallback cage's host port)
+            _exit_without_finalizing = True
             if result.error:
                 _err(result.error)
             if status:

@@ -182,6 +182,26 @@ def test_start_up_without_domains_imports_no_egress(tmp_path):
     assert not {m for m in used if m.startswith(("sandboy.egress", "h11", "asyncio"))}, used
 
 
+def test_a_command_that_never_connects_loads_no_proxy_modules(tmp_path, env, mode):
+    """Set-up cost of `sandboy run` with net.domains (bench/bench_egress.py --only setup): until
+    a client connects, neither the CLI nor its supervisor loads the proxy (asyncio, h11) or the
+    stdlib modules it needs (socket, selectors, threading, json, re, enum: ≈ 15 ms together).
+    The status report (--status-json loads json for itself) still carries the egress summary."""
+    path = policy(tmp_path, ["allowed.test"])
+    status = tmp_path / "status.json"
+    argv = [SANDBOY, "run", "--policy", str(path), "--", "/bin/true"]
+    subprocess.run(argv[:-2] + ["--status-json", str(status), "--", "/bin/true"], check=True, env=env)
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "sandboy.egress.service" in used  # the proxy's thread was started (mode namespace or fallback)
+    heavy = {"asyncio", "h11", "sandboy.egress.proxy", "socket", "selectors", "threading", "json", "re", "enum"}
+    assert not heavy & used, sorted(heavy & used)
+    doc = json.loads(status.read_text())
+    assert doc["egress"] == {"mode": mode, "proxy": doc["enforced"]["egress"]["proxy"], "allowed": 0,
+                             "denied": 0, "hosts": {}, "hosts_not_listed": 0}
+
+
 def test_spawn_handle_serves_until_wait(tmp_path, env, origin, monkeypatch):
     """`sandboy.spawn`: the proxy serves while the command runs; wait() ends both and reports."""
     from sandboy import Policy, spawn

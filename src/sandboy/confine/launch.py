@@ -241,9 +241,9 @@ class Confined:
                 outcome, code, sig, error, egress = record
                 result = RunResult(int(code), outcome, int(sig) or None, duration, error or None)
                 if egress:
-                    import json
+                    from sandboy.egress.session import summary_from_text
 
-                    result.egress = json.loads(egress)
+                    result.egress = summary_from_text(egress)
             else:  # the supervisor itself died: never report that as a pass
                 result = RunResult(EXIT_CAGE, CAGE_ERROR, None, duration, "the sandboy supervisor died")
         else:
@@ -673,10 +673,8 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
     result = _result_from(status if reported is None else reported, message, outcome)
     summary = ""
     if egress is not None:
-        import json
-
         # after the sweep nothing of the run is left to use the proxy; this process exits next
-        summary = json.dumps(egress.stop(exiting=True))
+        summary = egress.report_text(exiting=True)
     if egress_error:
         report(CAGE_ERROR, EXIT_CAGE, 0, egress_error, summary)
         return

@@ -127,9 +127,9 @@ def compile_egress(job, namespace_ok=None):
             raise CageError(f"{policy.source}: net.domains: no user namespaces and no Landlock TCP rules "
                             f"(ABI {job.abi} < {tcp.min_abi}): the command could reach any host directly; "
                             "refusing to run")
-        import socket
+        import _socket  # not `socket` (enum, selectors): kept off the start-up path, see service.py
 
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
             listener.bind(("127.0.0.1", 0))
             listener.listen(512)

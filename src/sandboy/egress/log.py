@@ -9,9 +9,8 @@ the caged command: they are validated before they are logged, and JSON escaping 
 name from forging a second line.
 """
 
-import json
+import _thread
 import os
-import threading
 import time
 
 MAX_HOSTS_COUNTED = 256  # the per-host table in the status report stays bounded
@@ -23,7 +22,7 @@ class EgressLog:
         if path is not None:
             # O_NOFOLLOW: a symlink planted at the log's path is refused, never followed
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # not threading: kept off the start-up path (service.py)
         self.allowed = 0
         self.denied = 0
         self.hosts: dict = {}  # "host:port" -> {"allow": n, "deny": n}
@@ -48,6 +47,8 @@ class EgressLog:
             else:
                 counts[decision] += 1
             if self._fd is not None:
+                import json  # first decision only: a run that never connects does not load it
+
                 os.write(self._fd, (json.dumps(line, ensure_ascii=True) + "\n").encode())
 
     def summary(self) -> dict:

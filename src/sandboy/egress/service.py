@@ -8,9 +8,13 @@ the listening socket and every connection, and joins the thread: no fd, port or 
 Set-up is kept off the run's path (bench/bench_egress.py, "set-up"):
 - `channel=`: the thread itself receives the listener the cage's child sends, so the caller goes
   straight on to wait for the child instead of waiting to be woken for the hand-over;
-- the thread waits for the first client (or stop) with poll(2) before it imports asyncio and
-  h11 (tens of ms) and builds its event loop: a run that never connects never pays for them,
-  and a client that connects early waits in the listen backlog, nothing is lost.
+- the thread waits for the first client (or stop) with poll(2) on the bare fd before it imports
+  asyncio, h11 and `socket` (tens of ms) and builds its event loop: a run that never connects
+  never pays for them, and a client that connects early waits in the listen backlog, nothing is
+  lost;
+- until then this module and what it imports (`_thread`, `_socket`, `select`, `egress.log`) load
+  no `socket`, `threading`, `json`, `re` or `enum`: on `sandboy run`'s path those cost ≈ 15 ms
+  (tests/egress/test_run.py checks the modules a command that never connects imports).
 `stop()` wakes the thread through a pipe, in whichever phase it is.
 
 Start the service only after the last fork that may still run Python in the child (the cage's
@@ -20,7 +24,6 @@ child runs its plan, which is raw system calls, then execs).
 import _thread
 import os
 import select
-import threading
 
 from sandboy.egress.log import EgressLog
 
@@ -30,27 +33,37 @@ class ProxyService:
         if (listen_sock is None) == (channel is None):
             raise ValueError("ProxyService needs a listening socket or a channel to receive one from")
         self.rules = rules
-        self.listen_sock = listen_sock
+        self.listen_sock = listen_sock  # a socket.socket or _socket.socket (given), or made to serve
+        self._listen_fd = None          # the listener received over `channel`, until it is served
         self._channel = channel
         self.log = EgressLog(log_path)
         self._resolver = resolver
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._started = False
-        self._ended = threading.Lock()
-        self._ready = threading.Event()
+        # held while the thread lives: stop() waits for it instead of a join()
+        self._ended = _thread.allocate_lock()
+        self._ready = _thread.allocate_lock()  # released once the listener is held (or never will be)
+        self._ready.acquire()
         self.error = None
 
     @property
     def port(self) -> int:
-        return self.listen_sock.getsockname()[1]
+        if self.listen_sock is not None:
+            return self.listen_sock.getsockname()[1]
+        import socket
+
+        probe = socket.socket(fileno=os.dup(self._listen_fd))
+        try:
+            return probe.getsockname()[1]
+        finally:
+            probe.close()
 
     def start(self, wait: bool = True) -> "ProxyService":
         """Serve from a new thread. `wait=False` returns at once: one thread hand-off less per
         run, which on a loaded machine costs milliseconds; the supervisor uses it. `wait=True`
         returns once the listener is held (and raises what kept it from being received)."""
         # _thread, not threading.Thread: Thread.start() blocks until the new thread has run,
-        # which on a loaded machine is a scheduler wake-up (milliseconds) in the supervisor's path. `_ended`
-        # is held while the thread lives: stop() waits for it instead of join().
+        # which on a loaded machine is a scheduler wake-up (milliseconds) in the supervisor's path.
         self._ended.acquire()
         try:
             _thread.start_new_thread(self._run, ())
@@ -59,7 +72,8 @@ class ProxyService:
             raise
         self._started = True
         if wait:
-            self._ready.wait()
+            with self._ready:
+                pass
             if self.error is not None:
                 raise self.error
         return self
@@ -74,27 +88,30 @@ class ProxyService:
         try:
             if self._channel is not None:
                 self._receive_listener()
-            self._ready.set()
-            if self.listen_sock is None:
+            self._set_ready()
+            fd = self._listen_fd if self.listen_sock is None else self.listen_sock.fileno()
+            if fd is None:
                 return  # the child failed before it sent the listener: nothing to serve
             poller = select.poll()  # not select(2): it fails for fd numbers >= 1024
-            poller.register(self.listen_sock, select.POLLIN)
+            poller.register(fd, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
-            if any(fd == self._wake_r for fd, _ in poller.poll()):
+            if any(ready == self._wake_r for ready, _ in poller.poll()):
                 return  # stopped before any client came
             self._serve()
         except BaseException as exc:  # surfaced by start() or stop(), never lost
             self.error = exc
         finally:
-            self._ready.set()
+            self._set_ready()
+
+    def _set_ready(self) -> None:
+        if self._ready.locked():
+            self._ready.release()
 
     def _receive_listener(self) -> None:
-        import socket
-
         from sandboy.confine import namespaces
 
         try:
-            fd = namespaces.receive_fd(self._channel)
+            self._listen_fd = namespaces.receive_fd(self._channel)
         except OSError:
             # The child failed before it could send the listener (a plan step it reports on its
             # error pipe, which the launcher turns into the run's cage error): nothing to reach.
@@ -102,12 +119,18 @@ class ProxyService:
         finally:
             self._channel.close()
             self._channel = None
-        self.listen_sock = socket.socket(fileno=fd)
 
     def _serve(self) -> None:
         import asyncio
+        import socket
 
         from sandboy.egress.proxy import EgressProxy
+
+        if self.listen_sock is None:
+            self.listen_sock = socket.socket(fileno=self._listen_fd)
+            self._listen_fd = None
+        elif type(self.listen_sock) is not socket.socket:  # a bare _socket.socket (the fallback's)
+            self.listen_sock = socket.socket(fileno=self.listen_sock.detach())
 
         async def serve():
             loop = asyncio.get_running_loop()
@@ -135,10 +158,10 @@ class ProxyService:
                 pass  # already woken
             with self._ended:  # the thread has ended
                 self._started = False
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self._wake_w, self._listen_fd):
             if fd is not None:
                 os.close(fd)
-        self._wake_r = self._wake_w = None
+        self._wake_r = self._wake_w = self._listen_fd = None
         for sock in (self.listen_sock, self._channel):
             if sock is not None:
                 try:
