@@ -4,7 +4,6 @@ Claude/Codex merges keep the user's keys and drop stale owned rules, `check` cat
 the generated .sandboy/agent.toml really enforces reads, writes and domains (checked on the host)."""
 
 import json
-import os
 import subprocess
 import sys
 import tomllib

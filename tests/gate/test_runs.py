@@ -462,7 +462,6 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
     import signal
     import subprocess
     import sys
-    import time
 
     marker = tmp_path / "repo" / "alive"
     # A name only this test's processes carry: other tests (and other people) run `sleep 300` too.
@@ -490,8 +489,6 @@ def test_terminating_the_gate_ends_the_running_step(tmp_path, fake_home):
 
 def test_a_step_that_closes_its_output_still_times_out(tmp_path, fake_home):
     """End of output is not the end of the step: the deadline holds after EOF too."""
-    import time
-
     repo = make_repo(tmp_path, """
         [[step]]
         name = "silent"
@@ -510,7 +507,6 @@ def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_hom
     import signal
     import subprocess
     import sys
-    import time
 
     marker = f"SBX-{os.getpid()}-storm"
     repo = make_repo(tmp_path, f"""
