@@ -3,7 +3,10 @@
     cage.py      compiles a policy once, in the parent, into a plan of raw system calls
     landlock.py  filesystem, TCP-port and scope rules (Landlock ABI 1..7), deny splitting
     seccomp.py   a hand-built classic-BPF filter (why not libseccomp: ADR 0003)
+    protections.py  the table of every protection and one compiler per protection (ADR 0008)
     hygiene.py   the plan's steps for signals, fds, rlimits, capabilities, no_new_privs
+    namespaces.py  the namespace tier: user, mount, IPC, PID and network namespaces (ADR 0009)
+    protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
     _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
                  a pure-Python one on `_ctypes` (ADR 0005)
     launch.py    exec mode (the CLI becomes the command), supervised mode, the API
@@ -11,4 +14,5 @@
     cgroup.py    a pids cgroup for `limits.processes` as root
     cleanup.py   removes what a command left in its private {tmp}
     doctor.py    what this machine can enforce
+    explain.py   why a command cannot be executed under a policy, in words a user can act on
 """

@@ -6,13 +6,16 @@ Modules (each small, one job):
                `policy.load`), host:port decisions naming the deciding rule, address checks on
                resolved answers (no DNS rebinding into the host). Stdlib only, no `re`.
 - `sni`      — the server name of a TLS ClientHello (checked inside CONNECT/SOCKS tunnels).
-- `resolve`  — host-side name resolution (getaddrinfo, plus an operator hosts map for tests
+- `resolver` — host-side name resolution (getaddrinfo, plus an operator hosts map for tests
                and mirrors), filtered through `rules.address_refusal`.
+- `compile`  — at cage build: the mode (a network namespace, or the weaker Landlock fallback),
+               the cage's network rules and the proxy environment (http_proxy, ALL_PROXY, ...).
 - `log`      — JSON-lines decision log (`--egress-log FILE`) and the counters `--status-json` shows.
 - `proxy`    — the asyncio proxy: HTTP absolute-form requests (every request of a kept-alive or
                pipelined connection is parsed and checked, with h11), CONNECT, SOCKS5 (socks5h).
 - `service`  — runs the proxy in a thread of the calling process for the lifetime of one run.
-- `ssh_proxy` — `python -m sandboy.egress.ssh_proxy HOST PORT`: the ProxyCommand that git's ssh
+- `session`  — ties one run's proxy to the launcher: set-up before the fork, start after, stop.
+- `ssh_proxy` — `ssh_proxy.py PROXY_HOST PROXY_PORT HOST PORT`: the ProxyCommand that git's ssh
                uses (set through GIT_SSH_COMMAND) to reach `host:22` through the proxy's CONNECT.
 
 Nothing here is imported on the `sandboy run` start-up path unless the policy lists `net.domains`
