@@ -7,7 +7,7 @@ Modules (each small, one job):
                resolved answers (no DNS rebinding into the host). Stdlib only, no `re`.
 - `sni`      — the server name of a TLS ClientHello (checked inside CONNECT/SOCKS tunnels).
 - `resolver` — host-side name resolution (getaddrinfo, plus an operator hosts map for tests
-               and mirrors), filtered through `rules.address_refusal`.
+               and mirrors), filtered through `rules.Rules.address_refusal`.
 - `compile`  — at cage build: the mode (a network namespace, or the weaker Landlock fallback),
                the cage's network rules and the proxy environment (http_proxy, ALL_PROXY, ...).
 - `log`      — JSON-lines decision log (`--egress-log FILE`) and the counters `--status-json` shows.

@@ -48,7 +48,7 @@ class _Record:
 class FsRules(_Record):
     """Paths as written (placeholders unresolved); `policy.resolve` makes them absolute.
     `protect`: readable, never writable, even inside a write root; `protect_defaults`: also
-    protect `policy.protected.DEFAULT_PROTECTED` in every write root (docs: README)."""
+    protect `confine.protected.DEFAULT_PROTECTED` in every write root (docs: README)."""
 
     __slots__ = ("read", "exec", "write", "deny", "protect", "protect_defaults")
     _defaults = {"read": (), "exec": (), "write": (), "deny": (), "protect": (), "protect_defaults": True}
