@@ -97,3 +97,41 @@ def test_installed_wheel_converts_a_real_sample_from_an_empty_directory(installe
     assert run["tool"]["driver"]["name"].lower() == "bandit"
     assert len(run["results"]) > 0
     _run([str(sandboy), "audit", "validate", "bandit.sarif"], work, env, 120)
+
+
+PIPX = "pipx==1.8.0"
+
+
+def test_pipx_installs_the_wheel_offline_from_a_wheelhouse_and_it_converts(installed: Path, tmp_path: Path) -> None:
+    """`pipx install` of the same wheel with no network: pipx from PyPI into the fixture's venv,
+    a wheelhouse of the wheel and its dependencies, then the install itself in a fresh network
+    namespace with `--pip-args "--no-index --find-links WHEELHOUSE"`, and a conversion from the
+    app pipx exposes."""
+    venv = installed.parents[1] / "venv"
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDBOY_ADAPTERS_DIR", "PYTHONPATH", "VIRTUAL_ENV", "PIPX_"))}
+    offline = ["unshare", "-n", "--"] if os.geteuid() == 0 else ["unshare", "-rn", "--"]
+    if shutil.which("unshare") is None or subprocess.run([*offline, "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a network namespace here (unshare -n), so 'offline' could not be proved")
+    _run([python, "-m", "pip", "install", "-q", PIPX], tmp_path, env, 300)
+    wheelhouse = tmp_path / "wheelhouse"
+    # pip too: pipx's shared environment installs pip from the same --pip-args
+    _run([python, "-m", "pip", "download", "-q", "-d", str(wheelhouse), str(installed), "pip"], tmp_path, env, 600)
+    env.update(PIPX_HOME=str(tmp_path / "pipx-home"), PIPX_BIN_DIR=str(tmp_path / "pipx-bin"),
+               PIPX_MAN_DIR=str(tmp_path / "pipx-man"))
+    _run([*offline, str(venv / "bin" / "pipx"), "install", f"--pip-args=--no-index --find-links {wheelhouse}", str(installed)],
+         tmp_path, env, 600)
+    sandboy = tmp_path / "pipx-bin" / "sandboy"
+    assert sandboy.exists()
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy2(SAMPLES / "bandit" / "spotifyscraper_bandit-1.8.3.json", work / "bandit.json")
+    where = _run([str(sandboy), "audit", "list"], work, env, 60)
+    _run([*offline, str(sandboy), "audit", "convert", "--tool", "bandit", "--artifact", "bandit.json", "-o", "bandit.sarif"],
+         work, env, 900)
+    run = json.loads((work / "bandit.sarif").read_text())["runs"][0]
+    assert run["tool"]["driver"]["name"].lower() == "bandit" and len(run["results"]) > 0, where.stdout
+    # The app runs from pipx's own environment, with the guest sources the wheel carried.
+    root = _run([str(tmp_path / "pipx-home" / "venvs" / "sandboy" / "bin" / "python"), "-c",
+                 "from sandboy.audit.registry import adapters_root; print(adapters_root())"], work, env, 60)
+    assert Path(root.stdout.strip()).is_relative_to(tmp_path / "pipx-home"), root.stdout
