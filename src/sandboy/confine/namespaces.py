@@ -199,7 +199,8 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
         for name in names:
             rights |= getattr(landlock, name)
         rules.append((path, rights, True, True))
-    device_nodes = {f"/dev/{name}" for name in DEVICES}
+    # nodes bound from the host are the host's inodes: the parent's Landlock rules already cover them
+    device_nodes = {f"/dev/{name}" for name in DEVICES + (("tty",) if tty else ())}
     for path, rights in sorted(grants.items()):
         if (path == tmp or is_within_any(path, PRIVATE_TREES)) and path not in device_nodes:
             rules.append((path, rights, path == tmp, os.path.isdir(path)))
