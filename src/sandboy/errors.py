@@ -1,4 +1,4 @@
-"""Errors that carry the exit code the contract gives them (docs/exit-codes in README)."""
+"""Errors that carry the exit code the contract gives them (README.md, "Exit codes of `sandboy run`")."""
 
 EXIT_USAGE = 2          # usage or policy error, found before anything ran
 EXIT_CAGE = 125         # the cage could not be applied: the command never ran unconfined
