@@ -9,7 +9,11 @@ Merging:
 * `partialFingerprints.primaryLocationLineHash` is computed where missing, from the source file
   under `--source-root` (fingerprint.py, GitHub's algorithm);
 * any input that is not valid SARIF 2.1.0 fails the whole merge, and so does an output that is
-  not valid: nothing is written then.
+  not valid: nothing is written then;
+* the output is never larger than the inputs together (`enforce_size_bound`, checked on every
+  merge before anything is written): merging only drops and moves; the bytes it adds on purpose
+  (ids, fingerprints, notices; `MergeReport.added_bytes`, each counted where it is added) are
+  the only allowance, and a log that would exceed that fails the merge instead of being written.
 
 `github_preflight` then makes the log fit GitHub's upload limits — never silently: ≤ 20 runs
 (runs of one tool folded when over), ≤ 25,000 results per run (the most severe kept, a notice
@@ -49,6 +53,8 @@ class MergeReport:
     results_out: int = 0
     duplicates: int = 0
     fingerprints_added: int = 0
+    added_bytes: int = 0        # what the merge added on purpose: ids, fingerprints, notices
+    output_bytes: int = 0
     notices: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -65,6 +71,26 @@ def _list(v: Any) -> list[Any]:
 
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def member_bytes(key: str, value: Any) -> int:
+    """What adding `key: value` to an object costs in the compact UTF-8 output (`,"key":value`)."""
+    return len(sarif.dumps({key: value}).encode()) - len("{}\n") + len(",")
+
+
+def enforce_size_bound(text: str, report: MergeReport) -> None:
+    """Refuse a merged log larger than its inputs together plus what the merge added on purpose.
+    Merging folds, deduplicates and re-serialises compactly, so growth beyond `added_bytes` means
+    something was copied that should have been moved (a Sandboy bug, or an input built to make the
+    merge amplify it): fail rather than write it."""
+    size = len(text.encode())
+    report.output_bytes = size
+    limit = report.input_bytes + report.added_bytes
+    if size > limit:
+        raise MergeFailed(f"the merged log would be {size:,} bytes, more than its inputs together ({report.input_bytes:,} bytes) "
+                          f"plus the {report.added_bytes:,} bytes the merge adds (ids, fingerprints, notices): nothing "
+                          "written. Merge fewer logs at a time and report this (it is a Sandboy bug unless an input "
+                          "was written to make a merge grow)")
 
 
 def tool_name(run: dict[str, Any]) -> str:
@@ -134,6 +160,7 @@ class _Folded:
         self.invocations: list[Any] = []
         self.seen_invocations: set[str] = set()
         self.duplicates = 0
+        self.added_bytes = 0
 
     def add(self, run: dict[str, Any]) -> None:
         rule_map: dict[int, int] = {}
@@ -171,6 +198,7 @@ class _Folded:
                 rule = self.rules[result["ruleIndex"]] if 0 <= result["ruleIndex"] < len(self.rules) else None
                 if "ruleId" not in result and isinstance(_dict(rule).get("id"), str):
                     result["ruleId"] = rule["id"]
+                    self.added_bytes += member_bytes("ruleId", rule["id"])
             rule_ref = result.get("rule")
             if isinstance(rule_ref, dict) and isinstance(rule_ref.get("index"), int) and "toolComponent" not in rule_ref:
                 rule_ref["index"] = rule_map.get(rule_ref["index"], rule_ref["index"])
@@ -198,11 +226,16 @@ class _Folded:
             run["invocations"] = self.invocations
         run["results"] = self.results
         if not isinstance(_dict(run.get("automationDetails")).get("id"), str):
-            run["automationDetails"] = {**_dict(run.get("automationDetails")), "id": f"{tool_name(run) or 'tool'}/"}
+            ident = f"{tool_name(run) or 'tool'}/"
+            self.added_bytes += (member_bytes("id", ident) if isinstance(run.get("automationDetails"), dict)
+                                 else member_bytes("automationDetails", {"id": ident}))
+            run["automationDetails"] = {**_dict(run.get("automationDetails")), "id": ident}
         return run
 
 
-def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[dict[str, Any]], int]:
+def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[dict[str, Any]], int, int]:
+    """The runs folded by tool + category (or tool only); also the duplicates dropped and the
+    bytes added (ids, ruleIds)."""
     groups: dict[tuple[str, str], _Folded] = {}
     for run in runs:
         key = (tool_name(run), "" if by_tool_only else category(run))
@@ -211,21 +244,38 @@ def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[d
             if by_tool_only and category(run):
                 groups[key].run["automationDetails"] = {"id": f"{category(run)}/"}
         groups[key].add(run)
-    return [g.build() for g in groups.values()], sum(g.duplicates for g in groups.values())
+    built = [g.build() for g in groups.values()]
+    return built, sum(g.duplicates for g in groups.values()), sum(g.added_bytes for g in groups.values())
 
 
-def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None) -> tuple[dict[str, Any], MergeReport]:
-    """One log from `docs`, which it takes over (their results are moved, not copied)."""
+def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None,
+               input_bytes: int | None = None) -> tuple[dict[str, Any], MergeReport]:
+    """One log from `docs`, which it takes over (their results are moved, not copied).
+    `input_bytes`: the inputs' size as read (files); None = their compact serialisation."""
     report = MergeReport(inputs=len(docs))
+    report.input_bytes = input_bytes if input_bytes is not None else sum(len(sarif.dumps(d).encode()) for d in docs)
     runs = [run for doc in docs for run in _list(doc.get("runs")) if isinstance(run, dict)]
     report.runs_in = len(runs)
     report.results_in = sum(len(_list(r.get("results"))) for r in runs)
-    merged_runs, report.duplicates = fold(runs)
+    merged_runs, report.duplicates, report.added_bytes = fold(runs)
     out = {"$schema": sarif.SARIF_SCHEMA_URI, "version": sarif.SARIF_VERSION, "runs": merged_runs}
+    # The output names its schema once; an input's may have been shorter, or absent.
+    report.added_bytes += member_bytes("$schema", sarif.SARIF_SCHEMA_URI)
     if source_root is not None:
         from sandboy.audit.fingerprint import add_fingerprints
 
+        # Per result, before: did it have the fingerprints object, and the hash in it?
+        before = {id(res): (isinstance(res.get("partialFingerprints"), dict),
+                            bool(_dict(res.get("partialFingerprints")).get("primaryLocationLineHash")))
+                  for run in merged_runs for res in _list(run.get("results")) if isinstance(res, dict)}
         report.fingerprints_added = add_fingerprints(out, source_root)
+        for run in merged_runs if report.fingerprints_added else ():
+            for res in _list(run.get("results")):
+                had_object, had_hash = before.get(id(res), (True, True))
+                value = _dict(res.get("partialFingerprints")).get("primaryLocationLineHash") if isinstance(res, dict) else None
+                if value and not had_hash:
+                    report.added_bytes += (member_bytes("primaryLocationLineHash", value) if had_object else
+                                           member_bytes("partialFingerprints", {"primaryLocationLineHash": value}))
     report.runs_out = len(merged_runs)
     report.results_out = sarif.count_results(out)
     return out, report
@@ -272,8 +322,9 @@ def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]
     """Make `doc` fit GitHub code scanning's limits, saying what changed in report.notices."""
     runs = _list(doc.get("runs"))
     if len(runs) > github.MAX_RUNS:
-        folded, dups = fold(runs, by_tool_only=True)
+        folded, dups, added = fold(runs, by_tool_only=True)
         report.duplicates += dups
+        report.added_bytes += added
         report.notices.append(f"{len(runs)} runs are over GitHub's {github.MAX_RUNS}: runs of one tool folded into {len(folded)}")
         runs = doc["runs"] = folded
         if len(runs) > github.MAX_RUNS:
@@ -288,10 +339,14 @@ def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]
             if isinstance(result, dict):
                 text = _message_text(result, rules)
                 if text is not None:
+                    report.added_bytes += (member_bytes("text", text) if isinstance(result.get("message"), dict)
+                                           else member_bytes("message", {"text": text}))
                     result["message"] = {**_dict(result.get("message")), "text": text}
                     filled += 1
+                before = len(str(_dict(result.get("message")).get("text") or "").encode())
                 cut = _cut_thread_flows(result)
                 if cut:
+                    report.added_bytes += len(str(_dict(result.get("message")).get("text")).encode()) - before
                     report.notices.append(f"/runs/{r}: a result's thread flows had {cut:,} locations over GitHub's "
                                           f"{github.MAX_THREAD_FLOW_LOCATIONS:,}: cut, its message says so")
         if filled:
@@ -351,6 +406,7 @@ def _truncate(run: dict[str, Any], rules: list[Any], report: MergeReport, r: int
     if anchor:
         notice["locations"] = copy.deepcopy(anchor[:1])
     kept.append(notice)
+    report.added_bytes += len(sarif.dumps(notice).encode())
     run["results"] = kept
     report.notices.append(f"/runs/{r} ({tool_name(run)}): {text}")
 
@@ -363,8 +419,7 @@ def merge_files(paths: list[Path], source_root: Path | None, github_mode: bool) 
         doc, size = load(path)
         docs.append(doc)
         total += size
-    out, report = merge_docs(docs, source_root)
-    report.input_bytes = total
+    out, report = merge_docs(docs, source_root, input_bytes=total)
     if github_mode:
         out = github_preflight(out, report)
         report.results_out = sarif.count_results(out)
@@ -376,4 +431,6 @@ def merge_files(paths: list[Path], source_root: Path | None, github_mode: bool) 
         raise MergeFailed("the merged log is not valid SARIF 2.1.0 (a Sandboy bug): " + "; ".join(str(p) for p in errors[:3]))
     if report.runs_in and not report.runs_out:
         raise MergeFailed("the merge produced no runs")
-    return sarif.dumps(out), report
+    text = sarif.dumps(out)
+    enforce_size_bound(text, report)
+    return text, report

@@ -95,7 +95,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         errors = [p for p in sarif.problems(merged) if p.severity == "error"]
         if errors:
             raise merge.MergeFailed("the merged log is not valid SARIF 2.1.0: " + "; ".join(str(p) for p in errors[:3]))
-        _write(args.output, sarif.dumps(merged))
+        text = sarif.dumps(merged)
+        merge.enforce_size_bound(text, report)
+        _write(args.output, text)
     elif not any(r.status != pipeline.SKIPPED for r in reports):
         _say("no tool ran: none of the selected tools is installed here (see the table)")
         status = 1 if names else status
