@@ -243,10 +243,10 @@ def test_api_relays_a_terminal_it_is_given(operator):
 # --- --tty: a fresh pseudo-terminal, relayed ---------------------------------------------
 
 
-def test_tty_interactive_program_gets_the_typed_line(operator, policy, tmp_path):
+def test_tty_interactive_program_gets_the_typed_line(operator, user):
     mode = operator.mode()
     program = "import sys; print('got:' + input('ready> '))"
-    proc = operator.start(_sandboy(policy, "--tty", "--", "/usr/bin/python3", "-c", program), env=_env(tmp_path))
+    proc = user.start(operator, user.sandboy("--tty", "--", "/usr/bin/python3", "-c", program))
     assert b"ready> " in operator.watch(10, until=b"ready> ")
     operator.type(b"typed-into-the-terminal\r")  # raw mode: Enter is \r, the inner pty makes it \n
     assert proc.wait(20) == 0
