@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_nothing_left_behind(tmp_path, env, origin):
     """No orphan (a background process of the command is killed), no port left listening."""
     marker = f"sandboy-egress-orphan-{os.getpid()}"
     proc, doc, _ = run(tmp_path, env, [f"allowed.test:{origin.port}"],
-                       f"(exec -a {marker} sleep 300 &) ; echo started")
+                       f"bash -c '(exec -a {marker} sleep 300 &)'; echo started")  # dash has no exec -a
     assert proc.returncode == 0 and "started" in proc.stdout
     port = int(doc["egress"]["proxy"].rsplit(":", 1)[1])
     with pytest.raises(ConnectionRefusedError):
@@ -194,7 +195,9 @@ def test_a_command_that_never_connects_loads_no_proxy_modules(tmp_path, env, mod
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "sandboy.egress.service" in used  # the proxy's thread was started (mode namespace or fallback)
+    assert "sandboy.egress.session" in used
+    # namespace mode: the proxy's thread is started only at the first client (session.serve_on_demand)
+    assert ("sandboy.egress.service" in used) == (mode == "landlock-fallback")
     heavy = {"asyncio", "h11", "sandboy.egress.proxy", "socket", "selectors", "threading", "json", "re", "enum"}
     assert not heavy & used, sorted(heavy & used)
     doc = json.loads(status.read_text())
@@ -216,3 +219,144 @@ def test_spawn_handle_serves_until_wait(tmp_path, env, origin, monkeypatch):
         result = proc.wait()
     assert result.ok and b"/spawned" in out.read_bytes(), result
     assert result.egress["allowed"] == 1
+
+
+def _pipes():
+    (r_out, w_out), (r_in, w_in) = os.pipe(), os.pipe()
+    return r_out, w_out, r_in, w_in
+
+
+def test_the_proxy_thread_starts_at_the_first_client(tmp_path, env, origin, monkeypatch):
+    """Namespace mode (session.serve_on_demand): while the command has not connected, its
+    supervisor is one thread (nothing to tear down at exit); the first connection starts the
+    proxy, which then serves it."""
+    from sandboy import Policy, spawn
+
+    if "SANDBOY_NAMESPACES" in env:
+        pytest.skip("the fallback starts its proxy at once (a host socket shared with the caller)")
+    _in_process(env, monkeypatch)
+    p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
+    r_out, w_out, r_in, w_in = _pipes()
+    script = f"echo ready; read go; curl -sS http://allowed.test:{origin.port}/on-demand"
+    proc = spawn(["/bin/sh", "-c", script], p, cwd=str(tmp_path), stdin=r_in, stdout=w_out)
+    os.close(r_in)
+    os.close(w_out)
+    with os.fdopen(r_out, "rb") as out, os.fdopen(w_in, "wb", buffering=0) as go:
+        assert out.readline() == b"ready\n"
+        assert os.listdir(f"/proc/{proc.pid}/task") == [str(proc.pid)]  # no proxy thread yet
+        go.write(b"go\n")
+        body = out.read()
+    result = proc.wait()
+    assert result.ok and b"/on-demand" in body, (result, body)
+    assert result.egress["allowed"] == 1
+
+
+def _netns_of_children(pid: int) -> set:
+    """The network namespaces (inode links) of the processes below `pid`."""
+    found, todo = set(), [pid]
+    while todo:
+        here = todo.pop()
+        for tid in os.listdir(f"/proc/{here}/task"):
+            try:
+                with open(f"/proc/{here}/task/{tid}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except OSError:
+                continue
+            for kid in kids:
+                try:
+                    found.add(os.readlink(f"/proc/{kid}/ns/net"))
+                except OSError:
+                    pass
+                todo.append(kid)
+    return found
+
+
+def _processes_in(netns: set) -> list:
+    """Processes (any on the host) whose network namespace is one of `netns` (read-only scan)."""
+    inside = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/net") in netns:
+                    inside.append(int(name))
+            except OSError:
+                pass
+    return inside
+
+
+@pytest.mark.parametrize("end", ["killed", "timed_out"])
+def test_a_killed_or_timed_out_run_leaves_nothing(tmp_path, env, origin, monkeypatch, end):
+    """The issue's lifecycle claim, for the ends a command does not choose: killed (Confined.kill)
+    or timed out. After wait(): the supervisor is gone, no process of the command's tree (a
+    background sleeper included) is left, no process is in its network namespace, the caller
+    holds no fd more than before, and the proxy had served the run (it was up when it ended)."""
+    from sandboy import Policy, spawn
+
+    _in_process(env, monkeypatch)
+    p = Policy.load(policy(tmp_path, [f"allowed.test:{origin.port}"]))
+    marker = f"sandboy-egress-{end}-{os.getpid()}"
+    assert spawn(["/bin/true"], p, cwd=str(tmp_path)).wait().ok  # the compiled cage kept for reuse holds fds
+    before = set(os.listdir("/proc/self/fd"))
+    r_out, w_out, r_in, w_in = _pipes()
+    script = (f"(exec -a {marker} sleep 300 &); curl -sS http://allowed.test:{origin.port}/{end}; "
+              "echo; echo served; exec sleep 300")
+    proc = spawn(["/bin/bash", "-c", script], p, cwd=str(tmp_path), stdin=r_in, stdout=w_out,
+                 timeout=None if end == "killed" else 2)
+    os.close(r_in)
+    os.close(w_out)
+    with os.fdopen(r_out, "rb") as out:
+        first = b""
+        while not first.endswith(b"served\n") and not first.endswith(b"\n\n\n"):
+            first += out.readline()
+        assert first.endswith(b"served\n") and f"/{end}".encode() in first, first
+        netns = _netns_of_children(proc.pid)
+        if end == "killed":
+            proc.kill()
+        result = proc.wait()
+    os.close(w_in)
+    assert result.outcome == end, result
+    assert result.egress["allowed"] == 1, result.egress
+    assert not os.path.exists(f"/proc/{proc.pid}"), "the supervisor is left"
+    survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
+    assert survivors == "", survivors
+    if "SANDBOY_NAMESPACES" not in env:
+        own = os.readlink("/proc/self/ns/net")
+        assert netns and own not in netns, netns  # the command had a namespace of its own
+        assert _processes_in(netns) == []
+    assert set(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_killed_cli_run_leaves_nothing(tmp_path, env, origin):
+    """`sandboy run` itself killed (SIGTERM, as a CI runner's cancel does) while its command
+    runs with the proxy up: its supervisor, the command's tree and its network namespace go."""
+    import signal
+
+    marker = f"sandboy-egress-cli-killed-{os.getpid()}"
+    script = (f"(exec -a {marker} sleep 300 &); curl -sS http://allowed.test:{origin.port}/cli-killed; "
+              "echo; echo served; exec sleep 300")
+    cli = subprocess.Popen([SANDBOY, "run", "--policy", str(policy(tmp_path, [f"allowed.test:{origin.port}"])),
+                            "--", "/bin/bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    try:
+        seen = b""
+        while not seen.endswith(b"served\n"):
+            line = cli.stdout.readline()
+            assert line, (seen, cli.stderr.read())
+            seen += line
+        with open(f"/proc/{cli.pid}/task/{cli.pid}/children") as fh:
+            supervisors = [int(pid) for pid in fh.read().split()]
+        netns = _netns_of_children(cli.pid)
+        cli.send_signal(signal.SIGTERM)
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert supervisors, "the CLI ran no supervisor"
+    deadline = time.monotonic() + 10  # the supervisor learns of its parent's death by a signal
+    while any(os.path.exists(f"/proc/{pid}") for pid in supervisors) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in supervisors), "a supervisor is left"
+    survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
+    assert survivors == "", survivors
+    assert _processes_in(netns - {os.readlink("/proc/self/ns/net")}) == []

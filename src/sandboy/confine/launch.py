@@ -638,7 +638,10 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
     egress_error = None
     if egress is not None:
         try:
-            egress.started(wait=False)  # SIGTERM is still blocked: the proxy's thread inherits that
+            if group is None and pids_group is None:
+                egress.serve_on_demand()  # the proxy's thread starts at the first client
+            else:  # a pids cgroup counts the thread: it takes its slot now, before the command's
+                egress.started(wait=False)  # SIGTERM is still blocked: the proxy's thread inherits that
         except (OSError, RuntimeError) as exc:
             egress_error = f"egress proxy: {exc}"
             _kill_pass(group)
@@ -675,6 +678,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
     if egress is not None:
         # after the sweep nothing of the run is left to use the proxy; this process exits next
         summary = egress.report_text(exiting=True)
+        egress_error = egress_error or egress.error
     if egress_error:
         report(CAGE_ERROR, EXIT_CAGE, 0, egress_error, summary)
         return

@@ -29,14 +29,15 @@ from sandboy.egress.log import EgressLog
 
 
 class ProxyService:
-    def __init__(self, rules, listen_sock=None, log_path=None, resolver=None, channel=None):
+    def __init__(self, rules, listen_sock=None, log_path=None, resolver=None, channel=None, log=None):
+        """`log`: an EgressLog opened by the caller (`log_path` is then not opened again)."""
         if (listen_sock is None) == (channel is None):
             raise ValueError("ProxyService needs a listening socket or a channel to receive one from")
         self.rules = rules
         self.listen_sock = listen_sock  # a socket.socket or _socket.socket (given), or made to serve
         self._listen_fd = None          # the listener received over `channel`, until it is served
         self._channel = channel
-        self.log = EgressLog(log_path)
+        self.log = log if log is not None else EgressLog(log_path)
         self._resolver = resolver
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._started = False

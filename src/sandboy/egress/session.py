@@ -102,12 +102,119 @@ class EgressSession:
             listener = _socket.socket(fileno=os.dup(self._listener.fileno()))
             self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
 
+    def serve_on_demand(self) -> None:
+        """`started()` for the supervisor (a process of its own; call it from its main thread
+        after the fork): the proxy's thread is started only when a client connects.
+
+        Why: a thread still blocked in poll(2) when the supervisor exits must itself be
+        scheduled to die before the run's exit is reported; on this loaded 2-core machine that
+        cost more than the rest of the egress set-up together (bench/bench_egress.py --only
+        setup; docs/egress.md). Until a client comes nothing runs: the channel (namespace mode)
+        and then the listener are in signal-driven mode (O_ASYNC, owned by this process), and
+        each SIGIO moves one step on, in the main thread (the supervisor's wait is resumed after
+        the handler, PEP 475): take the listener from the channel, then start the thread at
+        the first pending connection. Every step first checks the fd's state, so a datagram or
+        connection that came before O_ASYNC was set is not missed. The decision log is opened
+        now, as `started()` does (a bad --egress-log path is refused before the command runs).
+        The fallback mode (a host socket shared with the caller) starts the thread at once."""
+        import _signal as signal  # the C module: `signal` imports enum
+
+        from sandboy.egress.log import EgressLog
+
+        if self.mode != MODE_NAMESPACE:
+            # The fallback's listener is the cage's socket: its file status flags and owner are
+            # shared with the caller's copy, which outlives this process. Served at once.
+            self.started(wait=False)
+            return
+        self._log = EgressLog(self.log_path)
+        self._close_child_side()  # now only the child holds it: its exit ends the receive
+        signal.signal(signal.SIGIO, self._on_sigio)
+        _signal_when_readable(self._channel.fileno())
+        self._on_sigio()  # anything that came before O_ASYNC was set
+
+    _listen_fd = None
+    _log = None
+    error = None  # why the proxy could not be started on demand (the run then fails, 125)
+
+    def _on_sigio(self, signum=None, frame=None) -> None:
+        import _signal as signal
+
+        # Python runs a handler again between any two bytecodes of a running one: with SIGIO
+        # blocked, a step is never interleaved with another (a SIGIO that comes meanwhile stays
+        # pending in the kernel and runs this handler again once the step is done).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGIO})
+        try:
+            self._next_step()
+        except BaseException as exc:  # never raised into the supervisor's wait
+            self.error = f"egress proxy: {exc}"
+            self._close_listener()  # a client is refused at once instead of waiting forever
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    def _next_step(self) -> None:
+        import _socket
+        import os
+
+        from sandboy.confine import namespaces
+
+        if self.service is not None or self.error is not None:
+            return
+        if self._listen_fd is None:
+            if self._channel is None:
+                return
+            try:
+                fd = namespaces.receive_fd(self._channel)
+            except BlockingIOError:
+                return  # not sent yet
+            except OSError:
+                fd = None  # the child failed before sending: its error pipe says why
+            self._channel.close()
+            self._channel = None
+            if fd is None:
+                return
+            self._listen_fd = fd
+            _signal_when_readable(fd)
+        if not _readable(self._listen_fd):
+            return
+        fd, self._listen_fd = self._listen_fd, None
+        _signal_when_readable(fd, False)  # from here on the proxy's event loop watches it
+        try:
+            listener = _socket.socket(fileno=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        import _signal as signal  # the C module: `signal` imports enum
+
+        from sandboy.egress.service import ProxyService
+
+        # The thread takes the signal mask of the moment: every signal stays with the main
+        # thread, whose handlers (stop, forward ^C) must interrupt its wait.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            self.service = ProxyService(self.rules, listener, log=self._log).start(wait=False)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    def _close_listener(self) -> None:
+        import os
+
+        if self._listen_fd is not None:
+            os.close(self._listen_fd)
+            self._listen_fd = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
     def stop(self, exiting: bool = False) -> dict:
         """End the proxy; its counters. `exiting`: the calling process ends right after (the
         supervisor), which ends the thread and closes every socket: only the counters are read."""
         if self.summary is None:
             if self.service is None:
                 counts = {"allowed": 0, "denied": 0, "hosts": {}, "hosts_not_listed": 0}
+                if not exiting:
+                    self._close_listener()
+                    if self._log is not None:
+                        self._log.close()
             else:
                 counts = self.service.counts() if exiting else self.service.stop()
             self.summary = {"mode": self.mode, "proxy": f"127.0.0.1:{self.port}", **counts}
@@ -144,3 +251,23 @@ def summary_from_text(text: str) -> dict:
         hosts = json.loads(hosts[0])
     return {"mode": mode, "proxy": f"127.0.0.1:{port}", "allowed": int(allowed), "denied": int(denied),
             "hosts": hosts or {}, "hosts_not_listed": int(not_listed)}
+
+
+def _signal_when_readable(fd: int, on: bool = True) -> None:
+    """O_ASYNC: the kernel sends this process SIGIO when `fd` becomes readable (a datagram on
+    the channel, a connection on the listener); O_NONBLOCK so that a step never blocks."""
+    import fcntl
+    import os
+
+    if on:
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_ASYNC | os.O_NONBLOCK) if on else (flags & ~os.O_ASYNC))
+
+
+def _readable(fd: int) -> bool:
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
