@@ -65,6 +65,7 @@ def test_the_wheel_carries_the_guest_sources(installed: Path) -> None:
         assert f"sandboy/audit/guest_sources/{adapter}/app.py" in names
     assert "sandboy/audit/guest_sources/wit/adapter.wit" in names
     assert "sandboy/audit/guest_sources/common/sandboy_guest.py" in names
+    assert "sandboy/audit/rules/semgrep-default.yml" in names  # Semgrep's rules when a repository has none
     assert not [n for n in names if n.endswith((".wasm", ".cwasm", ".pyc"))]
     # Sources only: the wheel stays small (the C executor is most of it).
     assert installed.stat().st_size < 2 * 1024 * 1024

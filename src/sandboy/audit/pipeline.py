@@ -29,8 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from sandboy.audit.toolconfig import Phase, Tool
+from sandboy.audit.toolconfig import CONFIG_ARG, Phase, Tool
 
+# Rule files Sandboy ships for tools that need configuration the repository does not provide
+# (the {builtin} placeholder; read-only in every phase's cage).
+BUILTIN_RULES = Path(__file__).with_name("rules")
 CAPTURE_MIB = 256       # stdout/stderr of one phase, and every file it writes (RLIMIT_FSIZE)
 ENV_PASS = ("LANG", "LC_ALL", "TZ", "TERM")
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
@@ -63,9 +66,11 @@ class ToolReport:
     seconds: float = 0.0
     sarif: dict[str, Any] | None = None
     phases: list[PhaseReport] = field(default_factory=list)
+    config: str = ""            # which configuration the tool was given (ConfigChoice), "" = none
 
     def as_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "status": self.status, "reason": self.reason, "results": self.results,
+                "config": self.config,
                 "seconds": round(self.seconds, 3),
                 "phases": [{"name": p.name, "outcome": p.outcome, "returncode": p.returncode, "ok": p.ok,
                             "seconds": round(p.seconds, 3), "policy_sha256": p.policy_sha256,
@@ -124,7 +129,8 @@ def program_dirs(program: str) -> list[str]:
 def phase_policy(phase: Phase, places: dict[str, str], program: str, path: str) -> dict[str, Any]:
     """The Sandboy step policy of one phase, as a mapping (Policy.from_mapping)."""
     own = program_dirs(program)
-    read = [places["{repo}"], places["{out}"], places["{home}"], *own, *(expand(p, places) for p in phase.read)]
+    read = [places["{repo}"], places["{out}"], places["{home}"], places["{builtin}"], *own,
+            *(expand(p, places) for p in phase.read)]
     # {tmp}: Sandboy's private temporary directory (a fresh tmpfs under the namespace tier)
     write = [places["{out}"], places["{home}"], "{tmp}", *(expand(p, places) for p in phase.write)]
     mapping: dict[str, Any] = {
@@ -149,15 +155,24 @@ def policy_digest(mapping: dict[str, Any]) -> str:
 HEARTBEAT_SECONDS = 10.0
 
 
+def command_line(phase: Phase, places: dict[str, str], config_args: list[str]) -> list[str]:
+    """The phase's argv with placeholders filled in; a {config} element becomes the arguments
+    the tool's ConfigChoice picked for this repository (zero or more)."""
+    argv: list[str] = []
+    for arg in phase.argv:
+        argv.extend([expand(a, places) for a in config_args] if arg == CONFIG_ARG else [expand(arg, places)])
+    return argv
+
+
 def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
-              progress: Progress = lambda message: None) -> PhaseReport:
+              progress: Progress = lambda message: None, config_args: list[str] | None = None) -> PhaseReport:
     import threading
 
     from sandboy import Policy
     from sandboy.confine.launch import spawn
     from sandboy.errors import CageError, PolicyError
 
-    argv = [expand(a, places) for a in phase.argv]
+    argv = command_line(phase, places, config_args or [])
     program = shutil.which(argv[0], path=path) or argv[0]
     argv[0] = program
     mapping = phase_policy(phase, places, program, path)
@@ -292,11 +307,17 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     out, home, logs = base / "out", base / "home", base / "logs"
     for d in (out, home, logs):
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    places = {"{repo}": str(repo), "{out}": str(out), "{home}": str(home)}
+    places = {"{repo}": str(repo), "{out}": str(out), "{home}": str(home), "{builtin}": str(BUILTIN_RULES)}
     report = ToolReport(tool.name, RAN)
+    config_args: list[str] = []
+    if tool.config is not None:
+        used, config_args = tool.config.pick(repo)
+        report.config = (f"the repository's {used}" if used else
+                         "none in the repository (" + "/".join(tool.config.files) + "): " + (" ".join(config_args) or "defaults"))
+        progress(f"{tool.name}: configuration: {report.config.replace(str(BUILTIN_RULES), 'Sandboy built-in rules')}")
     for phase in tool.phases:
         progress(f"{tool.name}: {phase.name}: running confined…")
-        done = run_phase(phase, places, path, logs, lambda message: progress(f"{tool.name}: {message}"))
+        done = run_phase(phase, places, path, logs, lambda message: progress(f"{tool.name}: {message}"), config_args)
         report.phases.append(done)
         if not done.ok:
             report.status, report.reason = FAILED, f"phase {phase.name}: {done.error}"
@@ -319,6 +340,9 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     relative_uris(doc, repo)
     for run in doc.get("runs", []):
         run["invocations"] = [invocation(p) for p in report.phases]
+        if report.config:
+            for inv in run["invocations"]:
+                inv["properties"]["sandboy"]["config"] = report.config
         run["automationDetails"] = {"id": f"sandboy/{tool.name}/"}
     report.sarif, report.results = doc, converted.results
     report.seconds = time.monotonic() - t0

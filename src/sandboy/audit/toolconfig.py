@@ -18,13 +18,15 @@ from sandboy.audit.errors import UsageError
 BUILTIN = Path(__file__).with_name("adapters.toml")
 REPO_FILE = Path(".007") / "adapters.toml"
 TOP_KEYS = ("version", "tools")
-TOOL_KEYS = ("adapter", "platform", "build_free", "requires", "output", "phases")
+TOOL_KEYS = ("adapter", "platform", "build_free", "requires", "output", "phases", "config")
+CONFIG_KEYS = ("files", "argv", "otherwise")
 OUTPUT_KEYS = ("kind", "from", "file", "artifact")
 PHASE_KEYS = ("name", "argv", "include", "read", "exec", "write", "network", "ok_exit", "wall_seconds", "memory_mib")
 PLATFORMS = ("linux", "windows", "any")
 KINDS = ("sarif", "native-json")
 SOURCES = ("file", "stdout")
-PLACEHOLDERS = ("{repo}", "{out}", "{home}")
+PLACEHOLDERS = ("{repo}", "{out}", "{home}", "{builtin}")
+CONFIG_ARG = "{config}"   # a whole argv element: the arguments ConfigChoice picks
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,24 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class ConfigChoice:
+    """How a tool is pointed at its configuration, decided per repository: the first of `files`
+    the repository holds becomes `argv` (with {file} = its path), else `otherwise`. The cage
+    shows a tool nothing above the repository, so a tool that would walk up looking for config is
+    given it explicitly (or told not to look)."""
+    files: tuple[str, ...]
+    argv: tuple[str, ...]
+    otherwise: tuple[str, ...]
+
+    def pick(self, repo: Path) -> tuple[str | None, list[str]]:
+        """(the repository file used or None, the arguments)."""
+        for name in self.files:
+            if (repo / name).is_file():
+                return name, [a.replace("{file}", str(repo / name)) for a in self.argv]
+        return None, list(self.otherwise)
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     adapter: str
@@ -53,6 +73,7 @@ class Tool:
     artifact: str
     phases: tuple[Phase, ...]
     requires: tuple[str, ...] = ()
+    config: ConfigChoice | None = None
     source: str = ""  # the file this entry came from
 
     def runs_here(self) -> bool:
@@ -164,15 +185,41 @@ def _tool(src: str, name: str, data: Any) -> Tool:
     phases = data["phases"]
     if not isinstance(phases, list) or not phases:
         raise _fail(src, f"{key}.phases", "expected at least one [[phases]] table")
+    parsed = tuple(_phase(src, f"{key}.phases[{i}]", p, i) for i, p in enumerate(phases))
+    config = _config(src, f"{key}.config", data["config"]) if "config" in data else None
+    for i, phase in enumerate(parsed):
+        for arg in phase.argv:
+            if CONFIG_ARG in arg and arg != CONFIG_ARG:
+                raise _fail(src, f"{key}.phases[{i}].argv", f"{CONFIG_ARG} must be a whole argument (it stands for several)")
+            if arg == CONFIG_ARG and config is None:
+                raise _fail(src, f"{key}.phases[{i}].argv", f"{CONFIG_ARG} needs a [tools.{name}.config] table saying what it is")
+    if config is not None and not any(CONFIG_ARG in p.argv for p in parsed):
+        raise _fail(src, f"{key}.config", f"no phase's argv has {CONFIG_ARG}, so this table would do nothing")
     return Tool(
         name=name, adapter=adapter,
         platform=_choice(src, f"{key}.platform", data.get("platform", "any"), PLATFORMS),
         build_free=build_free, output_kind=kind, output_from=origin, output_file=file,
         artifact=_str(src, f"{key}.output.artifact", out.get("artifact", Path(file).name if file else "stdout")),
-        phases=tuple(_phase(src, f"{key}.phases[{i}]", p, i) for i, p in enumerate(phases)),
+        phases=parsed,
         requires=_strs(src, f"{key}.requires", data.get("requires", [])),
+        config=config,
         source=src,
     )
+
+
+def _config(src: str, key: str, data: Any) -> ConfigChoice:
+    data = _check_keys(src, key, data, CONFIG_KEYS)
+    files = _strs(src, f"{key}.files", data.get("files"))
+    if not files:
+        raise _fail(src, f"{key}.files", "expected at least one file name")
+    for name in files:
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise _fail(src, f"{key}.files", f"expected a path inside the repository, got {name!r:.60}")
+    argv = _strs(src, f"{key}.argv", data.get("argv"))
+    otherwise = data.get("otherwise", [])
+    if not isinstance(otherwise, list) or not all(isinstance(v, str) and v for v in otherwise):
+        raise _fail(src, f"{key}.otherwise", "expected a list of non-empty strings (may be empty)")
+    return ConfigChoice(files, argv, tuple(otherwise))
 
 
 def parse(text: str, src: str) -> dict[str, Tool]:
