@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -18,3 +21,16 @@ def skip_unless_nobody_can_run() -> None:
                            capture_output=True, text=True)
     if check.stdout.strip() != "True":
         pytest.skip("needs a system python3 >= 3.11 that uid 65534 can run")
+
+
+@contextlib.contextmanager
+def world_readable_tmp(prefix: str = "sandboy-user-"):
+    """A fresh directory under /tmp that uid 65534 can reach, removed afterwards. Not below pytest's
+    tmp_path: a pytest session makes /tmp/pytest-of-<user> private again when it starts, and other
+    sessions start at any time on a shared machine (a test as 65534 then skips or fails at random)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(path, 0o755)
+    try:
+        yield pathlib.Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

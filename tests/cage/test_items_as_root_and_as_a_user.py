@@ -27,7 +27,7 @@ import pytest
 from cagekit import BASE_READ, SANDBOY, Result, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import skip_unless_nobody_can_run  # noqa: E402
+from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -49,10 +49,6 @@ class Who:
         self.uid = NOBODY if name == "nobody" else 0
         self.base = base
         os.chmod(base, 0o755)
-        for parent in base.parents:
-            if str(parent) in ("/", "/tmp"):
-                break
-            os.chmod(parent, os.stat(parent).st_mode | 0o005)
         self.work = base / "work"
         self.work.mkdir()
         self.probe = str(base / "probe")
@@ -95,13 +91,14 @@ class Who:
 
 
 @pytest.fixture(params=["root", "nobody"])
-def who(request, tmp_path, probe):
+def who(request, probe):
     if request.param == "nobody":
         skip_unless_nobody_can_run()
-    made = Who(request.param, tmp_path, probe)
-    if made.uid and made.run(["/bin/true"], made.policy()).rc != 0:
-        pytest.skip("uid 65534 cannot run sandboy from this source tree")
-    return made
+    with world_readable_tmp("sandboy-items-") as base:
+        made = Who(request.param, base, probe)
+        if made.uid and (r := made.run(["/bin/true"], made.policy())).rc != 0:
+            pytest.skip(f"uid 65534 cannot run sandboy from this source tree: {r}")
+        yield made
 
 
 METADATA = r"""

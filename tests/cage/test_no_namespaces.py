@@ -29,7 +29,7 @@ import pytest
 from cagekit import BASE_READ, SANDBOY, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import skip_unless_nobody_can_run  # noqa: E402
+from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -228,13 +228,13 @@ def test_best_effort_still_confines_with_landlock_and_seccomp(host):
     _attacks_and_twin(host)
 
 
-def test_best_effort_still_confines_as_an_ordinary_user(tmp_path):
+def test_best_effort_still_confines_as_an_ordinary_user():
     skip_unless_nobody_can_run()
-    os.chmod(tmp_path, 0o755)
-    for parent in tmp_path.parents:
-        if str(parent) in ("/", "/tmp"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o005)
+    with world_readable_tmp("sandboy-fallback-") as tmp_path:
+        _best_effort_as_nobody(tmp_path)
+
+
+def _best_effort_as_nobody(tmp_path):
     for way in ("container", "sysctl"):
         base = tmp_path / way
         base.mkdir()

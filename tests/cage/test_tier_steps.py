@@ -31,7 +31,7 @@ import pytest
 from cagekit import BASE_READ, Result, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import skip_unless_nobody_can_run  # noqa: E402
+from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -389,15 +389,15 @@ def test_tty_plan_binds_the_relayed_terminal(bench):
     check_tty_plan(bench)
 
 
-def test_every_step_of_the_tier_is_in_force_as_an_ordinary_user(tmp_path, probe):
+def test_every_step_of_the_tier_is_in_force_as_an_ordinary_user(probe):
     """The same battery through `sandboy run` as uid 65534 without capabilities (a user namespace
     mapping 65534 to itself): everything the bench made belongs to that user."""
     skip_unless_nobody_can_run()
-    os.chmod(tmp_path, 0o755)
-    for parent in tmp_path.parents:
-        if str(parent) in ("/", "/tmp"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o005)
+    with world_readable_tmp("sandboy-tier-") as tmp_path:
+        _battery_as_nobody(tmp_path, probe)
+
+
+def _battery_as_nobody(tmp_path, probe):
     copy = tmp_path / "bin"
     copy.mkdir()
     shutil.copy(probe, copy / "probe")
