@@ -20,7 +20,10 @@ import time
 import pytest
 from cagekit import BASE_READ, to_toml
 
-from sandboy.confine import namespaces
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from userkit import world_readable_tmp  # noqa: E402
+
+from sandboy.confine import namespaces  # noqa: E402
 
 pytestmark = [pytest.mark.needs_kernel,
               pytest.mark.skipif(not namespaces.availability()[0],
@@ -324,22 +327,22 @@ NOBODY = 65534
 
 
 @pytest.fixture
-def nobody(tmp_path):
+def nobody():
     """A world-readable directory owned by uid 65534, and `sandboy run` as that user with no
     capabilities, from the system python3 over this source tree (docs/findings.md, "Testing as an ordinary user")."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to become uid 65534")
-    base = tmp_path / "nobody"
+    with world_readable_tmp("sandboy-ns-") as tmp:
+        yield from _nobody(tmp)
+
+
+def _nobody(tmp):
+    base = tmp / "nobody"
     base.mkdir()
     for sub in ("outside", "work"):
         (base / sub).mkdir()
     for path in (base, base / "outside", base / "work"):
         os.chown(path, NOBODY, NOBODY)
-    os.chmod(tmp_path, 0o755)
-    for parent in tmp_path.parents:
-        if str(parent) in ("/", "/tmp"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o005)
     src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
 
     def run(script: str, policy: dict, env=None):
@@ -354,7 +357,7 @@ def nobody(tmp_path):
 
     if run("true", {"version": 1, "fs": {"read": BASE_READ, "exec": ["/usr/bin", "/bin"]}}).returncode != 0:
         pytest.skip("the system python3 cannot import sandboy from this tree as uid 65534")
-    return base, run
+    yield base, run
 
 
 def test_as_an_ordinary_user_the_tier_holds(nobody, probe):

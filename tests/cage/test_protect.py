@@ -255,7 +255,7 @@ NOBODY = 65534
 
 
 @pytest.fixture
-def as_nobody(tmp_path):
+def as_nobody():
     """A git repository owned by uid 65534 in a world-readable tree, and `sandboy run` as that
     user with no capabilities, from the system python3 over this source tree."""
     import shutil
@@ -263,17 +263,22 @@ def as_nobody(tmp_path):
 
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to become uid 65534")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from userkit import world_readable_tmp
+
+    with world_readable_tmp("sandboy-protect-") as tmp:
+        yield from _as_nobody(tmp)
+
+
+def _as_nobody(tmp_path):
+    import sys
+
     base = tmp_path / "nobody"
     repo = base / "repo"
     base.mkdir()
     _repo_with_hooks(repo)
     (repo / ".bashrc").write_text("# start-up file\n")
     subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
-    os.chmod(tmp_path, 0o755)
-    for parent in tmp_path.parents:
-        if str(parent) in ("/", "/tmp"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o005)
     src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
     from cagekit import to_toml
 
@@ -294,7 +299,7 @@ def as_nobody(tmp_path):
 
     if run("true").returncode != 0:
         pytest.skip("the system python3 cannot run sandboy from this tree as uid 65534")
-    return repo, run
+    yield repo, run
 
 
 PLANT_ALL = ("printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' >> .git/config; "
