@@ -91,12 +91,12 @@ def test_bad_size_is_a_usage_error(tmp_path):
     assert proc.returncode == 2 and "expected a size" in proc.stderr
 
 
-# --- the head-and-tail buffer itself (gate.runner._HeadTail), which both caps share ---------------
+# --- the head-and-tail buffer itself (gate.capture.HeadTail), which both caps share ---------------
 
 def test_head_tail_bytes_cut_a_chunk_at_the_head_and_keep_the_last_bytes():
-    from sandboy.gate.runner import _HeadTail
+    from sandboy.gate.capture import HeadTail
 
-    cap = _HeadTail(10)  # a head of 5 bytes, a tail of 5
+    cap = HeadTail(10)  # a head of 5 bytes, a tail of 5
     assert cap.take_bytes(b"abc") == b"abc"
     assert cap.take_bytes(b"defgh") == b"de"       # cut: the head is full after "e"
     assert cap.take_bytes(b"") == b""
@@ -108,9 +108,9 @@ def test_head_tail_bytes_cut_a_chunk_at_the_head_and_keep_the_last_bytes():
 
 
 def test_head_tail_items_keep_whole_items_measured_once_rendered():
-    from sandboy.gate.runner import _HeadTail
+    from sandboy.gate.capture import HeadTail
 
-    cap = _HeadTail(20)  # a head of 10 characters, a tail of 10
+    cap = HeadTail(20)  # a head of 10 characters, a tail of 10
     assert cap.take("0123456789", 10) is True
     assert cap.take(b"ab", 1) is False             # held raw with an estimate, rendered later
     assert cap.take(b"cdef", 1) is False
@@ -124,7 +124,7 @@ def test_the_cli_default_is_the_runners():
     import argparse
 
     from sandboy.gate import cli
-    from sandboy.gate.runner import DEFAULT_MAX_STEP_OUTPUT
+    from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT
 
     parser = argparse.ArgumentParser()
     cli.configure(parser)

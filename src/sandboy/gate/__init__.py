@@ -1,3 +1,3 @@
 """`sandboy gate`: run an untrusted repository's `.007/gate.toml` steps, each in a cage under the
-operator's ceiling (docs/gate.md). Modules: config (parse), ceiling, runner, console, report, outputs
-(where the gate's own files may be written), cli."""
+operator's ceiling (docs/gate.md). Modules: config (parse), ceiling, runner, capture (a step's
+output, capped), console, report, outputs (where the gate's own files may be written), cli."""

@@ -114,7 +114,8 @@ def run_command(args) -> int:
     from sandboy.gate import config, report
     from sandboy.gate.console import Console
     from sandboy.gate.outputs import check_outside, check_writable
-    from sandboy.gate.runner import DEFAULT_MAX_STEP_OUTPUT, StopRequest, resolve_ceiling, run_gate
+    from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT
+    from sandboy.gate.runner import StopRequest, resolve_ceiling, run_gate
 
     if args.print_ceiling:
         sys.stdout.write(f"# The built-in ceiling of `sandboy gate` (docs/gate.md). Edit and pass with --ceiling FILE.\n"
