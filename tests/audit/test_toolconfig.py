@@ -36,7 +36,6 @@ def test_the_built_in_entries_load_and_cover_the_issue() -> None:
     ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'netwrok = true\n', "tools.t.phases[0].netwrok", "did you mean 'network'"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\noutput = {kind='sarif', from='file', file='../x'}\n" + GOOD_PHASE, "tools.t.output.file", "inside the output directory"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\n", "tools.t.output", "missing"),
-    ("version = [\n", "(file)", "not valid TOML"),
 ])
 def test_bad_entries_name_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:
     path = tmp_path / "ops.toml"
@@ -46,6 +45,22 @@ def test_bad_entries_name_file_key_and_problem(tmp_path: Path, text: str, key: s
     message = str(err.value)
     assert message.startswith(f"{path}: {key}: "), message
     assert problem in message
+
+
+# Whole-file problems, as the policy reader words them (`FILE: problem`): one bounded read, UTF-8,
+# TOML, and its guards against files built to make the parser slow.
+@pytest.mark.parametrize("content, problem", [
+    (b"version = [\n", "TOML syntax error"),
+    (b"version = 1\n# \xe9\n", "not UTF-8 (byte"),
+    (b"version = 1\n#" + b"x" * (1 << 20), f"file is larger than {1 << 20} bytes"),
+    (b"a" + b".a" * 300 + b" = 1\n", "line 1: a key of more than 256 dotted parts"),
+])
+def test_the_file_is_read_as_policy_files_are(tmp_path: Path, content: bytes, problem: str) -> None:
+    path = tmp_path / "ops.toml"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as err:
+        toolconfig.load(operator=path)
+    assert str(err.value).startswith(f"{path}: {problem}"), str(err.value)
 
 
 def test_an_operator_file_overrides_a_built_in_tool(tmp_path: Path) -> None:

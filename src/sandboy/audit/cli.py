@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from sandboy.sizes import size_type
+
 EXIT_INTERNAL = 70  # a Sandboy bug (EX_SOFTWARE); never expected
 
 CONVERT_EPILOG = """\
@@ -54,17 +56,6 @@ the last one took here) into $SANDBOY_CACHE_DIR, else
 $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy, keyed on the sources' hash; then compiles
 the native code (.cwasm) keyed on the component's sha256 and the wasmtime version.
 """
-
-
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (examples: 65536, 64M, 1G)") from None
 
 
 def _positive_int(text: str) -> int:
@@ -314,11 +305,11 @@ def add_parser(subparsers: Any) -> None:
     conv.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     conv.add_argument("--json", action="store_true", help="the summary as JSON on stdout (needs -o FILE)")
     limits = conv.add_argument_group("limits (the adapter and its input are untrusted)")
-    limits.add_argument("--max-input-bytes", type=_size, default=64 << 20, metavar="SIZE", help="cap on all inputs together, read in one bounded read (default 64M)")
+    limits.add_argument("--max-input-bytes", type=size_type(), default=64 << 20, metavar="SIZE", help="cap on all inputs together, read in one bounded read (default 64M)")
     limits.add_argument("--fuel", type=_positive_int, metavar="N", help="wasm fuel budget (default: 2e9 + 4000 per input byte)")
     limits.add_argument("--deadline-seconds", type=_positive_float, default=120.0, metavar="S", help="wall-clock backstop (default 120)")
     limits.add_argument("--memory-mib", type=_positive_int, default=256, metavar="MIB", help="guest memory cap (default 256)")
-    limits.add_argument("--max-output-bytes", type=_size, default=128 << 20, metavar="SIZE", help="reject larger output (default 128M)")
+    limits.add_argument("--max-output-bytes", type=size_type(), default=128 << 20, metavar="SIZE", help="reject larger output (default 128M)")
     limits.add_argument("--max-results", type=_positive_int, default=100_000, metavar="N", help="reject output with more results (default 100000)")
     conv.set_defaults(func=_guarded(cmd_convert))
 
@@ -329,7 +320,7 @@ def add_parser(subparsers: Any) -> None:
     val.add_argument("--github", action="store_true", help="also apply GitHub code scanning's limits and rules (errors only for what GitHub rejects)")
     val.add_argument("--strict", action="store_true", help="spec inconsistencies that consumers accept (warnings by default) are errors")
     val.add_argument("--json", action="store_true", help="machine-readable report on stdout")
-    val.add_argument("--max-input-bytes", type=_size, default=64 << 20, metavar="SIZE", help="refuse larger files (default 64M)")
+    val.add_argument("--max-input-bytes", type=size_type(), default=64 << 20, metavar="SIZE", help="refuse larger files (default 64M)")
     val.add_argument("--max-problems", type=int, default=20, metavar="N", help="problems listed per file in text output (default 20)")
     val.set_defaults(func=_guarded(cmd_validate))
 

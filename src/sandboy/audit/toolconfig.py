@@ -222,13 +222,16 @@ def _config(src: str, key: str, data: Any) -> ConfigChoice:
     return ConfigChoice(files, argv, tuple(otherwise))
 
 
-def parse(text: str, src: str) -> dict[str, Tool]:
-    import tomllib
+def parse(text: str | bytes, src: str) -> dict[str, Tool]:
+    """Entries from an adapters.toml's contents, read the way policy files are (policy.load):
+    UTF-8, the TOML guards (long dotted keys, deep nesting, huge integers), errors naming FILE."""
+    from sandboy.errors import PolicyError
+    from sandboy.policy.load import parse_toml
 
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise _fail(src, "(file)", f"not valid TOML: {exc}") from None
+        data = parse_toml(text.encode() if isinstance(text, str) else text, src)
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
     _check_keys(src, "", data, TOP_KEYS)
     if data.get("version") != 1:
         raise _fail(src, "version", "expected version = 1")
@@ -238,14 +241,15 @@ def parse(text: str, src: str) -> dict[str, Tool]:
 
 
 def read(path: Path) -> dict[str, Tool]:
-    from sandboy.audit.capped import read_capped
+    """One bounded read (a file over policy.load.MAX_POLICY_BYTES is refused, never cut), then parse."""
+    from sandboy.errors import PolicyError
+    from sandboy.policy.load import MAX_POLICY_BYTES, read_bounded
 
-    data = read_capped(path, 1 << 20, "adapters file")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _fail(str(path), "(file)", "not UTF-8") from None
-    return parse(text, str(path))
+        raw = read_bounded(str(path), MAX_POLICY_BYTES)
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
+    return parse(raw, str(path))
 
 
 def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, Tool]:

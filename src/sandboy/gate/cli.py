@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from sandboy.errors import EXIT_READER_GONE
+from sandboy.sizes import size_type
 
 EXIT_INTERRUPTED = 130  # ^C: the shell's convention for SIGINT
 
@@ -52,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per step)")
     parser.add_argument("--json", metavar="FILE", dest="json_path", help="write a JSON report ('-' for stdout)")
     parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
-    parser.add_argument("--max-step-output", metavar="SIZE", type=_size, default=None,
+    parser.add_argument("--max-step-output", metavar="SIZE", type=size_type(1024), default=None,
                         help="bytes of each step's output kept in its log and shown (head and tail; "
                              "the rest is dropped and reported); default 32M")
     parser.add_argument("--keep-going", action="store_true",
@@ -71,18 +72,6 @@ def _say(text: str) -> None:
     from sandboy.escape import line
 
     sys.stderr.write(line(text) + "\n")
-
-
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    try:
-        value = int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
-    except ValueError:
-        value = -1
-    if value < 1024:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a size of at least 1K (examples: 1M, 64M, 1G)")
-    return value
 
 
 def _fail(args, message: str, code: int) -> int:
