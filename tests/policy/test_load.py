@@ -224,3 +224,9 @@ def test_check_domain_refuses_what_egress_refuses():
     with pytest.raises(PolicyError) as err:
         load.check_domain("p.toml", "net.domains[0]", "exa mple.com")
     assert err.value.key == "net.domains[0]" and "exa mple.com" in err.value.problem
+
+
+def test_kind_of_names_toml_types_in_words():
+    assert [load.kind_of(v) for v in ("s", True, 1, 1.5, [], {})] == [
+        "a string", "a boolean", "an integer", "a float", "a list", "a table"]
+    assert load.kind_of(None) == "NoneType"  # not a TOML type: its Python name

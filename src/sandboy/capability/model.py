@@ -13,7 +13,7 @@ escapes (the targets disagree on them), `..`.
 import re
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import _kind, check_domain, checked_table, parse_toml, read_bounded, unknown_key
+from sandboy.policy.load import kind_of, check_domain, checked_table, parse_toml, read_bounded, unknown_key
 
 POLICY_FILE = "owen.policy.toml"
 TOP_KEYS = ("version", "targets", "read", "index", "write", "exec", "network", "codex", "sandboy")
@@ -97,7 +97,7 @@ def _to_regex(body: str, anchored: bool) -> str:
 
 def parse_pattern(src: str, key: str, text, negatable=False) -> Pattern:
     if not isinstance(text, str):
-        raise PolicyError(src, key, f"expected a path pattern (a string), got {_kind(text)}")
+        raise PolicyError(src, key, f"expected a path pattern (a string), got {kind_of(text)}")
     problem = None
     if not text or text.strip() != text:
         problem = "empty, or begins/ends with blanks"
@@ -139,7 +139,7 @@ class ExecRule:
 
 def parse_exec(src: str, key: str, text) -> ExecRule:
     if not isinstance(text, str):
-        raise PolicyError(src, key, f"expected a command prefix (a string), got {_kind(text)}")
+        raise PolicyError(src, key, f"expected a command prefix (a string), got {kind_of(text)}")
     words = tuple(text.split())
     if not words:
         raise PolicyError(src, key, "empty command prefix")
@@ -198,7 +198,7 @@ class CapabilityPolicy:
 
 def _list(src, key, value, parse):
     if not isinstance(value, list):
-        raise PolicyError(src, key, f"expected a list, got {_kind(value)}")
+        raise PolicyError(src, key, f"expected a list, got {kind_of(value)}")
     out, seen = [], set()
     for i, item in enumerate(value):
         parsed = parse(src, f"{key}[{i}]", item)
@@ -210,7 +210,7 @@ def _list(src, key, value, parse):
 
 def _domain(src, key, value):
     if not isinstance(value, str):
-        raise PolicyError(src, key, f"expected a domain (a string), got {_kind(value)}")
+        raise PolicyError(src, key, f"expected a domain (a string), got {kind_of(value)}")
     check_domain(src, key, value)
     return value.lower()
 
@@ -219,7 +219,7 @@ def _names(src: str, key: str, value, known, kind: str) -> list:
     """`value` if it is a list of names from `known`; else a PolicyError naming `key` (or the
     first unknown `key[i]`, with a "did you mean")."""
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        raise PolicyError(src, key, f"expected a list of {kind} names, got {_kind(value)}")
+        raise PolicyError(src, key, f"expected a list of {kind} names, got {kind_of(value)}")
     for i, name in enumerate(value):
         if name not in known:
             raise PolicyError(src, f"{key}[{i}]", unknown_key(name, tuple(known), what=f"{kind} {name!r}"))
@@ -242,7 +242,7 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
     ex = lambda k: _list(src, f"exec.{k}", sections["exec"].get(k, []), parse_exec)  # noqa: E731
     domains = sections["network"].get("domains", [])
     if not isinstance(domains, list):
-        raise PolicyError(src, "network.domains", f"expected a list of domains, got {_kind(domains)}")
+        raise PolicyError(src, "network.domains", f"expected a list of domains, got {kind_of(domains)}")
     domains = tuple(dict.fromkeys(_domain(src, f"network.domains[{i}]", d) for i, d in enumerate(domains)))
 
     targets = _names(src, "targets", data.get("targets", [t for t, e in TARGETS.items() if e.default]), TARGETS,

@@ -11,7 +11,7 @@ import os
 
 from sandboy import escape
 from sandboy.errors import PolicyError
-from sandboy.policy.load import MAX_POLICY_BYTES, _kind, checked_table, parse_toml, read_bounded
+from sandboy.policy.load import MAX_POLICY_BYTES, kind_of, checked_table, parse_toml, read_bounded
 from sandboy.policy.model import Policy
 from sandboy.policy.resolve import is_within
 
@@ -69,7 +69,7 @@ def parse_timeout(src: str, key: str, value) -> int:
     else:
         raise PolicyError(src, key, f"expected seconds as an integer or a string like \"90s\", \"10m\", \"1h\"; "
                           f"got {value!r}" if isinstance(value, (str, int)) else
-                          f"expected seconds as an integer or a string like \"10m\", got {_kind(value)}")
+                          f"expected seconds as an integer or a string like \"10m\", got {kind_of(value)}")
     if not 0 < seconds <= MAX_TIMEOUT:
         raise PolicyError(src, key, f"expected a timeout between 1 second and 7 days, got {value!r}")
     return seconds
@@ -77,7 +77,7 @@ def parse_timeout(src: str, key: str, value) -> int:
 
 def _check_name(src: str, key: str, name) -> str:
     if not isinstance(name, str):
-        raise PolicyError(src, key, f"expected a string, got {_kind(name)}")
+        raise PolicyError(src, key, f"expected a string, got {kind_of(name)}")
     if not name or len(name) > MAX_NAME:
         raise PolicyError(src, key, f"expected 1 to {MAX_NAME} characters, got {len(name)}")
     if not name.isprintable() or name != name.strip():
@@ -90,7 +90,7 @@ def _shell(src: str, gate) -> tuple:
     shell = gate.get("shell", list(DEFAULT_SHELL))
     if not isinstance(shell, list) or not shell:
         raise PolicyError(src, "gate.shell", f"expected a non-empty list of strings like [\"bash\", \"-lc\"], "
-                          f"got {_kind(shell)}")
+                          f"got {kind_of(shell)}")
     for i, part in enumerate(shell):
         if not isinstance(part, str) or not part or "\0" in part:
             raise PolicyError(src, f"gate.shell[{i}]", f"expected a non-empty string, got {part!r}")
@@ -99,12 +99,12 @@ def _shell(src: str, gate) -> tuple:
 
 def _policy_tables(src: str, tables) -> dict:
     if not isinstance(tables, dict):
-        raise PolicyError(src, "policy", f"expected tables [policy.NAME], got {_kind(tables)}")
+        raise PolicyError(src, "policy", f"expected tables [policy.NAME], got {kind_of(tables)}")
     out = {}
     for name, table in tables.items():
         key = f"policy.{escape.key(name)}"
         if not isinstance(table, dict):
-            raise PolicyError(src, key, f"expected a table [{key}], got {_kind(table)}")
+            raise PolicyError(src, key, f"expected a table [{key}], got {kind_of(table)}")
         try:
             out[name] = Policy.from_mapping(table, f"{src} [{key}]")
         except PolicyError as exc:
@@ -144,7 +144,7 @@ def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Poli
 def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files: dict) -> Step:
     prefix = f"step[{i}]"
     if not isinstance(table, dict):
-        raise PolicyError(src, prefix, f"expected a [[step]] table, got {_kind(table)}")
+        raise PolicyError(src, prefix, f"expected a [[step]] table, got {kind_of(table)}")
     name = table.get("name")
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME:  # errors name the step when it has a sane name
         prefix = f"step[{i}] ({name!r})"
@@ -156,17 +156,17 @@ def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files
     run = table["run"]
     if not isinstance(run, str) or not run.strip() or "\0" in run or len(run) > MAX_RUN:
         raise PolicyError(src, f"{prefix}.run", f"expected a non-empty command string (at most {MAX_RUN} "
-                          f"characters), got {_kind(run)}")
+                          f"characters), got {kind_of(run)}")
     allow_failure = table.get("allow_failure", False)
     if type(allow_failure) is not bool:
-        raise PolicyError(src, f"{prefix}.allow_failure", f"expected true or false, got {_kind(allow_failure)}")
+        raise PolicyError(src, f"{prefix}.allow_failure", f"expected true or false, got {kind_of(allow_failure)}")
     timeout = parse_timeout(src, f"{prefix}.timeout", table["timeout"]) if "timeout" in table else None
     ref = table.get("policy")
     policy = None
     if ref is not None:
         if not isinstance(ref, str) or not ref:
             raise PolicyError(src, f"{prefix}.policy", f"expected a [policy.NAME] name or a path under "
-                              f"{GATE_DIR}/, got {_kind(ref)}")
+                              f"{GATE_DIR}/, got {kind_of(ref)}")
         if "/" in ref or ref.endswith(".toml"):
             if ref not in files:
                 files[ref] = _policy_file(src, f"{prefix}.policy", repo, gate_dir, ref)
@@ -211,7 +211,7 @@ def from_data(data: dict, repo: str, src: str) -> Gate:
     if steps_raw is None:
         raise PolicyError(src, "step", "no steps (add at least one [[step]] with name and run)")
     if not isinstance(steps_raw, list):
-        raise PolicyError(src, "step", f"expected [[step]] tables, got {_kind(steps_raw)}")
+        raise PolicyError(src, "step", f"expected [[step]] tables, got {kind_of(steps_raw)}")
     if not steps_raw or len(steps_raw) > MAX_STEPS:
         raise PolicyError(src, "step", f"expected 1 to {MAX_STEPS} steps, got {len(steps_raw)}")
     steps, seen, files = [], set(), {}

@@ -24,11 +24,11 @@ _CACHE_FORMAT = 1
 
 def _str_list(src: str, key: str, value, check=None) -> tuple:
     if not isinstance(value, list):
-        raise PolicyError(src, key, f"expected a list of strings, got {_kind(value)}")
+        raise PolicyError(src, key, f"expected a list of strings, got {kind_of(value)}")
     out = []
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise PolicyError(src, f"{key}[{i}]", f"expected a string, got {_kind(item)}")
+            raise PolicyError(src, f"{key}[{i}]", f"expected a string, got {kind_of(item)}")
         if check is not None:
             check(src, f"{key}[{i}]", item)
         if item not in out:
@@ -58,7 +58,7 @@ def _path(src: str, key: str, value: str) -> None:
 
 def _port_list(src: str, key: str, value) -> tuple:
     if not isinstance(value, list):
-        raise PolicyError(src, key, f"expected a list of TCP ports (integers 1-65535), got {_kind(value)}")
+        raise PolicyError(src, key, f"expected a list of TCP ports (integers 1-65535), got {kind_of(value)}")
     out = []
     for i, item in enumerate(value):
         if type(item) is not int or not 0 < item < 65536:
@@ -70,7 +70,7 @@ def _port_list(src: str, key: str, value) -> tuple:
 
 def _bool(src: str, key: str, value) -> bool:
     if type(value) is not bool:
-        raise PolicyError(src, key, f"expected true or false, got {_kind(value)}")
+        raise PolicyError(src, key, f"expected true or false, got {kind_of(value)}")
     return value
 
 
@@ -126,7 +126,8 @@ def _keyname(name) -> str:
     return key(name)
 
 
-def _kind(value) -> str:
+def kind_of(value) -> str:
+    """A TOML value's type in words, for "expected X, got an integer" messages."""
     names = {str: "a string", bool: "a boolean", int: "an integer", float: "a float",
              list: "a list", dict: "a table"}
     return names.get(type(value), type(value).__name__)
@@ -150,7 +151,7 @@ def checked_table(src: str, key: str, value, known: tuple) -> dict:
     """`value` if it is a table whose keys are all in `known`, else a PolicyError naming `key`
     (or the first unknown `key.name`)."""
     if not isinstance(value, dict):
-        raise PolicyError(src, key, f"expected a table [{key}], got {_kind(value)}")
+        raise PolicyError(src, key, f"expected a table [{key}], got {kind_of(value)}")
     for name in value:
         if name not in known:
             raise PolicyError(src, f"{key}.{_keyname(name)}", unknown_key(name, known))
@@ -220,13 +221,13 @@ def _env(src, value) -> dict:
     if "set" in t:
         table = t["set"]
         if not isinstance(table, dict):
-            raise PolicyError(src, "env.set", f"expected a table of NAME = \"value\", got {_kind(table)}")
+            raise PolicyError(src, "env.set", f"expected a table of NAME = \"value\", got {kind_of(table)}")
         pairs = []
         for name, val in table.items():
             if not name or "=" in name or "\0" in name:  # (the key is spelled out only on error)
                 _env_name(src, f"env.set.{_keyname(name)}", name)
             if not isinstance(val, str) or "\0" in val:
-                raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {_kind(val)}")
+                raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {kind_of(val)}")
             pairs.append((name, val))
         out["set"] = tuple(pairs)
     return out
@@ -252,7 +253,7 @@ _SECTION_PARSERS = {"fs": _fs, "net": _net, "ipc": _ipc, "seccomp": _seccomp, "e
 def validate(data, source: str = "<policy>") -> dict:
     """{section: {field: normalized value}} for every section present; raises PolicyError."""
     if not isinstance(data, dict):
-        raise PolicyError(source, "", f"expected a table, got {_kind(data)}")
+        raise PolicyError(source, "", f"expected a table, got {kind_of(data)}")
     if "version" not in data:
         raise PolicyError(source, "version", "missing (add `version = 1` at the top)")
     if data["version"] != 1 or type(data["version"]) is not int:
