@@ -69,6 +69,30 @@ def test_fingerprints_are_added_from_the_source_and_existing_ones_kept(tmp_path:
     assert got == ["54703d4cd895b18:1", "180aee12dab6264:1", "kept:1", None, None, None]
 
 
+def test_fingerprints_read_only_regular_files_inside_the_root_and_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source root is the analysed (untrusted) repository: a symlink out of it, a sibling
+    whose name only starts like the root, a FIFO (which would block a plain read) and a file
+    over the size limit give no fingerprint; the regular file beside them does."""
+    root, sibling = tmp_path / "repo", tmp_path / "repo-evil"
+    root.mkdir()
+    sibling.mkdir()
+    (sibling / "x.py").write_text("secret\n")
+    (root / "ok.py").write_text(" a\nb\n")
+    (root / "out.py").symlink_to(sibling / "x.py")
+    os.mkfifo(root / "fifo.py")
+    (root / "big.py").write_text("x\n" * 600)
+    monkeypatch.setattr(fingerprint, "MAX_SOURCE_BYTES", 1000)
+    doc = _log({"tool": {"driver": {"name": "t"}}, "results": [
+        _result("R1", "ok.py", 2), _result("R2", "out.py", 1), _result("R3", "../repo-evil/x.py", 1),
+        _result("R4", f"file://{sibling}/x.py", 1), _result("R5", "fifo.py", 1), _result("R6", "big.py", 1)]})
+    assert fingerprint.add_fingerprints(doc, root) == 1
+    assert [r.get("partialFingerprints") for r in doc["runs"][0]["results"]][1:] == [None] * 5
+    assert fingerprint.hash_file(root / "fifo.py") is None  # not opened for a blocking read
+    assert fingerprint.hash_file(root / "out.py") is None   # a symlink in last place is not followed
+    (root / "big.py").write_text("x\n" * 500)              # exactly 1000 bytes: hashed
+    assert fingerprint.hash_file(root / "big.py") == fingerprint.line_hashes("x\n" * 500)
+
+
 # --- merge --------------------------------------------------------------------------------
 
 

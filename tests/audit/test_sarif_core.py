@@ -165,7 +165,8 @@ def prov():
 
 
 def test_finalize_stamps_and_validates():
-    text, d = sarif.finalize(sarif.dumps(BASE), prov(), 1 << 20, 10)
+    text, d, warnings = sarif.finalize(sarif.dumps(BASE), prov(), 1 << 20, 10)
+    assert warnings == []
     assert d["runs"][0]["properties"]["sandboy"]["componentSha256"] == "f" * 64
     assert text.endswith("\n") and sarif.parse_json(text) == d
 

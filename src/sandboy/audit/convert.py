@@ -113,7 +113,7 @@ def convert(req: ConvertRequest, progress: Progress = _stderr) -> ConvertResult:
         wasmtime_version=host.wasmtime_version(), fuel_used=outcome.fuel_used,
         duration_ms=outcome.seconds * 1000, inputs=inputs, sandboy_version=__version__,
     )
-    text, doc, warnings = sarif.finalize_with_warnings(outcome.sarif, prov, req.max_output_bytes, req.max_results)
+    text, doc, warnings = sarif.finalize(outcome.sarif, prov, req.max_output_bytes, req.max_results)
     return ConvertResult(text, doc, prov, sarif.count_results(doc), time.perf_counter() - started, warnings)
 
 

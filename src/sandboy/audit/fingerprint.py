@@ -14,6 +14,7 @@ checked against the upstream test vectors (tests/audit/test_fingerprint.py).
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import unquote
@@ -96,13 +97,32 @@ def line_hashes(text: str) -> list[str]:
 
 
 def hash_file(path: Path) -> list[str] | None:
+    """The line hashes of a source file, or None when it cannot be one: one bounded read (a file
+    that turns out larger than MAX_SOURCE_BYTES is not hashed; no size is trusted before the
+    read), the last component not followed if it became a symlink since source_path resolved it,
+    and nothing but a regular file read (a FIFO planted in the tree must not block the merge)."""
     try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            return None
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    return line_hashes(data.decode("utf-8", "replace"))
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        while total <= MAX_SOURCE_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_SOURCE_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if total > MAX_SOURCE_BYTES:
+        return None
+    return line_hashes(b"".join(chunks).decode("utf-8", "replace"))
 
 
 def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> Path | None:
@@ -119,9 +139,11 @@ def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> P
     uri = uri.removeprefix("file://")
     if "://" in uri:
         return None
+    from sandboy.policy.resolve import is_within
+
     base = os.path.realpath(root)
     full = os.path.realpath(uri if uri.startswith("/") else os.path.join(base, uri))
-    if not (full == base or full.startswith(base + os.sep)):
+    if not is_within(full, base):
         return None  # outside the source root (also after following symlinks)
     return Path(full) if os.path.isfile(full) else None
 

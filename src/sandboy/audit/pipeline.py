@@ -169,8 +169,8 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
     import threading
 
     from sandboy import Policy
-    from sandboy.confine.launch import spawn
-    from sandboy.errors import CageError, PolicyError
+    from sandboy.confine.launch import CAGE_ERROR, EXITED, TIMED_OUT, spawn
+    from sandboy.errors import CageError, EXIT_CAGE, PolicyError
 
     argv = command_line(phase, places, config_args or [])
     program = shutil.which(argv[0], path=path) or argv[0]
@@ -200,17 +200,17 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
             done.set()
             ticker.join()
     except (PolicyError, CageError) as exc:
-        return PhaseReport(phase.name, argv, "cage_error", 125, False, time.monotonic() - t0, digest,
+        return PhaseReport(phase.name, argv, CAGE_ERROR, EXIT_CAGE, False, time.monotonic() - t0, digest,
                            error=str(exc), started=started, ended=_now())
     finally:
         os.close(out_fd)
         os.close(err_fd)
-    ok = result.outcome == "exited" and result.returncode in phase.ok_exit
+    ok = result.outcome == EXITED and result.returncode in phase.ok_exit
     error = None
     if not ok:
-        if result.outcome == "timed_out":
+        if result.outcome == TIMED_OUT:
             error = f"timed_out after {phase.wall_seconds} s (wall_seconds); the tool's tree was killed"
-        elif result.outcome != "exited":
+        elif result.outcome != EXITED:
             error = f"{result.outcome}: {result.error or f'exit status {result.returncode}'}"
         else:
             error = f"exit status {result.returncode} (success is {', '.join(map(str, phase.ok_exit))})"

@@ -432,15 +432,10 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
 
 
-def finalize(output: str, prov: Provenance, max_output_bytes: int, max_results: int) -> tuple[str, dict[str, Any]]:
-    """Turn a guest's output into canonical, validated, stamped SARIF or raise a classified error."""
-    text, doc, _ = finalize_with_warnings(output, prov, max_output_bytes, max_results)
-    return text, doc
-
-
-def finalize_with_warnings(output: str, prov: Provenance, max_output_bytes: int,
-                           max_results: int) -> tuple[str, dict[str, Any], list[Problem]]:
-    """finalize(), also returning the warnings (inconsistencies that do not fail a conversion)."""
+def finalize(output: str, prov: Provenance, max_output_bytes: int,
+             max_results: int) -> tuple[str, dict[str, Any], list[Problem]]:
+    """Turn a guest's output into canonical, validated, stamped SARIF or raise a classified error.
+    Returns (text, document, warnings: inconsistencies that do not fail a conversion, ADR 0012)."""
     size = len(output) if len(output) * 4 <= max_output_bytes else len(output.encode("utf-8", "surrogatepass"))
     if size > max_output_bytes:
         raise OutputTooLarge(f"the adapter's output is {size:,} bytes, over --max-output-bytes {max_output_bytes:,}")
