@@ -132,9 +132,10 @@ def run_command(args) -> int:
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
     out = sys.stderr if args.json_path == "-" else sys.stdout
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
+    max_output = DEFAULT_MAX_STEP_OUTPUT if args.max_step_output is None else args.max_step_output
     try:
         result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
-                          interactive=args.interactive, max_output=DEFAULT_MAX_STEP_OUTPUT if args.max_step_output is None else args.max_step_output)
+                          interactive=args.interactive, max_output=max_output)
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself
