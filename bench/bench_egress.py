@@ -3,14 +3,22 @@
 measured in the same run, interleaved:
 
   set-up    sandboy.run(["/bin/true"]) with net.domains  vs  the same run with Layer 2 alone
-            (net.connect_tcp, supervised); and the CLI the same way
+            (net.connect_tcp, supervised); the CLI the same way (Layer 2 alone runs in exec mode;
+            also shown against a supervised Layer-2 run); wall time (median, and the median of
+            paired differences) and CPU time (this process and its reaped children)
+  first     one small GET by curl as the whole command: through the proxy (its thread, asyncio
+  request   and h11 start at this first client)  vs  curl straight to the origin (Layer 2,
+            connect_tcp to its port)
   bulk      100 MiB over HTTP from a loopback server: through the proxy (absolute-form request,
             and a CONNECT tunnel)  vs  direct
   latency   one small request on a new connection: through the proxy  vs  direct
+  phases    the kernel's share: /bin/true via the plan executor in a user namespace, then with
+            a network namespace, lo up, the listener handed over; and the machine-wide busy
+            time the namespace's (asynchronous) teardown adds
 
 The origin server and the proxy run in processes of their own (one GIL each), the client here.
 
-    .venv/bin/python bench/bench_egress.py [--rounds N] [--mib N] [--only setup|traffic] [--json]
+    .venv/bin/python bench/bench_egress.py [--rounds N] [--mib N] [--only setup|traffic|phases] [--json]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -129,49 +138,182 @@ def bench_traffic(rounds: int, mib: int) -> dict:
     }
 
 
-def _policy(net: str) -> str:
-    return ('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
-            f"[net]\n{net}\n")
+def _policy(net: str, extra: str = "") -> str:
+    return ('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\nexec = ["/usr/bin", "/bin", "/usr/lib"]\n'
+            f"[net]\n{net}\n{extra}")
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of every child it has reaped (supervisors, commands): less
+    sensitive than wall time to the other engineers' load on this 2-core machine. What the
+    kernel does later in its own workers (a network namespace's teardown) is not in it."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _summary(samples: dict, base: str, other: str) -> dict:
+    """Medians of wall time, the median of the paired differences (each L3 run against the L2
+    run just before it: drift in the machine's load cancels out) and the mean CPU difference."""
+    wall = {k: statistics.median(w for w, _ in v) * 1000 for k, v in samples.items()}
+    pairs = [(o[0] - b[0]) * 1000 for b, o in zip(samples[base], samples[other])]
+    cpu = {k: statistics.mean(c for _, c in v) * 1000 for k, v in samples.items()}
+    return {"wall_ms": {k: round(v, 2) for k, v in wall.items()},
+            "added_wall_ms": round(statistics.median(pairs), 2),
+            "cpu_ms": {k: round(v, 2) for k, v in cpu.items()},
+            "added_cpu_ms": round(cpu[other] - cpu[base], 2)}
 
 
 def bench_setup(rounds: int) -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
     from sandboy import Policy, run
 
-    with tempfile.TemporaryDirectory() as d:
-        l2_path, l3_path = os.path.join(d, "l2.toml"), os.path.join(d, "l3.toml")
-        with open(l2_path, "w") as fh:
-            fh.write(_policy("connect_tcp = [443]"))
-        with open(l3_path, "w") as fh:
-            fh.write(_policy('domains = ["pypi.org"]'))
-        l2, l3 = Policy.load(l2_path), Policy.load(l3_path)
-        env = dict(os.environ, SANDBOY_CACHE_DIR=os.path.join(d, "cache"))
+    origin, oport = _start(ORIGIN)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            hosts = os.path.join(d, "hosts")
+            with open(hosts, "w") as fh:
+                fh.write("127.0.0.1 bench.test\n")
+            paths = {}
+            for name, text in (("l2", _policy("connect_tcp = [443]")),
+                               ("l2s", _policy("connect_tcp = [443]", "[limits]\nwall_seconds = 3600\n")),
+                               ("l3", _policy('domains = ["pypi.org"]')),
+                               ("l2_origin", _policy(f"connect_tcp = [{oport}]")),
+                               ("l3_origin", _policy(f'domains = ["bench.test:{oport}"]\nprivate = ["127.0.0.0/8"]'))):
+                paths[name] = os.path.join(d, name + ".toml")
+                with open(paths[name], "w") as fh:
+                    fh.write(text)
+            policies = {name: Policy.load(path) for name, path in paths.items()}
+            env = dict(os.environ, SANDBOY_CACHE_DIR=os.path.join(d, "cache"), SANDBOY_EGRESS_HOSTS=hosts)
+            os.environ["SANDBOY_EGRESS_HOSTS"] = hosts  # the API's proxy runs in this process's supervisors
+            direct = ["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{oport}/s/1"]
+            proxied = ["curl", "-sf", "-o", "/dev/null", f"http://bench.test:{oport}/s/1"]
 
-        def api(policy):
+            def api(name, argv=("/bin/true",)):
+                def one():
+                    cpu, start = _cpu_seconds(), time.perf_counter()
+                    result = run(list(argv), policies[name], cwd=d, supervise=True)
+                    elapsed = time.perf_counter() - start
+                    assert result.ok, result
+                    return elapsed, _cpu_seconds() - cpu
+                return one
+
+            def cli(name, argv=("/bin/true",)):
+                def one():
+                    cpu, start = _cpu_seconds(), time.perf_counter()
+                    subprocess.run([os.path.join(VENV_BIN, "sandboy"), "run", "--policy", paths[name], "--", *argv],
+                                   check=True, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+                    return time.perf_counter() - start, _cpu_seconds() - cpu
+                return one
+
+            def interleaved(cases: dict, n: int) -> dict:
+                for case in cases.values():
+                    case()  # warm imports and the parse cache
+                samples = {k: [] for k in cases}
+                for _ in range(n):
+                    for k, case in cases.items():
+                        samples[k].append(case())
+                return samples
+
+            out = {}
+            api_samples = interleaved({"api_l2": api("l2"), "api_l3": api("l3")}, rounds * 6)
+            out["api"] = _summary(api_samples, "api_l2", "api_l3")
+            cli_samples = interleaved({"cli_l2": cli("l2"), "cli_l2_supervised": cli("l2s"), "cli_l3": cli("l3")},
+                                      rounds * 2)
+            out["cli"] = _summary(cli_samples, "cli_l2", "cli_l3")
+            out["cli"]["added_wall_ms_vs_supervised"] = _summary(cli_samples, "cli_l2_supervised", "cli_l3")["added_wall_ms"]
+            first = interleaved({"api_direct": api("l2_origin", direct), "api_proxied": api("l3_origin", proxied),
+                                 "cli_direct": cli("l2_origin", direct), "cli_proxied": cli("l3_origin", proxied)},
+                                rounds * 2)
+            out["first_request_api"] = _summary(first, "api_direct", "api_proxied")
+            out["first_request_cli"] = _summary(first, "cli_direct", "cli_proxied")
+    finally:
+        origin.kill()
+        origin.wait(10)
+    return {"setup": out}
+
+
+def _busy_jiffies() -> int:
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()[1:]
+    return sum(int(x) for i, x in enumerate(fields[:8]) if i not in (3, 4))  # all but idle, iowait
+
+
+def bench_phases(rounds: int) -> dict:
+    """The kernel's share, without Python in the child: /bin/true started by the plan executor
+    (`_libc.fork_exec`, as a run does) in a user namespace, then with one Layer-3 step more at
+    a time: its own network namespace, `lo` up, the listener made and handed over to this
+    process (received here, as the supervisor does). Wall time of clone → exit → reaped.
+
+    The namespace's teardown is not in those figures: the kernel does it after the last
+    reference goes, in a worker thread (cleanup_net). What that costs the machine is estimated
+    from /proc/stat: busy time of all CPUs over a batch with network namespaces minus a batch
+    without, per run (machine-wide, so other users' load adds noise: several batches)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    from sandboy.confine import _libc
+    from sandboy.confine import namespaces as ns
+
+    if not ns.availability()[0]:
+        return {}
+    user = [step for _, step in ns.plan_user_map(os.geteuid(), os.getegid())]
+    up = [step for _, step in ns.plan_loopback_up()]
+    paths, argv, envp = [b"/bin/true"], [b"true"], []
+
+    def case(flags, steps, hand_over=False):
+        def run():
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            plan, channel = list(steps), None
+            if hand_over:
+                channel, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                spare, keep = os.dup(child_end.fileno()), []
+                plan += [step for _, step in ns.plan_listen_and_send(3128, child_end.fileno(), spare, keep)]
             start = time.perf_counter()
-            result = run(["/bin/true"], policy, cwd=d, supervise=True)
-            assert result.ok, result
-            return time.perf_counter() - start
+            pid = _libc.fork_exec(plan, paths, argv, envp, err_w, flags)
+            os.close(err_w)
+            if hand_over:
+                child_end.close()
+                os.close(spare)
+                os.close(ns.receive_fd(channel))
+                channel.close()
+            os.waitpid(pid, 0)
+            elapsed = time.perf_counter() - start
+            error, _ = _libc.read_child_report(os.read(err_r, 64))
+            os.close(err_r)
+            assert error is None, error
+            return elapsed
+        return run
 
-        def cli(path):
-            start = time.perf_counter()
-            subprocess.run([os.path.join(VENV_BIN, "sandboy"), "run", "--policy", path, "--", "/bin/true"],
-                           check=True, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
-            return time.perf_counter() - start
+    user_ns, net = ns.CLONE_NEWUSER, ns.CLONE_NEWUSER | ns.CLONE_NEWNET
+    cases = {"user namespace": case(user_ns, user), "+ network namespace": case(net, user),
+             "+ lo up": case(net, user + up), "+ listener handed over": case(net, user + up, hand_over=True)}
+    for fn in cases.values():
+        fn()
+    samples = {k: [] for k in cases}
+    for _ in range(rounds * 40):
+        for k, fn in cases.items():
+            samples[k].append(fn())
+    wall = {k: round(statistics.median(v) * 1000, 3) for k, v in samples.items()}
+    hz = os.sysconf("SC_CLK_TCK")
+    batch, teardown = 200, []
+    for _ in range(max(2, rounds)):
+        spent = {}
+        for name in ("user namespace", "+ listener handed over"):
+            busy = _busy_jiffies()
+            for _ in range(batch):
+                cases[name]()
+            time.sleep(0.3)  # let the workers finish the teardowns
+            spent[name] = (_busy_jiffies() - busy) / hz / batch * 1000
+        teardown.append(spent["+ listener handed over"] - spent["user namespace"])
+    return {"phases": {"wall_ms": wall, "machine_busy_ms_per_run_with_netns": [round(x, 2) for x in teardown]}}
 
-        api(l3), api(l2), cli(l3_path), cli(l2_path)  # warm imports and the parse cache
-        samples = {"api_l2": [], "api_l3": [], "cli_l2": [], "cli_l3": []}
-        for _ in range(rounds * 4):
-            samples["api_l2"].append(api(l2))
-            samples["api_l3"].append(api(l3))
-        for _ in range(rounds):
-            samples["cli_l2"].append(cli(l2_path))
-            samples["cli_l3"].append(cli(l3_path))
-    med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
-    return {"setup_ms": {k: round(v, 2) for k, v in med.items()},
-            "setup_api_added_ms": round(med["api_l3"] - med["api_l2"], 2),
-            "setup_cli_added_ms": round(med["cli_l3"] - med["cli_l2"], 2)}
+
+def _print_phases(out: dict) -> None:
+    wall = out["phases"]["wall_ms"]
+    base = wall["user namespace"]
+    print("kernel, /bin/true via the plan executor: " + "   ".join(
+        f"{k} {v:.3f} ms ({v - base:+.3f})" for k, v in wall.items()))
+    print("machine-wide busy time added per run by a network namespace (creation, steps and the "
+          "kernel's teardown worker): " + " / ".join(f"{x:.2f} ms" for x in out["phases"]["machine_busy_ms_per_run_with_netns"]))
 
 
 def main() -> int:
@@ -179,29 +321,41 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mib", type=int, default=100)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=("setup", "traffic"), help="one half of the benchmark")
+    parser.add_argument("--only", choices=("setup", "traffic", "phases"), help="one part of the benchmark")
     args = parser.parse_args()
     out = {}
-    if args.only != "traffic":
+    if args.only in (None, "setup"):
         out.update(bench_setup(args.rounds * 2))
-    if args.only != "setup":
+    if args.only in (None, "phases"):
+        out.update(bench_phases(args.rounds))
+    if args.only in (None, "traffic"):
         out.update(bench_traffic(args.rounds, args.mib))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    if "setup_ms" in out:
+    if "setup" in out:
         _print_setup(out)
+    if "phases" in out:
+        _print_phases(out)
     if "bulk_mb_per_s" in out:
         _print_traffic(out, args.mib)
     return 0
 
 
 def _print_setup(out: dict) -> None:
-    s = out["setup_ms"]
-    print(f"set-up, API   Layer 2 {s['api_l2']:.2f} ms   + egress {s['api_l3']:.2f} ms   "
-          f"added {out['setup_api_added_ms']:+.2f} ms (target <= +{TARGETS['setup_api_ms']} ms)")
-    print(f"set-up, CLI   Layer 2 {s['cli_l2']:.2f} ms   + egress {s['cli_l3']:.2f} ms   "
-          f"added {out['setup_cli_added_ms']:+.2f} ms")
+    api, cli = out["setup"]["api"], out["setup"]["cli"]
+    print(f"set-up, API (/bin/true)   Layer 2 {api['wall_ms']['api_l2']:.2f} ms   + egress {api['wall_ms']['api_l3']:.2f} ms"
+          f"   added {api['added_wall_ms']:+.2f} ms (target <= +{TARGETS['setup_api_ms']} ms)"
+          f"   CPU added {api['added_cpu_ms']:+.2f} ms")
+    print(f"set-up, CLI (/bin/true)   Layer 2 {cli['wall_ms']['cli_l2']:.2f} ms   + egress {cli['wall_ms']['cli_l3']:.2f} ms"
+          f"   added {cli['added_wall_ms']:+.2f} ms   CPU added {cli['added_cpu_ms']:+.2f} ms"
+          f"   (vs Layer 2 supervised {cli['wall_ms']['cli_l2_supervised']:.2f} ms: "
+          f"{cli['added_wall_ms_vs_supervised']:+.2f} ms)")
+    for kind in ("api", "cli"):
+        f = out["setup"][f"first_request_{kind}"]
+        print(f"first request, {kind.upper()} (curl, one small GET)   direct {f['wall_ms'][kind + '_direct']:.2f} ms"
+              f"   through the proxy {f['wall_ms'][kind + '_proxied']:.2f} ms   added {f['added_wall_ms']:+.2f} ms"
+              f"   CPU added {f['added_cpu_ms']:+.2f} ms")
 
 
 def _print_traffic(out: dict, mib: int) -> None:
