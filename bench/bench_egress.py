@@ -10,7 +10,8 @@ measured in the same run, interleaved:
   request   and h11 start at this first client)  vs  curl straight to the origin (Layer 2,
             connect_tcp to its port)
   bulk      100 MiB over HTTP from a loopback server: through the proxy (absolute-form request,
-            and a CONNECT tunnel)  vs  direct
+            and a CONNECT tunnel)  vs  direct; and a bare splice relay (no parsing, no checks:
+            the floor of any proxy there); wall time and CPU (origin + proxy + client)
   latency   one small request on a new connection: through the proxy  vs  direct
   phases    the kernel's share: /bin/true via the plan executor in a user namespace, then with
             a network namespace, lo up, the listener handed over; and the machine-wide busy
@@ -63,6 +64,35 @@ while True:
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 """
 
+# The floor any proxy in that place pays: a relay with no parsing and no checks, copying each
+# accepted connection to the origin with blocking splice(2) in two threads. What Sandboy's proxy
+# costs beyond it is its own; what this costs beyond direct is the kernel's (a second TCP
+# connection over loopback, the pipe).
+BARE_RELAY = r"""
+import fcntl, os, socket, sys, threading
+origin = int(sys.argv[1])
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(64)
+print(srv.getsockname()[1], flush=True)
+def pump(a, b):
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    try:
+        while True:
+            n = os.splice(a.fileno(), w, 1 << 20)
+            if not n:
+                break
+            while n:
+                n -= os.splice(r, b.fileno(), n)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+while True:
+    c, _ = srv.accept()
+    u = socket.create_connection(("127.0.0.1", origin))
+    threading.Thread(target=pump, args=(c, u), daemon=True).start()
+    threading.Thread(target=pump, args=(u, c), daemon=True).start()
+"""
+
 PROXY = r"""
 import socket, sys
 from sandboy.egress.resolver import Resolver
@@ -107,6 +137,7 @@ def _fetch(port: int, request: bytes, tunnel: bytes = b"") -> tuple:
 def bench_traffic(rounds: int, mib: int) -> dict:
     origin, oport = _start(ORIGIN)
     proxy, pport = _start(PROXY, oport)
+    relay, rport = _start(BARE_RELAY, oport)
     try:
         size = mib << 20
         direct = f"GET /big/{size} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
@@ -114,28 +145,55 @@ def bench_traffic(rounds: int, mib: int) -> dict:
         connect = f"CONNECT bench.test:{oport} HTTP/1.1\r\nHost: bench.test\r\n\r\n".encode()
         small_d = b"GET /s/1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
         small_p = f"GET http://bench.test:{oport}/s/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
-        bulk = {"direct": [], "proxy_http": [], "proxy_connect": []}
+        bulk = {"direct": [], "proxy_http": [], "proxy_connect": [], "bare_relay": []}
+        cpu = {k: [] for k in bulk}
+
+        def fetch(kind, port, request, tunnel=b""):
+            before = _cpu_of(origin.pid, proxy.pid, relay.pid)
+            bulk[kind].append(_fetch(port, request, tunnel)[0])
+            cpu[kind].append(_cpu_of(origin.pid, proxy.pid, relay.pid) - before)
+
         for _ in range(rounds):
-            bulk["direct"].append(_fetch(oport, direct)[0])
-            bulk["proxy_http"].append(_fetch(pport, absolute)[0])
-            bulk["proxy_connect"].append(_fetch(pport, direct, tunnel=connect)[0])
+            fetch("direct", oport, direct)
+            fetch("proxy_http", pport, absolute)
+            fetch("proxy_connect", pport, direct, connect)
+            fetch("bare_relay", rport, direct)
         small = {"direct": [], "proxy": []}
         for _ in range(rounds * 40):
             small["direct"].append(_fetch(oport, small_d)[0])
             small["proxy"].append(_fetch(pport, small_p)[0])
     finally:
-        for proc in (proxy, origin):
+        for proc in (proxy, origin, relay):
             proc.stdin.close() if proc is proxy else proc.kill()
             proc.wait(10)
     mbps = {k: size / statistics.median(v) / 1e6 for k, v in bulk.items()}
     lat = {k: statistics.median(v) * 1000 for k, v in small.items()}
+    cpu_ms = {k: sum(v) / len(v) * 1000 for k, v in cpu.items()}
     return {
         "bulk_mb_per_s": {k: round(v) for k, v in mbps.items()},
+        # CPU of origin + proxy + client per transfer: what the bytes cost, whatever the load.
+        # When the CPUs are saturated (and the three share one autogroup, as here) throughput
+        # through the proxy tends to direct × cpu(direct) / cpu(proxy path).
+        "bulk_cpu_ms": {k: round(v) for k, v in cpu_ms.items()},
+        "bulk_cpu_ratio_http": round(cpu_ms["direct"] / cpu_ms["proxy_http"], 3),
+        "bulk_cpu_ratio_connect": round(cpu_ms["direct"] / cpu_ms["proxy_connect"], 3),
+        "bulk_ratio_bare_relay": round(mbps["bare_relay"] / mbps["direct"], 3),
+        "bulk_cpu_ratio_bare_relay": round(cpu_ms["direct"] / cpu_ms["bare_relay"], 3),
         "bulk_ratio_http": round(mbps["proxy_http"] / mbps["direct"], 3),
         "bulk_ratio_connect": round(mbps["proxy_connect"] / mbps["direct"], 3),
         "latency_ms": {k: round(v, 3) for k, v in lat.items()},
         "latency_added_ms": round(lat["proxy"] - lat["direct"], 3),
     }
+
+
+def _cpu_of(*pids) -> float:
+    """CPU seconds used so far by `pids` (from /proc) and by this process (all its threads)."""
+    total = sum(os.times()[:2])
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _policy(net: str, extra: str = "") -> str:
@@ -363,6 +421,13 @@ def _print_traffic(out: dict, mib: int) -> None:
     print(f"{mib} MiB      direct {b['direct']} MB/s   proxy (HTTP) {b['proxy_http']} MB/s = "
           f"{out['bulk_ratio_http']:.0%}   proxy (CONNECT) {b['proxy_connect']} MB/s = "
           f"{out['bulk_ratio_connect']:.0%} (target >= {TARGETS['bulk_ratio']:.0%})")
+    c = out["bulk_cpu_ms"]
+    print(f"{mib} MiB      CPU (origin + proxy + client) direct {c['direct']} ms   proxy (HTTP) {c['proxy_http']} ms"
+          f" -> {out['bulk_cpu_ratio_http']:.0%}   proxy (CONNECT) {c['proxy_connect']} ms -> "
+          f"{out['bulk_cpu_ratio_connect']:.0%}  (direct's CPU / the proxy path's: the share of direct "
+          "throughput left on saturated CPUs)")
+    print(f"{mib} MiB      floor: a bare splice relay (no parsing, no checks) {b['bare_relay']} MB/s = "
+          f"{out['bulk_ratio_bare_relay']:.0%}, CPU {c['bare_relay']} ms -> {out['bulk_cpu_ratio_bare_relay']:.0%}")
     lat = out["latency_ms"]
     print(f"small request direct {lat['direct']:.3f} ms   proxy {lat['proxy']:.3f} ms   "
           f"added {out['latency_added_ms']:+.3f} ms (target <= +{TARGETS['latency_ms']} ms)")
