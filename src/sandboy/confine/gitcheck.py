@@ -1,0 +1,647 @@
+"""After a run: what the command left for the host's next git command (issue #7 item 5, ADR 0019).
+
+The mount namespace binds `.git/config`, `.git/hooks` and friends read-only where they exist at
+launch (`confine.protected`, ADR 0013). It cannot bind what does not exist: an absent name in a
+directory git must keep writing (`.git` itself) has no mount point. Two doors stayed open that
+way — a `.git/commondir` naming a directory the command wrote (git then reads config and hooks
+from there), and a nested repository whose own `.git/config` carries `core.fsmonitor`,
+registered as a gitlink so the host's `git status` at the top recurses into it — and more of
+the same shape: repositories below the top of a write root, a `core.hooksPath` directory made
+during the run, configs included by included configs, submodule git directories under
+`.git/modules`.
+
+So the parent, unconfined, checks after the command and every process of it have ended:
+
+    snap = snapshot(write_roots)          # at launch, before the child starts; None: nothing to check
+    findings = snap.verify()              # after the run
+    moved = quarantine(findings)          # out of git's way, kept (nothing is deleted)
+
+What counts as changed by the run: a file whose ctime is at or after the snapshot's clock
+reading. The command cannot set a ctime (utimensat sets atime/mtime only; the realtime clock
+needs CAP_SYS_TIME), and creating, writing, chmod, rename and link() all update it. A pointer
+made during the run (a `.git` file or symlink, a `commondir`) makes everything it leads to
+judged as new.
+
+What counts as executable configuration: in a git config, every key NOT on a short list of keys
+a clone, a submodule, a worktree or `git config user.*` write and that never name a program
+(`SAFE_KEYS`): a key git adds in a later version is flagged rather than trusted. In a hooks
+directory, every executable file or symlink but `*.sample`. A `commondir` anywhere but in a
+linked worktree's admin directory (where it must lead back to the repository's own).
+
+Every repository in a write root is found by walking it (bounded: `WALK_BUDGET` entries): each
+`.git` (directory, file or symlink) below it, plus the repository a write root lies in, plus
+`.git/modules/**` and `.git/worktrees/*` of each. Gitlinks in the index need no separate read:
+the directory a gitlink names holds a `.git` the walk finds.
+
+Stdlib only, no subprocess: running the host's git here would run what we look for.
+"""
+
+import os
+import stat
+import time
+
+CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in Python's `time`)
+WALK_BUDGET = 2_000_000    # directory entries per run; beyond that the run fails closed
+MAX_INCLUDE_DEPTH = 10     # git's own limit
+MAX_GITDIRS = 10_000
+QUARANTINE_DIR = ".sandboy-quarantine"
+CONFIG_READ_LIMIT = 4 << 20
+
+# Keys git itself, a clone, `git submodule add`, `git worktree add`, `git config user.*` and
+# common porcelain settings write, none of which names a program or a file git executes.
+# `section.key` (no subsection) or `section.*.key` (any subsection); a section in SAFE_SECTIONS
+# is safe with any key (colors, advice, status and log display settings).
+SAFE_KEYS = frozenset("""
+core.repositoryformatversion core.filemode core.bare core.logallrefupdates core.ignorecase
+core.precomposeunicode core.symlinks core.worktree core.autocrlf core.eol core.safecrlf core.quotepath
+core.sparsecheckout core.sparsecheckoutcone core.abbrev core.compression core.loosecompression
+core.checkstat core.trustctime core.splitindex core.untrackedcache core.commitgraph core.multipackindex
+core.preloadindex core.whitespace core.longpaths core.sharedrepository core.warnambiguousrefs
+core.bigfilethreshold core.deltabasecachelimit core.packedgitlimit core.packedgitwindowsize
+extensions.objectformat extensions.refstorage extensions.worktreeconfig extensions.partialclone
+extensions.preciousobjects extensions.noop
+user.name user.email user.signingkey user.useconfigonly author.name author.email committer.name
+committer.email init.defaultbranch pull.rebase pull.ff push.default push.autosetupremote push.followtags
+fetch.prune fetch.prunetags fetch.recursesubmodules fetch.writecommitgraph fetch.parallel
+gc.auto gc.autodetach gc.autopacklimit gc.reflogexpire gc.reflogexpireunreachable gc.pruneexpire
+index.version index.threads index.skiphash feature.manyfiles protocol.version
+merge.conflictstyle merge.ff merge.renames merge.log rebase.autosquash rebase.autostash rebase.updaterefs
+commit.gpgsign commit.verbose commit.cleanup commit.status tag.gpgsign tag.sort transfer.fsckobjects
+receive.denycurrentbranch lfs.repositoryformatversion lfs.url lfs.locksverify safe.directory
+diff.renames diff.algorithm diff.mnemonicprefix diff.noprefix diff.context diff.interhunkcontext
+diff.colormoved diff.indentheuristic diff.submodule diff.ignoresubmodules diff.renamelimit
+submodule.active submodule.recurse worktree.guessremote
+remote.*.url remote.*.pushurl remote.*.fetch remote.*.push remote.*.tagopt remote.*.prune
+remote.*.prunetags remote.*.mirror remote.*.promisor remote.*.partialclonefilter
+remote.*.skipdefaultupdate remote.*.skipfetchall
+branch.*.remote branch.*.merge branch.*.rebase branch.*.pushremote branch.*.description
+submodule.*.url submodule.*.active submodule.*.branch submodule.*.fetchrecursesubmodules
+submodule.*.ignore submodule.*.shallow submodule.*.update
+url.*.insteadof url.*.pushinsteadof
+""".split())
+SAFE_SECTIONS = frozenset({"color", "advice", "status", "log", "maintenance", "pack", "i18n", "column"})
+
+
+class Finding:
+    """One place the host's git would take executable configuration from, made or changed by
+    the run. `path`: what `quarantine` moves (None: nothing to move, the run just fails);
+    `why`: in words, for the report."""
+
+    __slots__ = ("path", "why")
+
+    def __init__(self, path, why: str):
+        self.path, self.why = path, why
+
+    def __repr__(self):
+        return f"Finding({self.path!r}, {self.why!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Finding) and (self.path, self.why) == (other.path, other.why)
+
+    def __hash__(self):
+        return hash((self.path, self.why))
+
+
+# --- git's config syntax (config.c), enough to see every key git would see -----------------
+
+
+class ConfigSyntaxError(ValueError):
+    pass
+
+
+def parse_config(text: str) -> list:
+    """[(name, value)] of a git config file, as git reads it: `section[.subsection].key` with
+    section and key lower-cased, the subsection as written; value None for a bare key. Quotes,
+    escapes, `\\`-continued lines, comments and `[section "sub"]` / `[section.sub]` headers are
+    handled the way git does, so a key hidden in a continued value is not mistaken for one (and
+    the reverse). Raises ConfigSyntaxError where git would refuse the file."""
+    text = text.replace("\r\n", "\n")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    n, i, section, out = len(text), 0, None, []
+    while i < n:
+        c = text[i]
+        if c in " \t\n\r\f\v":
+            i += 1
+            continue
+        if c in "#;":
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if c == "[":
+            section, i = _parse_header(text, i + 1)
+            continue
+        if not c.isascii() or not c.isalpha():
+            raise ConfigSyntaxError(f"bad character {c!r} at offset {i}")
+        j = i
+        while j < n and text[j].isascii() and (text[j].isalnum() or text[j] == "-"):
+            j += 1
+        key = text[i:j].lower()
+        i = j
+        while i < n and text[i] in " \t":
+            i += 1
+        if i < n and text[i] == "=":
+            value, i = _parse_value(text, i + 1)
+        elif i >= n or text[i] in "\n#;":
+            value = None
+            end = text.find("\n", i)
+            i = n if end < 0 else end + 1
+        else:
+            raise ConfigSyntaxError(f"bad key line at offset {i}")
+        if section is None:
+            raise ConfigSyntaxError(f"key {key!r} outside any section")
+        out.append((f"{section}.{key}", value))
+    return out
+
+
+def _parse_header(text: str, i: int) -> tuple:
+    n, name = len(text), []
+    while i < n:
+        c = text[i]
+        i += 1
+        if c == "]":
+            return "".join(name).lower(), i
+        if c in " \t":
+            while i < n and text[i] in " \t":
+                i += 1
+            if i >= n or text[i] != '"':
+                raise ConfigSyntaxError("bad section header")
+            i += 1
+            sub = []
+            while i < n and text[i] != '"':
+                if text[i] == "\n":
+                    raise ConfigSyntaxError("newline in a subsection name")
+                if text[i] == "\\":
+                    i += 1
+                    if i >= n or text[i] == "\n":
+                        raise ConfigSyntaxError("bad escape in a subsection name")
+                sub.append(text[i])
+                i += 1
+            if i + 1 >= n or text[i + 1] != "]":
+                raise ConfigSyntaxError("bad section header")
+            return "".join(name).lower() + "." + "".join(sub), i + 2
+        if not (c.isascii() and (c.isalnum() or c in "-.")):
+            raise ConfigSyntaxError(f"bad character {c!r} in a section name")
+        name.append(c)
+    raise ConfigSyntaxError("unterminated section header")
+
+
+_ESCAPES = {"t": "\t", "b": "\b", "n": "\n", '"': '"', "\\": "\\"}
+
+
+def _parse_value(text: str, i: int) -> tuple:
+    n, quote, comment, space, value = len(text), False, False, 0, []
+    while True:
+        if i >= n:
+            if quote:
+                raise ConfigSyntaxError("unterminated quote")
+            return "".join(value), i
+        c = text[i]
+        i += 1
+        if c == "\n":
+            if quote:
+                raise ConfigSyntaxError("newline inside quotes")
+            return "".join(value), i
+        if comment:
+            continue
+        if c in " \t\r\f\v" and not quote:
+            if value:
+                space += 1
+            continue
+        if not quote and c in ";#":
+            comment = True
+            continue
+        value.append(" " * space)
+        space = 0
+        if c == "\\":
+            if i >= n:
+                raise ConfigSyntaxError("backslash at the end of the file")
+            c = text[i]
+            i += 1
+            if c == "\n":
+                continue
+            if c not in _ESCAPES:
+                raise ConfigSyntaxError(f"bad escape \\{c}")
+            value.append(_ESCAPES[c])
+            continue
+        if c == '"':
+            quote = not quote
+            continue
+        value.append(c)
+
+
+def is_safe(name: str, value) -> bool:
+    """Whether a config entry is on the list of keys that never name a program (see SAFE_KEYS)."""
+    section, _, rest = name.partition(".")
+    key = rest.rsplit(".", 1)[-1]
+    has_sub = "." in rest
+    if section in SAFE_SECTIONS:
+        return True
+    if (f"{section}.*.{key}" if has_sub else f"{section}.{key}") not in SAFE_KEYS:
+        return False
+    text = (value or "").strip().lower()
+    if key in ("url", "pushurl") and section == "remote":
+        return not text.startswith(("ext::", "fd::"))  # ext:: runs a command of the URL's choosing
+    if key == "update" and section == "submodule":
+        return not text.startswith("!")  # `!command` runs on `git submodule update`
+    return True
+
+
+def _entries(path: str):
+    """The config entries of `path`, or None when it cannot be read; a file git cannot parse
+    runs nothing, but is reported anyway (we would not see what git sees)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, CONFIG_READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    return parse_config(data.decode("utf-8", "surrogateescape"))
+
+
+# --- the snapshot and the check -------------------------------------------------------------
+
+
+def _within(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _enclosing_git(path: str):
+    """The `.git` of the repository `path` lies in (a directory above it), or None."""
+    parent = os.path.dirname(path)
+    while parent and parent != path:
+        candidate = os.path.join(parent, ".git")
+        if os.path.lexists(candidate):
+            return candidate
+        path, parent = parent, os.path.dirname(parent)
+    return None
+
+
+def _gitdir_of(dot_git: str):
+    """Where a `.git` entry leads: itself (a directory), its target (a symlink), or the
+    `gitdir: X` of a git file (X relative to the file's directory). None when unreadable."""
+    try:
+        st = os.lstat(dot_git)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+        return os.path.realpath(dot_git)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        with open(dot_git, "rb") as fh:
+            line = fh.read(8192).split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    target = line[len("gitdir:"):].strip()
+    return os.path.realpath(os.path.join(os.path.dirname(dot_git), target))
+
+
+def snapshot(write_roots, exclude=(), home=None):
+    """At launch, before the command starts: a GitSnapshot of `write_roots` (paths) that are or
+    lie in a git repository, or None when none does (then there is nothing to check, and no
+    supervisor is needed for it). `exclude`: roots not to check (the run's private `{tmp}`)."""
+    roots = []
+    for root in write_roots:
+        real = os.path.realpath(root)
+        if real in exclude or not os.path.isdir(real) or real in roots:
+            continue
+        if os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None:
+            roots.append(real)
+    if not roots:
+        return None
+    since = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    return GitSnapshot(roots, since, home)
+
+
+class GitSnapshot:
+    """The write roots to check and the clock reading that separates before from during. The
+    configs of the repositories found at the top of each root are read now, so a run that
+    edits one legitimately (`git config user.name`, where no mount protects it) is judged by
+    what it added, not by what the operator had there."""
+
+    def __init__(self, roots, since_ns: int, home=None):
+        self.roots = list(roots)
+        self.since_ns = since_ns
+        self.home = home if home is not None else os.path.expanduser("~")
+        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(self.home, ".config")
+        self.global_configs = [p for p in (os.path.join(self.home, ".gitconfig"), os.path.join(xdg, "git", "config"))
+                               if os.path.isfile(p)]
+        self.known = {}   # gitdir -> {config file: [(name, value)] at launch}
+        for root in self.roots:
+            for dot_git in (os.path.join(root, ".git"), _enclosing_git(root)):
+                gitdir = _gitdir_of(dot_git) if dot_git and os.path.lexists(dot_git) else None
+                if gitdir is None or gitdir in self.known:
+                    continue
+                configs = {}
+                for name in ("config", "config.worktree"):
+                    path = os.path.join(gitdir, name)
+                    try:
+                        configs[path] = _entries(path)
+                    except ConfigSyntaxError:
+                        configs[path] = None
+                self.known[gitdir] = configs
+
+    def _new(self, st) -> bool:
+        return st.st_ctime_ns >= self.since_ns
+
+    def verify(self, budget: int = WALK_BUDGET) -> list:
+        """Findings, in the order found (empty: nothing planted). Call only once the command
+        and all its processes have ended."""
+        check = _Check(self)
+        for gitdir in self.known:
+            check.gitdir(gitdir, full=False, top=os.path.dirname(gitdir))
+        left = budget
+        for root in self.roots:
+            left = check.walk(root, left)
+            if left < 0:
+                check.add(None, f"{root}: more than {budget} entries to look through for repositories; "
+                          "not checked to the end")
+                break
+        return check.findings
+
+
+class _Check:
+    def __init__(self, snap: GitSnapshot):
+        self.snap = snap
+        self.findings: list = []
+        self.seen: set = set()
+
+    def add(self, path, why: str) -> None:
+        finding = Finding(path, why)
+        if finding not in self.findings:
+            self.findings.append(finding)
+
+    def writable(self, path: str) -> bool:
+        return _within(path, self.snap.roots)
+
+    def new(self, path: str):
+        """The lstat of `path` when it was made or changed during the run, else None."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        return st if self.snap._new(st) else None
+
+    def walk(self, root: str, left: int) -> int:
+        """Find every `.git` below `root` (not inside one) and check the repository it leads to."""
+        pending = [root]
+        while pending:
+            directory = pending.pop()
+            try:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        left -= 1
+                        if entry.name == ".git":
+                            self.dot_git(entry.path)
+                        elif entry.is_dir(follow_symlinks=False) and entry.name != QUARANTINE_DIR:
+                            pending.append(entry.path)
+            except OSError:
+                continue
+            if left < 0:
+                return left
+        return left
+
+    def dot_git(self, path: str) -> None:
+        gitdir = _gitdir_of(path)
+        if gitdir is None:
+            return
+        st = self.new(path)
+        # a `.git` file or symlink made during the run: where it leads is judged as new
+        # (unless it is a repository checked from launch on)
+        pointer_new = st is not None and not stat.S_ISDIR(st.st_mode)
+        self.gitdir(gitdir, full=pointer_new and gitdir not in self.snap.known, top=os.path.dirname(path))
+
+    def gitdir(self, gitdir: str, full: bool, top, depth: int = 0) -> None:
+        if gitdir in self.seen or len(self.seen) >= MAX_GITDIRS or depth > 8:
+            return
+        self.seen.add(gitdir)
+        if not self.writable(gitdir):
+            return  # outside every write root: nothing of it was the command's to write
+        common = gitdir
+        path = os.path.join(gitdir, "commondir")
+        if os.path.lexists(path):
+            common = self.commondir(gitdir, path, full)
+        for name in ("config", "config.worktree"):
+            self.config(os.path.join(gitdir, name), full, top, gitdir)
+        if common != gitdir and common is not None:
+            self.gitdir(common, full=False, top=top, depth=depth + 1)
+        self.hooks(os.path.join(gitdir, "hooks"), full)
+        if top is not None:
+            for path in self.snap.global_configs:  # core.hooksPath and includes of the operator's
+                self._follow(path, False, top, None, 0)
+        for kind in ("modules", "worktrees"):
+            below = os.path.join(gitdir, kind)
+            if os.path.isdir(below) and not os.path.islink(below):
+                for sub in self._gitdirs_under(below, kind == "worktrees"):
+                    self.gitdir(sub, full=full, top=None, depth=depth + 1)
+
+    def _gitdirs_under(self, base: str, one_level: bool) -> list:
+        """Git directories under `.git/modules` (names may hold slashes: nested) or
+        `.git/worktrees` (one level)."""
+        found, pending = [], [(base, 0)]
+        while pending and len(found) < MAX_GITDIRS:
+            directory, level = pending.pop()
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                sub = os.path.join(directory, name)
+                if not os.path.isdir(sub) or os.path.islink(sub):
+                    continue
+                if one_level or any(os.path.lexists(os.path.join(sub, f)) for f in ("HEAD", "config", "hooks")):
+                    found.append(sub)
+                elif level < 6:
+                    pending.append((sub, level + 1))
+        return found
+
+    def commondir(self, gitdir: str, path: str, full: bool):
+        """A `commondir` makes git read config and hooks from another directory. Only a linked
+        worktree's admin directory (`<gitdir>/worktrees/<name>`) has one, leading back to its
+        repository; anywhere else, or leading elsewhere, one made during the run is planted."""
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(8192).decode("utf-8", "surrogateescape").strip()
+        except OSError:
+            text = ""
+        target = os.path.realpath(os.path.join(gitdir, text)) if text else None
+        admin_of = os.path.dirname(os.path.dirname(gitdir)) if os.path.basename(os.path.dirname(gitdir)) == "worktrees" else None
+        if target is not None and target == admin_of:
+            return target
+        if full or self.new(path) is not None:
+            self.add(path, f"a commondir sends git to another directory for its config and hooks ({text!r})")
+            return None
+        return target
+
+    def config(self, path: str, full: bool, top, gitdir, depth: int = 0) -> None:
+        st = self.new(path)
+        if not self.writable(os.path.realpath(path)):
+            return
+        if not (full or st is not None):
+            # unchanged: still follow its includes, which may lead to files the run made
+            self._follow(path, full, top, gitdir, depth)
+            return
+        if os.path.islink(path) and (full or st is not None):
+            self.add(path, "a git config made a symlink during the run")
+            return
+        try:
+            entries = _entries(path)
+        except ConfigSyntaxError as exc:
+            self.add(path, f"a git config changed during the run that this check cannot read ({exc})")
+            return
+        if entries is None:
+            return
+        before = self.snap.known.get(gitdir, {}).get(path) if depth == 0 else None
+        added = list(entries)
+        for entry in before or ():
+            if entry in added:
+                added.remove(entry)
+        unsafe = sorted({name for name, value in added if not is_safe(name, value)})
+        if unsafe:
+            self.add(path, "git config keys that run programs or lead elsewhere: " + ", ".join(unsafe))
+        self._follow(path, full, top, gitdir, depth, entries)
+
+    def _follow(self, path, full, top, gitdir, depth, entries=None) -> None:
+        """Included configs (judged like the file itself) and `core.hooksPath` directories."""
+        if entries is None:
+            try:
+                entries = _entries(path)
+            except ConfigSyntaxError:
+                return
+            if entries is None:
+                return
+        if depth >= MAX_INCLUDE_DEPTH:
+            return
+        base = os.path.dirname(path)
+        for name, value in entries:
+            if not value:
+                continue
+            section, _, rest = name.partition(".")
+            key = rest.rsplit(".", 1)[-1]
+            if key == "path" and (section == "include" or section == "includeif"):
+                target = os.path.join(self.snap.home, value[2:]) if value.startswith("~/") else os.path.join(base, value)
+                self.config(os.path.normpath(target), full, top, gitdir, depth + 1)
+            elif section == "core" and key == "hookspath" and "." not in rest:
+                if value.startswith("~/"):
+                    hooks = os.path.join(self.snap.home, value[2:])
+                elif os.path.isabs(value) or top is None:
+                    hooks = value if os.path.isabs(value) else None
+                else:
+                    hooks = os.path.join(top, value)
+                if hooks:
+                    self.hooks(os.path.normpath(hooks), full)
+
+    def hooks(self, directory: str, full: bool) -> None:
+        """Every executable file (or symlink) but `*.sample` that git would run as a hook."""
+        st = self.new(directory)
+        if st is not None and stat.S_ISLNK(st.st_mode) and self.writable(os.path.dirname(directory)):
+            self.add(directory, "a hooks directory became a symlink during the run")
+            return
+        real = os.path.realpath(directory)
+        if not self.writable(real):
+            return
+        try:
+            entries = list(os.scandir(real))
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name.endswith(".sample"):
+                continue
+            try:
+                est = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not (full or self.snap._new(est)):
+                continue
+            if stat.S_ISLNK(est.st_mode) or (stat.S_ISREG(est.st_mode) and est.st_mode & 0o111):
+                self.add(entry.path, "a git hook made or changed during the run")
+
+
+# --- out of git's way -----------------------------------------------------------------------
+
+
+def quarantine(findings, roots, stamp=None) -> tuple:
+    """Move each finding's file into `<write root>/.sandboy-quarantine/<stamp>/` (kept, never
+    deleted; a MANIFEST there says where each came from and why). Returns (moved, failed):
+    moved = [(original, now)], failed = [(original, reason)]. Names are flattened (`/` -> `%`)
+    so no `.git` directory is recreated inside the quarantine. Run only after the command
+    and all its processes have ended: nothing moves paths under us then."""
+    stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    moved, failed, manifests = [], [], {}
+    for finding in findings:
+        if finding.path is None or not os.path.lexists(finding.path):
+            continue
+        parent = os.path.realpath(os.path.dirname(finding.path))
+        source = os.path.join(parent, os.path.basename(finding.path))
+        root = next((r for r in sorted(roots, key=len, reverse=True) if _within(source, [r])), None)
+        if root is None:
+            failed.append((finding.path, "outside every write root"))
+            continue
+        try:
+            box = _quarantine_dir(root, stamp)
+            target = os.path.join(box, os.path.relpath(source, root).replace("%", "%25").replace("/", "%"))
+            os.rename(source, target)
+        except OSError as exc:
+            failed.append((finding.path, exc.strerror or str(exc)))
+            continue
+        moved.append((finding.path, target))
+        manifests.setdefault(box, []).append(f"{finding.path}\t{finding.why}\n")
+    for box, lines in manifests.items():
+        with open(os.path.join(box, "MANIFEST"), "a", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write("# moved here by sandboy after a run: original path <TAB> why (ADR 0019)\n")
+            fh.writelines(lines)
+    return moved, failed
+
+
+def _quarantine_dir(root: str, stamp: str) -> str:
+    top = os.path.join(root, QUARANTINE_DIR)
+    try:
+        os.mkdir(top, 0o700)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(top).st_mode):  # a symlink the command left there: not followed
+        raise OSError(f"{top} is not a directory")
+    box = os.path.join(top, stamp)
+    try:
+        os.mkdir(box, 0o700)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(box).st_mode):
+            raise OSError(f"{box} is not a directory") from None
+    return box
+
+
+def after_run(snap) -> str:
+    """The post-run check end to end: '' when nothing was planted, else the message for the
+    run's error (what was moved where, what could not be), the run then failing closed."""
+    if snap is None:
+        return ""
+    findings = snap.verify()
+    if not findings:
+        return ""
+    moved, failed = quarantine(findings, snap.roots)
+    parts = []
+    for finding in findings:
+        now = next((t for o, t in moved if o == finding.path), None)
+        why = next((r for o, r in failed if o == finding.path), None)
+        where = f" -> moved to {now}" if now else (f" -> NOT moved ({why})" if why else "")
+        parts.append(f"{finding.path or '(run)'}: {finding.why}{where}")
+    return ("the command left code for the host's next git command; failing the run "
+            "(ADR 0019): " + "; ".join(parts))
+
+
+def for_cage(cage):
+    """The snapshot for one run of `cage`, or None when the check does not apply: the policy
+    turned the protected defaults off (`fs.protect_defaults = false`), or no write root is or
+    lies in a git repository. The run's private `{tmp}` is never checked."""
+    if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
+        return None
+    roots = cage.compiled["landlock.fs"].outputs["protected_args"][0]
+    exclude = (os.path.realpath(cage.ctx.tmp),) if cage.ctx.tmp else ()
+    return snapshot(roots, exclude)
