@@ -162,13 +162,17 @@ def cmd_run(args: RunArgs) -> int:
                 status.write(result.enforced, result.degraded, result.warnings, policy.source,
                              {"outcome": result.outcome, "returncode": result.returncode,
                               "signal": result.signal, "duration": round(result.duration, 6),
+                              **({"error": result.error} if result.outcome == launch.PLANTED else {}),
                               **({"egress": result.egress} if result.egress is not None else {})})
             return result.returncode
 
-        def on_applied():
+        def on_applied(result=None):
+            # result: only where the run's end is known here and changes its meaning (a git
+            # check that failed the run under the namespace tier, ADR 0019)
             if status:
                 status.write(cage.enforced, cage.degraded, cage.warnings, policy.source,
-                             {"outcome": "exec", "returncode": None})
+                             {"outcome": "exec", "returncode": None} if result is None else
+                             {"outcome": result.outcome, "returncode": result.returncode, "error": result.error})
 
         _exit_without_finalizing = True
         return launch.exec_confined(args.command, cage, on_applied)

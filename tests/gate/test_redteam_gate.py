@@ -29,9 +29,9 @@ ATTACKS = {
                  "&& printf 'FSMONITOR' >> sub/.git/config "
                  "&& git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub",
 }
-OPEN = {"commondir": "HOLE (board @shape): .git/commondir is not protected (absent at launch)",
-        "submodule": "HOLE (board @shape): a nested repo + gitlink in the writable index; host git status "
-                     "runs its config"}
+OPEN: dict = {}  # name -> reason, for holes not closed yet (xfail strict)
+# stopped by the mount namespace; the others are found by the post-run git check (ADR 0019)
+PREVENTED = {"rename-git-dir"}
 
 
 def _tier_available() -> bool:
@@ -58,7 +58,14 @@ def test_step_cannot_plant_code_for_the_operators_next_git_command(tmp_path, fak
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(repo), "commit", "-qm", "first"], check=True, env={**os.environ, **GIT_ENV})
     proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
-    assert "ATTEMPTED" in by_name(report)["plant"]["output_tail"], report
+    step = by_name(report)["plant"]
+    assert "ATTEMPTED" in step["output_tail"], report
+    if attack in PREVENTED:
+        assert step["status"] == "passed" and proc.returncode == 0, report
+    else:  # found by the post-run check: quarantined, the step and the gate fail closed (ADR 0019)
+        assert step["status"] == "cage_error" and proc.returncode == 125, report
+        assert "left code for the host's next git command" in step["error"], report
+        assert (repo / ".sandboy-quarantine").is_dir()
     # the operator, after the gate: their next git command in the repository
     subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30,
                    env={**os.environ, **GIT_ENV})

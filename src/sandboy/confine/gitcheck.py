@@ -85,12 +85,14 @@ SAFE_SECTIONS = frozenset({"color", "advice", "status", "log", "maintenance", "p
 class Finding:
     """One place the host's git would take executable configuration from, made or changed by
     the run. `path`: what `quarantine` moves (None: nothing to move, the run just fails);
-    `why`: in words, for the report."""
+    `why`: in words, for the report; `restore`: the bytes the file had at launch, put back in
+    its place once the changed file is in quarantine (a repository's config, so git keeps
+    working), or None."""
 
-    __slots__ = ("path", "why")
+    __slots__ = ("path", "why", "restore")
 
-    def __init__(self, path, why: str):
-        self.path, self.why = path, why
+    def __init__(self, path, why: str, restore=None):
+        self.path, self.why, self.restore = path, why, restore
 
     def __repr__(self):
         return f"Finding({self.path!r}, {self.why!r})"
@@ -118,7 +120,7 @@ def parse_config(text: str) -> list:
     text = text.replace("\r\n", "\n")
     if text.startswith("\ufeff"):
         text = text[1:]
-    n, i, section, out = len(text), 0, None, []
+    n, i, section, out = len(text), 0, "", []
     while i < n:
         c = text[i]
         if c in " \t\n\r\f\v":
@@ -148,9 +150,7 @@ def parse_config(text: str) -> list:
             i = n if end < 0 else end + 1
         else:
             raise ConfigSyntaxError(f"bad key line at offset {i}")
-        if section is None:
-            raise ConfigSyntaxError(f"key {key!r} outside any section")
-        out.append((f"{section}.{key}", value))
+        out.append((f"{section}.{key}" if section else key, value))  # git takes a key before any section
     return out
 
 
@@ -247,9 +247,8 @@ def is_safe(name: str, value) -> bool:
     return True
 
 
-def _entries(path: str):
-    """The config entries of `path`, or None when it cannot be read; a file git cannot parse
-    runs nothing, but is reported anyway (we would not see what git sees)."""
+def _read_config(path: str):
+    """The bytes of a regular file `path` (not followed if a symlink), or None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -257,10 +256,16 @@ def _entries(path: str):
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, CONFIG_READ_LIMIT + 1)
+        return os.read(fd, CONFIG_READ_LIMIT + 1)
     finally:
         os.close(fd)
-    return parse_config(data.decode("utf-8", "surrogateescape"))
+
+
+def _entries(path: str, data=None):
+    """The config entries of `path` (or of `data`), or None when it cannot be read. Raises
+    ConfigSyntaxError for a file git would refuse too."""
+    data = _read_config(path) if data is None else data
+    return None if data is None else parse_config(data.decode("utf-8", "surrogateescape"))
 
 
 # --- the snapshot and the check -------------------------------------------------------------
@@ -303,17 +308,23 @@ def _gitdir_of(dot_git: str):
     return os.path.realpath(os.path.join(os.path.dirname(dot_git), target))
 
 
+def repository_roots(write_roots, exclude=()) -> list:
+    """The realpaths of `write_roots` that are, or lie in, a git repository (a few lstats each)."""
+    roots = []
+    for root in write_roots:
+        real = os.path.realpath(root)
+        if real in exclude or real in roots or not os.path.isdir(real):
+            continue
+        if os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None:
+            roots.append(real)
+    return roots
+
+
 def snapshot(write_roots, exclude=(), home=None):
     """At launch, before the command starts: a GitSnapshot of `write_roots` (paths) that are or
     lie in a git repository, or None when none does (then there is nothing to check, and no
     supervisor is needed for it). `exclude`: roots not to check (the run's private `{tmp}`)."""
-    roots = []
-    for root in write_roots:
-        real = os.path.realpath(root)
-        if real in exclude or not os.path.isdir(real) or real in roots:
-            continue
-        if os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None:
-            roots.append(real)
+    roots = repository_roots(write_roots, exclude)
     if not roots:
         return None
     since = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
@@ -333,7 +344,7 @@ class GitSnapshot:
         xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(self.home, ".config")
         self.global_configs = [p for p in (os.path.join(self.home, ".gitconfig"), os.path.join(xdg, "git", "config"))
                                if os.path.isfile(p)]
-        self.known = {}   # gitdir -> {config file: [(name, value)] at launch}
+        self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
         for root in self.roots:
             for dot_git in (os.path.join(root, ".git"), _enclosing_git(root)):
                 gitdir = _gitdir_of(dot_git) if dot_git and os.path.lexists(dot_git) else None
@@ -342,10 +353,11 @@ class GitSnapshot:
                 configs = {}
                 for name in ("config", "config.worktree"):
                     path = os.path.join(gitdir, name)
+                    data = _read_config(path)
                     try:
-                        configs[path] = _entries(path)
+                        configs[path] = (data, _entries(path, data) if data is not None else None)
                     except ConfigSyntaxError:
-                        configs[path] = None
+                        configs[path] = (data, None)
                 self.known[gitdir] = configs
 
     def _new(self, st) -> bool:
@@ -373,8 +385,8 @@ class _Check:
         self.findings: list = []
         self.seen: set = set()
 
-    def add(self, path, why: str) -> None:
-        finding = Finding(path, why)
+    def add(self, path, why: str, restore=None) -> None:
+        finding = Finding(path, why, restore)
         if finding not in self.findings:
             self.findings.append(finding)
 
@@ -488,24 +500,25 @@ class _Check:
             # unchanged: still follow its includes, which may lead to files the run made
             self._follow(path, full, top, gitdir, depth)
             return
+        launch_bytes, before = self.snap.known.get(gitdir, {}).get(path, (None, None)) if depth == 0 else (None, None)
         if os.path.islink(path) and (full or st is not None):
-            self.add(path, "a git config made a symlink during the run")
+            self.add(path, "a git config made a symlink during the run", launch_bytes)
             return
         try:
             entries = _entries(path)
         except ConfigSyntaxError as exc:
-            self.add(path, f"a git config changed during the run that this check cannot read ({exc})")
+            self.add(path, f"a git config changed during the run that this check cannot read ({exc})", launch_bytes)
             return
         if entries is None:
             return
-        before = self.snap.known.get(gitdir, {}).get(path) if depth == 0 else None
         added = list(entries)
         for entry in before or ():
             if entry in added:
                 added.remove(entry)
         unsafe = sorted({name for name, value in added if not is_safe(name, value)})
         if unsafe:
-            self.add(path, "git config keys that run programs or lead elsewhere: " + ", ".join(unsafe))
+            self.add(path, "git config keys that run programs or lead elsewhere: " + ", ".join(unsafe),
+                     launch_bytes)
         self._follow(path, full, top, gitdir, depth, entries)
 
     def _follow(self, path, full, top, gitdir, depth, entries=None) -> None:
@@ -593,6 +606,20 @@ def quarantine(findings, roots, stamp=None) -> tuple:
             continue
         moved.append((finding.path, target))
         manifests.setdefault(box, []).append(f"{finding.path}\t{finding.why}\n")
+        if finding.restore is not None:  # the repository's config as it was at launch
+            try:
+                mode = os.lstat(target).st_mode
+                fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644 if stat.S_ISLNK(mode) else stat.S_IMODE(mode) & 0o666)
+                try:
+                    os.write(fd, finding.restore)
+                    st = os.lstat(target)
+                    if os.geteuid() == 0:
+                        os.fchown(fd, st.st_uid, st.st_gid)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                failed.append((finding.path, f"moved, but its launch content not put back: {exc.strerror}"))
     for box, lines in manifests.items():
         with open(os.path.join(box, "MANIFEST"), "a", encoding="utf-8", errors="surrogateescape") as fh:
             fh.write("# moved here by sandboy after a run: original path <TAB> why (ADR 0019)\n")
@@ -628,20 +655,27 @@ def after_run(snap) -> str:
     moved, failed = quarantine(findings, snap.roots)
     parts = []
     for finding in findings:
-        now = next((t for o, t in moved if o == finding.path), None)
-        why = next((r for o, r in failed if o == finding.path), None)
-        where = f" -> moved to {now}" if now else (f" -> NOT moved ({why})" if why else "")
-        parts.append(f"{finding.path or '(run)'}: {finding.why}{where}")
+        notes = [f"moved to {now}" for was, now in moved if was == finding.path]
+        notes += [f"launch content put back" for was, now in moved if was == finding.path and finding.restore is not None
+                  and not any(w == finding.path for w, _ in failed)]
+        notes += [f"NOT moved: {why}" if not why.startswith("moved") else why for was, why in failed if was == finding.path]
+        parts.append(f"{finding.path or '(run)'}: {finding.why}" + (f" ({'; '.join(notes)})" if notes else ""))
     return ("the command left code for the host's next git command; failing the run "
             "(ADR 0019): " + "; ".join(parts))
 
 
-def for_cage(cage):
-    """The snapshot for one run of `cage`, or None when the check does not apply: the policy
-    turned the protected defaults off (`fs.protect_defaults = false`), or no write root is or
-    lies in a git repository. The run's private `{tmp}` is never checked."""
+def roots_for(cage) -> list:
+    """The write roots of `cage` the check applies to: none when the policy turned the
+    protected defaults off (`fs.protect_defaults = false`); else those that are or lie in a git
+    repository, never the run's private `{tmp}`."""
     if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
-        return None
+        return []
     roots = cage.compiled["landlock.fs"].outputs["protected_args"][0]
     exclude = (os.path.realpath(cage.ctx.tmp),) if cage.ctx.tmp else ()
-    return snapshot(roots, exclude)
+    return repository_roots(roots, exclude)
+
+
+def for_cage(cage):
+    """The snapshot for one run of `cage` (see `roots_for`), or None when nothing is to be checked."""
+    roots = roots_for(cage)
+    return GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE)) if roots else None

@@ -43,7 +43,8 @@ KILLED = "killed"                  # the caller ended the run (Confined.kill, SI
 CAGE_ERROR = "cage_error"          # the cage could not be applied: nothing ran (125)
 NOT_FOUND = "not_found"            # the command does not exist inside the cage (127)
 NOT_EXECUTABLE = "not_executable"  # it exists but cannot be executed there (126)
-OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE)
+PLANTED = "planted"                # it ran, and left code for the host's next git command (125, ADR 0019)
+OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE, PLANTED)
 
 
 class RunResult:
@@ -106,14 +107,51 @@ def needs_supervisor(policy, cage=None) -> bool:
     to remove the private `{tmp}` after the run: in exec mode nothing is left to remove it,
     and every run leaked a /tmp/sandboy-* directory (with whatever the command wrote there).
     Not for `{tmp}` under the namespace tier (`cage` given): the run's `{tmp}` is a tmpfs that
-    dies with it, and exec mode's waiting parent removes the empty mount point."""
+    dies with it, and exec mode's waiting parent removes the empty mount point. And for the
+    post-run git check (a write root holding a repository, ADR 0019) without the tier: exec
+    mode then has no parent left to check once every process of the run has ended (under the
+    tier its waiting parent does it, after the PID namespace is empty)."""
     from sandboy.policy.resolve import uses_tmp
 
     limits = policy.limits
     private_tmp = cage is not None and cage.tier is not None and cage.tier.tmp_private
     # net.domains: the egress proxy lives in the supervisor, as long as the command's whole tree
     return bool(limits.wall_seconds or (limits.processes and os.geteuid() == 0)
-                or (uses_tmp(policy) and not private_tmp) or policy.net.egress)
+                or (uses_tmp(policy) and not private_tmp) or policy.net.egress
+                or (cage is not None and cage.tier is None and _git_check_applies(cage)))
+
+
+def _git_check_applies(cage) -> bool:
+    if not cage.policy.fs.write or not cage.policy.fs.protect_defaults:
+        return False  # before importing anything: most policies stop here
+    from sandboy.confine import gitcheck
+
+    return bool(gitcheck.roots_for(cage))
+
+
+def _git_snapshot(cage):
+    """The post-run git check's snapshot for one run (None: nothing to check). Taken just
+    before the child starts: everything the command changes is after it."""
+    if not cage.policy.fs.write or not cage.policy.fs.protect_defaults:
+        return None
+    from sandboy.confine import gitcheck
+
+    return gitcheck.for_cage(cage)
+
+
+def _git_verdict(snap, result: RunResult) -> RunResult:
+    """After the run and every process of it ended: a run that left code for the host's next
+    git command fails closed (125, outcome PLANTED) whatever its own status, with what was
+    moved where (ADR 0019)."""
+    if snap is None:
+        return result
+    from sandboy.confine import gitcheck
+
+    message = gitcheck.after_run(snap)
+    if not message:
+        return result
+    return RunResult(EXIT_CAGE, PLANTED, None, result.duration, message, result.enforced, result.degraded,
+                     result.warnings, result.egress)
 
 
 # --- exec mode: the CLI process becomes the command -------------------------------------
@@ -157,19 +195,24 @@ def _wait_in_namespace(argv, cage, on_applied):
     from sandboy.confine.terminal import session_steps
 
     first = session_steps()
+    snap = _git_snapshot(cage)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
         pid = _start_child(argv, cage, (None, None, None), err_w, first)
     finally:
         os.close(err_w)
-    status = _libc.wait_forwarding(pid)
+    status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
     message, reported = _child_report(argv, cage, (None, None, None), _read_all(err_r), first)
     cage.close()
     result = _result_from(status if reported is None else reported, message, None)
     if result.outcome == CAGE_ERROR:
         raise CageError(result.error)
+    result = _git_verdict(snap, result)
     if on_applied is not None:
-        on_applied()
+        if result.outcome == PLANTED:
+            on_applied(result)
+        else:
+            on_applied()
     if result.error:
         sys.stderr.write(f"sandboy: {result.error}\n")
     if result.outcome == SIGNALED:
@@ -211,6 +254,7 @@ class Confined:
         self._started = started
         self._result = None
         self.terminal_mode = None  # (fd, mode) to put back after a tty=True run
+        self.git_snapshot = None   # direct mode: the post-run git check runs in wait()
 
     def kill(self) -> None:
         """End the run now: the supervisor kills the whole tree; `wait()` reports "killed"."""
@@ -252,6 +296,7 @@ class Confined:
         result.enforced = self._cage.enforced
         result.degraded = list(self._cage.degraded)
         result.warnings = list(self._cage.warnings)
+        result = _git_verdict(self.git_snapshot, result)  # direct mode only (None supervised)
         if self._owns_cage:
             self._cage.close()
         self._result = result
@@ -371,8 +416,8 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     if supervise is None:
         supervise = needed
     elif not supervise and needed:
-        raise ValueError("a timeout, limits.processes (as root), a terminal on fd 0-2 or tty=True needs "
-                         "supervise=True")
+        raise ValueError("a timeout, limits.processes (as root), a terminal on fd 0-2, tty=True or (without "
+                         "the namespace tier) a git repository in a write root needs supervise=True")
     first = terminal.session_steps()
     # The supervisor puts the caller's terminal in raw mode for tty=True; should it die before
     # putting it back, wait() does.
@@ -385,6 +430,9 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         preload()
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     started = time.monotonic()
+    # direct mode is only chosen without a check or under the tier: the command is the PID
+    # namespace's init, so when it is reaped nothing of the run is left (see needs_supervisor)
+    snap = None if supervise else _git_snapshot(cage)
     try:
         pid = _start_child(argv, cage, stdio, status_w, first) if not supervise else os.fork()
     except OSError:
@@ -404,6 +452,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     os.close(status_w)
     confined = Confined(pid, status_r, cage, owns, started, supervise,
                         lambda data: _child_report(argv, cage, stdio, data, first))
+    confined.git_snapshot = snap
     if restore is not None:
         confined.terminal_mode = (0 if stdin is None else stdin, restore)
     return confined
@@ -460,6 +509,7 @@ class LocalRun:
         self.egress = _egress_session(cage, egress_log)
         if self.egress is not None:
             self._first += tuple(self.egress.child_steps())
+        self.git_snapshot = _git_snapshot(cage)
         try:
             self.pid = _start_child(self.argv, cage, stdio, err_w, self._first)
         except BaseException:
@@ -540,6 +590,13 @@ class LocalRun:
             result.warnings = list(self.cage.warnings)
             if self.egress is not None:
                 result.egress = self.egress.stop()  # the tree is gone: nothing left to serve
+            if not self.abandoned:  # every process of the step has been reaped
+                result = _git_verdict(self.git_snapshot, result)
+            elif self.git_snapshot is not None:
+                result = RunResult(EXIT_CAGE, PLANTED, None, result.duration,
+                                   "the post-run git check was skipped: the stopped step's processes were "
+                                   "still being torn down (ADR 0019)", result.enforced, result.degraded,
+                                   result.warnings, result.egress)
             self._result = result
         return self._result
 
@@ -623,6 +680,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
         signal.signal(signal.SIGWINCH, relay.update_window_size)
     egress = _egress_session(cage, egress_log)
     first = session_steps(relay.ctty) + (tuple(egress.child_steps()) if egress is not None else ())
+    snap = _git_snapshot(cage)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
         child = _start_child(argv, cage, relay.stdio, err_w, first)
@@ -674,6 +732,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
 
     message, reported = _child_report(argv, cage, relay.stdio, _read_all(err_r), first)
     result = _result_from(status if reported is None else reported, message, outcome)
+    result = _git_verdict(snap, result)  # after the sweep: every process of the run has ended
     summary = ""
     if egress is not None:
         # after the sweep nothing of the run is left to use the proxy; this process exits next

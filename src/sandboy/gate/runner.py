@@ -15,7 +15,7 @@ import os
 import select
 import time
 
-from sandboy.confine.launch import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, SIGNALED, TIMED_OUT
+from sandboy.confine.launch import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, PLANTED, SIGNALED, TIMED_OUT
 from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
 from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT, StepOutput
 from sandboy.policy.meet import meet
@@ -86,6 +86,8 @@ class StepResult:
     @property
     def failed_gate(self) -> bool:
         """Does this step, as it ended, fail the gate? `allow_failure` steps never do."""
+        if self.run_result is not None and self.run_result.outcome == PLANTED:
+            return True  # not a test's failure to allow: the step left code for the host's git (ADR 0019)
         return not self.allow_failure and self.status in (*_FAILING, "cage_error", "policy_error")
 
     def describe(self) -> str:
@@ -520,7 +522,7 @@ def _status(outcome) -> str:
         return "timed_out"
     if outcome.outcome in (SIGNALED, KILLED):
         return "killed"
-    return "cage_error"
+    return "cage_error"  # CAGE_ERROR, and PLANTED: the cage did not hold (ADR 0019)
 
 
 def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,

@@ -1,0 +1,147 @@
+"""Code planted for the host's next git command, through a real cage (issue #7 item 5, ADR 0019):
+what no mount can protect (a `.git/commondir`, a nested repository behind a gitlink) is found
+by the parent after the run, moved into a quarantine directory, and the run fails closed with
+125 (outcome `planted`). Through the API and the CLI (exec mode under the tier; supervised
+without it), with the namespace tier and forced off; checked from the host side: the
+operator's `git status` runs nothing. Twins: submodule add, worktree add, clone, commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.needs_kernel
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+QUARANTINE = ".sandboy-quarantine"
+
+
+@pytest.fixture(params=["tier", "no-tier"])
+def tier(request, monkeypatch):
+    if request.param == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    else:
+        from sandboy.confine import namespaces
+
+        ok, why = namespaces.availability()
+        if not ok:
+            pytest.skip(f"namespace tier unavailable here ({why})")
+    return request.param
+
+
+def _policy(cage, read=()):
+    return cage.policy(fs={"read": ["/etc", "/proc/self", *read], "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
+                           "write": ["."]},
+                       env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(cage.work), **GIT_ENV}})
+
+
+def _host_repo(path):
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(["git", "-C", str(path), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
+                   env={**os.environ, **GIT_ENV})
+
+
+def _host_git_status(repo):
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True,
+                   env={**os.environ, **GIT_ENV}, timeout=30)
+
+
+def _fsmonitor(marker) -> str:
+    return f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+
+
+ATTACKS = {
+    "commondir": "mkdir evil && cp -r .git/objects .git/refs evil/ && printf 'FSM' > evil/config "
+                 "&& echo ../evil > .git/commondir",
+    "submodule": "git init -q sub && git -C sub commit -q --allow-empty -m s && printf 'FSM' >> sub/.git/config "
+                 "&& git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub",
+}
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_planted_git_config_fails_the_run_and_is_quarantined(cage, tmp_path, tier, via, attack):
+    _host_repo(cage.work)
+    marker = tmp_path / "PWNED"
+    script = ATTACKS[attack].replace("FSM", _fsmonitor(marker)) + " && echo PLANTED"
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage), via=via)
+    assert "PLANTED" in result.out, result
+    assert result.rc == 125, result
+    assert "left code for the host's next git command" in result.err, result
+    _host_git_status(cage.work)
+    assert not marker.exists(), f"{attack}: the host's git ran a command the cage planted"
+    boxes = os.listdir(cage.work / QUARANTINE)
+    assert len(boxes) == 1
+    manifest = (cage.work / QUARANTINE / boxes[0] / "MANIFEST").read_text()
+    planted = {"commondir": ".git/commondir", "submodule": "sub/.git/config"}[attack]
+    assert f"{os.path.realpath(cage.work)}/{planted}" in manifest
+    assert not (cage.work / planted).exists()
+    log = subprocess.run(["git", "-C", str(cage.work), "log", "--format=%s"], capture_output=True, text=True)
+    assert log.stdout.split() == ["init"], log
+
+
+def test_the_status_report_says_planted(cage, tmp_path, tier):
+    _host_repo(cage.work)
+    status = tmp_path / "status.json"
+    script = ATTACKS["commondir"].replace("FSM", "[core]\\n\\tpager = x\\n")
+    result = cage.cli(["--status-json", str(status), "--", "/bin/sh", "-c", script], _policy(cage))
+    assert result.rc == 125, result
+    doc = json.loads(status.read_text())
+    assert doc["outcome"] == "planted" and doc["returncode"] == 125, doc
+    assert "commondir" in doc["error"], doc
+
+
+def test_without_the_tier_a_planted_repository_config_is_caught_after_the_run(cage, tmp_path, monkeypatch):
+    """Forced off, nothing binds `.git/config` (the defaults are reported degraded): the
+    planted key is written during the run, found after it, and the launch content put back."""
+    monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    _host_repo(cage.work)
+    before = (cage.work / ".git" / "config").read_bytes()
+    marker = tmp_path / "PWNED"
+    script = (f"printf '{_fsmonitor(marker)}' >> .git/config && grep -q fsmonitor .git/config && echo WRITTEN; "
+              f"printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage), via="cli")
+    assert "WRITTEN" in result.out, result  # the twin: without the mount the write went through
+    assert result.rc == 125 and "degraded" in result.err, result
+    assert (cage.work / ".git" / "config").read_bytes() == before
+    assert not (cage.work / ".git" / "hooks" / "pre-commit").exists()
+    _host_git_status(cage.work)
+    subprocess.run(["git", "-C", str(cage.work), "commit", "-q", "--allow-empty", "-m", "host"], check=True,
+                   env={**os.environ, **GIT_ENV})
+    assert not marker.exists()
+
+
+TWINS = {
+    "submodule add": "git -c protocol.file.allow=always submodule add -q LIB sub && git commit -qm sub",
+    "worktree add": "git worktree add -q wt && git -C wt commit -q --allow-empty -m in-wt",
+    "clone": "git clone -q LIB cloned && git -C cloned config user.name me",
+    "commit": "echo x > f && git add f && git commit -qm two && git checkout -qb topic",
+}
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+@pytest.mark.parametrize("twin", TWINS)
+def test_legitimate_git_work_in_the_cage_is_not_flagged(cage, tmp_path, tier, via, twin):
+    _host_repo(cage.work)
+    lib = tmp_path / "lib"
+    _host_repo(lib)
+    result = cage.run(argv=["/bin/sh", "-c", TWINS[twin].replace("LIB", str(lib)) + " && echo DONE"],
+                      policy=_policy(cage, read=[str(lib)]), via=via)
+    assert result.rc == 0 and "DONE" in result.out, result
+    assert not (cage.work / QUARANTINE).exists()
+
+
+def test_without_a_repository_exec_mode_stays_unsupervised(cage, monkeypatch):
+    """The check (and, without the tier, the supervisor it needs) only where a write root is or
+    lies in a git repository."""
+    monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    dry = cage.cli(["--dry-run", "--json", "--", "/bin/true"], _policy(cage))
+    assert json.loads(dry.out)["supervised"] is False, dry
+    _host_repo(cage.work)
+    dry = cage.cli(["--dry-run", "--json", "--", "/bin/true"], _policy(cage))
+    assert json.loads(dry.out)["supervised"] is True, dry

@@ -1,0 +1,276 @@
+"""The post-run git check (confine/gitcheck.py, ADR 0019), called directly: a snapshot, then
+what a hostile command would do (run here on the host, by the real git and shell), then
+`verify()` and `quarantine()`. Each attack is judged from the host side afterwards — the
+operator's own `git status` / `git commit` runs nothing planted — and each has a legitimate
+twin that must not be flagged. The same attacks through a real cage: test_redteam_tier.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from sandboy.confine import gitcheck
+from sandboy.confine.gitcheck import ConfigSyntaxError, is_safe, parse_config
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+@pytest.fixture
+def env(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), **GIT_ENV}
+
+
+def sh(script, cwd, env):
+    subprocess.run(["/bin/sh", "-ec", script], cwd=cwd, env=env, check=True, capture_output=True, timeout=60)
+
+
+def git_repo(path, env):
+    sh(f"git init -q '{path}' && git -C '{path}' commit -q --allow-empty -m init", path.parent, env)
+    return path
+
+
+def check(root, script, env, home=None):
+    """Snapshot `root`, run the attacker's (or the twin's) script in it, verify."""
+    snap = gitcheck.snapshot([str(root)], home=str(home) if home else env["HOME"])
+    assert snap is not None
+    sh(script, root, env)
+    return snap, snap.verify()
+
+
+def fsmonitor(marker) -> str:
+    return f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+
+
+def host_git_status(repo, env, *where):
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", os.path.join(str(repo), *where), "status"],
+                   capture_output=True, env=env, timeout=30)
+
+
+# --- the attacks --------------------------------------------------------------------------------
+
+ATTACKS = {
+    # .git/commondir does not exist at launch: git reads config and hooks where it points
+    "commondir": "mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && printf 'FSM' > evil/config "
+                 "&& echo ../evil > .git/commondir",
+    # a nested repository registered as a gitlink: git status at the top runs git status in it
+    "gitlink": "git init -q sub && git -C sub commit -q --allow-empty -m s && printf 'FSM' >> sub/.git/config "
+               "&& git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub",
+    # a repository below the top, not linked: the operator's git run in that directory
+    "nested": "mkdir -p src/deep && git init -q src/deep && printf 'FSM' >> src/deep/.git/config",
+    # a git file leading to a git directory the command made
+    "gitfile": "mkdir -p sub && git init -q --bare evil.git && printf 'FSM' >> evil.git/config "
+               "&& echo 'gitdir: ../evil.git' > sub/.git",
+    # config.worktree is read once extensions.worktreeConfig is on (where the config was not protected)
+    "config.worktree": "git config extensions.worktreeConfig true && printf 'FSM' > .git/config.worktree",
+    # the repository's own config, where no mount protected it (the tier unavailable)
+    "config": "printf 'FSM' >> .git/config",
+}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_planted_config_is_found_and_moved_out_of_gits_way(tmp_path, env, attack):
+    repo = git_repo(tmp_path / "repo", env)
+    marker = tmp_path / "PWNED"
+    snap, findings = check(repo, ATTACKS[attack].replace("FSM", fsmonitor(marker)), env)
+    assert findings, f"{attack}: nothing found"
+    moved, failed = gitcheck.quarantine(findings, snap.roots)
+    assert moved and not failed, (moved, failed)
+    where = {"nested": ("src", "deep"), "gitfile": ("sub",)}.get(attack, ())
+    host_git_status(repo, env, *where)
+    host_git_status(repo, env)
+    assert not marker.exists(), f"{attack}: the host's git ran the planted command after the quarantine"
+    # nothing lost: what was moved is kept, with a manifest naming where it came from
+    box = os.path.dirname(moved[0][1])
+    assert os.path.dirname(box) == os.path.join(str(repo), gitcheck.QUARANTINE_DIR)
+    manifest = open(os.path.join(box, "MANIFEST")).read()
+    for original, now in moved:
+        assert original in manifest and os.path.lexists(now)
+    # the repository still works for the operator
+    out = subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["init"], out
+
+
+def test_the_repositorys_own_config_gets_its_launch_content_back(tmp_path, env):
+    repo = git_repo(tmp_path / "repo", env)
+    sh("git remote add origin https://example.org/x.git", repo, env)
+    before = (repo / ".git" / "config").read_bytes()
+    snap, findings = check(repo, "git config user.name x && printf '[core]\\n\\tpager = evil\\n' >> .git/config", env)
+    assert [f.path for f in findings] == [f"{repo}/.git/config"]
+    assert "core.pager" in findings[0].why and "user.name" not in findings[0].why
+    gitcheck.quarantine(findings, snap.roots)
+    assert (repo / ".git" / "config").read_bytes() == before
+
+
+def test_planted_hooks_are_found_wherever_git_runs_them(tmp_path, env):
+    """.git/hooks, a core.hooksPath directory that did not exist at launch, a submodule's
+    hooks under .git/modules; sample hooks and non-executable files are not hooks."""
+    repo = git_repo(tmp_path / "repo", env)
+    lib = git_repo(tmp_path / "lib", env)
+    sh(f"git -c protocol.file.allow=always submodule add -q '{lib}' sub && git commit -qm sub", repo, env)
+    marker = tmp_path / "PWNED"
+    hook = f"#!/bin/sh\\ntouch {marker}\\n"
+    script = (f"printf '{hook}' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && "
+              f"printf '{hook}' > .git/modules/sub/hooks/post-checkout && chmod +x .git/modules/sub/hooks/post-checkout && "
+              "echo 'not executable' > .git/hooks/post-commit && touch .git/hooks/pre-push.sample")
+    snap, findings = check(repo, script, env)
+    assert sorted(f.path for f in findings) == sorted([f"{repo}/.git/hooks/pre-commit",
+                                                      f"{repo}/.git/modules/sub/hooks/post-checkout"])
+    gitcheck.quarantine(findings, snap.roots)
+    sh("echo x > f && git add f && git commit -qm two", repo, env)
+    assert not marker.exists()
+
+
+def test_a_hooks_path_made_during_the_run_is_checked(tmp_path, env):
+    """The operator's global config names a relative core.hooksPath (husky's `.husky/_`) that
+    does not exist in this repository at launch: a mount cannot protect it, the check can."""
+    repo = git_repo(tmp_path / "repo", env)
+    with open(os.path.join(env["HOME"], ".gitconfig"), "w") as fh:
+        fh.write("[core]\n\thooksPath = .husky/_\n")
+    marker = tmp_path / "PWNED"
+    snap, findings = check(repo, f"mkdir -p .husky/_ && printf '#!/bin/sh\\ntouch {marker}\\n' > .husky/_/pre-commit "
+                                 "&& chmod +x .husky/_/pre-commit", env)
+    assert [f.path for f in findings] == [f"{repo}/.husky/_/pre-commit"]
+    gitcheck.quarantine(findings, snap.roots)
+    sh("git commit -q --allow-empty -m two", repo, env)
+    assert not marker.exists()
+
+
+def test_includes_of_includes_are_followed(tmp_path, env):
+    """.git/config includes tools/a.cfg (protected at launch), which includes tools/b.cfg —
+    absent at launch, so nothing bound it; the run made it."""
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / "tools").mkdir()
+    (repo / "tools" / "a.cfg").write_text("[include]\n\tpath = b.cfg\n")
+    sh("git config include.path ../tools/a.cfg", repo, env)
+    marker = tmp_path / "PWNED"
+    snap, findings = check(repo, f"printf '{fsmonitor(marker)}' > tools/b.cfg", env)
+    assert [f.path for f in findings] == [f"{repo}/tools/b.cfg"], findings
+    gitcheck.quarantine(findings, snap.roots)
+    host_git_status(repo, env)
+    assert not marker.exists()
+
+
+def test_a_worktree_admin_dir_may_not_lead_elsewhere(tmp_path, env):
+    repo = git_repo(tmp_path / "repo", env)
+    sh("git worktree add -q wt", repo, env)
+    snap, findings = check(repo, "mkdir evil && echo ../../../evil > .git/worktrees/wt/commondir", env)
+    assert [f.path for f in findings] == [f"{repo}/.git/worktrees/wt/commondir"]
+
+
+def test_a_write_root_below_the_top_of_a_repository_is_checked(tmp_path, env):
+    """The write root is `repo/build`, the repository's .git is above it (not writable): a
+    repository planted inside the write root is still found."""
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / "build").mkdir()
+    snap = gitcheck.snapshot([str(repo / "build")], home=env["HOME"])
+    assert snap is not None and snap.roots == [str(repo / "build")]
+    sh("git init -q x && printf '[alias]\\n\\tst = !evil\\n' >> x/.git/config", repo / "build", env)
+    assert [f.path for f in snap.verify()] == [f"{repo}/build/x/.git/config"]
+
+
+# --- the twins: legitimate git work is not flagged ---------------------------------------------------
+
+TWINS = {
+    "commit": "echo x > f && git add f && git commit -qm two && git checkout -qb topic && git tag v1",
+    "submodule add": "git -c protocol.file.allow=always submodule add -q LIB sub && git commit -qm sub",
+    "worktree add": "git worktree add -q wt && git -C wt commit -q --allow-empty -m in-wt",
+    "clone": "git clone -q LIB cloned && git -C cloned config user.name me && git -C cloned remote add up LIB "
+             "&& git -C cloned fetch -q up && git -C cloned branch -q --set-upstream-to=up/master master || true",
+    "init nested": "git init -q vendor/thing && git -C vendor/thing commit -q --allow-empty -m v",
+    "config": "git config user.name someone && git config branch.master.description hello",
+}
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_legitimate_git_work_is_not_flagged(tmp_path, env, twin):
+    repo = git_repo(tmp_path / "repo", env)
+    lib = git_repo(tmp_path / "lib", env)
+    snap, findings = check(repo, TWINS[twin].replace("LIB", str(lib)), env)
+    assert findings == [], findings
+
+
+def test_what_was_there_at_launch_is_not_flagged(tmp_path, env):
+    """A nested repository with the operator's own fsmonitor and hooks, untouched by the run."""
+    repo = git_repo(tmp_path / "repo", env)
+    nested = git_repo(repo / "nested", env)
+    sh("git config core.fsmonitor true && printf '#!/bin/sh\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+       nested, env)
+    sh("git config credential.helper store", repo, env)
+    snap, findings = check(repo, "echo x > nested/f && git -C nested add f && git config user.email a@b", env)
+    assert findings == [], findings
+
+
+def test_no_repository_no_snapshot(tmp_path):
+    (tmp_path / "plain").mkdir()
+    assert gitcheck.snapshot([str(tmp_path / "plain"), str(tmp_path / "missing")]) is None
+
+
+def test_a_symlinked_quarantine_dir_is_not_followed(tmp_path, env):
+    repo = git_repo(tmp_path / "repo", env)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    snap, findings = check(repo, f"echo ../x > .git/commondir && ln -s '{elsewhere}' {gitcheck.QUARANTINE_DIR}", env)
+    moved, failed = gitcheck.quarantine(findings, snap.roots)
+    assert moved == [] and failed and os.listdir(elsewhere) == []
+    message = gitcheck.after_run(snap)
+    assert "NOT moved" in message and "commondir" in message
+
+
+def test_a_walk_over_budget_fails_closed(tmp_path, env):
+    repo = git_repo(tmp_path / "repo", env)
+    snap, _ = check(repo, "mkdir -p a b c && touch a/1 a/2 b/1 c/1", env)
+    findings = snap.verify(budget=3)
+    assert findings and findings[-1].path is None and "not checked to the end" in findings[-1].why
+
+
+# --- the config reader: what git sees, no more and no less --------------------------------------------
+
+def test_the_config_reader_sees_what_git_sees(tmp_path):
+    cases = {
+        "[core]\n\tfsmonitor = x\n": [("core.fsmonitor", "x")],
+        "[Core] FSMonitor=x": [("core.fsmonitor", "x")],
+        '[remote "Origin"]\n\turl = "a b" ; c\n': [("remote.Origin.url", "a b")],
+        "[section.Sub]\nkey\n": [("section.sub.key", None)],
+        # a key "hidden" in a continued value is part of the value, as git reads it
+        '[alias]\n\tx = "one \\\n[core] fsmonitor = two"\n': [("alias.x", "one [core] fsmonitor = two")],
+        # and a continuation outside quotes
+        "[alias]\n\tx = a\\\nb\n[core]\n\tpager = p\n": [("alias.x", "ab"), ("core.pager", "p")],
+        '[includeIf "gitdir:~/x/"]\n\tpath = ../a\n': [("includeif.gitdir:~/x/.path", "../a")],
+        "# c\n; c\n[a]\n\tb = 1 # c\n\tc = \"#x\"\n": [("a.b", "1"), ("a.c", "#x")],
+        "[core]\r\n\tfsmonitor = x\r\n": [("core.fsmonitor", "x")],
+        "key = outside\n": [("key", "outside")],  # git takes it too (a name no setting has)
+    }
+    for text, expected in cases.items():
+        assert parse_config(text) == expected, text
+        # the reference: git's own reader agrees
+        path = tmp_path / "c"
+        path.write_text(text, newline="")
+        out = subprocess.run(["git", "config", "--file", str(path), "--list", "-z"], capture_output=True)
+        assert out.returncode == 0, (text, out.stderr)
+        listed = [tuple(item.split("\n", 1)) if "\n" in item else (item, None)
+                  for item in out.stdout.decode().split("\0") if item]
+        assert [(n.lower(), v) for n, v in listed] == [(n.lower(), v) for n, v in expected], text
+    for bad in ('[core]\n\tx = "unterminated\n', "[core\n", "[core]\n\t9x = 1\n"):
+        with pytest.raises(ConfigSyntaxError):
+            parse_config(bad)
+        (tmp_path / "bad").write_text(bad)
+        assert subprocess.run(["git", "config", "--file", str(tmp_path / "bad"), "--list"],
+                              capture_output=True).returncode != 0, bad
+
+
+def test_which_keys_are_safe():
+    assert is_safe("core.repositoryformatversion", "0")
+    assert is_safe("remote.origin.url", "https://example.org/x")
+    assert is_safe("submodule.sub.update", "rebase")
+    assert is_safe("color.diff.meta", "blue")
+    for name, value in [("core.fsmonitor", "x"), ("core.hookspath", "h"), ("core.sshcommand", "x"),
+                        ("core.pager", "x"), ("alias.st", "!x"), ("filter.a.smudge", "x"), ("diff.a.textconv", "x"),
+                        ("credential.helper", "x"), ("include.path", "x"), ("includeif.gitdir:x.path", "y"),
+                        ("remote.origin.url", "ext::sh -c evil"), ("submodule.sub.update", "!evil"),
+                        ("uploadpack.packobjectshook", "x"), ("core.notakey", "x"), ("gpg.program", "x")]:
+        assert not is_safe(name, value), name
