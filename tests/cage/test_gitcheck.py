@@ -274,3 +274,17 @@ def test_which_keys_are_safe():
                         ("remote.origin.url", "ext::sh -c evil"), ("submodule.sub.update", "!evil"),
                         ("uploadpack.packobjectshook", "x"), ("core.notakey", "x"), ("gpg.program", "x")]:
         assert not is_safe(name, value), name
+
+
+def test_a_write_root_holding_repositories_is_checked(tmp_path, env):
+    """`fs.write = ["~/src"]`: not a repository itself, but the repositories right below it are
+    found at launch (one directory read), and the walk after the run covers them all."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "notes").mkdir()
+    git_repo(src / "one", env)
+    snap, findings = check(src, "printf '[core]\\n\\tfsmonitor = x\\n' >> one/.git/config", env)
+    assert [f.path for f in findings] == [f"{src}/one/.git/config"]
+    plain = tmp_path / "plain"
+    (plain / "a" / "b").mkdir(parents=True)
+    assert gitcheck.snapshot([str(plain)]) is None

@@ -308,14 +308,35 @@ def _gitdir_of(dot_git: str):
     return os.path.realpath(os.path.join(os.path.dirname(dot_git), target))
 
 
+CHILD_PROBE_LIMIT = 512  # entries of a write root looked at for `<child>/.git` at launch
+
+
+def _child_repository(root: str) -> bool:
+    """Whether a directory right below `root` is a repository (`fs.write = ["~/src"]` holding
+    `~/src/*/.git`). One directory read and an lstat per subdirectory, bounded."""
+    try:
+        with os.scandir(root) as entries:
+            for count, entry in enumerate(entries):
+                if count >= CHILD_PROBE_LIMIT:
+                    return False
+                if entry.is_dir(follow_symlinks=False) and os.path.lexists(entry.path + "/.git"):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 def repository_roots(write_roots, exclude=()) -> list:
-    """The realpaths of `write_roots` that are, or lie in, a git repository (a few lstats each)."""
+    """The realpaths of `write_roots` that are, lie in, or directly hold a git repository (a
+    few lstats each; see `_child_repository`). The walk after the run then covers each such
+    root entirely, so a repository deeper below one is checked too."""
     roots = []
     for root in write_roots:
         real = os.path.realpath(root)
         if real in exclude or real in roots or not os.path.isdir(real):
             continue
-        if os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None:
+        if (os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None
+                or _child_repository(real)):
             roots.append(real)
     return roots
 
@@ -402,18 +423,30 @@ class _Check:
         return st if self.snap._new(st) else None
 
     def walk(self, root: str, left: int) -> int:
-        """Find every `.git` below `root` (not inside one) and check the repository it leads to."""
-        pending = [root]
+        """Find every `.git` below `root` (not inside one) and check the repository it leads to.
+
+        A directory whose link count is 2 has no subdirectory (the file systems that count them —
+        ext4, xfs, tmpfs — keep it exact, and the command cannot forge it; those that do not count
+        report 1): it is not listed, one lstat of its `.git` is enough. Most directories of a
+        source tree are such leaves, which makes the walk cost per directory, not per file."""
+        try:
+            pending = [(root, os.lstat(root).st_nlink)]
+        except OSError:
+            return left
         while pending:
-            directory = pending.pop()
+            directory, links = pending.pop()
+            left -= 1
+            dot_git = directory + "/.git"
+            if os.path.lexists(dot_git):
+                self.dot_git(dot_git)
+            if links == 2:
+                continue
             try:
                 with os.scandir(directory) as entries:
                     for entry in entries:
                         left -= 1
-                        if entry.name == ".git":
-                            self.dot_git(entry.path)
-                        elif entry.is_dir(follow_symlinks=False) and entry.name != QUARANTINE_DIR:
-                            pending.append(entry.path)
+                        if entry.name != ".git" and entry.name != QUARANTINE_DIR and entry.is_dir(follow_symlinks=False):
+                            pending.append((entry.path, entry.stat(follow_symlinks=False).st_nlink))
             except OSError:
                 continue
             if left < 0:

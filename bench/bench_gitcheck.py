@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Benchmark the post-run git check (ADR 0019) on a repository with 10,000 index entries.
+
+Every figure is a ratio against a baseline measured in the same run, interleaved:
+
+  API   sandboy.run(["/bin/true"]) with the repository as write root, check on  vs  the same
+        cage with the check switched off (launch._git_snapshot -> None); with the namespace
+        tier and forced off (where the check also needs the supervisor)
+  CLI   sandboy run -- /bin/true, write root = the repository  vs  the same tree without .git
+        (no check, exec mode): what the check costs `sandboy run` end to end
+  parts snapshot() alone (start-up side) and verify() alone (after the run) on that repository
+
+    .venv/bin/python bench/bench_gitcheck.py [--rounds N] [--files N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+VENV_BIN = os.path.dirname(sys.executable)
+GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.org", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _interleaved(cases: dict, rounds: int) -> dict:
+    samples = {name: [] for name in cases}
+    for fn in cases.values():  # warm up
+        fn()
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples[name].append(fn())
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def make_tree(base: str, files: int, with_git: bool) -> str:
+    """`files` small files in 20 per directory, 25 directories per level; committed if `with_git`."""
+    root = os.path.join(base, "repo" if with_git else "plain")
+    for i in range(files):
+        directory = os.path.join(root, f"d{i // 500:03d}", f"s{(i // 20) % 25:02d}")
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"f{i}.txt"), "w") as fh:
+            fh.write(f"{i}\n")
+    if with_git:
+        env = {**os.environ, **GIT_ENV}
+        subprocess.run(["git", "init", "-q", root], check=True, env=env)
+        subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
+        subprocess.run(["git", "-C", root, "commit", "-qm", "tree"], check=True, env=env)
+        count = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, check=True, env=env).stdout.count(b"\n")
+        assert count == files, count
+    return root
+
+
+def _policy_text(root: str) -> str:
+    return ("version = 1\n[fs]\nread = [\"/usr\", \"/lib\", \"/lib64\", \"/etc\"]\nexec = [\"/usr/bin\", \"/bin\"]\n"
+            f"write = [{json.dumps(root)}]\n")
+
+
+def bench_api(repo: str, rounds: int, tier: bool) -> dict:
+    import sandboy
+    from sandboy.confine import launch, namespaces
+    from sandboy.confine.cage import build
+
+    policy = sandboy.Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
+                                                               "exec": ["/usr/bin", "/bin"], "write": [repo]}},
+                                         "<bench gitcheck>")
+    if not tier:
+        os.environ[namespaces.FORCE_OFF_ENV] = "0"
+    try:
+        cage = build(policy, cwd=repo)
+    finally:
+        os.environ.pop(namespaces.FORCE_OFF_ENV, None)
+    if tier and cage.tier is None:
+        cage.close()
+        return {}
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    stdio = {"stdin": null, "stdout": null, "stderr": null}
+    snapshot = launch._git_snapshot
+
+    def with_check():
+        start = time.perf_counter()
+        result = sandboy.run(["/bin/true"], cage, **stdio)
+        assert result.ok, result
+        return time.perf_counter() - start
+
+    def without_check():
+        launch._git_snapshot = lambda cage: None
+        try:
+            start = time.perf_counter()
+            # the same path the check takes (supervised without the tier), only the check left out
+            result = sandboy.run(["/bin/true"], cage, supervise=None if tier else True, **stdio)
+            assert result.ok, result
+            return time.perf_counter() - start
+        finally:
+            launch._git_snapshot = snapshot
+
+    try:
+        return _interleaved({"check on": with_check, "check off": without_check}, rounds)
+    finally:
+        cage.close()
+        os.close(null)
+
+
+def bench_cli(repo: str, plain: str, base: str, rounds: int) -> dict:
+    sandboy = os.path.join(VENV_BIN, "sandboy")
+    policies = {}
+    for name, root in (("repo", repo), ("plain", plain)):
+        policies[name] = os.path.join(base, f"{name}.toml")
+        with open(policies[name], "w") as fh:
+            fh.write(_policy_text(root))
+
+    def case(name, root):
+        def run():
+            start = time.perf_counter()
+            proc = subprocess.run([sandboy, "run", "--policy", policies[name], "--", "/bin/true"], cwd=root,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  start_new_session=True, env={**os.environ, "SANDBOY_CACHE_DIR": os.path.join(base, "c")})
+            elapsed = time.perf_counter() - start
+            if proc.returncode != 0:
+                raise SystemExit(f"sandboy run failed: {proc.stderr.decode(errors='replace')}")
+            return elapsed
+        return run
+
+    return _interleaved({"repository (checked)": case("repo", repo), "same tree, no .git": case("plain", plain)},
+                        rounds)
+
+
+def bench_parts(repo: str, rounds: int) -> dict:
+    from sandboy.confine import gitcheck
+
+    def snap():
+        start = time.perf_counter()
+        gitcheck.snapshot([repo])
+        return time.perf_counter() - start
+
+    def verify():
+        s = gitcheck.snapshot([repo])
+        start = time.perf_counter()
+        assert s.verify() == []
+        return time.perf_counter() - start
+
+    return _interleaved({"snapshot (launch)": snap, "verify (after the run)": verify}, rounds)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not shutil.which("git"):
+        print("git not installed: skipped")
+        return 0
+    base = tempfile.mkdtemp(prefix="bench-gitcheck-")
+    try:
+        repo = make_tree(base, args.files, True)
+        plain = make_tree(base, args.files, False)
+        parts = bench_parts(repo, args.rounds)
+        api_tier = bench_api(repo, args.rounds, tier=True)
+        api_plain = bench_api(repo, args.rounds, tier=False)
+        cli = bench_cli(repo, plain, base, args.rounds)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    ratios = {
+        "api, tier: check on / off": api_tier["check on"] / api_tier["check off"] if api_tier else None,
+        "api, no tier: check on / off": api_plain["check on"] / api_plain["check off"],
+        "cli: repository / same tree without .git": cli["repository (checked)"] / cli["same tree, no .git"],
+    }
+    if args.json:
+        print(json.dumps({"files": args.files, "parts_s": parts, "api_tier_s": api_tier, "api_no_tier_s": api_plain,
+                          "cli_s": cli, "ratios": ratios}, indent=2))
+        return 0
+    print(f"post-run git check benchmark ({args.files} index entries, {args.rounds} rounds, medians, interleaved)")
+    for title, table in (("parts", parts), ("API with the namespace tier", api_tier),
+                         ("API without the tier (supervised either way)", api_plain), ("CLI", cli)):
+        print(f"  {title}")
+        for name, secs in table.items():
+            print(f"    {name:<36} {secs * 1000:8.2f} ms")
+    print("  ratios")
+    for name, value in ratios.items():
+        if value is not None:
+            print(f"    {name:<44} {value:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
