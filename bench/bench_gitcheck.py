@@ -6,8 +6,8 @@ Every figure is a ratio against a baseline measured in the same run, interleaved
   API   sandboy.run(["/bin/true"]) with the repository as write root, check on  vs  the same
         cage with the check switched off (launch._git_snapshot -> None); with the namespace
         tier and forced off (where the check also needs the supervisor)
-  CLI   sandboy run -- /bin/true, write root = the repository  vs  the same tree without .git
-        (no check, exec mode): what the check costs `sandboy run` end to end
+  CLI   sandboy run -- /bin/true, write root = the repository, check on  vs  off (one wrapper
+        for both); without the tier "off" is exec mode, "on" the supervisor the check needs
   parts snapshot() alone (start-up side) and verify() alone (after the run) on that repository
 
     .venv/bin/python bench/bench_gitcheck.py [--rounds N] [--files N] [--json]
@@ -108,28 +108,34 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
         os.close(null)
 
 
-def bench_cli(repo: str, plain: str, base: str, rounds: int) -> dict:
-    sandboy = os.path.join(VENV_BIN, "sandboy")
-    policies = {}
-    for name, root in (("repo", repo), ("plain", plain)):
-        policies[name] = os.path.join(base, f"{name}.toml")
-        with open(policies[name], "w") as fh:
-            fh.write(_policy_text(root))
+_CLI = ("import sys; import sandboy.confine.launch as launch\n"
+        "if sys.argv[1] == 'off': launch._git_snapshot = lambda cage: None\n"
+        "from sandboy.cli import entry; sys.argv[1:2] = []; sys.exit(entry())")
 
-    def case(name, root):
+
+def bench_cli(repo: str, base: str, rounds: int, tier: bool) -> dict:
+    """`sandboy run` in the repository, through one wrapper for both sides, the check switched
+    off on one: the same start-up and the same cage (protected binds included)."""
+    policy = os.path.join(base, "repo.toml")
+    with open(policy, "w") as fh:
+        fh.write(_policy_text(repo))
+    env = {**os.environ, "SANDBOY_CACHE_DIR": os.path.join(base, "c")}
+    if not tier:
+        env["SANDBOY_NAMESPACES"] = "0"
+
+    def case(switch):
         def run():
             start = time.perf_counter()
-            proc = subprocess.run([sandboy, "run", "--policy", policies[name], "--", "/bin/true"], cwd=root,
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  start_new_session=True, env={**os.environ, "SANDBOY_CACHE_DIR": os.path.join(base, "c")})
+            proc = subprocess.run([sys.executable, "-c", _CLI, switch, "run", "--policy", policy, "--", "/bin/true"],
+                                  cwd=repo, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  start_new_session=True, env=env)
             elapsed = time.perf_counter() - start
             if proc.returncode != 0:
                 raise SystemExit(f"sandboy run failed: {proc.stderr.decode(errors='replace')}")
             return elapsed
         return run
 
-    return _interleaved({"repository (checked)": case("repo", repo), "same tree, no .git": case("plain", plain)},
-                        rounds)
+    return _interleaved({"check on": case("on"), "check off": case("off")}, rounds)
 
 
 def bench_parts(repo: str, rounds: int) -> dict:
@@ -161,25 +167,27 @@ def main() -> int:
     base = tempfile.mkdtemp(prefix="bench-gitcheck-")
     try:
         repo = make_tree(base, args.files, True)
-        plain = make_tree(base, args.files, False)
         parts = bench_parts(repo, args.rounds)
         api_tier = bench_api(repo, args.rounds, tier=True)
         api_plain = bench_api(repo, args.rounds, tier=False)
-        cli = bench_cli(repo, plain, base, args.rounds)
+        cli_tier = bench_cli(repo, base, args.rounds, tier=True)
+        cli_plain = bench_cli(repo, base, args.rounds, tier=False)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     ratios = {
         "api, tier: check on / off": api_tier["check on"] / api_tier["check off"] if api_tier else None,
         "api, no tier: check on / off": api_plain["check on"] / api_plain["check off"],
-        "cli: repository / same tree without .git": cli["repository (checked)"] / cli["same tree, no .git"],
+        "cli, tier (exec mode): check on / off": cli_tier["check on"] / cli_tier["check off"],
+        "cli, no tier: check on (supervised) / off (exec)": cli_plain["check on"] / cli_plain["check off"],
     }
     if args.json:
         print(json.dumps({"files": args.files, "parts_s": parts, "api_tier_s": api_tier, "api_no_tier_s": api_plain,
-                          "cli_s": cli, "ratios": ratios}, indent=2))
+                          "cli_tier_s": cli_tier, "cli_no_tier_s": cli_plain, "ratios": ratios}, indent=2))
         return 0
     print(f"post-run git check benchmark ({args.files} index entries, {args.rounds} rounds, medians, interleaved)")
     for title, table in (("parts", parts), ("API with the namespace tier", api_tier),
-                         ("API without the tier (supervised either way)", api_plain), ("CLI", cli)):
+                         ("API without the tier (supervised either way)", api_plain),
+                         ("CLI with the tier (exec mode)", cli_tier), ("CLI without the tier", cli_plain)):
         print(f"  {title}")
         for name, secs in table.items():
             print(f"    {name:<36} {secs * 1000:8.2f} ms")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`make bench`: every benchmark, one after another, each printing ratios against baselines
-measured in the same run. Pass `--only run|gate|audit|egress` to pick one."""
+measured in the same run. Pass `--only run|gate|audit|egress|merge|gitcheck` to pick one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = {"run": "bench_run.py", "gate": "bench_gate.py", "audit": "bench_audit.py", "egress": "bench_egress.py",
-           "merge": "bench_merge.py"}
+           "merge": "bench_merge.py", "gitcheck": "bench_gitcheck.py"}
 
 
 def main() -> int:
