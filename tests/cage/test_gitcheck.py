@@ -288,3 +288,41 @@ def test_a_write_root_holding_repositories_is_checked(tmp_path, env):
     plain = tmp_path / "plain"
     (plain / "a" / "b").mkdir(parents=True)
     assert gitcheck.snapshot([str(plain)]) is None
+
+
+def test_a_git_file_leading_into_another_write_root_is_followed(tmp_path, env):
+    """Only `repo` holds a repository, but the command may also write `scratch`: a gitlinked
+    `sub/.git` file leading to a git directory made there is judged all the same."""
+    repo = git_repo(tmp_path / "repo", env)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    snap = gitcheck.snapshot([str(repo), str(scratch)], home=env["HOME"])
+    assert snap.roots == [str(repo)]
+    sh(f"git init -q --bare '{scratch}/evil.git' && printf '[core]\\n\\tfsmonitor = x\\n' >> '{scratch}/evil.git/config' "
+       f"&& mkdir sub && echo 'gitdir: {scratch}/evil.git' > sub/.git", repo, env)
+    findings = snap.verify()
+    assert [f.path for f in findings] == [f"{scratch}/evil.git/config"]
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and moved[0][1].startswith(f"{scratch}/{gitcheck.QUARANTINE_DIR}/")
+
+
+def test_an_include_from_a_repository_outside_the_write_roots_is_followed(tmp_path, env):
+    """The write root is `repo/tools`; `.git/config` (not writable) includes `tools/b.cfg`,
+    absent at launch: planted there, it is found."""
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / "tools").mkdir()
+    sh("git config include.path ../tools/b.cfg", repo, env)
+    snap, findings = check(repo / "tools", "printf '[core]\\n\\tfsmonitor = x\\n' > b.cfg", env)
+    assert [f.path for f in findings] == [f"{repo}/tools/b.cfg"]
+
+
+def test_hostile_file_kinds_do_not_stall_or_fool_the_check(tmp_path, env):
+    """A FIFO as commondir (an open would block the parent for ever), a config larger than the
+    reader reads with the key at its end: each is a finding, found at once."""
+    repo = git_repo(tmp_path / "repo", env)
+    padding = "# " + "x" * 1000 + "\n"
+    snap, findings = check(repo, "mkfifo .git/commondir && git init -q big && "
+                                 f"python3 -c \"open('big/.git/config','a').write({padding!r} * 5000 + '[core]\\\\n\\\\tfsmonitor = x\\\\n')\"",
+                           env)
+    assert sorted(f.path for f in findings) == sorted([f"{repo}/.git/commondir", f"{repo}/big/.git/config"]), findings
+    assert any("not read to the end" in f.why for f in findings)

@@ -311,12 +311,15 @@ def check_battery(bench: Bench, run=None) -> None:
     run it (the API in this process by default)."""
     bench.reset()
     result = (run or bench.run_api)(bench.argv(), bench.policy())
-    assert result.rc == 0, result
+    # Without the tier the post-run git check (ADR 0019) fails the run (125) over the config the
+    # battery could plant: the facts are still compared, so the message names every one.
+    assert result.rc == 0 or result.out.startswith("{"), result
     facts = json.loads(result.out)
     tmp = _tmp_of(facts)
     expected = bench.expected(tmp)
     wrong = {key: facts.get(key) for key in expected if facts.get(key) != expected[key]}
     assert not wrong, f"facts differ from an intact tier's: {', '.join(wrong)}: {wrong}"
+    assert result.rc == 0, result
     bench.check_host()
 
 

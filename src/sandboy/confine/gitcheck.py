@@ -190,7 +190,7 @@ _ESCAPES = {"t": "\t", "b": "\b", "n": "\n", '"': '"', "\\": "\\"}
 
 
 def _parse_value(text: str, i: int) -> tuple:
-    n, quote, comment, space, value = len(text), False, False, 0, []
+    n, quote, comment, space, value = len(text), False, False, 0, []  # `value`: one char per item
     while True:
         if i >= n:
             if quote:
@@ -211,7 +211,7 @@ def _parse_value(text: str, i: int) -> tuple:
         if not quote and c in ";#":
             comment = True
             continue
-        value.append(" " * space)
+        value.extend(" " * space)
         space = 0
         if c == "\\":
             if i >= n:
@@ -265,6 +265,8 @@ def _entries(path: str, data=None):
     """The config entries of `path` (or of `data`), or None when it cannot be read. Raises
     ConfigSyntaxError for a file git would refuse too."""
     data = _read_config(path) if data is None else data
+    if data is not None and len(data) > CONFIG_READ_LIMIT:
+        raise ConfigSyntaxError(f"larger than {CONFIG_READ_LIMIT >> 20} MiB: not read to the end")
     return None if data is None else parse_config(data.decode("utf-8", "surrogateescape"))
 
 
@@ -342,14 +344,14 @@ def repository_roots(write_roots, exclude=()) -> list:
 
 
 def snapshot(write_roots, exclude=(), home=None):
-    """At launch, before the command starts: a GitSnapshot of `write_roots` (paths) that are or
-    lie in a git repository, or None when none does (then there is nothing to check, and no
-    supervisor is needed for it). `exclude`: roots not to check (the run's private `{tmp}`)."""
+    """At launch, before the command starts: a GitSnapshot of `write_roots` (paths) that are,
+    lie in or hold a git repository, or None when none does (then there is nothing to check,
+    and no supervisor is needed for it). `exclude`: roots not to walk (the run's `{tmp}`)."""
     roots = repository_roots(write_roots, exclude)
     if not roots:
         return None
     since = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
-    return GitSnapshot(roots, since, home)
+    return GitSnapshot(roots, since, home, writable=[os.path.realpath(r) for r in write_roots])
 
 
 class GitSnapshot:
@@ -358,13 +360,22 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, roots, since_ns: int, home=None):
+    def __init__(self, roots, since_ns: int, home=None, writable=None):
         self.roots = list(roots)
+        # Everything the command could write (all write roots, `{tmp}` included): a `.git` file
+        # in a checked root may lead to a git directory it made in any of them.
+        self.writable = list(writable) if writable is not None else list(self.roots)
         self.since_ns = since_ns
         self.home = home if home is not None else os.path.expanduser("~")
         xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(self.home, ".config")
-        self.global_configs = [p for p in (os.path.join(self.home, ".gitconfig"), os.path.join(xdg, "git", "config"))
-                               if os.path.isfile(p)]
+        self.global_entries = []  # [(path, entries)] of the operator's global configs
+        for path in (os.path.join(self.home, ".gitconfig"), os.path.join(xdg, "git", "config")):
+            try:
+                entries = _entries(path)
+            except ConfigSyntaxError:
+                continue  # git refuses it too
+            if entries:
+                self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
         for root in self.roots:
             for dot_git in (os.path.join(root, ".git"), _enclosing_git(root)):
@@ -412,7 +423,7 @@ class _Check:
             self.findings.append(finding)
 
     def writable(self, path: str) -> bool:
-        return _within(path, self.snap.roots)
+        return _within(path, self.snap.writable)
 
     def new(self, path: str):
         """The lstat of `path` when it was made or changed during the run, else None."""
@@ -467,8 +478,8 @@ class _Check:
         if gitdir in self.seen or len(self.seen) >= MAX_GITDIRS or depth > 8:
             return
         self.seen.add(gitdir)
-        if not self.writable(gitdir):
-            return  # outside every write root: nothing of it was the command's to write
+        # A git directory outside every write root was not the command's to write, but its
+        # config may include files, or name a hooks directory, inside one: followed below.
         common = gitdir
         path = os.path.join(gitdir, "commondir")
         if os.path.lexists(path):
@@ -479,8 +490,8 @@ class _Check:
             self.gitdir(common, full=False, top=top, depth=depth + 1)
         self.hooks(os.path.join(gitdir, "hooks"), full)
         if top is not None:
-            for path in self.snap.global_configs:  # core.hooksPath and includes of the operator's
-                self._follow(path, False, top, None, 0)
+            for path, entries in self.snap.global_entries:  # the operator's core.hooksPath and includes
+                self._follow(path, False, top, None, 0, entries)
         for kind in ("modules", "worktrees"):
             below = os.path.join(gitdir, kind)
             if os.path.isdir(below) and not os.path.islink(below):
@@ -511,11 +522,8 @@ class _Check:
         """A `commondir` makes git read config and hooks from another directory. Only a linked
         worktree's admin directory (`<gitdir>/worktrees/<name>`) has one, leading back to its
         repository; anywhere else, or leading elsewhere, one made during the run is planted."""
-        try:
-            with open(path, "rb") as fh:
-                text = fh.read(8192).decode("utf-8", "surrogateescape").strip()
-        except OSError:
-            text = ""
+        data = _read_config(path)  # a regular file, not followed, never a FIFO that would block us
+        text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
         target = os.path.realpath(os.path.join(gitdir, text)) if text else None
         admin_of = os.path.dirname(os.path.dirname(gitdir)) if os.path.basename(os.path.dirname(gitdir)) == "worktrees" else None
         if target is not None and target == admin_of:
@@ -528,6 +536,7 @@ class _Check:
     def config(self, path: str, full: bool, top, gitdir, depth: int = 0) -> None:
         st = self.new(path)
         if not self.writable(os.path.realpath(path)):
+            self._follow(path, False, top, gitdir, depth)  # not the command's: only where it leads
             return
         if not (full or st is not None):
             # unchanged: still follow its includes, which may lead to files the run made
@@ -685,7 +694,7 @@ def after_run(snap) -> str:
     findings = snap.verify()
     if not findings:
         return ""
-    moved, failed = quarantine(findings, snap.roots)
+    moved, failed = quarantine(findings, snap.writable)
     parts = []
     for finding in findings:
         notes = [f"moved to {now}" for was, now in moved if was == finding.path]
@@ -711,4 +720,7 @@ def roots_for(cage) -> list:
 def for_cage(cage):
     """The snapshot for one run of `cage` (see `roots_for`), or None when nothing is to be checked."""
     roots = roots_for(cage)
-    return GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE)) if roots else None
+    if not roots:
+        return None
+    writable = [os.path.realpath(r) for r in cage.compiled["landlock.fs"].outputs["protected_args"][0]]
+    return GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), writable=writable)

@@ -592,11 +592,10 @@ class LocalRun:
                 result.egress = self.egress.stop()  # the tree is gone: nothing left to serve
             if not self.abandoned:  # every process of the step has been reaped
                 result = _git_verdict(self.git_snapshot, result)
-            elif self.git_snapshot is not None:
-                result = RunResult(EXIT_CAGE, PLANTED, None, result.duration,
-                                   "the post-run git check was skipped: the stopped step's processes were "
-                                   "still being torn down (ADR 0019)", result.enforced, result.degraded,
-                                   result.warnings, result.egress)
+            elif self.git_snapshot is not None:  # the gate was stopped: it fails anyway (130)
+                result.error = ((result.error + "; ") if result.error else "") + (
+                    "the post-run git check was skipped: the stopped step's processes were still being "
+                    "torn down — check the repository before running git in it (ADR 0019)")
             self._result = result
         return self._result
 
@@ -738,7 +737,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, pids_group=None, tty=False,
         # after the sweep nothing of the run is left to use the proxy; this process exits next
         summary = egress.report_text(exiting=True)
         egress_error = egress_error or egress.error
-    if egress_error:
+    if egress_error and result.outcome != PLANTED:
         report(CAGE_ERROR, EXIT_CAGE, 0, egress_error, summary)
         return
     report(result.outcome, result.returncode, result.signal or 0, result.error or "", summary)
