@@ -84,17 +84,21 @@ def _():
 # the mount table: the top mount at each point, its propagation tags, the sizes
 @fact("mounts")
 def _():
-    top, tags = {}, []
+    top, tags, flags = {}, [], {}
+    private = ("/dev", "/dev/shm", "/dev/pts", "/proc", os.environ.get("TMPDIR"))
     for line in open("/proc/self/mountinfo"):
         left, right = line.split(" - ")
         fields = left.split()
         top[fields[4]] = (fields[5].split(",")[0], right.split()[2].split(","))
+        if fields[4] in private:
+            flags[fields[4]] = [o for o in fields[5].split(",") if o in ("nosuid", "nodev", "noexec")]
         if fields[6:]:
             tags.append(fields[4] + " " + " ".join(fields[6:]))
     facts["rw"] = sorted(p for p, (mode, _) in top.items() if mode == "rw")
     facts["propagation"] = tags
     facts["sizes"] = {p: [o for o in opts if o.startswith(("size=", "max="))] for p, (_, opts) in top.items()
-                      if p in ("/dev", "/dev/shm", "/dev/pts", os.environ.get("TMPDIR"))}
+                      if p in private and p != "/proc"}
+    facts["mount flags"] = flags
     return "read"
 
 # item 3: the minimal /dev
@@ -248,6 +252,10 @@ class Bench:
             "propagation": [],
             "sizes": {"/dev": ["size=64k"], "/dev/shm": ["size=65536k"], "/dev/pts": ["max=64"],
                       tmp: [f"size={MEMORY_MIB * 1024}k"]},
+            # no set-id programs, device nodes or programs on the private mounts ({tmp} holds builds' programs)
+            "mount flags": {"/dev": ["nosuid", "nodev", "noexec"], "/dev/shm": ["nosuid", "nodev", "noexec"],
+                            "/dev/pts": ["nosuid", "noexec"], "/proc": ["nosuid", "nodev", "noexec"],
+                            tmp: ["nosuid", "nodev"]},
             "dev": ["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "urandom",
                     "zero"],
             # Documentation/admin-guide/devices.txt: char major 1, minors 3, 5, 7, 8, 9
