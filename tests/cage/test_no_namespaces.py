@@ -235,7 +235,7 @@ def test_best_effort_still_confines_as_an_ordinary_user():
 
 
 def _best_effort_as_nobody(tmp_path):
-    for way in ("container", "sysctl"):
+    for way in WAYS:
         base = tmp_path / way
         base.mkdir()
         host = Host(base, way, uid=NOBODY)
