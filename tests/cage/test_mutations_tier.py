@@ -21,7 +21,7 @@ tagged `master:` in its mount table — on this host every mount is private alre
 otherwise be an equivalent mutant).
 
 Budget: 77 mutants here (5 clone flags, 58 steps, 5 rules, 4 size options, 5 mounts' flags), one
-battery run each (the /dev and --tty runs only for what the battery does not kill): ≈ 13 s on
+battery run each (the /dev and --tty runs only for what the battery does not kill): 5-6 s on
 this 2-core machine, 18 s while the rest of tests/cage ran beside it; bounded at 90 s.
 """
 
