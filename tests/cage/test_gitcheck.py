@@ -326,3 +326,23 @@ def test_hostile_file_kinds_do_not_stall_or_fool_the_check(tmp_path, env):
                            env)
     assert sorted(f.path for f in findings) == sorted([f"{repo}/.git/commondir", f"{repo}/big/.git/config"]), findings
     assert any("not read to the end" in f.why for f in findings)
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_the_operators_global_config_in_a_write_root_is_checked(tmp_path, env, existed):
+    """A home directory granted for writing (no repository in it): a `~/.gitconfig` the command
+    makes (or changes) configures every repository of the operator's. Absent at launch, no
+    mount can protect it; found after the run, and the launch content put back."""
+    home = tmp_path / "home"
+    if existed:
+        (home / ".gitconfig").write_text("[user]\n\tname = op\n")
+    snap = gitcheck.snapshot([str(home)], home=str(home))
+    assert snap is not None and snap.roots == []
+    sh("git config --global core.fsmonitor 'touch PWNED' && git config --global user.email x@y", home, env)
+    findings = snap.verify()
+    assert [f.path for f in findings] == [f"{home}/.gitconfig"] and "core.fsmonitor" in findings[0].why
+    gitcheck.quarantine(findings, snap.writable)
+    if existed:
+        assert (home / ".gitconfig").read_text() == "[user]\n\tname = op\n"
+    else:
+        assert not (home / ".gitconfig").exists()

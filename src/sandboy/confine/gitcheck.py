@@ -261,6 +261,16 @@ def _read_config(path: str):
         os.close(fd)
 
 
+def _safe_entries(path: str, data):
+    """Launch entries of `data` (None when absent or unreadable by git too)."""
+    if data is None:
+        return None
+    try:
+        return _entries(path, data)
+    except ConfigSyntaxError:
+        return None
+
+
 def _entries(path: str, data=None):
     """The config entries of `path` (or of `data`), or None when it cannot be read. Raises
     ConfigSyntaxError for a file git would refuse too."""
@@ -343,15 +353,35 @@ def repository_roots(write_roots, exclude=()) -> list:
     return roots
 
 
+GLOBAL = "<the operator's global git config>"  # GitSnapshot.known's key for it
+
+
+def global_configs(home=None) -> list:
+    """The operator's own git config files (every repository of theirs reads them)."""
+    home = home if home is not None else os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
+
+
+def _scope(write_roots, exclude, home) -> tuple:
+    """(repository roots to walk, the operator's global configs a write root reaches, every
+    write root as a realpath)."""
+    writable = [os.path.realpath(r) for r in write_roots]
+    globals_inside = [p for p in global_configs(home) if _within(os.path.realpath(p), writable)]
+    return repository_roots(write_roots, exclude), globals_inside, writable
+
+
 def snapshot(write_roots, exclude=(), home=None):
     """At launch, before the command starts: a GitSnapshot of `write_roots` (paths) that are,
-    lie in or hold a git repository, or None when none does (then there is nothing to check,
-    and no supervisor is needed for it). `exclude`: roots not to walk (the run's `{tmp}`)."""
-    roots = repository_roots(write_roots, exclude)
-    if not roots:
+    lie in or hold a git repository, or reach the operator's global git config (a home
+    directory granted for writing: a `~/.gitconfig` made by the command would configure every
+    repository of theirs); None when none does (then there is nothing to check, and no
+    supervisor is needed for it). `exclude`: roots not to walk (the run's `{tmp}`)."""
+    roots, globals_inside, writable = _scope(write_roots, exclude, home)
+    if not roots and not globals_inside:
         return None
     since = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
-    return GitSnapshot(roots, since, home, writable=[os.path.realpath(r) for r in write_roots])
+    return GitSnapshot(roots, since, home, writable=writable, global_inside=globals_inside)
 
 
 class GitSnapshot:
@@ -360,16 +390,16 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, roots, since_ns: int, home=None, writable=None):
+    def __init__(self, roots, since_ns: int, home=None, writable=None, global_inside=()):
         self.roots = list(roots)
+        self.global_inside = list(global_inside)
         # Everything the command could write (all write roots, `{tmp}` included): a `.git` file
         # in a checked root may lead to a git directory it made in any of them.
         self.writable = list(writable) if writable is not None else list(self.roots)
         self.since_ns = since_ns
         self.home = home if home is not None else os.path.expanduser("~")
-        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(self.home, ".config")
         self.global_entries = []  # [(path, entries)] of the operator's global configs
-        for path in (os.path.join(self.home, ".gitconfig"), os.path.join(xdg, "git", "config")):
+        for path in global_configs(self.home):
             try:
                 entries = _entries(path)
             except ConfigSyntaxError:
@@ -386,11 +416,10 @@ class GitSnapshot:
                 for name in ("config", "config.worktree"):
                     path = os.path.join(gitdir, name)
                     data = _read_config(path)
-                    try:
-                        configs[path] = (data, _entries(path, data) if data is not None else None)
-                    except ConfigSyntaxError:
-                        configs[path] = (data, None)
+                    configs[path] = (data, _safe_entries(path, data))
                 self.known[gitdir] = configs
+        self.known[GLOBAL] = {path: (data, _safe_entries(path, data)) for path in self.global_inside
+                              for data in (_read_config(path),)}
 
     def _new(self, st) -> bool:
         return st.st_ctime_ns >= self.since_ns
@@ -399,8 +428,11 @@ class GitSnapshot:
         """Findings, in the order found (empty: nothing planted). Call only once the command
         and all its processes have ended."""
         check = _Check(self)
+        for path in self.global_inside:
+            check.config(path, False, None, GLOBAL)
         for gitdir in self.known:
-            check.gitdir(gitdir, full=False, top=os.path.dirname(gitdir))
+            if gitdir != GLOBAL:
+                check.gitdir(gitdir, full=False, top=os.path.dirname(gitdir))
         left = budget
         for root in self.roots:
             left = check.walk(root, left)
@@ -706,21 +738,26 @@ def after_run(snap) -> str:
             "(ADR 0019): " + "; ".join(parts))
 
 
-def roots_for(cage) -> list:
-    """The write roots of `cage` the check applies to: none when the policy turned the
-    protected defaults off (`fs.protect_defaults = false`); else those that are or lie in a git
-    repository, never the run's private `{tmp}`."""
+def _cage_scope(cage):
+    """`_scope` for one run of `cage`, or None when the policy turned the protected defaults
+    off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is never walked."""
     if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
-        return []
-    roots = cage.compiled["landlock.fs"].outputs["protected_args"][0]
+        return None
     exclude = (os.path.realpath(cage.ctx.tmp),) if cage.ctx.tmp else ()
-    return repository_roots(roots, exclude)
+    return cage.compiled["landlock.fs"].outputs["protected_args"][0], exclude
+
+
+def applies(cage) -> bool:
+    """Whether a run of `cage` is checked (see `snapshot`): what decides, without the namespace
+    tier, that exec mode needs a supervisor (launch.needs_supervisor)."""
+    scope = _cage_scope(cage)
+    if scope is None:
+        return False
+    roots, globals_inside, _ = _scope(*scope, None)
+    return bool(roots or globals_inside)
 
 
 def for_cage(cage):
-    """The snapshot for one run of `cage` (see `roots_for`), or None when nothing is to be checked."""
-    roots = roots_for(cage)
-    if not roots:
-        return None
-    writable = [os.path.realpath(r) for r in cage.compiled["landlock.fs"].outputs["protected_args"][0]]
-    return GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), writable=writable)
+    """The snapshot for one run of `cage`, or None when nothing is to be checked."""
+    scope = _cage_scope(cage)
+    return None if scope is None else snapshot(*scope)

@@ -126,7 +126,7 @@ def _git_check_applies(cage) -> bool:
         return False  # before importing anything: most policies stop here
     from sandboy.confine import gitcheck
 
-    return bool(gitcheck.roots_for(cage))
+    return gitcheck.applies(cage)
 
 
 def _git_snapshot(cage):
