@@ -8,6 +8,7 @@ Every figure is a ratio against a baseline measured in the same run, interleaved
         tier and forced off (where the check also needs the supervisor)
   CLI   sandboy run -- /bin/true, write root = the repository, check on  vs  off (one wrapper
         for both); without the tier "off" is exec mode, "on" the supervisor the check needs
+  gate  sandboy gate, 20 steps of `true` on that repository: per step, check on vs off
   parts snapshot() alone (start-up side) and verify() alone (after the run) on that repository
 
     .venv/bin/python bench/bench_gitcheck.py [--rounds N] [--files N] [--json]
@@ -138,6 +139,34 @@ def bench_cli(repo: str, base: str, rounds: int, tier: bool) -> dict:
     return _interleaved({"check on": case("on"), "check off": case("off")}, rounds)
 
 
+_GATE = ("import sys; import sandboy.confine.launch as launch\n"
+         "if sys.argv[1] == 'off': launch._git_snapshot = lambda cage: None\n"
+         "from sandboy.gate.cli import main; sys.exit(main(sys.argv[2:]))")
+
+
+def bench_gate(repo: str, base: str, rounds: int, steps: int = 20) -> dict:
+    """`sandboy gate` with `steps` steps of `true` on the repository: per-step cost, check on
+    vs off (the gate's own steps write nothing, so the check finds nothing: its cost alone)."""
+    os.makedirs(os.path.join(repo, ".007"), exist_ok=True)
+    with open(os.path.join(repo, ".007", "gate.toml"), "w") as fh:
+        for i in range(steps):
+            fh.write(f'[[step]]\nname = "s{i}"\nrun = "true"\n')
+    env = {**os.environ, "SANDBOY_CACHE_DIR": os.path.join(base, "c"), "HOME": base}
+
+    def case(switch):
+        def run():
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-c", _GATE, switch, repo], stdin=subprocess.DEVNULL,
+                                  capture_output=True, start_new_session=True, env=env)
+            elapsed = time.perf_counter() - start
+            if proc.returncode != 0:
+                raise SystemExit(f"sandboy gate failed: {proc.stdout.decode(errors='replace')[-2000:]}")
+            return elapsed / steps
+        return run
+
+    return _interleaved({"per step, check on": case("on"), "per step, check off": case("off")}, max(3, rounds // 5))
+
+
 def bench_parts(repo: str, rounds: int) -> dict:
     from sandboy.confine import gitcheck
 
@@ -172,6 +201,7 @@ def main() -> int:
         api_plain = bench_api(repo, args.rounds, tier=False)
         cli_tier = bench_cli(repo, base, args.rounds, tier=True)
         cli_plain = bench_cli(repo, base, args.rounds, tier=False)
+        gate = bench_gate(repo, base, args.rounds)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     ratios = {
@@ -179,15 +209,17 @@ def main() -> int:
         "api, no tier: check on / off": api_plain["check on"] / api_plain["check off"],
         "cli, tier (exec mode): check on / off": cli_tier["check on"] / cli_tier["check off"],
         "cli, no tier: check on (supervised) / off (exec)": cli_plain["check on"] / cli_plain["check off"],
+        "gate step: check on / off": gate["per step, check on"] / gate["per step, check off"],
     }
     if args.json:
         print(json.dumps({"files": args.files, "parts_s": parts, "api_tier_s": api_tier, "api_no_tier_s": api_plain,
-                          "cli_tier_s": cli_tier, "cli_no_tier_s": cli_plain, "ratios": ratios}, indent=2))
+                          "cli_tier_s": cli_tier, "cli_no_tier_s": cli_plain, "gate_s": gate, "ratios": ratios}, indent=2))
         return 0
     print(f"post-run git check benchmark ({args.files} index entries, {args.rounds} rounds, medians, interleaved)")
     for title, table in (("parts", parts), ("API with the namespace tier", api_tier),
                          ("API without the tier (supervised either way)", api_plain),
-                         ("CLI with the tier (exec mode)", cli_tier), ("CLI without the tier", cli_plain)):
+                         ("CLI with the tier (exec mode)", cli_tier), ("CLI without the tier", cli_plain),
+                         ("gate, 20 steps of true", gate)):
         print(f"  {title}")
         for name, secs in table.items():
             print(f"    {name:<36} {secs * 1000:8.2f} ms")

@@ -70,3 +70,26 @@ def test_step_cannot_plant_code_for_the_operators_next_git_command(tmp_path, fak
     subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30,
                    env={**os.environ, **GIT_ENV})
     assert not marker.exists(), f"{attack}: the operator's git ran a command a gate step planted"
+
+
+def test_legitimate_git_work_in_a_step_is_not_flagged(tmp_path, fake_home):
+    """The twin of the post-run git check (ADR 0019) in a gate: a step that clones, adds a
+    submodule and a worktree and commits passes, and nothing is quarantined. (`submodule add`
+    cannot record the submodule in the protected `.git/config` and says so; it still succeeds.)"""
+    gate = """
+        [[step]]
+        name = "git-work"
+        run = '''set -e; git clone -q "$PWD/libsrc" cloned; git -c protocol.file.allow=always submodule add -q "$PWD/libsrc" sub; g="git -c user.name=t -c user.email=t@x"; $g commit -qm sub; git worktree add -q wt; $g -C wt commit -q --allow-empty -m in-wt; echo DONE'''
+    """
+    repo = make_repo(tmp_path, gate, files={"notes.txt": "one\n"})
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "init", "-q", str(repo / "libsrc")], check=True)
+    subprocess.run(["git", "-C", str(repo / "libsrc"), "commit", "-q", "--allow-empty", "-m", "lib"], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    (repo / ".gitignore").write_text("libsrc/\ncloned/\nwt/\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "first"], check=True, env=env)
+    proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
+    step = by_name(report)["git-work"]
+    assert step["status"] == "passed" and "DONE" in step["output_tail"], step["output_tail"]
+    assert proc.returncode == 0 and not (repo / ".sandboy-quarantine").exists()
