@@ -29,46 +29,13 @@ import pytest
 from cagekit import BASE_READ, SANDBOY, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from containerkit import in_container  # noqa: E402
 from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
 NOBODY = 65534
 SYS_PY = "/usr/bin/python3"
-
-# Loads a seccomp filter on itself, then execs argv[2:]. argv[1] picks the filter.
-# BPF by hand: ld [4] = arch, ld [0] = nr, ld [16] = low half of args[0] (struct seccomp_data).
-LAUNCHER = r"""
-import ctypes, os, struct, sys
-LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06
-ALLOW, ERRNO, EPERM, ENOSYS = 0x7FFF0000, 0x00050000, 1, 38
-X86_64 = 0xC000003E
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME (linux/sched.h)
-NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
-
-def ins(code, k, jt=0, jf=0):
-    return struct.pack("<HBBI", code, jt, jf, k)
-
-if sys.argv[1] == "container":
-    prog = [ins(LD, 4), ins(JEQ, X86_64, 0, 7), ins(LD, 0), ins(JEQ, 56, 0, 2), ins(LD, 16),  # clone
-            ins(JSET, NEW, 4, 3), ins(JEQ, 272, 3, 0), ins(JEQ, 308, 2, 0), ins(JEQ, 435, 2, 0),  # unshare setns clone3
-            ins(RET, ALLOW), ins(RET, ERRNO | EPERM), ins(RET, ERRNO | ENOSYS)]
-elif sys.argv[1] == "apparmor":
-    prog = [ins(LD, 4), ins(JEQ, X86_64, 0, 3), ins(LD, 0), ins(JEQ, 165, 2, 0), ins(JEQ, 442, 1, 0),  # mount mount_setattr
-            ins(RET, ALLOW), ins(RET, ERRNO | EPERM)]
-else:
-    raise SystemExit("unknown filter " + sys.argv[1])
-program = b"".join(prog)
-libc = ctypes.CDLL(None, use_errno=True)
-buf = ctypes.create_string_buffer(program, len(program))
-class Fprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-fprog = Fprog(len(program) // 8, ctypes.addressof(buf))
-assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
-if libc.syscall(317, 1, 0, ctypes.byref(fprog)) != 0:  # seccomp(SECCOMP_SET_MODE_FILTER)
-    raise SystemExit("seccomp: " + os.strerror(ctypes.get_errno()))
-os.execv(sys.argv[2], sys.argv[2:])
-"""
 
 # What Sandboy must find out by itself, per way (the reason it reports).
 REASONS = {"container": "clone: Operation not permitted",
@@ -85,13 +52,11 @@ class Host:
         self.base, self.way, self.uid = base, way, uid
         self.work = base / "work"
         self.work.mkdir()
-        self.launcher = base / "launcher.py"
-        self.launcher.write_text(LAUNCHER)
         self.cache = base / "cache"
         self.src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
         if uid:
             os.chmod(base, 0o755)
-            for path in (base, self.work, self.launcher):
+            for path in (base, self.work):
                 os.chown(path, uid, uid)
 
     def sandboy_argv(self) -> list:
@@ -103,8 +68,7 @@ class Host:
             script = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
             argv = ["unshare", "--user", "--map-root-user", "/bin/sh", "-c", script, "sh", *sandboy]
         else:
-            python = SYS_PY if self.uid else sys.executable
-            argv = [python, str(self.launcher), self.way, *sandboy]
+            argv = in_container(self.way, sandboy, python=SYS_PY if self.uid else sys.executable)
         if self.uid:
             argv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all",
                     *argv]
