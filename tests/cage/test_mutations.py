@@ -249,8 +249,20 @@ def _check_protected(cage, _v):
     assert startup.read_text() == "# host start-up file\n"
 
 
+def _check_git_planted(cage, _v):
+    # the post-run git check (ADR 0019): a commondir planted in the write root's repository is
+    # found after the run, moved out of git's way, and the run fails closed
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(cage.work)], check=True)
+    policy = cage.policy(fs={"write": ["."], "exec": ["/bin", "/usr/bin"]})
+    result = cage.run(argv=["/bin/sh", "-c", "mkdir evil && echo ../evil > .git/commondir"], policy=policy)
+    assert result.rc == 125, result
+    assert not (cage.work / ".git" / "commondir").exists()
+
+
 def _protection_mutants():
-    from sandboy.confine import hygiene, landlock, protected, protections
+    from sandboy.confine import hygiene, landlock, launch, protected, protections
 
     def clear(key, value):
         return lambda compiled: compiled.outputs.__setitem__(key, value)
@@ -272,6 +284,7 @@ def _protection_mutants():
         ("seccomp filter", protections, "compile_seccomp", _wrap(protections.compile_seccomp, no_steps),
          _check_seccomp_at_all),
         ("protected paths", protected, "resolve_protected", lambda *a, **k: ([], []), _check_protected),
+        ("post-run git check", launch, "_git_snapshot", lambda cage: None, _check_git_planted),
         ("environment", protections, "compile_environment",
          _wrap(protections.compile_environment, lambda c: c.outputs["env"].update(os.environ)), _check_environment),
     ]
@@ -283,7 +296,7 @@ def _protection_mutants():
 def test_every_protection_has_a_probe_that_fails_without_it(probe, tmp_path_factory):
     """The same for the cage's other layers: hygiene (no_new_privs, fds, signals, rlimits,
     capabilities), Landlock (the ruleset, TCP ports, scopes), the seccomp filter as a whole,
-    protected paths, the environment. The namespace tier has its own probes (test_namespaces.py)."""
+    protected paths, the post-run git check, the environment. The namespace tier has its own probes (test_namespaces.py)."""
     victim = rules.start_victim()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
