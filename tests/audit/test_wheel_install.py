@@ -136,3 +136,30 @@ def test_pipx_installs_the_wheel_offline_from_a_wheelhouse_and_it_converts(insta
     root = _run([str(tmp_path / "pipx-home" / "venvs" / "sandboy" / "bin" / "python"), "-c",
                  "from sandboy.audit.registry import adapters_root; print(adapters_root())"], work, env, 60)
     assert Path(root.stdout.strip()).is_relative_to(tmp_path / "pipx-home"), root.stdout
+
+
+def test_installed_wheel_runs_the_pipeline_offline(installed: Path, tmp_path: Path) -> None:
+    """`sandboy audit run` from the installed wheel, with no network and nothing of the checkout:
+    its own cage (the C executor the wheel carries), Ruff (the test environment's, found on PATH)
+    caged, converted, fingerprinted, merged and passed through --github."""
+    venv = installed.parents[1] / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDBOY_ADAPTERS_DIR", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+    if shutil.which("ruff", path=env["PATH"]) is None:
+        pytest.fail("ruff is not installed: pip install -e '.[test]' installs it (pyproject.toml test extras)")
+    offline = ["unshare", "-n", "--"] if os.geteuid() == 0 else ["unshare", "-rn", "--"]
+    if shutil.which("unshare") is None or subprocess.run([*offline, "true"], capture_output=True).returncode != 0:
+        offline = []
+    repo = tmp_path / "demo"
+    shutil.copytree(REPO / "examples" / "audit-demo", repo)
+    done = _run([*offline, str(venv / "bin" / "sandboy"), "audit", "run", str(repo), "--tools", "ruff", "-o", "m.sarif",
+                 "--github", "--json"], tmp_path, env, 600)
+    status = json.loads(done.stdout)
+    assert [(t["tool"], t["status"]) for t in status["tools"]] == [("ruff", "ran")], status
+    (run,) = json.loads((tmp_path / "m.sarif").read_text())["runs"]
+    assert {"F401", "F821"} <= {r["ruleId"] for r in run["results"]}
+    assert all(r["partialFingerprints"]["primaryLocationLineHash"] for r in run["results"])
+    assert run["invocations"][0]["properties"]["sandboy"]["confinement"] in ("enforced", "degraded")
+    # The cage the wheel's Sandboy applied is the wheel's own code, not the checkout's.
+    where = _run([str(venv / "bin" / "python"), "-c", "import sandboy.confine.launch as m; print(m.__file__)"], tmp_path, env, 60)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
