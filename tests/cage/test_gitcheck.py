@@ -346,3 +346,45 @@ def test_the_operators_global_config_in_a_write_root_is_checked(tmp_path, env, e
         assert (home / ".gitconfig").read_text() == "[user]\n\tname = op\n"
     else:
         assert not (home / ".gitconfig").exists()
+
+
+def test_what_an_old_symlink_leads_to_is_judged(tmp_path, env):
+    """A project links its hooks into .git/hooks (`pre-commit -> ../../scripts/pre-commit`) and
+    its config from the worktree: the links are old (and protected under the tier), but what they
+    lead to is in the write root. Changed during the run, it is found."""
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(repo / "scripts" / "pre-commit", 0o755)
+    os.symlink("../../scripts/pre-commit", repo / ".git" / "hooks" / "pre-commit")
+    (repo / "scripts" / "gitconfig").write_text("[user]\n\tname = op\n")
+    sh("git config include.path ../scripts/gitconfig", repo, env)
+    marker = tmp_path / "PWNED"
+    snap, findings = check(repo, f"printf '#!/bin/sh\\ntouch {marker}\\n' > scripts/pre-commit && "
+                                 "printf '[core]\\n\\tsshCommand = evil\\n' >> scripts/gitconfig", env)
+    assert sorted(f.path for f in findings) == [f"{repo}/scripts/gitconfig", f"{repo}/scripts/pre-commit"], findings
+    gitcheck.quarantine(findings, snap.writable)
+    sh("git commit -q --allow-empty -m two", repo, env)
+    assert not marker.exists()
+
+
+def test_an_include_cycle_costs_one_look_each(tmp_path, env):
+    repo = git_repo(tmp_path / "repo", env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    includes = "".join(f"[include]\n\tpath = loop.cfg\n" for _ in range(50))
+    (repo / ".git" / "loop.cfg").write_text(includes + "[core]\n\tpager = x\n")
+    with open(repo / ".git" / "config", "a") as fh:
+        fh.write("[include]\n\tpath = loop.cfg\n")
+    import time
+
+    started = time.monotonic()
+    findings = snap.verify()
+    assert time.monotonic() - started < 5
+    assert {f.path for f in findings} == {f"{repo}/.git/config", f"{repo}/.git/loop.cfg"}
+
+
+def test_a_repository_hidden_in_the_quarantine_is_found(tmp_path, env):
+    repo = git_repo(tmp_path / "repo", env)
+    snap, findings = check(repo, f"mkdir -p {gitcheck.QUARANTINE_DIR}/x && git init -q {gitcheck.QUARANTINE_DIR}/x/r && "
+                                 f"printf '[core]\\n\\tfsmonitor = x\\n' >> {gitcheck.QUARANTINE_DIR}/x/r/.git/config", env)
+    assert [f.path for f in findings] == [f"{repo}/{gitcheck.QUARANTINE_DIR}/x/r/.git/config"]

@@ -44,6 +44,7 @@ CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in 
 WALK_BUDGET = 2_000_000    # directory entries per run; beyond that the run fails closed
 MAX_INCLUDE_DEPTH = 10     # git's own limit
 MAX_GITDIRS = 10_000
+MAX_NESTING = 32           # submodules within submodules, and `/` in a submodule's name
 QUARANTINE_DIR = ".sandboy-quarantine"
 CONFIG_READ_LIMIT = 4 << 20
 
@@ -448,6 +449,7 @@ class _Check:
         self.snap = snap
         self.findings: list = []
         self.seen: set = set()
+        self.included: set = set()
 
     def add(self, path, why: str, restore=None) -> None:
         finding = Finding(path, why, restore)
@@ -488,7 +490,9 @@ class _Check:
                 with os.scandir(directory) as entries:
                     for entry in entries:
                         left -= 1
-                        if entry.name != ".git" and entry.name != QUARANTINE_DIR and entry.is_dir(follow_symlinks=False):
+                        # (the quarantine is walked too: nothing moved there is named `.git`, and
+                        # skipping it would hide a repository the command put there)
+                        if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
                             pending.append((entry.path, entry.stat(follow_symlinks=False).st_nlink))
             except OSError:
                 continue
@@ -507,7 +511,11 @@ class _Check:
         self.gitdir(gitdir, full=pointer_new and gitdir not in self.snap.known, top=os.path.dirname(path))
 
     def gitdir(self, gitdir: str, full: bool, top, depth: int = 0) -> None:
-        if gitdir in self.seen or len(self.seen) >= MAX_GITDIRS or depth > 8:
+        if gitdir in self.seen:
+            return
+        if len(self.seen) >= MAX_GITDIRS or depth > MAX_NESTING:
+            self.add(None, f"{gitdir}: beyond the check's bounds ({MAX_GITDIRS} git directories, "
+                     f"{MAX_NESTING} levels of nesting): not checked")
             return
         self.seen.add(gitdir)
         # A git directory outside every write root was not the command's to write, but its
@@ -523,7 +531,7 @@ class _Check:
         self.hooks(os.path.join(gitdir, "hooks"), full)
         if top is not None:
             for path, entries in self.snap.global_entries:  # the operator's core.hooksPath and includes
-                self._follow(path, False, top, None, 0, entries)
+                self._follow(path, os.path.realpath(path), False, top, None, 0, entries)
         for kind in ("modules", "worktrees"):
             below = os.path.join(gitdir, kind)
             if os.path.isdir(below) and not os.path.islink(below):
@@ -546,8 +554,10 @@ class _Check:
                     continue
                 if one_level or any(os.path.lexists(os.path.join(sub, f)) for f in ("HEAD", "config", "hooks")):
                     found.append(sub)
-                elif level < 6:
+                elif level < MAX_NESTING:
                     pending.append((sub, level + 1))
+                else:
+                    self.add(None, f"{sub}: nested deeper than {MAX_NESTING} levels: not checked")
         return found
 
     def commondir(self, gitdir: str, path: str, full: bool):
@@ -566,22 +576,29 @@ class _Check:
         return target
 
     def config(self, path: str, full: bool, top, gitdir, depth: int = 0) -> None:
-        st = self.new(path)
-        if not self.writable(os.path.realpath(path)):
-            self._follow(path, False, top, gitdir, depth)  # not the command's: only where it leads
-            return
-        if not (full or st is not None):
-            # unchanged: still follow its includes, which may lead to files the run made
-            self._follow(path, full, top, gitdir, depth)
-            return
+        """Judge one config file git reads (`path` as git opens it: symlinks followed)."""
         launch_bytes, before = self.snap.known.get(gitdir, {}).get(path, (None, None)) if depth == 0 else (None, None)
-        if os.path.islink(path) and (full or st is not None):
-            self.add(path, "a git config made a symlink during the run", launch_bytes)
+        if os.path.islink(path) and self.new(path) is not None and self.writable(os.path.dirname(path)):
+            self.add(path, "a git config became a symlink during the run", launch_bytes)
+            return
+        real = os.path.realpath(path)
+        if real != path:
+            launch_bytes = before = None  # judged where it leads: the file the run may have changed
+        if depth:
+            if real in self.included:  # once each: a file including itself (git refuses it) or
+                return                 # included from many places costs one look
+            self.included.add(real)
+        if not self.writable(real):
+            self._follow(path, real, False, top, gitdir, depth)  # not the command's: only where it leads
+            return
+        if not (full or self.new(real) is not None):
+            # unchanged: still follow its includes, which may lead to files the run made
+            self._follow(path, real, full, top, gitdir, depth)
             return
         try:
-            entries = _entries(path)
+            entries = _entries(real)
         except ConfigSyntaxError as exc:
-            self.add(path, f"a git config changed during the run that this check cannot read ({exc})", launch_bytes)
+            self.add(real, f"a git config changed during the run that this check cannot read ({exc})", launch_bytes)
             return
         if entries is None:
             return
@@ -591,21 +608,20 @@ class _Check:
                 added.remove(entry)
         unsafe = sorted({name for name, value in added if not is_safe(name, value)})
         if unsafe:
-            self.add(path, "git config keys that run programs or lead elsewhere: " + ", ".join(unsafe),
+            self.add(real, "git config keys that run programs or lead elsewhere: " + ", ".join(unsafe),
                      launch_bytes)
-        self._follow(path, full, top, gitdir, depth, entries)
+        self._follow(path, real, full, top, gitdir, depth, entries)
 
-    def _follow(self, path, full, top, gitdir, depth, entries=None) -> None:
-        """Included configs (judged like the file itself) and `core.hooksPath` directories."""
+    def _follow(self, path, real, full, top, gitdir, depth, entries=None) -> None:
+        """Included configs (judged like the file itself; relative to `path`'s directory, as
+        git resolves them) and `core.hooksPath` directories of the config `real` holds."""
         if entries is None:
             try:
-                entries = _entries(path)
+                entries = _entries(real)
             except ConfigSyntaxError:
-                return
+                return  # git refuses it too: nothing in it is used
             if entries is None:
                 return
-        if depth >= MAX_INCLUDE_DEPTH:
-            return
         base = os.path.dirname(path)
         for name, value in entries:
             if not value:
@@ -613,6 +629,8 @@ class _Check:
             section, _, rest = name.partition(".")
             key = rest.rsplit(".", 1)[-1]
             if key == "path" and (section == "include" or section == "includeif"):
+                if depth >= MAX_INCLUDE_DEPTH:
+                    continue  # git refuses a config nested deeper (one level of margin here)
                 target = os.path.join(self.snap.home, value[2:]) if value.startswith("~/") else os.path.join(base, value)
                 self.config(os.path.normpath(target), full, top, gitdir, depth + 1)
             elif section == "core" and key == "hookspath" and "." not in rest:
@@ -645,10 +663,15 @@ class _Check:
                 est = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if not (full or self.snap._new(est)):
-                continue
-            if stat.S_ISLNK(est.st_mode) or (stat.S_ISREG(est.st_mode) and est.st_mode & 0o111):
-                self.add(entry.path, "a git hook made or changed during the run")
+            if full or self.snap._new(est):
+                if stat.S_ISLNK(est.st_mode) or (stat.S_ISREG(est.st_mode) and est.st_mode & 0o111):
+                    self.add(entry.path, "a git hook made or changed during the run")
+            elif stat.S_ISLNK(est.st_mode):
+                # an old link (scripts/pre-commit linked in by the project): git runs what it
+                # leads to, which may lie in a write root and have been changed by the run
+                target = os.path.realpath(entry.path)
+                if self.writable(target) and self.new(target) is not None:
+                    self.add(target, f"the script git hook {entry.name} links to, changed during the run")
 
 
 # --- out of git's way -----------------------------------------------------------------------
