@@ -196,12 +196,19 @@ def _wait_in_namespace(argv, cage, on_applied):
 
     first = session_steps()
     snap = _git_snapshot(cage)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    # The command runs before fork_exec returns (it waits until the command has exec'd): the
+    # signals the init passes on are held from now until wait_forwarding takes them, else one
+    # sent early would end this process (default action) and never reach the command.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _libc.FORWARDED_SIGNALS)
     try:
-        pid = _start_child(argv, cage, (None, None, None), err_w, first)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = _start_child(argv, cage, (None, None, None), err_w, first)
+        finally:
+            os.close(err_w)
+        status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
     finally:
-        os.close(err_w)
-    status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     message, reported = _child_report(argv, cage, (None, None, None), _read_all(err_r), first)
     cage.close()
     result = _result_from(status if reported is None else reported, message, None)
