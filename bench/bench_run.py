@@ -9,6 +9,8 @@ noise hits both sides alike:
   API       sandboy.run(["/bin/true"]) vs  subprocess.run(["/bin/true"]); with and without the
             namespace tier; with `{tmp}` vs the same policy without it
   namespaces  what each namespace adds to starting /bin/true (raw clone + the tier's own steps)
+  caller size  sandboy.run(["/bin/true"]) from a process with 100 MB more heap vs none (the
+            namespace's init shares the caller's memory: ADR 0021)
   workload  du -s /usr (stat of every file) confined  vs  bare
 
     .venv/bin/python bench/bench_run.py [--rounds N] [--json]
@@ -180,6 +182,38 @@ def bench_namespaces(rounds: int) -> dict:
     return _interleaved({name: case(*spec) for name, spec in variants.items()}, rounds)
 
 
+CALLER = """
+import os, sys, time, statistics
+ballast = [bytearray(1000) for _ in range(int(sys.argv[2]) * 1024)]  # MB of heap, touched
+import sandboy
+policy = sandboy.Policy.load(sys.argv[1])
+null = os.open(os.devnull, os.O_RDWR)
+times = []
+for _ in range(int(sys.argv[3]) + 1):
+    start = time.perf_counter()
+    assert sandboy.run(["/bin/true"], policy, stdin=null, stdout=null, stderr=null).ok
+    times.append(time.perf_counter() - start)
+print(statistics.median(times[1:]))
+"""
+
+
+def bench_caller_size(policy_path: str, rounds: int) -> dict:
+    """`sandboy.run(["/bin/true"], policy)` from a process holding 100 MB more heap than another:
+    with a forked init the tier's clone copied (and its exit tore down) the caller's page
+    tables, so a large caller paid more per run; the init now shares its memory (ADR 0021)."""
+    def caller(mb):
+        def run():
+            out = subprocess.run([sys.executable, "-c", CALLER, policy_path, str(mb), "10"], capture_output=True,
+                                 text=True, stdin=subprocess.DEVNULL)
+            if out.returncode != 0:
+                raise SystemExit(f"caller-size benchmark failed: {out.stderr[-2000:]}")
+            return float(out.stdout)
+        return run
+
+    return _interleaved({"caller with no extra heap": caller(0), "caller with 100 MB more heap": caller(100)},
+                        max(3, rounds // 10))
+
+
 def bench_terminal(policy_path: str, rounds: int) -> dict:
     """The command's own session and the terminal relay (ADR 0011): `/bin/true` through the plan
     executor with and without `setsid` first (a new session creates a scheduler autogroup where
@@ -332,6 +366,7 @@ def main() -> int:
         cli = bench_cli(policy_path, args.rounds)
         api = bench_api(policy_path, args.rounds)
         spaces = bench_namespaces(args.rounds)
+        callers = bench_caller_size(policy_path, args.rounds)
         term = bench_terminal(policy_path, args.rounds)
         work = bench_workload(policy_path, args.rounds)
         parts = bench_parts(policy_path, args.rounds)
@@ -347,6 +382,8 @@ def main() -> int:
         "cli / bwrap --unshare-all": cli["sandboy run"] / cli["bwrap --unshare-all"] if "bwrap" in cli else None,
         "api with {tmp} / without": api["sandboy.run(policy with {tmp})"] / api["sandboy.run(policy)"],
         "api tier / without tier": api["sandboy.run(cage)"] / api["sandboy.run(cage without tier)"],
+        "api from a 100 MB larger caller / small": (callers["caller with 100 MB more heap"]
+                                                    / callers["caller with no extra heap"]),
         "setsid + exec / exec (executor)": term["executor: setsid, /bin/true"] / term["executor: /bin/true"],
         "cli under a terminal / exec mode": (term["sandboy run, pty on fd 0-2 (relay)"]
                                              / term["sandboy run, no terminal (exec)"]),
@@ -359,12 +396,14 @@ def main() -> int:
     targets = {"cli / python floor": 1.3, "api / bwrap --unshare-all": 1.0, "api with {tmp} / without": 1.2,
                "workload confined / bare": 1.05}
     if args.json:
-        print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "terminal_s": term,
+        print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "caller_size_s": callers,
+                          "terminal_s": term,
                           "workload_s": work, "start_up_parts_s": parts, "ratios": ratios,
                           "targets": targets}, indent=2))
         return 0
     print(f"sandboy run benchmark ({args.rounds} rounds, medians, interleaved)")
     for title, table in (("CLI", cli), ("API", api), ("namespaces: /bin/true via the plan executor", spaces),
+                         ("API by caller size (medians of 10 runs per process)", callers),
                          ("own session and terminal relay", term), ("workload: du -s /usr", work),
                          ("start-up parts (medians of rounds/4)", parts)):
         print(f"  {title}")
