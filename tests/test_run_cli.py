@@ -61,6 +61,24 @@ def test_run_start_up_imports_nothing_heavy(policy):
              # shared-object loads the C executor and hand-written code avoid (docs/performance.md)
              "ctypes", "_ctypes", "struct", "_struct", "resource", "zlib"}
     assert used & heavy == set()
+    # nothing can be protected without a write root: confine.protected is not needed then
+    assert "sandboy.confine.protected" not in used
+
+
+def test_without_write_roots_nothing_is_protected_and_nothing_is_looked_up(tmp_path):
+    """protections.protected_paths skips confine.protected for a policy with no write root;
+    the real resolver gives the same (empty) answer for the same inputs, even with a protected
+    path that exists and the defaults on."""
+    from sandboy.confine.protected import resolve_protected
+    from sandboy.confine.protections import protected_paths
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    explicit = (str(tmp_path / ".git" / "config"), str(tmp_path / "missing"))
+    assert protected_paths((), explicit, True) == resolve_protected((), explicit, True) == ([], [])
+    # the twin: with the directory as a write root the same path is protected
+    assert protected_paths((str(tmp_path),), explicit, True) == resolve_protected((str(tmp_path),), explicit, True)
+    assert str(tmp_path / ".git" / "config") in [*sum(protected_paths((str(tmp_path),), explicit, True), [])]
 
 
 def test_policy_error_is_exit_2_with_file_and_key(tmp_path):

@@ -291,8 +291,6 @@ def _fingerprint(inputs, split_dirs, protected_args) -> tuple:
     """What a rebuild's rules depend on in the filesystem: which inode each policy path leads
     to (or that it is missing), the entries of each directory split around a deny, and which
     protected paths exist now (`confine.protected`: a `.bashrc` made since must be protected)."""
-    from sandboy.confine.protected import resolve_protected
-
     listing = []
     for directory in split_dirs:
         try:
@@ -300,4 +298,4 @@ def _fingerprint(inputs, split_dirs, protected_args) -> tuple:
             listing.append((directory, _stat_key(directory), tuple(os.listdir(directory))))
         except OSError:
             listing.append((directory, None, ()))
-    return tuple(_stat_key(p) for p in inputs), tuple(listing), resolve_protected(*protected_args)
+    return tuple(_stat_key(p) for p in inputs), tuple(listing), protections.protected_paths(*protected_args)

@@ -112,10 +112,8 @@ class Job:
         """(from_defaults, from_policy): realpaths of the protected paths that exist now inside
         a write root (`confine.protected`); resolved once per job."""
         if self._protected is None:
-            from sandboy.confine.protected import resolve_protected
-
             fs = self.resolved.fs
-            self._protected = resolve_protected(fs.write, fs.protect, fs.protect_defaults)
+            self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults)
         return self._protected
 
     @property
@@ -128,6 +126,16 @@ class Job:
     @property
     def strict(self) -> bool:
         return self.policy.strict
+
+
+def protected_paths(write_roots, explicit, defaults: bool) -> tuple:
+    """`confine.protected.resolve_protected`, which only ever returns paths inside a write root:
+    for a policy without one the answer is empty, and `sandboy run` does not import the module."""
+    if not write_roots:
+        return [], []
+    from sandboy.confine.protected import resolve_protected
+
+    return resolve_protected(write_roots, explicit, defaults)
 
 
 # --- the compilers ------------------------------------------------------------------------
