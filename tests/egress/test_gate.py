@@ -78,3 +78,45 @@ def test_step_asking_beyond_the_ceiling_is_narrowed(tmp_path):
                           env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
     assert "step s asked for network to *.y.org; the ceiling does not allow it" in proc.stdout, proc.stdout
     assert "a.x.org;" not in proc.stdout  # covered by *.x.org: kept, no narrowing line
+
+
+def test_a_step_never_reaches_an_earlier_steps_proxy_or_processes(tmp_path, origin):
+    """Each gate step gets its own network namespace and proxy, even where its compiled cage is
+    reused: a background process of step 1 is gone before step 2 (which sees none in its /proc),
+    step 2 (same policy) is served by its own proxy, and step 3 (another policy) meets its own
+    rules on 127.0.0.1:3128, not an earlier step's."""
+    port = origin.port
+    marker = f"sandboy-gate-step-{os.getpid()}"
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    fetch = f"curl -sS -o /dev/null -w %{{http_code}} http://allowed.test:{port}/"
+    (repo / ".007" / "gate.toml").write_text(
+        '[[step]]\nname = "first"\npolicy = "p1"\n'
+        f"run = \"bash -c '(exec -a {marker} sleep 300 &)'; {fetch}\"\n"
+        '[[step]]\nname = "second"\npolicy = "p1"\n'
+        # "[s]..." matches the sleeper's name, not the grep's (or this shell's) own command line
+        f"run = \"echo seen=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\\\0' ' ' | grep -c '[s]{marker[1:]}'); {fetch}\"\n"
+        '[[step]]\nname = "third"\npolicy = "p2"\n'
+        f'run = "{fetch}"\n'
+        '[policy.p1]\nversion = 1\n'
+        f'net.domains = ["allowed.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n'
+        '[policy.p2]\nversion = 1\n'
+        f'net.domains = ["other.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n')
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": [f"*.test:{port}"],
+                                                                      "private": ["127.0.0.0/8"]}}))
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 allowed.test other.test\n")
+    report = tmp_path / "report.json"
+    env = dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
+                           "--json", str(report)], capture_output=True, text=True, env=env, timeout=120)
+    steps = {s["name"]: s for s in json.loads(report.read_text())["steps"]}
+    assert steps["first"]["output_tail"].endswith("200"), steps["first"]
+    assert steps["second"]["output_tail"].startswith("seen=0") and steps["second"]["output_tail"].endswith("200"), \
+        steps["second"]
+    assert steps["third"]["output_tail"].startswith("403"), steps["third"]
+    assert steps["third"]["egress"]["refused_hosts"] == [f"allowed.test:{port}"]
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)  # curl without -f exits 0 on a 403
+    survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
+    assert survivors == "", survivors
