@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
-
 from sandboy.audit import sarif
 from sandboy.audit.convert import ConvertRequest, convert
 from sandboy.audit.github import github_problems
+
+# Not `from conftest import REPO`: with tests/gate collected first, `conftest` is gate's.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _load_demo():
