@@ -177,16 +177,28 @@ def _in_own_mount_namespace(fn):
     return answer["result"]
 
 
+def _mount_points() -> list:
+    with open("/proc/self/mountinfo") as fh:
+        return [line.split()[4] for line in fh]
+
+
+def _root_mount_options() -> list:
+    with open("/proc/self/mountinfo") as fh:
+        return [line.split()[5] for line in fh if line.split()[4] == "/"]
+
+
 def test_every_tier_step_has_a_check_that_fails_without_it(probe, tmp_path_factory):
     def run():
         return _mutation_run(tmp_path_factory, probe)
 
     run.shared_dir = str(tmp_path_factory.mktemp("shared-mount"))
-    with open("/proc/self/mountinfo") as fh:
-        host_mounts = fh.read()
+    root_before = _root_mount_options()
     outcome = _in_own_mount_namespace(run)
-    with open("/proc/self/mountinfo") as fh:
-        assert fh.read() == host_mounts  # nothing of it reached this process's mount table
+    # nothing of it reached this process's mount table: no mount on the test's own paths, "/"
+    # as writable as before (other sessions may mount elsewhere meanwhile: not compared)
+    ours = str(tmp_path_factory.getbasetemp())
+    assert not [p for p in _mount_points() if p == ours or p.startswith(ours + "/")]
+    assert _root_mount_options() == root_before
     assert "intact" not in outcome, f"the intact tier fails a check: {outcome['intact']}"
     assert "over budget" not in outcome, outcome
     for label, failure in sorted(outcome["killed"].items()):
