@@ -1,7 +1,6 @@
 """The mutation check for the namespace tier: remove each namespace flag, each step of its plan,
 each Landlock rule it adds for its private mounts, each size option and the nosuid/nodev/noexec
-flags of each mount in turn, and require a
-check of `test_tier_steps.py` to fail.
+flags of each mount in turn, and require a check of `test_tier_steps.py` to fail.
 
 The mechanism is `test_mutations.py`'s: `namespaces.compile` is wrapped (pytest's monkeypatch, in
 this test only) so that the Tier it returns lacks one thing, the cage is built in-process with
@@ -11,8 +10,10 @@ The mutants are not listed by hand: they are every step label of the plans the c
 battery's policy, the same with write on /dev, the --tty plan), so a step added to
 `namespaces.plan_mounts` is mutated the day it lands, and a step no check notices fails this
 test by name. Left out on purpose: the `close ...` steps (their fds are O_CLOEXEC copies or
-maps, closed at exec anyway) and the final "become the PID namespace's init" (not a mount step:
-without it the plan runs the command as pid 1, which test_namespaces.py covers).
+maps, closed at exec anyway) and the final "become the PID namespace's init" (not part of the
+mount plan, and not observable by the battery: without it the command itself is pid 1, which
+`test_namespaces.py::test_exec_mode_passes_the_status_and_a_signal_through` notices — a shell as
+pid 1 ignores the SIGTERM it sends itself).
 
 Everything runs in a forked child that first makes a mount namespace of its own, private
 recursively, and mounts one SHARED tmpfs in it: so no mutant can touch the host's mounts, and
