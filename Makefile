@@ -33,7 +33,7 @@ demo: compile
 # stands in where no compiler built it (src/sandboy/confine/_libc.py). The first run includes the
 # mutation checks (tests/cage/test_mutations.py: each seccomp rule removed in turn must make a
 # probe fail; ≈ 20 s, bounded at 3 min; test_mutations_tier.py: each namespace flag and step of
-# the namespace tier, 6-20 s, bounded at 90 s); the plans are the same for both executors, so once is enough.
+# the namespace tier, 6-30 s, bounded at 90 s); the plans are the same for both executors, so once is enough.
 test: compile
 	$(PY) -m pytest -q
 	SANDBOY_NATIVE=0 $(PY) -m pytest -q -m "not mutation" tests/cage

@@ -69,6 +69,7 @@ def write(path, text, mode="w"):
         fh.write(text)
 
 facts["ids"] = [os.getuid(), os.getgid()]
+facts["pid"] = os.getpid()  # the tier's init is 1 in the new PID namespace, the command its child
 
 # item 1: metadata of a file the uid owns, outside every write root; the twin in the write root
 facts["outside"] = [attempt(lambda: os.chmod(outside, 0o666)), attempt(lambda: os.utime(outside, (1, 1)))]
@@ -246,6 +247,7 @@ class Bench:
         devices = [f"/dev/{n}" for n in ("null", "zero", "full", "random", "urandom")]
         return {
             "ids": [self.uid, self.uid],
+            "pid": 2,
             "outside": ["EROFS", "EROFS"],
             "work": "ok",
             # bound device nodes keep the host's flags; the pinned directories are read-write copies
