@@ -93,6 +93,14 @@ def test_fingerprints_read_only_regular_files_inside_the_root_and_bounded(tmp_pa
     assert fingerprint.hash_file(root / "big.py") == fingerprint.line_hashes("x\n" * 500)
 
 
+def test_a_source_root_of_slash_still_holds_its_files(tmp_path: Path) -> None:
+    """"Inside the root" is policy.resolve.is_within: with "/" as the root every absolute path is
+    inside (a hand-written `base + os.sep` test made that "//" and matched nothing)."""
+    (tmp_path / "a.py").write_text("x\n")
+    assert fingerprint.source_path({"uri": f"file://{tmp_path}/a.py"}, [], Path("/")) == tmp_path / "a.py"
+    assert fingerprint.source_path({"uri": f"{str(tmp_path)[1:]}/a.py"}, [], Path("/")) == tmp_path / "a.py"
+
+
 # --- merge --------------------------------------------------------------------------------
 
 
