@@ -254,3 +254,14 @@ def test_diff_marks_new_unchanged_absent_and_fails_on_new(tmp_path: Path) -> Non
     assert same.returncode == 0 and "0 new" in same.stderr
     summary = diff.diff_docs(base, base)[1]
     assert summary.as_dict() == {"new": 0, "unchanged": sarif.count_results(base), "absent": 0}
+
+
+def test_identified_results_walks_every_result_and_skips_what_is_not_a_table() -> None:
+    tool = {"driver": {"name": "t"}}
+    doc = {"runs": [{"tool": tool, "results": [_result("R1", "a.py", 1), "junk", _result("R1", "a.py", 1)]},
+                    "junk", {"tool": {"driver": {"name": "u"}}, "results": [_result("R2", "b.py", 2)]}, {"tool": tool}]}
+    seen = list(diff.identified_results(doc))
+    assert [(run["tool"]["driver"]["name"], result["ruleId"]) for _, run, result in seen] == [
+        ("t", "R1"), ("t", "R1"), ("u", "R2")]
+    assert seen[0][0] == seen[1][0] != seen[2][0]  # the same finding twice has one identity
+    assert seen[0][0] == diff.identity("t", doc["runs"][0]["results"][0], [])

@@ -13,7 +13,7 @@ import copy
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from sandboy.audit import sarif
 from sandboy.audit.merge import _dict, _list, tool_name
@@ -44,35 +44,34 @@ def identity(tool: str, result: dict[str, Any], artifacts: list[Any]) -> str:
     return json.dumps([tool, rule, "l", uri, line, _dict(result.get("message")).get("text")])
 
 
+def identified_results(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(identity, run, result) for each result of each run of `doc`, in order; entries that are
+    not tables (a malformed log) are passed over."""
+    for run in _list(doc.get("runs")):
+        if not isinstance(run, dict):
+            continue
+        tool, artifacts = tool_name(run), _list(run.get("artifacts"))
+        for result in _list(run.get("results")):
+            if isinstance(result, dict):
+                yield identity(tool, result, artifacts), run, result
+
+
 def diff_docs(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[dict[str, Any], DiffSummary]:
     summary = DiffSummary()
     old: Counter[str] = Counter()
     old_results: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
-    for run in _list(baseline.get("runs")):
-        if not isinstance(run, dict):
-            continue
-        artifacts = _list(run.get("artifacts"))
-        for result in _list(run.get("results")):
-            if isinstance(result, dict):
-                key = identity(tool_name(run), result, artifacts)
-                old[key] += 1
-                old_results.setdefault(key, []).append((run, result))
+    for key, run, result in identified_results(baseline):
+        old[key] += 1
+        old_results.setdefault(key, []).append((run, result))
     out = copy.deepcopy(current)
-    for run in _list(out.get("runs")):
-        if not isinstance(run, dict):
-            continue
-        artifacts = _list(run.get("artifacts"))
-        for result in _list(run.get("results")):
-            if not isinstance(result, dict):
-                continue
-            key = identity(tool_name(run), result, artifacts)
-            if old[key] > 0:
-                old[key] -= 1
-                result["baselineState"] = "unchanged"
-                summary.unchanged += 1
-            else:
-                result["baselineState"] = "new"
-                summary.new += 1
+    for key, _run, result in identified_results(out):
+        if old[key] > 0:
+            old[key] -= 1
+            result["baselineState"] = "unchanged"
+            summary.unchanged += 1
+        else:
+            result["baselineState"] = "new"
+            summary.new += 1
     # What the baseline had and the new log lacks: copied in, without indices that would point
     # into the baseline's own rules/artifacts, into the new log's run of the same tool.
     runs_by_tool = {tool_name(r): r for r in _list(out.get("runs")) if isinstance(r, dict)}
