@@ -34,6 +34,9 @@ def test_the_built_in_entries_load_and_cover_the_issue() -> None:
     ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'include = ["pyhton"]\n', "tools.t.phases[0].include", "unknown preset"),
     ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'wall_seconds = 0\n', "tools.t.phases[0].wall_seconds", "integer from 1"),
     ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'netwrok = true\n', "tools.t.phases[0].netwrok", "did you mean 'network'"),
+    ("version = 1\n" + GOOD_TOOL + GOOD_PHASE + 'network = "yes"\n', "tools.t.phases[0].network", "expected true or false"),
+    ("version = 1\n" + GOOD_TOOL.replace("[tools.t]\n", "[tools.t]\nbuild_free = 1\n") + GOOD_PHASE, "tools.t.build_free",
+     "expected true or false"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\noutput = {kind='sarif', from='file', file='../x'}\n" + GOOD_PHASE, "tools.t.output.file", "inside the output directory"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\n", "tools.t.output", "missing"),
 ])

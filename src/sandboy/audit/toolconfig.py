@@ -120,6 +120,12 @@ def _int(src: str, key: str, value: Any, low: int, high: int) -> int:
     return value
 
 
+def _bool(src: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(src, key, "expected true or false")
+    return value
+
+
 def _choice(src: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise _fail(src, key, f"expected one of {', '.join(choices)}, got {value!r:.60}")
@@ -139,9 +145,7 @@ def _phase(src: str, key: str, data: Any, index: int) -> Phase:
     for name in include:
         if name not in PRESETS:
             raise _fail(src, f"{key}.include", f"unknown preset {name!r:.40} (known: {', '.join(PRESETS)})")
-    network = data.get("network", False)
-    if not isinstance(network, bool):
-        raise _fail(src, f"{key}.network", "expected true or false")
+    network = _bool(src, f"{key}.network", data.get("network", False))
     ok_exit = data.get("ok_exit", [0])
     if not isinstance(ok_exit, list) or not ok_exit:
         raise _fail(src, f"{key}.ok_exit", "expected a non-empty list of exit statuses")
@@ -169,9 +173,7 @@ def _tool(src: str, name: str, data: Any) -> Tool:
     adapter = _str(src, f"{key}.adapter", data["adapter"])
     if adapter not in ADAPTERS:
         raise _fail(src, f"{key}.adapter", f"unknown adapter {adapter!r:.40} (known: {', '.join(sorted(ADAPTERS))})")
-    build_free = data.get("build_free", False)
-    if not isinstance(build_free, bool):
-        raise _fail(src, f"{key}.build_free", "expected true or false")
+    build_free = _bool(src, f"{key}.build_free", data.get("build_free", False))
     out = _check_keys(src, f"{key}.output", data["output"], OUTPUT_KEYS)
     kind = _choice(src, f"{key}.output.kind", out.get("kind"), KINDS)
     origin = _choice(src, f"{key}.output.from", out.get("from"), SOURCES)
