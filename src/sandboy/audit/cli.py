@@ -1,6 +1,6 @@
 """`sandboy audit …`: convert untrusted tool output to SARIF in a WebAssembly cage, validate SARIF.
 
-Only argparse and the stdlib are imported at module level: the lead's
+Only argparse and the stdlib are imported at module level: the top-level
 `sandboy` CLI imports this module on every start (including `sandboy run`),
 so wasmtime and jsonschema-rs are imported inside the command functions.
 """
@@ -342,7 +342,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m sandboy.audit.cli convert …`) until the lead's CLI wires `audit`."""
+    """`sandboy audit …` without the other subcommands (`python -m sandboy.audit.cli convert …`): the
+    top-level CLI registers the same parsers through `add_parser`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["audit"]:
         argv = argv[1:]
