@@ -12,7 +12,7 @@ namespaces (before capabilities go) -> rlimits, capabilities, no_new_privs -> La
 (last, so no earlier step is filtered). The environment has no steps: it is handed to execve.
 
 Adding a protection: a row in `PROTECTIONS`, a `compile_<name>(job) -> Compiled`, and a line
-in `compile_all` at its place in the plan order (see the board and ADR 0008).
+in `compile_all` at its place in the plan order (ADR 0008).
 """
 
 import os
