@@ -4,7 +4,7 @@
 Every figure is a ratio against a baseline measured in the same run, interleaved:
 
   API   sandboy.run(["/bin/true"]) with the repository as write root, check on  vs  the same
-        cage with the check switched off (launch._git_snapshot -> None); with the namespace
+        cage with the check switched off (no GitCheck hook: gitcheck.GitCheck.for_cage -> None); with the namespace
         tier and forced off (where the check also needs the supervisor)
   CLI   sandboy run -- /bin/true, write root = the repository, check on  vs  off (one wrapper
         for both); without the tier "off" is exec mode, "on" the supervisor the check needs
@@ -66,7 +66,7 @@ def _policy_text(root: str) -> str:
 
 def bench_api(repo: str, rounds: int, tier: bool) -> dict:
     import sandboy
-    from sandboy.confine import launch, namespaces
+    from sandboy.confine import gitcheck, namespaces
     from sandboy.confine.cage import build
 
     policy = sandboy.Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
@@ -83,7 +83,7 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
         return {}
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     stdio = {"stdin": null, "stdout": null, "stderr": null}
-    snapshot = launch._git_snapshot
+    check_for = gitcheck.GitCheck.__dict__["for_cage"]
 
     def with_check():
         start = time.perf_counter()
@@ -92,7 +92,7 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
         return time.perf_counter() - start
 
     def without_check():
-        launch._git_snapshot = lambda cage: None
+        gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage: None)
         try:
             start = time.perf_counter()
             # the same path the check takes (supervised without the tier), only the check left out
@@ -100,7 +100,7 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
             assert result.ok, result
             return time.perf_counter() - start
         finally:
-            launch._git_snapshot = snapshot
+            gitcheck.GitCheck.for_cage = check_for
 
     try:
         return _interleaved({"check on": with_check, "check off": without_check}, rounds)
@@ -109,8 +109,8 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
         os.close(null)
 
 
-_CLI = ("import sys; import sandboy.confine.launch as launch\n"
-        "if sys.argv[1] == 'off': launch._git_snapshot = lambda cage: None\n"
+_CLI = ("import sys; from sandboy.confine import gitcheck\n"
+        "if sys.argv[1] == 'off': gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage: None)\n"
         "from sandboy.cli import entry; sys.argv[1:2] = []; sys.exit(entry())")
 
 
@@ -139,8 +139,8 @@ def bench_cli(repo: str, base: str, rounds: int, tier: bool) -> dict:
     return _interleaved({"check on": case("on"), "check off": case("off")}, rounds)
 
 
-_GATE = ("import sys; import sandboy.confine.launch as launch\n"
-         "if sys.argv[1] == 'off': launch._git_snapshot = lambda cage: None\n"
+_GATE = ("import sys; from sandboy.confine import gitcheck\n"
+         "if sys.argv[1] == 'off': gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage: None)\n"
          "from sandboy.gate.cli import main; sys.exit(main(sys.argv[2:]))")
 
 

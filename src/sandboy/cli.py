@@ -105,8 +105,8 @@ def cmd_run(args: RunArgs) -> int:
     # which may last (terminal relay, egress proxy).
     gc.disable()
     from sandboy.confine import cage as cagemod
-    from sandboy.confine import launch
-    from sandboy.confine.terminal import exec_in_place_possible, has_controlling_terminal
+    from sandboy.confine import exec_mode
+    from sandboy.confine.terminal import has_controlling_terminal
     from sandboy.policy.model import Policy
 
     if args.json and not args.dry_run:
@@ -142,14 +142,18 @@ def cmd_run(args: RunArgs) -> int:
             skipped = explain.skipped(args.command[0], cage)
             if skipped:
                 _err(f"warning: {skipped}")
-        if args.tty or launch.needs_supervisor(policy, cage) or not exec_in_place_possible():
-            if has_controlling_terminal():
+        hooks = exec_mode.hooks_for(cage, args.egress_log)  # the git check, the egress proxy
+        terminal = has_controlling_terminal()  # probed once: the decision and the signals below
+        if exec_mode.supervisor_needed(cage, tty=args.tty, in_place=True, controlling_terminal=terminal, hooks=hooks):
+            if terminal:
                 # The terminal's ^C and ^\ reach the supervisor too (it is in our job), which
                 # passes them on to the command (in a session of its own) and reports the outcome.
                 _ignore_terminal_signals()
             gc.enable()
+            from sandboy.confine import launch
+
             try:
-                result = launch.run(args.command, cage, supervise=True, tty=args.tty, egress_log=args.egress_log)
+                result = launch.run(args.command, cage, supervise=True, tty=args.tty, builtin_hooks=hooks)
             finally:
                 cage.close()
             # the supervisor process has ended, and with it the egress proxy (its thread, the
@@ -175,7 +179,7 @@ def cmd_run(args: RunArgs) -> int:
                              {"outcome": result.outcome, "returncode": result.returncode, "error": result.error})
 
         _exit_without_finalizing = True
-        return launch.exec_confined(args.command, cage, on_applied)
+        return exec_mode.exec_confined(args.command, cage, on_applied, hooks)
     except PolicyError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -209,17 +213,16 @@ class _StatusSink:
 def _dry_run(policy, args: RunArgs) -> int:
     import json
 
-    from sandboy.confine import launch
     from sandboy.confine.cage import build
+    from sandboy.confine.exec_mode import hooks_for, supervisor_needed
     from sandboy.confine.terminal import describe as describe_terminal
-    from sandboy.confine.terminal import exec_in_place_possible
 
-    cage = build(policy, cwd=args.cwd)
+    cage = build(policy, cwd=args.cwd, tty=args.tty)  # as the run would build it (--tty keeps /dev/tty)
     try:
         from sandboy.confine import explain
 
         report = cage.report()
-        report["supervised"] = bool(launch.needs_supervisor(policy, cage) or args.tty or not exec_in_place_possible())
+        report["supervised"] = supervisor_needed(cage, tty=args.tty, in_place=True, hooks=hooks_for(cage)) is not None
         report["terminal"] = describe_terminal(args.tty)
         report["command"] = args.command
         # What would fail at exec time with a bare 126: PATH entries and interpreter symlinks

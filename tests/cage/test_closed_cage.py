@@ -11,7 +11,7 @@ import pytest
 import sandboy
 from sandboy import Policy
 from sandboy.confine.cage import build
-from sandboy.confine.launch import LocalRun
+from sandboy.confine.supervision import Supervision
 
 SYSTEM = ["/usr", "/lib", "/lib64", "/etc"]
 
@@ -59,7 +59,7 @@ def test_closed_cage_refused_by_the_gate_launcher_and_exec_mode(secret):
     c1 = build(narrow, cwd="/")
     c1.close()
     with pytest.raises(sandboy.CageError, match="closed"):
-        LocalRun(["/bin/true"], c1)
+        Supervision(["/bin/true"], c1).start()
     with pytest.raises(sandboy.CageError, match="closed"):
         c1.plan()
     assert c1.closed

@@ -194,7 +194,8 @@ def test_a_cage_error_names_the_step_that_failed(tmp_path):
     says which plan step failed — through every launcher (their plans differ in length)."""
     from sandboy import Policy
     from sandboy.confine.cage import build
-    from sandboy.confine.launch import LocalRun, run
+    from sandboy.confine.launch import run
+    from sandboy.confine.supervision import Supervision
 
     work = tmp_path / "work"
     work.mkdir()
@@ -203,7 +204,7 @@ def test_a_cage_error_names_the_step_that_failed(tmp_path):
     try:
         work.rmdir()
         for result in (run(["/usr/bin/true"], cage), run(["/usr/bin/true"], cage, supervise=True),
-                       LocalRun(["/usr/bin/true"], cage).wait()):
+                       Supervision(["/usr/bin/true"], cage).start().wait()):
             assert (result.outcome, result.returncode) == ("cage_error", 125), result
             assert f"enter {work}" in result.error, result.error
     finally:

@@ -262,7 +262,7 @@ def _check_git_planted(cage, _v):
 
 
 def _protection_mutants():
-    from sandboy.confine import hygiene, landlock, launch, protected, protections
+    from sandboy.confine import gitcheck, hygiene, landlock, protected, protections
 
     def clear(key, value):
         return lambda compiled: compiled.outputs.__setitem__(key, value)
@@ -284,7 +284,7 @@ def _protection_mutants():
         ("seccomp filter", protections, "compile_seccomp", _wrap(protections.compile_seccomp, no_steps),
          _check_seccomp_at_all),
         ("protected paths", protected, "resolve_protected", lambda *a, **k: ([], []), _check_protected),
-        ("post-run git check", launch, "_git_snapshot", lambda cage: None, _check_git_planted),
+        ("post-run git check", gitcheck, "for_cage", lambda cage: None, _check_git_planted),
         ("environment", protections, "compile_environment",
          _wrap(protections.compile_environment, lambda c: c.outputs["env"].update(os.environ)), _check_environment),
     ]

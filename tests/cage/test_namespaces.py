@@ -476,7 +476,6 @@ def test_layer3_helpers_hand_the_parent_a_listener_inside_the_cage_netns(cage):
     from sandboy import Policy
     from sandboy.confine import _libc
     from sandboy.confine import cage as cagemod
-    from sandboy.confine.launch import _start_child
 
     port = 31000 + os.getpid() % 2000
     policy = Policy.from_mapping(cage.policy(net={"connect_tcp": [port]}), "<t>")
@@ -489,7 +488,7 @@ def test_layer3_helpers_hand_the_parent_a_listener_inside_the_cage_netns(cage):
         first = (*namespaces.plan_loopback_up(),
                  *namespaces.plan_listen_and_send(port, child_end.fileno(), spare, keep))
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pid = _start_child([cage.probe, "tcp-connect", str(port)], built, (None, None, None), err_w, first)
+        pid = built.start_child([cage.probe, "tcp-connect", str(port)], (None, None, None), err_w, first)
         os.close(err_w)
         os.close(spare)
         child_end.close()

@@ -9,7 +9,15 @@
     protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
     _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
                  a pure-Python one on `_ctypes` (ADR 0005)
-    launch.py    exec mode (the CLI becomes the command), supervised mode, the API
+    launch.py    the API: spawn/run a command, choosing how it is supervised
+    exec_mode.py the CLI becomes the command; `supervisor_needed`, the one rule for when a run
+                 needs a process to stay with it
+    supervision.py  Supervision, the one supervision object (start/stop hooks the egress proxy
+                 attaches to; deadline; kill and reap the tree) and the Handle interface
+                 (pid, kill, wait) every way of running a command returns (ADR 0020)
+    supervisor.py  the supervisor process `sandboy run` and the API fork, and its handle
+    reaping.py   find, kill and reap every descendant of the supervising process
+    result.py    RunResult, the outcome names; a wait status + the child's report -> RunResult
     terminal.py  own session; the caller's terminal replaced and relayed, or a fresh pty (ADR 0011)
     cgroup.py    a pids cgroup for `limits.processes` as root
     cleanup.py   removes what a command left in its private {tmp}

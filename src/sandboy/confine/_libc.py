@@ -328,3 +328,20 @@ def read_child_report(data: bytes) -> tuple:
         elif error is None:
             error = (first, second)
     return error, status
+
+
+def read_all(fd: int) -> bytes:
+    """Everything written on a `fork_exec` child's error pipe, once every copy of its write end
+    is closed (the child exec'd or exited); closes `fd`."""
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)

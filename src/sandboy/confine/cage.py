@@ -136,7 +136,7 @@ class Cage:
 
     def apply_here(self) -> None:
         """Apply the cage to THIS process (exec mode without the namespace tier, which needs a
-        child: see `launch.exec_confined`). Raises CageError naming the failed step."""
+        child: see `exec_mode.exec_confined`). Raises CageError naming the failed step."""
         if self.tier is not None:
             raise CageError("the namespace tier cannot be applied to the calling process")
         plan = self.plan()
@@ -144,6 +144,23 @@ class Cage:
             _libc.apply_plan([step for _, step in plan])
         except OSError as exc:
             raise CageError(self.describe_failure(exc.filename, exc.errno)) from None
+
+    def start_child(self, argv, stdio, report_fd: int, first=()) -> int:
+        """Fork a child that runs `first` ((label, step) pairs: its session, a supervision
+        hook's steps), then this cage's plan, then execs `argv` (see `_libc`). A failed step or
+        exec is reported on `report_fd`, and under the namespace tier the child is the new
+        namespaces' init and reports the command's wait status there too (result.from_child
+        reads it). Returns the child's pid."""
+        paths, args, envp = self.exec_args(argv)
+        plan = [step for _, step in (*first, *self.plan(stdio))]
+        self.started()
+        try:
+            return _libc.fork_exec(plan, paths, args, envp, report_fd, self.clone_flags)
+        except OSError as exc:
+            if not self.clone_flags:
+                raise
+            namespaces.forget()  # the kernel refuses the namespaces now: the next build probes again
+            raise CageError(f"cannot apply the cage: clone into new namespaces: {exc.strerror}") from None
 
     def close(self, deadline=None) -> bool:
         """In the parent, when no more children will be started from this cage. False when its

@@ -772,7 +772,7 @@ def _cage_scope(cage):
 
 def applies(cage) -> bool:
     """Whether a run of `cage` is checked (see `snapshot`): what decides, without the namespace
-    tier, that exec mode needs a supervisor (launch.needs_supervisor)."""
+    tier, that exec mode needs a supervisor (exec_mode.supervisor_needed)."""
     scope = _cage_scope(cage)
     if scope is None:
         return False
@@ -784,3 +784,44 @@ def for_cage(cage):
     """The snapshot for one run of `cage`, or None when nothing is to be checked."""
     scope = _cage_scope(cage)
     return None if scope is None else snapshot(*scope)
+
+
+class GitCheck:
+    """The check as a supervision hook (confine/supervision.py), made by `exec_mode.hooks_for`
+    for every run the check applies to: the snapshot just before the child starts (everything
+    the command changes is after it), the verdict once every process of the run has ended. Not
+    a subclass of supervision.Hook: exec mode carries it without importing that module."""
+
+    name = "git check"
+    during_run = False  # before and after only: under the namespace tier the init's end will do
+
+    def __init__(self, cage):
+        self.cage = cage
+        self.snap = None
+
+    @classmethod
+    def for_cage(cls, cage):
+        return cls(cage) if applies(cage) else None
+
+    def start(self, run) -> tuple:
+        self.snap = for_cage(self.cage)
+        return ()
+
+    def started(self, run) -> None:
+        pass
+
+    def stop(self, run, result) -> None:
+        """A run that left code for the host's next git command fails closed (125, outcome
+        PLANTED) whatever its own status, saying what was moved where (ADR 0019)."""
+        if self.snap is None:
+            return
+        if run.abandoned:  # the gate was stopped: it fails anyway (130)
+            result.error = ((result.error + "; ") if result.error else "") + (
+                "the post-run git check was skipped: the stopped step's processes were still being "
+                "torn down — check the repository before running git in it (ADR 0019)")
+            return
+        message = after_run(self.snap)
+        if message:
+            from sandboy.confine.result import PLANTED
+
+            result.refuse(message, PLANTED)

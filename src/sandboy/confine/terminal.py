@@ -58,12 +58,15 @@ def any_terminal(stdio=(None, None, None)) -> bool:
     return any(os.isatty(i if fd is None else fd) for i, fd in enumerate(stdio))
 
 
-def exec_in_place_possible() -> bool:
+def exec_in_place_possible(controlling_terminal=None) -> bool:
     """May this process become the command (exec mode)? Only when nothing of a terminal would
     reach it: no terminal on fd 0–2 (it must be replaced and relayed), no controlling terminal
     (the command would leave the operator's job, so ^C would no longer reach it: a supervisor
-    forwards it), and not a process-group leader outside its own session (setsid refuses those)."""
-    if any_terminal() or has_controlling_terminal():
+    forwards it), and not a process-group leader outside its own session (setsid refuses those).
+    `controlling_terminal`: `has_controlling_terminal()` when the caller has asked already."""
+    if any_terminal():
+        return False
+    if has_controlling_terminal() if controlling_terminal is None else controlling_terminal:
         return False
     pid = os.getpid()
     return os.getsid(0) == pid or os.getpgrp() != pid

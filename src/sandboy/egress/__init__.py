@@ -14,7 +14,8 @@ Modules (each small, one job):
 - `proxy`    — the asyncio proxy: HTTP absolute-form requests (every request of a kept-alive or
                pipelined connection is parsed and checked, with h11), CONNECT, SOCKS5 (socks5h).
 - `service`  — runs the proxy in a thread of the calling process for the lifetime of one run.
-- `session`  — ties one run's proxy to the launcher: set-up before the fork, start after, stop.
+- `session`  — one run's proxy as a supervision hook (confine/supervision.py): its child steps
+               before the fork, the proxy thread after it, stopped once the whole tree is gone.
 - `ssh_proxy` — `ssh_proxy.py PROXY_HOST PROXY_PORT HOST PORT`: the ProxyCommand that git's ssh
                uses (set through GIT_SSH_COMMAND) to reach `host:22` through the proxy's CONNECT.
 

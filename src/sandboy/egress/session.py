@@ -1,18 +1,22 @@
-"""The proxy of one run, attached to the process that forks the confined child.
+"""The proxy of one run, attached to its supervision as a hook (confine/supervision.py).
 
-Lifecycle (the launcher calls these; see confine/launch.py):
     session = EgressSession.for_cage(cage, log_path)   # None when the policy has no net.domains
-    ... fork the child with session.child_steps() run first in it ...
-    session.started()        # after the fork: take the listener, start the proxy thread
-    ... wait for the child (and, supervised, for every descendant) ...
-    summary = session.stop() # proxy, listener and every connection closed; counters returned
+    Supervision(argv, cage, ..., hooks=[session])       # supervision.hooks_for(cage) does this
+      start(run)          the child's first steps: lo up, listen inside, send the listener
+      started(run)        after the fork: the proxy thread (in a forked supervisor, at the first
+                          client: `serve_on_demand`)
+      stop(run, result)   after the whole tree is gone: proxy, listener and connections closed;
+                          its counters become `result.egress`; a proxy that failed to start
+                          makes the run a cage error (125)
 
-The process that forks is the one that serves: the caller for a direct run, the supervisor for
-a supervised one, the gate for its steps. The proxy thread starts only after the fork, so no
-child is ever forked from a process with the proxy's thread running.
+The process that supervises is the one that serves: the forked supervisor of `sandboy run` and
+the API, the gate for its steps. The proxy thread starts only after the fork, so no child is
+ever forked from a process with the proxy's thread running.
 """
 
+from sandboy.confine.supervision import Hook
 from sandboy.egress.compile import MODE_NAMESPACE
+from sandboy.errors import CageError
 
 
 _preload_calls = 0
@@ -37,7 +41,9 @@ def preload() -> None:
     import sandboy.egress.service  # noqa: F401
 
 
-class EgressSession:
+class EgressSession(Hook):
+    name = "egress proxy"
+
     def __init__(self, cage, log_path=None):
         from sandboy.egress.rules import Rules
 
@@ -84,7 +90,34 @@ class EgressSession:
             os.close(self._spare)
             self._child_end = None
 
-    def started(self, wait: bool = True) -> None:
+    # --- the supervision hook ------------------------------------------------------------------
+
+    def start(self, run) -> tuple:
+        return tuple(self.child_steps())
+
+    def started(self, run) -> None:
+        try:
+            if not run.exits_after:
+                # the gate: waits for the listener, so a failure refuses the step now
+                self.serve(wait=True)
+            elif not run.in_pids_cgroup:
+                self.serve_on_demand()  # the proxy's thread starts at the first client
+            else:  # a pids cgroup counts the thread: it takes its slot now, before the command's
+                self.serve(wait=False)  # SIGTERM is still blocked: the proxy's thread inherits that
+        except (OSError, RuntimeError) as exc:
+            raise CageError(f"egress proxy: {exc}") from None
+
+    def stop(self, run, result) -> None:
+        if self.service is None:
+            self.abort()  # no client came, or the run never got as far as the proxy
+        # a forked supervisor exits right after: its exit ends thread, listener and connections
+        result.egress = self.finish(exiting=run.exits_after)
+        if self.error is not None:  # the proxy could not be started on demand
+            result.refuse(self.error)
+
+    # --- the proxy -------------------------------------------------------------------------
+
+    def serve(self, wait: bool = True) -> None:
         """After the fork: take the listener (sent by the child from its namespace, or the
         cage's host socket in the fallback) and serve on it for as long as the run lasts.
         `wait=False`: the proxy's thread receives the listener itself (service.py)."""
@@ -103,7 +136,7 @@ class EgressSession:
             self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
 
     def serve_on_demand(self) -> None:
-        """`started()` for the supervisor (a process of its own; call it from its main thread
+        """`serve()` for the supervisor (a process of its own; call it from its main thread
         after the fork): the proxy's thread is started only when a client connects.
 
         Why: a thread still blocked in poll(2) when the supervisor exits must itself be
@@ -115,7 +148,7 @@ class EgressSession:
         the handler, PEP 475): take the listener from the channel, then start the thread at
         the first pending connection. Every step first checks the fd's state, so a datagram or
         connection that came before O_ASYNC was set is not missed. The decision log is opened
-        now, as `started()` does (a bad --egress-log path is refused before the command runs).
+        now, as `serve()` does (a bad --egress-log path is refused before the command runs).
         The fallback mode (a host socket shared with the caller) starts the thread at once."""
         import _signal as signal  # the C module: `signal` imports enum
 
@@ -124,7 +157,7 @@ class EgressSession:
         if self.mode != MODE_NAMESPACE:
             # The fallback's listener is the cage's socket: its file status flags and owner are
             # shared with the caller's copy, which outlives this process. Served at once.
-            self.started(wait=False)
+            self.serve(wait=False)
             return
         self._log = EgressLog(self.log_path)
         self._close_child_side()  # now only the child holds it: its exit ends the receive
@@ -205,7 +238,7 @@ class EgressSession:
             self._channel.close()
             self._channel = None
 
-    def stop(self, exiting: bool = False) -> dict:
+    def finish(self, exiting: bool = False) -> dict:
         """End the proxy; its counters. `exiting`: the calling process ends right after (the
         supervisor), which ends the thread and closes every socket: only the counters are read."""
         if self.summary is None:
@@ -220,30 +253,33 @@ class EgressSession:
             self.summary = {"mode": self.mode, "proxy": f"127.0.0.1:{self.port}", **counts}
         return self.summary
 
-    def report_text(self, exiting: bool = False) -> str:
-        """`stop()`'s summary as one line for the supervisor's status pipe (`summary_from_text`
-        reads it): the counters as numbers, the per-host table as JSON only when there is one,
-        so a run that never connected loads no `json` (≈ 5 ms with `re` on `sandboy run`'s path)."""
-        summary = self.stop(exiting)
-        text = " ".join((summary["mode"], str(self.port), str(summary["allowed"]), str(summary["denied"]),
-                         str(summary.get("hosts_not_listed", 0))))
-        if summary["hosts"]:
-            import json
-
-            text += " " + json.dumps(summary["hosts"], ensure_ascii=True, separators=(",", ":"))
-        return text
-
     def abort(self) -> None:
-        """The fork failed: nothing to serve."""
+        """The child never started: nothing to serve."""
         self._close_child_side()
         if getattr(self, "_channel", None) is not None:
             self._channel.close()
             self._channel = None
-        self.stop()
+
+
+# A forked supervisor hands the summary to its caller on its status pipe (RunResult.CARRIED):
+# the counters as numbers, the per-host table as JSON only when there is one, so a run that
+# never connected loads no `json` (≈ 5 ms with `re` on `sandboy run`'s path).
+
+
+def summary_to_text(summary: dict) -> str:
+    """`finish()`'s summary as one line (`summary_from_text` reads it back)."""
+    port = summary["proxy"].rpartition(":")[2]
+    text = " ".join((summary["mode"], port, str(summary["allowed"]), str(summary["denied"]),
+                     str(summary.get("hosts_not_listed", 0))))
+    if summary["hosts"]:
+        import json
+
+        text += " " + json.dumps(summary["hosts"], ensure_ascii=True, separators=(",", ":"))
+    return text
 
 
 def summary_from_text(text: str) -> dict:
-    """The summary `EgressSession.report_text` wrote (the same dict `stop()` returned there)."""
+    """The summary `summary_to_text` wrote (the same dict `finish()` returned there)."""
     mode, port, allowed, denied, not_listed, *hosts = text.split(" ", 5)
     if hosts:
         import json

@@ -4,8 +4,10 @@ Per step: policy = meet(step policy, ceiling), computed right before the step st
 step may have planted a symlink the step policy names); the shell runs with the repository as
 working directory; its merged stdout/stderr comes back through one pipe and is streamed line by
 line, prefixed with the step name, to the console, the step's log file and a bounded tail kept
-for the reports (`gate.capture`, which also caps them). Killing the tree at the end or at the timeout is the cage's supervisor's job
-(`sandboy.confine.launch`), not this module's.
+for the reports (`gate.capture`, which also caps them). The gate supervises each step itself,
+through the one supervision object (`sandboy.confine.supervision.Supervision`: hooks such as the
+egress proxy and the post-run git check, the deadline, killing and reaping the tree); this
+module watches it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import select
 import time
 
-from sandboy.confine.launch import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, PLANTED, SIGNALED, TIMED_OUT
+from sandboy.confine.result import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, PLANTED, SIGNALED, TIMED_OUT
 from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
 from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT, StepOutput
 from sandboy.policy.meet import meet
@@ -43,7 +45,7 @@ class StepResult:
         self.timeout = step.timeout
         self.index = index
         self.status = "not_run"
-        self.run_result = None  # sandboy.confine.launch.RunResult, once a command ran
+        self.run_result = None  # sandboy.confine.result.RunResult, once a command ran
         self._error = None      # why the step could not start (policy or cage error)
         self.duration = 0.0
         self.narrowings = []
@@ -174,7 +176,7 @@ class CageCache:
     def pids_group(self, policy):
         """As root with `limits.processes`: one pids cgroup that this process joins once, so
         steps do not pay a cgroup move each (≈ 10 ms on cgroup v1; see confine/cgroup.py).
-        None where none can be made: `spawn` then tries a group of its own per step, and
+        None where none can be made: the step's Supervision then tries a group of its own, and
         refuses the step (125) if that fails too."""
         if self._pids_group:
             # Once joined, every step goes through the group: a step without a process limit
@@ -298,7 +300,7 @@ def _pump(run, read_fd: int, stream: StepOutput, console, stop: StopRequest) -> 
             # the tree dies: the pidfd and the pipe report it next — unless the kernel takes long
             # to tear a process down, which the gate then does not wait for (it ends within 1 s)
             run.end(KILLED, deadline=time.monotonic() + STOP_GRACE_SECONDS)
-            if getattr(run, "abandoned", False):
+            if run.abandoned:
                 return True
         elif run.time_left() == 0 and run.pidfd in watching:
             run.end(TIMED_OUT)
@@ -449,7 +451,8 @@ class GateRun:
         relay = None
         started = time.monotonic()
         try:
-            from sandboy.confine.launch import LocalRun
+            from sandboy.confine.exec_mode import hooks_for
+            from sandboy.confine.supervision import Supervision
 
             try:
                 stdio, ctty = (null_fd, write_fd, write_fd), None
@@ -473,8 +476,9 @@ class GateRun:
                 # with net.domains and --logs: the proxy's decisions beside the step's output
                 egress_log = (os.path.splitext(result.log_path)[0] + ".egress.jsonl"
                               if result.log_path and policy.net.egress else None)
-                proc = LocalRun(argv, cage, timeout=step.timeout, stdio=stdio,
-                                pids_group=self.cages.pids_group(policy), ctty=ctty, egress_log=egress_log)
+                proc = Supervision(argv, cage, timeout=step.timeout, stdio=stdio,
+                                   pids_group=self.cages.pids_group(policy), ctty=ctty,
+                                   hooks=hooks_for(cage, egress_log)).start()
             except PolicyError as exc:
                 result.refuse("policy_error", str(exc))
                 return False

@@ -1,0 +1,215 @@
+"""Exec mode: `sandboy run` becomes the command, with no process staying behind — and the one
+place that decides what a run needs around it: its hooks (`hooks_for`) and whether a process
+must stay with it (`supervisor_needed`).
+
+Without the namespace tier this process applies the cage to itself and execs. Under the tier it
+cannot enter a new PID namespace itself, so it starts the namespace's init (which leads a new
+session; the command runs in it) and waits for it in C (`_libc.wait_forwarding`), passing
+signals on: no Python runs while the command does. A run with hooks that act only before and
+after it (the git check) is then supervised by this process (supervision.Supervision): the
+init's end is the end of the whole tree.
+
+On the `sandboy run` start-up path: a run without hooks imports nothing beyond what the cage
+already needs; the result module only on a failed start.
+"""
+
+import errno
+import os
+import sys
+
+from sandboy.errors import CageError
+
+
+def hooks_for(cage, egress_log=None) -> list:
+    """The supervision hooks every run of `cage` gets, whoever runs it (the CLI, the API, the
+    gate): the one list. Each is checked cheaply before its module is imported."""
+    hooks = []
+    policy = cage.policy
+    if policy.fs.write and policy.fs.protect_defaults:  # a write root may hold a repository
+        from sandboy.confine.gitcheck import GitCheck
+
+        check = GitCheck.for_cage(cage)
+        if check is not None:
+            hooks.append(check)
+    # after the git check: stopped first, so the check's verdict is the last word
+    if policy.net.egress:
+        from sandboy.egress.session import EgressSession
+
+        session = EgressSession.for_cage(cage, egress_log)
+        if session is not None:
+            hooks.append(session)
+    return hooks
+
+
+def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None), in_place=False,
+                      controlling_terminal=None, hooks=()):
+    """Why a run of `cage` needs a process of its own to stay with it (a supervisor, see
+    supervision.py), or None: then the CLI execs the command in place (exec mode) and the API
+    may start it as a direct child. The one rule, asked by `sandboy run`, `--dry-run` and
+    `launch.spawn`.
+
+    `hooks`: the run's hooks (`hooks_for`, plus any of the caller's). `in_place`: asked for exec
+    mode, where THIS process would become the command (its own terminal, session and process
+    group matter; `controlling_terminal` is the caller's answer to
+    `terminal.has_controlling_terminal()` when it has probed already). Otherwise the command's
+    `stdio` must hold no terminal."""
+    from sandboy.confine import terminal
+    from sandboy.policy.resolve import uses_tmp
+
+    policy = cage.policy
+    limits = policy.limits
+    if tty:
+        return "a fresh pseudo-terminal to relay (--tty)"
+    if timeout is not None or limits.wall_seconds:
+        return "a deadline to enforce (limits.wall_seconds or a timeout)"
+    if limits.processes and os.geteuid() == 0:
+        return "a pids cgroup for limits.processes (as root, RLIMIT_NPROC does not bind)"
+    # In exec mode nothing would be left to remove {tmp}: every run leaked a /tmp/sandboy-*
+    # directory. Not under the namespace tier, where it is a tmpfs that dies with the run (and
+    # the waiting parent removes the empty mount point).
+    if uses_tmp(policy) and not (cage.tier is not None and cage.tier.tmp_private):
+        return "a private {tmp} to remove after the run"
+    for hook in hooks:
+        if hook.during_run:
+            return f"{hook.name}: works while the command runs"
+        if cage.tier is None:
+            # without a PID namespace nothing but a subreaper knows when the whole tree is gone
+            return f"{hook.name}: runs once every process of the run has ended"
+    if in_place:
+        if not terminal.exec_in_place_possible(controlling_terminal):
+            return "a terminal to keep from the command (it is relayed)"
+    elif terminal.any_terminal(stdio):
+        return "a terminal on fd 0-2 to keep from the command (it is relayed)"
+    return None
+
+
+def exec_confined(argv, cage, on_applied=None, hooks=()):
+    """Apply `cage` to this process and execve `argv`. Returns only an exit code on failure.
+
+    Only where `supervisor_needed(..., in_place=True, hooks=hooks)` is None: the command then
+    leads a session of its own and no terminal is within its reach. `on_applied(result=None)`
+    is called once the cage holds; with a RunResult when a hook changed what the run's end
+    means (a git check that failed it)."""
+    from sandboy.confine import _libc
+    from sandboy.confine.terminal import enter_own_session
+
+    if cage.tier is not None:
+        if hooks:
+            return _supervise_in_namespace(argv, cage, on_applied, hooks)
+        return _wait_in_namespace(argv, cage, on_applied)
+    if hooks:  # supervisor_needed said so: never run them unsupervised
+        raise CageError(f"{hooks[0].name}: needs a supervisor without the namespace tier")
+    from sandboy.confine import explain  # imported now: inside the cage it may not be readable
+
+    paths, args, envp = cage.exec_args(argv)
+    try:
+        enter_own_session()
+    except OSError as exc:
+        raise CageError(f"cannot apply the cage: new session: {exc.strerror}") from None
+    cage.apply_here()
+    if on_applied is not None:
+        on_applied()
+    try:
+        _libc.exec_first(paths, args, envp)
+    except OSError as exc:
+        reason = explain.not_executable(argv[0], cage) if exc.errno == errno.EACCES else ""
+        sys.stderr.write(f"sandboy: {argv[0]}: {exc.strerror}" + (f": {reason}" if reason else "") + "\n")
+        return _libc.exit_code_for_exec_error(exc.errno)
+
+
+def _wait_in_namespace(argv, cage, on_applied):
+    """Exec mode under the namespace tier: start the init, wait for it in C. The command's exit
+    status is passed through, and its death by a signal repeated on this process."""
+    from sandboy.confine import _libc
+    from sandboy.confine.terminal import session_steps
+
+    first = session_steps()
+    held = _hold_forwarded_signals()
+    try:
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = cage.start_child(argv, (None, None, None), err_w, first)
+        finally:
+            os.close(err_w)
+        status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
+    finally:
+        _release(held)
+    report = _libc.read_all(err_r)
+    failed, reported = _libc.read_child_report(report)
+    if failed is not None:  # the start failed: say why (before close: the message names a plan step)
+        from sandboy.confine.result import CAGE_ERROR, from_child
+
+        result = from_child(status, report, argv, cage, first=first)
+        cage.close()
+        if result.outcome == CAGE_ERROR:
+            raise CageError(result.error)
+        if on_applied is not None:
+            on_applied()
+        sys.stderr.write(f"sandboy: {result.error}\n")
+        return result.returncode
+    cage.close()
+    status = status if reported is None else reported
+    if on_applied is not None:
+        on_applied()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        die_like(sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+def _supervise_in_namespace(argv, cage, on_applied, hooks):
+    """`_wait_in_namespace` with hooks: this process supervises the run (supervision.py), still
+    waiting in C; the init's end is the end of the tree, so the stop hooks see it all gone."""
+    from sandboy.confine.result import CAGE_ERROR, PLANTED, SIGNALED
+    from sandboy.confine.supervision import Supervision
+
+    held = _hold_forwarded_signals()
+    try:
+        run = Supervision(argv, cage, hooks=hooks, exits_after=True).start()  # CageError: refused
+        run.wait_forwarding()
+    finally:
+        _release(held)
+    result = run.wait()
+    cage.close()
+    if run.cage_refused:
+        raise CageError(result.error)
+    if on_applied is not None:
+        on_applied(result if result.outcome in (PLANTED, CAGE_ERROR) else None)
+    if result.error:
+        sys.stderr.write(f"sandboy: {result.error}\n")
+    if result.outcome == SIGNALED:
+        die_like(result.signal)
+    return result.returncode
+
+
+def _hold_forwarded_signals():
+    """The command runs before fork_exec returns (it waits until the command has exec'd): the
+    signals the init passes on are held from now until wait_forwarding takes them, else one
+    sent early would end this process (default action) and never reach the command."""
+    import _signal as signal  # the C module: `signal` imports enum
+
+    from sandboy.confine import _libc
+
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _libc.FORWARDED_SIGNALS)
+
+
+def _release(held) -> None:
+    import _signal as signal
+
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def die_like(sig: int) -> None:
+    """End this process by `sig`, as the command ended, so a shell sees the same status."""
+    import _signal as signal  # the C module: `signal` imports enum
+
+    from sandboy.confine import _libc, hygiene
+
+    try:
+        _libc.syscall(_libc.SYS_PRLIMIT64, 0, hygiene.RLIMIT_CORE, bytes(16), None)  # no core of ours
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,73 @@
+"""End every process below the supervising one: find them, SIGKILL them, reap them.
+
+The supervising process (the gate, or a forked supervisor) is a child subreaper
+(PR_SET_CHILD_SUBREAPER): orphans of the command — ones that called setsid or double-forked —
+are reparented to it, so walking its own descendants finds the whole tree. With
+`limits.processes` as root the tree also sits in a pids cgroup, whose members are killed too.
+"""
+
+import _signal as signal  # the C module: `signal` imports enum
+import os
+import time
+
+
+def descendants() -> set[int]:
+    """Every process below this one, walking /proc/<pid>/task/<tid>/children."""
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+            except OSError:
+                continue
+            for kid in kids:
+                if kid not in found:
+                    found.add(kid)
+                    todo.append(kid)
+    return found
+
+
+def kill_pass(cgroup=None) -> None:
+    """SIGKILL every descendant found now (and every member of `cgroup` but this process)."""
+    pids = descendants()
+    if cgroup is not None:
+        pids.update(cgroup.pids())
+    pids.discard(os.getpid())  # a supervisor sits in its own per-run group
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def sweep(cgroup=None, deadline=None) -> bool:
+    """SIGKILL and reap until no descendant is left. Orphans come back to us (subreaper), so
+    each round sees the ones the previous round's deaths released. `deadline` (time.monotonic()):
+    give up reaping then and return False (everything found has been sent SIGKILL)."""
+    while True:
+        kill_pass(cgroup)
+        try:
+            if deadline is None:
+                os.waitpid(-1, 0)
+            else:
+                while not os.waitpid(-1, os.WNOHANG)[0]:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.005)
+            # Reap the whole batch before walking /proc again: one walk per reaped child made the
+            # sweep quadratic (2,000 processes took 26 s past a 3 s timeout).
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            if cgroup is None or not set(cgroup.pids()) - {os.getpid()}:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)

@@ -1,0 +1,354 @@
+"""The one supervision object: a process that stays with a confined command from before its
+start until after its whole tree has gone, and the hooks that live exactly as long.
+
+    run = Supervision(argv, cage, timeout=600, stdio=(0, fd, fd), hooks=[hook, ...]).start()
+    run.pid, run.pidfd, run.time_left(), run.exited()   # watch it (the gate polls pidfd)
+    run.end(TIMED_OUT)      # kill the command and every descendant, reap them all
+    result = run.wait()     # RunResult, after every stop hook ran
+
+Who supervises: the gate, in its own process, one step after the other (no supervisor process:
+≈ 2.5 ms a step, docs/performance.md); the supervisor process `sandboy run` and the API fork
+(supervisor.py), which puts a Supervision around its relay and signal handling; and `sandboy
+run` in exec mode under the namespace tier when the run has hooks (exec_mode.py: it waits in C
+meanwhile). `exec_mode.supervisor_needed` is the one rule saying when a run needs a process of
+its own to stay with it.
+
+Hooks (`Hook`): the egress proxy (egress/session.py) and the post-run git check
+(gitcheck.GitCheck). `exec_mode.hooks_for(cage)` is the one list every run gets.
+
+    start(run)          before the command's process exists, in attach order. Returns the
+                        (label, step) pairs the child runs first (see `_libc`). Raising refuses
+                        the run: nothing is started, CageError (125).
+    started(run)        right after the fork, in attach order (a thread may start now: no fork
+                        from this process follows). Raising refuses the run: the tree is killed,
+                        the run is a cage error (125).
+    stop(run, result)   after the command and every descendant ended and were reaped, on every
+                        path — exit, signal, timeout, kill(), a start that failed — once for each
+                        hook whose start() returned, in reverse order. It may amend `result`
+                        (a report of its own: add the slot to RunResult.CARRIED; or
+                        `result.refuse(why[, outcome])`). Raising makes the run a cage error
+                        (fail closed); the other stop hooks still run.
+
+`during_run`: does the hook work while the command runs (the proxy's thread)? Then only a
+supervising process can carry it. A hook that acts only before and after (the git check) can
+also be carried by exec mode and by a direct child under the namespace tier, where the end of
+the namespace's init is the end of the whole tree (`exec_mode.supervisor_needed`).
+
+Every hook method runs in the supervising process, which is not confined.
+"""
+
+import _signal as signal  # the C module: `signal` imports enum
+import os
+import time
+
+from sandboy.confine import reaping
+from sandboy.confine.result import CAGE_ERROR, KILLED, RunResult, from_child
+from sandboy.errors import EXIT_CAGE, CageError
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
+                  "cgroup could be created; refusing to run without the limit (run it where "
+                  "/sys/fs/cgroup is writable — not inside another cage — or with a policy or gate "
+                  "ceiling without limits.processes)")
+
+
+class Handle:
+    """What every way of running a confined command hands back: `pid`, `kill()`, `wait()`.
+
+    `Supervision` (the caller supervises), `supervisor.Supervisor` (a forked supervisor process)
+    and `launch.DirectChild` (no supervision) implement it."""
+
+    pid: int
+
+    def kill(self) -> None:
+        """End the run now; `wait()` then reports it (outcome "killed" where supervised)."""
+        raise NotImplementedError
+
+    def wait(self) -> RunResult:
+        """Wait for the end of the run and say what happened (the same object on every call)."""
+        raise NotImplementedError
+
+
+class Hook:
+    """Something that lives exactly as long as a run (see the module docstring for when each
+    method is called). Override what you need; `name` prefixes the refusal a failure causes.
+    Any object with these five attributes is a hook (gitcheck.GitCheck does not subclass this:
+    exec mode carries it without importing this module)."""
+
+    name = "hook"
+    during_run = True  # see the module docstring; the safe default: needs a supervising process
+
+    def start(self, run) -> tuple:
+        return ()
+
+    def started(self, run) -> None:
+        pass
+
+    def stop(self, run, result: RunResult) -> None:
+        pass
+
+
+def timeout_for(cage, timeout):
+    """The run's deadline in seconds: the caller's timeout or the policy's wall_seconds, the smaller."""
+    wall = cage.policy.limits.wall_seconds
+    return wall if wall and (timeout is None or wall < timeout) else timeout
+
+
+def _refusal(hook, exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, CageError) else f"{hook.name}: {exc}"
+
+
+class HookChain:
+    """The hooks of one run, called in the order and with the failure rules of the module
+    docstring (by Supervision, and by launch.DirectChild for hooks that need no supervisor)."""
+
+    def __init__(self, hooks):
+        self.hooks = list(hooks)
+        self._stoppable = []  # hooks whose start() returned
+
+    def start(self, run) -> tuple:
+        """The child's first steps from every hook; CageError when one refuses (the hooks
+        started before it are still to be stopped: `stop`)."""
+        steps = ()
+        for hook in self.hooks:
+            try:
+                got = hook.start(run)
+            except Exception as exc:
+                raise CageError(_refusal(hook, exc)) from None
+            self._stoppable.append(hook)
+            steps += tuple(got or ())
+        return steps
+
+    def started(self, run) -> None:
+        for hook in self._stoppable:
+            try:
+                hook.started(run)
+            except Exception as exc:
+                raise CageError(_refusal(hook, exc)) from None
+
+    def stop(self, run, result: RunResult) -> None:
+        while self._stoppable:
+            hook = self._stoppable.pop()
+            try:
+                hook.stop(run, result)
+            except Exception as exc:  # a check that could not run did not pass: fail closed
+                result.refuse(f"{hook.name}: {exc}")
+
+
+class Supervision(Handle):
+    """A confined command supervised by THIS process, which becomes a child subreaper: orphans
+    of the command come back to it, and `end()` kills and reaps every descendant. `wait()` reaps
+    with waitpid(-1), collecting any other child too: the process must have no children of its
+    own besides the run (the gate runs its steps one at a time; a forked supervisor has one run).
+
+    `pids_group`: a `PidsCgroup` this process has already joined (the gate's, see cgroup.py):
+    a run with `limits.processes` as root then counts inside it; without one such a run gets a
+    group of its own that this process joins for the run (refused with 125 where none can be made).
+    `ctty`: a pty slave in `stdio` that becomes the command's controlling terminal.
+    `exits_after`: this process ends right after the run (a forked supervisor), so hooks can
+    leave their threads and sockets to the exit.
+    """
+
+    def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None, ctty=None,
+                 hooks=(), exits_after: bool = False):
+        self.argv, self.cage, self.stdio, self.ctty = list(argv), cage, stdio, ctty
+        self.timeout = timeout_for(cage, timeout)
+        self.hooks = HookChain(hooks)
+        self.exits_after = exits_after
+        self.pids_group = pids_group
+        self.pid = None
+        self.pidfd = None
+        self.started = None   # time.monotonic() at start()
+        self.deadline = None
+        self.abandoned = False  # see end(deadline=...)
+        self._own_group = None  # a per-run pids cgroup this process joined
+        self.cage_refused = False  # the child reported the cage could not be applied (nothing ran)
+        self._first = ()
+        self._err_r = None
+        self._status = None
+        self._outcome = None
+        self._ended = False
+        self._result = None
+        self._refused = None    # why a started hook refused the run
+
+    def attach(self, hook) -> None:
+        if self.started is not None:
+            raise RuntimeError("hooks are attached before start()")
+        self.hooks.hooks.append(hook)
+
+    # --- start ---------------------------------------------------------------------------------
+
+    def start(self) -> "Supervision":
+        """Start the command (see the module docstring). Raises CageError (125) when the run is
+        refused; `wait()` then returns the refusal, with what the stop hooks added."""
+        from sandboy.confine._libc import SYS_PRCTL, prctl
+        from sandboy.confine.terminal import session_steps
+
+        self.started = time.monotonic()
+        try:
+            self.cage.check_open()  # a closed cage: refused before anything else
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
+            self._enter_pids_group()
+        except CageError as exc:
+            self._refuse_unstarted(str(exc))
+        # The command leads a session of its own (`ctty` becomes its controlling terminal) and
+        # dies with this process: if the supervisor is killed outright its descendants are still
+        # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
+        first = (*session_steps(self.ctty),
+                 ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
+        try:
+            first += self.hooks.start(self)
+        except CageError as exc:
+            self._refuse_unstarted(str(exc))
+        self._first = first
+        self._err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.pid = self.cage.start_child(self.argv, self.stdio, err_w, first)
+        except CageError as exc:
+            self._refuse_unstarted(str(exc))
+        except OSError as exc:
+            self._refuse_unstarted(f"fork failed: {exc.strerror}")
+        finally:
+            os.close(err_w)
+        self.pidfd = os.pidfd_open(self.pid)
+        self.deadline = self.started + self.timeout if self.timeout else None
+        try:
+            self.hooks.started(self)
+        except CageError as exc:
+            self._refused = str(exc)
+            self.end(KILLED)
+            self.wait()
+            raise CageError(self._refused) from None
+        return self
+
+    def _enter_pids_group(self) -> None:
+        if os.geteuid() != 0:
+            return  # RLIMIT_NPROC (a cage step) binds everyone else
+        limit = self.cage.policy.limits.processes
+        if self.pids_group is not None:
+            # We were forked inside it, or are its member (it also holds others): make room for
+            # the command's tree. The final kill walks our descendants, never the group.
+            try:
+                self.pids_group.set_max(self.pids_group.current() + limit if limit else "max")
+            except OSError as exc:
+                raise CageError(f"limits.processes: cannot set pids.max: {exc.strerror}") from None
+        elif limit:
+            from sandboy.confine.cgroup import PidsCgroup
+
+            # This process joins a group of its own (+1 for itself); the child is born inside.
+            self._own_group = PidsCgroup.create_and_join(limit + 1)
+            if self._own_group is None:
+                raise CageError(NO_PIDS_CGROUP)
+
+    def _refuse_unstarted(self, why: str):
+        """Nothing of the command started: the hooks that started are stopped, CageError."""
+        if self._err_r is not None:
+            os.close(self._err_r)
+            self._err_r = None
+        self._ended = True
+        self._finish(RunResult(EXIT_CAGE, CAGE_ERROR, error=why))
+        raise CageError(why) from None
+
+    @property
+    def in_pids_cgroup(self) -> bool:
+        """Does the run count in a pids cgroup (which counts this process's threads too)?"""
+        return self._own_group is not None or self.pids_group is not None
+
+    # --- while it runs -------------------------------------------------------------------------
+
+    def time_left(self):
+        """Seconds until the deadline (never negative), or None without one."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def exited(self, block: bool = False) -> bool:
+        """Has the command itself exited? (Reaps it; its descendants may still run.)"""
+        if self._status is None:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            if pid:
+                self._status = status
+        return self._status is not None
+
+    def wait_forwarding(self) -> None:
+        """Wait for the command in C, passing this process's signals on to its process group
+        (`_libc.wait_forwarding`): exec mode under the namespace tier supervises this way, with
+        no Python running while the command does."""
+        from sandboy.confine._libc import wait_forwarding
+
+        if self._status is None:
+            self._status = wait_forwarding(self.pid)
+
+    def end(self, outcome=None, deadline=None, before_sweep=None) -> None:
+        """Kill the command (if still running) and every descendant; `outcome` names why.
+
+        `before_sweep`: called once the command is reaped, before the rest of the tree is (the
+        supervisor hangs its terminal relay up there, so nothing left can reach the caller's
+        terminal meanwhile). `deadline` (a time.monotonic() value; the gate stopped by
+        ^C/SIGTERM): stop waiting for the killed tree then. Every process has been sent SIGKILL
+        and runs no more code, but the kernel may still be tearing one down — a step's private
+        tmpfs holding 300,000 files took 1.8 s — and the gate must end within a second.
+        `abandoned` then says so."""
+        if outcome is not None and self._outcome is None and self._status is None:
+            self._outcome = outcome
+        if self._ended:
+            return
+        if self._status is None:
+            reaping.kill_pass(self._own_group)
+            if deadline is None:
+                try:
+                    self._status = os.waitpid(self.pid, 0)[1]
+                except ChildProcessError:  # reaped, its status lost to an interrupting signal
+                    self._status = signal.SIGKILL
+            else:
+                while not (reaped := os.waitpid(self.pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                if not reaped[0]:
+                    self.abandoned = True
+                    self._status = signal.SIGKILL  # the wait status of a process killed by SIGKILL
+                    self._ended = True
+                    return
+                self._status = reaped[1]
+        if before_sweep is not None:
+            before_sweep()
+        if not reaping.sweep(self._own_group, deadline):
+            self.abandoned = True
+        self._ended = True
+
+    def kill(self) -> None:
+        if self._result is None:
+            self.end(KILLED)
+
+    # --- after it ------------------------------------------------------------------------------
+
+    def wait(self) -> RunResult:
+        if self._result is None:
+            if self._status is None:
+                self.exited(block=True)
+            self.end()
+            os.close(self.pidfd)
+            from sandboy.confine._libc import read_all
+
+            result = from_child(self._status, read_all(self._err_r), self.argv, self.cage, self.stdio,
+                                self._first, self._outcome)
+            result.duration = time.monotonic() - self.started
+            self.cage_refused = result.outcome == CAGE_ERROR
+            self._finish(result)
+        return self._result
+
+    def _finish(self, result: RunResult) -> None:
+        """The tree is gone: leave the run's own pids group, then the stop hooks, last first."""
+        if self._own_group is not None:
+            try:
+                self._own_group.leave()
+            except OSError:
+                pass
+            self._own_group.remove()
+            self._own_group = None
+        result.enforced = self.cage.enforced
+        result.degraded = list(self.cage.degraded)
+        result.warnings = list(self.cage.warnings)
+        if self._refused is not None:
+            result.refuse(self._refused)
+        self._result = result
+        self.hooks.stop(self, result)

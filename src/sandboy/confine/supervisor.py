@@ -1,0 +1,197 @@
+"""A supervisor process: forked by the caller of `sandboy run` / the API, it puts a
+`Supervision` around the command (its hooks included), relays the terminal, passes the
+terminal's signals on, and reports the RunResult on a pipe before it exits.
+
+    caller ── supervisor (forked; child subreaper) ── confined command ── its descendants
+
+The caller holds a `Supervisor` handle (pid, kill(), wait()). Why a process and not the caller
+itself: the caller may have other children and threads (a Python program using the API), and
+the terminal's ^C must reach someone who outlives the command to report it.
+"""
+
+import _signal as signal  # the C module: `signal` imports enum
+import os
+import time
+
+from sandboy.confine.result import CAGE_ERROR, KILLED, TIMED_OUT, RunResult
+from sandboy.confine.supervision import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, Handle, Supervision
+from sandboy.errors import EXIT_CAGE, CageError
+
+
+class Supervisor(Handle):
+    """The caller's handle on a supervisor process. `pid` is the supervisor's; `kill()` asks it
+    to end the whole tree (SIGTERM); `wait()` reads the RunResult it reported."""
+
+    def __init__(self, pid: int, status_fd: int, cage, owns_cage: bool, started: float, terminal_mode=None):
+        self.pid = pid
+        self._status_fd = status_fd
+        self._cage = cage
+        self._owns_cage = owns_cage
+        self._started = started
+        self._result = None
+        self.terminal_mode = terminal_mode  # (fd, mode) to put back after a tty=True run
+
+    def kill(self) -> None:
+        if self._result is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> RunResult:
+        if self._result is not None:
+            return self._result
+        os.waitpid(self.pid, 0)
+        if self.terminal_mode is not None:  # the supervisor may have died before restoring it
+            from sandboy.confine.terminal import restore_mode
+
+            restore_mode(*self.terminal_mode)
+        from sandboy.confine._libc import read_all
+
+        result = RunResult.from_record(read_all(self._status_fd))
+        if result is None:  # the supervisor itself died: never report that as a pass
+            result = RunResult(EXIT_CAGE, CAGE_ERROR, error="the sandboy supervisor died")
+        result.duration = time.monotonic() - self._started
+        result.enforced = self._cage.enforced
+        result.degraded = list(self._cage.degraded)
+        result.warnings = list(self._cage.warnings)
+        if self._owns_cage:
+            self._cage.close()
+        self._result = result
+        return result
+
+
+def fork_supervisor(argv, cage, owns_cage: bool, timeout, stdio, hooks, pids_group=None, tty=False) -> Supervisor:
+    """Fork the supervisor of one run and return its handle."""
+    from sandboy.confine import terminal
+
+    # The supervisor puts the caller's terminal in raw mode for tty=True; should it die before
+    # putting it back, wait() does.
+    stdin = 0 if stdio[0] is None else stdio[0]
+    restore = terminal.saved_mode(stdin) if tty else None
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    started = time.monotonic()
+    # Born with SIGTERM blocked: a kill() right after spawn() waits until the supervisor can
+    # act on it (its handler ends the tree), instead of killing it before it has a handler
+    # (reported as "the sandboy supervisor died").
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(status_r)
+        os.close(status_w)
+        raise
+    if pid == 0:
+        code = 1
+        try:
+            os.close(status_r)
+            _supervise(list(argv), cage, timeout, stdio, status_w, hooks, pids_group, tty)
+            code = 0
+        finally:
+            os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    os.close(status_w)
+    return Supervisor(pid, status_r, cage, owns_cage, started, (stdin, restore) if restore is not None else None)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _on_stop(signum, frame):
+    raise _Stop()
+
+
+def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> None:
+    """The supervisor process's whole life: report one RunResult on `status_w`."""
+    from sandboy.confine._libc import prctl
+    from sandboy.confine.terminal import Relay
+
+    # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
+    # the caller's foreground job), not it: pass them on to its process group.
+    command = []
+
+    def forward(signum, frame):
+        for target in command:
+            try:
+                os.killpg(target, signum)
+            except ProcessLookupError:  # not yet its own group leader
+                try:
+                    os.kill(target, signum)
+                except ProcessLookupError:
+                    pass
+
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(sig, forward)
+    signal.signal(signal.SIGTERM, _on_stop)        # Supervisor.kill() and the caller's death
+    # Held back until we wait: a stop request that arrived while the child was being started
+    # would otherwise escape before we know the child's pid (and leave its tree running). Hooks
+    # that start threads in started() start them with it blocked too.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if os.getppid() == 1:
+        raise SystemExit  # the caller is already gone
+
+    def report(result):
+        os.write(status_w, result.to_record())
+
+    try:
+        relay = Relay(stdio, tty)
+    except OSError as exc:
+        report(RunResult(EXIT_CAGE, CAGE_ERROR, error=f"cannot set up the terminal relay: {exc.strerror}"))
+        return
+    if relay.master is not None:
+        signal.signal(signal.SIGWINCH, relay.update_window_size)
+    run = Supervision(argv, cage, timeout, relay.stdio, pids_group, ctty=relay.ctty, hooks=hooks, exits_after=True)
+    try:
+        run.start()
+    except CageError:
+        relay.close()
+        report(run.wait())
+        return
+    command.append(run.pid)
+    relay.started()
+
+    outcome = None
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a pending stop lands here
+        if not _wait_until_exit(run, relay if relay.active else None):
+            outcome = TIMED_OUT
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except _Stop:
+        outcome = KILLED
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # from here on the tree is ours to end
+
+    def hang_up():
+        # What the command left is shown, then the pipes are closed and the pty is hung up, so
+        # nothing still running can reach the caller's terminal while the tree is swept.
+        command.clear()
+        relay.finish()
+
+    run.end(outcome, before_sweep=hang_up)
+    report(run.wait())
+
+
+def _wait_until_exit(run, relay=None) -> bool:
+    """Wait until the command exits (True, reaped) or its deadline passes (False). With a
+    `relay` (terminal.Relay), its fds are serviced meanwhile."""
+    if run.deadline is None and relay is None:
+        return run.exited(block=True)
+    import select
+
+    while True:
+        poller = select.poll()
+        poller.register(run.pidfd, select.POLLIN)
+        for fd, events in relay.poll_set() if relay is not None else ():
+            poller.register(fd, events)
+        left = run.time_left()
+        ready = poller.poll(None if left is None else max(1, int(left * 1000))) if left is None or left > 0 else []
+        for fd, events in ready:
+            if fd == run.pidfd:
+                return run.exited(block=True)
+            relay.service(fd, events)
+        if run.time_left() == 0:
+            return False
