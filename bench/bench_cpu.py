@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""CPU time of `sandboy run`, the API and the gate, against the baselines of the wall-clock
+benchmarks (bench_run.py, bench_gate.py), measured in the same run.
+
+CPU time here is the task-clock of a process and of all its descendants (`perf stat`;
+without perf, `getrusage(RUSAGE_CHILDREN)`, which misses what bwrap's unwaited child does). On this project's shared 2-core machines
+wall-clock ratios move by ±0.2 between runs when other test suites run; CPU time counts the work
+done, not the wait for a core, so its ratios hold under load. It does not replace the wall-clock
+targets (a run also waits for the kernel, e.g. RCU grace periods at namespace teardown); it says
+where the work went.
+
+    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC]
+
+--before SRC: also measure the `sandboy` package under SRC (a directory holding `sandboy/`:
+e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_ext --inplace`
+and `python -m compileall -q src` in it), interleaved with this tree, for a before/after.
+
+Cases (medians of N rounds):
+  floor        python -c pass (same venv)
+  run CLI      sandboy run --policy P -- /bin/true                 (/ floor)
+  bwrap        bwrap --unshare-all --ro-bind / / /bin/true
+  API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
+               extra heap and with 100 MB more (the tier's clone used to copy the caller)
+  gate         per step of `true` in a 100-step gate (its start-up included), over plain
+               `bash -lc true`, vs isolated bwrap
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+POLICY = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
+API_LOOP = """
+import os, sys
+ballast = [bytearray(1000) for _ in range(int(sys.argv[2]) * 1024)]  # MB of heap, touched
+import sandboy
+policy = sandboy.Policy.load(sys.argv[1])
+null = os.open(os.devnull, os.O_RDWR)
+for _ in range(int(sys.argv[3])):
+    assert sandboy.run(["/bin/true"], policy, stdin=null, stdout=null, stderr=null).ok
+"""
+API_RUNS = 20
+GATE_STEPS = 100
+
+
+PERF = shutil.which("perf")
+
+
+def cpu_of(argv, env=None, cwd=None) -> float:
+    """Seconds of CPU (user + system) that `argv` and all its descendants used: `perf stat`'s
+    task-clock, which counts every descendant (bwrap's monitor does not wait for its child, so
+    getrusage(RUSAGE_CHILDREN), the fallback without perf, misses bwrap's sandboxed work)."""
+    if PERF:
+        fd, out = tempfile.mkstemp(prefix="sandboy-bench-perf-")
+        os.close(fd)
+        argv = [PERF, "stat", "-x", ",", "-e", "task-clock", "-o", out, "--", *argv]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, start_new_session=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(argv)}\n"
+                         + proc.stderr.decode(errors="replace")[-2000:])
+    if not PERF:
+        return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    try:
+        with open(out) as fh:
+            for line in fh:
+                fields = line.split(",")
+                if len(fields) > 2 and fields[2].startswith("task-clock"):
+                    return float(fields[0]) / 1000  # msec
+    finally:
+        os.unlink(out)
+    raise SystemExit(f"perf stat printed no task-clock for {' '.join(argv)}")
+
+
+def with_src(src: str) -> dict:
+    return dict(os.environ, PYTHONPATH=src)
+
+
+def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
+    env = with_src(src)
+    py = sys.executable
+
+    def api(mb):
+        # the loop's CPU minus the same process making no run: the runs alone, per run
+        return lambda: (cpu_of([py, "-c", API_LOOP, policy, str(mb), str(API_RUNS)], env)
+                        - cpu_of([py, "-c", API_LOOP, policy, str(mb), "0"], env)) / API_RUNS
+
+    return {
+        f"run CLI{label}": lambda: cpu_of([py, "-c", "from sandboy.cli import entry; entry()", "run", "--policy",
+                                           policy, "--", "/bin/true"], env),
+        f"API, small caller{label}": api(0),
+        f"API, caller +100 MB{label}": api(100),
+        f"gate, per step{label}": lambda: cpu_of([py, "-m", "sandboy.gate.cli", repo, "--json",
+                                                  os.path.join(home, "report.json")], dict(env, HOME=home)) / GATE_STEPS,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--before", metavar="SRC", help="a `sandboy` source tree to compare with (see --help)")
+    args = parser.parse_args()
+    bwrap = shutil.which("bwrap")
+    with tempfile.TemporaryDirectory(prefix="sandboy-bench-cpu-") as base:
+        policy = os.path.join(base, "bench.toml")
+        with open(policy, "w") as fh:
+            fh.write(POLICY)
+        repo = os.path.join(base, "repo")
+        os.makedirs(os.path.join(repo, ".007"))
+        with open(os.path.join(repo, ".007", "gate.toml"), "w") as fh:
+            fh.write("".join(f'[[step]]\nname = "s{i}"\nrun = "true"\n' for i in range(GATE_STEPS)))
+        home = os.path.join(base, "home")
+        os.mkdir(home)
+        plain_env = dict(os.environ, HOME=home)
+        cases = {
+            "floor": lambda: cpu_of([sys.executable, "-c", "pass"]),
+            "plain bash -lc true": lambda: cpu_of(["bash", "-lc", "true"], plain_env, repo),
+        }
+        if bwrap:
+            cases["bwrap --unshare-all"] = lambda: cpu_of([bwrap, "--unshare-all", "--ro-bind", "/", "/", "/bin/true"])
+            cases["isolated bwrap bash -lc true"] = lambda: cpu_of(
+                [bwrap, "--unshare-all", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                 "bash", "-lc", "true"], plain_env, repo)
+        cases.update(cases_for("", SRC, policy, repo, home))
+        if args.before:
+            cases.update(cases_for(" (before)", os.path.abspath(args.before), policy, repo, home))
+        for fn in cases.values():  # warm caches (policy parse cache, page cache)
+            fn()
+        samples = {name: [] for name in cases}
+        for _ in range(args.rounds):
+            for name, fn in cases.items():
+                samples[name].append(fn())
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"CPU time ({'perf stat task-clock' if PERF else 'rusage'}, descendants included), "
+          f"medians of {args.rounds} interleaved rounds")
+    for name, secs in med.items():
+        print(f"  {name:<36} {secs * 1000:8.2f} ms")
+    print("  ratios")
+    for label in ("", " (before)") if args.before else ("",):
+        if f"run CLI{label}" not in med:
+            continue
+        print(f"    run CLI / floor{label:<21} {med[f'run CLI{label}'] / med['floor']:6.2f}x")
+        if bwrap:
+            print(f"    API (small caller) / bwrap --unshare-all{label} "
+                  f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")
+            over = med[f"gate, per step{label}"] - med["plain bash -lc true"]
+            bw = med["isolated bwrap bash -lc true"] - med["plain bash -lc true"]
+            print(f"    gate step over plain{label}: +{over * 1000:.2f} ms (isolated bwrap +{bw * 1000:.2f} ms)")
+        print(f"    API caller +100 MB / small caller{label} "
+              f"{med[f'API, caller +100 MB{label}'] / med[f'API, small caller{label}']:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
