@@ -371,3 +371,30 @@ def test_a_killed_cli_run_leaves_nothing(tmp_path, env, origin):
     survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
     assert survivors == "", survivors
     assert _processes_in(netns - {os.readlink("/proc/self/ns/net")}) == []
+
+
+def test_a_proxy_that_cannot_start_fails_the_run_closed(tmp_path, env, origin):
+    """Fault injected: the proxy's thread cannot be started when the first client connects (as
+    when threads run out). The client is reset at once (the listener is closed, no hang) and
+    the run ends as a cage error (125) naming the proxy, never as the command's own status."""
+    if "SANDBOY_NAMESPACES" in env:
+        pytest.skip("the fallback starts its proxy before the command runs")
+    code = f"""
+import sys
+from sandboy import Policy, run
+from sandboy.egress import service
+
+def refuse(self, wait=True):
+    raise RuntimeError("can't start new thread")
+
+service.ProxyService.start = refuse
+p = Policy.load({str(policy(tmp_path, [f"allowed.test:{origin.port}"]))!r})
+r = run(["curl", "-sS", "-m", "20", "http://allowed.test:{origin.port}/never"], p, cwd={str(tmp_path)!r})
+print(r.outcome, r.returncode, r.error)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("cage_error 125 egress proxy: can't start new thread"), (proc.stdout, proc.stderr)
+    # the pending connection is reset when the listener closes; curl's own 20 s limit (28) never hits
+    assert "curl: (56) Recv failure: Connection reset by peer" in proc.stderr or "curl: (7)" in proc.stderr, \
+        proc.stderr
