@@ -63,13 +63,30 @@ ATTACKS = {
     # a repository below the top, not linked: the operator's git run in that directory
     "nested": "mkdir -p src/deep && git init -q src/deep && printf 'FSM' >> src/deep/.git/config",
     # a git file leading to a git directory the command made
-    "gitfile": "mkdir -p sub && git init -q --bare evil.git && printf 'FSM' >> evil.git/config "
+    "gitfile": "mkdir -p sub && git init -q t && mv t/.git evil.git && printf 'FSM' >> evil.git/config "
                "&& echo 'gitdir: ../evil.git' > sub/.git",
+    # a .git symlink to such a git file (git reads it as one)
+    "linked gitfile": "mkdir -p sub && git init -q t && mv t/.git evil.git && printf 'FSM' >> evil.git/config "
+                      "&& echo 'gitdir: ../evil.git' > gf && ln -s ../gf sub/.git",
     # config.worktree is read once extensions.worktreeConfig is on (where the config was not protected)
     "config.worktree": "git config extensions.worktreeConfig true && printf 'FSM' > .git/config.worktree",
     # the repository's own config, where no mount protected it (the tier unavailable)
     "config": "printf 'FSM' >> .git/config",
 }
+
+
+WHERE = {"nested": ("src", "deep"), "gitfile": ("sub",), "linked gitfile": ("sub",)}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_each_attack_is_real_without_the_check(tmp_path, env, attack):
+    """The attacks below are not vacuous: left in place, the host's git runs the planted command."""
+    repo = git_repo(tmp_path / "repo", env)
+    marker = tmp_path / "PWNED"
+    script = ATTACKS[attack].replace("FSM", fsmonitor(marker))
+    sh(script, repo, env)
+    host_git_status(repo, env, *WHERE.get(attack, ()))
+    assert marker.exists(), f"{attack}: the attack does not work even unchecked"
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
@@ -80,7 +97,7 @@ def test_a_planted_config_is_found_and_moved_out_of_gits_way(tmp_path, env, atta
     assert findings, f"{attack}: nothing found"
     moved, failed = gitcheck.quarantine(findings, snap.roots)
     assert moved and not failed, (moved, failed)
-    where = {"nested": ("src", "deep"), "gitfile": ("sub",)}.get(attack, ())
+    where = WHERE.get(attack, ())
     host_git_status(repo, env, *where)
     host_git_status(repo, env)
     assert not marker.exists(), f"{attack}: the host's git ran the planted command after the quarantine"

@@ -300,21 +300,20 @@ def _enclosing_git(path: str):
 
 
 def _gitdir_of(dot_git: str):
-    """Where a `.git` entry leads: itself (a directory), its target (a symlink), or the
-    `gitdir: X` of a git file (X relative to the file's directory). None when unreadable."""
+    """Where a `.git` entry leads, as git reads it: itself (a directory), or the `gitdir: X` of a
+    git file (X relative to the directory holding `.git`), symlinks followed for both (a `.git`
+    symlink to a git file is a git file to git). None when unreadable or neither."""
+    real = os.path.realpath(dot_git)
     try:
-        st = os.lstat(dot_git)
+        st = os.stat(real)
     except OSError:
         return None
-    if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
-        return os.path.realpath(dot_git)
-    if not stat.S_ISREG(st.st_mode):
+    if stat.S_ISDIR(st.st_mode):
+        return real
+    data = _read_config(real)  # a regular file, never a FIFO that would block us
+    if not data:
         return None
-    try:
-        with open(dot_git, "rb") as fh:
-            line = fh.read(8192).split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
-    except OSError:
-        return None
+    line = data[:8192].split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
     if not line.startswith("gitdir:"):
         return None
     target = line[len("gitdir:"):].strip()
@@ -358,7 +357,10 @@ GLOBAL = "<the operator's global git config>"  # GitSnapshot.known's key for it
 
 
 def global_configs(home=None) -> list:
-    """The operator's own git config files (every repository of theirs reads them)."""
+    """The operator's own git config files (every repository of theirs reads them):
+    `$GIT_CONFIG_GLOBAL` where set, else `~/.gitconfig` and `$XDG_CONFIG_HOME/git/config`."""
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        return [os.environ["GIT_CONFIG_GLOBAL"]]
     home = home if home is not None else os.path.expanduser("~")
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     return [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
