@@ -13,11 +13,13 @@ import os
 import subprocess
 
 import pytest
+from gitkit import GIT_ENV
+from gitkit import fsmonitor as _fsmonitor
+from gitkit import host_git_status as _host_git_status
+from gitkit import host_repo as _host_repo
 
 pytestmark = pytest.mark.needs_kernel
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
 QUARANTINE = ".sandboy-quarantine"
 
 
@@ -38,21 +40,6 @@ def _policy(cage, read=()):
     return cage.policy(fs={"read": ["/etc", "/proc/self", *read], "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
                            "write": ["."]},
                        env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(cage.work), **GIT_ENV}})
-
-
-def _host_repo(path):
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
-    subprocess.run(["git", "-C", str(path), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
-                   env={**os.environ, **GIT_ENV})
-
-
-def _host_git_status(repo):
-    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True,
-                   env={**os.environ, **GIT_ENV}, timeout=30)
-
-
-def _fsmonitor(marker) -> str:
-    return f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
 
 
 ATTACKS = {

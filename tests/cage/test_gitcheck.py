@@ -388,7 +388,7 @@ def test_what_an_old_symlink_leads_to_is_judged(tmp_path, env):
 def test_an_include_cycle_costs_one_look_each(tmp_path, env):
     repo = git_repo(tmp_path / "repo", env)
     snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
-    includes = "".join(f"[include]\n\tpath = loop.cfg\n" for _ in range(50))
+    includes = "".join("[include]\n\tpath = loop.cfg\n" for _ in range(50))
     (repo / ".git" / "loop.cfg").write_text(includes + "[core]\n\tpager = x\n")
     with open(repo / ".git" / "config", "a") as fh:
         fh.write("[include]\n\tpath = loop.cfg\n")

@@ -252,7 +252,6 @@ def _check_protected(cage, _v):
 def _check_git_planted(cage, _v):
     # the post-run git check (ADR 0019): a commondir planted in the write root's repository is
     # found after the run, moved out of git's way, and the run fails closed
-    import subprocess
 
     subprocess.run(["git", "init", "-q", str(cage.work)], check=True)
     policy = cage.policy(fs={"write": ["."], "exec": ["/bin", "/usr/bin"]})

@@ -11,11 +11,12 @@ import os
 import subprocess
 
 import pytest
+from gitkit import GIT_ENV
+from gitkit import fsmonitor as _fsmonitor
+from gitkit import host_git_status as _host_git_status
+from gitkit import host_repo as _host_repo
 
 pytestmark = pytest.mark.needs_kernel
-
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
 
 
 @pytest.fixture(autouse=True)
@@ -33,22 +34,6 @@ def _policy(cage, **sections):
                            "write": ["."]},
                        env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(cage.work), **GIT_ENV}},
                        **sections)
-
-
-def _host_repo(path):
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
-    subprocess.run(["git", "-C", str(path), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
-                   env={**os.environ, **GIT_ENV})
-
-
-def _host_git_status(repo):
-    """The operator's next git command in the repository, as the host runs it."""
-    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True,
-                   env={**os.environ, **GIT_ENV}, timeout=30)
-
-
-def _fsmonitor(marker) -> str:
-    return f'[core]\n\tfsmonitor = "touch {marker}; false"\n'
 
 
 @pytest.mark.parametrize("via", ["api", "cli"])

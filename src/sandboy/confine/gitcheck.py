@@ -755,7 +755,7 @@ def after_run(snap) -> str:
     parts = []
     for finding in findings:
         notes = [f"moved to {now}" for was, now in moved if was == finding.path]
-        notes += [f"launch content put back" for was, now in moved if was == finding.path and finding.restore is not None
+        notes += ["launch content put back" for was, now in moved if was == finding.path and finding.restore is not None
                   and not any(w == finding.path for w, _ in failed)]
         notes += [f"NOT moved: {why}" if not why.startswith("moved") else why for was, why in failed if was == finding.path]
         parts.append(f"{finding.path or '(run)'}: {finding.why}" + (f" ({'; '.join(notes)})" if notes else ""))
