@@ -35,7 +35,12 @@ def git_repo(path, env):
 
 
 def check(root, script, env, home=None):
-    """Snapshot `root`, run the attacker's (or the twin's) script in it, verify."""
+    """Snapshot `root`, run the attacker's (or the twin's) script in it, verify. The set-up is
+    a clock tick older than the snapshot: a file changed within the same tick before it counts
+    as the run's (fail closed, ADR 0019), which a test making files just before would meet."""
+    import time
+
+    time.sleep(0.02)
     snap = gitcheck.snapshot([str(root)], home=str(home) if home else env["HOME"])
     assert snap is not None
     sh(script, root, env)
