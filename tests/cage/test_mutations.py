@@ -283,7 +283,7 @@ def _protection_mutants():
         ("seccomp filter", protections, "compile_seccomp", _wrap(protections.compile_seccomp, no_steps),
          _check_seccomp_at_all),
         ("protected paths", protected, "resolve_protected", lambda *a, **k: ([], []), _check_protected),
-        ("post-run git check", gitcheck, "for_cage", lambda cage: None, _check_git_planted),
+        ("post-run git check", gitcheck.GitSnapshot, "verify", lambda self, budget=0: [], _check_git_planted),
         ("environment", protections, "compile_environment",
          _wrap(protections.compile_environment, lambda c: c.outputs["env"].update(os.environ)), _check_environment),
     ]

@@ -797,16 +797,28 @@ class GitCheck:
     name = "git check"
     during_run = False  # before and after only: under the namespace tier the init's end will do
 
-    def __init__(self, cage):
+    def __init__(self, cage, found=None):
         self.cage = cage
+        self.found = found  # `_scope`'s (roots, global configs inside, writable), looked up once
         self.snap = None
 
     @classmethod
     def for_cage(cls, cage):
-        return cls(cage) if applies(cage) else None
+        scope = _cage_scope(cage)
+        if scope is None:
+            return None
+        found = _scope(*scope, None)
+        return cls(cage, found) if found[0] or found[1] else None
 
     def start(self, run) -> tuple:
-        self.snap = for_cage(self.cage)
+        # the scope was looked up when the hook was made, just before: only the clock and the
+        # launch configs are read now (one lookup per run on the start-up path, not two)
+        if self.found is None:
+            self.snap = for_cage(self.cage)
+        else:
+            roots, globals_inside, writable = self.found
+            self.snap = GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), writable=writable,
+                                    global_inside=globals_inside)
         return ()
 
     def started(self, run) -> None:
