@@ -47,6 +47,10 @@ MAX_GITDIRS = 10_000
 MAX_NESTING = 32           # submodules within submodules, and `/` in a submodule's name
 QUARANTINE_DIR = ".sandboy-quarantine"
 CONFIG_READ_LIMIT = 4 << 20
+# Config bytes parsed per check, all files together: one large config hard-linked into many
+# nested repositories costs the command nothing per link, and each parse ~0.5 s per MiB here.
+# Beyond it the run fails closed (a finding), as for WALK_BUDGET. Real configs are kilobytes.
+CONFIG_PARSE_BUDGET = 16 << 20
 
 # Keys git itself, a clone, `git submodule add`, `git worktree add`, `git config user.*` and
 # common porcelain settings write, none of which names a program or a file git executes.
@@ -248,18 +252,56 @@ def is_safe(name: str, value) -> bool:
     return True
 
 
-def _read_config(path: str):
-    """The bytes of a regular file `path` (not followed if a symlink), or None."""
+def _read_config(path: str, limit: int = CONFIG_READ_LIMIT):
+    """The first `limit` + 1 bytes of a regular file `path` (not followed if a symlink), or None.
+
+    Anything else is never opened: the parent is often root, and a planted include can name any
+    path — open(2) alone acts on some devices (/dev/watchdog arms, a tty can become the
+    controlling terminal). No device node can appear in a write root during the run (mknod
+    needs CAP_MKNOD in the host's namespace; a hard link to /dev crosses file systems), and
+    nothing else writes paths outside them then, so the lstat decides for the open."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return os.read(fd, CONFIG_READ_LIMIT + 1)
+        return os.read(fd, limit + 1)
     finally:
         os.close(fd)
+
+
+def _valid_head(path: str) -> bool:
+    """Whether `path` is a HEAD git accepts (`ref: refs/...`, a symlink into refs/, or an
+    object id): half of what makes git take a directory for a git directory."""
+    if os.path.islink(path):
+        try:
+            return os.readlink(path).startswith("refs/")
+        except OSError:
+            return False
+    data = _read_config(path, 255)
+    if not data:
+        return False
+    text = data.decode("ascii", "replace").strip()
+    if text.startswith("ref:"):
+        return text[4:].lstrip().startswith("refs/")
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _is_git_directory(path: str, leaf: bool = False) -> bool:
+    """Whether git's discovery takes `path` itself for a git directory (setup.c's
+    is_git_directory): a valid HEAD and an `objects` directory here or a `commondir` (which
+    then supplies objects and refs). A bare repository, or a worktree-style one, in a
+    subdirectory has no `.git` entry, yet the operator's git run in it reads its config and
+    hooks. `leaf`: `path` has no subdirectory, so only a commondir can make it one."""
+    if not _valid_head(os.path.join(path, "HEAD")):
+        return False
+    if os.path.lexists(os.path.join(path, "commondir")):
+        return True
+    return not leaf and os.path.isdir(os.path.join(path, "objects"))
 
 
 def _safe_entries(path: str, data):
@@ -348,7 +390,7 @@ def repository_roots(write_roots, exclude=()) -> list:
         if real in exclude or real in roots or not os.path.isdir(real):
             continue
         if (os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None
-                or _child_repository(real)):
+                or _is_git_directory(real) or _child_repository(real)):
             roots.append(real)
     return roots
 
@@ -452,6 +494,8 @@ class _Check:
         self.findings: list = []
         self.seen: set = set()
         self.included: set = set()
+        self.hook_dirs: set = set()  # (realpath, full) looked through: each once, however often named
+        self.parse_left = CONFIG_PARSE_BUDGET
 
     def add(self, path, why: str, restore=None) -> None:
         finding = Finding(path, why, restore)
@@ -468,6 +512,19 @@ class _Check:
         except OSError:
             return None
         return st if self.snap._new(st) else None
+
+    def entries(self, real: str):
+        """`_entries(real)`, charged to the check's parse budget; beyond it None (not read) and
+        a finding that fails the run closed."""
+        data = _read_config(real)
+        if data is None:
+            return None
+        self.parse_left -= len(data)
+        if self.parse_left < 0:
+            self.add(None, f"more than {CONFIG_PARSE_BUDGET >> 20} MiB of git config to read "
+                     "(beyond the check's bounds): not checked to the end")
+            return None
+        return _entries(real, data)
 
     def walk(self, root: str, left: int) -> int:
         """Find every `.git` below `root` (not inside one) and check the repository it leads to.
@@ -487,11 +544,17 @@ class _Check:
             if os.path.lexists(dot_git):
                 self.dot_git(dot_git)
             if links == 2:
+                # a leaf is a git directory only with a commondir (objects/ is a directory)
+                if os.path.lexists(directory + "/HEAD") and _is_git_directory(directory, leaf=True):
+                    self.gitdir(directory, full=False, top=directory)
                 continue
             try:
                 with os.scandir(directory) as entries:
                     for entry in entries:
                         left -= 1
+                        if entry.name == "HEAD" and _is_git_directory(directory):
+                            # no `.git` names it, but git run here reads its config and hooks
+                            self.gitdir(directory, full=False, top=directory)
                         # (the quarantine is walked too: nothing moved there is named `.git`, and
                         # skipping it would hide a repository the command put there)
                         if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
@@ -566,7 +629,7 @@ class _Check:
         """A `commondir` makes git read config and hooks from another directory. Only a linked
         worktree's admin directory (`<gitdir>/worktrees/<name>`) has one, leading back to its
         repository; anywhere else, or leading elsewhere, one made during the run is planted."""
-        data = _read_config(path)  # a regular file, not followed, never a FIFO that would block us
+        data = _read_config(path, 8192)  # a regular file, not followed, never a FIFO that would block us
         text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
         target = os.path.realpath(os.path.join(gitdir, text)) if text else None
         admin_of = os.path.dirname(os.path.dirname(gitdir)) if os.path.basename(os.path.dirname(gitdir)) == "worktrees" else None
@@ -598,7 +661,7 @@ class _Check:
             self._follow(path, real, full, top, gitdir, depth)
             return
         try:
-            entries = _entries(real)
+            entries = self.entries(real)
         except ConfigSyntaxError as exc:
             self.add(real, f"a git config changed during the run that this check cannot read ({exc})", launch_bytes)
             return
@@ -619,7 +682,7 @@ class _Check:
         git resolves them) and `core.hooksPath` directories of the config `real` holds."""
         if entries is None:
             try:
-                entries = _entries(real)
+                entries = self.entries(real)
             except ConfigSyntaxError:
                 return  # git refuses it too: nothing in it is used
             if entries is None:
@@ -652,8 +715,9 @@ class _Check:
             self.add(directory, "a hooks directory became a symlink during the run")
             return
         real = os.path.realpath(directory)
-        if not self.writable(real):
-            return
+        if not self.writable(real) or (real, full) in self.hook_dirs:
+            return  # once each: a config can name one large directory thousands of times
+        self.hook_dirs.add((real, full))
         try:
             entries = list(os.scandir(real))
         except OSError:

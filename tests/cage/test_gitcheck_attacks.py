@@ -1,0 +1,201 @@
+"""The post-run git check (ADR 0019) attacked where it is itself exposed: the parent runs it
+unconfined (often as root) over a tree the command wrote. A review of the check found four
+ways to turn it against the host or to slip past it; each probe here plays the command's part
+(real files, real git) and judges from the host side, each next to a legitimate twin:
+
+- a git directory without a `.git` entry (a bare-layout repository in a subdirectory, or a
+  worktree-style one with only HEAD + commondir): the operator's `git status` in it ran the
+  planted `core.fsmonitor`, and the walk (which looks for `.git` only) never saw it;
+- a config naming a device as an include: the root parent opened it (on a machine with a
+  hardware watchdog, the open arms it; a tty may become the controlling terminal);
+- cost amplification: one `core.hooksPath` repeated many times rescanned the same large
+  directory each time, and hard links of one large config to many nested repositories were
+  each parsed again (a few ms of the command's time for hours of the parent's, after its
+  `--timeout` no longer counts);
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from sandboy.confine import gitcheck
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+@pytest.fixture
+def env(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), **GIT_ENV}
+
+
+def sh(script, cwd, env):
+    subprocess.run(["/bin/sh", "-ec", script], cwd=cwd, env=env, check=True, capture_output=True, timeout=120)
+
+
+def git_repo(path, env):
+    sh(f"git init -q '{path}' && git -C '{path}' commit -q --allow-empty -m init", path.parent, env)
+    return path
+
+
+def host_git_status(where, env):
+    subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=where, capture_output=True, env=env, timeout=30)
+
+
+# --- git directories without a `.git` entry -------------------------------------------------------
+
+BARE_LAYOUTS = {
+    # `git init --bare` in a subdirectory, made non-bare with its worktree one level up: git's
+    # discovery takes a directory holding HEAD + objects + refs as a git directory itself
+    "bare": "mkdir -p fixtures && git init -q --bare fixtures/evil && git -C fixtures/evil config core.bare false "
+            "&& git -C fixtures/evil config core.worktree .. && printf 'FSM' >> fixtures/evil/config",
+    # a leaf directory (no subdirectory: the walk's cheap case) with HEAD + commondir; git takes
+    # objects/refs/config from the common directory and config.worktree from the leaf
+    "commondir leaf": "git init -q --bare common && git -C common config extensions.worktreeConfig true "
+                      "&& git -C common config core.bare false && mkdir leaf && cp common/HEAD leaf/ "
+                      "&& echo ../common > leaf/commondir && printf 'FSM' > leaf/config.worktree "
+                      "&& git -C common config core.worktree ../leaf",
+}
+
+
+@pytest.mark.parametrize("layout", BARE_LAYOUTS)
+def test_a_git_directory_without_a_dot_git_entry_is_found(tmp_path, env, layout):
+    repo = git_repo(tmp_path / "repo", env)
+    marker = tmp_path / "PWNED"
+    fsm = f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh(BARE_LAYOUTS[layout].replace("FSM", fsm), repo, env)
+    where = repo / ("fixtures/evil" if layout == "bare" else "leaf")
+    # the attack is real: the operator's git in that directory runs the planted program
+    host_git_status(where, env)
+    assert marker.exists(), f"{layout}: the planted layout does not run anything (probe broken)"
+    marker.unlink()
+    findings = snap.verify()
+    assert findings, f"{layout}: a planted git directory without a .git entry was not found"
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    host_git_status(where, env)
+    assert not marker.exists(), f"{layout}: the host's git still ran the planted program after quarantine"
+
+
+BARE_TWINS = {
+    "clone --bare": "git clone -q --bare . backup.git",
+    "clone --mirror": "git clone -q --mirror . mirror.git",
+    "init --bare": "git init -q --bare srv/repo.git",
+    "files named HEAD and config": "mkdir -p conf/objects && echo ref > conf/HEAD && echo 'key: [value' > conf/config",
+}
+
+
+@pytest.mark.parametrize("twin", BARE_TWINS)
+def test_legitimate_bare_repositories_are_not_flagged(tmp_path, env, twin):
+    repo = git_repo(tmp_path / "repo", env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh(BARE_TWINS[twin], repo, env)
+    assert snap.verify() == []
+
+
+# --- what the parent opens -----------------------------------------------------------------------
+
+
+def _opened_by_someone_else(fifo):
+    """A writer blocked in open(2) on `fifo` until a reader opens it: returns (thread, flag)."""
+    flag = threading.Event()
+
+    def writer():
+        fd = os.open(fifo, os.O_WRONLY)
+        flag.set()
+        os.close(fd)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    time.sleep(0.1)
+    return thread, flag
+
+
+@pytest.mark.parametrize("how", ["include", "includeIf", "hooksPath config"])
+def test_the_parent_opens_no_device_or_fifo_a_planted_config_names(tmp_path, env, how):
+    """Outside every write root, a node that is not a regular file (a FIFO here, standing for
+    /dev/watchdog or a tty, whose open(2) alone acts): a planted include naming it is a finding,
+    and the parent never opens it."""
+    repo = git_repo(tmp_path / "repo", env)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    node = outside / "watchdog"
+    os.mkfifo(node)
+    key = {"include": "[include]\\n\\tpath = NODE\\n",
+           "includeIf": '[includeIf "gitdir:/"]\\n\\tpath = NODE\\n',
+           "hooksPath config": "[include]\\n\\tpath = NODE\\n[core]\\n\\thooksPath = .\\n"}[how]
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh(f"git init -q sub && printf '{key.replace('NODE', str(node))}' >> sub/.git/config", repo, env)
+    thread, opened = _opened_by_someone_else(node)
+    try:
+        findings = snap.verify()
+        assert findings and findings[0].path == f"{repo}/sub/.git/config"
+        assert not opened.wait(0.3), "the parent opened a FIFO outside the write roots that a planted config named"
+    finally:
+        if not opened.is_set():
+            os.close(os.open(node, os.O_RDONLY | os.O_NONBLOCK))
+        thread.join(5)
+
+
+def test_an_include_of_a_regular_file_outside_is_still_read(tmp_path, env):
+    """Twin: an include leading outside to a regular file (the operator's shared config, which
+    in turn includes a file in the write root) is still followed."""
+    repo = git_repo(tmp_path / "repo", env)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "shared.cfg").write_text(f"[include]\n\tpath = {repo}/tools/local.cfg\n")
+    sh(f"git config include.path {outside}/shared.cfg && mkdir tools", repo, env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh("printf '[core]\\n\\tsshCommand = evil\\n' > tools/local.cfg", repo, env)
+    assert [f.path for f in snap.verify()] == [f"{repo}/tools/local.cfg"]
+
+
+# --- cost -----------------------------------------------------------------------------------------
+
+
+def test_one_hooks_directory_named_many_times_is_looked_through_once(tmp_path, env):
+    """A config repeating `core.hooksPath = ../big` 20,000 times over a directory of 3,000 files:
+    60 million lstats in the parent when each entry rescans (minutes, after the run's timeout
+    stopped counting); the command's cost was writing 3,000 empty files and 300 KB."""
+    repo = git_repo(tmp_path / "repo", env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh("mkdir big && cd big && seq 3000 | xargs touch && cd .. && git init -q sub && "
+       "python3 -c \"open('sub/.git/config','a').write('[core]\\\\n' + '\\\\thooksPath = ../big\\\\n' * 20000)\"",
+       repo, env)
+    started = time.monotonic()
+    findings = snap.verify()
+    took = time.monotonic() - started
+    assert [f.path for f in findings] == [f"{repo}/sub/.git/config"]
+    assert took < 10, f"the check took {took:.1f} s over one directory of 3,000 files"
+
+
+def test_many_links_to_one_large_config_cost_a_bounded_parse(tmp_path, env):
+    """One 4 MiB config hard-linked into 300 nested repositories (milliseconds for the command):
+    parsed 300 times (~2 s each) the check would take ten minutes. The parser's total input is
+    bounded; beyond it the run fails closed, as for the walk's budget."""
+    repo = git_repo(tmp_path / "repo", env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh("python3 -c \"open('big.cfg','w').write('[user]\\\\n' + '\\\\tname = x\\\\n' * 380000)\" && "
+       "for i in $(seq 300); do mkdir -p r$i/.git && ln big.cfg r$i/.git/config && echo 'ref: refs/heads/m' > r$i/.git/HEAD; done",
+       repo, env)
+    started = time.monotonic()
+    findings = snap.verify()
+    took = time.monotonic() - started
+    assert took < 60, f"the check took {took:.1f} s"
+    assert any(f.path is None and "bounds" in f.why for f in findings), findings
+
+
+def test_ordinary_configs_fit_the_parse_budget(tmp_path, env):
+    """Twin: a hundred nested repositories with ordinary configs are checked to the end."""
+    repo = git_repo(tmp_path / "repo", env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh("for i in $(seq 100); do git init -q r$i; git -C r$i config user.name n$i; done", repo, env)
+    assert snap.verify() == []
