@@ -199,3 +199,51 @@ def test_ordinary_configs_fit_the_parse_budget(tmp_path, env):
     snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
     sh("for i in $(seq 100); do git init -q r$i; git -C r$i config user.name n$i; done", repo, env)
     assert snap.verify() == []
+
+
+# --- a parent without root's privileges -------------------------------------------------------
+
+AS_NOBODY = r"""
+import json, subprocess, sys
+from sandboy.confine import gitcheck
+repo, script = sys.argv[1], sys.argv[2]
+snap = gitcheck.snapshot([repo])
+subprocess.run(["/bin/sh", "-ec", script], cwd=repo, check=True)
+print(json.dumps([[f.path, f.why] for f in snap.verify()]))
+"""
+
+
+@pytest.mark.parametrize("attack", [True, False], ids=["unlistable directory", "twin: listable"])
+def test_a_directory_the_parent_cannot_list_fails_the_check_closed(attack):
+    """Run by uid 65534 (the parent has no CAP_DAC_READ_SEARCH): the command makes `docs` mode
+    0311 — not listable, still traversable — with a planted repository in `docs/api`. The walk
+    skipped what it could not list; the operator's `git status` in docs/api ran the planted
+    program. Now the run fails closed, naming the directory; the twin (mode 0755) is clean."""
+    import json
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    src = pathlib.Path(gitcheck.__file__).resolve().parents[2]
+    with userkit.world_readable_tmp("sandboy-gitcheck-") as base:
+        os.chown(base, 65534, 65534)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "PYTHONPATH": str(src), **GIT_ENV}
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+        subprocess.run([*nobody, "git", "init", "-q", f"{base}/repo"], check=True, env=env, capture_output=True)
+        marker = base / "PWNED"
+        script = (f"mkdir -p docs && git init -q docs/api && printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n' "
+                  f">> docs/api/.git/config && chmod {'0311' if attack else '0755'} docs")
+        out = subprocess.run([*nobody, "/usr/bin/python3", "-c", AS_NOBODY, f"{base}/repo", script],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        findings = json.loads(out.stdout)
+        if not attack:
+            assert findings == [[f"{base}/repo/docs/api/.git/config", findings[0][1]]], findings
+            return
+        subprocess.run([*nobody, "git", "status"], cwd=f"{base}/repo/docs/api", env=env, capture_output=True)
+        assert marker.exists(), "the attack is not real: the operator's git did not run the planted program"
+        assert any(path is None and f"{base}/repo/docs: cannot be looked through" in why for path, why in findings), findings
+        os.chmod(f"{base}/repo/docs", 0o755)

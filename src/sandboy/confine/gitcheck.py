@@ -559,7 +559,12 @@ class _Check:
                         # skipping it would hide a repository the command put there)
                         if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
                             pending.append((entry.path, entry.stat(follow_symlinks=False).st_nlink))
-            except OSError:
+            except OSError as exc:
+                # Fail closed: a directory the parent cannot list (mode 0311 set by the command,
+                # which a parent without CAP_DAC_READ_SEARCH obeys, while the operator's git
+                # still walks through it; or no fd left) may hold a planted repository.
+                self.add(None, f"{directory}: cannot be looked through for repositories "
+                         f"({exc.strerror or exc}): not checked")
                 continue
             if left < 0:
                 return left
