@@ -19,7 +19,7 @@ measured in the same run, interleaved:
 
 The origin server and the proxy run in processes of their own (one GIL each), the client here.
 
-    .venv/bin/python bench/bench_egress.py [--rounds N] [--mib N] [--only setup|traffic|phases] [--json]
+    .venv/bin/python bench/bench_egress.py [--rounds N] [--mib N] [--only setup|traffic|phases|loop] [--json]
 """
 
 from __future__ import annotations
@@ -365,6 +365,31 @@ def bench_phases(rounds: int) -> dict:
     return {"phases": {"wall_ms": wall, "machine_busy_ms_per_run_with_netns": [round(x, 2) for x in teardown]}}
 
 
+def run_loop(layer: int, runs: int) -> dict:
+    """`runs` supervised API runs of /bin/true with Layer 2 alone or with egress, nothing else:
+    for a profiler around this process (docs/egress.md: `perf record -e cpu-clock -g -- ...
+    --only loop --layer 2|3`, then the same with the other layer, compared symbol by symbol).
+    The proxy's modules are imported first in both, so both processes fork the same size."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    import sandboy.egress.proxy  # noqa: F401
+    import sandboy.egress.session
+    from sandboy import Policy, run
+
+    sandboy.egress.session.preload()
+    sandboy.egress.session.preload()  # the second call imports (as a caller's second run does)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "p.toml")
+        with open(path, "w") as fh:
+            fh.write(_policy('domains = ["pypi.org"]' if layer == 3 else "connect_tcp = [443]"))
+        policy = Policy.load(path)
+        cpu, start = _cpu_seconds(), time.perf_counter()
+        for _ in range(runs):
+            result = run(["/bin/true"], policy, cwd=d, supervise=True)
+            assert result.ok, result
+        return {"loop": {"layer": layer, "runs": runs, "wall_ms_per_run": round((time.perf_counter() - start) / runs * 1000, 3),
+                         "cpu_ms_per_run": round((_cpu_seconds() - cpu) / runs * 1000, 3)}}
+
+
 def _print_phases(out: dict) -> None:
     wall = out["phases"]["wall_ms"]
     base = wall["user namespace"]
@@ -379,7 +404,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mib", type=int, default=100)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=("setup", "traffic", "phases"), help="one part of the benchmark")
+    parser.add_argument("--only", choices=("setup", "traffic", "phases", "loop"), help="one part of the benchmark "
+                        "(loop: only --runs runs of --layer, for a profiler)")
+    parser.add_argument("--layer", type=int, choices=(2, 3), default=3, help="with --only loop")
+    parser.add_argument("--runs", type=int, default=300, help="with --only loop")
     args = parser.parse_args()
     out = {}
     if args.only in (None, "setup"):
@@ -388,6 +416,8 @@ def main() -> int:
         out.update(bench_phases(args.rounds))
     if args.only in (None, "traffic"):
         out.update(bench_traffic(args.rounds, args.mib))
+    if args.only == "loop":
+        out.update(run_loop(args.layer, args.runs))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -395,6 +425,10 @@ def main() -> int:
         _print_setup(out)
     if "phases" in out:
         _print_phases(out)
+    if "loop" in out:
+        loop = out["loop"]
+        print(f"Layer {loop['layer']}: {loop['runs']} runs, {loop['wall_ms_per_run']} ms wall and "
+              f"{loop['cpu_ms_per_run']} ms CPU per run")
     if "bulk_mb_per_s" in out:
         _print_traffic(out, args.mib)
     return 0
