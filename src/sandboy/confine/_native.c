@@ -313,15 +313,18 @@ static int to_job(PyObject *plan, PyObject *paths, PyObject *argv, PyObject *env
 }
 
 static void report(int fd, long index, long err);
-static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots);
+static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots, int *err);
 static int exec_candidates(const job_t *job);
 
 /* The confined child's work from plan step `start` on: run the steps, exec; on failure report
-   (step index or -1 for exec, errno) on `errpipe` and exit 125 / 126 / 127. Never returns. */
+   (step index or -1 for exec, errno) on `errpipe` and exit 125 / 126 / 127. Never returns.
+   Raw calls throughout, errors carried by value: this runs in the caller's memory and TLS
+   (a vfork'd child, the init and the command it starts), where errno is the caller's. */
 static void child_run(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots) {
-    Py_ssize_t failed = run_steps(job, errpipe, may_init, start, slots);
+    int step_err = 0;
+    Py_ssize_t failed = run_steps(job, errpipe, may_init, start, slots, &step_err);
     if (failed >= 0) {
-        report(errpipe, (long)failed, errno);
+        report(errpipe, (long)failed, step_err);
         if (may_init && job->slot != NULL)
             release_caller(job->slot);  /* the init-to-be failed before starting the command */
         raw_call(SYS_exit_group, 125, 0, 0, 0, 0, 0);
@@ -370,17 +373,15 @@ static void forwarding_set(sigset_t *set) {
    process's memory (CLONE_VM, see `init_slot_t`): once the command has started (the caller
    runs Python again) only raw calls, which write no errno, and nothing of the plan is read. */
 static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *slots) {
-    if (job->slot == NULL) {
-        errno = EINVAL;  /* an init needs its slot's stacks (fork_exec with clone_flags) */
-        return -1;
-    }
+    if (job->slot == NULL)
+        return -EINVAL;  /* an init needs its slot's stacks (fork_exec with clone_flags) */
     sigset_t set;
     forwarding_set(&set);
-    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, NULL, 8);  /* the command unblocks in its plan */
+    raw_call(SYS_rt_sigprocmask, SIG_BLOCK, (long)&set, 0, 8, 0, 0);  /* the command unblocks in its plan */
     command_start_t start = {job, errpipe, next, slots};
     long child = clone(command_main, job->slot->command_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
     if (child < 0)
-        return child;
+        return -errno;  /* libc's clone wrapper: read at once (the caller waits on a raw futex) */
     /* The command has exec'd or exited (CLONE_VFORK): from here on nothing of the caller's. */
     release_caller(job->slot);
     /* Keep nothing of the caller's but the error pipe: the command's stdio and the launcher's
@@ -414,10 +415,10 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
 }
 
 /* Runs steps `start`.. with `slots` (NULL: fresh ones). Returns -1 on success, else the index
-   of the step that failed (errno set). An NR_INIT step never returns in this process (it
+   of the step that failed (its error in *err). An NR_INIT step never returns in this process (it
    becomes the init; the command goes on in `command_main`). `may_init` is false outside a
    clone of the caller (apply_plan, a vfork'd child, the command itself): no init there. */
-static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots) {
+static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssize_t start, long *slots, int *err) {
     long own[MAX_SLOTS + 1] = {0};
     if (slots == NULL)
         slots = own;
@@ -426,7 +427,7 @@ static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssiz
         long r;
         if (s->nr == NR_INIT) {
             if (!may_init || errpipe < 0) {
-                errno = EINVAL;  /* only a clone of the caller may become an init */
+                *err = EINVAL;  /* only a clone of the caller may become an init */
                 return i;
             }
             r = become_init(job, errpipe, i + 1, slots);  /* returns only if the clone failed */
@@ -439,12 +440,16 @@ static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssiz
                     memcpy(s->owned[k] + s->patch_offset[k], &value, sizeof(value));
                 }
             }
-            r = syscall(s->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+            r = raw_call(s->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
         }
+        /* raw results: -4095..-1 is -errno (an fd or a pointer-sized result is never in it) */
+        int failed = r < 0 && r >= -4095;
         if (s->save_slot)
-            slots[s->save_slot] = r < 0 ? -1 : r;
-        if (r < 0 && !s->optional)
+            slots[s->save_slot] = failed ? -1 : r;
+        if (failed && !s->optional) {
+            *err = (int)-r;
             return i;
+        }
     }
     return -1;
 }
@@ -453,11 +458,11 @@ static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssiz
 static int exec_candidates(const job_t *job) {
     int saved = ENOENT;
     for (char **p = job->paths; *p != NULL; p++) {
-        execve(*p, job->argv, job->envp);
-        if (errno != ENOENT && errno != ENOTDIR && errno != EACCES && errno != ESTALE)
-            return errno;
+        int err = (int)-raw_call(SYS_execve, (long)*p, (long)job->argv, (long)job->envp, 0, 0, 0);
+        if (err != ENOENT && err != ENOTDIR && err != EACCES && err != ESTALE)
+            return err;
         if (saved != EACCES)
-            saved = errno;
+            saved = err;
     }
     return saved;
 }
@@ -582,8 +587,8 @@ static PyObject *apply_plan(PyObject *self, PyObject *plan) {
         free_job(&job);
         return NULL;
     }
-    Py_ssize_t failed = run_steps(&job, -1, 0, 0, NULL);
-    int err = errno;
+    int err = 0;
+    Py_ssize_t failed = run_steps(&job, -1, 0, 0, NULL, &err);
     free_job(&job);
     if (failed >= 0) {
         PyObject *exc = Py_BuildValue("(isn)", err, strerror(err), failed);
