@@ -247,3 +247,58 @@ def test_a_directory_the_parent_cannot_list_fails_the_check_closed(attack):
         assert marker.exists(), "the attack is not real: the operator's git did not run the planted program"
         assert any(path is None and f"{base}/repo/docs: cannot be looked through" in why for path, why in findings), findings
         os.chmod(f"{base}/repo/docs", 0o755)
+
+
+# --- file systems that keep timestamps in whole seconds ----------------------------------------
+
+COARSE_PROBE = r"""
+import json, os, subprocess, sys, time
+from sandboy.confine import gitcheck
+mnt, attack = sys.argv[1], sys.argv[2] == "attack"
+env = dict(os.environ, HOME=mnt)
+subprocess.run(["git", "init", "-q", mnt + "/repo"], check=True, env=env)
+if not attack:  # the twin: a nested repository made by the operator the second before
+    subprocess.run("git init -q old && git -C old config core.editor vi", shell=True, cwd=mnt + "/repo", check=True, env=env)
+    time.sleep(1.05 - time.time() % 1)
+missed = 0
+for i in range(4):
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([mnt + "/repo"], home=mnt)
+    script = (f"git init -q sub{i} && printf '[core]\\n\\tfsmonitor = x\\n' >> sub{i}/.git/config" if attack
+              else f"git init -q ok{i} && git -C ok{i} config user.name n")
+    subprocess.run(script, shell=True, cwd=mnt + "/repo", check=True, env=env)
+    findings = snap.verify()
+    missed += (not findings) if attack else 0
+    if not attack and findings:
+        print(json.dumps([f.why for f in findings]))
+        sys.exit(1)
+    if attack:
+        gitcheck.quarantine(findings, snap.writable)
+print(missed)
+"""
+
+
+@pytest.mark.parametrize("attack", [True, False], ids=["planted in the snapshot's second", "twin: operator's work"])
+def test_whole_second_timestamps_do_not_hide_a_planted_config(tmp_path, env, attack):
+    """ext4 with 128-byte inodes (also ext2/ext3) keeps timestamps in whole seconds: a config
+    planted in the snapshot's second got a ctime before the snapshot's clock reading and was not
+    looked at (4 of 5 missed). Mounted here in a private mount namespace from an image file."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not shutil.which("unshare"):
+        pytest.skip("needs root, mkfs.ext4 and unshare")
+    image, mnt = tmp_path / "ext4-128.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with open(image, "wb") as fh:
+        fh.truncate(32 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "128", str(image)], check=True, capture_output=True)
+    src = str(__import__("pathlib").Path(gitcheck.__file__).resolve().parents[2])
+    script = (f"mount -o loop '{image}' '{mnt}' || exit 77; "
+              f"PYTHONPATH='{src}' '{__import__('sys').executable}' -c \"$PROBE\" '{mnt}' {'attack' if attack else 'twin'}; "
+              f"rc=$?; umount '{mnt}'; exit $rc")
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                         env={**env, "PROBE": COARSE_PROBE}, capture_output=True, text=True, timeout=120)
+    if out.returncode == 77:
+        pytest.skip("cannot loop-mount an image here")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "0", f"planted configs not looked at: {out.stdout.strip()} of 4"

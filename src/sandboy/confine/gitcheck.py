@@ -429,6 +429,24 @@ def snapshot(write_roots, exclude=(), home=None):
     return GitSnapshot(roots, since, home, writable=writable, global_inside=globals_inside)
 
 
+def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
+    """Whether the file system holding `path` keeps timestamps in whole seconds: the ctime of
+    `path` and of up to `sample` entries in it (or beside it) all end in .000000000. On a file
+    system with finer timestamps the chance of that is below one in a million per entry; the
+    command cannot set a ctime, and `path` is looked at before it runs."""
+    try:
+        base = path if os.path.isdir(path) else os.path.dirname(path)
+        stamps = [os.lstat(base).st_ctime_ns]
+        with os.scandir(base) as entries:
+            for count, entry in enumerate(entries):
+                if count >= sample:
+                    break
+                stamps.append(entry.stat(follow_symlinks=False).st_ctime_ns)
+    except OSError:
+        return False
+    return all(stamp % 1_000_000_000 == 0 for stamp in stamps)
+
+
 class GitSnapshot:
     """The write roots to check and the clock reading that separates before from during. The
     configs of the repositories found at the top of each root are read now, so a run that
@@ -442,6 +460,12 @@ class GitSnapshot:
         # in a checked root may lead to a git directory it made in any of them.
         self.writable = list(writable) if writable is not None else list(self.roots)
         self.since_ns = since_ns
+        if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside):
+            # ext2/ext3, ext4 with 128-byte inodes: a ctime is cut to its second, so a file the
+            # command writes in the snapshot's second looks older than the snapshot. Counted from
+            # the second's start, that file is the run's (a change the operator made earlier in
+            # that same second counts as the run's too: fails closed).
+            self.since_ns -= since_ns % 1_000_000_000
         self.home = home if home is not None else os.path.expanduser("~")
         self.global_entries = []  # [(path, entries)] of the operator's global configs
         for path in global_configs(self.home):
