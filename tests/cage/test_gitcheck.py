@@ -410,3 +410,27 @@ def test_a_repository_hidden_in_the_quarantine_is_found(tmp_path, env):
     snap, findings = check(repo, f"mkdir -p {gitcheck.QUARANTINE_DIR}/x && git init -q {gitcheck.QUARANTINE_DIR}/x/r && "
                                  f"printf '[core]\\n\\tfsmonitor = x\\n' >> {gitcheck.QUARANTINE_DIR}/x/r/.git/config", env)
     assert [f.path for f in findings] == [f"{repo}/{gitcheck.QUARANTINE_DIR}/x/r/.git/config"]
+
+
+def test_the_quarantine_never_follows_a_swapped_component(tmp_path):
+    """The moves are made between directory fds opened with O_NOFOLLOW from the write root
+    down: a component that became a symlink (a second run sharing the write root, between the
+    check and the move) stops the move instead of leading it outside."""
+    import errno
+
+    root = tmp_path / "root"
+    (root / "real").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(str(outside), root / "swapped")
+    fd = gitcheck._open_below(str(root), ["real"])
+    os.close(fd)
+    with pytest.raises(OSError) as refused:
+        gitcheck._open_below(str(root), ["swapped"])
+    assert refused.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    box_fd, box = gitcheck._quarantine_box(str(root), "stamp")
+    os.close(box_fd)
+    box_fd, second = gitcheck._quarantine_box(str(root), "stamp")  # never reused
+    os.close(box_fd)
+    assert box != second and os.path.dirname(box) == os.path.dirname(second) == f"{root}/{gitcheck.QUARANTINE_DIR}"
+    assert os.listdir(outside) == []

@@ -772,68 +772,120 @@ class _Check:
 # --- out of git's way -----------------------------------------------------------------------
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def quarantine(findings, roots, stamp=None) -> tuple:
     """Move each finding's file into `<write root>/.sandboy-quarantine/<stamp>/` (kept, never
     deleted; a MANIFEST there says where each came from and why). Returns (moved, failed):
     moved = [(original, now)], failed = [(original, reason)]. Names are flattened (`/` -> `%`)
-    so no `.git` directory is recreated inside the quarantine. Run only after the command
-    and all its processes have ended: nothing moves paths under us then."""
+    so no `.git` directory is recreated inside the quarantine.
+
+    Every directory on the way, from the write root down, is opened without following a
+    symlink and the rename is made between those directory fds: a path component swapped for a
+    symlink meanwhile (a second run sharing the write root) fails the move (reported NOT
+    moved) instead of moving, or writing, anything outside."""
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-    moved, failed, manifests = [], [], {}
-    for finding in findings:
-        if finding.path is None or not os.path.lexists(finding.path):
-            continue
-        parent = os.path.realpath(os.path.dirname(finding.path))
-        source = os.path.join(parent, os.path.basename(finding.path))
-        root = next((r for r in sorted(roots, key=len, reverse=True) if _within(source, [r])), None)
-        if root is None:
-            failed.append((finding.path, "outside every write root"))
-            continue
-        try:
-            box = _quarantine_dir(root, stamp)
-            target = os.path.join(box, os.path.relpath(source, root).replace("%", "%25").replace("/", "%"))
-            os.rename(source, target)
-        except OSError as exc:
-            failed.append((finding.path, exc.strerror or str(exc)))
-            continue
-        moved.append((finding.path, target))
-        manifests.setdefault(box, []).append(f"{finding.path}\t{finding.why}\n")
-        if finding.restore is not None:  # the repository's config as it was at launch
+    moved, failed, boxes = [], [], {}  # boxes: root -> [box fd, box path, manifest lines]
+    try:
+        for finding in findings:
+            if finding.path is None or not os.path.lexists(finding.path):
+                continue
+            source = os.path.join(os.path.realpath(os.path.dirname(finding.path)), os.path.basename(finding.path))
+            root = next((r for r in sorted(roots, key=len, reverse=True) if _within(source, [r]) and source != r), None)
+            if root is None:
+                failed.append((finding.path, "outside every write root"))
+                continue
+            rel = os.path.relpath(source, root)
+            parts = rel.split("/")
             try:
-                mode = os.lstat(target).st_mode
-                fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             0o644 if stat.S_ISLNK(mode) else stat.S_IMODE(mode) & 0o666)
+                if root not in boxes:
+                    boxes[root] = [*_quarantine_box(root, stamp), []]
+                box_fd, box, lines = boxes[root]
+                parent_fd = _open_below(root, parts[:-1])
                 try:
-                    os.write(fd, finding.restore)
-                    st = os.lstat(target)
-                    if os.geteuid() == 0:
-                        os.fchown(fd, st.st_uid, st.st_gid)
+                    name = rel.replace("%", "%25").replace("/", "%")
+                    os.rename(parts[-1], name, src_dir_fd=parent_fd, dst_dir_fd=box_fd)
+                    moved.append((finding.path, os.path.join(box, name)))
+                    lines.append(f"{finding.path}\t{finding.why}\n")
+                    if finding.restore is not None:  # the repository's config as it was at launch
+                        why = _put_back(parent_fd, parts[-1], finding.restore, os.lstat(name, dir_fd=box_fd))
+                        if why:
+                            failed.append((finding.path, f"moved, but its launch content not put back: {why}"))
                 finally:
-                    os.close(fd)
+                    os.close(parent_fd)
             except OSError as exc:
-                failed.append((finding.path, f"moved, but its launch content not put back: {exc.strerror}"))
-    for box, lines in manifests.items():
-        with open(os.path.join(box, "MANIFEST"), "a", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write("# moved here by sandboy after a run: original path <TAB> why (ADR 0019)\n")
-            fh.writelines(lines)
+                failed.append((finding.path, exc.strerror or str(exc)))
+        for box_fd, _box, lines in boxes.values():
+            if lines:
+                fd = os.open("MANIFEST", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o600, dir_fd=box_fd)
+                with open(fd, "a", encoding="utf-8", errors="surrogateescape") as fh:
+                    fh.write("# moved here by sandboy after a run: original path <TAB> why (ADR 0019)\n")
+                    fh.writelines(lines)
+    finally:
+        for box_fd, _box, _lines in boxes.values():
+            os.close(box_fd)
     return moved, failed
 
 
-def _quarantine_dir(root: str, stamp: str) -> str:
-    top = os.path.join(root, QUARANTINE_DIR)
+def _open_below(root: str, parts) -> int:
+    """An fd of the directory `root/parts...`, no component followed if it is a symlink."""
+    fd = os.open(root, _DIR_FLAGS)
     try:
-        os.mkdir(top, 0o700)
-    except FileExistsError:
-        pass
-    if not stat.S_ISDIR(os.lstat(top).st_mode):  # a symlink the command left there: not followed
-        raise OSError(f"{top} is not a directory")
-    box = os.path.join(top, stamp)
+        for part in parts:
+            if part in ("", ".", ".."):
+                raise OSError(f"unexpected path component {part!r}")
+            below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _quarantine_box(root: str, stamp: str) -> tuple:
+    """(fd, path) of a fresh `<root>/.sandboy-quarantine/<stamp>` directory, made by us: a
+    `.sandboy-quarantine` symlink the command left is not followed (ELOOP), and a stamp
+    directory it made in advance is not reused."""
+    root_fd = os.open(root, _DIR_FLAGS)
     try:
-        os.mkdir(box, 0o700)
-    except FileExistsError:
-        if not stat.S_ISDIR(os.lstat(box).st_mode):
-            raise OSError(f"{box} is not a directory") from None
-    return box
+        try:
+            os.mkdir(QUARANTINE_DIR, 0o700, dir_fd=root_fd)
+        except FileExistsError:
+            pass
+        top_fd = os.open(QUARANTINE_DIR, _DIR_FLAGS, dir_fd=root_fd)
+    finally:
+        os.close(root_fd)
+    try:
+        name = stamp
+        while True:
+            try:
+                os.mkdir(name, 0o700, dir_fd=top_fd)
+                break
+            except FileExistsError:
+                name = f"{stamp}-{os.urandom(3).hex()}"
+        return os.open(name, _DIR_FLAGS, dir_fd=top_fd), os.path.join(root, QUARANTINE_DIR, name)
+    finally:
+        os.close(top_fd)
+
+
+def _put_back(parent_fd: int, name: str, data: bytes, moved) -> str:
+    """Write a config's launch bytes where it was (a new file, owned like the moved one)."""
+    try:
+        mode = 0o644 if stat.S_ISLNK(moved.st_mode) else stat.S_IMODE(moved.st_mode) & 0o666
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                     dir_fd=parent_fd)
+        try:
+            os.write(fd, data)
+            if os.geteuid() == 0:
+                os.fchown(fd, moved.st_uid, moved.st_gid)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 def after_run(snap) -> str:
