@@ -254,9 +254,9 @@ def test_tty_interactive_program_gets_the_typed_line(operator, user):
     assert operator.mode() == mode  # raw mode undone
 
 
-def test_tty_is_a_terminal_of_its_own_with_the_callers_size(operator, policy, tmp_path):
+def test_tty_is_a_terminal_of_its_own_with_the_callers_size(operator, user):
     script = "tty; stty size; read line < /dev/tty; echo \"own:$line\""
-    proc = operator.start(_sandboy(policy, "--tty", "--", "/bin/sh", "-c", script), env=_env(tmp_path))
+    proc = user.start(operator, user.sandboy("--tty", "--", "/bin/sh", "-c", script))
     screen = operator.watch(10, until=b"33 111").decode()
     operator.type(b"mine\r")
     assert proc.wait(20) == 0
@@ -280,12 +280,12 @@ def test_tty_passes_a_resize_on(operator, policy, tmp_path):
     assert "40 120" in operator.watch(2, until=b"40 120").decode()
 
 
-def test_tty_exit_status_and_hangup(operator, policy, tmp_path):
+def test_tty_exit_status_and_hangup(operator, user):
     """The command's status comes back; a background job of it that ignores SIGHUP still
     loses the pty (hung up) and is killed: nothing of it reaches the screen afterwards."""
     marker = f"late-{os.getpid()}-{time.monotonic_ns()}"
     script = f"(trap '' HUP; sleep 1; echo {marker}) & exit 7"
-    proc = operator.start(_sandboy(policy, "--tty", "--", "/bin/sh", "-c", script), env=_env(tmp_path))
+    proc = user.start(operator, user.sandboy("--tty", "--", "/bin/sh", "-c", script))
     assert proc.wait(20) == 7
     assert marker not in operator.watch(2).decode()
 
