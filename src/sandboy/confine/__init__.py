@@ -7,6 +7,8 @@
     hygiene.py   the plan's steps for signals, fds, rlimits, capabilities, no_new_privs
     namespaces.py  the namespace tier: user, mount, IPC, PID and network namespaces (ADR 0009)
     protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
+    gitcheck.py  after a run: git config, hooks or repositories planted for the host's next git
+                 command are found and quarantined (ADR 0019)
     _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
                  a pure-Python one on `_ctypes` (ADR 0005)
     launch.py    the API: spawn/run a command, choosing how it is supervised
