@@ -8,7 +8,8 @@ wrap-around arithmetic, printed as unsigned hex without leading zeros, plus `:N`
 how many earlier lines had the same hash. Characters are UTF-16 code units (JavaScript strings)
 of the file decoded as UTF-8. Matching it matters: alerts keep their identity across uploads
 only when our fingerprint equals the one GitHub would compute. This is our own implementation,
-checked against the upstream test vectors (tests/audit/test_fingerprint.py).
+checked against the upstream test vectors
+(tests/audit/test_merge.py::test_line_hashes_match_githubs_upload_action).
 """
 
 from __future__ import annotations
