@@ -3,8 +3,8 @@
 Guest sources are not host code (they run inside a component), they live in the
 repository's `adapters/` directory. A wheel carries a copy as package data,
 `sandboy/audit/guest_sources/` (setup.py; docs/adr/0014-an-install-that-converts.md), and
-builds components from it on first use; an editable install reads `adapters/` in the checkout. SANDBOY_ADAPTERS_DIR
-overrides both.
+builds components from it on first use; an editable install reads `adapters/` in the checkout.
+SANDBOY_ADAPTERS_DIR overrides both.
 """
 
 from __future__ import annotations
