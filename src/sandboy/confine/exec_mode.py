@@ -25,7 +25,9 @@ def hooks_for(cage, egress_log=None) -> list:
     gate): the one list. Each is checked cheaply before its module is imported."""
     hooks = []
     policy = cage.policy
-    if policy.fs.write and policy.fs.protect_defaults:  # a write root may hold a repository
+    # A write root may hold a repository — not the run's own `{tmp}` (never checked, and the
+    # commonest write root: the import is left out for it)
+    if policy.fs.protect_defaults and any(not w.startswith("{tmp}") for w in policy.fs.write):
         from sandboy.confine.gitcheck import GitCheck
 
         check = GitCheck.for_cage(cage)
