@@ -262,9 +262,13 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _netns_of_children(pid: int) -> set:
-    """The network namespaces (inode links) of the processes below `pid`."""
-    found, todo = set(), [pid]
+def _hold_netns_of_children(pid: int) -> dict:
+    """The network namespaces of the processes below `pid`: {nsfs inode: an open fd on it}.
+    Holding the fd keeps each namespace object, and so its inode number, from being freed and
+    given to a namespace another test makes meanwhile (nsfs hands out the lowest free number):
+    a process found in it later is really in the run's namespace. Close them with
+    `_release`."""
+    held, todo = {}, [pid]
     while todo:
         here = todo.pop()
         for tid in os.listdir(f"/proc/{here}/task"):
@@ -275,20 +279,30 @@ def _netns_of_children(pid: int) -> set:
                 continue
             for kid in kids:
                 try:
-                    found.add(os.readlink(f"/proc/{kid}/ns/net"))
+                    fd = os.open(f"/proc/{kid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
-                    pass
+                    continue
+                inode = os.fstat(fd).st_ino
+                if inode in held:
+                    os.close(fd)
+                else:
+                    held[inode] = fd
                 todo.append(kid)
-    return found
+    return held
 
 
-def _processes_in(netns: set) -> list:
-    """Processes (any on the host) whose network namespace is one of `netns` (read-only scan)."""
+def _release(held: dict) -> None:
+    for fd in held.values():
+        os.close(fd)
+
+
+def _processes_in(netns) -> list:
+    """Processes (any on the host) whose network namespace has one of the inodes `netns`."""
     inside = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if os.readlink(f"/proc/{name}/ns/net") in netns:
+                if os.stat(f"/proc/{name}/ns/net").st_ino in netns:
                     inside.append(int(name))
             except OSError:
                 pass
@@ -320,20 +334,21 @@ def test_a_killed_or_timed_out_run_leaves_nothing(tmp_path, env, origin, monkeyp
         while not first.endswith(b"served\n") and not first.endswith(b"\n\n\n"):
             first += out.readline()
         assert first.endswith(b"served\n") and f"/{end}".encode() in first, first
-        netns = _netns_of_children(proc.pid)
+        netns = _hold_netns_of_children(proc.pid)
         if end == "killed":
             proc.kill()
         result = proc.wait()
     os.close(w_in)
+    inside = _processes_in(netns)
+    _release(netns)
     assert result.outcome == end, result
     assert result.egress["allowed"] == 1, result.egress
     assert not _running(proc.pid), "the supervisor is left"
     survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
     assert survivors == "", survivors
     if "SANDBOY_NAMESPACES" not in env:
-        own = os.readlink("/proc/self/ns/net")
-        assert netns and own not in netns, netns  # the command had a namespace of its own
-        assert _processes_in(netns) == []
+        assert netns and os.stat("/proc/self/ns/net").st_ino not in netns, netns  # it had its own
+        assert inside == []
     assert set(os.listdir("/proc/self/fd")) == before
 
 
@@ -356,7 +371,10 @@ def test_a_killed_cli_run_leaves_nothing(tmp_path, env, origin):
             seen += line
         with open(f"/proc/{cli.pid}/task/{cli.pid}/children") as fh:
             supervisors = [int(pid) for pid in fh.read().split()]
-        netns = _netns_of_children(cli.pid)
+        netns = _hold_netns_of_children(cli.pid)
+        own = os.stat("/proc/self/ns/net").st_ino
+        if own in netns:  # the fallback runs in the host's network namespace
+            os.close(netns.pop(own))
         cli.send_signal(signal.SIGTERM)
         cli.wait(30)
     finally:
@@ -370,7 +388,10 @@ def test_a_killed_cli_run_leaves_nothing(tmp_path, env, origin):
     assert not any(map(_running, supervisors)), "a supervisor is left"
     survivors = subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout
     assert survivors == "", survivors
-    assert _processes_in(netns - {os.readlink("/proc/self/ns/net")}) == []
+    try:
+        assert _processes_in(netns) == []
+    finally:
+        _release(netns)
 
 
 def test_a_proxy_that_cannot_start_fails_the_run_closed(tmp_path, env, origin):
