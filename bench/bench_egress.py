@@ -3,7 +3,8 @@
 measured in the same run, interleaved:
 
   set-up    sandboy.run(["/bin/true"]) with net.domains  vs  the same run with Layer 2 alone
-            (net.connect_tcp, supervised); the CLI the same way (Layer 2 alone runs in exec mode;
+            (net.connect_tcp, supervised); a gate step the same way (in-process supervision);
+            the CLI the same way (Layer 2 alone runs in exec mode;
             also shown against a supervised Layer-2 run); wall time (median, and the median of
             paired differences) and CPU time (this process and its reaped children)
   first     one small GET by curl as the whole command: through the proxy (its thread, asyncio
@@ -221,10 +222,54 @@ def _summary(samples: dict, base: str, other: str) -> dict:
             "added_cpu_ms": round(cpu[other] - cpu[base], 2)}
 
 
+def bench_gate_step(rounds: int) -> dict:
+    """A gate step's set-up: an in-process Supervision with the run's hooks, as the gate runs
+    a step, Layer 2 alone against egress. In a child process of its own: a Supervision sweeps
+    every descendant of its process at the end of each run (only a dedicated runner may use it),
+    which would take the benchmark's origin server too."""
+    code = f"""
+import json, os, sys, tempfile, time
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import bench_egress as b
+from sandboy import Policy
+from sandboy.confine.cage import build
+from sandboy.confine.exec_mode import hooks_for
+from sandboy.confine.supervision import Supervision
+
+with tempfile.TemporaryDirectory() as d:
+    cages = {{}}
+    for name, net in (("gate_l2", "connect_tcp = [443]"), ("gate_l3", 'domains = ["pypi.org"]')):
+        path = os.path.join(d, name + ".toml")
+        with open(path, "w") as fh:
+            fh.write(b._policy(net))
+        cages[name] = build(Policy.load(path), cwd=d)
+
+    def one(cage):
+        cpu, start = b._cpu_seconds(), time.perf_counter()
+        result = Supervision(["/bin/true"], cage, hooks=hooks_for(cage)).start().wait()
+        elapsed = time.perf_counter() - start
+        assert result.ok, result
+        return elapsed, b._cpu_seconds() - cpu
+
+    samples = {{k: [] for k in cages}}
+    for k in cages:
+        one(cages[k])
+    for _ in range({rounds * 6}):
+        for k in cages:
+            samples[k].append(one(cages[k]))
+    print(json.dumps(samples))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(
+                              os.path.abspath(__file__))), "src")))
+    return _summary(json.loads(proc.stdout), "gate_l2", "gate_l3")
+
+
 def bench_setup(rounds: int) -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
     from sandboy import Policy, run
 
+    gate = bench_gate_step(rounds)
     origin, oport = _start(ORIGIN)
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -273,7 +318,7 @@ def bench_setup(rounds: int) -> dict:
                         samples[k].append(case())
                 return samples
 
-            out = {}
+            out = {"gate_step": gate}
             api_samples = interleaved({"api_l2": api("l2"), "api_l3": api("l3")}, rounds * 6)
             out["api"] = _summary(api_samples, "api_l2", "api_l3")
             cli_samples = interleaved({"cli_l2": cli("l2"), "cli_l2_supervised": cli("l2s"), "cli_l3": cli("l3")},
@@ -443,6 +488,9 @@ def _print_setup(out: dict) -> None:
           f"   added {cli['added_wall_ms']:+.2f} ms   CPU added {cli['added_cpu_ms']:+.2f} ms"
           f"   (vs Layer 2 supervised {cli['wall_ms']['cli_l2_supervised']:.2f} ms: "
           f"{cli['added_wall_ms_vs_supervised']:+.2f} ms)")
+    g = out["setup"]["gate_step"]
+    print(f"set-up, gate step (in-process supervision, /bin/true)   Layer 2 {g['wall_ms']['gate_l2']:.2f} ms   "
+          f"+ egress {g['wall_ms']['gate_l3']:.2f} ms   added {g['added_wall_ms']:+.2f} ms   CPU added {g['added_cpu_ms']:+.2f} ms")
     for kind in ("api", "cli"):
         f = out["setup"][f"first_request_{kind}"]
         print(f"first request, {kind.upper()} (curl, one small GET)   direct {f['wall_ms'][kind + '_direct']:.2f} ms"
