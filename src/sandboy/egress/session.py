@@ -152,14 +152,15 @@ class EgressSession(Hook):
         The fallback mode (a host socket shared with the caller) starts the thread at once."""
         import _signal as signal  # the C module: `signal` imports enum
 
-        from sandboy.egress.log import EgressLog
-
         if self.mode != MODE_NAMESPACE:
             # The fallback's listener is the cage's socket: its file status flags and owner are
             # shared with the caller's copy, which outlives this process. Served at once.
             self.serve(wait=False)
             return
-        self._log = EgressLog(self.log_path)
+        if self.log_path is not None:  # else the service makes its (file-less) log when it starts
+            from sandboy.egress.log import EgressLog
+
+            self._log = EgressLog(self.log_path)
         self._close_child_side()  # now only the child holds it: its exit ends the receive
         signal.signal(signal.SIGIO, self._on_sigio)
         _signal_when_readable(self._channel.fileno())
