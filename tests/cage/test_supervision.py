@@ -258,6 +258,27 @@ def test_a_pids_refusal_happens_before_any_hook(tmp_path):
     assert in_child(scenario) == {"log": [], "outcome": "cage_error"}
 
 
+def test_a_start_that_raises_still_stops_the_hooks(tmp_path):
+    """An argv the child cannot take (a NUL byte) raises ValueError as before; the hooks that
+    started are stopped first and no fd is left open."""
+
+    def scenario():
+        log = []
+        cage = build(_policy(tmp_path), cwd=str(tmp_path))
+        try:
+            before = set(os.listdir("/proc/self/fd"))
+            run = Supervision([SH, "-c", "exit 0\0"], cage, hooks=[Recorder("a", log)])
+            with pytest.raises(ValueError):
+                run.start()
+            leaked = set(os.listdir("/proc/self/fd")) - before
+            return {"log": log, "outcome": run.wait().outcome, "leaked": sorted(leaked)}
+        finally:
+            cage.close()
+
+    assert in_child(scenario) == {"log": ["a.start", "a.saw:cage_error:125", "a.stop"], "outcome": "cage_error",
+                                  "leaked": []}
+
+
 # --- the same hooks through the API's forked supervisor -----------------------------------------
 
 

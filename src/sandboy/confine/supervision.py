@@ -210,6 +210,12 @@ class Supervision(Handle):
             self._refuse_unstarted(str(exc))
         except OSError as exc:
             self._refuse_unstarted(f"fork failed: {exc.strerror}")
+        except BaseException as exc:  # e.g. ValueError: a NUL byte in argv; raised as it is
+            try:
+                self._refuse_unstarted(f"{type(exc).__name__}: {exc}")
+            except CageError:
+                pass
+            raise
         finally:
             os.close(err_w)
         self.pidfd = os.pidfd_open(self.pid)
