@@ -114,13 +114,9 @@ class DirectChild(Handle):
 
             result = from_child(status, read_all(self._err_fd), self.argv, self.cage, self.stdio, self._first)
             result.duration = time.monotonic() - self._started
-            result.enforced = self.cage.enforced
-            result.degraded = list(self.cage.degraded)
-            result.warnings = list(self.cage.warnings)
-            if self._refused is not None:
-                result.refuse(self._refused)
+            result.report_cage(self.cage)
             self._result = result
-            self._hooks.stop(self, result)
+            self._hooks.end(self, result, self._refused)
             if self._owns_cage:
                 self.cage.close()
         return self._result

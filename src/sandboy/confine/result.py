@@ -65,6 +65,13 @@ class RunResult:
         (PLANTED)."""
         self.returncode, self.outcome, self.signal, self.error = EXIT_CAGE, outcome, None, error
 
+    def report_cage(self, cage) -> None:
+        """What `cage` enforced, what degraded and its warnings, on this result (every way of
+        running a command ends with this)."""
+        self.enforced = cage.enforced
+        self.degraded = list(cage.degraded)
+        self.warnings = list(cage.warnings)
+
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
 

@@ -128,6 +128,13 @@ class HookChain:
             except Exception as exc:
                 raise CageError(_refusal(hook, exc)) from None
 
+    def end(self, run, result: RunResult, refused=None) -> None:
+        """The run is over and `result` says how: the refusal a started hook caused (if any)
+        first, then the stop hooks."""
+        if refused is not None:
+            result.refuse(refused)
+        self.stop(run, result)
+
     def stop(self, run, result: RunResult) -> None:
         while self._stoppable:
             hook = self._stoppable.pop()
@@ -351,10 +358,6 @@ class Supervision(Handle):
                 pass
             self._own_group.remove()
             self._own_group = None
-        result.enforced = self.cage.enforced
-        result.degraded = list(self.cage.degraded)
-        result.warnings = list(self.cage.warnings)
-        if self._refused is not None:
-            result.refuse(self._refused)
+        result.report_cage(self.cage)
         self._result = result
-        self.hooks.stop(self, result)
+        self.hooks.end(self, result, self._refused)

@@ -52,9 +52,7 @@ class Supervisor(Handle):
         if result is None:  # the supervisor itself died: never report that as a pass
             result = RunResult(EXIT_CAGE, CAGE_ERROR, error="the sandboy supervisor died")
         result.duration = time.monotonic() - self._started
-        result.enforced = self._cage.enforced
-        result.degraded = list(self._cage.degraded)
-        result.warnings = list(self._cage.warnings)
+        result.report_cage(self._cage)
         if self._owns_cage:
             self._cage.close()
         self._result = result
