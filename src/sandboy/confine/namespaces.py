@@ -81,6 +81,13 @@ DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "
              ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx"))
 # Paths the tier replaces with private ones: a write grant there is not attached from the host.
 PRIVATE_TREES = ("/dev", "/proc")
+# The PID namespace's /proc shows only processes the command may ptrace-read: its init (pid 1,
+# which runs in — or, before ADR 0021, was a copy of — the memory of the process that started
+# the run) is outside the command's Landlock domain and vanishes, so /proc/1/cmdline and
+# /proc/1/status no longer give away the caller's argv (an API user's `--token=...`) and
+# size; the command's own processes stay visible. `gid`: a group nobody holds (the default,
+# 0, would exempt a command running as root).
+PROC_OPTIONS = b"hidepid=invisible,gid=4294967294\0"
 
 FORCE_OFF_ENV = "SANDBOY_NAMESPACES"  # "0": behave as if the kernel refused namespaces
 
@@ -347,7 +354,7 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
         dev_slots.append((name, slot))
         slot += 1
     steps.append(("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0",
-                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, None)))
+                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)))
     if not everything_writable:
         steps.append(("make every mount read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
                                                      _mount_attr(MOUNT_ATTR_RDONLY), 32)))
@@ -596,7 +603,7 @@ def forget() -> None:
 def _probe():
     labelled = plan_user_map(os.geteuid(), os.getegid()) + [
         ("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None)),
-        ("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
+        ("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)),
         ("make every mount read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
                                         _mount_attr(MOUNT_ATTR_RDONLY), 32)),
         ("mount /dev", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev\0", b"tmpfs\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
