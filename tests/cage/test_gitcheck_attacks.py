@@ -302,3 +302,36 @@ def test_whole_second_timestamps_do_not_hide_a_planted_config(tmp_path, env, att
         pytest.skip("cannot loop-mount an image here")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == "0", f"planted configs not looked at: {out.stdout.strip()} of 4"
+
+
+EMFILE_PROBE = r"""
+import json, os, resource, subprocess, sys
+from sandboy.confine import gitcheck
+repo = sys.argv[1]
+snap = gitcheck.snapshot([repo])
+subprocess.run(["/bin/sh", "-ec", "printf '[core]\\n\\tfsmonitor = x\\n' >> .git/config"], cwd=repo, check=True)
+# the supervisor's fds taken (the proxy's thread still holding the run's connections): none left
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+findings = snap.verify()
+for fd in held:
+    os.close(fd)
+print(json.dumps([[f.path, f.why] for f in findings]))
+"""
+
+
+def test_a_config_the_parent_cannot_open_fails_the_check_closed(tmp_path, env):
+    """The top repository's config (no mount protects it without the tier) planted, and no fd
+    left in the parent when the check reads it: it was skipped as if absent."""
+    repo = git_repo(tmp_path / "repo", env)
+    src = str(__import__("pathlib").Path(gitcheck.__file__).resolve().parents[2])
+    out = subprocess.run([__import__("sys").executable, "-c", EMFILE_PROBE, str(repo)], env={**env, "PYTHONPATH": src},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    findings = __import__("json").loads(out.stdout)
+    assert any("cannot read" in why for _, why in findings), findings

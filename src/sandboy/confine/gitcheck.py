@@ -542,6 +542,15 @@ class _Check:
         a finding that fails the run closed."""
         data = _read_config(real)
         if data is None:
+            try:
+                regular = stat.S_ISREG(os.lstat(real).st_mode)
+            except OSError:
+                regular = False
+            if regular and self.writable(real):
+                # there, but not readable by the parent (mode 000 set by the command, for a parent
+                # that is not root; no fd left while the proxy's thread still holds the run's
+                # connections): what git may read later cannot be judged — fail closed
+                self.add(None, f"{real}: a git config in a write root the check cannot read: not checked")
             return None
         self.parse_left -= len(data)
         if self.parse_left < 0:
