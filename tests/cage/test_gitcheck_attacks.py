@@ -335,3 +335,41 @@ def test_a_config_the_parent_cannot_open_fails_the_check_closed(tmp_path, env):
     assert out.returncode == 0, out.stderr
     findings = __import__("json").loads(out.stdout)
     assert any("cannot read" in why for _, why in findings), findings
+
+
+@pytest.mark.parametrize("name", ["evil  ", "evil\nx"], ids=["trailing spaces", "inner newline"])
+def test_a_git_file_is_read_the_way_git_reads_it(tmp_path, env, name):
+    """`sub/.git` says `gitdir: <path>` with spaces or a newline that are part of the path to git
+    (setup.c strips only trailing CR/LF): the check stripped them and looked at another
+    directory, while git ran the planted config of the real one — here in a second write root
+    that holds no repository (a cache directory), so the walk never passes it."""
+    repo = git_repo(tmp_path / "repo", env)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    marker = tmp_path / "PWNED"
+    snap = gitcheck.snapshot([str(repo), str(cache)], home=env["HOME"])
+    evil = cache / name
+    subprocess.run(["git", "init", "-q", "--bare", str(evil)], check=True, env=env, capture_output=True)
+    subprocess.run(["git", "-C", str(evil), "config", "core.bare", "false"], check=True, env=env)
+    with open(evil / "config", "a") as fh:
+        fh.write(f'[core]\n\tfsmonitor = "touch {marker}; false"\n')
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".git").write_text(f"gitdir: {evil}\n")
+    host_git_status(repo / "sub", env)
+    assert marker.exists(), "probe broken: git did not use the planted git directory"
+    marker.unlink()
+    findings = snap.verify()
+    assert f"{evil}/config" in [f.path for f in findings], findings
+    gitcheck.quarantine(findings, snap.writable)
+    host_git_status(repo / "sub", env)
+    assert not marker.exists()
+
+
+def test_an_ordinary_git_file_still_leads_to_its_git_directory(tmp_path, env):
+    """Twin: `git worktree add` and a submodule write `gitdir: X\\n`; both are followed, and
+    their legitimate work is not flagged."""
+    repo = git_repo(tmp_path / "repo", env)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    sh("git worktree add -q wt && git -C wt commit -q --allow-empty -m w", repo, env)
+    assert gitcheck._gitdir_of(str(repo / "wt" / ".git")) == str(repo / ".git" / "worktrees" / "wt")
+    assert snap.verify() == []

@@ -355,11 +355,16 @@ def _gitdir_of(dot_git: str):
     data = _read_config(real)  # a regular file, never a FIFO that would block us
     if not data:
         return None
-    line = data[:8192].split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
-    if not line.startswith("gitdir:"):
+    # exactly as setup.c's read_gitfile_gently: "gitdir: " with its space, then everything up to
+    # a NUL but the trailing CRs and LFs — spaces and inner newlines are part of the path (a
+    # stripped reading led to `cache/evil` while git used `cache/evil  `, a planted git dir)
+    data = data.split(b"\0", 1)[0]
+    if not data.startswith(b"gitdir: "):
         return None
-    target = line[len("gitdir:"):].strip()
-    return os.path.realpath(os.path.join(os.path.dirname(dot_git), target))
+    target = data[len(b"gitdir: "):].rstrip(b"\r\n")
+    if not target:
+        return None
+    return os.path.realpath(os.path.join(os.path.dirname(dot_git), os.fsdecode(target)))
 
 
 CHILD_PROBE_LIMIT = 512  # entries of a write root looked at for `<child>/.git` at launch
