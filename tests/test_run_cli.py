@@ -126,6 +126,39 @@ def test_dry_run_json_shows_rules_and_runs_nothing(policy, tmp_path):
     assert not marker.exists()
 
 
+def test_dry_run_with_tty_shows_the_cage_a_tty_run_gets(policy):
+    """`--dry-run --tty` builds the cage as `--tty` runs it (it built the plain one): under the
+    namespace tier the command's /dev then keeps /dev/tty."""
+
+    def report(*extra):
+        proc = subprocess.run([SANDBOY, "run", "--policy", policy, "--dry-run", "--json", *extra],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    plain, tty = report(), report("--tty")
+    assert (plain["supervised"], tty["supervised"]) == (False, True)
+    dev = (plain["enforced"].get("namespaces") or {}).get("dev")
+    if not dev:
+        pytest.skip("no namespace tier here: the command's /dev is the host's either way")
+    assert "/dev/tty" not in dev
+    assert "/dev/tty" in tty["enforced"]["namespaces"]["dev"]
+
+
+def test_exec_mode_imports_no_supervision(policy):
+    """Exec mode (no terminal, nothing that needs a supervisor) imports exec_mode and none of
+    the supervision modules (ADR 0020): the split did not lengthen `sandboy run`'s path."""
+    subprocess.run([SANDBOY, "run", "--policy", policy, "--", "/bin/true"], check=True, stdin=subprocess.DEVNULL,
+                   start_new_session=True)  # warm the parse cache
+    proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", policy, "--", "/bin/true"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "sandboy.confine.exec_mode" in used
+    assert not used & {"sandboy.confine.launch", "sandboy.confine.supervision", "sandboy.confine.supervisor",
+                       "sandboy.confine.reaping", "sandboy.confine.result"}, used
+
+
 @pytest.mark.parametrize("namespaces", ["1", "0"])
 def test_exit_without_interpreter_teardown_loses_nothing(policy, tmp_path, namespaces):
     """`sandboy run` leaves with os._exit (interpreter teardown cost 3-4 ms, docs/performance.md):
