@@ -147,7 +147,7 @@ def _wait_in_namespace(argv, cage, on_applied):
             raise CageError(result.error)
         if on_applied is not None:
             on_applied()
-        sys.stderr.write(f"sandboy: {result.error}\n")
+        _say(result.error)
         return result.returncode
     cage.close()
     status = status if reported is None else reported
@@ -179,10 +179,18 @@ def _supervise_in_namespace(argv, cage, on_applied, hooks):
     if on_applied is not None:
         on_applied(result if result.outcome in (PLANTED, CAGE_ERROR) else None)
     if result.error:
-        sys.stderr.write(f"sandboy: {result.error}\n")
+        _say(result.error)
     if result.outcome == SIGNALED:
         die_like(result.signal)
     return result.returncode
+
+
+def _say(error: str) -> None:
+    """A run's error on stderr, escaped: it quotes paths the command chose (a planted
+    repository's, ADR 0019), which printed raw repaint the terminal or forge lines."""
+    from sandboy.escape import line
+
+    sys.stderr.write(line(f"sandboy: {error}") + "\n")
 
 
 def _hold_forwarded_signals():

@@ -799,6 +799,8 @@ def quarantine(findings, roots, stamp=None) -> tuple:
     symlink and the rename is made between those directory fds: a path component swapped for a
     symlink meanwhile (a second run sharing the write root) fails the move (reported NOT
     moved) instead of moving, or writing, anything outside."""
+    from sandboy.escape import clean
+
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     moved, failed, boxes = [], [], {}  # boxes: root -> [box fd, box path, manifest lines]
     try:
@@ -821,7 +823,8 @@ def quarantine(findings, roots, stamp=None) -> tuple:
                     name = rel.replace("%", "%25").replace("/", "%")
                     os.rename(parts[-1], name, src_dir_fd=parent_fd, dst_dir_fd=box_fd)
                     moved.append((finding.path, os.path.join(box, name)))
-                    lines.append(f"{finding.path}\t{finding.why}\n")
+                    # escaped: the command chose these names (a newline forged whole entries)
+                    lines.append(f"{clean(finding.path)}\t{clean(finding.why)}\n")
                     if finding.restore is not None:  # the repository's config as it was at launch
                         why = _put_back(parent_fd, parts[-1], finding.restore, os.lstat(name, dir_fd=box_fd))
                         if why:
