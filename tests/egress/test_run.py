@@ -311,7 +311,7 @@ def _processes_in(netns) -> list:
 
 @pytest.mark.parametrize("end", ["killed", "timed_out"])
 def test_a_killed_or_timed_out_run_leaves_nothing(tmp_path, env, origin, monkeypatch, end):
-    """The issue's lifecycle claim, for the ends a command does not choose: killed (Confined.kill)
+    """The issue's lifecycle claim, for the ends a command does not choose: killed (Supervisor.kill, the API handle)
     or timed out. After wait(): the supervisor is gone, no process of the command's tree (a
     background sleeper included) is left, no process is in its network namespace, the caller
     holds no fd more than before, and the proxy had served the run (it was up when it ended)."""
