@@ -585,3 +585,48 @@ def test_overlapping_runs_from_threads_each_get_their_own_init(cage):
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(40)))
     assert [(code, text) for _, code, text in results] == [(i % 7, f"run {i}") for i in range(40)], results
+
+
+def test_no_plan_step_acts_on_the_memory_the_child_shares(cage, monkeypatch):
+    """The child runs its plan in the caller's memory (the vfork'd child, and under the tier the
+    init and the command before its exec: ADR 0021). A step acting on the whole address space
+    (PR_SET_DUMPABLE, PR_SET_THP_DISABLE, PR_SET_MM, mlockall, madvise, munmap, ...) would change
+    the caller's. Every plan the cage makes (with and without `{tmp}`, a write root, --tty,
+    redirected stdio, a session, the netns helpers) holds only per-task / per-process calls."""
+    from sandboy import Policy
+    from sandboy.confine import _libc, terminal
+    from sandboy.confine.cage import build
+
+    per_task = {_libc.SYS_DUP2, _libc.SYS_MOUNT, _libc.SYS_OPEN_TREE, _libc.SYS_MOVE_MOUNT, _libc.SYS_MOUNT_SETATTR,
+                _libc.SYS_MKDIRAT, _libc.SYS_OPENAT, _libc.SYS_CLOSE, _libc.SYS_SYMLINKAT, _libc.SYS_WRITE,
+                _libc.SYS_CHDIR, _libc.SYS_RT_SIGACTION, _libc.SYS_RT_SIGPROCMASK, _libc.SYS_CLOSE_RANGE,
+                _libc.SYS_PRLIMIT64, _libc.SYS_PRCTL, _libc.SYS_CAPSET, _libc.SYS_LANDLOCK_ADD_RULE,
+                _libc.SYS_LANDLOCK_RESTRICT_SELF, _libc.SYS_SECCOMP, _libc.SYS_SETSID, _libc.SYS_IOCTL,
+                _libc.SYS_SOCKET, _libc.SYS_BIND, _libc.SYS_LISTEN, _libc.SYS_SETSOCKOPT, _libc.SYS_SENDMSG,
+                _libc.NR_INIT}
+    # prctl options the plan may use: securebits, bounding set, ambient set, no_new_privs
+    prctl_options = {28, 24, 47, 38}
+    plans = []
+    for fs, tty in (({}, False), ({"write": ["{tmp}"]}, False), ({"write": [str(cage.work)]}, False), ({}, True)):
+        built = build(Policy.from_mapping(tier_policy(cage, **fs), "<test>"), cwd=str(cage.work), tty=tty)
+        try:
+            plans.append(built.plan((5, 6, 7), in_netns=namespaces.plan_loopback_up()))
+        finally:
+            built.close()
+    plans.append(list(terminal.session_steps(ctty=9)))
+    monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")  # the vfork'd child's plan, without the tier
+    built = build(Policy.from_mapping(tier_policy(cage, write=[str(cage.work)]), "<test>"), cwd=str(cage.work))
+    try:
+        plans.append(built.plan((5, 6, 7)))
+    finally:
+        built.close()
+    seen = set()
+    for plan in plans:
+        for label, step in plan:
+            nr = step[0]
+            seen.add(nr)
+            assert nr in per_task, (label, nr)
+            if nr == _libc.SYS_PRCTL:
+                assert step[2] in prctl_options, (label, step[2])
+    # the check saw the calls it is about (a plan of nothing would pass it)
+    assert {_libc.SYS_MOUNT, _libc.SYS_PRCTL, _libc.SYS_SECCOMP, _libc.NR_INIT} <= seen
