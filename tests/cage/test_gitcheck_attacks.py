@@ -373,3 +373,29 @@ def test_an_ordinary_git_file_still_leads_to_its_git_directory(tmp_path, env):
     sh("git worktree add -q wt && git -C wt commit -q --allow-empty -m w", repo, env)
     assert gitcheck._gitdir_of(str(repo / "wt" / ".git")) == str(repo / ".git" / "worktrees" / "wt")
     assert snap.verify() == []
+
+
+def test_a_bare_repository_granted_for_writing_is_checked_and_keeps_its_config(tmp_path, env):
+    """`fs.write = ["/srv/git/project.git"]` (a build pushing to a local bare repository): a
+    planted hook or config key there runs for whoever pushes or fetches next. Both are found;
+    the config gets its launch bytes back (git keeps working); a legitimate push is clean."""
+    bare = tmp_path / "project.git"
+    sh(f"git init -q --bare '{bare}'", tmp_path, env)
+    launch = (bare / "config").read_bytes()
+    snap = gitcheck.snapshot([str(bare)], home=env["HOME"])
+    assert snap is not None, "a bare repository as a write root was not checked at all"
+    sh("git config core.sshCommand evil && printf '#!/bin/sh\\ntouch PWNED\\n' > hooks/post-receive "
+       "&& chmod +x hooks/post-receive", bare, env)
+    findings = snap.verify()
+    assert sorted(f.path for f in findings) == [f"{bare}/config", f"{bare}/hooks/post-receive"], findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert not failed and (bare / "config").read_bytes() == launch
+
+
+def test_a_push_into_a_bare_repository_granted_for_writing_is_clean(tmp_path, env):
+    bare = tmp_path / "project.git"
+    sh(f"git init -q --bare '{bare}'", tmp_path, env)
+    work = git_repo(tmp_path / "work", env)
+    snap = gitcheck.snapshot([str(bare)], home=env["HOME"])
+    sh(f"git push -q '{bare}' HEAD:refs/heads/main", work, env)
+    assert snap.verify() == []

@@ -482,8 +482,10 @@ class GitSnapshot:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
         for root in self.roots:
-            for dot_git in (os.path.join(root, ".git"), _enclosing_git(root)):
-                gitdir = _gitdir_of(dot_git) if dot_git and os.path.lexists(dot_git) else None
+            # (a root that is itself a git directory — a bare repository granted for writing —
+            # is its own: its config's launch bytes are kept, put back if a planted one is moved)
+            for dot_git in (os.path.join(root, ".git"), _enclosing_git(root), root if _is_git_directory(root) else None):
+                gitdir = (root if dot_git == root else _gitdir_of(dot_git)) if dot_git and os.path.lexists(dot_git) else None
                 if gitdir is None or gitdir in self.known:
                     continue
                 configs = {}
