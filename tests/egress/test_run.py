@@ -361,7 +361,7 @@ def test_a_killed_cli_run_leaves_nothing(tmp_path, env, origin):
     import signal
 
     marker = f"sandboy-egress-cli-killed-{os.getpid()}"
-    script = (f"(exec -a {marker} sleep 300 &); curl -sS http://allowed.test:{origin.port}/cli-killed; "
+    script = (f"(exec -a {marker} sleep 300 &); curl -sS -m 30 http://allowed.test:{origin.port}/cli-killed; "
               "echo; echo served; exec sleep 300")
     cli = subprocess.Popen([SANDBOY, "run", "--policy", str(policy(tmp_path, [f"allowed.test:{origin.port}"])),
                             "--", "/bin/bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
