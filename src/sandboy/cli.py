@@ -153,7 +153,10 @@ def cmd_run(args: RunArgs) -> int:
             from sandboy.confine import launch
 
             try:
-                result = launch.run(args.command, cage, supervise=True, tty=args.tty, builtin_hooks=hooks)
+                if cage.tier is not None:  # this process supervises: no supervisor process to fork
+                    result = launch.run_here(args.command, cage, tty=args.tty, builtin_hooks=hooks)
+                else:
+                    result = launch.run(args.command, cage, supervise=True, tty=args.tty, builtin_hooks=hooks)
             finally:
                 cage.close()
             # the supervisor process has ended, and with it the egress proxy (its thread, the
@@ -168,6 +171,10 @@ def cmd_run(args: RunArgs) -> int:
                               "signal": result.signal, "duration": round(result.duration, 6),
                               **({"error": result.error} if result.outcome == launch.PLANTED else {}),
                               **({"egress": result.egress} if result.egress is not None else {})})
+            if result.outcome == launch.KILLED and cage.tier is not None:
+                # only a SIGTERM to this process ends a run_here run so: end as it would have
+                sys.stderr.flush()
+                exec_mode.die_like(15)
             return result.returncode
 
         def on_applied(result=None):

@@ -421,3 +421,45 @@ def test_a_before_and_after_hook_that_fails_the_run_fails_a_direct_child_closed(
     result = spawn([SH, "-c", "exit 0"], _policy(tmp_path), cwd=str(tmp_path), supervise=None,
                    **_no_terminal(), hooks=[AroundOnly("a", [], str(events), fail_in="stop")]).wait()
     assert (result.outcome, result.returncode, result.error) == ("cage_error", 125, "a: a refuses in stop")
+
+
+# --- sandboy run supervises in its own process under the tier (launch.run_here) ---------------
+
+
+@pytest.mark.parametrize("tier", [pytest.param("namespaces"), pytest.param("fallback", marks=pytest.mark.without_namespaces)])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_killed_supervised_cli_run_leaves_nothing(tmp_path, tier, how):
+    """`sandboy run` with a deadline is supervised: by itself under the tier (no supervisor
+    process), by a forked supervisor without it. Killed either way, it leaves no process of the
+    run behind (an orphan in a session of its own included), and a SIGTERM still ends it as
+    SIGTERM ends a process."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = f"cli-killed-{how}-{os.getpid()}-{time.monotonic_ns()}"
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc/ld.so.cache"]\nexec = ["/usr/bin"]\n'
+                      f'write = ["{tmp_path}"]\n[limits]\nwall_seconds = 120\n')
+    up = tmp_path / "up"
+    script = (f"/usr/bin/setsid {SH} -c 'exec -a {marker} /usr/bin/sleep 300' & "
+              f"echo > {up}; exec /usr/bin/sleep 300")
+    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
+    cli = subprocess.Popen([sandboy, "run", "--policy", str(policy), "--", SH, "-c", script], cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (up.exists() and _named(marker)):
+            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr.read() if cli.poll() is not None else ""
+            time.sleep(0.02)
+        cli.send_signal(getattr(signal, how))
+        assert cli.wait(30) == -getattr(signal, how)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    deadline = time.monotonic() + 10  # a forked supervisor hears of its parent's death by a signal
+    while _named(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _named(marker) == []

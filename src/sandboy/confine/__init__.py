@@ -17,7 +17,8 @@
     supervision.py  Supervision, the one supervision object (start/stop hooks the egress proxy
                  attaches to; deadline; kill and reap the tree) and the Handle interface
                  (pid, kill, wait) every way of running a command returns (ADR 0020)
-    supervisor.py  the supervisor process `sandboy run` and the API fork, and its handle
+    supervisor.py  a supervisor's life (supervise): in the process the API forks, or in `sandboy run`
+                 itself under the namespace tier; the forked one's handle
     reaping.py   find, kill and reap every descendant of the supervising process
     result.py    RunResult, the outcome names; a wait status + the child's report -> RunResult
     terminal.py  own session; the caller's terminal replaced and relayed, or a fresh pty (ADR 0011)

@@ -180,6 +180,22 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         raise
 
 
+def run_here(argv, cage, tty=False, egress_log=None, builtin_hooks=None) -> RunResult:
+    """Run `argv` in `cage` supervised by THIS process, with no supervisor process (its fork and
+    exit cost about 4 ms): for a caller that is nothing but this one run and ends right after
+    it — `sandboy run`. Only under the namespace tier, where the PID namespace takes the
+    command's whole tree with it should this process be killed outright (its init dies with
+    us); without it a forked supervisor is what sweeps the tree then. SIGTERM to this process
+    ends the run (outcome "killed"); the terminal's signals are passed on to the command."""
+    from sandboy.confine.supervisor import supervise
+
+    if cage.tier is None:
+        raise ValueError("run_here needs the namespace tier (without it a supervisor process sweeps the tree)")
+    cage.check_open()
+    hooks = hooks_for(cage, egress_log) if builtin_hooks is None else builtin_hooks
+    return supervise(list(argv), cage, timeout_for(cage, None), (None, None, None), hooks, tty=tty)
+
+
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
         supervise=None, pids_group=None, tty=False, egress_log=None, hooks=(), builtin_hooks=None) -> RunResult:
     """Run `argv` confined by `policy` and wait for it (see module docstring and `spawn`)."""

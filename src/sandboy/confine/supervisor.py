@@ -1,6 +1,7 @@
-"""A supervisor process: forked by the caller of `sandboy run` / the API, it puts a
-`Supervision` around the command (its hooks included), relays the terminal, passes the
-terminal's signals on, and reports the RunResult on a pipe before it exits.
+"""A supervisor process: forked by the caller of the API (and of `sandboy run` without the
+namespace tier), it puts a `Supervision` around the command (its hooks included), relays the
+terminal, passes the terminal's signals on, and reports the RunResult on a pipe before it
+exits. `supervise` is that life; `sandboy run` under the tier lives it in its own process.
 
     caller ── supervisor (forked; child subreaper) ── confined command ── its descendants
 
@@ -104,6 +105,20 @@ def _on_stop(signum, frame):
 def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> None:
     """The supervisor process's whole life: report one RunResult on `status_w`."""
     from sandboy.confine._libc import prctl
+
+    # SIGTERM (Supervisor.kill(), the caller's death) is blocked since the fork: it lands once
+    # `supervise` has its handler and the command's pid
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if os.getppid() == 1:
+        raise SystemExit  # the caller is already gone
+    os.write(status_w, supervise(argv, cage, timeout, stdio, hooks, pids_group, tty).to_record())
+
+
+def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> RunResult:
+    """Supervise one run from THIS process, which ends right after it: relay the terminal,
+    pass its signals on, end the run on SIGTERM (outcome "killed"); the RunResult. The forked
+    supervisor's life, and `sandboy run`'s own under the namespace tier (launch.run_here)."""
     from sandboy.confine.terminal import Relay
 
     # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
@@ -123,24 +138,15 @@ def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> 
     for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
             signal.signal(sig, forward)
-    signal.signal(signal.SIGTERM, _on_stop)        # Supervisor.kill() and the caller's death
+    signal.signal(signal.SIGTERM, _on_stop)
     # Held back until we wait: a stop request that arrived while the child was being started
     # would otherwise escape before we know the child's pid (and leave its tree running). Hooks
     # that start threads in started() start them with it blocked too.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-    if os.getppid() == 1:
-        raise SystemExit  # the caller is already gone
-
-    def report(result):
-        os.write(status_w, result.to_record())
-
     try:
         relay = Relay(stdio, tty)
     except OSError as exc:
-        report(RunResult(EXIT_CAGE, CAGE_ERROR, error=f"cannot set up the terminal relay: {exc.strerror}"))
-        return
+        return RunResult(EXIT_CAGE, CAGE_ERROR, error=f"cannot set up the terminal relay: {exc.strerror}")
     if relay.master is not None:
         signal.signal(signal.SIGWINCH, relay.update_window_size)
     run = Supervision(argv, cage, timeout, relay.stdio, pids_group, ctty=relay.ctty, hooks=hooks, exits_after=True)
@@ -148,8 +154,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> 
         run.start()
     except CageError:
         relay.close()
-        report(run.wait())
-        return
+        return run.wait()
     command.append(run.pid)
     relay.started()
 
@@ -170,7 +175,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> 
         relay.finish()
 
     run.end(outcome, before_sweep=hang_up)
-    report(run.wait())
+    return run.wait()
 
 
 def _wait_until_exit(run, relay=None) -> bool:
