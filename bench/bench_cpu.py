@@ -9,7 +9,7 @@ done, not the wait for a core, so its ratios hold under load. It does not replac
 targets (a run also waits for the kernel, e.g. RCU grace periods at namespace teardown); it says
 where the work went.
 
-    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC]
+    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC] [--only cli]
 
 --before SRC: also measure the `sandboy` package under SRC (a directory holding `sandboy/`:
 e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_ext --inplace`
@@ -110,8 +110,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--before", metavar="SRC", help="a `sandboy` source tree to compare with (see --help)")
+    parser.add_argument("--only", choices=("cli",), help="cli: only the floor and `sandboy run` (no API, gate, bwrap)")
     args = parser.parse_args()
-    bwrap = shutil.which("bwrap")
+    bwrap = shutil.which("bwrap") if args.only is None else None
     with tempfile.TemporaryDirectory(prefix="sandboy-bench-cpu-") as base:
         policy = os.path.join(base, "bench.toml")
         with open(policy, "w") as fh:
@@ -132,9 +133,12 @@ def main() -> int:
             cases["isolated bwrap bash -lc true"] = lambda: cpu_of(
                 [bwrap, "--unshare-all", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                  "bash", "-lc", "true"], plain_env, repo)
-        cases.update(cases_for("", SRC, policy, repo, home))
-        if args.before:
-            cases.update(cases_for(" (before)", os.path.abspath(args.before), policy, repo, home))
+        if args.only == "cli":
+            del cases["plain bash -lc true"]
+        trees = [("", SRC)] + ([(" (before)", os.path.abspath(args.before))] if args.before else [])
+        for label, src in trees:
+            chosen = cases_for(label, src, policy, repo, home)
+            cases.update({name: fn for name, fn in chosen.items() if args.only is None or name.startswith("run CLI")})
         for fn in cases.values():  # warm caches (policy parse cache, page cache)
             fn()
         samples = {name: [] for name in cases}
@@ -157,8 +161,9 @@ def main() -> int:
             over = med[f"gate, per step{label}"] - med["plain bash -lc true"]
             bw = med["isolated bwrap bash -lc true"] - med["plain bash -lc true"]
             print(f"    gate step over plain{label}: +{over * 1000:.2f} ms (isolated bwrap +{bw * 1000:.2f} ms)")
-        print(f"    API caller +100 MB / small caller{label} "
-              f"{med[f'API, caller +100 MB{label}'] / med[f'API, small caller{label}']:6.2f}x")
+        if args.only is None:
+            print(f"    API caller +100 MB / small caller{label} "
+                  f"{med[f'API, caller +100 MB{label}'] / med[f'API, small caller{label}']:6.2f}x")
     return 0
 
 

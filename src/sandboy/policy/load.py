@@ -12,7 +12,13 @@ can never widen a policy. See docs/findings.md (imports decide start-up) and doc
 import os
 
 from sandboy.errors import PolicyError
-from sandboy.policy.keys import LIMIT_KEYS
+
+# The policy's sections and keys, shared with the records (`policy.model` imports them from
+# here). Not a module of their own: model and load are both on every `sandboy run`'s path, and a
+# module costs ≈ 0.1 ms to find and load whatever its size (docs/performance.md).
+SECTIONS = ("fs", "net", "ipc", "seccomp", "env", "limits", "compat")
+DEFAULT_ENV_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ")
+LIMIT_KEYS = ("wall_seconds", "cpu_seconds", "memory_mib", "processes", "open_files", "file_size_mib")
 
 MAX_POLICY_BYTES = 1 << 20
 PLACEHOLDERS = ("cwd", "home", "tmp", "policy_dir", "repo")

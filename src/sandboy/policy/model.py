@@ -1,11 +1,12 @@
 """Policy records: plain slotted classes. `Policy.load` / `Policy.from_mapping` validate through
-`policy.load`, which returns plain values and never imports this module (no import circle).
+`policy.load`, which returns plain values and never imports this module (no import circle); the
+policy's sections and keys are `policy.load`'s tables, imported from there.
 
 Why not dataclasses: `dataclasses` imports `re` and `inspect` (≈ 10 ms), and this module is on
 the start-up path of every `sandboy run`.
 """
 
-from sandboy.policy.keys import DEFAULT_ENV_PASS, LIMIT_KEYS, SECTIONS
+from sandboy.policy.load import DEFAULT_ENV_PASS, LIMIT_KEYS, SECTIONS
 
 __all__ = ["DEFAULT_ENV_PASS", "LIMIT_KEYS", "SECTIONS", "FsRules", "NetRules", "IpcRules", "SeccompRules",
            "EnvRules", "Limits", "Compat", "Policy"]
