@@ -258,3 +258,12 @@ def test_refuse_arg_bits_refuses_only_its_call_with_a_bit_set():
         assert execute(program, sendto, X86_64_ARCH, [0, 0, 0, flags, 0, 0]) == verdict, hex(flags)
     assert execute(program, sendto, X86_64_ARCH, [0, 0, 0x20000000, 0, 0x20000000, 0]) == seccomp.RET_ALLOW
     assert execute(program, connect, X86_64_ARCH, [0, 0, 0, 0x20000000, 0, 0]) == 0x7FFF0001
+
+
+def test_the_filters_errno_values_are_the_kernels():
+    """seccomp.py and terminal.py write their errno values as numbers (no errno import on the
+    start-up path)."""
+    from sandboy.confine import terminal
+
+    assert (seccomp.EPERM, seccomp.ENOSYS) == (errno.EPERM, errno.ENOSYS)
+    assert (terminal.EIO, terminal.ENXIO) == (errno.EIO, errno.ENXIO)

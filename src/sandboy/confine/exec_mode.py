@@ -13,7 +13,6 @@ On the `sandboy run` start-up path: a run without hooks imports nothing beyond w
 already needs; the result module only on a failed start.
 """
 
-import errno
 import os
 import sys
 
@@ -101,6 +100,8 @@ def exec_confined(argv, cage, on_applied=None, hooks=()):
         return _wait_in_namespace(argv, cage, on_applied)
     if hooks:  # supervisor_needed said so: never run them unsupervised
         raise CageError(f"{hooks[0].name}: needs a supervisor without the namespace tier")
+    import errno  # only on this path (no tier): a run under the tier never needs it
+
     from sandboy.confine import explain  # imported now: inside the cage it may not be readable
 
     paths, args, envp = cage.exec_args(argv)
