@@ -6,8 +6,9 @@ refuses inet sockets for a policy without network, but not NETLINK_ROUTE: `ip ad
 host's interfaces, addresses and routes. The degraded list ("namespaces unavailable: not
 prevented: ...") says nothing of it; the tier's LOST_WITHOUT["net"] names only listeners and
 abstract sockets. Probe: the host's interface names reach the command and the report does
-not say so (xfail strict until either seccomp refuses it or the report names it). Twin: under
-the tier only `lo` is seen.
+not say so. Decision: NETLINK_ROUTE stays open (glibc's getaddrinfo/getifaddrs ask it), and the
+fallback's degraded list names the loss (namespaces.LOST_WITHOUT["netinfo"]) for every policy that
+grants no network. Twin: under the tier only `lo` is seen.
 """
 
 from __future__ import annotations
@@ -53,8 +54,6 @@ def _run(tmp_path, container: bool):
     return out, json.loads(status.read_text())
 
 
-@pytest.mark.xfail(strict=True, reason="HOLE: the fallback lets NETLINK_ROUTE list the host's interfaces and "
-                                       "addresses, and the degraded list does not say so")
 def test_the_fallback_hides_the_hosts_network_or_says_it_does_not(tmp_path):
     if not _host_interfaces():
         pytest.skip("the host has no interface but lo")

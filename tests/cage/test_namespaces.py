@@ -287,15 +287,15 @@ def test_fallback_says_exactly_what_is_no_longer_prevented(cage, monkeypatch):
     r = cage.cli(["--dry-run", "--json"], policy)
     doc = json.loads(r.out)
     lost = [d for d in doc["degraded"] if d.startswith("namespaces unavailable")]
-    assert len(lost) == 5 and all(namespaces.FORCE_OFF_ENV in d for d in lost), lost
+    assert len(lost) == 6 and all(namespaces.FORCE_OFF_ENV in d for d in lost), lost
     for text in ("chmod/chown/utimensat/setxattr", "raw block devices", "host SysV IPC", "host processes",
-                 "{tmp} is a per-run host directory"):
+                 "{tmp} is a per-run host directory", "the host's network interfaces"):
         assert any(text in d for d in lost), text
     assert doc["enforced"]["namespaces"] == {"available": False, "reason": "SANDBOY_NAMESPACES=0"}
     status = cage.root / "status.json"
     r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "0"], policy)
     assert r.rc == 0 and "degraded: namespaces unavailable" in r.err
-    assert len([d for d in json.loads(status.read_text())["degraded"] if d.startswith("namespaces")]) == 5
+    assert len([d for d in json.loads(status.read_text())["degraded"] if d.startswith("namespaces")]) == 6
     from cagekit import SANDBOY
 
     doctor = subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True,

@@ -116,6 +116,7 @@ LOST = {  # what each lost protection's line says, by hand (one phrase each)
     "ipc": "host SysV IPC",
     "pid": "host processes under a granted /proc",
     "tmp": "{tmp} is a per-run host directory",
+    "netinfo": "the host's network interfaces, addresses and routes",
 }
 
 
@@ -130,7 +131,7 @@ def test_doctor_dry_run_and_status_list_exactly_what_is_lost(host):
     assert report["protections"]["namespace_tier"] is False, report["protections"]
     assert any(f"namespace tier is unavailable ({reason})" in note and LOST["mount"] in note
                for note in report["notes"]), report["notes"]
-    # a policy granting /dev and /proc, asking for {tmp} and SysV IPC: five things lost, and why
+    # a policy granting /dev and /proc, asking for {tmp} and SysV IPC, no network: six things lost, and why
     wide = host.policy(read=["/dev", "/proc"], write=["{tmp}"], ipc={"sysv": True})
     dry = json.loads(host.sandboy("run", "--dry-run", "--json", policy=wide).stdout)
     lost = _lost(dry["degraded"])
@@ -138,10 +139,16 @@ def test_doctor_dry_run_and_status_list_exactly_what_is_lost(host):
     for key, phrase in LOST.items():
         assert [d for d in lost if phrase in d and f"namespaces unavailable ({reason})" in d], (key, lost)
     assert dry["enforced"]["namespaces"] == {"available": False, "reason": reason}
-    # a narrow policy loses only what Landlock cannot do for it: metadata outside the write roots
+    # a narrow policy loses only what Landlock and seccomp cannot do for it: metadata outside the
+    # write roots, and (no network granted) the host's interface list
     narrow = json.loads(host.sandboy("run", "--dry-run", "--json", policy=host.policy()).stdout)
     assert [phrase for phrase in LOST.values() if any(phrase in d for d in _lost(narrow["degraded"]))] \
-        == [LOST["mount"]], narrow["degraded"]
+        == [LOST["mount"], LOST["netinfo"]], narrow["degraded"]
+    # granting TCP connect means using the host's network: its interfaces are not a loss then
+    online = json.loads(host.sandboy("run", "--dry-run", "--json",
+                                     policy=host.policy(net={"connect_tcp": [443]})).stdout)
+    assert [phrase for phrase in LOST.values() if any(phrase in d for d in _lost(online["degraded"]))] \
+        == [LOST["mount"]], online["degraded"]
     status = host.base / "status.json"
     ran = host.sandboy("run", "--status-json", str(status), "--", "/bin/true", policy=wide)
     assert ran.returncode == 0 and "degraded: namespaces unavailable" in ran.stderr, ran

@@ -99,6 +99,9 @@ LOST_WITHOUT = {
     "ipc": "host SysV IPC segments, queues and semaphores (refused by seccomp unless ipc.sysv = true)",
     "pid": "host processes under a granted /proc (/proc/PID/cmdline of every host process)",
     "net": "host listeners and abstract unix sockets (sockets are still refused by seccomp)",
+    # seccomp keeps NETLINK_ROUTE open (glibc's getaddrinfo and getifaddrs ask it), and in the
+    # host's network namespace it answers with the host's interfaces, addresses and routes.
+    "netinfo": "the host's network interfaces, addresses and routes (NETLINK_ROUTE, as `ip addr` reads them)",
     "tmp": "{tmp} is a per-run host directory (the cage is rebuilt for every run)",
 }
 
@@ -263,6 +266,8 @@ def lost_without(policy, grants: dict, tmp, abi: int) -> list:
         lost.append(LOST_WITHOUT["pid"])
     if no_network(policy.net) and policy.net.unix and abi < 6:
         lost.append(LOST_WITHOUT["net"])
+    if no_network(policy.net):
+        lost.append(LOST_WITHOUT["netinfo"])
     if tmp:
         lost.append(LOST_WITHOUT["tmp"])
     return lost
