@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from sandboy.audit import sarif
-from sandboy.audit.merge import _dict, _list, tool_name
+from sandboy.audit.merge import tool_name
+from sandboy.audit.sarif import as_array, as_object
 
 
 @dataclass
@@ -30,28 +31,28 @@ class DiffSummary:
 
 
 def identity(tool: str, result: dict[str, Any], artifacts: list[Any]) -> str:
-    fps = _dict(result.get("partialFingerprints"))
-    rule = result.get("ruleId") or _dict(result.get("rule")).get("id") or result.get("ruleIndex")
+    fps = as_object(result.get("partialFingerprints"))
+    rule = result.get("ruleId") or as_object(result.get("rule")).get("id") or result.get("ruleIndex")
     line_hash = fps.get("primaryLocationLineHash")
     if isinstance(line_hash, str) and line_hash:
         return json.dumps([tool, rule, "h", line_hash])
-    physical = _dict(_dict((_list(result.get("locations")) or [{}])[0]).get("physicalLocation"))
-    where = _dict(physical.get("artifactLocation"))
+    physical = as_object(as_object((as_array(result.get("locations")) or [{}])[0]).get("physicalLocation"))
+    where = as_object(physical.get("artifactLocation"))
     uri = where.get("uri")
     if uri is None and isinstance(where.get("index"), int) and 0 <= where["index"] < len(artifacts):
-        uri = _dict(_dict(artifacts[where["index"]]).get("location")).get("uri")
-    line = _dict(physical.get("region")).get("startLine")
-    return json.dumps([tool, rule, "l", uri, line, _dict(result.get("message")).get("text")])
+        uri = as_object(as_object(artifacts[where["index"]]).get("location")).get("uri")
+    line = as_object(physical.get("region")).get("startLine")
+    return json.dumps([tool, rule, "l", uri, line, as_object(result.get("message")).get("text")])
 
 
 def identified_results(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(identity, run, result) for each result of each run of `doc`, in order; entries that are
     not tables (a malformed log) are passed over."""
-    for run in _list(doc.get("runs")):
+    for run in as_array(doc.get("runs")):
         if not isinstance(run, dict):
             continue
-        tool, artifacts = tool_name(run), _list(run.get("artifacts"))
-        for result in _list(run.get("results")):
+        tool, artifacts = tool_name(run), as_array(run.get("artifacts"))
+        for result in as_array(run.get("results")):
             if isinstance(result, dict):
                 yield identity(tool, result, artifacts), run, result
 
@@ -74,10 +75,10 @@ def diff_docs(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[dict[s
             summary.new += 1
     # What the baseline had and the new log lacks: copied in, without indices that would point
     # into the baseline's own rules/artifacts, into the new log's run of the same tool.
-    runs_by_tool = {tool_name(r): r for r in _list(out.get("runs")) if isinstance(r, dict)}
+    runs_by_tool = {tool_name(r): r for r in as_array(out.get("runs")) if isinstance(r, dict)}
     for key, remaining in old.items():
         for run, result in old_results[key][len(old_results[key]) - remaining:] if remaining > 0 else []:
-            gone = _portable(result, _list(run.get("artifacts")))
+            gone = _portable(result, as_array(run.get("artifacts")))
             gone["baselineState"] = "absent"
             target = runs_by_tool.get(tool_name(run))
             if target is None:
@@ -85,7 +86,7 @@ def diff_docs(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[dict[s
                 for k in ("automationDetails",):
                     if k in run:
                         target[k] = copy.deepcopy(run[k])
-                _dict(_dict(target["tool"]).get("driver")).pop("rules", None)
+                as_object(as_object(target["tool"]).get("driver")).pop("rules", None)
                 out.setdefault("runs", []).append(target)
                 runs_by_tool[tool_name(run)] = target
             target.setdefault("results", []).append(gone)
@@ -110,7 +111,7 @@ def _portable(result: dict[str, Any], artifacts: list[Any]) -> dict[str, Any]:
             if isinstance(loc, dict) and isinstance(loc.get("index"), int):
                 i = loc.pop("index")
                 if "uri" not in loc and 0 <= i < len(artifacts):
-                    source = _dict(_dict(artifacts[i]).get("location"))
+                    source = as_object(as_object(artifacts[i]).get("location"))
                     for k in ("uri", "uriBaseId"):
                         if k in source:
                             loc[k] = source[k]

@@ -15,7 +15,7 @@ import re
 import zlib
 from typing import Any, Iterator
 
-from sandboy.audit.sarif import Problem, pointer
+from sandboy.audit.sarif import Problem, as_array, as_object, pointer
 
 MAX_GZIP_BYTES = 10 * 1024 * 1024
 MAX_RUNS = 20
@@ -39,14 +39,6 @@ def gzip_size(raw: bytes) -> int:
     return total + len(comp.flush())
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _error(parts: Any, message: str) -> Problem:
     return Problem(pointer(parts), message, "github")
 
@@ -56,7 +48,7 @@ def _warning(parts: Any, message: str) -> Problem:
 
 
 def _result_problems(res: dict[str, Any], at: tuple[Any, ...], rules: list[Any]) -> Iterator[Problem]:
-    locations = _list(res.get("locations"))
+    locations = as_array(res.get("locations"))
     if len(locations) > MAX_LOCATIONS:
         yield _error(at + ("locations",), f"{len(locations):,} locations; code scanning rejects more than {MAX_LOCATIONS:,} per result")
     elif len(locations) > 100:
@@ -64,20 +56,20 @@ def _result_problems(res: dict[str, Any], at: tuple[Any, ...], rules: list[Any])
     if not locations:
         yield _warning(at, "no locations: code scanning cannot place this alert in a file")
     tfl = sum(
-        len(_list(_dict(tf).get("locations")))
-        for flow in _list(res.get("codeFlows"))
-        for tf in _list(_dict(flow).get("threadFlows"))
+        len(as_array(as_object(tf).get("locations")))
+        for flow in as_array(res.get("codeFlows"))
+        for tf in as_array(as_object(flow).get("threadFlows"))
     )
     if tfl > MAX_THREAD_FLOW_LOCATIONS:
         yield _error(at + ("codeFlows",), f"{tfl:,} thread-flow locations; code scanning rejects more than {MAX_THREAD_FLOW_LOCATIONS:,} per result")
-    rule_id = res.get("ruleId") or _dict(res.get("rule")).get("id")
+    rule_id = res.get("ruleId") or as_object(res.get("rule")).get("id")
     index = res.get("ruleIndex")
     if not rule_id and not (isinstance(index, int) and 0 <= index < len(rules)):
         yield _error(at, "no ruleId (and no resolvable ruleIndex): code scanning needs a rule for every alert")
-    if not isinstance(_dict(res.get("message")).get("text"), str):
+    if not isinstance(as_object(res.get("message")).get("text"), str):
         yield _error(at + ("message",), "no message.text: code scanning shows message.text (message.id alone is not supported)")
     for j, loc in enumerate(locations):
-        art = _dict(_dict(_dict(loc).get("physicalLocation")).get("artifactLocation"))
+        art = as_object(as_object(as_object(loc).get("physicalLocation")).get("artifactLocation"))
         uri = art.get("uri")
         if isinstance(uri, str) and _ABSOLUTE.match(uri) and "uriBaseId" not in art:
             yield _warning(at + ("locations", j, "physicalLocation", "artifactLocation", "uri"),
@@ -94,18 +86,18 @@ def github_problems(doc: Any, raw: bytes) -> list[Problem]:
         return out + [_error((), "not a SARIF log object")]
     if doc.get("version") != "2.1.0":
         out.append(_error(("version",), f"version {doc.get('version')!r}: code scanning accepts only SARIF 2.1.0"))
-    runs = _list(doc.get("runs"))
+    runs = as_array(doc.get("runs"))
     if len(runs) > MAX_RUNS:
         out.append(_error(("runs",), f"{len(runs)} runs; code scanning rejects more than {MAX_RUNS} per file"))
     seen: dict[tuple[str, str], int] = {}
     for r, run in enumerate(runs):
-        run = _dict(run)
-        tool = _dict(run.get("tool"))
-        driver = _dict(tool.get("driver"))
-        rules = _list(driver.get("rules"))
-        extensions = _list(tool.get("extensions"))
-        results = _list(run.get("results"))
-        category = str(_dict(run.get("automationDetails")).get("id", "")).rpartition("/")[0]
+        run = as_object(run)
+        tool = as_object(run.get("tool"))
+        driver = as_object(tool.get("driver"))
+        rules = as_array(driver.get("rules"))
+        extensions = as_array(tool.get("extensions"))
+        results = as_array(run.get("results"))
+        category = str(as_object(run.get("automationDetails")).get("id", "")).rpartition("/")[0]
         key = (str(driver.get("name")), category)
         if key in seen:
             out.append(_error(("runs", r), f"same tool {key[0]!r} and category {category!r} as /runs/{seen[key]}: "
@@ -115,13 +107,13 @@ def github_problems(doc: Any, raw: bytes) -> list[Problem]:
             out.append(_error(("runs", r, "results"), f"{len(results):,} results; code scanning rejects more than {MAX_RESULTS:,} per run"))
         elif len(results) > SHOWN_RESULTS:
             out.append(_warning(("runs", r, "results"), f"{len(results):,} results; only the top {SHOWN_RESULTS:,} are kept"))
-        n_rules = len(rules) + sum(len(_list(_dict(e).get("rules"))) for e in extensions)
+        n_rules = len(rules) + sum(len(as_array(as_object(e).get("rules"))) for e in extensions)
         if n_rules > MAX_RULES:
             out.append(_error(("runs", r, "tool"), f"{n_rules:,} rules; code scanning rejects more than {MAX_RULES:,} per run"))
         if len(extensions) > MAX_EXTENSIONS:
             out.append(_error(("runs", r, "tool", "extensions"), f"{len(extensions)} tool extensions; the limit is {MAX_EXTENSIONS}"))
         for i, rule in enumerate(rules):
-            tags = _list(_dict(_dict(rule).get("properties")).get("tags"))
+            tags = as_array(as_object(as_object(rule).get("properties")).get("tags"))
             if len(tags) > MAX_TAGS:
                 out.append(_error(("runs", r, "tool", "driver", "rules", i, "properties", "tags"),
                                   f"{len(tags)} tags; code scanning rejects more than {MAX_TAGS} per rule"))
@@ -129,7 +121,7 @@ def github_problems(doc: Any, raw: bytes) -> list[Problem]:
         for i, res in enumerate(results):
             if isinstance(res, dict):
                 out.extend(_result_problems(res, ("runs", r, "results", i), rules))
-                if "primaryLocationLineHash" not in _dict(res.get("partialFingerprints")):
+                if "primaryLocationLineHash" not in as_object(res.get("partialFingerprints")):
                     unfingerprinted += 1
         if unfingerprinted:
             out.append(_warning(("runs", r, "results"),

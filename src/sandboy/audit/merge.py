@@ -32,6 +32,7 @@ from typing import Any
 
 from sandboy.audit import github, sarif
 from sandboy.audit.errors import AuditError, UsageError
+from sandboy.audit.sarif import as_array, as_object
 
 LEVEL_ORDER = {"error": 0, "warning": 1, "note": 2, "none": 3}
 NOTICE_RULE = "sandboy/truncated"
@@ -61,14 +62,6 @@ class MergeReport:
         return dict(self.__dict__)
 
 
-def _dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
@@ -94,11 +87,11 @@ def enforce_size_bound(text: str, report: MergeReport) -> None:
 
 
 def tool_name(run: dict[str, Any]) -> str:
-    return str(_dict(_dict(run.get("tool")).get("driver")).get("name", ""))
+    return str(as_object(as_object(run.get("tool")).get("driver")).get("name", ""))
 
 
 def category(run: dict[str, Any]) -> str:
-    ident = _dict(run.get("automationDetails")).get("id")
+    ident = as_object(run.get("automationDetails")).get("id")
     return ident.rpartition("/")[0] if isinstance(ident, str) else ""
 
 
@@ -137,7 +130,7 @@ def _remap_artifact_indices(node: Any, mapping: dict[int, int]) -> None:
 
 
 def _artifact_key(artifact: Any) -> str:
-    location = _dict(_dict(artifact).get("location"))
+    location = as_object(as_object(artifact).get("location"))
     if "uri" in location:
         return _canon([location.get("uri"), location.get("uriBaseId")])
     return _canon(artifact)
@@ -148,7 +141,7 @@ class _Folded:
 
     def __init__(self, first: dict[str, Any]):
         self.run = {k: copy.deepcopy(v) for k, v in first.items() if k not in ("results", "artifacts")}
-        driver = _dict(_dict(self.run.get("tool")).get("driver"))
+        driver = as_object(as_object(self.run.get("tool")).get("driver"))
         self.rules: list[Any] = []
         self.rule_at: dict[str, int] = {}
         driver.pop("rules", None)
@@ -164,8 +157,8 @@ class _Folded:
 
     def add(self, run: dict[str, Any]) -> None:
         rule_map: dict[int, int] = {}
-        for i, rule in enumerate(_list(_dict(_dict(run.get("tool")).get("driver")).get("rules"))):
-            rid = _dict(rule).get("id")
+        for i, rule in enumerate(as_array(as_object(as_object(run.get("tool")).get("driver")).get("rules"))):
+            rid = as_object(rule).get("id")
             key = rid if isinstance(rid, str) else _canon(rule)
             if key not in self.rule_at:
                 self.rule_at[key] = len(self.rules)
@@ -173,7 +166,7 @@ class _Folded:
             rule_map[i] = self.rule_at[key]
         art_map: dict[int, int] = {}
         fresh: list[dict[str, Any]] = []
-        for i, artifact in enumerate(_list(run.get("artifacts"))):
+        for i, artifact in enumerate(as_array(run.get("artifacts"))):
             key = _artifact_key(artifact)
             if key not in self.artifact_at:
                 self.artifact_at[key] = len(self.artifacts)
@@ -188,7 +181,7 @@ class _Folded:
                 else:
                     del artifact["parentIndex"]
         remap_artifacts = any(old != new for old, new in art_map.items())
-        for result in _list(run.get("results")):
+        for result in as_array(run.get("results")):
             if not isinstance(result, dict):
                 continue
             # No copy: merge_docs takes ownership of its input documents (a copy of every result
@@ -196,7 +189,7 @@ class _Folded:
             if isinstance(result.get("ruleIndex"), int):
                 result["ruleIndex"] = rule_map.get(result["ruleIndex"], result["ruleIndex"])
                 rule = self.rules[result["ruleIndex"]] if 0 <= result["ruleIndex"] < len(self.rules) else None
-                if "ruleId" not in result and isinstance(_dict(rule).get("id"), str):
+                if "ruleId" not in result and isinstance(as_object(rule).get("id"), str):
                     result["ruleId"] = rule["id"]
                     self.added_bytes += member_bytes("ruleId", rule["id"])
             rule_ref = result.get("rule")
@@ -210,7 +203,7 @@ class _Folded:
                 continue
             self.seen.add(key)
             self.results.append(result)
-        for inv in _list(run.get("invocations")):
+        for inv in as_array(run.get("invocations")):
             key = _canon(inv)
             if key not in self.seen_invocations:
                 self.seen_invocations.add(key)
@@ -225,11 +218,11 @@ class _Folded:
         if self.invocations:
             run["invocations"] = self.invocations
         run["results"] = self.results
-        if not isinstance(_dict(run.get("automationDetails")).get("id"), str):
+        if not isinstance(as_object(run.get("automationDetails")).get("id"), str):
             ident = f"{tool_name(run) or 'tool'}/"
             self.added_bytes += (member_bytes("id", ident) if isinstance(run.get("automationDetails"), dict)
                                  else member_bytes("automationDetails", {"id": ident}))
-            run["automationDetails"] = {**_dict(run.get("automationDetails")), "id": ident}
+            run["automationDetails"] = {**as_object(run.get("automationDetails")), "id": ident}
         return run
 
 
@@ -254,9 +247,9 @@ def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None,
     `input_bytes`: the inputs' size as read (files); None = their compact serialisation."""
     report = MergeReport(inputs=len(docs))
     report.input_bytes = input_bytes if input_bytes is not None else sum(len(sarif.dumps(d).encode()) for d in docs)
-    runs = [run for doc in docs for run in _list(doc.get("runs")) if isinstance(run, dict)]
+    runs = [run for doc in docs for run in as_array(doc.get("runs")) if isinstance(run, dict)]
     report.runs_in = len(runs)
-    report.results_in = sum(len(_list(r.get("results"))) for r in runs)
+    report.results_in = sum(len(as_array(r.get("results"))) for r in runs)
     merged_runs, report.duplicates, report.added_bytes = fold(runs)
     out = {"$schema": sarif.SARIF_SCHEMA_URI, "version": sarif.SARIF_VERSION, "runs": merged_runs}
     # The output names its schema once; an input's may have been shorter, or absent.
@@ -266,13 +259,13 @@ def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None,
 
         # Per result, before: did it have the fingerprints object, and the hash in it?
         before = {id(res): (isinstance(res.get("partialFingerprints"), dict),
-                            bool(_dict(res.get("partialFingerprints")).get("primaryLocationLineHash")))
-                  for run in merged_runs for res in _list(run.get("results")) if isinstance(res, dict)}
+                            bool(as_object(res.get("partialFingerprints")).get("primaryLocationLineHash")))
+                  for run in merged_runs for res in as_array(run.get("results")) if isinstance(res, dict)}
         report.fingerprints_added = add_fingerprints(out, source_root)
         for run in merged_runs if report.fingerprints_added else ():
-            for res in _list(run.get("results")):
+            for res in as_array(run.get("results")):
                 had_object, had_hash = before.get(id(res), (True, True))
-                value = _dict(res.get("partialFingerprints")).get("primaryLocationLineHash") if isinstance(res, dict) else None
+                value = as_object(res.get("partialFingerprints")).get("primaryLocationLineHash") if isinstance(res, dict) else None
                 if value and not had_hash:
                     report.added_bytes += (member_bytes("primaryLocationLineHash", value) if had_object else
                                            member_bytes("partialFingerprints", {"primaryLocationLineHash": value}))
@@ -290,29 +283,29 @@ def _level(result: dict[str, Any], rules: list[Any]) -> str:
         return level
     index = result.get("ruleIndex")
     if isinstance(index, int) and 0 <= index < len(rules):
-        configured = _dict(_dict(rules[index]).get("defaultConfiguration")).get("level")
+        configured = as_object(as_object(rules[index]).get("defaultConfiguration")).get("level")
         if isinstance(configured, str):
             return configured
     return "warning"  # SARIF's default
 
 
 def _message_text(result: dict[str, Any], rules: list[Any]) -> str | None:
-    message = _dict(result.get("message"))
+    message = as_object(result.get("message"))
     if isinstance(message.get("text"), str) and message["text"]:
         return None
     index = result.get("ruleIndex")
-    rule = _dict(rules[index]) if isinstance(index, int) and 0 <= index < len(rules) else {}
+    rule = as_object(rules[index]) if isinstance(index, int) and 0 <= index < len(rules) else {}
     if not rule and isinstance(result.get("ruleId"), str):
-        rule = next((_dict(r) for r in rules if _dict(r).get("id") == result["ruleId"]), {})
+        rule = next((as_object(r) for r in rules if as_object(r).get("id") == result["ruleId"]), {})
     mid = message.get("id")
-    template = _dict(_dict(rule.get("messageStrings")).get(mid)).get("text") if isinstance(mid, str) else None
+    template = as_object(as_object(rule.get("messageStrings")).get(mid)).get("text") if isinstance(mid, str) else None
     if isinstance(template, str):
-        args = [str(a) for a in _list(message.get("arguments"))]
+        args = [str(a) for a in as_array(message.get("arguments"))]
         for i, arg in enumerate(args):
             template = template.replace("{" + str(i) + "}", arg)
         return template
     for key in ("shortDescription", "fullDescription"):
-        text = _dict(rule.get(key)).get("text")
+        text = as_object(rule.get(key)).get("text")
         if isinstance(text, str) and text:
             return text
     return f"{result.get('ruleId') or rule.get('id') or 'result'}"
@@ -320,7 +313,7 @@ def _message_text(result: dict[str, Any], rules: list[Any]) -> str | None:
 
 def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]:
     """Make `doc` fit GitHub code scanning's limits, saying what changed in report.notices."""
-    runs = _list(doc.get("runs"))
+    runs = as_array(doc.get("runs"))
     if len(runs) > github.MAX_RUNS:
         folded, dups, added = fold(runs, by_tool_only=True)
         report.duplicates += dups
@@ -332,8 +325,8 @@ def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]
             raise MergeFailed(f"{len(runs)} different tools ({names}) are more than GitHub's {github.MAX_RUNS} runs per "
                               "upload: upload them in several files (e.g. sandboy audit merge per group of tools)")
     for r, run in enumerate(runs):
-        rules = _list(_dict(_dict(run.get("tool")).get("driver")).get("rules"))
-        results = _list(run.get("results"))
+        rules = as_array(as_object(as_object(run.get("tool")).get("driver")).get("rules"))
+        results = as_array(run.get("results"))
         filled = 0
         for result in results:
             if isinstance(result, dict):
@@ -341,12 +334,12 @@ def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]
                 if text is not None:
                     report.added_bytes += (member_bytes("text", text) if isinstance(result.get("message"), dict)
                                            else member_bytes("message", {"text": text}))
-                    result["message"] = {**_dict(result.get("message")), "text": text}
+                    result["message"] = {**as_object(result.get("message")), "text": text}
                     filled += 1
-                before = len(str(_dict(result.get("message")).get("text") or "").encode())
+                before = len(str(as_object(result.get("message")).get("text") or "").encode())
                 cut = _cut_thread_flows(result)
                 if cut:
-                    report.added_bytes += len(str(_dict(result.get("message")).get("text")).encode()) - before
+                    report.added_bytes += len(str(as_object(result.get("message")).get("text")).encode()) - before
                     report.notices.append(f"/runs/{r}: a result's thread flows had {cut:,} locations over GitHub's "
                                           f"{github.MAX_THREAD_FLOW_LOCATIONS:,}: cut, its message says so")
         if filled:
@@ -368,13 +361,13 @@ def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]
 
 def _cut_thread_flows(result: dict[str, Any]) -> int:
     total = 0
-    flows = [tf for cf in _list(result.get("codeFlows")) for tf in _list(_dict(cf).get("threadFlows")) if isinstance(tf, dict)]
-    count = sum(len(_list(tf.get("locations"))) for tf in flows)
+    flows = [tf for cf in as_array(result.get("codeFlows")) for tf in as_array(as_object(cf).get("threadFlows")) if isinstance(tf, dict)]
+    count = sum(len(as_array(tf.get("locations"))) for tf in flows)
     if count <= github.MAX_THREAD_FLOW_LOCATIONS:
         return 0
     budget = github.MAX_THREAD_FLOW_LOCATIONS
     for tf in flows:
-        locations = _list(tf.get("locations"))
+        locations = as_array(tf.get("locations"))
         keep = max(0, min(len(locations), budget))
         if keep < len(locations):
             tf["locations"] = locations[:keep]
@@ -388,7 +381,7 @@ def _cut_thread_flows(result: dict[str, Any]) -> int:
 
 
 def _truncate(run: dict[str, Any], rules: list[Any], report: MergeReport, r: int) -> None:
-    results = _list(run.get("results"))
+    results = as_array(run.get("results"))
     keep_n = github.MAX_RESULTS - 1  # room for the notice
     order = sorted(range(len(results)), key=lambda i: (LEVEL_ORDER.get(_level(results[i], rules), 1), i))
     kept_idx = sorted(order[:keep_n])
@@ -402,7 +395,7 @@ def _truncate(run: dict[str, Any], rules: list[Any], report: MergeReport, r: int
             f"{github.MAX_RESULTS:,} results per run ({summary}); the most severe were kept. The full log is the input of "
             "`sandboy audit merge`.")
     notice: dict[str, Any] = {"ruleId": NOTICE_RULE, "level": "note", "message": {"text": text}}
-    anchor = next((res.get("locations") for res in kept if isinstance(res, dict) and _list(res.get("locations"))), None)
+    anchor = next((res.get("locations") for res in kept if isinstance(res, dict) and as_array(res.get("locations"))), None)
     if anchor:
         notice["locations"] = copy.deepcopy(anchor[:1])
     kept.append(notice)

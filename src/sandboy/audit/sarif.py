@@ -44,6 +44,18 @@ class Problem:
         return f"{clean(text, 2000)} [{self.source}{'' if self.severity == 'error' else ', warning'}]"
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: a hostile log may put anything where the
+    schema says an object goes, and the readers of a log that already failed validation (merge,
+    diff, the GitHub preflight) must degrade, not raise."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_array(value: Any) -> list[Any]:
+    """`value` if it is a JSON array, else an empty one (see `as_object`)."""
+    return value if isinstance(value, list) else []
+
+
 def pointer(parts: Any) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
