@@ -150,12 +150,16 @@ def cmd_run(args: RunArgs) -> int:
                 # passes them on to the command (in a session of its own) and reports the outcome.
                 _ignore_terminal_signals()
             gc.enable()
-            from sandboy.confine import launch
+            from sandboy.confine.result import KILLED, PLANTED
 
             try:
                 if cage.tier is not None:  # this process supervises: no supervisor process to fork
-                    result = launch.run_here(args.command, cage, tty=args.tty, builtin_hooks=hooks)
+                    from sandboy.confine.supervisor import run_here  # not launch: one module less
+
+                    result = run_here(args.command, cage, tty=args.tty, builtin_hooks=hooks)
                 else:
+                    from sandboy.confine import launch
+
                     result = launch.run(args.command, cage, supervise=True, tty=args.tty, builtin_hooks=hooks)
             finally:
                 cage.close()
@@ -169,9 +173,9 @@ def cmd_run(args: RunArgs) -> int:
                 status.write(result.enforced, result.degraded, result.warnings, policy.source,
                              {"outcome": result.outcome, "returncode": result.returncode,
                               "signal": result.signal, "duration": round(result.duration, 6),
-                              **({"error": result.error} if result.outcome == launch.PLANTED else {}),
+                              **({"error": result.error} if result.outcome == PLANTED else {}),
                               **({"egress": result.egress} if result.egress is not None else {})})
-            if result.outcome == launch.KILLED and cage.tier is not None:
+            if result.outcome == KILLED and cage.tier is not None:
                 # only a SIGTERM to this process ends a run_here run so: end as it would have
                 sys.stderr.flush()
                 exec_mode.die_like(15)

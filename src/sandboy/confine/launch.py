@@ -181,19 +181,10 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
 
 
 def run_here(argv, cage, tty=False, egress_log=None, builtin_hooks=None) -> RunResult:
-    """Run `argv` in `cage` supervised by THIS process, with no supervisor process (its fork and
-    exit cost about 4 ms): for a caller that is nothing but this one run and ends right after
-    it — `sandboy run`. Only under the namespace tier, where the PID namespace takes the
-    command's whole tree with it should this process be killed outright (its init dies with
-    us); without it a forked supervisor is what sweeps the tree then. SIGTERM to this process
-    ends the run (outcome "killed"); the terminal's signals are passed on to the command."""
-    from sandboy.confine.supervisor import supervise
+    """`supervisor.run_here`: `argv` in `cage` supervised by THIS process (see there)."""
+    from sandboy.confine.supervisor import run_here
 
-    if cage.tier is None:
-        raise ValueError("run_here needs the namespace tier (without it a supervisor process sweeps the tree)")
-    cage.check_open()
-    hooks = hooks_for(cage, egress_log) if builtin_hooks is None else builtin_hooks
-    return supervise(list(argv), cage, timeout_for(cage, None), (None, None, None), hooks, tty=tty)
+    return run_here(argv, cage, tty=tty, egress_log=egress_log, builtin_hooks=builtin_hooks)
 
 
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,

@@ -15,7 +15,7 @@ import os
 import time
 
 from sandboy.confine.result import CAGE_ERROR, KILLED, TIMED_OUT, RunResult
-from sandboy.confine.supervision import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, Handle, Supervision
+from sandboy.confine.supervision import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, Handle, Supervision, timeout_for
 from sandboy.errors import EXIT_CAGE, CageError
 
 
@@ -94,6 +94,22 @@ def fork_supervisor(argv, cage, owns_cage: bool, timeout, stdio, hooks, pids_gro
     return Supervisor(pid, status_r, cage, owns_cage, started, (stdin, restore) if restore is not None else None)
 
 
+def run_here(argv, cage, tty=False, egress_log=None, builtin_hooks=None) -> RunResult:
+    """Run `argv` in `cage` supervised by THIS process, with no supervisor process (its fork and
+    exit cost about 4 ms): for a caller that is nothing but this one run and ends right after
+    it — `sandboy run`. Only under the namespace tier, where the PID namespace takes the
+    command's whole tree with it should this process be killed outright (its init dies with
+    us); without it a forked supervisor is what sweeps the tree then. SIGTERM to this process
+    ends the run (outcome "killed"); the terminal's signals are passed on to the command."""
+    from sandboy.confine.exec_mode import hooks_for
+
+    if cage.tier is None:
+        raise ValueError("run_here needs the namespace tier (without it a supervisor process sweeps the tree)")
+    cage.check_open()
+    hooks = hooks_for(cage, egress_log) if builtin_hooks is None else builtin_hooks
+    return supervise(list(argv), cage, timeout_for(cage, None), (None, None, None), hooks, tty=tty)
+
+
 class _Stop(Exception):
     pass
 
@@ -118,7 +134,7 @@ def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> 
 def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> RunResult:
     """Supervise one run from THIS process, which ends right after it: relay the terminal,
     pass its signals on, end the run on SIGTERM (outcome "killed"); the RunResult. The forked
-    supervisor's life, and `sandboy run`'s own under the namespace tier (launch.run_here)."""
+    supervisor's life, and `sandboy run`'s own under the namespace tier (`run_here`)."""
     from sandboy.confine.terminal import Relay
 
     # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
