@@ -162,6 +162,27 @@ def test_exec_mode_imports_no_supervision(policy):
                        "sandboy.confine.reaping", "sandboy.confine.result"}, used
 
 
+def test_supervised_egress_run_imports_only_what_it_uses(tmp_path):
+    """`sandboy run` with net.domains under the namespace tier supervises in its own process
+    (supervisor.run_here): it imports neither the API module (launch) nor the `fcntl`, `select`
+    and `errno` shared objects (the proxy's SIGIO set-up goes through _libc.syscall), and the
+    command still runs and still gets its proxy."""
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here: a forked supervisor runs the proxy (launch.run)")
+    policy = tmp_path / "egress.toml"
+    policy.write_text(TRUE_POLICY + '\n[net]\ndomains = ["example.org"]\n')
+    argv = [SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", 'test -n "$http_proxy"']
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, start_new_session=True)  # warm the parse cache
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert {"sandboy.confine.supervisor", "sandboy.egress.session"} <= used  # the measurement works
+    assert not used & {"sandboy.confine.launch", "fcntl", "select", "errno"}, used
+
+
 @pytest.mark.parametrize("namespaces", ["1", "0"])
 def test_exit_without_interpreter_teardown_loses_nothing(policy, tmp_path, namespaces):
     """`sandboy run` leaves with os._exit (interpreter teardown cost 3-4 ms, docs/performance.md):
