@@ -1,5 +1,5 @@
 """Host-side git helpers for the probes that plant code for the operator's next git command
-(test_redteam_tier.py, test_git_planted.py). A unique module name, like cagekit."""
+(test_redteam_tier.py, test_git_planted.py, test_gitcheck.py, test_gitcheck_attacks.py). A unique module name, like cagekit."""
 
 from __future__ import annotations
 
@@ -26,3 +26,19 @@ def host_git_status(repo) -> None:
 def fsmonitor(marker) -> str:
     """A config section (printf escapes) whose core.fsmonitor touches `marker` when git runs it."""
     return f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+
+
+def scratch_env(home) -> dict:
+    """A minimal environment for the host's git in a test: its own HOME, no system config."""
+    home.mkdir(exist_ok=True)
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), **GIT_ENV}
+
+
+def sh(script, cwd, env) -> None:
+    subprocess.run(["/bin/sh", "-ec", script], cwd=cwd, env=env, check=True, capture_output=True, timeout=120)
+
+
+def git_repo(path, env):
+    """A repository with one commit at `path`, made with `env` (see `scratch_env`)."""
+    sh(f"git init -q '{path}' && git -C '{path}' commit -q --allow-empty -m init", path.parent, env)
+    return path

@@ -14,24 +14,12 @@ import pytest
 from sandboy.confine import gitcheck
 from sandboy.confine.gitcheck import ConfigSyntaxError, is_safe, parse_config
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+from gitkit import git_repo, scratch_env, sh
 
 
 @pytest.fixture
 def env(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), **GIT_ENV}
-
-
-def sh(script, cwd, env):
-    subprocess.run(["/bin/sh", "-ec", script], cwd=cwd, env=env, check=True, capture_output=True, timeout=60)
-
-
-def git_repo(path, env):
-    sh(f"git init -q '{path}' && git -C '{path}' commit -q --allow-empty -m init", path.parent, env)
-    return path
+    return scratch_env(tmp_path / "home")
 
 
 def check(root, script, env, home=None):
