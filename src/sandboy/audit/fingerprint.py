@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import unquote
 
+from sandboy.audit.sarif import as_array, as_object
+
 BLOCK_SIZE = 100
 MOD = 37
 MASK = (1 << 64) - 1
@@ -153,22 +155,19 @@ def add_fingerprints(doc: dict[str, Any], root: Path) -> int:
     """Set primaryLocationLineHash on every result that lacks one and whose primary location has a
     start line in a file under `root`. Returns how many were added. Existing values are kept."""
     wanted: dict[Path, list[tuple[dict[str, Any], int]]] = {}
-    for run in doc.get("runs") or []:
+    for run in as_array(doc.get("runs")):
         if not isinstance(run, dict):
             continue
-        artifacts = run.get("artifacts") if isinstance(run.get("artifacts"), list) else []
-        for result in run.get("results") or []:
+        artifacts = as_array(run.get("artifacts"))
+        for result in as_array(run.get("results")):
             if not isinstance(result, dict):
                 continue
-            fps = result.get("partialFingerprints")
-            if isinstance(fps, dict) and fps.get("primaryLocationLineHash"):
+            if as_object(result.get("partialFingerprints")).get("primaryLocationLineHash"):
                 continue
-            locations = result.get("locations")
-            primary = locations[0] if isinstance(locations, list) and locations and isinstance(locations[0], dict) else {}
-            physical = primary.get("physicalLocation") if isinstance(primary.get("physicalLocation"), dict) else {}
+            primary = as_object((as_array(result.get("locations")) or [{}])[0])
+            physical = as_object(primary.get("physicalLocation"))
             where = physical.get("artifactLocation")
-            region = physical.get("region") if isinstance(physical.get("region"), dict) else {}
-            line = region.get("startLine")
+            line = as_object(physical.get("region")).get("startLine")
             if not isinstance(where, dict) or not isinstance(line, int) or isinstance(line, bool) or line < 1:
                 continue
             path = source_path(where, artifacts, root)
