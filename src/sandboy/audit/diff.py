@@ -77,15 +77,14 @@ def diff_docs(baseline: dict[str, Any], current: dict[str, Any]) -> tuple[dict[s
     # into the baseline's own rules/artifacts, into the new log's run of the same tool.
     runs_by_tool = {tool_name(r): r for r in as_array(out.get("runs")) if isinstance(r, dict)}
     for key, remaining in old.items():
-        for run, result in old_results[key][len(old_results[key]) - remaining:] if remaining > 0 else []:
+        for run, result in old_results[key][len(old_results[key]) - remaining:]:
             gone = _portable(result, as_array(run.get("artifacts")))
             gone["baselineState"] = "absent"
             target = runs_by_tool.get(tool_name(run))
             if target is None:
                 target = {"tool": copy.deepcopy(run.get("tool")), "results": []}
-                for k in ("automationDetails",):
-                    if k in run:
-                        target[k] = copy.deepcopy(run[k])
+                if "automationDetails" in run:
+                    target["automationDetails"] = copy.deepcopy(run["automationDetails"])
                 as_object(as_object(target["tool"]).get("driver")).pop("rules", None)
                 out.setdefault("runs", []).append(target)
                 runs_by_tool[tool_name(run)] = target
