@@ -98,6 +98,22 @@ class Cage:
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+# Every metadata change Landlock does not mediate, tried on each path given; prints "<call> ok"
+# or "<call> <ERRNO NAME>" per call (the issue-7 item-1 probe, run inside the cage).
+METADATA = r"""
+import errno, os, sys
+for path in sys.argv[1:]:
+    for name, call in (("chmod", lambda: os.chmod(path, 0o777)), ("utime", lambda: os.utime(path, (1, 1))),
+                       ("setxattr", lambda: os.setxattr(path, "user.sandboy", b"planted")),
+                       ("chown", lambda: os.chown(path, os.getuid(), os.getgid()))):
+        try:
+            call()
+            print(name, "ok")
+        except OSError as exc:
+            print(name, errno.errorcode[exc.errno])
+"""
+
+
 # The cage's seccomp filter alone, on a process that keeps every capability it had: for calls
 # the rest of the cage refuses anyway (dropped capabilities, Landlock), this shows the filter
 # refuses them too, and that its refusal is not the kernel's (the kernel's answer, without the

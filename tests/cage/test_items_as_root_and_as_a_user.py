@@ -24,7 +24,7 @@ import sys
 import time
 
 import pytest
-from cagekit import BASE_READ, SANDBOY, Result, to_toml
+from cagekit import BASE_READ, METADATA, SANDBOY, Result, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
@@ -99,20 +99,6 @@ def who(request, probe):
         if made.uid and (r := made.run(["/bin/true"], made.policy())).rc != 0:
             pytest.skip(f"uid 65534 cannot run sandboy from this source tree: {r}")
         yield made
-
-
-METADATA = r"""
-import errno, os, sys
-for path in sys.argv[1:]:
-    for name, call in (("chmod", lambda: os.chmod(path, 0o777)), ("utime", lambda: os.utime(path, (1, 1))),
-                       ("setxattr", lambda: os.setxattr(path, "user.sandboy", b"planted")),
-                       ("chown", lambda: os.chown(path, os.getuid(), os.getgid()))):
-        try:
-            call()
-            print(name, "ok")
-        except OSError as exc:
-            print(name, errno.errorcode[exc.errno])
-"""
 
 
 def _metadata(path) -> tuple:

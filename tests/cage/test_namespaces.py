@@ -18,7 +18,7 @@ import sys
 import time
 
 import pytest
-from cagekit import BASE_READ, to_toml
+from cagekit import BASE_READ, METADATA, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from userkit import world_readable_tmp  # noqa: E402
@@ -39,21 +39,6 @@ def tier_policy(cage, read=(), write=(), **sections) -> dict:
 def py(cage, code: str, *args, policy):
     """Run a Python snippet in the cage (the system python3, as any build step would)."""
     return cage.run(argv=[PY, "-c", code, *map(str, args)], policy=policy)
-
-
-METADATA = r"""
-import errno, os, sys
-path = sys.argv[1]
-for name, call in (("chmod", lambda: os.chmod(path, 0o777)),
-                   ("utime", lambda: os.utime(path, (1, 1))),
-                   ("setxattr", lambda: os.setxattr(path, "user.sandboy", b"planted")),
-                   ("chown", lambda: os.chown(path, os.getuid(), os.getgid()))):
-    try:
-        call()
-        print(name, "ok")
-    except OSError as exc:
-        print(name, errno.errorcode[exc.errno])
-"""
 
 
 def _xattrs_work(path) -> bool:

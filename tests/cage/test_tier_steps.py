@@ -43,11 +43,9 @@ PY = "/usr/bin/python3"
 NOBODY = 65534
 MEMORY_MIB = 256  # limits.memory_mib: {tmp} is sized to it
 
-BATTERY = r"""
-import ctypes, errno, json, os, pty, stat, sys
-outside, host_shm, marker, key = sys.argv[1:5]
-marker = marker[::-1]  # given reversed: the cage's own command lines hold it only that way
-facts = {}
+# What an in-cage call did: "ok" or the errno's name (both scripts below start with it).
+ATTEMPT = r"""
+import errno
 
 def attempt(call):
     try:
@@ -55,6 +53,13 @@ def attempt(call):
         return "ok"
     except OSError as exc:
         return errno.errorcode[exc.errno]
+"""
+
+BATTERY = ATTEMPT + r"""
+import ctypes, json, os, pty, stat, sys
+outside, host_shm, marker, key = sys.argv[1:5]
+marker = marker[::-1]  # given reversed: the cage's own command lines hold it only that way
+facts = {}
 
 def fact(name):
     def record(fn):
@@ -349,14 +354,8 @@ def _tmp_of(facts) -> str:
     return next((p for p in facts.get("sizes", {}) if not p.startswith("/dev")), "")
 
 
-DEV_WRITE = r"""
-import errno, os
-def attempt(call):
-    try:
-        call()
-        return "ok"
-    except OSError as exc:
-        return errno.errorcode[exc.errno]
+DEV_WRITE = ATTEMPT + r"""
+import os
 print(attempt(lambda: open("/dev/planted", "w")), attempt(lambda: os.symlink("/etc/passwd", "/dev/evil")),
       attempt(lambda: open("/dev/shm/twin", "w").write("x")))
 """
