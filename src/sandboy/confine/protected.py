@@ -66,13 +66,13 @@ def _complete_git_dir(root: str) -> None:
 
 def _config_hooks_path(config_file: str):
     """The last `core.hooksPath` set in one git config file, or None."""
-    found = _config_values(config_file, "core", "hookspath")
+    found = _config_values(config_file, ("core",), "hookspath")
     return found[-1] if found else None
 
 
-def _config_values(config_file: str, wanted_section: str, wanted_key: str) -> list:
-    """Every value of `wanted_key` in sections named `wanted_section` (`includeif` matches any
-    `[includeIf "..."]`) of one git config file. A small reader of the plain `[section]` /
+def _config_values(config_file: str, wanted_sections: tuple, wanted_key: str) -> list:
+    """Every value of `wanted_key` in sections named in `wanted_sections` (`includeif` matches
+    any `[includeIf "..."]`) of one git config file, in file order. A small reader of the plain `[section]` /
     `key = value` form (case-insensitive names, optional quotes, `;`/`#` comments); includes
     are not followed here."""
     try:
@@ -86,7 +86,7 @@ def _config_values(config_file: str, wanted_section: str, wanted_key: str) -> li
         if line.startswith("["):
             section = line[1:line.find("]")].strip().split(" ", 1)[0].lower() if "]" in line else ""
             line = line[line.find("]") + 1:].strip() if "]" in line else ""
-        if section != wanted_section or "=" not in line:
+        if section not in wanted_sections or "=" not in line:
             continue
         key, value = (part.strip() for part in line.split("=", 1))
         if key.lower() != wanted_key:
@@ -109,10 +109,9 @@ def included_configs(root: str) -> list[str]:
     git_dir = os.path.join(root, ".git")
     config = os.path.join(git_dir, "config")
     found = []
-    for section in ("include", "includeif"):
-        for value in _config_values(config, section, "path"):
-            value = os.path.expanduser(value) if value.startswith("~/") else os.path.join(git_dir, value)
-            found.append(os.path.normpath(value))
+    for value in _config_values(config, ("include", "includeif"), "path"):  # one read of the file
+        value = os.path.expanduser(value) if value.startswith("~/") else os.path.join(git_dir, value)
+        found.append(os.path.normpath(value))
     return found
 
 
