@@ -85,7 +85,7 @@ class EgressSession(Hook):
     def _close_child_side(self) -> None:
         import os
 
-        if getattr(self, "_child_end", None) is not None:
+        if self._child_end is not None:
             self._child_end.close()
             os.close(self._spare)
             self._child_end = None
@@ -255,11 +255,9 @@ class EgressSession(Hook):
         return self.summary
 
     def abort(self) -> None:
-        """The child never started: nothing to serve."""
+        """The child never started, or no client came: nothing to serve."""
         self._close_child_side()
-        if getattr(self, "_channel", None) is not None:
-            self._channel.close()
-            self._channel = None
+        self._close_listener()
 
 
 # A forked supervisor hands the summary to its caller on its status pipe (RunResult.CARRIED):
