@@ -181,11 +181,6 @@ class Supervision(Handle):
         self._result = None
         self._refused = None    # why a started hook refused the run
 
-    def attach(self, hook) -> None:
-        if self.started is not None:
-            raise RuntimeError("hooks are attached before start()")
-        self.hooks.hooks.append(hook)
-
     # --- start ---------------------------------------------------------------------------------
 
     def start(self) -> "Supervision":
