@@ -423,7 +423,7 @@ def test_a_before_and_after_hook_that_fails_the_run_fails_a_direct_child_closed(
     assert (result.outcome, result.returncode, result.error) == ("cage_error", 125, "a: a refuses in stop")
 
 
-# --- sandboy run supervises in its own process under the tier (launch.run_here) ---------------
+# --- sandboy run supervises in its own process under the tier (supervisor.run_here) ---------------
 
 
 @pytest.mark.parametrize("tier", [pytest.param("namespaces"), pytest.param("fallback", marks=pytest.mark.without_namespaces)])

@@ -180,13 +180,6 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         raise
 
 
-def run_here(argv, cage, tty=False, egress_log=None, builtin_hooks=None) -> RunResult:
-    """`supervisor.run_here`: `argv` in `cage` supervised by THIS process (see there)."""
-    from sandboy.confine.supervisor import run_here
-
-    return run_here(argv, cage, tty=tty, egress_log=egress_log, builtin_hooks=builtin_hooks)
-
-
 def run(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,
         supervise=None, pids_group=None, tty=False, egress_log=None, hooks=(), builtin_hooks=None) -> RunResult:
     """Run `argv` confined by `policy` and wait for it (see module docstring and `spawn`)."""

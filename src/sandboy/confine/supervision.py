@@ -9,7 +9,7 @@ start until after its whole tree has gone, and the hooks that live exactly as lo
 Who supervises: the gate, in its own process, one step after the other (no supervisor process:
 ≈ 2.5 ms a step, docs/performance.md); `supervisor.supervise`, which puts a Supervision around
 the terminal relay and signal handling, in the supervisor process the API (and `sandboy run`
-without the namespace tier) forks, or in `sandboy run` itself under the tier (launch.run_here);
+without the namespace tier) forks, or in `sandboy run` itself under the tier (supervisor.run_here);
 and `sandboy run` in exec mode under the tier when the run has hooks (exec_mode.py: it waits in
 C meanwhile). `exec_mode.supervisor_needed` is the one rule saying when a run needs a process of
 its own to stay with it.
