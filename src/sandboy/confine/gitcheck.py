@@ -936,22 +936,6 @@ def _cage_scope(cage):
     return cage.compiled["landlock.fs"].outputs["protected_args"][0], exclude
 
 
-def applies(cage) -> bool:
-    """Whether a run of `cage` is checked (see `snapshot`): what decides, without the namespace
-    tier, that exec mode needs a supervisor (exec_mode.supervisor_needed)."""
-    scope = _cage_scope(cage)
-    if scope is None:
-        return False
-    roots, globals_inside, _ = _scope(*scope, None)
-    return bool(roots or globals_inside)
-
-
-def for_cage(cage):
-    """The snapshot for one run of `cage`, or None when nothing is to be checked."""
-    scope = _cage_scope(cage)
-    return None if scope is None else snapshot(*scope)
-
-
 class GitCheck:
     """The check as a supervision hook (confine/supervision.py), made by `exec_mode.hooks_for`
     for every run the check applies to: the snapshot just before the child starts (everything
@@ -961,7 +945,7 @@ class GitCheck:
     name = "git check"
     during_run = False  # before and after only: under the namespace tier the init's end will do
 
-    def __init__(self, cage, found=None):
+    def __init__(self, cage, found):
         self.cage = cage
         self.found = found  # `_scope`'s (roots, global configs inside, writable), looked up once
         self.snap = None
@@ -975,14 +959,11 @@ class GitCheck:
         return cls(cage, found) if found[0] or found[1] else None
 
     def start(self, run) -> tuple:
-        # the scope was looked up when the hook was made, just before: only the clock and the
-        # launch configs are read now (one lookup per run on the start-up path, not two)
-        if self.found is None:
-            self.snap = for_cage(self.cage)
-        else:
-            roots, globals_inside, writable = self.found
-            self.snap = GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), writable=writable,
-                                    global_inside=globals_inside)
+        # the scope was looked up when the hook was made (for_cage), just before: only the clock
+        # and the launch configs are read now (one lookup per run on the start-up path, not two)
+        roots, globals_inside, writable = self.found
+        self.snap = GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), writable=writable,
+                                global_inside=globals_inside)
         return ()
 
     def started(self, run) -> None:
