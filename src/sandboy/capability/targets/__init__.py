@@ -39,43 +39,7 @@ def rules(policy):
         yield "network.domains", domain, domain
 
 
-def _build() -> dict:
-    from sandboy.capability.targets import claude, codex, ignore, sandboy
+# Imported last: each target module imports the names above from this package.
+from sandboy.capability.targets import claude, codex, ignore, sandboy  # noqa: E402
 
-    found = {}
-    for target in (*ignore.TARGETS, claude.Claude(), codex.Codex(), sandboy.SandboyStep()):
-        found[target.name] = target
-    return found
-
-
-class _Lazy(dict):
-    def _fill(self):
-        if not dict.__len__(self):
-            self.update(_build())
-
-    def __getitem__(self, k):
-        self._fill()
-        return dict.__getitem__(self, k)
-
-    def __contains__(self, k):
-        self._fill()
-        return dict.__contains__(self, k)
-
-    def __iter__(self):
-        self._fill()
-        return dict.__iter__(self)
-
-    def items(self):
-        self._fill()
-        return dict.items(self)
-
-    def values(self):
-        self._fill()
-        return dict.values(self)
-
-    def __len__(self):
-        self._fill()
-        return dict.__len__(self)
-
-
-TARGETS = _Lazy()
+TARGETS = {target.name: target for target in (*ignore.TARGETS, claude.Claude(), codex.Codex(), sandboy.SandboyStep())}
