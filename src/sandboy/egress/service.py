@@ -49,15 +49,9 @@ class ProxyService:
 
     @property
     def port(self) -> int:
-        if self.listen_sock is not None:
-            return self.listen_sock.getsockname()[1]
-        import socket
-
-        probe = socket.socket(fileno=os.dup(self._listen_fd))
-        try:
-            return probe.getsockname()[1]
-        finally:
-            probe.close()
+        """The given listener's port (callers that hand the service a channel know theirs:
+        EgressSession.port)."""
+        return self.listen_sock.getsockname()[1]
 
     def start(self, wait: bool = True) -> "ProxyService":
         """Serve from a new thread. `wait=False` returns at once: one thread hand-off less per
