@@ -215,6 +215,8 @@ class CageCache:
 
 
 STOP_GRACE_SECONDS = 0.5  # after ^C/SIGTERM, how long the gate waits for the killed step's tree to be reaped
+
+
 class Interrupted(Exception):
     """The operator stopped the gate while it was preparing a step (no process of it running)."""
 
