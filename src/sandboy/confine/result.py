@@ -114,9 +114,10 @@ def child_message(argv, cage, stdio, data: bytes, first=()) -> tuple:
     if error is None:
         return "", status
     index, err = error
-    if index >= 0 and cage.tier is not None and index < len(first) + len(cage.plan(stdio)):
+    if index >= 0 and cage.tier is not None:
         labels = [label for label, _ in (*first, *cage.plan(stdio))]
-        if labels[index] in cage.tier.labels:  # the kernel refused the tier after all: probe anew
+        # the kernel refused the tier after all: probe anew
+        if index < len(labels) and labels[index] in cage.tier.labels:
             from sandboy.confine.namespaces import forget
 
             forget()
