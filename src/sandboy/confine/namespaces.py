@@ -615,19 +615,15 @@ def _probe():
     ]
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
-        try:
-            pid = _libc.fork_exec([step for _, step in labelled], [b"/"], [b"probe"], [], err_w, ALL)
-        except OSError as exc:
-            return f"clone: {exc.strerror}"
-        finally:
-            os.close(err_w)
-        os.waitpid(pid, 0)
-        chunks = []
-        while chunk := os.read(err_r, 4096):
-            chunks.append(chunk)
-    finally:
+        pid = _libc.fork_exec([step for _, step in labelled], [b"/"], [b"probe"], [], err_w, ALL)
+    except OSError as exc:
         os.close(err_r)
-    error, _ = _libc.read_child_report(b"".join(chunks))
+        return f"clone: {exc.strerror}"
+    finally:
+        os.close(err_w)
+    report = _libc.read_all(err_r)  # ends when the child exits (closes err_r)
+    os.waitpid(pid, 0)
+    error, _ = _libc.read_child_report(report)
     if error is None:
         return "the probe child reported nothing"
     index, err = error
