@@ -40,6 +40,8 @@ import os
 import stat
 import time
 
+from sandboy.policy.resolve import is_within, is_within_any
+
 CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in Python's `time`)
 WALK_BUDGET = 2_000_000    # directory entries per run; beyond that the run fails closed
 MAX_INCLUDE_DEPTH = 10     # git's own limit
@@ -326,10 +328,6 @@ def _entries(path: str, data=None):
 # --- the snapshot and the check -------------------------------------------------------------
 
 
-def _within(path: str, roots) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def _enclosing_git(path: str):
     """The `.git` of the repository `path` lies in (a directory above it), or None."""
     parent = os.path.dirname(path)
@@ -417,7 +415,7 @@ def _scope(write_roots, exclude, home) -> tuple:
     """(repository roots to walk, the operator's global configs a write root reaches, every
     write root as a realpath)."""
     writable = [os.path.realpath(r) for r in write_roots]
-    globals_inside = [p for p in global_configs(home) if _within(os.path.realpath(p), writable)]
+    globals_inside = [p for p in global_configs(home) if is_within_any(os.path.realpath(p), writable)]
     return repository_roots(write_roots, exclude), globals_inside, writable
 
 
@@ -534,7 +532,7 @@ class _Check:
             self.findings.append(finding)
 
     def writable(self, path: str) -> bool:
-        return _within(path, self.snap.writable)
+        return is_within_any(path, self.snap.writable)
 
     def new(self, path: str):
         """The lstat of `path` when it was made or changed during the run, else None."""
@@ -810,7 +808,7 @@ def quarantine(findings, roots, stamp=None) -> tuple:
             if finding.path is None or not os.path.lexists(finding.path):
                 continue
             source = os.path.join(os.path.realpath(os.path.dirname(finding.path)), os.path.basename(finding.path))
-            root = next((r for r in sorted(roots, key=len, reverse=True) if _within(source, [r]) and source != r), None)
+            root = next((r for r in sorted(roots, key=len, reverse=True) if is_within(source, r) and source != r), None)
             if root is None:
                 failed.append((finding.path, "outside every write root"))
                 continue
