@@ -156,7 +156,7 @@ def cmd_run(args: RunArgs) -> int:
                 if cage.tier is not None:  # this process supervises: no supervisor process to fork
                     from sandboy.confine.supervisor import run_here  # not launch: one module less
 
-                    result = run_here(args.command, cage, tty=args.tty, builtin_hooks=hooks)
+                    result = run_here(args.command, cage, hooks, tty=args.tty)
                 else:
                     from sandboy.confine import launch
 

@@ -94,19 +94,18 @@ def fork_supervisor(argv, cage, owns_cage: bool, timeout, stdio, hooks, pids_gro
     return Supervisor(pid, status_r, cage, owns_cage, started, (stdin, restore) if restore is not None else None)
 
 
-def run_here(argv, cage, tty=False, egress_log=None, builtin_hooks=None) -> RunResult:
+def run_here(argv, cage, hooks, tty=False) -> RunResult:
     """Run `argv` in `cage` supervised by THIS process, with no supervisor process (its fork and
     exit cost about 4 ms): for a caller that is nothing but this one run and ends right after
     it — `sandboy run`. Only under the namespace tier, where the PID namespace takes the
     command's whole tree with it should this process be killed outright (its init dies with
     us); without it a forked supervisor is what sweeps the tree then. SIGTERM to this process
-    ends the run (outcome "killed"); the terminal's signals are passed on to the command."""
-    from sandboy.confine.exec_mode import hooks_for
-
+    ends the run (outcome "killed"); the terminal's signals are passed on to the command.
+    `hooks`: the run's, as `exec_mode.hooks_for(cage, egress_log)` made them (the caller
+    decided with them that the run is supervised)."""
     if cage.tier is None:
         raise ValueError("run_here needs the namespace tier (without it a supervisor process sweeps the tree)")
     cage.check_open()
-    hooks = hooks_for(cage, egress_log) if builtin_hooks is None else builtin_hooks
     return supervise(list(argv), cage, timeout_for(cage, None), (None, None, None), hooks, tty=tty)
 
 
