@@ -19,9 +19,18 @@ the step "make / private" is observable (without it the cage's copy of that moun
 tagged `master:` in its mount table — on this host every mount is private already, so it would
 otherwise be an equivalent mutant).
 
+Twice: as root, and as uid 65534 without capabilities (a grandchild that switched uids after
+the root child made the bench: the user's SysV segment, a root-owned victim process). As an
+ordinary user the tier's user namespace is what grants the mounts at all, and as root it is
+what locks them; the battery's expectations are the same for both but its ids, so one table
+of mutants serves both identities. Today no mutant is equivalent for either identity (each is
+killed in both; see the test's printout for what kills it as whom — e.g. "flag CLONE_NEWUSER"
+is a refused clone as 65534, a refused setgroups write as root).
+
 Budget: 86 mutants here (5 clone flags, 66 steps, the init, 5 rules, 4 size options, 5 mounts'
 flags), one battery run each (the /dev and --tty runs only for what the battery does not kill):
-6-10 s on this 2-core machine, 20-30 s while the full suite ran beside it; bounded at 90 s.
+3-5 s per identity on this 2-core machine when quiet (9-10 s for the module with its set-up),
+20-30 s per identity while the full suite ran beside it; each bounded at 90 s.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ import ctypes
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 import traceback
 
@@ -37,7 +49,10 @@ import pytest
 import test_tier_steps as tier_checks
 from test_mutations import _forget_built_cages
 
-from sandboy.confine import namespaces
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
+
+from sandboy.confine import namespaces  # noqa: E402
 
 pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation,
               pytest.mark.skipif(not namespaces.availability()[0],
@@ -53,6 +68,8 @@ SIZE_OPTION = re.compile(rb",?(size|max)=[^,\0]*")
 MOUNT_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
 SYS_MOUNT = 165
 INIT_LABEL = "become the PID namespace's init"
+NOBODY = 65534
+PR_SET_DUMPABLE = 4
 
 
 def _key(label: str, tmp) -> str:
@@ -112,57 +129,119 @@ def _first_failure(bench) -> str | None:
     return None
 
 
-def _mutation_run(tmp_factory, probe) -> dict:
+def _mutation_run(bench) -> dict:
     real = namespaces.compile
     started = time.monotonic()
-    bench = tier_checks.Bench(tmp_factory.mktemp("tier-bench"), probe)
-    try:
-        seen: set = set()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(namespaces, "compile", _recording(real, seen))
-            _forget_built_cages()
-            intact = _first_failure(bench)  # the intact tier passes every check (and shows its plans)
-        if intact:
-            return {"intact": intact}
-        mutants = [("flag", name, bit) for name, bit in FLAGS.items()]
-        mutants += [(kind, target, target) for kind, target in sorted(seen)]
-        killed, survivors = {}, []
-        for kind, label, target in mutants:
-            _forget_built_cages()
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(namespaces, "compile", _mutated(real, kind, target))
-                failure = _first_failure(bench)
-            _forget_built_cages()
-            if failure is None:
-                survivors.append(f"{kind} {label}")
-            else:
-                killed[f"{kind} {label}"] = failure
-            if time.monotonic() - started > BUDGET_SECONDS:
-                return {"over budget": f"after {kind} {label}"}
+    seen: set = set()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(namespaces, "compile", _recording(real, seen))
         _forget_built_cages()
-        intact = _first_failure(bench)  # and still passes them after the mutants (they hit only their cages)
-        if intact:
-            return {"intact": f"after the mutants: {intact}"}
-        return {"killed": killed, "survivors": survivors, "seconds": round(time.monotonic() - started, 1)}
+        intact = _first_failure(bench)  # the intact tier passes every check (and shows its plans)
+    if intact:
+        return {"intact": intact}
+    mutants = [("flag", name, bit) for name, bit in FLAGS.items()]
+    mutants += [(kind, target, target) for kind, target in sorted(seen)]
+    killed, survivors = {}, []
+    for kind, label, target in mutants:
+        _forget_built_cages()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(namespaces, "compile", _mutated(real, kind, target))
+            failure = _first_failure(bench)
+        _forget_built_cages()
+        if failure is None:
+            survivors.append(f"{kind} {label}")
+        else:
+            killed[f"{kind} {label}"] = failure
+        if time.monotonic() - started > BUDGET_SECONDS:
+            return {"over budget": f"after {kind} {label}"}
+    _forget_built_cages()
+    intact = _first_failure(bench)  # and still passes them after the mutants (they hit only their cages)
+    if intact:
+        return {"intact": f"after the mutants: {intact}"}
+    return {"killed": killed, "survivors": survivors, "seconds": round(time.monotonic() - started, 1)}
+
+
+class _Bench(tier_checks.Bench):
+    """The battery's bench, usable once this process IS its uid: the SysV helper then runs the
+    probe directly (setpriv's --clear-groups needs CAP_SETGID, gone after the switch)."""
+
+    def _sysv(self, *args):
+        if self.uid == 0 or os.geteuid() != self.uid:
+            return super()._sysv(*args)
+        argv = [self.probe, args[0], hex(self.sysv_key), *args[1:]]
+        return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+
+
+def _as_root(tmp_factory, probe) -> dict:
+    bench = _Bench(tmp_factory.mktemp("tier-bench"), probe)
+    try:
+        return _mutation_run(bench)
     finally:
         bench.close()
+
+
+def _as_nobody(_tmp_factory, probe) -> dict:
+    """The same mutants with this process turned into uid 65534 without capabilities (its own
+    forked child): the tier's user namespace then maps 65534 to itself, as for any ordinary
+    user. The bench (a root-owned victim process, the user's SysV segment) is made and removed
+    by the root parent; the child only runs cages."""
+    with world_readable_tmp("sandboy-tier-mutants-") as tmp_path:
+        copy = tmp_path / "bin"
+        copy.mkdir()
+        shutil.copy(probe, copy / "probe")
+        os.chmod(copy / "probe", 0o755)
+        base = tmp_path / "nobody"
+        base.mkdir()
+        bench = _Bench(base, str(copy / "probe"), uid=NOBODY)
+        try:
+            return _in_child(lambda: _mutation_run(bench), before=lambda: _become(NOBODY, base))
+        finally:
+            bench.close()
+
+
+def _become(uid: int, home) -> None:
+    """This process becomes `uid` (and gid), with no supplementary groups and, as a root process
+    changing all its uids to another, no capabilities left (capabilities(7))."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    # The uid change made this process undumpable (its /proc/self then belongs to root, and the
+    # tier's child could not write its own uid_map): a process an ordinary user starts is dumpable.
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+    with open("/proc/self/status") as fh:
+        caps = {k: v.strip() for k, v in (line.split(":", 1) for line in fh) if k in ("CapEff", "CapPrm")}
+    assert set(caps.values()) == {"0000000000000000"}, caps
+    os.environ.update(HOME=str(home), SANDBOY_CACHE_DIR=str(home / "cache"))
+    namespaces._AVAILABLE.clear()  # probed again as this user (a root probe said nothing about it)
+    ok, why = namespaces.availability()
+    assert ok, f"uid {uid} cannot make the namespace tier here: {why}"
 
 
 def _in_own_mount_namespace(fn):
     """fn() in a forked child with a private mount namespace holding one shared tmpfs; its
     JSON-able result comes back over a pipe."""
+    def private_mounts():
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "a private mount namespace")
+        shared = fn.shared_dir
+        if (libc.mount(b"tmpfs", os.fsencode(shared), b"tmpfs", 0, b"size=1m") != 0
+                or libc.mount(None, os.fsencode(shared), None, MS_SHARED, None) != 0):
+            raise OSError(ctypes.get_errno(), "a shared tmpfs")
+
+    return _in_child(fn, before=private_mounts)
+
+
+def _in_child(fn, before):
+    """before(), then fn() in a forked child (which never returns into pytest); fn's JSON-able
+    result comes back over a pipe, a failure as the child's traceback."""
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
+    if pid == 0:
         try:
             os.close(read_end)
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-                raise OSError(ctypes.get_errno(), "a private mount namespace")
-            shared = fn.shared_dir
-            if (libc.mount(b"tmpfs", os.fsencode(shared), b"tmpfs", 0, b"size=1m") != 0
-                    or libc.mount(None, os.fsencode(shared), None, MS_SHARED, None) != 0):
-                raise OSError(ctypes.get_errno(), "a shared tmpfs")
+            before()
             result = {"result": fn()}
         except BaseException:
             result = {"error": traceback.format_exc()}
@@ -191,9 +270,13 @@ def _root_mount_options() -> list:
         return [line.split()[5] for line in fh if line.split()[4] == "/"]
 
 
-def test_every_tier_step_has_a_check_that_fails_without_it(probe, tmp_path_factory):
+@pytest.mark.parametrize("identity", [_as_root, _as_nobody], ids=["root", "nobody"])
+def test_every_tier_step_has_a_check_that_fails_without_it(identity, probe, tmp_path_factory):
+    if identity is _as_nobody:
+        skip_unless_nobody_can_run()
+
     def run():
-        return _mutation_run(tmp_path_factory, probe)
+        return identity(tmp_path_factory, probe)
 
     run.shared_dir = str(tmp_path_factory.mktemp("shared-mount"))
     root_before = _root_mount_options()
