@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Byte-compile up front: with PYTHONDONTWRITEBYTECODE set (as on CI machines) every start would
-# otherwise recompile the package, doubling `sandboy run`'s start-up (docs/findings.md).
+# otherwise recompile the package, doubling `sandboy run`'s start-up (docs/findings.md). Then the
+# run path's byte code in one validated file (ADR 0023: src/sandboy/__pycache__/run-path.*.bundle).
 compile: $(STAMP) $(VENV)/.native
 	@$(PY) -m compileall -q src >/dev/null
+	@$(PY) -c 'import sandboy.bytecode_bundle as b; b.build("src/sandboy")' >/dev/null
 
 # The C executor is built in place by the editable install; rebuild it when its source changes
 # (a stale build would lack what newer plans use, e.g. slots and the namespace init).

@@ -5,6 +5,7 @@ It is optional: without a C compiler the build skips it and `sandboy.confine._li
 same plan in Python, slower (`sandboy doctor` says which one is in use).
 """
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -19,11 +20,23 @@ GUEST_SOURCES = Path(__file__).resolve().parent / "adapters"
 GUEST_PACKAGE_DIR = ("sandboy", "audit", "guest_sources")
 
 
+def write_run_path_bundle(package_dir: Path) -> None:
+    """The run path's byte code in one validated file (docs/adr/0023), written by the builder
+    the package itself carries, so the wheel's bundle matches its sources exactly."""
+    spec = importlib.util.spec_from_file_location("_sandboy_bundle_builder", package_dir / "bytecode_bundle.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    builder.build(str(package_dir))
+
+
 class build_py_with_guest_sources(build_py):
     def run(self):
         super().run()
-        if self.editable_mode or not GUEST_SOURCES.is_dir():
-            return  # an editable install reads adapters/ in the checkout itself
+        if self.editable_mode:
+            return  # an editable install reads adapters/ in the checkout; `make compile` writes its bundle
+        write_run_path_bundle(Path(self.build_lib) / "sandboy")
+        if not GUEST_SOURCES.is_dir():
+            return
         dest = Path(self.build_lib).joinpath(*GUEST_PACKAGE_DIR)
         shutil.rmtree(dest, ignore_errors=True)
         for path in sorted(GUEST_SOURCES.rglob("*")):

@@ -10,6 +10,11 @@ cheap on the `sandboy run` start-up path:
 
 __version__ = "0.1.0"
 
+# Serve the run path's modules from one validated byte-code file (ADR 0023, docs/performance.md).
+from sandboy import bytecode_bundle as _bytecode_bundle
+
+_bytecode_bundle.install(__path__[0])
+
 __all__ = ["Policy", "PolicyError", "CageError", "RunResult", "run", "spawn", "__version__"]
 
 

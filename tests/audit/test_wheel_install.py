@@ -163,3 +163,29 @@ def test_installed_wheel_runs_the_pipeline_offline(installed: Path, tmp_path: Pa
     # The cage the wheel's Sandboy applied is the wheel's own code, not the checkout's.
     where = _run([str(venv / "bin" / "python"), "-c", "import sandboy.confine.launch as m; print(m.__file__)"], tmp_path, env, 60)
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
+
+
+def test_the_installed_wheel_serves_sandboy_run_from_its_bundle(installed: Path, tmp_path: Path) -> None:
+    """The wheel carries the run path's byte-code bundle (docs/adr/0023) and the installed
+    `sandboy run` is served from it — by hash: pip gave the installed sources new mtimes."""
+    from sandboy.bytecode_bundle import RUN_PATH_MODULES
+
+    assert f"sandboy/__pycache__/run-path.{sys.implementation.cache_tag}.bundle" in zipfile.ZipFile(installed).namelist()
+    venv = installed.parents[1] / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDBOY_ADAPTERS_DIR", "PYTHONPATH", "VIRTUAL_ENV"))}
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64"]\nexec = ["/usr/bin", "/bin"]\n')
+    done = subprocess.run([str(venv / "bin" / "python"), "-v", str(venv / "bin" / "sandboy"), "run", "--policy", str(policy),
+                           "--", "/bin/true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = {line.split("'")[1] for line in done.stderr.splitlines()
+              if line.startswith("import 'sandboy") and "BundledSourceLoader" in line}
+    assert served == set(RUN_PATH_MODULES)
+    # every installed source's mtime differs from the one the bundle recorded: the hash decided
+    stale = _run([str(venv / "bin" / "python"), "-c", """
+import os, sys, sandboy
+(finder,) = [f for f in sys.meta_path if type(f).__name__ == "BundleFinder"]
+print(sum(os.stat(f"{finder.package_dir}/{e[1]}").st_mtime_ns != e[3] for e in finder.index.values()))
+"""], tmp_path, env, 60)
+    assert int(stale.stdout) == len(RUN_PATH_MODULES)

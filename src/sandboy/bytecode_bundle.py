@@ -1,0 +1,188 @@
+"""The run path's byte code in one file, served by a finder that validates each module (ADR 0023).
+
+`sandboy run` spends more of its start-up finding and loading its modules than running their
+bodies: importlib's path finder and source loader are Python code that costs ≈ 0.1 ms and ≈ 7
+system calls per module whatever its size (docs/performance.md). `make compile` and a wheel build
+therefore write the code of the modules `sandboy run` imports into ONE file beside the package's
+byte code, `sandboy/__pycache__/run-path.<cache tag>.bundle`; `sandboy/__init__.py` reads it once
+and puts `BundleFinder` first on `sys.meta_path`. The file is never written at run time.
+
+It keeps Python's own trust and invalidation model for byte code (PEP 3147, PEP 552): a module is
+served only when its source is the one the code was compiled from, checked when the module is
+imported — (size, mtime_ns) equal, or size equal and `_imp.source_hash` equal (an installed wheel:
+pip gives the files new mtimes); otherwise the finder answers None and importlib imports that
+module the usual way. A missing, short, corrupt or foreign (other interpreter) bundle is ignored
+as a whole. Served modules get their real source path (`__file__`, `co_filename`), so tracebacks,
+`linecache` and `inspect` read the real source.
+
+File layout: the interpreter's MAGIC_NUMBER (4 bytes), FORMAT (4 bytes), the index's length
+(4 bytes, little-endian), the index (marshal: one tuple per module, see INDEX_FIELDS), then the
+modules' marshalled code; an entry's offset counts from the end of the index.
+
+    python -c 'import sandboy.bytecode_bundle as b; b.build("src/sandboy")'   # what `make compile` runs
+"""
+
+import marshal
+import os
+import sys
+
+import _frozen_importlib as _bootstrap
+import _frozen_importlib_external as _external
+import _imp
+
+# What `sandboy run` imports in exec mode, besides `sandboy` itself (which installs the finder)
+# and the C executor (an extension module). tests/test_bytecode_bundle.py fails if it differs
+# from what the CLI actually imports, so it cannot drift.
+RUN_PATH_MODULES = (
+    "sandboy.errors",
+    "sandboy.cli",
+    "sandboy.confine",
+    "sandboy.confine._libc",
+    "sandboy.confine.hygiene",
+    "sandboy.policy",
+    "sandboy.policy.resolve",
+    "sandboy.confine.landlock",
+    "sandboy.confine.namespaces",
+    "sandboy.confine.seccomp",
+    "sandboy.confine.protections",
+    "sandboy.confine.cage",
+    "sandboy.confine.exec_mode",
+    "sandboy.confine.terminal",
+    "sandboy.policy.load",
+    "sandboy.policy.model",
+)
+
+FORMAT = b"SBB1"
+INDEX_FIELDS = ("name", "is_package", "relative_path", "source_size", "source_mtime_ns", "source_hash", "offset",
+                "length")
+_HEADER = 12  # MAGIC_NUMBER, FORMAT, the index's length
+
+
+def bundle_path(package_dir: str) -> str | None:
+    """Where the bundle of the package in `package_dir` lives for this interpreter (None: this
+    interpreter has no byte-code cache, or runs with -O, whose byte code differs)."""
+    tag = sys.implementation.cache_tag
+    if tag is None or sys.flags.optimize:
+        return None
+    return f"{package_dir}/__pycache__/run-path.{tag}.bundle"
+
+
+class BundledSourceLoader(_external.SourceFileLoader):
+    """A source file loader whose code comes from the bundle (validated by the finder); everything
+    else — get_source, get_filename, resource readers — is the source loader's own."""
+
+    def __init__(self, fullname: str, path: str, code):
+        super().__init__(fullname, path)
+        self.code = code
+
+    def get_code(self, fullname):
+        return self.code
+
+
+class BundleFinder:
+    """Serves the bundle's modules whose source still matches; None for everything else."""
+
+    def __init__(self, package_dir: str, data: bytes, index: dict):
+        self.package_dir = package_dir
+        self.data = memoryview(data)
+        self.index = index
+
+    def find_spec(self, fullname, path=None, target=None):
+        entry = self.index.get(fullname)
+        if entry is None:
+            return None
+        is_package, relative_path, size, mtime_ns, source_hash, offset, length = entry
+        origin = f"{self.package_dir}/{relative_path}"
+        try:
+            st = os.stat(origin)
+            if st.st_size != size:
+                return None
+            if st.st_mtime_ns != mtime_ns:
+                with open(origin, "rb") as source:
+                    if _imp.source_hash(_external._RAW_MAGIC_NUMBER, source.read()) != source_hash:
+                        return None
+            code = marshal.loads(self.data[offset : offset + length])
+        except Exception:  # unreadable source, a corrupt entry: importlib finds the source and reports itself
+            return None
+        if type(code) is not _CODE:
+            return None
+        _imp._fix_co_filename(code, origin)
+        spec = _bootstrap.ModuleSpec(fullname, BundledSourceLoader(fullname, origin, code), origin=origin,
+                                     is_package=is_package)
+        spec.has_location = True
+        if is_package:
+            spec.submodule_search_locations = [origin.rpartition("/")[0]]
+        return spec
+
+
+_CODE = type(bundle_path.__code__)
+
+
+def install(package_dir: str) -> BundleFinder | None:
+    """Put the bundle's finder first on sys.meta_path; None (and nothing changed) when there is
+    no usable bundle: missing, short, corrupt, or written by another interpreter."""
+    path = bundle_path(package_dir)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if data[:4] != _external.MAGIC_NUMBER or data[4:8] != FORMAT:
+            return None
+        end = _HEADER + int.from_bytes(data[8:_HEADER], "little")
+        entries = marshal.loads(memoryview(data)[_HEADER:end])
+        index = {}
+        for name, is_package, relative_path, size, mtime_ns, source_hash, offset, length in entries:
+            if not (type(name) is type(relative_path) is str and type(source_hash) is bytes
+                    and type(size) is type(mtime_ns) is type(offset) is type(length) is int
+                    and 0 <= offset and end + offset + length <= len(data)):
+                return None
+            index[name] = (bool(is_package), relative_path, size, mtime_ns, source_hash, end + offset, length)
+    except Exception:  # missing, short or corrupt, whatever marshal made of it: plain imports
+        return None
+    finder = BundleFinder(package_dir, data, index)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def source_of(package_dir: str, name: str) -> tuple[str, bool]:
+    """The source file of module `name` relative to the top package's directory, and whether it
+    is a package."""
+    parts = name.split(".")[1:]
+    package = f"{package_dir}/{'/'.join(parts)}/__init__.py"
+    if os.path.isfile(package):
+        return "/".join([*parts, "__init__.py"]), True
+    return "/".join(parts) + ".py", False
+
+
+def build(package_dir: str, names=RUN_PATH_MODULES) -> str:
+    """Compile `names` from the sources under `package_dir` (the `sandboy` directory) into its
+    bundle; return the bundle's path. Written to a temporary file and renamed, so a reader never
+    sees half a bundle."""
+    package_dir = os.path.abspath(package_dir)
+    path = bundle_path(package_dir)
+    if path is None:
+        raise SystemExit("this interpreter keeps no byte code (or runs with -O): no bundle written")
+    entries, blobs, offset = [], [], 0
+    for name in names:
+        relative_path, is_package = source_of(package_dir, name)
+        source_path = f"{package_dir}/{relative_path}"
+        with open(source_path, "rb") as fh:
+            source = fh.read()
+            st = os.fstat(fh.fileno())
+        code = compile(source, source_path, "exec", dont_inherit=True)
+        blob = marshal.dumps(code)
+        entries.append((name, is_package, relative_path, st.st_size, st.st_mtime_ns,
+                        _imp.source_hash(_external._RAW_MAGIC_NUMBER, source), offset, len(blob)))
+        blobs.append(blob)
+        offset += len(blob)
+    index = marshal.dumps(tuple(entries))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.{os.getpid()}.tmp"
+    with open(partial, "wb") as fh:
+        fh.write(_external.MAGIC_NUMBER + FORMAT + len(index).to_bytes(4, "little") + index)
+        for blob in blobs:
+            fh.write(blob)
+    os.replace(partial, path)
+    return path
+

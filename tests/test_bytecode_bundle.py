@@ -1,0 +1,239 @@
+"""The run path's byte-code bundle (ADR 0023): it serves exactly the run path's modules, never
+stale code, and a broken bundle costs nothing but its speed.
+
+Each test copies the package into a temporary directory, writes the bundle there with the real
+builder, changes real files, and asks a fresh interpreter (PYTHONPATH selecting the copy) which
+loader each module came from and what the code does.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandboy import bytecode_bundle
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+POLICY = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64"]\nexec = ["/usr/bin", "/bin"]\n'
+
+# Imports the run path as `sandboy run` does, then reports what served each module.
+PROBE = """
+import json, sys
+import sandboy
+from sandboy.bytecode_bundle import RUN_PATH_MODULES
+for name in RUN_PATH_MODULES:
+    __import__(name)
+print(json.dumps({
+    "finder": [type(f).__name__ for f in sys.meta_path if type(f).__name__ == "BundleFinder"],
+    "served": sorted(n for n, m in sys.modules.items()
+                     if type(getattr(getattr(m, "__spec__", None), "loader", None)).__name__ == "BundledSourceLoader"),
+    "plain": sorted(n for n in RUN_PATH_MODULES
+                    if type(sys.modules[n].__spec__.loader).__name__ == "SourceFileLoader"),
+    "exit_not_executable": sandboy.errors.EXIT_NOT_EXECUTABLE,
+}))
+"""
+
+
+def copy_package(dest: Path) -> Path:
+    """The package under dest/src/sandboy (sources and the built C executor, no byte code)."""
+    shutil.copytree(SRC / "sandboy", dest / "src" / "sandboy", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest / "src" / "sandboy"
+
+
+@pytest.fixture
+def package(tmp_path) -> Path:
+    pkg = copy_package(tmp_path / "tree")
+    bytecode_bundle.build(str(pkg))
+    return pkg
+
+
+def bundle_of(pkg: Path) -> Path:
+    return Path(bytecode_bundle.bundle_path(str(pkg)))
+
+
+def index_of(pkg: Path) -> dict:
+    data = bundle_of(pkg).read_bytes()
+    end = 12 + int.from_bytes(data[8:12], "little")
+    return {entry[0]: dict(zip(bytecode_bundle.INDEX_FIELDS, entry), start=end) for entry in marshal.loads(data[12:end])}
+
+
+def env_for(pkg: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(pkg.parent))
+
+
+def probe(pkg: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env_for(pkg), cwd=pkg.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def sandboy_run(pkg: Path, tmp_path: Path, *python_options: str) -> subprocess.CompletedProcess:
+    policy = tmp_path / "p.toml"
+    policy.write_text(POLICY)
+    argv = [sys.executable, *python_options, "-c", "from sandboy.cli import entry; entry()", "run", "--policy", str(policy),
+            "--", "/bin/true"]
+    return subprocess.run(argv, capture_output=True, text=True, env=env_for(pkg), cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_the_list_is_what_sandboy_run_imports(policy_file):
+    """RUN_PATH_MODULES is every module of the package `sandboy run` imports, except `sandboy`
+    itself (it installs the finder) and the C executor (an extension module)."""
+    argv = [SANDBOY, "run", "--policy", policy_file, "--", "/bin/true"]
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, start_new_session=True)  # warm the parse cache
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    ours = {name for name in used if name == "sandboy" or name.startswith("sandboy.")}
+    assert "sandboy.confine.cage" in ours  # the measurement works
+    assert ours - {"sandboy", "sandboy.bytecode_bundle", "sandboy.confine._native"} == set(bytecode_bundle.RUN_PATH_MODULES)
+
+
+@pytest.fixture
+def policy_file(tmp_path) -> str:
+    path = tmp_path / "p.toml"
+    path.write_text(POLICY)
+    return str(path)
+
+
+def test_sandboy_run_is_served_from_the_bundle(package, tmp_path):
+    """The real CLI (`python -v` names each module's loader): every listed module comes from the
+    bundle, nothing else does, and the run succeeds."""
+    proc = sandboy_run(package, tmp_path, "-v")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served = {line.split("'")[1] for line in proc.stderr.splitlines()
+              if line.startswith("import 'sandboy") and "BundledSourceLoader" in line}
+    assert served == set(bytecode_bundle.RUN_PATH_MODULES)
+    assert probe(package)["served"] == sorted(bytecode_bundle.RUN_PATH_MODULES)
+
+
+def test_nothing_is_written_at_run_time(tmp_path):
+    """Without a bundle the run imports the usual way and writes none."""
+    pkg = copy_package(tmp_path / "tree")
+    assert not bundle_of(pkg).exists()
+    proc = sandboy_run(pkg, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = probe(pkg)
+    assert (result["finder"], result["served"]) == ([], [])
+    assert not bundle_of(pkg).exists()
+
+
+def test_an_edit_that_keeps_the_size_runs_the_new_code(package):
+    """Same size, new mtime and bytes: the hash differs, so that module is imported from its source."""
+    source = package / "errors.py"
+    text = source.read_text()
+    edited = text.replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121")
+    assert edited != text and len(edited) == len(text)
+    source.write_text(edited)
+    recorded = index_of(package)["sandboy.errors"]
+    assert (source.stat().st_size, source.stat().st_mtime_ns) != (recorded["source_size"], recorded["source_mtime_ns"])
+    assert source.stat().st_size == recorded["source_size"]
+    result = probe(package)
+    assert result["exit_not_executable"] == 121
+    assert result["plain"] == ["sandboy.errors"]
+    assert result["served"] == sorted(set(bytecode_bundle.RUN_PATH_MODULES) - {"sandboy.errors"})
+
+
+def test_an_edit_that_changes_the_size_runs_the_new_code(package):
+    source = package / "errors.py"
+    source.write_text(source.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 1260"))
+    result = probe(package)
+    assert (result["exit_not_executable"], result["plain"]) == (1260, ["sandboy.errors"])
+
+
+def test_a_touched_source_is_still_served_by_its_hash(package):
+    """New mtimes, same bytes (what pip does to an installed wheel): served, after a hash check."""
+    for name, entry in index_of(package).items():
+        source = package / entry["relative_path"]
+        os.utime(source, ns=(source.stat().st_atime_ns, entry["source_mtime_ns"] + 5_000_000_000))
+    result = probe(package)
+    assert (result["served"], result["plain"]) == (sorted(bytecode_bundle.RUN_PATH_MODULES), [])
+    assert result["exit_not_executable"] == 126
+
+
+def _damage(bundle: Path, how: str) -> None:
+    data = bundle.read_bytes()
+    if how == "missing":
+        bundle.unlink()
+    elif how == "empty":
+        bundle.write_bytes(b"")
+    elif how == "short header":
+        bundle.write_bytes(data[:10])
+    elif how == "truncated":
+        bundle.write_bytes(data[: len(data) // 2])
+    elif how == "foreign magic":  # Python 3.8's MAGIC_NUMBER: another interpreter's byte code
+        bundle.write_bytes((3413).to_bytes(2, "little") + b"\r\n" + data[4:])
+    elif how == "corrupt index":
+        bundle.write_bytes(data[:12] + b"\xff" * 64 + data[76:])
+    elif how == "index of the wrong shape":
+        index = marshal.dumps(("sandboy.cli", 1, 2))
+        bundle.write_bytes(data[:8] + len(index).to_bytes(4, "little") + index + data[12:])
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["missing", "empty", "short header", "truncated", "foreign magic", "corrupt index",
+                                 "index of the wrong shape"])
+def test_a_broken_bundle_means_plain_imports_and_no_traceback(package, tmp_path, how):
+    _damage(bundle_of(package), how)
+    result = probe(package)
+    assert (result["finder"], result["served"]) == ([], [])
+    assert result["plain"] == sorted(bytecode_bundle.RUN_PATH_MODULES)
+    proc = sandboy_run(package, tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_corrupt_module_in_the_bundle_is_imported_from_its_source(package, tmp_path):
+    entry = index_of(package)["sandboy.cli"]
+    bundle = bundle_of(package)
+    data = bytearray(bundle.read_bytes())
+    start = entry["start"] + entry["offset"]
+    data[start : start + entry["length"]] = b"\xff" * entry["length"]
+    bundle.write_bytes(bytes(data))
+    result = probe(package)
+    assert result["plain"] == ["sandboy.cli"]
+    assert result["served"] == sorted(set(bytecode_bundle.RUN_PATH_MODULES) - {"sandboy.cli"})
+    proc = sandboy_run(package, tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_tracebacks_and_inspect_show_the_real_source(tmp_path):
+    """Built in one directory, moved to another (as a wheel's build directory is): the code's
+    file names are the sources where they are now, so a traceback shows the file, the line and
+    its text, and inspect reads the source."""
+    built = copy_package(tmp_path / "built")
+    bytecode_bundle.build(str(built))
+    moved = tmp_path / "moved" / "src" / "sandboy"
+    shutil.copytree(built, moved)  # copy2: same mtimes, so served by (size, mtime)
+    script = """
+import inspect, json, sys, traceback
+import sandboy.cli
+try:
+    sandboy.cli.parse_run_fast(None)
+except TypeError:
+    tb = traceback.format_exc()
+print(json.dumps({"loader": type(sandboy.cli.__spec__.loader).__name__, "file": sandboy.cli.__file__,
+                  "co_filename": sandboy.cli.parse_run_fast.__code__.co_filename, "traceback": tb,
+                  "source": inspect.getsource(sandboy.cli.parse_run_fast).splitlines()[0]}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(moved))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    cli = str(moved / "cli.py")
+    assert result["loader"] == "BundledSourceLoader"
+    assert (result["file"], result["co_filename"]) == (cli, cli)
+    lines = (moved / "cli.py").read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if "while i < len(argv):" in text)
+    assert f'File "{cli}", line {line}, in parse_run_fast\n    while i < len(argv):' in result["traceback"]
+    assert str(built) not in proc.stdout
+    assert result["source"] == "def parse_run_fast(argv: list[str]) -> RunArgs | None:"
