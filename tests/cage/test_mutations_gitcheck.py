@@ -1,0 +1,256 @@
+"""The mutation check for the post-run git check (confine/gitcheck.py, ADR 0019): every place it
+judges something planted — each `add(...)` of a finding in the check, and `is_safe`, which
+decides what in a config runs a program — is removed in turn, and a plant of that kind must
+then go unnoticed by `verify()` (a scenario below fails).
+
+The mutants are found in the module's source, not listed by hand: each call `self.add(...)` or
+`check.add(...)` in `_Check` and `GitSnapshot.verify` becomes `None`, in a copy of that one
+method compiled from the source and set on the class with pytest's monkeypatch (this test only;
+nothing in production reads a switch). A judgement added to the check tomorrow is mutated the
+day it lands, and one no scenario notices fails this test by name.
+
+The scenarios are hostile commands run here on the host by the real shell and git (the check
+does not care who wrote the files: it reads ctimes and bytes), each with the finding it must
+produce written by hand: the planted path, or for the check's bounds a run-level finding saying
+it could not finish. Two need a parent without root's privileges (an unreadable config, an
+unlistable directory): their `verify()` runs in a forked child that became uid 65534. The legitimate twin —
+ordinary git work — must produce no finding, with every mutant too (a mutant only ever removes
+findings, so the twin runs once, intact).
+
+Each scenario is planted once (a copy of one template repository, the set-up, the snapshot, the
+hostile script); every mutant then re-runs only `verify()` over the plants (it only reads).
+Budget: 14 mutants, 13 plants: ≈ 1.5 s of mutants, 3-4 s for the module here; bounded at 60 s.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import ctypes
+import inspect
+import os
+import shutil
+import textwrap
+import time
+import types
+
+import pytest
+from gitkit import git_repo, scratch_env, sh
+from test_mutations_tier import NOBODY, PR_SET_DUMPABLE, _in_child
+
+from sandboy.confine import gitcheck
+
+pytestmark = [pytest.mark.mutation]
+
+BUDGET_SECONDS = 60
+FSM = '[core]\\n\\tfsmonitor = "false"\\n'  # printf text: a config key that runs a program
+
+
+# --- the scenarios: (name, set-up before the snapshot, the command's script, constants, expected) --
+# `expected(repo, findings)` is True when the check caught the plant. Paths are realpaths as the
+# check reports them; `None` paths are run-level findings (the check could not finish).
+
+def _paths(findings) -> set:
+    return {f.path for f in findings}
+
+
+def _run_level(findings, words: str) -> bool:
+    return any(f.path is None and words in f.why for f in findings)
+
+
+SCENARIOS = [
+    ("a planted commondir", None, "mkdir evil && echo ../evil > .git/commondir", {},
+     lambda r, f: f"{r}/.git/commondir" in _paths(f)),
+    ("fsmonitor in a nested repository", None, f"git init -q sub && printf '{FSM}' >> sub/.git/config", {},
+     lambda r, f: f"{r}/sub/.git/config" in _paths(f)),
+    ("the config swapped for a symlink", None,
+     "cp .git/config c && rm .git/config && ln -s ../c .git/config", {},
+     lambda r, f: f"{r}/.git/config" in _paths(f)),
+    ("a config git refuses to read (so could not be judged)", None, "printf '[core\\n\\tx = \"\\n' >> .git/config",
+     {}, lambda r, f: f"{r}/.git/config" in _paths(f)),
+    ("an executable hook", None, "printf '#!/bin/sh\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+     {}, lambda r, f: f"{r}/.git/hooks/pre-commit" in _paths(f)),
+    ("the hooks directory swapped for a symlink", None, "mkdir h && rm -rf .git/hooks && ln -s ../h .git/hooks",
+     {}, lambda r, f: f"{r}/.git/hooks" in _paths(f)),
+    ("the script an old hook symlink leads to, changed",
+     "mkdir scripts && printf '#!/bin/sh\\n' > scripts/pre-commit && chmod +x scripts/pre-commit "
+     "&& ln -s ../../scripts/pre-commit .git/hooks/pre-commit",
+     "printf 'touch /tmp/x\\n' >> scripts/pre-commit", {},
+     lambda r, f: f"{r}/scripts/pre-commit" in _paths(f)),
+    ("more entries than the walk's budget", None, "mkdir -p a/b c/d", {"verify_budget": 2},
+     lambda r, f: _run_level(f, "not checked to the end")),
+    ("more git directories than the bound", None, "git init -q one && git init -q two", {"MAX_GITDIRS": 2},
+     lambda r, f: _run_level(f, "beyond the check's bounds")),
+    ("submodule git directories nested too deep", None, "mkdir -p .git/modules/a/b/c/d", {"MAX_NESTING": 1},
+     lambda r, f: _run_level(f, "nested deeper")),
+    ("more config than the parse budget", None, f"git init -q sub && printf '{FSM}' >> sub/.git/config",
+     {"CONFIG_PARSE_BUDGET": 16}, lambda r, f: _run_level(f, "more than")),
+    ("a planted config made unreadable (parent = uid 65534)", None,
+     f"git init -q sub && printf '{FSM}' >> sub/.git/config && chmod 000 sub/.git/config", {"as": NOBODY},
+     lambda r, f: _run_level(f, "cannot read")),
+    ("a planted repository in an unlistable directory (parent = uid 65534)", None,
+     f"mkdir -p docs && git init -q docs/api && printf '{FSM}' >> docs/api/.git/config && chmod 0311 docs",
+     {"as": NOBODY}, lambda r, f: _run_level(f, f"{r}/docs: cannot be looked through")),
+]
+
+TEMPLATE: list = []  # a repository with one commit, copied for each scenario (cheaper than git init + commit)
+
+TWIN = ("git config user.name n && echo x > f && git add f && git commit -qm two && git branch b "
+        "&& git init -q sub && git -C sub config user.email e@x && git worktree add -q wt")
+
+
+class Planted:
+    """One scenario's repository after the hostile script ran, with the snapshot taken before it:
+    `verify()` only reads, so each mutant judges the same plant again (cheap: no git per mutant)."""
+
+    def __init__(self, base, number, scenario):
+        self.name, setup, script, self.constants, self.expected = scenario
+        repo = base / f"s{number}"
+        shutil.copytree(TEMPLATE[0], repo, symlinks=True)
+        env = scratch_env(base / f"s{number}-home")
+        if setup:
+            sh(setup, repo, env)
+        time.sleep(0.011)  # a clock tick (the coarse clock's 4 ms) between the set-up and the snapshot
+        self.snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+        sh(script, repo, env)
+        self.repo = os.path.realpath(repo)
+
+    def missed(self) -> str | None:
+        """None if the check (as it is now, maybe mutated) catches the plant, else what it found."""
+        uid = self.constants.get("as")
+        return _in_child(self._judge, before=lambda: _become(uid)) if uid is not None else self._judge()
+
+    def _judge(self) -> str | None:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in self.constants.items():
+                if key not in ("as", "verify_budget"):
+                    assert hasattr(gitcheck, key), key
+                    mp.setattr(gitcheck, key, value)
+            budget = {"budget": self.constants["verify_budget"]} if "verify_budget" in self.constants else {}
+            findings = self.snap.verify(**budget)
+        return None if self.expected(self.repo, findings) else repr(findings)
+
+
+def _become(uid: int) -> None:
+    """A forked child turns into `uid` without capabilities: a parent that cannot read what mode
+    bits forbid. The mutant (a method set on the class) comes along with the memory."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+# --- the mutants ------------------------------------------------------------------------------
+
+class _DropCall(ast.NodeTransformer):
+    """Replaces the `index`-th `<name>.add(...)` call (in source order) with `None`."""
+
+    def __init__(self, index: int):
+        self.index, self.seen = index, -1
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "add" and isinstance(node.func.value, ast.Name) \
+                and node.func.value.id in ("self", "check"):
+            self.seen += 1
+            if self.seen == self.index:
+                return ast.copy_location(ast.Constant(None), node)
+        return node
+
+
+def _finding_sites() -> list:
+    """(owner class, method name, index of the add call in it, line) for every finding the check adds."""
+    sites = []
+    for owner in (gitcheck._Check, gitcheck.GitSnapshot):
+        for name, method in vars(owner).items():
+            if not inspect.isfunction(method):
+                continue
+            tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+            first = method.__code__.co_firstlineno
+            calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                     and isinstance(node.func, ast.Attribute) and node.func.attr == "add"
+                     and isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "check")]
+            calls.sort(key=lambda n: (n.lineno, n.col_offset))
+            sites += [(owner, name, i, first + call.lineno - 1) for i, call in enumerate(calls)]
+    return sites
+
+
+def _without_site(owner, name: str, index: int):
+    """`owner.name` recompiled from its source without its `index`-th finding, with the live
+    module's globals (so a scenario's patched bound is seen)."""
+    method = vars(owner)[name]
+    source = textwrap.dedent(inspect.getsource(method))
+    tree = ast.parse(source)
+    # visit in source order: NodeTransformer walks fields in order, so `seen` counts as written
+    mutated = _DropCall(index).visit(copy.deepcopy(tree))
+    ast.increment_lineno(mutated, method.__code__.co_firstlineno - 1)
+    code = compile(ast.fix_missing_locations(mutated), inspect.getsourcefile(method), "exec")
+    body = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
+    function = types.FunctionType(body, vars(gitcheck), name, method.__defaults__, method.__closure__)
+    function.__kwdefaults__ = method.__kwdefaults__
+    return function
+
+
+def _mutants() -> list:
+    """(label, [(owner, attribute, value)])."""
+    out = [(f"{owner.__name__}.{name}: finding #{i + 1} (line {line})", [(owner, name, _without_site(owner, name, i))])
+           for owner, name, i, line in _finding_sites()]
+    out.append(("is_safe: every config key safe", [(gitcheck, "is_safe", lambda name, value: True)]))
+    return out
+
+
+def _first_failure(planted) -> str | None:
+    for plant in planted:
+        missed = plant.missed()
+        if missed is not None:
+            return f"{plant.name}: found {missed[:200]}"
+    return None
+
+
+@pytest.fixture
+def base():
+    """Scenario repositories where uid 65534 can reach them (pytest's tmp_path is private)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from userkit import skip_unless_nobody_can_run, world_readable_tmp
+
+    skip_unless_nobody_can_run()
+    if not shutil.which("git"):
+        pytest.skip("needs git")
+    with world_readable_tmp("sandboy-gitcheck-mutants-") as path:
+        yield path
+
+
+def test_every_finding_of_the_git_check_has_a_scenario_that_fails_without_it(base):
+    started = time.monotonic()
+    TEMPLATE[:] = [git_repo(base / "template", scratch_env(base / "template-home"))]
+    planted = [Planted(base, number, scenario) for number, scenario in enumerate(SCENARIOS)]
+    intact = _first_failure(planted)
+    assert intact is None, f"the intact check misses a plant: {intact}"
+    twin = base / "twin"
+    env = scratch_env(base / "twin-home")
+    git_repo(twin, env)
+    time.sleep(0.011)
+    snap = gitcheck.snapshot([str(twin)], home=env["HOME"])
+    sh(TWIN, twin, env)
+    assert snap.verify() == [], "legitimate git work is flagged"
+
+    mutants = _mutants()
+    assert len(mutants) >= 13, [label for label, _ in mutants]  # the check's findings, as of ADR 0019's review
+    killed, survivors = {}, []
+    for label, patches in mutants:
+        with pytest.MonkeyPatch.context() as mp:
+            for owner, attribute, value in patches:
+                mp.setattr(owner, attribute, value)
+            failure = _first_failure(planted)
+        if failure is None:
+            survivors.append(label)
+        else:
+            killed[label] = failure
+        assert time.monotonic() - started < BUDGET_SECONDS, f"over budget after {label}"
+    assert _first_failure(planted) is None, "the intact check misses a plant after the mutants"
+    for label, failure in killed.items():
+        print(f"{label:70} killed by {failure[:90]}")
+    assert not survivors, f"git-check findings no scenario depends on: {survivors}"
+    print(f"{len(mutants)} git-check mutants killed in {time.monotonic() - started:.1f} s")
