@@ -29,14 +29,15 @@ PROBE = """
 import json, sys
 import sandboy
 from sandboy.bytecode_bundle import RUN_PATH_MODULES
+BUNDLED = ("BundledSourceLoader", "BundledExtensionLoader")
 for name in RUN_PATH_MODULES:
     __import__(name)
 print(json.dumps({
     "finder": [type(f).__name__ for f in sys.meta_path if type(f).__name__ == "BundleFinder"],
     "served": sorted(n for n, m in sys.modules.items()
-                     if type(getattr(getattr(m, "__spec__", None), "loader", None)).__name__ == "BundledSourceLoader"),
+                     if type(getattr(getattr(m, "__spec__", None), "loader", None)).__name__ in BUNDLED),
     "plain": sorted(n for n in RUN_PATH_MODULES
-                    if type(sys.modules[n].__spec__.loader).__name__ == "SourceFileLoader"),
+                    if type(sys.modules[n].__spec__.loader).__name__ in ("SourceFileLoader", "ExtensionFileLoader")),
     "exit_not_executable": sandboy.errors.EXIT_NOT_EXECUTABLE,
 }))
 """
@@ -96,7 +97,7 @@ def test_the_list_is_what_sandboy_run_imports(policy_file):
     used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     ours = {name for name in used if name == "sandboy" or name.startswith("sandboy.")}
     assert "sandboy.confine.cage" in ours  # the measurement works
-    assert ours - {"sandboy", "sandboy.bytecode_bundle", "sandboy.confine._native"} == set(bytecode_bundle.RUN_PATH_MODULES)
+    assert ours - {"sandboy", "sandboy.bytecode_bundle"} == set(bytecode_bundle.RUN_PATH_MODULES)
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ def test_sandboy_run_is_served_from_the_bundle(package, tmp_path):
     proc = sandboy_run(package, tmp_path, "-v")
     assert proc.returncode == 0, proc.stderr[-3000:]
     served = {line.split("'")[1] for line in proc.stderr.splitlines()
-              if line.startswith("import 'sandboy") and "BundledSourceLoader" in line}
+              if line.startswith("import 'sandboy") and ("BundledSourceLoader" in line or "BundledExtensionLoader" in line)}
     assert served == set(bytecode_bundle.RUN_PATH_MODULES)
     assert probe(package)["served"] == sorted(bytecode_bundle.RUN_PATH_MODULES)
 

@@ -31,8 +31,9 @@ import _frozen_importlib_external as _external
 import _imp
 
 # What `sandboy run` imports in exec mode, besides `sandboy` itself (which installs the finder)
-# and the C executor (an extension module). tests/test_bytecode_bundle.py fails if it differs
-# from what the CLI actually imports, so it cannot drift.
+# and this module. tests/test_bytecode_bundle.py fails if it differs from what the CLI actually
+# imports, so it cannot drift. The C executor is an extension module: no code of it is kept, the
+# bundle only remembers its file, which saves importlib listing the directory to find it.
 RUN_PATH_MODULES = (
     "sandboy.errors",
     "sandboy.cli",
@@ -50,6 +51,7 @@ RUN_PATH_MODULES = (
     "sandboy.confine.terminal",
     "sandboy.policy.load",
     "sandboy.policy.model",
+    "sandboy.confine._native",
 )
 
 FORMAT = b"SBB1"
@@ -79,6 +81,11 @@ class BundledSourceLoader(_external.SourceFileLoader):
         return self.code
 
 
+class BundledExtensionLoader(_external.ExtensionFileLoader):
+    """importlib's own extension loader; a class of its own only so that `python -v` and the
+    tests can tell that the bundle's index found the file."""
+
+
 class BundleFinder:
     """Serves the bundle's modules whose source still matches; None for everything else."""
 
@@ -95,6 +102,10 @@ class BundleFinder:
         origin = f"{self.package_dir}/{relative_path}"
         try:
             st = os.stat(origin)
+            if not length:  # an extension module, loaded from its own file as importlib would
+                spec = _bootstrap.ModuleSpec(fullname, BundledExtensionLoader(fullname, origin), origin=origin)
+                spec.has_location = True
+                return spec
             if st.st_size != size:
                 return None
             if st.st_mtime_ns != mtime_ns:
@@ -110,6 +121,8 @@ class BundleFinder:
         spec = _bootstrap.ModuleSpec(fullname, BundledSourceLoader(fullname, origin, code), origin=origin,
                                      is_package=is_package)
         spec.has_location = True
+        head, _, tail = origin.rpartition("/")
+        spec.cached = f"{head}/__pycache__/{tail[:-3]}.{sys.implementation.cache_tag}.pyc"
         if is_package:
             spec.submodule_search_locations = [origin.rpartition("/")[0]]
         return spec
@@ -145,14 +158,17 @@ def install(package_dir: str) -> BundleFinder | None:
     return finder
 
 
-def source_of(package_dir: str, name: str) -> tuple[str, bool]:
-    """The source file of module `name` relative to the top package's directory, and whether it
-    is a package."""
-    parts = name.split(".")[1:]
-    package = f"{package_dir}/{'/'.join(parts)}/__init__.py"
-    if os.path.isfile(package):
-        return "/".join([*parts, "__init__.py"]), True
-    return "/".join(parts) + ".py", False
+def file_of(package_dir: str, name: str) -> tuple[str, bool] | None:
+    """The file importlib would load for module `name`, relative to the top package's directory,
+    and whether it is a package; None for a module that is not there (an extension module that
+    was not built)."""
+    relative = "/".join(name.split(".")[1:])
+    if os.path.isfile(f"{package_dir}/{relative}/__init__.py"):
+        return f"{relative}/__init__.py", True
+    for suffix in (*_imp.extension_suffixes(), ".py"):  # importlib's own order: extensions first
+        if os.path.isfile(f"{package_dir}/{relative}{suffix}"):
+            return relative + suffix, False
+    return None
 
 
 def build(package_dir: str, names=RUN_PATH_MODULES) -> str:
@@ -165,11 +181,17 @@ def build(package_dir: str, names=RUN_PATH_MODULES) -> str:
         raise SystemExit("this interpreter keeps no byte code (or runs with -O): no bundle written")
     entries, blobs, offset = [], [], 0
     for name in names:
-        relative_path, is_package = source_of(package_dir, name)
+        found = file_of(package_dir, name)
+        if found is None:
+            continue  # e.g. the C executor where no compiler built it: importlib looks for it
+        relative_path, is_package = found
         source_path = f"{package_dir}/{relative_path}"
         with open(source_path, "rb") as fh:
             source = fh.read()
             st = os.fstat(fh.fileno())
+        if not relative_path.endswith(".py"):
+            entries.append((name, False, relative_path, st.st_size, st.st_mtime_ns, b"", offset, 0))
+            continue
         code = compile(source, source_path, "exec", dont_inherit=True)
         blob = marshal.dumps(code)
         entries.append((name, is_package, relative_path, st.st_size, st.st_mtime_ns,
