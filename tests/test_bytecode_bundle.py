@@ -90,9 +90,10 @@ def test_the_list_is_what_sandboy_run_imports(policy_file):
     """RUN_PATH_MODULES is every module of the package `sandboy run` imports, except `sandboy`
     itself (it installs the finder) and the C executor (an extension module)."""
     argv = [SANDBOY, "run", "--policy", policy_file, "--", "/bin/true"]
-    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, start_new_session=True)  # warm the parse cache
+    env = {k: v for k, v in os.environ.items() if k != "SANDBOY_NATIVE"}  # the C executor is on the path
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, start_new_session=True, env=env)  # warm the parse cache
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, start_new_session=True)
+                          stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     assert proc.returncode == 0, proc.stderr
     used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     ours = {name for name in used if name == "sandboy" or name.startswith("sandboy.")}
@@ -238,3 +239,24 @@ print(json.dumps({"loader": type(sandboy.cli.__spec__.loader).__name__, "file": 
     assert f'File "{cli}", line {line}, in parse_run_fast\n    while i < len(argv):' in result["traceback"]
     assert str(built) not in proc.stdout
     assert result["source"] == "def parse_run_fast(argv: list[str]) -> RunArgs | None:"
+
+
+def test_doctor_says_whether_the_bundle_is_in_use_and_what_changed(package):
+    def doctor() -> dict:
+        proc = subprocess.run([sys.executable, "-c", "from sandboy.cli import entry; entry()", "doctor", "--json"],
+                              capture_output=True, text=True, env=env_for(package), cwd=package.parent)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return json.loads(proc.stdout)
+
+    report = doctor()
+    assert report["bytecode_bundle"] == {"path": str(bundle_of(package)), "modules": len(bytecode_bundle.RUN_PATH_MODULES),
+                                         "stale": []}
+    source = package / "policy" / "resolve.py"
+    source.write_text(source.read_text() + "\n# edited\n")
+    report = doctor()
+    assert report["bytecode_bundle"]["stale"] == ["sandboy.policy.resolve"]
+    assert any("sandboy.policy.resolve" in note for note in report["notes"])
+    bundle_of(package).unlink()
+    report = doctor()
+    assert report["bytecode_bundle"] is None
+    assert any("no byte-code bundle" in note for note in report["notes"])

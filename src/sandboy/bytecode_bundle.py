@@ -94,26 +94,38 @@ class BundleFinder:
         self.data = memoryview(data)
         self.index = index
 
+    def source_matches(self, fullname: str) -> bool:
+        """Whether the module's file is still the one its code was compiled from (for an
+        extension module: whether its file is still there)."""
+        is_package, relative_path, size, mtime_ns, source_hash, offset, length = self.index[fullname]
+        try:
+            st = os.stat(f"{self.package_dir}/{relative_path}")
+            if not length or (st.st_size, st.st_mtime_ns) == (size, mtime_ns):
+                return True
+            if st.st_size != size:
+                return False
+            with open(f"{self.package_dir}/{relative_path}", "rb") as source:
+                return _imp.source_hash(_external._RAW_MAGIC_NUMBER, source.read()) == source_hash
+        except OSError:
+            return False
+
+    def stale(self) -> list[str]:
+        """The modules whose source changed since the bundle was written (imported the usual way)."""
+        return [name for name in self.index if not self.source_matches(name)]
+
     def find_spec(self, fullname, path=None, target=None):
         entry = self.index.get(fullname)
-        if entry is None:
+        if entry is None or not self.source_matches(fullname):
             return None
         is_package, relative_path, size, mtime_ns, source_hash, offset, length = entry
         origin = f"{self.package_dir}/{relative_path}"
+        if not length:  # an extension module, loaded from its own file as importlib would
+            spec = _bootstrap.ModuleSpec(fullname, BundledExtensionLoader(fullname, origin), origin=origin)
+            spec.has_location = True
+            return spec
         try:
-            st = os.stat(origin)
-            if not length:  # an extension module, loaded from its own file as importlib would
-                spec = _bootstrap.ModuleSpec(fullname, BundledExtensionLoader(fullname, origin), origin=origin)
-                spec.has_location = True
-                return spec
-            if st.st_size != size:
-                return None
-            if st.st_mtime_ns != mtime_ns:
-                with open(origin, "rb") as source:
-                    if _imp.source_hash(_external._RAW_MAGIC_NUMBER, source.read()) != source_hash:
-                        return None
             code = marshal.loads(self.data[offset : offset + length])
-        except Exception:  # unreadable source, a corrupt entry: importlib finds the source and reports itself
+        except Exception:  # a corrupt entry: importlib finds the source and reports any error itself
             return None
         if type(code) is not _CODE:
             return None
@@ -129,6 +141,11 @@ class BundleFinder:
 
 
 _CODE = type(bundle_path.__code__)
+
+
+def installed() -> BundleFinder | None:
+    """The bundle finder this process uses, if any (`sandboy doctor` reports it)."""
+    return next((finder for finder in sys.meta_path if isinstance(finder, BundleFinder)), None)
 
 
 def install(package_dir: str) -> BundleFinder | None:

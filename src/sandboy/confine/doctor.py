@@ -114,6 +114,17 @@ def check() -> dict:
                      "rule for that port only (the same port on any other address stays reachable); strict "
                      "policies are refused (exit 125)" if egress == "landlock-fallback" else
                      "not enforceable here (no network namespace, no Landlock TCP rules): refused (exit 125)"))
+    from sandboy import bytecode_bundle
+
+    finder = bytecode_bundle.installed()
+    bundle = None if finder is None else {"path": bytecode_bundle.bundle_path(finder.package_dir),
+                                          "modules": len(finder.index), "stale": finder.stale()}
+    if bundle is None:
+        notes.append("no byte-code bundle of the run path is in use (`make compile` writes it in a checkout, the "
+                     "wheel carries it): `sandboy run` starts ≈ 0.5 ms slower (docs/adr/0023)")
+    elif bundle["stale"]:
+        notes.append("changed since the byte-code bundle was written, imported the usual way: "
+                     + ", ".join(bundle["stale"]) + " (`make compile` rewrites the bundle)")
     return {
         "kernel": os.uname().release,
         "landlock_abi": abi,
@@ -121,6 +132,7 @@ def check() -> dict:
         "protections": protections,
         "cage_available": abi >= 1 and protections["seccomp_filter"],
         "egress": egress,
+        "bytecode_bundle": bundle,
         "notes": notes,
     }
 
@@ -138,6 +150,10 @@ def render(result: dict) -> str:
         lines.append("egress (net.domains): " + {"namespace": "private network namespace + proxy",
                                                  "landlock-fallback": "WEAKER fallback (Landlock port rule + proxy)",
                                                  "unavailable": "unavailable (refused, 125)"}[egress])
+    bundle = result.get("bytecode_bundle")
+    if bundle:
+        lines.append(f"start-up: {bundle['modules'] - len(bundle['stale'])} of {bundle['modules']} run-path modules "
+                     f"served from {bundle['path']}")
     lines.extend(f"note: {n}" for n in result["notes"])
     return "\n".join(lines)
 
