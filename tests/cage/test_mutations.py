@@ -8,8 +8,16 @@ block. Nothing in production reads a switch for this: the cage is built here, in
 the mutated module, and the probes run on the real kernel. A mutant that no probe notices means
 a rule without a test (or a rule that does nothing): the test names every survivor.
 
-The second test does the same for the other layers (hygiene, Landlock, the filter as a whole, the
-environment) by weakening their compilers' output.
+The second test does the same for the other layers by weakening their compilers' output or
+dropping one plan step: hygiene (no_new_privs, fds, signals and their mask, rlimits and the core
+limit, capabilities as a whole and step by step), every row of the protections table that has a
+probe here (the Landlock ruleset, TRUNCATE, REFER — its probe is the legitimate twin: without it
+every cross-directory rename fails —, IOCTL_DEV, TCP ports, scopes; the seccomp filter; the
+environment), `fs.deny` and the deny on Sandboy's own cache, `listen` refused where no listener
+is legitimate, protected paths, the post-run git check and its quarantine. Two capability steps
+are equivalent mutants, with the reason in `EQUIVALENT` (the test requires exactly those to
+survive). The namespace tier, the protected defaults, the git check's findings and the terminal
+have their own mutation checks (test_mutations_tier.py, _protected.py, _gitcheck.py, _terminal.py).
 
 Budget: about 115 mutants, each a handful of cage runs (≈ 15 s here); the first test stops past
 three minutes.
@@ -260,8 +268,159 @@ def _check_git_planted(cage, _v):
     assert not (cage.work / ".git" / "commondir").exists()
 
 
+def _check_listen(cage, v):
+    # connect grants only: no listener can be legitimate, and listen() on an unbound socket would
+    # take an ephemeral port Landlock never checks (test_net.py)
+    policy = cage.policy(net={"connect_tcp": [v["port"]]})
+    assert rules.answer(cage.run("tcp-listen", policy=policy)) == "EPERM"
+
+
+def _check_truncate(cage, _v):
+    data = cage.work / "data"
+    data.write_text("keep\n")
+    policy = cage.policy(fs={"read": [str(cage.work)]})
+    assert rules.answer(cage.run("truncate", data, policy=policy)) == "EACCES"
+    assert data.read_text() == "keep\n"
+
+
+def _check_refer_twin(cage, _v):
+    # the twin (legitimate work): a file moved between two directories of a write root; with
+    # REFER not handled, Landlock refuses every such rename (EXDEV), as on ABI 1
+    (cage.work / "a").mkdir()
+    (cage.work / "b").mkdir()
+    (cage.work / "a" / "f").write_text("moved\n")
+    policy = cage.policy(fs={"write": [str(cage.work)]})
+    assert cage.run("rename", cage.work / "a" / "f", cage.work / "b" / "f", policy=policy).ok
+    assert (cage.work / "b" / "f").read_text() == "moved\n"
+
+
+def _check_ioctl_dev(cage, _v):
+    # a terminal the policy lets the command open for reading only: no ioctl on it (ABI 5)
+    master, slave = os.openpty()
+    try:
+        path = os.ttyname(slave)
+        policy = cage.policy(fs={"read": [path], "exec": ["/bin", "/usr/bin"]})
+        out = cage.run(argv=["/bin/sh", "-c", f'exec "$0" tiocgwinsz < {path}', cage.probe], policy=policy)
+        assert rules.answer(out) == "EACCES", out
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def _check_deny(cage, _v):
+    secret = cage.work / "secret"
+    secret.write_text("secret\n")
+    policy = cage.policy(fs={"read": [str(cage.work)], "deny": [str(secret)]})
+    assert rules.answer(cage.run("read", secret, policy=policy)) == "EACCES"
+
+
+def _check_cache_denied(cage, _v):
+    # Sandboy's own cache inside a write grant: the command must not write it (ADR 0006)
+    cache = cage.work / "cache"
+    os.environ["SANDBOY_CACHE_DIR"] = str(cache)
+    try:
+        policy = cage.policy(fs={"write": [str(cage.work)]})
+        assert rules.answer(cage.run("create", cache / "planted", policy=policy)) == "EACCES"
+        assert not (cache / "planted").exists()
+    finally:
+        del os.environ["SANDBOY_CACHE_DIR"]
+
+
+def _check_core_limit(cage, _v):
+    import resource
+
+    previous = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (previous[1], previous[1]))  # the caller allows cores
+    try:
+        if resource.getrlimit(resource.RLIMIT_CORE)[0] == 0:
+            pytest.fail("cannot raise this process's core limit: the check would not see the step")
+        policy = cage.policy(fs={"exec": ["/bin", "/usr/bin"]})
+        assert cage.run(argv=["/bin/sh", "-c", "ulimit -c"], policy=policy).out == "0"
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, previous)
+
+
+CAP_NET_RAW = 13  # linux/capability.h, by hand
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, PR_CAP_AMBIENT_CLEAR_ALL = 47, 2, 4
+
+
+def _capabilities(inheritable: int) -> None:
+    """Set this thread's inheritable set (capset(2), v3: the low 32 bits here)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    data[2] = inheritable
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _check_caps_of_a_caller_with_inheritable_ones(cage, _v):
+    # A caller holding an inheritable (and so ambient-capable) capability, as a service started
+    # with systemd's AmbientCapabilities= is: the empty bounding set does not limit the
+    # inheritable set, and (P(inh) & F(inh)) gives it back at execve of a file that has it.
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    _capabilities(1 << CAP_NET_RAW)
+    try:
+        if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_RAW, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_CAP_AMBIENT_RAISE")
+        _check_caps(cage, _v)
+    finally:
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        _capabilities(0)
+
+
+def _check_unblocked(cage, _v):
+    import signal
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})  # the caller blocks one
+    try:
+        _check_status_line(cage, "SigBlk", "0000000000000000")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _without_step(plan, label):
+    """A hygiene plan function without its step named `label`."""
+    return lambda *a, **k: [step for step in plan(*a, **k) if step[0] != label]
+
+
+def _without_fs_right(right):
+    """protections.fs_rights_for without `right`: as on a kernel whose Landlock lacks it."""
+    from sandboy.confine import protections
+
+    real = protections.fs_rights_for
+    return lambda abi: real(abi) & ~right
+
+
+def _without_cache_deny():
+    from sandboy.confine import landlock
+    from sandboy.policy.load import cache_dir
+
+    real = landlock.expand_denies
+    return lambda denies, warn, budget=None: real([d for d in denies if d != os.path.realpath(cache_dir())], warn,
+                                                  budget)
+
+
+# Mutants no probe can tell apart from the intact cage, each with the reason (checked: exactly
+# these survive; a probe that kills one should take it off this list).
+EQUIVALENT = {
+    "securebits": "uid 0's execve gains capabilities only through the bounding set (emptied) and the "
+                  "inheritable set (emptied by capset), and no_new_privs stops set-id and file capabilities "
+                  "from adding any: SECBIT_NOROOT and its locks are a second lock (capabilities(7))",
+    "ambient cleared": "the kernel drops every ambient capability that is not both permitted and "
+                       "inheritable, and capset empties both: the explicit clear is a second lock "
+                       "(capabilities(7), 'Ambient capability set')",
+}
+
+
 def _protection_mutants():
-    from sandboy.confine import gitcheck, hygiene, landlock, protected, protections
+    from sandboy.confine import gitcheck, hygiene, landlock, protected, protections, seccomp
 
     def clear(key, value):
         return lambda compiled: compiled.outputs.__setitem__(key, value)
@@ -286,16 +445,38 @@ def _protection_mutants():
         ("post-run git check", gitcheck.GitSnapshot, "verify", lambda self, budget=0: [], _check_git_planted),
         ("environment", protections, "compile_environment",
          _wrap(protections.compile_environment, lambda c: c.outputs["env"].update(os.environ)), _check_environment),
+        # added since: the rest of the protections table, the denies, the git check's quarantine,
+        # and the hygiene steps one by one
+        ("listen refused without a legitimate listener", seccomp, "build",
+         (lambda real: lambda deny, *a, **k: real(set(deny) - {"listen"}, *a, **k))(seccomp.build), _check_listen),
+        ("landlock.fs.truncate", protections, "fs_rights_for", _without_fs_right(landlock.TRUNCATE), _check_truncate),
+        ("landlock.fs.refer (twin)", protections, "fs_rights_for", _without_fs_right(landlock.REFER),
+         _check_refer_twin),
+        ("landlock.fs.ioctl_dev", protections, "fs_rights_for", _without_fs_right(landlock.IOCTL_DEV),
+         _check_ioctl_dev),
+        ("fs.deny", landlock, "expand_denies", lambda denies, warn, budget=None: [], _check_deny),
+        ("Sandboy's cache denied", landlock, "expand_denies", _without_cache_deny(), _check_cache_denied),
+        ("git check quarantine", gitcheck, "quarantine", lambda findings, roots, stamp=None: ([], []),
+         _check_git_planted),
+        ("rlimit core", hygiene, "plan_rlimits", _without_step(hygiene.plan_rlimits, "rlimit core"),
+         _check_core_limit),
+        ("signals unblocked", hygiene, "plan_signals", _without_step(hygiene.plan_signals, "unblock signals"),
+         _check_unblocked),
     ]
     if os.geteuid() == 0:  # without capabilities there is nothing to drop
         out.append(("capabilities dropped", hygiene, "plan_drop_capabilities", lambda: [], _check_caps))
+        drop = hygiene.plan_drop_capabilities
+        for label, prefix in (("capability bounding set", "drop capability"), ("securebits", "securebits"),
+                              ("capset", "capset"), ("ambient cleared", "clear ambient")):
+            out.append((label, hygiene, "plan_drop_capabilities",
+                        (lambda p: lambda: [s for s in drop() if not s[0].startswith(p)])(prefix),
+                        _check_caps_of_a_caller_with_inheritable_ones))
     return out
 
 
 def test_every_protection_has_a_probe_that_fails_without_it(probe, tmp_path_factory):
-    """The same for the cage's other layers: hygiene (no_new_privs, fds, signals, rlimits,
-    capabilities), Landlock (the ruleset, TCP ports, scopes), the seccomp filter as a whole,
-    protected paths, the post-run git check, the environment. The namespace tier has its own probes (test_namespaces.py)."""
+    """The same for the cage's other layers (see the module docstring); the namespace tier has
+    its own mutation check (test_mutations_tier.py)."""
     victim = rules.start_victim()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -322,4 +503,7 @@ def test_every_protection_has_a_probe_that_fails_without_it(probe, tmp_path_fact
         victim.kill()
         victim.wait()
         listener.close()
-    assert not survivors, f"protections no probe depends on: {survivors}"
+    equivalent = {label for label, *_ in mutants} & set(EQUIVALENT)
+    assert sorted(survivors) == sorted(equivalent), (
+        f"protections no probe depends on: {sorted(set(survivors) - equivalent)}; "
+        f"listed as equivalent but killed: {sorted(equivalent - set(survivors))}")
