@@ -9,7 +9,7 @@ done, not the wait for a core, so its ratios hold under load. It does not replac
 targets (a run also waits for the kernel, e.g. RCU grace periods at namespace teardown); it says
 where the work went.
 
-    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC] [--only cli]
+    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC] [--only cli|gate]
 
 --before SRC: also measure the `sandboy` package under SRC (a directory holding `sandboy/`:
 e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_ext --inplace`
@@ -110,9 +110,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--before", metavar="SRC", help="a `sandboy` source tree to compare with (see --help)")
-    parser.add_argument("--only", choices=("cli",), help="cli: only the floor and `sandboy run` (no API, gate, bwrap)")
+    parser.add_argument("--only", choices=("cli", "gate"),
+                        help="cli: only the floor and `sandboy run` (no API, gate, bwrap); "
+                             "gate: only plain bash, isolated bwrap and the gate")
     args = parser.parse_args()
-    bwrap = shutil.which("bwrap") if args.only is None else None
+    bwrap = shutil.which("bwrap") if args.only != "cli" else None
     with tempfile.TemporaryDirectory(prefix="sandboy-bench-cpu-") as base:
         policy = os.path.join(base, "bench.toml")
         with open(policy, "w") as fh:
@@ -135,10 +137,13 @@ def main() -> int:
                  "bash", "-lc", "true"], plain_env, repo)
         if args.only == "cli":
             del cases["plain bash -lc true"]
+        if args.only == "gate":
+            del cases["floor"], cases["bwrap --unshare-all"]
+        wanted = {None: "", "cli": "run CLI", "gate": "gate, per step"}[args.only]
         trees = [("", SRC)] + ([(" (before)", os.path.abspath(args.before))] if args.before else [])
         for label, src in trees:
             chosen = cases_for(label, src, policy, repo, home)
-            cases.update({name: fn for name, fn in chosen.items() if args.only is None or name.startswith("run CLI")})
+            cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)})
         for fn in cases.values():  # warm caches (policy parse cache, page cache)
             fn()
         samples = {name: [] for name in cases}
@@ -152,12 +157,12 @@ def main() -> int:
         print(f"  {name:<36} {secs * 1000:8.2f} ms")
     print("  ratios")
     for label in ("", " (before)") if args.before else ("",):
-        if f"run CLI{label}" not in med:
-            continue
-        print(f"    run CLI / floor{label:<21} {med[f'run CLI{label}'] / med['floor']:6.2f}x")
-        if bwrap:
+        if f"run CLI{label}" in med:
+            print(f"    run CLI / floor{label:<21} {med[f'run CLI{label}'] / med['floor']:6.2f}x")
+        if args.only is None and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")
+        if bwrap and f"gate, per step{label}" in med:
             over = med[f"gate, per step{label}"] - med["plain bash -lc true"]
             bw = med["isolated bwrap bash -lc true"] - med["plain bash -lc true"]
             print(f"    gate step over plain{label}: +{over * 1000:.2f} ms (isolated bwrap +{bw * 1000:.2f} ms)")
