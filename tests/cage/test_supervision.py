@@ -314,6 +314,26 @@ def test_the_api_supervisor_runs_stop_hooks_when_killed(tmp_path):
     assert events.read_text().split() == ["a.start", "a.started", "a.saw:killed:137", "a.stop"]
 
 
+def test_the_api_supervisor_killed_right_after_spawn_still_ends_and_reports_the_tree(tmp_path):
+    """kill() before the supervisor has its SIGTERM handler (it is born with SIGTERM blocked)
+    and a burst of SIGTERMs while it ends the tree: each run is reported "killed" — never "the
+    sandboy supervisor died" — and leaves no process behind."""
+    import signal
+
+    marker = f"burst-{os.getpid()}-{time.monotonic_ns()}"
+    for burst in (1, 50):
+        proc = spawn([SH, "-c", f"exec -a {marker} /usr/bin/sleep 60"], _policy(tmp_path), cwd=str(tmp_path),
+                     supervise=True, **_no_terminal())
+        for _ in range(burst):
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                break
+        result = proc.wait()
+        assert (result.outcome, result.returncode) == ("killed", 137), (burst, result)
+        assert _named(marker) == []
+
+
 # --- one handle interface ------------------------------------------------------------------
 
 
@@ -421,6 +441,60 @@ def test_a_before_and_after_hook_that_fails_the_run_fails_a_direct_child_closed(
     result = spawn([SH, "-c", "exit 0"], _policy(tmp_path), cwd=str(tmp_path), supervise=None,
                    **_no_terminal(), hooks=[AroundOnly("a", [], str(events), fail_in="stop")]).wait()
     assert (result.outcome, result.returncode, result.error) == ("cage_error", 125, "a: a refuses in stop")
+
+
+# --- a direct child: the same start, refusal and finish path as a Supervision, unsupervised ---------
+
+
+def _direct(tmp_path, argv, hooks):
+    """DirectChild(...).start() on a cage it owns: (the handle or the exception raised, the cage)."""
+    cage = build(_policy(tmp_path), cwd=str(tmp_path))
+    null = _no_terminal()["stdin"]
+    try:
+        return DirectChild(argv, cage, True, (null, null, null), hooks).start(), cage
+    except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+        return exc, cage
+
+
+def test_a_direct_child_refused_by_a_start_hook_starts_nothing_and_closes_its_cage(tmp_path):
+    log, marker = [], tmp_path / "ran"
+    got, cage = _direct(tmp_path, [SH, "-c", f"/usr/bin/touch {marker}"],
+                        [Recorder("a", log), Recorder("b", log, fail_in="start"), Recorder("c", log)])
+    assert isinstance(got, CageError) and str(got) == "b: b refuses in start"
+    assert log == ["a.start", "b.start", "a.saw:cage_error:125", "a.stop"]
+    assert not marker.exists() and cage.closed
+
+
+def test_a_direct_child_whose_started_hook_fails_is_killed_refused_and_its_cage_closed(tmp_path):
+    log, marker = [], f"direct-refused-{os.getpid()}-{time.monotonic_ns()}"
+    got, cage = _direct(tmp_path, [SH, "-c", f"exec -a {marker} /usr/bin/sleep 60"],
+                        [Recorder("a", log), TreeChecker(marker, []), Recorder("b", log, fail_in="started")])
+    assert isinstance(got, CageError) and str(got) == "b: b refuses in started"
+    # the command was SIGKILLed (not a cage error of its own): both stop hooks saw the refusal
+    assert log == ["a.start", "b.start", "a.started", "b.started", "b.saw:cage_error:125", "b.stop",
+                   "a.saw:cage_error:125", "a.stop"]
+    assert _named(marker) == [] and cage.closed
+
+
+def test_a_direct_child_start_that_raises_stops_the_hooks_closes_its_cage_and_leaks_no_fd(tmp_path):
+    log = []
+    before = set(os.listdir("/proc/self/fd"))
+    got, cage = _direct(tmp_path, [SH, "-c", "exit 0\0"], [Recorder("a", log)])
+    assert isinstance(got, ValueError), got
+    assert log == ["a.start", "a.saw:cage_error:125", "a.stop"] and cage.closed
+    # the only new fd is _no_terminal's /dev/null (closed by the fixture)
+    assert len(set(os.listdir("/proc/self/fd")) - before) == 1
+
+
+def test_a_direct_child_reports_its_exit_to_the_hooks_then_closes_its_cage(tmp_path):
+    log = []
+    got, cage = _direct(tmp_path, [SH, "-c", "exit 3"], [AroundOnly("a", log)])
+    assert isinstance(got, DirectChild), got
+    assert not cage.closed  # while it runs
+    result = got.wait()
+    assert (result.outcome, result.returncode) == ("exited", 3), result
+    assert result.enforced == cage.enforced and got.wait() is result
+    assert log == ["a.start", "a.started", "a.saw:exited:3", "a.stop"] and cage.closed
 
 
 # --- sandboy run supervises in its own process under the tier (supervisor.run_here) ---------------

@@ -25,7 +25,6 @@ How a command is run (each its own module):
 
 import _signal as signal  # the C module: `signal` imports enum
 import os
-import time
 
 from sandboy.confine.exec_mode import hooks_for, supervisor_needed
 from sandboy.confine.result import (  # noqa: F401  (the API's names)
@@ -42,63 +41,40 @@ from sandboy.confine.result import (  # noqa: F401  (the API's names)
     from_child,
 )
 from sandboy.confine.supervision import Handle, Hook, HookChain, Supervision, timeout_for  # noqa: F401
-from sandboy.errors import EXIT_CAGE, CageError
+from sandboy.errors import CageError
 
 
-class DirectChild(Handle):
+class DirectChild(Supervision):
     """A command started with no supervisor (`spawn(..., supervise=False)`, or nothing needed
     one): `pid` is the command's own, `kill()` is SIGKILL to it alone, and its descendants are
     not swept. Only its cage or exec error comes back on the error pipe. Hooks that need no
     supervisor (`Hook.during_run` false, under the namespace tier: the command is the PID
-    namespace's init, so once it is reaped nothing of the run is left) run around it."""
+    namespace's init, so once it is reaped nothing of the run is left) run around it.
 
-    abandoned = False  # what hooks may ask (see Supervision.end)
-    exits_after = False
-    _refused = None    # why a started hook refused the run
+    A Supervision that supervises nothing: the same start, refusal and finish path (hooks,
+    the cage's report, fail closed), without the subreaper, the pids group, the death signal,
+    the deadline and the sweep. `spawn` checked the cage is open; an owned cage is closed
+    once the run is over (or refused). A failed fork raises its OSError, as `spawn` does for
+    a supervisor process."""
 
     def __init__(self, argv, cage, owns_cage: bool, stdio, hooks=()):
-        self.argv, self.cage, self.stdio = list(argv), cage, stdio
+        super().__init__(argv, cage, stdio=stdio, hooks=hooks)
         self._owns_cage = owns_cage
-        self._hooks = HookChain(hooks)
-        self._result = None
-        self.pid = None
 
-    def start(self) -> "DirectChild":
+    def _prepare(self) -> tuple:
         from sandboy.confine.terminal import session_steps
 
-        self._started = time.monotonic()
-        try:
-            self._first = session_steps() + self._hooks.start(self)
-        except CageError as exc:
-            self._refuse(str(exc))
-        self._err_fd, err_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            self.pid = self.cage.start_child(self.argv, self.stdio, err_w, self._first)
-        except BaseException as exc:
-            os.close(self._err_fd)
-            if isinstance(exc, (CageError, OSError)):
-                self._refuse(str(exc) if isinstance(exc, CageError) else f"fork failed: {exc.strerror}", exc)
-            self._refuse(f"{type(exc).__name__}: {exc}", exc)
-        finally:
-            os.close(err_w)
-        try:
-            self._hooks.started(self)
-        except CageError as exc:
-            self._refused = str(exc)
-            self.kill()
-            self.wait()
-            raise
-        return self
+        return session_steps()
 
-    def _refuse(self, why: str, exc=None):
-        """Nothing started: the hooks that started are stopped, then the refusal is raised
-        (anything but a CageError as it was: an OSError from fork, a ValueError for NUL bytes)."""
-        self._hooks.stop(self, RunResult(EXIT_CAGE, CAGE_ERROR, error=why))
-        if self._owns_cage:
-            self.cage.close()
-        if exc is not None and not isinstance(exc, CageError):
-            raise exc
-        raise CageError(why) from None
+    def _fork_failed(self, exc: OSError):
+        try:
+            self._refuse_unstarted(f"fork failed: {exc.strerror}")
+        except CageError:
+            pass
+        raise exc
+
+    def _watch(self) -> None:
+        pass  # nothing watches it: wait() blocks in waitpid
 
     def kill(self) -> None:
         if self._result is None:
@@ -107,19 +83,13 @@ class DirectChild(Handle):
             except ProcessLookupError:
                 pass
 
-    def wait(self) -> RunResult:
-        if self._result is None:
-            _, status = os.waitpid(self.pid, 0)
-            from sandboy.confine._libc import read_all
+    def _reap(self) -> None:
+        self.exited(block=True)
 
-            result = from_child(status, read_all(self._err_fd), self.argv, self.cage, self.stdio, self._first)
-            result.duration = time.monotonic() - self._started
-            result.report_cage(self.cage)
-            self._result = result
-            self._hooks.end(self, result, self._refused)
-            if self._owns_cage:
-                self.cage.close()
-        return self._result
+    def _finish(self, result: RunResult) -> None:
+        super()._finish(result)
+        if self._owns_cage:
+            self.cage.close()
 
 
 def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=None, stderr=None,

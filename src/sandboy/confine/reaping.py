@@ -47,6 +47,21 @@ def kill_pass(cgroup=None) -> None:
             pass
 
 
+def wait_until(pid: int, deadline=None):
+    """waitpid(pid) (-1: any child): the wait status of the process reaped, blocking or — with a
+    `deadline` (time.monotonic()) — polling until then; None when the deadline came first.
+    ChildProcessError as waitpid raises it."""
+    if deadline is None:
+        return os.waitpid(pid, 0)[1]
+    while True:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+
+
 def sweep(cgroup=None, deadline=None) -> bool:
     """SIGKILL and reap until no descendant is left. Orphans come back to us (subreaper), so
     each round sees the ones the previous round's deaths released. `deadline` (time.monotonic()):
@@ -54,13 +69,8 @@ def sweep(cgroup=None, deadline=None) -> bool:
     while True:
         kill_pass(cgroup)
         try:
-            if deadline is None:
-                os.waitpid(-1, 0)
-            else:
-                while not os.waitpid(-1, os.WNOHANG)[0]:
-                    if time.monotonic() >= deadline:
-                        return False
-                    time.sleep(0.005)
+            if wait_until(-1, deadline) is None:
+                return False
             # Reap the whole batch before walking /proc again: one walk per reaped child made the
             # sweep quadratic (2,000 processes took 26 s past a 3 s timeout).
             while os.waitpid(-1, os.WNOHANG)[0]:

@@ -186,23 +186,9 @@ class Supervision(Handle):
     def start(self) -> "Supervision":
         """Start the command (see the module docstring). Raises CageError (125) when the run is
         refused; `wait()` then returns the refusal, with what the stop hooks added."""
-        from sandboy.confine._libc import SYS_PRCTL, prctl
-        from sandboy.confine.terminal import session_steps
-
         self.started = time.monotonic()
         try:
-            self.cage.check_open()  # a closed cage: refused before anything else
-            prctl(PR_SET_CHILD_SUBREAPER, 1)
-            self._enter_pids_group()
-        except CageError as exc:
-            self._refuse_unstarted(str(exc))
-        # The command leads a session of its own (`ctty` becomes its controlling terminal) and
-        # dies with this process: if the supervisor is killed outright its descendants are still
-        # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
-        first = (*session_steps(self.ctty),
-                 ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
-        try:
-            first += self.hooks.start(self)
+            first = self._prepare() + self.hooks.start(self)
         except CageError as exc:
             self._refuse_unstarted(str(exc))
         self._first = first
@@ -212,7 +198,7 @@ class Supervision(Handle):
         except CageError as exc:
             self._refuse_unstarted(str(exc))
         except OSError as exc:
-            self._refuse_unstarted(f"fork failed: {exc.strerror}")
+            self._fork_failed(exc)
         except BaseException as exc:  # e.g. ValueError: a NUL byte in argv; raised as it is
             try:
                 self._refuse_unstarted(f"{type(exc).__name__}: {exc}")
@@ -221,16 +207,38 @@ class Supervision(Handle):
             raise
         finally:
             os.close(err_w)
-        self.pidfd = os.pidfd_open(self.pid)
-        self.deadline = self.started + self.timeout if self.timeout else None
+        self._watch()
         try:
             self.hooks.started(self)
         except CageError as exc:
             self._refused = str(exc)
-            self.end(KILLED)
+            self.kill()
             self.wait()
             raise CageError(self._refused) from None
         return self
+
+    def _prepare(self) -> tuple:
+        """Before the hooks start: make this process the run's supervisor; the (label, step)
+        pairs the child runs first. CageError refuses the run."""
+        from sandboy.confine._libc import SYS_PRCTL, prctl
+        from sandboy.confine.terminal import session_steps
+
+        self.cage.check_open()  # a closed cage: refused before anything else
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        self._enter_pids_group()
+        # The command leads a session of its own (`ctty` becomes its controlling terminal) and
+        # dies with this process: if the supervisor is killed outright its descendants are still
+        # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
+        return (*session_steps(self.ctty),
+                ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
+
+    def _fork_failed(self, exc: OSError):
+        self._refuse_unstarted(f"fork failed: {exc.strerror}")
+
+    def _watch(self) -> None:
+        """Right after the fork: what the supervisor watches the command with."""
+        self.pidfd = os.pidfd_open(self.pid)
+        self.deadline = self.started + self.timeout if self.timeout else None
 
     def _enter_pids_group(self) -> None:
         if os.geteuid() != 0:
@@ -304,20 +312,15 @@ class Supervision(Handle):
             return
         if self._status is None:
             reaping.kill_pass(self._own_group)
-            if deadline is None:
-                try:
-                    self._status = os.waitpid(self.pid, 0)[1]
-                except ChildProcessError:  # reaped, its status lost to an interrupting signal
-                    self._status = signal.SIGKILL
-            else:
-                while not (reaped := os.waitpid(self.pid, os.WNOHANG))[0] and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                if not reaped[0]:
-                    self.abandoned = True
-                    self._status = signal.SIGKILL  # the wait status of a process killed by SIGKILL
-                    self._ended = True
-                    return
-                self._status = reaped[1]
+            try:
+                self._status = reaping.wait_until(self.pid, deadline)
+            except ChildProcessError:  # reaped, its status lost to an interrupting signal
+                self._status = signal.SIGKILL
+            if self._status is None:
+                self.abandoned = True
+                self._status = signal.SIGKILL  # the wait status of a process killed by SIGKILL
+                self._ended = True
+                return
         if before_sweep is not None:
             before_sweep()
         if not reaping.sweep(self._own_group, deadline):
@@ -332,10 +335,7 @@ class Supervision(Handle):
 
     def wait(self) -> RunResult:
         if self._result is None:
-            if self._status is None:
-                self.exited(block=True)
-            self.end()
-            os.close(self.pidfd)
+            self._reap()
             from sandboy.confine._libc import read_all
 
             result = from_child(self._status, read_all(self._err_r), self.argv, self.cage, self.stdio,
@@ -344,6 +344,13 @@ class Supervision(Handle):
             self.cage_refused = result.outcome == CAGE_ERROR
             self._finish(result)
         return self._result
+
+    def _reap(self) -> None:
+        """Until the command and every descendant are gone and reaped."""
+        if self._status is None:
+            self.exited(block=True)
+        self.end()
+        os.close(self.pidfd)
 
     def _finish(self, result: RunResult) -> None:
         """The tree is gone: leave the run's own pids group, then the stop hooks, last first."""

@@ -106,6 +106,7 @@ def run_here(argv, cage, hooks, tty=False) -> RunResult:
     if cage.tier is None:
         raise ValueError("run_here needs the namespace tier (without it a supervisor process sweeps the tree)")
     cage.check_open()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as a forked supervisor is born: see supervise
     return supervise(list(argv), cage, timeout_for(cage, None), (None, None, None), hooks, tty=tty)
 
 
@@ -133,7 +134,12 @@ def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> 
 def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> RunResult:
     """Supervise one run from THIS process, which ends right after it: relay the terminal,
     pass its signals on, end the run on SIGTERM (outcome "killed"); the RunResult. The forked
-    supervisor's life, and `sandboy run`'s own under the namespace tier (`run_here`)."""
+    supervisor's life, and `sandboy run`'s own under the namespace tier (`run_here`).
+
+    Called with SIGTERM blocked (the forked supervisor is born so, `run_here` blocks it): a stop
+    request that arrived while the child was being started would otherwise escape before we
+    know the child's pid (and leave its tree running). It lands once we wait. Hooks that start
+    threads in started() start them with it blocked too."""
     from sandboy.confine.terminal import Relay
 
     # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
@@ -154,10 +160,6 @@ def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> 
         if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
             signal.signal(sig, forward)
     signal.signal(signal.SIGTERM, _on_stop)
-    # Held back until we wait: a stop request that arrived while the child was being started
-    # would otherwise escape before we know the child's pid (and leave its tree running). Hooks
-    # that start threads in started() start them with it blocked too.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         relay = Relay(stdio, tty)
     except OSError as exc:
@@ -175,13 +177,14 @@ def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> 
 
     outcome = None
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a pending stop lands here
-        if not _wait_until_exit(run, relay if relay.active else None):
-            outcome = TIMED_OUT
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a pending stop lands here
+            if not _wait_until_exit(run, relay if relay.active else None):
+                outcome = TIMED_OUT
+        finally:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # from here on the tree is ours to end
     except _Stop:
         outcome = KILLED
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # from here on the tree is ours to end
 
     def hang_up():
         # What the command left is shown, then the pipes are closed and the pty is hung up, so
