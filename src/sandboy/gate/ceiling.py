@@ -51,11 +51,19 @@ BUILTIN = {
 }
 
 
+def _copied(value):
+    """A deep copy of `BUILTIN`'s dicts, lists and scalars (without the `copy` module's import)."""
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    return value
+
+
 def builtin() -> Policy:
-    import copy
     import os
 
-    data = copy.deepcopy(BUILTIN)
+    data = _copied(BUILTIN)
     # Only system paths that exist on this host (e.g. /lib64 or /usr/libexec may be absent).
     for key in ("read", "exec"):
         data["fs"][key] = [p for p in data["fs"][key] if p.startswith("{") or os.path.exists(p)]

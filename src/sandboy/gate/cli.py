@@ -104,7 +104,7 @@ def run_command(args) -> int:
     from sandboy.gate.console import Console
     from sandboy.gate.outputs import check_outside, check_writable
     from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT
-    from sandboy.gate.runner import StopRequest, resolve_ceiling, run_gate
+    from sandboy.gate.runner import GateRun, StopRequest, resolve_ceiling
 
     if args.print_ceiling:
         sys.stdout.write(f"# The built-in ceiling of `sandboy gate` (docs/gate.md). Edit and pass with --ceiling FILE.\n"
@@ -134,8 +134,8 @@ def run_command(args) -> int:
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
     max_output = DEFAULT_MAX_STEP_OUTPUT if args.max_step_output is None else args.max_step_output
     try:
-        result = run_gate(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
-                          interactive=args.interactive, max_output=max_output)
+        result = GateRun(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
+                         interactive=args.interactive, max_output=max_output).run()
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself

@@ -215,14 +215,48 @@ def write_all(gate_result, junit=None, json_path=None, summary=None) -> None:
 
 
 def write_json(path: str, data: dict) -> None:
-    import json
-
     from sandboy.gate.outputs import open_output
 
-    # No indent: with one, json uses its pure-Python encoder, which took ≈ 0.2 s for a
-    # 200-step report (each step carries its enforced rules) — a tenth of the gate's own time.
     with open_output(path) as fh:
-        fh.write((json.dumps(data, separators=(",", ":")) + "\n").encode("utf-8"))
+        fh.write((dumps(data) + "\n").encode("utf-8"))
 
 
-__all__ = ["table", "to_json", "to_junit", "to_markdown", "write_all", "error_json"]
+# Per step, the bulk of a report: every step of one effective policy holds the same two objects
+# (the policy's TOML form and its cage's enforced rules, ≈ 10 KB of JSON a step).
+_SHARED = ("effective_policy", "enforced")
+
+
+def dumps(data: dict) -> str:
+    """`json.dumps(data, separators=(",", ":"))`, byte for byte, with each object that steps
+    share (`_SHARED`, the same object) encoded once: 2.3 ms instead of 12.7 ms for 100 steps of
+    one policy. No indent: with one, json uses its pure-Python encoder (≈ 0.2 s for 200 steps)."""
+    import json
+
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    encoded: dict = {}  # id of a shared object -> its JSON; each is alive in `data` meanwhile
+
+    def step_json(step: dict) -> str:
+        parts, plain = [], {}
+        for key, value in step.items():
+            if key not in _SHARED:
+                plain[key] = value
+                continue
+            if plain:  # the keys before it, in their order: "{...}" without its braces
+                parts.append(encode(plain)[1:-1])
+                plain = {}
+            text = encoded.get(id(value))
+            if text is None:
+                text = encoded[id(value)] = encode(value)
+            parts.append(f"{encode(key)}:{text}")
+        if plain:
+            parts.append(encode(plain)[1:-1])
+        return "{" + ",".join(parts) + "}"
+
+    if not isinstance(data.get("steps"), list) or list(data)[-1] != "steps":
+        return encode(data)
+    head = encode({key: value for key, value in data.items() if key != "steps"})
+    steps = ",".join(step_json(step) for step in data["steps"])
+    return f'{head[:-1]}{"," if len(head) > 2 else ""}"steps":[{steps}]}}'
+
+
+__all__ = ["table", "to_json", "to_junit", "to_markdown", "write_all", "error_json", "dumps"]

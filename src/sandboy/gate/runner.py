@@ -250,7 +250,7 @@ class StopRequest:
 
     def install(self) -> None:
         """Take over SIGINT and SIGTERM for this process (the CLI does; a library caller may not)."""
-        import signal
+        import _signal as signal  # the C module: `signal` imports enum and wraps what we use
 
         signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -268,84 +268,6 @@ class StopRequest:
                 pass
         except BlockingIOError:
             pass
-
-
-def _pump(run, read_fd: int, stream: StepOutput, console, stop: StopRequest) -> bool:
-    """Copy the step's output while it runs; end its tree when it exits, times out or the
-    operator stops the gate. Runs until BOTH the output is closed and the command has exited:
-    a step may close its output and go on running, and its deadline still holds. Returns True
-    when the operator stopped the gate (^C, SIGTERM)."""
-    poller = select.poll()
-    for fd in (read_fd, run.pidfd, stop.fd):
-        poller.register(fd, select.POLLIN)
-    watching = {read_fd, run.pidfd}
-    while watching:
-        left = run.time_left()
-        wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
-        for fd, _ in poller.poll(wait_ms):
-            if fd == stop.fd:
-                stop.drain()
-            elif fd == run.pidfd:
-                # The command exited: end its descendants now, so none holds the pipe open.
-                poller.unregister(fd)
-                watching.discard(fd)
-                run.exited()
-                run.end()
-            elif fd == read_fd:
-                chunk = os.read(read_fd, 65536)
-                if chunk:
-                    stream.feed(chunk)
-                else:
-                    poller.unregister(fd)
-                    watching.discard(fd)
-        if stop.requested and run.pidfd in watching:
-            # the tree dies: the pidfd and the pipe report it next — unless the kernel takes long
-            # to tear a process down, which the gate then does not wait for (it ends within 1 s)
-            run.end(KILLED, deadline=time.monotonic() + STOP_GRACE_SECONDS)
-            if run.abandoned:
-                return True
-        elif run.time_left() == 0 and run.pidfd in watching:
-            run.end(TIMED_OUT)
-        console.tick()
-    return stop.requested
-
-
-def _pump_interactive(run, relay, stop: StopRequest) -> bool:
-    """`--tty STEP`: relay the operator's terminal and the step's own pseudo-terminal
-    (terminal.Relay) until the command exits, times out or the operator stops the gate; then
-    hang the pty up and end the tree, as `_pump` does. No live status line: the terminal is the
-    step's meanwhile."""
-    import signal
-
-    previous = signal.signal(signal.SIGWINCH, relay.update_window_size)
-    try:
-        while True:
-            poller = select.poll()
-            for fd in (run.pidfd, stop.fd):
-                poller.register(fd, select.POLLIN)
-            for fd, events in relay.poll_set():
-                poller.register(fd, events)
-            left = run.time_left()
-            exited = False
-            for fd, events in poller.poll(250 if left is None else max(0, min(250, int(left * 1000) + 1))):
-                if fd == stop.fd:
-                    stop.drain()
-                elif fd == run.pidfd:
-                    exited = True
-                else:
-                    relay.service(fd, events)
-            if exited:
-                run.exited()
-                relay.finish()  # hung up before the sweep: nothing left can use the pty
-                run.end()
-                return stop.requested
-            if stop.requested or run.time_left() == 0:
-                run.end(KILLED if stop.requested else TIMED_OUT)
-                relay.finish()
-                return stop.requested
-    finally:
-        relay.close()
-        signal.signal(signal.SIGWINCH, previous)
 
 
 class GateRun:
@@ -370,6 +292,7 @@ class GateRun:
         self.interactive = frozenset(interactive)
         self.results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
         self.cages = None  # a CageCache while run() runs
+        self._null = None  # /dev/null, open while run() runs
         if log_dir is not None:
             taken: set = set()
             for result in self.results:
@@ -383,10 +306,12 @@ class GateRun:
         self.console.gate_start(self.gate, self.ceiling_source)
         self.cages = CageCache(self.gate.repo)
         self._left_behind: list = []
+        self._null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # every step's stdin
         interrupted = False
         try:
             interrupted = self._run_steps()
         finally:
+            os.close(self._null)
             self._left_behind += self.cages.close(self._cleanup_deadline())
             self.cages = None
         for path in self._left_behind:
@@ -405,6 +330,7 @@ class GateRun:
         """Run the steps in order; True when the operator stopped the gate (^C, SIGTERM)."""
         gate_dir = os.path.dirname(self.gate.path)
         halted = False  # a required step failed and --keep-going is off: the rest are not run
+        shown = (None, None)  # the last step's effective policy and its TOML form
         for step, result in zip(self.gate.steps, self.results):
             if self.stop.requested:
                 return True
@@ -420,7 +346,9 @@ class GateRun:
                 self.console.step_end(result)
                 break
             result.narrowings = narrowings
-            result.policy = policy.to_toml_dict()
+            if policy is not shown[0]:  # steps without a policy of their own all run the ceiling
+                shown = (policy, policy.to_toml_dict())
+            result.policy = shown[1]  # one object for them all: the JSON report encodes it once
             self.console.step_start(result, len(self.results))
             try:
                 interrupted = self.run_step(step, result, policy)
@@ -445,7 +373,6 @@ class GateRun:
 
             log_fh = open_output(result.log_path)
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         stream = StepOutput(self.console, step.name, log_fh, self.max_output)
         interrupted = False
         owned = False
@@ -457,7 +384,7 @@ class GateRun:
             from sandboy.confine.supervision import Supervision
 
             try:
-                stdio, ctty = (null_fd, write_fd, write_fd), None
+                stdio, ctty = (self._null, write_fd, write_fd), None
                 if step.name in self.interactive:
                     from sandboy.confine.terminal import Relay
 
@@ -489,13 +416,12 @@ class GateRun:
                 return False
             finally:
                 os.close(write_fd)
-                os.close(null_fd)
                 if relay is not None:
                     relay.started()
             if relay is not None:
-                interrupted = _pump_interactive(proc, relay, self.stop)
+                interrupted = self._pump_interactive(proc, relay)
             else:
-                interrupted = _pump(proc, read_fd, stream, self.console, self.stop)
+                interrupted = self._pump(proc, read_fd, stream)
             outcome = proc.wait()
         finally:
             if relay is not None:
@@ -518,6 +444,84 @@ class GateRun:
         return interrupted
 
 
+    def _pump(self, run, read_fd: int, stream: StepOutput) -> bool:
+        """Copy the step's output while it runs; end its tree when it exits, times out or the
+        operator stops the gate. Runs until BOTH the output is closed and the command has exited:
+        a step may close its output and go on running, and its deadline still holds. Returns True
+        when the operator stopped the gate (^C, SIGTERM)."""
+        poller = select.poll()
+        for fd in (read_fd, run.pidfd, self.stop.fd):
+            poller.register(fd, select.POLLIN)
+        watching = {read_fd, run.pidfd}
+        while watching:
+            left = run.time_left()
+            wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
+            for fd, _ in poller.poll(wait_ms):
+                if fd == self.stop.fd:
+                    self.stop.drain()
+                elif fd == run.pidfd:
+                    # The command exited: end its descendants now, so none holds the pipe open.
+                    poller.unregister(fd)
+                    watching.discard(fd)
+                    run.exited()
+                    run.end()
+                elif fd == read_fd:
+                    chunk = os.read(read_fd, 65536)
+                    if chunk:
+                        stream.feed(chunk)
+                    else:
+                        poller.unregister(fd)
+                        watching.discard(fd)
+            if self.stop.requested and run.pidfd in watching:
+                # the tree dies: the pidfd and the pipe report it next — unless the kernel takes long
+                # to tear a process down, which the gate then does not wait for (it ends within 1 s)
+                run.end(KILLED, deadline=time.monotonic() + STOP_GRACE_SECONDS)
+                if run.abandoned:
+                    return True
+            elif run.time_left() == 0 and run.pidfd in watching:
+                run.end(TIMED_OUT)
+            self.console.tick()
+        return self.stop.requested
+
+
+    def _pump_interactive(self, run, relay) -> bool:
+        """`--tty STEP`: relay the operator's terminal and the step's own pseudo-terminal
+        (terminal.Relay) until the command exits, times out or the operator stops the gate; then
+        hang the pty up and end the tree, as `_pump` does. No live status line: the terminal is the
+        step's meanwhile."""
+        import signal
+
+        previous = signal.signal(signal.SIGWINCH, relay.update_window_size)
+        try:
+            while True:
+                poller = select.poll()
+                for fd in (run.pidfd, self.stop.fd):
+                    poller.register(fd, select.POLLIN)
+                for fd, events in relay.poll_set():
+                    poller.register(fd, events)
+                left = run.time_left()
+                exited = False
+                for fd, events in poller.poll(250 if left is None else max(0, min(250, int(left * 1000) + 1))):
+                    if fd == self.stop.fd:
+                        self.stop.drain()
+                    elif fd == run.pidfd:
+                        exited = True
+                    else:
+                        relay.service(fd, events)
+                if exited:
+                    run.exited()
+                    relay.finish()  # hung up before the sweep: nothing left can use the pty
+                    run.end()
+                    return self.stop.requested
+                if self.stop.requested or run.time_left() == 0:
+                    run.end(KILLED if self.stop.requested else TIMED_OUT)
+                    relay.finish()
+                    return self.stop.requested
+        finally:
+            relay.close()
+            signal.signal(signal.SIGWINCH, previous)
+
+
 def _status(outcome) -> str:
     """A RunResult's outcome as a step status; nothing but "exited 0" reads as passed."""
     if outcome.outcome == EXITED:
@@ -530,9 +534,3 @@ def _status(outcome) -> str:
         return "killed"
     return "cage_error"  # CAGE_ERROR, and PLANTED: the cage did not hold (ADR 0019)
 
-
-def run_gate(gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,
-             interactive=(), max_output: int = DEFAULT_MAX_STEP_OUTPUT) -> GateResult:
-    """Run the gate (see GateRun)."""
-    return GateRun(gate, ceiling, console, log_dir=log_dir, keep_going=keep_going, stop=stop,
-                   interactive=interactive, max_output=max_output).run()
