@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 # The adapters' guest sources (adapters/: the WIT, common/ helpers, one directory per adapter) are
@@ -22,7 +23,8 @@ GUEST_PACKAGE_DIR = ("sandboy", "audit", "guest_sources")
 
 def write_run_path_bundle(package_dir: Path) -> None:
     """The run path's byte code in one validated file (docs/adr/0023), written by the builder
-    the package itself carries, so the wheel's bundle matches its sources exactly."""
+    the package itself carries, so the wheel's bundle matches its sources exactly. Written after
+    the C executor is built (build_ext runs after build_py), so the bundle's index names it."""
     spec = importlib.util.spec_from_file_location("_sandboy_bundle_builder", package_dir / "bytecode_bundle.py")
     builder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(builder)
@@ -32,11 +34,8 @@ def write_run_path_bundle(package_dir: Path) -> None:
 class build_py_with_guest_sources(build_py):
     def run(self):
         super().run()
-        if self.editable_mode:
-            return  # an editable install reads adapters/ in the checkout; `make compile` writes its bundle
-        write_run_path_bundle(Path(self.build_lib) / "sandboy")
-        if not GUEST_SOURCES.is_dir():
-            return
+        if self.editable_mode or not GUEST_SOURCES.is_dir():
+            return  # an editable install reads adapters/ in the checkout itself
         dest = Path(self.build_lib).joinpath(*GUEST_PACKAGE_DIR)
         shutil.rmtree(dest, ignore_errors=True)
         for path in sorted(GUEST_SOURCES.rglob("*")):
@@ -46,8 +45,15 @@ class build_py_with_guest_sources(build_py):
                 shutil.copy2(path, target)
 
 
+class build_ext_then_bundle(build_ext):
+    def run(self):
+        super().run()
+        if not (self.inplace or self.editable_mode):  # in a checkout `make compile` writes it
+            write_run_path_bundle(Path(self.build_lib) / "sandboy")
+
+
 setup(
-    cmdclass={"build_py": build_py_with_guest_sources},
+    cmdclass={"build_py": build_py_with_guest_sources, "build_ext": build_ext_then_bundle},
     ext_modules=[
         Extension(
             "sandboy.confine._native",
