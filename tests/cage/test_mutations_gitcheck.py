@@ -142,59 +142,66 @@ def _become(uid: int) -> None:
 
 # --- the mutants ------------------------------------------------------------------------------
 
-class _DropCall(ast.NodeTransformer):
-    """Replaces the `index`-th `<name>.add(...)` call (in source order) with `None`."""
+FINDING_CALL = ("add", ("self", "check"))  # `self.add(...)` / `check.add(...)`: a finding recorded
 
-    def __init__(self, index: int):
-        self.index, self.seen = index, -1
+
+def _is_call(node, call) -> bool:
+    attr, receivers = call
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attr
+            and isinstance(node.func.value, ast.Name) and node.func.value.id in receivers)
+
+
+class _DropCall(ast.NodeTransformer):
+    """Replaces the `index`-th call `<receiver>.<attr>(...)` (in source order) with `None`."""
+
+    def __init__(self, index: int, call):
+        self.index, self.call, self.seen = index, call, -1
 
     def visit_Call(self, node):
         self.generic_visit(node)
-        if isinstance(node.func, ast.Attribute) and node.func.attr == "add" and isinstance(node.func.value, ast.Name) \
-                and node.func.value.id in ("self", "check"):
+        if _is_call(node, self.call):
             self.seen += 1
             if self.seen == self.index:
                 return ast.copy_location(ast.Constant(None), node)
         return node
 
 
-def _finding_sites() -> list:
-    """(owner class, method name, index of the add call in it, line) for every finding the check adds."""
+def call_sites(owners, call=FINDING_CALL) -> list:
+    """(owner class, method name, index of the call in it, line) for every `call` in the methods
+    of `owners`."""
     sites = []
-    for owner in (gitcheck._Check, gitcheck.GitSnapshot):
+    for owner in owners:
         for name, method in vars(owner).items():
             if not inspect.isfunction(method):
                 continue
             tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
             first = method.__code__.co_firstlineno
-            calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-                     and isinstance(node.func, ast.Attribute) and node.func.attr == "add"
-                     and isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "check")]
-            calls.sort(key=lambda n: (n.lineno, n.col_offset))
-            sites += [(owner, name, i, first + call.lineno - 1) for i, call in enumerate(calls)]
+            calls = sorted((node for node in ast.walk(tree) if _is_call(node, call)),
+                           key=lambda n: (n.lineno, n.col_offset))
+            sites += [(owner, name, i, first + node.lineno - 1) for i, node in enumerate(calls)]
     return sites
 
 
-def _without_site(owner, name: str, index: int):
-    """`owner.name` recompiled from its source without its `index`-th finding, with the live
-    module's globals (so a scenario's patched bound is seen)."""
+def without_call(owner, name: str, index: int, module, call=FINDING_CALL):
+    """`owner.name` recompiled from its source without its `index`-th `call`, with `module`'s live
+    globals (so a scenario's patched bound is seen). Set it with monkeypatch."""
     method = vars(owner)[name]
-    source = textwrap.dedent(inspect.getsource(method))
-    tree = ast.parse(source)
-    # visit in source order: NodeTransformer walks fields in order, so `seen` counts as written
-    mutated = _DropCall(index).visit(copy.deepcopy(tree))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    # NodeTransformer walks fields in order, so `seen` counts calls as they are written
+    mutated = _DropCall(index, call).visit(copy.deepcopy(tree))
     ast.increment_lineno(mutated, method.__code__.co_firstlineno - 1)
     code = compile(ast.fix_missing_locations(mutated), inspect.getsourcefile(method), "exec")
     body = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
-    function = types.FunctionType(body, vars(gitcheck), name, method.__defaults__, method.__closure__)
+    function = types.FunctionType(body, vars(module), name, method.__defaults__, method.__closure__)
     function.__kwdefaults__ = method.__kwdefaults__
     return function
 
 
 def _mutants() -> list:
     """(label, [(owner, attribute, value)])."""
-    out = [(f"{owner.__name__}.{name}: finding #{i + 1} (line {line})", [(owner, name, _without_site(owner, name, i))])
-           for owner, name, i, line in _finding_sites()]
+    out = [(f"{owner.__name__}.{name}: finding #{i + 1} (line {line})",
+            [(owner, name, without_call(owner, name, i, gitcheck))])
+           for owner, name, i, line in call_sites((gitcheck._Check, gitcheck.GitSnapshot))]
     out.append(("is_safe: every config key safe", [(gitcheck, "is_safe", lambda name, value: True)]))
     return out
 
