@@ -33,6 +33,7 @@ class PidsCgroup:
     def __init__(self, path: str):
         self.path = path
         self._max = None  # the last pids.max written
+        self._current_fd = None  # pids.current, kept open: a runner reads it before every command
 
     @classmethod
     def create(cls, max_pids: int) -> "PidsCgroup | None":
@@ -80,8 +81,11 @@ class PidsCgroup:
             fh.write(str(pid))
 
     def current(self) -> int:
-        with open(os.path.join(self.path, "pids.current")) as fh:
-            return int(fh.read())
+        # pread at 0 on the open file: the kernel formats the value afresh on each read. An
+        # open, a read and a close through a Python file object took 14-70 us per step.
+        if self._current_fd is None:
+            self._current_fd = os.open(os.path.join(self.path, "pids.current"), os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(self._current_fd, 32, 0))
 
     def set_max(self, max_pids) -> None:
         """`max_pids`: a number or "max". Skipped when unchanged: a runner sets it per command."""
@@ -105,6 +109,9 @@ class PidsCgroup:
             return []
 
     def remove(self) -> None:
+        if self._current_fd is not None:
+            os.close(self._current_fd)
+            self._current_fd = None
         try:
             os.rmdir(self.path)
         except OSError:

@@ -1,0 +1,82 @@
+"""The pids cgroup a runner joins once (confine/cgroup.py): `current()` reads the kernel's count
+afresh on every call (through one fd kept open), and `remove()` leaves no fd behind."""
+
+import json
+import os
+
+import pytest
+
+from sandboy.confine.cgroup import PidsCgroup
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pids cgroups are made as root only")
+
+
+def _in_child(scenario):
+    """Run `scenario()` in a forked child (joining a cgroup moves the process: never pytest)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            os.write(w, json.dumps(scenario()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return json.loads(data)
+
+
+def _open_fds_under(path: str) -> list:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(path):
+                found.append(fd)
+        except OSError:
+            pass
+    return found
+
+
+def test_current_counts_what_is_in_the_group_now_and_remove_closes_its_fd():
+    def scenario():
+        group = PidsCgroup.create_and_join(64)
+        if group is None:
+            return {"skip": True}
+        counts = [group.current()]
+        r, w = os.pipe()
+        kids = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                os.read(r, 1)  # until the parent closes its end
+                os._exit(0)
+            kids.append(pid)
+        counts.append(group.current())
+        os.close(w)
+        for pid in kids:
+            os.waitpid(pid, 0)
+        counts.append(group.current())
+        group.set_max(group.current() + 5)
+        with open(os.path.join(group.path, "pids.max")) as fh:
+            written = fh.read().strip()
+        open_before = _open_fds_under(group.path)
+        group.leave()
+        counts.append(group.current())
+        path = group.path
+        group.remove()
+        return {"counts": counts, "max": written, "open_before": len(open_before),
+                "open_after": _open_fds_under(path), "gone": not os.path.exists(path)}
+
+    out = _in_child(scenario)
+    if out.get("skip"):
+        pytest.skip("no pids cgroup can be made here")
+    assert out["counts"] == [1, 4, 1, 0], out
+    assert out["max"] == "6" and out["open_before"] == 1 and out["open_after"] == [] and out["gone"], out
