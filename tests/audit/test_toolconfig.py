@@ -39,6 +39,13 @@ def test_the_built_in_entries_load_and_cover_the_issue() -> None:
      "expected true or false"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\noutput = {kind='sarif', from='file', file='../x'}\n" + GOOD_PHASE, "tools.t.output.file", "inside the output directory"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\n", "tools.t.output", "missing"),
+    # the same table check as policy files (policy.load.checked_table)
+    ("version = 1\ntools = 3\n", "tools", "expected a table [tools], got an integer"),
+    ("version = 1\n[tools]\nt = 3\n", "tools.t", "expected a table [tools.t], got an integer"),
+    ("version = 1\n[tools.t]\n\"a\\nb\" = 1\n", 'tools.t."a\\nb"', "unknown key"),
+    # a tool name from the file cannot forge a line or repaint a terminal
+    ('version = 1\n[tools."t\\u001b[2J\\n::error::x"]\nphses = 1\n', "tools.t\\x1b[2J\\x0a::error::x.phses",
+     "did you mean 'phases'"),
 ])
 def test_bad_entries_name_file_key_and_problem(tmp_path: Path, text: str, key: str, problem: str) -> None:
     path = tmp_path / "ops.toml"

@@ -92,14 +92,16 @@ def _fail(src: str, key: str, problem: str) -> UsageError:
 
 
 def _check_keys(src: str, where: str, table: Any, known: tuple[str, ...]) -> dict[str, Any]:
-    from sandboy.policy.load import unknown_key
+    """policy.load's check of a table's keys, as this module's UsageError. The message is one
+    line, cleaned whole: `where` holds tool names from the (untrusted) file."""
+    from sandboy.errors import PolicyError
+    from sandboy.escape import clean
+    from sandboy.policy.load import checked_table
 
-    if not isinstance(table, dict):
-        raise _fail(src, where, f"expected a table, got {type(table).__name__}")
-    for name in table:
-        if name not in known:
-            raise _fail(src, f"{where}.{name}" if where else name, unknown_key(name, known))
-    return table
+    try:
+        return checked_table(src, where, table, known)
+    except PolicyError as exc:
+        raise UsageError(clean(str(exc))) from None
 
 
 def _str(src: str, key: str, value: Any) -> str:
@@ -238,7 +240,7 @@ def parse(text: str | bytes, src: str) -> dict[str, Tool]:
     if data.get("version") != 1:
         raise _fail(src, "version", "expected version = 1")
     tools = data.get("tools", {})
-    _check_keys(src, "tools", tools, tuple(tools))
+    _check_keys(src, "tools", tools, tuple(tools) if isinstance(tools, dict) else ())  # any name: a table
     return {name: _tool(src, f"{name}", entry) for name, entry in tools.items()}
 
 

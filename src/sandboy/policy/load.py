@@ -155,12 +155,12 @@ def unknown_key(name, known, what: str = "key") -> str:
 
 def checked_table(src: str, key: str, value, known: tuple) -> dict:
     """`value` if it is a table whose keys are all in `known`, else a PolicyError naming `key`
-    (or the first unknown `key.name`)."""
+    (or the first unknown `key.name`; `key` "" is the file's top level: `name`)."""
     if not isinstance(value, dict):
         raise PolicyError(src, key, f"expected a table [{key}], got {kind_of(value)}")
     for name in value:
         if name not in known:
-            raise PolicyError(src, f"{key}.{_keyname(name)}", unknown_key(name, known))
+            raise PolicyError(src, f"{key}.{_keyname(name)}" if key else _keyname(name), unknown_key(name, known))
     return value
 
 
