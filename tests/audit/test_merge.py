@@ -64,7 +64,7 @@ def test_fingerprints_are_added_from_the_source_and_existing_ones_kept(tmp_path:
         _result("R1", "a.py", 2), _result("R2", f"file://{tmp_path}/a.py", 3),
         {**_result("R3", "a.py", 4), "partialFingerprints": {"primaryLocationLineHash": "kept:1"}},
         _result("R4", "../outside.py", 1), _result("R5", "missing.py", 1), _result("R6", "https://x/a.py", 1)]})
-    assert fingerprint.add_fingerprints(doc, tmp_path) == 2
+    assert fingerprint.add_fingerprints(doc, tmp_path)[0] == 2
     got = [r.get("partialFingerprints", {}).get("primaryLocationLineHash") for r in doc["runs"][0]["results"]]
     assert got == ["54703d4cd895b18:1", "180aee12dab6264:1", "kept:1", None, None, None]
 
@@ -85,7 +85,7 @@ def test_fingerprints_read_only_regular_files_inside_the_root_and_bounded(tmp_pa
     doc = _log({"tool": {"driver": {"name": "t"}}, "results": [
         _result("R1", "ok.py", 2), _result("R2", "out.py", 1), _result("R3", "../repo-evil/x.py", 1),
         _result("R4", f"file://{sibling}/x.py", 1), _result("R5", "fifo.py", 1), _result("R6", "big.py", 1)]})
-    assert fingerprint.add_fingerprints(doc, root) == 1
+    assert fingerprint.add_fingerprints(doc, root)[0] == 1
     assert [r.get("partialFingerprints") for r in doc["runs"][0]["results"]][1:] == [None] * 5
     assert fingerprint.hash_file(root / "fifo.py") is None  # not opened for a blocking read
     assert fingerprint.hash_file(root / "out.py") is None   # a symlink in last place is not followed
@@ -192,20 +192,20 @@ def test_over_20_runs_folds_runs_of_one_tool_and_too_many_tools_is_an_error(tmp_
              "results": [_result("R", "a.py", i + 1)]} for i in range(25)]
     doc, report = merge.merge_docs([_log(*runs)])
     assert len(doc["runs"]) == 25
-    fitted = merge.github_preflight(doc, report)
-    assert len(fitted["runs"]) == 3 and sarif.count_results(fitted) == 25
+    merge.github_fit(doc, report)
+    assert len(doc["runs"]) == 3 and sarif.count_results(doc) == 25
     assert any("folded" in n for n in report.notices)
     many = [{"tool": {"driver": {"name": f"tool{i}"}}, "results": []} for i in range(21)]
     doc, report = merge.merge_docs([_log(*many)])
     with pytest.raises(merge.MergeFailed, match="upload them in several files"):
-        merge.github_preflight(doc, report)
+        merge.github_fit(doc, report)
 
 
 def test_thread_flows_over_10000_locations_are_cut_with_a_note() -> None:
     loc = {"location": {"physicalLocation": {"artifactLocation": {"uri": "a.py"}, "region": {"startLine": 1}}}}
     result = {**_result("R", "a.py", 1), "codeFlows": [{"threadFlows": [{"locations": [loc] * 6_000}, {"locations": [loc] * 6_000}]}]}
     doc, report = merge.merge_docs([_log({"tool": {"driver": {"name": "t"}}, "results": [result]})])
-    merge.github_preflight(doc, report)
+    merge.github_fit(doc, report)
     flows = doc["runs"][0]["results"][0]["codeFlows"][0]["threadFlows"]
     assert sum(len(tf["locations"]) for tf in flows) == github.MAX_THREAD_FLOW_LOCATIONS
     assert "cut to the first 10,000 of 12,000" in doc["runs"][0]["results"][0]["message"]["text"]
@@ -216,7 +216,7 @@ def test_message_text_is_filled_from_the_rule() -> None:
     results = [{"ruleId": "R", "ruleIndex": 0, "message": {"id": "m", "arguments": ["x", "y"]}},
                {"ruleId": "S", "ruleIndex": 1, "message": {"id": "zz"}}]
     doc, report = merge.merge_docs([_log({"tool": {"driver": {"name": "t", "rules": rules}}, "results": results})])
-    merge.github_preflight(doc, report)
+    merge.github_fit(doc, report)
     assert [r["message"]["text"] for r in doc["runs"][0]["results"]] == ["bad x in y", "short"]
 
 
@@ -226,7 +226,7 @@ def test_over_10_mb_gzipped_is_an_error_naming_what_to_split(tmp_path: Path) -> 
     run = {"tool": {"driver": {"name": "huge"}}, "results": [_result("R", "a.py", i + 1, text=c) for i, c in enumerate(chunks)]}
     doc, report = merge.merge_docs([_log(run, {"tool": {"driver": {"name": "small"}}, "results": []})])
     with pytest.raises(merge.MergeFailed, match=r"over GitHub's 10 MB per upload: upload the largest runs separately \(huge"):
-        merge.github_preflight(doc, report)
+        merge.finish(doc, report, github_mode=True, semantic_check=False)
 
 
 # --- diff -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import unquote
 
-from sandboy.audit.sarif import as_array, as_object
+from sandboy.audit.sarif import as_array, as_object, member_bytes
 
 BLOCK_SIZE = 100
 MOD = 37
@@ -151,9 +151,10 @@ def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> P
     return Path(full) if os.path.isfile(full) else None
 
 
-def add_fingerprints(doc: dict[str, Any], root: Path) -> int:
+def add_fingerprints(doc: dict[str, Any], root: Path) -> tuple[int, int]:
     """Set primaryLocationLineHash on every result that lacks one and whose primary location has a
-    start line in a file under `root`. Returns how many were added. Existing values are kept."""
+    start line in a file under `root`. Existing values are kept. Returns how many were added and
+    the bytes they add to the compact output (`sarif.member_bytes`: merge's size bound allows them)."""
     wanted: dict[Path, list[tuple[dict[str, Any], int]]] = {}
     for run in as_array(doc.get("runs")):
         if not isinstance(run, dict):
@@ -173,16 +174,20 @@ def add_fingerprints(doc: dict[str, Any], root: Path) -> int:
             path = source_path(where, artifacts, root)
             if path is not None:
                 wanted.setdefault(path, []).append((result, line))
-    added = 0
+    added = added_bytes = 0
     for path, items in wanted.items():
         hashes = hash_file(path)
         if hashes is None:
             continue
         for result, line in items:
-            if line <= len(hashes) and hashes[line - 1]:
+            value = hashes[line - 1] if line <= len(hashes) else None
+            if value:
                 fps = result.get("partialFingerprints")
-                if not isinstance(fps, dict):
+                if isinstance(fps, dict):
+                    added_bytes += member_bytes("primaryLocationLineHash", value)
+                else:
+                    added_bytes += member_bytes("partialFingerprints", {"primaryLocationLineHash": value})
                     fps = result["partialFingerprints"] = {}
-                fps["primaryLocationLineHash"] = hashes[line - 1]
+                fps["primaryLocationLineHash"] = value
                 added += 1
-    return added
+    return added, added_bytes

@@ -15,11 +15,12 @@ Merging:
   (ids, fingerprints, notices; `MergeReport.added_bytes`, each counted where it is added) are
   the only allowance, and a log that would exceed that fails the merge instead of being written.
 
-`github_preflight` then makes the log fit GitHub's upload limits — never silently: ≤ 20 runs
-(runs of one tool folded when over), ≤ 25,000 results per run (the most severe kept, a notice
-result says how many of which level were dropped), ≤ 10,000 thread-flow locations per result
-(cut, the message says so), `message.text` on every result, ≤ 10 MB gzipped (over: an error
-naming the largest runs to upload separately).
+With `--github`, `github_fit` then makes the log fit GitHub's upload limits — never silently:
+≤ 20 runs (runs of one tool folded when over), ≤ 25,000 results per run (the most severe kept, a
+notice result says how many of which level were dropped), ≤ 10,000 thread-flow locations per
+result (cut, the message says so), `message.text` on every result; and `github_check` refuses
+what still would not upload, from the text to be written: ≤ 10 MB gzipped (over: an error naming
+the largest runs to upload separately), and every other GitHub rule (github.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from sandboy.audit import github, sarif
 from sandboy.audit.errors import AuditError, UsageError
-from sandboy.audit.sarif import as_array, as_object
+from sandboy.audit.sarif import as_array, as_object, member_bytes
 
 LEVEL_ORDER = {"error": 0, "warning": 1, "note": 2, "none": 3}
 NOTICE_RULE = "sandboy/truncated"
@@ -64,11 +65,6 @@ class MergeReport:
 
 def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def member_bytes(key: str, value: Any) -> int:
-    """What adding `key: value` to an object costs in the compact UTF-8 output (`,"key":value`)."""
-    return len(sarif.dumps({key: value}).encode()) - len("{}\n") + len(",")
 
 
 def enforce_size_bound(text: str, report: MergeReport) -> None:
@@ -257,18 +253,8 @@ def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None,
     if source_root is not None:
         from sandboy.audit.fingerprint import add_fingerprints
 
-        # Per result, before: did it have the fingerprints object, and the hash in it?
-        before = {id(res): (isinstance(res.get("partialFingerprints"), dict),
-                            bool(as_object(res.get("partialFingerprints")).get("primaryLocationLineHash")))
-                  for run in merged_runs for res in as_array(run.get("results")) if isinstance(res, dict)}
-        report.fingerprints_added = add_fingerprints(out, source_root)
-        for run in merged_runs if report.fingerprints_added else ():
-            for res in as_array(run.get("results")):
-                had_object, had_hash = before.get(id(res), (True, True))
-                value = as_object(res.get("partialFingerprints")).get("primaryLocationLineHash") if isinstance(res, dict) else None
-                if value and not had_hash:
-                    report.added_bytes += (member_bytes("primaryLocationLineHash", value) if had_object else
-                                           member_bytes("partialFingerprints", {"primaryLocationLineHash": value}))
+        report.fingerprints_added, added = add_fingerprints(out, source_root)
+        report.added_bytes += added
     report.runs_out = len(merged_runs)
     report.results_out = sarif.count_results(out)
     return out, report
@@ -311,7 +297,7 @@ def _message_text(result: dict[str, Any], rules: list[Any]) -> str | None:
     return f"{result.get('ruleId') or rule.get('id') or 'result'}"
 
 
-def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]:
+def github_fit(doc: dict[str, Any], report: MergeReport) -> None:
     """Make `doc` fit GitHub code scanning's limits, saying what changed in report.notices."""
     runs = as_array(doc.get("runs"))
     if len(runs) > github.MAX_RUNS:
@@ -346,17 +332,22 @@ def github_preflight(doc: dict[str, Any], report: MergeReport) -> dict[str, Any]
             report.notices.append(f"/runs/{r} ({tool_name(run)}): message.text filled in on {filled} result(s) from its rule")
         if len(results) > github.MAX_RESULTS:
             _truncate(run, rules, report, r)
-    raw = sarif.dumps(doc).encode()
+
+
+def github_check(doc: dict[str, Any], text: str) -> None:
+    """MergeFailed if GitHub would still reject `doc`, whose serialisation (the bytes to be
+    written) is `text`."""
+    raw = text.encode()
     packed = github.gzip_size(raw)
     if packed > github.MAX_GZIP_BYTES:
-        sizes = sorted(((len(sarif.dumps(run)), tool_name(run), category(run)) for run in runs), reverse=True)
+        sizes = sorted(((len(sarif.dumps(run)), tool_name(run), category(run)) for run in as_array(doc.get("runs"))),
+                       reverse=True)
         largest = ", ".join(f"{name} (category {cat or '-'}: {size / 1e6:.1f} MB)" for size, name, cat in sizes[:3])
         raise MergeFailed(f"{packed / 1e6:.1f} MB gzipped is over GitHub's 10 MB per upload: upload the largest runs "
                           f"separately ({largest}) — sandboy audit merge them into different files")
     found = [p for p in github.github_problems(doc, raw) if p.severity == "error"]
     if found:
         raise MergeFailed("GitHub would reject the merged log: " + "; ".join(str(p) for p in found[:5]))
-    return doc
 
 
 def _cut_thread_flows(result: dict[str, Any]) -> int:
@@ -420,9 +411,10 @@ def merge_files(paths: list[Path], source_root: Path | None, github_mode: bool) 
 
 def finish(out: dict[str, Any], report: MergeReport, github_mode: bool, semantic_check: bool) -> str:
     """The end of every merge (`audit merge`, `audit run`): the GitHub preflight with the counts it
-    changes, validation of the merged log, the no-runs and size checks; returns the text to write."""
+    changes, validation of the merged log, the no-runs and size checks; returns the text to write
+    (serialised once: the GitHub check reads the same text)."""
     if github_mode:
-        out = github_preflight(out, report)
+        github_fit(out, report)
         report.results_out = sarif.count_results(out)
         report.runs_out = len(out["runs"])
     found = sarif.problems(out) if semantic_check else sarif.schema_problems(out)
@@ -432,5 +424,7 @@ def finish(out: dict[str, Any], report: MergeReport, github_mode: bool, semantic
     if report.runs_in and not report.runs_out:
         raise MergeFailed("the merge produced no runs")
     text = sarif.dumps(out)
+    if github_mode:
+        github_check(out, text)
     enforce_size_bound(text, report)
     return text

@@ -444,6 +444,11 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
 
 
+def member_bytes(key: str, value: Any) -> int:
+    """What adding `key: value` to an object costs in `dumps`' UTF-8 output (`,"key":value`)."""
+    return len(dumps({key: value}).encode()) - len("{}\n") + len(",")
+
+
 def finalize(output: str, prov: Provenance, max_output_bytes: int,
              max_results: int) -> tuple[str, dict[str, Any], list[Problem]]:
     """Turn a guest's output into canonical, validated, stamped SARIF or raise a classified error.
