@@ -11,6 +11,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: containerkit
+from containerkit import under_filter  # noqa: E402  (the launcher that loads a BPF program)
+
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 # What a dynamically linked C program needs to start: libc and the loader cache.
 BASE_READ = ["/usr", "/etc/ld.so.cache"]
@@ -114,32 +117,14 @@ for path in sys.argv[1:]:
 """
 
 
-# The cage's seccomp filter alone, on a process that keeps every capability it had: for calls
-# the rest of the cage refuses anyway (dropped capabilities, Landlock), this shows the filter
-# refuses them too, and that its refusal is not the kernel's (the kernel's answer, without the
-# filter, is a different errno or success). Loaded with ctypes in the child, then exec.
-_FILTER_ONLY = r"""
-import ctypes, os, sys
-program = open(sys.argv[1], "rb").read()
-libc = ctypes.CDLL(None, use_errno=True)
-buf = ctypes.create_string_buffer(program, len(program))
-class Fprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-fprog = Fprog(len(program) // 8, ctypes.addressof(buf))
-assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
-if libc.syscall(317, 1, 0, ctypes.byref(fprog)) != 0:  # seccomp(SECCOMP_SET_MODE_FILTER)
-    raise SystemExit("seccomp: " + os.strerror(ctypes.get_errno()))
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
-def filter_only(bpf: bytes, argv, tmp) -> Result:
-    """Run argv under only this BPF program (no Landlock, capabilities kept), in a new session."""
-    path = os.path.join(str(tmp), "filter.bpf")
-    with open(path, "wb") as fh:
-        fh.write(bpf)
-    proc = subprocess.run([sys.executable, "-c", _FILTER_ONLY, path, *map(str, argv)], capture_output=True,
-                          text=True, timeout=30, start_new_session=True)
+def filter_only(bpf: bytes, argv) -> Result:
+    """Run argv under only this BPF program (no Landlock, capabilities kept), in a new session:
+    the cage's seccomp filter alone, on a process that keeps every capability it had. For calls
+    the rest of the cage refuses anyway (dropped capabilities, Landlock), this shows the filter
+    refuses them too, and that its refusal is not the kernel's (the kernel's answer, without the
+    filter, is a different errno or success)."""
+    proc = subprocess.run(under_filter(bpf, argv), capture_output=True, text=True, timeout=30,
+                          start_new_session=True)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
