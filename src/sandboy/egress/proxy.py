@@ -27,6 +27,7 @@ SOCKS reply 0x02 ("connection not allowed by ruleset"). Every decision goes to `
 """
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import socket
@@ -500,22 +501,13 @@ async def _splice_body(conn, uconn, writer, up_reader, up_writer, length: int) -
     if early:
         writer.write(conn.send(h11.Data(data=early)))
         sent += len(early)
-    client = writer.transport
-    client.set_write_buffer_limits(high=0)  # drain() now waits for an empty buffer
     try:
-        await writer.drain()
-        if client.is_closing() or up_writer.transport.is_closing():
+        # not the upstream's buffer: it may still hold request bytes that a server answering
+        # before it has read them all would never take
+        if not await _ready_to_splice(writer, up_writer, upstream_too=False):
             return False
-        loop = asyncio.get_running_loop()
-        src = os.dup(up_writer.get_extra_info("socket").fileno())
-        try:
-            dst = os.dup(writer.get_extra_info("socket").fileno())
-            try:
-                copied = await _copy(loop, src, dst, length - sent)
-            finally:
-                os.close(dst)
-        finally:
-            os.close(src)
+        with _duplicated_sockets(up_writer, writer) as (src, dst):
+            copied = await _copy(asyncio.get_running_loop(), src, dst, length - sent)
         if copied and conn.send_with_data_passthrough(h11.Data(data=_SentOutside(copied))) is None:
             return False
         if sent + copied != length:
@@ -524,43 +516,57 @@ async def _splice_body(conn, uconn, writer, up_reader, up_writer, length: int) -
         await writer.drain()
         return True
     finally:
-        client.set_write_buffer_limits()
+        writer.transport.set_write_buffer_limits()  # the client's connection goes on
 
 
 async def _splice_tunnel(reader, writer, up_reader, up_writer) -> None:
     """Copy both directions of a decided tunnel with splice(2) until both ends are done.
 
     The streams stop reading first; bytes they already hold are passed on through them and their
-    write buffers are flushed, so nothing is lost or reordered at the hand-over. asyncio refuses
-    to watch an fd a transport owns, so the copies watch duplicates of the two sockets; the
-    transports (paused, with nothing to write) still close the sockets in the end."""
-    client, upstream = writer.transport, up_writer.transport
-    client.pause_reading()
-    upstream.pause_reading()
+    write buffers are flushed, so nothing is lost or reordered at the hand-over."""
+    writer.transport.pause_reading()
+    up_writer.transport.pause_reading()
     early_up, early_down = _take_buffered(reader), _take_buffered(up_reader)
     if early_up:
         up_writer.write(early_up)
     if early_down:
         writer.write(early_down)
-    for side in (writer, up_writer):
-        side.transport.set_write_buffer_limits(high=0)  # drain() now waits for an empty buffer
-        await side.drain()
-    if client.is_closing() or upstream.is_closing():
+    if not await _ready_to_splice(writer, up_writer, upstream_too=True):
         return
-    client_sock, up_sock = client.get_extra_info("socket"), upstream.get_extra_info("socket")
-    fds = []
-    try:
-        fds += [os.dup(client_sock.fileno()), os.dup(up_sock.fileno())]
+    client_sock, up_sock = writer.get_extra_info("socket"), up_writer.get_extra_info("socket")
+    with _duplicated_sockets(writer, up_writer) as (client_fd, up_fd):
         loop = asyncio.get_running_loop()
         both = (client_sock, up_sock)
-        copies = [asyncio.ensure_future(_splice(loop, fds[0], fds[1], up_sock, both)),
-                  asyncio.ensure_future(_splice(loop, fds[1], fds[0], client_sock, both))]
+        copies = [asyncio.ensure_future(_splice(loop, client_fd, up_fd, up_sock, both)),
+                  asyncio.ensure_future(_splice(loop, up_fd, client_fd, client_sock, both))]
         try:
             await asyncio.gather(*copies)
         finally:
             for copy in copies:
                 copy.cancel()
             await asyncio.gather(*copies, return_exceptions=True)  # each unwatches its fds first
+
+
+async def _ready_to_splice(writer, up_writer, upstream_too: bool) -> bool:
+    """Before splice(2) takes over from the streams: the client side's write buffer (and the
+    upstream side's, `upstream_too`) emptied, so nothing written through the stream is overtaken
+    by spliced bytes; False when either connection closed meanwhile (nothing to copy)."""
+    for side in (writer, up_writer) if upstream_too else (writer,):
+        side.transport.set_write_buffer_limits(high=0)  # drain() now waits for an empty buffer
+        await side.drain()
+    return not (writer.transport.is_closing() or up_writer.transport.is_closing())
+
+
+@contextlib.contextmanager
+def _duplicated_sockets(*writers):
+    """Duplicates of the sockets under `writers`' transports, for splice(2), closed on leaving.
+    asyncio refuses to watch an fd a transport owns; the transports (paused, nothing left to
+    write) still close the sockets themselves in the end."""
+    fds = []
+    try:
+        for writer in writers:
+            fds.append(os.dup(writer.get_extra_info("socket").fileno()))
+        yield fds
     finally:
         for fd in fds:
             os.close(fd)

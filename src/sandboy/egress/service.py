@@ -103,17 +103,10 @@ class ProxyService:
             self._ready.release()
 
     def _receive_listener(self) -> None:
-        from sandboy.confine import namespaces
+        from sandboy.egress.session import take_listener  # the caller that gave the channel loaded it
 
-        try:
-            self._listen_fd = namespaces.receive_fd(self._channel)
-        except OSError:
-            # The child failed before it could send the listener (a plan step it reports on its
-            # error pipe, which the launcher turns into the run's cage error): nothing to reach.
-            return
-        finally:
-            self._channel.close()
-            self._channel = None
+        self._listen_fd = take_listener(self._channel)  # None: the child failed before sending it
+        self._channel = None
 
     def _serve(self) -> None:
         import asyncio

@@ -189,20 +189,15 @@ class EgressSession(Hook):
         import _socket
         import os
 
-        from sandboy.confine import namespaces
-
         if self.service is not None or self.error is not None:
             return
         if self._listen_fd is None:
             if self._channel is None:
                 return
             try:
-                fd = namespaces.receive_fd(self._channel)
+                fd = take_listener(self._channel)
             except BlockingIOError:
                 return  # not sent yet
-            except OSError:
-                fd = None  # the child failed before sending: its error pipe says why
-            self._channel.close()
             self._channel = None
             if fd is None:
                 return
@@ -258,6 +253,24 @@ class EgressSession(Hook):
         """The child never started, or no client came: nothing to serve."""
         self._close_child_side()
         self._close_listener()
+
+
+def take_listener(channel):
+    """The listening socket's fd that the cage's child sends on `channel` (its steps from
+    `child_steps`), or None: the child failed before it sent it (a plan step, which it reports on
+    its error pipe; the launcher makes that the run's cage error). Either way the channel is
+    closed: it carries one fd. The one hand-over, for the proxy's thread (service.py) and for
+    the on-demand supervisor (`_next_step`)."""
+    from sandboy.confine import namespaces
+
+    try:
+        fd = namespaces.receive_fd(channel)
+    except BlockingIOError:
+        raise  # a non-blocking channel, nothing sent yet: kept open for the next try
+    except OSError:
+        fd = None
+    channel.close()
+    return fd
 
 
 # A forked supervisor hands the summary to its caller on its status pipe (RunResult.CARRIED):
