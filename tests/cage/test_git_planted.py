@@ -123,12 +123,58 @@ def test_legitimate_git_work_in_the_cage_is_not_flagged(cage, tmp_path, tier, vi
     assert not (cage.work / QUARANTINE).exists()
 
 
-def test_without_a_repository_exec_mode_stays_unsupervised(cage, monkeypatch):
-    """The check (and, without the tier, the supervisor it needs) only where a write root is or
-    lies in a git repository."""
+PLAIN_ATTACKS = {
+    # the write root holds no repository at launch: the command makes one, with a planted key
+    "init": "git init -q . && printf 'FSM' >> .git/config",
+    "init below": "mkdir -p a/b && git init -q a/b/r && printf 'FSM' >> a/b/r/.git/config",
+}
+PLAIN_WHERE = {"init": ".", "init below": "a/b/r"}
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+@pytest.mark.parametrize("attack", PLAIN_ATTACKS)
+def test_a_repository_planted_in_a_write_root_without_one_fails_the_run(cage, tmp_path, tier, via, attack):
+    """Before session 5 a write root holding no repository at launch was not checked: the run
+    passed and the operator's next `git status` there ran the planted command."""
+    (cage.work / "notes.txt").write_text("no repository here\n")
+    marker = tmp_path / "PWNED"
+    script = PLAIN_ATTACKS[attack].replace("FSM", _fsmonitor(marker)) + " && echo PLANTED"
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage), via=via)
+    assert "PLANTED" in result.out, result
+    assert result.rc == 125 and "left code for the host's next git command" in result.err, result
+    where = cage.work / PLAIN_WHERE[attack]
+    _host_git_status(where)
+    assert not marker.exists(), f"{attack}: the host's git ran a command the cage planted"
+    boxes = os.listdir(cage.work / QUARANTINE)
+    manifest = (cage.work / QUARANTINE / boxes[0] / "MANIFEST").read_text()
+    assert f"{os.path.realpath(where)}/.git/config" in manifest, manifest
+
+
+PLAIN_TWINS = {
+    "init and commit": "git init -q . && echo x > f && git add f && git commit -qm one && git checkout -qb topic",
+    "clone": "git clone -q LIB cloned && git -C cloned commit -q --allow-empty -m mine",
+}
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+@pytest.mark.parametrize("twin", PLAIN_TWINS)
+def test_git_init_and_clone_in_a_write_root_without_a_repository_pass(cage, tmp_path, tier, via, twin):
+    lib = tmp_path / "lib"
+    _host_repo(lib)
+    result = cage.run(argv=["/bin/sh", "-c", PLAIN_TWINS[twin].replace("LIB", str(lib)) + " && echo DONE"],
+                      policy=_policy(cage, read=[str(lib)]), via=via)
+    assert result.rc == 0 and "DONE" in result.out, result
+    assert not (cage.work / QUARANTINE).exists()
+
+
+def test_without_the_tier_every_write_root_but_tmp_is_supervised(cage, monkeypatch):
+    """Without a PID namespace only a supervisor knows when the whole tree is gone, and every
+    write root is checked now (a repository may be made in any): exec mode stays for a run
+    that writes nowhere (its private {tmp} needs the supervisor anyway, to be removed)."""
     monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
     dry = cage.cli(["--dry-run", "--json", "--", "/bin/true"], _policy(cage))
-    assert json.loads(dry.out)["supervised"] is False, dry
-    _host_repo(cage.work)
-    dry = cage.cli(["--dry-run", "--json", "--", "/bin/true"], _policy(cage))
     assert json.loads(dry.out)["supervised"] is True, dry
+    read_only = _policy(cage)
+    read_only["fs"]["write"] = []
+    dry = cage.cli(["--dry-run", "--json", "--", "/bin/true"], read_only)
+    assert json.loads(dry.out)["supervised"] is False, dry

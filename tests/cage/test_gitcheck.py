@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -215,9 +216,18 @@ def test_what_was_there_at_launch_is_not_flagged(tmp_path, env):
     assert findings == [], findings
 
 
-def test_no_repository_no_snapshot(tmp_path):
-    (tmp_path / "plain").mkdir()
-    assert gitcheck.snapshot([str(tmp_path / "plain"), str(tmp_path / "missing")]) is None
+def test_every_write_root_is_walked_but_tmp_and_nested_ones(tmp_path):
+    """Whether a write root holds a repository at launch does not decide (the command may
+    `git init` one): every directory is walked once — not the run's {tmp}, not a root inside
+    another, not a path that is no directory. Nothing left to walk: no snapshot."""
+    for name in ("plain", "plain/inner", "tmp"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "file").write_text("")
+    roots = [str(tmp_path / n) for n in ("plain", "plain/inner", "missing", "file", "tmp")]
+    snap = gitcheck.snapshot(roots, exclude=[str(tmp_path / "tmp")])
+    assert snap is not None and snap.roots == [str(tmp_path / "plain")]
+    assert gitcheck.snapshot([str(tmp_path / "missing"), str(tmp_path / "tmp")], exclude=[str(tmp_path / "tmp")],
+                             home=str(tmp_path / "home")) is None
 
 
 def test_a_symlinked_quarantine_dir_is_not_followed(tmp_path, env):
@@ -295,9 +305,6 @@ def test_a_write_root_holding_repositories_is_checked(tmp_path, env):
     git_repo(src / "one", env)
     snap, findings = check(src, "printf '[core]\\n\\tfsmonitor = x\\n' >> one/.git/config", env)
     assert [f.path for f in findings] == [f"{src}/one/.git/config"]
-    plain = tmp_path / "plain"
-    (plain / "a" / "b").mkdir(parents=True)
-    assert gitcheck.snapshot([str(plain)]) is None
 
 
 def test_a_git_file_leading_into_another_write_root_is_followed(tmp_path, env):
@@ -307,7 +314,7 @@ def test_a_git_file_leading_into_another_write_root_is_followed(tmp_path, env):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     snap = gitcheck.snapshot([str(repo), str(scratch)], home=env["HOME"])
-    assert snap.roots == [str(repo)]
+    assert snap.roots == [str(repo), str(scratch)]
     sh(f"git init -q --bare '{scratch}/evil.git' && printf '[core]\\n\\tfsmonitor = x\\n' >> '{scratch}/evil.git/config' "
        f"&& mkdir sub && echo 'gitdir: {scratch}/evil.git' > sub/.git", repo, env)
     findings = snap.verify()
@@ -347,7 +354,7 @@ def test_the_operators_global_config_in_a_write_root_is_checked(tmp_path, env, e
     if existed:
         (home / ".gitconfig").write_text("[user]\n\tname = op\n")
     snap = gitcheck.snapshot([str(home)], home=str(home))
-    assert snap is not None and snap.roots == []
+    assert snap is not None and snap.roots == [str(home)]
     sh("git config --global core.fsmonitor 'touch PWNED' && git config --global user.email x@y", home, env)
     findings = snap.verify()
     assert [f.path for f in findings] == [f"{home}/.gitconfig"] and "core.fsmonitor" in findings[0].why
@@ -422,3 +429,98 @@ def test_the_quarantine_never_follows_a_swapped_component(tmp_path):
     os.close(box_fd)
     assert box != second and os.path.dirname(box) == os.path.dirname(second) == f"{root}/{gitcheck.QUARANTINE_DIR}"
     assert os.listdir(outside) == []
+
+
+# --- a write root holding no repository at launch (ADR 0019, session 5) ---------------------------
+
+PLAIN_ATTACKS = {
+    # the write root itself becomes a repository: the operator's `git status` there runs it
+    "init at the top": "git init -q . && printf 'FSM' >> .git/config",
+    # a repository below it, two levels down (one level was found at launch before; two were not)
+    "init below": "mkdir -p a/b && git init -q a/b/r && printf 'FSM' >> a/b/r/.git/config",
+    # a bare layout (HEAD + objects/, no `.git`): git's discovery takes the directory itself
+    "bare": "git init -q --bare x.git && git -C x.git config core.bare false && git -C x.git config core.worktree .. "
+            "&& printf 'FSM' >> x.git/config",
+    # a `.git` file leading to a git directory made beside it
+    "git file": "git init -q t && mv t/.git .hidden && rmdir t && printf 'FSM' >> .hidden/config && mkdir w "
+                "&& echo 'gitdir: ../.hidden' > w/.git",
+    # a hook in a fresh repository, run by the operator's next commit there
+    "hook": "git init -q r && printf '#!/bin/sh\\ntouch MARKER\\n' > r/.git/hooks/pre-commit && chmod +x r/.git/hooks/pre-commit",
+}
+PLAIN_WHERE = {"init at the top": ".", "init below": "a/b/r", "bare": "x.git", "git file": "w", "hook": "r"}
+
+
+@pytest.mark.parametrize("attack", PLAIN_ATTACKS)
+def test_a_repository_planted_in_a_write_root_without_one_is_found(tmp_path, env, attack):
+    """Before session 5 a write root that was not, did not lie in and did not directly hold a
+    repository at launch had no snapshot at all: each of these ran the planted command on the
+    operator's next git command in that directory. Checked from the host side after the
+    quarantine: the real git runs nothing; and that it would have without it."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("not a repository\n")
+    marker = tmp_path / "PWNED"
+    script = PLAIN_ATTACKS[attack].replace("FSM", fsmonitor(marker)).replace("MARKER", str(marker))
+    snap, findings = check(plain, script, env)
+    assert findings, f"{attack}: nothing found"
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    where = str(plain / PLAIN_WHERE[attack])
+    host_git_status(where, env)
+    sh("git -c safe.directory=* commit -q --allow-empty -m x || true", where, env)
+    assert not marker.exists(), f"{attack}: the host's git ran the planted command after the quarantine"
+    # the probe is real: the same files put back where they were do run
+    for original, now in moved:
+        os.rename(now, original)
+    host_git_status(where, env)
+    sh("git -c safe.directory=* commit -q --allow-empty -m x || true", where, env)
+    assert marker.exists(), f"{attack}: the planted files do not run even unchecked"
+
+
+PLAIN_TWINS = {
+    "init and commit": "git init -q . && echo x > f && git add f && git commit -qm one && git checkout -qb topic",
+    "init below": "git init -q sub/r && git -C sub/r commit -q --allow-empty -m v && git -C sub/r config user.name me",
+    "clone": "git clone -q LIB cloned && git -C cloned commit -q --allow-empty -m mine",
+    "bare clone": "git clone -q --bare LIB mirror.git",
+}
+
+
+@pytest.mark.parametrize("twin", PLAIN_TWINS)
+def test_git_work_in_a_write_root_without_a_repository_is_not_flagged(tmp_path, env, twin):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    lib = git_repo(tmp_path / "lib", env)
+    snap, findings = check(plain, PLAIN_TWINS[twin].replace("LIB", str(lib)), env)
+    assert findings == [], findings
+
+
+def test_an_unlistable_directory_of_another_user_left_as_it_was_is_not_a_finding():
+    """A write root shared with other users (`/tmp`) holds their private directories. One the
+    run did not touch (old ctime) and that is not ours is skipped; ours, or one the run made
+    unlistable, fails closed as before (test_gitcheck_attacks.py). Run by uid 65534 (no
+    CAP_DAC_READ_SEARCH)."""
+    import pathlib
+    import time
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    src = pathlib.Path(gitcheck.__file__).resolve().parents[2]
+    with userkit.world_readable_tmp("sandboy-gitcheck-") as base:
+        shared = base / "shared"
+        (shared / "theirs" / "sub").mkdir(parents=True)  # a subdirectory: not a leaf, the walk lists it
+        os.chmod(shared, 0o777)
+        os.chown(shared / "theirs", 12345, 12345)
+        os.chmod(shared / "theirs", 0o700)
+        time.sleep(0.02)
+        code = ("import os, sys, time; from sandboy.confine import gitcheck\n"
+                "snap = gitcheck.snapshot([sys.argv[1]], home='/nonexistent')\n"
+                "time.sleep(0.02); os.makedirs(sys.argv[1] + '/mine/sub'); os.chmod(sys.argv[1] + '/mine', 0o311)\n"
+                "print(sorted(str(f.why) for f in snap.verify()))")
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                              "/usr/bin/python3", "-c", code, str(shared)],
+                             capture_output=True, text=True, timeout=60, cwd="/", env={"PYTHONPATH": str(src)})
+        assert out.returncode == 0, out.stderr
+        assert "theirs" not in out.stdout, out.stdout
+        assert f"{shared}/mine: cannot be looked through" in out.stdout, out.stdout

@@ -93,3 +93,30 @@ def test_legitimate_git_work_in_a_step_is_not_flagged(tmp_path, fake_home):
     step = by_name(report)["git-work"]
     assert step["status"] == "passed" and "DONE" in step["output_tail"], step["output_tail"]
     assert proc.returncode == 0 and not (repo / ".sandboy-quarantine").exists()
+
+
+@pytest.mark.parametrize("hostile", [True, False], ids=["planted", "twin: init and commit"])
+def test_a_step_in_a_directory_without_a_repository_cannot_plant_one(tmp_path, fake_home, hostile):
+    """The gate run on a directory that is no git repository (an unpacked tarball): before
+    session 5 the post-run check did not look at such a write root, and a step that `git init`s
+    with a planted `core.fsmonitor` passed; the operator's next `git status` there ran it."""
+    marker = tmp_path / "PWNED"
+    plant = f"printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n' >> .git/config; " if hostile else ""
+    gate = f"""
+        [[step]]
+        name = "init"
+        run = '''set -e; git init -q .; git -c user.name=t -c user.email=t@x commit -q --allow-empty -m one; {plant}echo DONE'''
+    """
+    repo = make_repo(tmp_path, gate, files={"notes.txt": "one\n"})
+    proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
+    step = by_name(report)["init"]
+    assert "DONE" in step["output_tail"], report
+    if hostile:
+        assert step["status"] == "cage_error" and proc.returncode == 125, report
+        assert "left code for the host's next git command" in step["error"], report
+        subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30,
+                       env={**os.environ, **GIT_ENV})
+        assert not marker.exists(), "the operator's git ran a command a gate step planted"
+    else:
+        assert step["status"] == "passed" and proc.returncode == 0, report
+        assert not (repo / ".sandboy-quarantine").exists()

@@ -12,7 +12,7 @@ during the run, configs included by included configs, submodule git directories 
 
 So the parent, unconfined, checks after the command and every process of it have ended:
 
-    snap = snapshot(write_roots)          # at launch, before the child starts; None: nothing to check
+    snap = snapshot(write_roots)          # at launch, before the child starts (GitSnapshot.at_launch)
     findings = snap.verify()              # after the run
     moved = quarantine(findings)          # out of git's way, kept (nothing is deleted)
 
@@ -28,10 +28,12 @@ a clone, a submodule, a worktree or `git config user.*` write and that never nam
 directory, every executable file or symlink but `*.sample`. A `commondir` anywhere but in a
 linked worktree's admin directory (where it must lead back to the repository's own).
 
-Every repository in a write root is found by walking it (bounded: `WALK_BUDGET` entries): each
-`.git` (directory, file or symlink) below it, plus the repository a write root lies in, plus
-`.git/modules/**` and `.git/worktrees/*` of each. Gitlinks in the index need no separate read:
-the directory a gitlink names holds a `.git` the walk finds.
+Every write root but the run's `{tmp}` is walked (bounded: `WALK_BUDGET` entries), whether or
+not it held a repository at launch — the command may `git init` one anywhere it writes: each
+`.git` (directory, file or symlink) below it, each directory git takes for a git directory
+itself (a bare layout), plus the repository a write root lies in, plus `.git/modules/**` and
+`.git/worktrees/*` of each. Gitlinks in the index need no separate read: the directory a
+gitlink names holds a `.git` the walk finds.
 
 Stdlib only, no subprocess: running the host's git here would run what we look for.
 """
@@ -42,6 +44,7 @@ import time
 
 from sandboy.policy.resolve import is_within, is_within_any
 
+EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
 CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in Python's `time`)
 WALK_BUDGET = 2_000_000    # directory entries per run; beyond that the run fails closed
 MAX_INCLUDE_DEPTH = 10     # git's own limit
@@ -365,37 +368,18 @@ def _gitdir_of(dot_git: str):
     return os.path.realpath(os.path.join(os.path.dirname(dot_git), os.fsdecode(target)))
 
 
-CHILD_PROBE_LIMIT = 512  # entries of a write root looked at for `<child>/.git` at launch
-
-
-def _child_repository(root: str) -> bool:
-    """Whether a directory right below `root` is a repository (`fs.write = ["~/src"]` holding
-    `~/src/*/.git`). One directory read and an lstat per subdirectory, bounded."""
-    try:
-        with os.scandir(root) as entries:
-            for count, entry in enumerate(entries):
-                if count >= CHILD_PROBE_LIMIT:
-                    return False
-                if entry.is_dir(follow_symlinks=False) and os.path.lexists(entry.path + "/.git"):
-                    return True
-    except OSError:
-        pass
-    return False
-
-
-def repository_roots(write_roots, exclude=()) -> list:
-    """The realpaths of `write_roots` that are, lie in, or directly hold a git repository (a
-    few lstats each; see `_child_repository`). The walk after the run then covers each such
-    root entirely, so a repository deeper below one is checked too."""
-    roots = []
+def walk_roots(write_roots, exclude=()) -> list:
+    """The write roots to walk after the run, as realpaths: every directory among `write_roots`
+    but those in `exclude` (the run's `{tmp}`) and those inside another (its walk covers them).
+    Whether a root held a repository at launch does not matter: a command may `git init` one
+    anywhere it can write, and the operator's next git command in that directory runs its
+    config (ADR 0019)."""
+    reals = []
     for root in write_roots:
         real = os.path.realpath(root)
-        if real in exclude or real in roots or not os.path.isdir(real):
-            continue
-        if (os.path.lexists(os.path.join(real, ".git")) or _enclosing_git(real) is not None
-                or _is_git_directory(real) or _child_repository(real)):
-            roots.append(real)
-    return roots
+        if real not in exclude and real not in reals and os.path.isdir(real):
+            reals.append(real)
+    return [real for real in reals if not any(other != real and is_within(real, other) for other in reals)]
 
 
 GLOBAL = "<the operator's global git config>"  # GitSnapshot.known's key for it
@@ -411,25 +395,32 @@ def global_configs(home=None) -> list:
     return [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
 
 
-def _scope(write_roots, exclude, home) -> tuple:
-    """(repository roots to walk, the operator's global configs a write root reaches, every
-    write root as a realpath)."""
-    writable = [os.path.realpath(r) for r in write_roots]
-    globals_inside = [p for p in global_configs(home) if is_within_any(os.path.realpath(p), writable)]
-    return repository_roots(write_roots, exclude), globals_inside, writable
+class Scope:
+    """What one run's check covers, looked up once when it is set up: `roots` to walk, the
+    operator's global configs a write root reaches (`globals_inside`), every write root as a
+    realpath (`writable`: a `.git` file may lead into any of them), the roots never walked
+    (`exclude`: the run's `{tmp}`) and the operator's `home`."""
+
+    __slots__ = ("roots", "globals_inside", "writable", "exclude", "home")
+
+    def __init__(self, write_roots, exclude=(), home=None):
+        self.exclude = tuple(os.path.realpath(e) for e in exclude)
+        self.home = home if home is not None else os.path.expanduser("~")
+        self.writable = [os.path.realpath(r) for r in write_roots]
+        self.globals_inside = [p for p in global_configs(self.home)
+                               if is_within_any(os.path.realpath(p), self.writable)]
+        self.roots = walk_roots(write_roots, self.exclude)
+
+    def __bool__(self):
+        return bool(self.roots or self.globals_inside)
 
 
 def snapshot(write_roots, exclude=(), home=None):
-    """At launch, before the command starts: a GitSnapshot of `write_roots` (paths) that are,
-    lie in or hold a git repository, or reach the operator's global git config (a home
-    directory granted for writing: a `~/.gitconfig` made by the command would configure every
-    repository of theirs); None when none does (then there is nothing to check, and no
-    supervisor is needed for it). `exclude`: roots not to walk (the run's `{tmp}`)."""
-    roots, globals_inside, writable = _scope(write_roots, exclude, home)
-    if not roots and not globals_inside:
-        return None
-    since = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
-    return GitSnapshot(roots, since, home, writable=writable, global_inside=globals_inside)
+    """At launch, before the command starts: a GitSnapshot of `write_roots` (paths), or None
+    when no write root is a directory to walk nor reaches the operator's global git config (a
+    home directory granted for writing: a `~/.gitconfig` made by the command would configure
+    every repository of theirs). `exclude`: roots not to walk (the run's `{tmp}`)."""
+    return GitSnapshot.at_launch(Scope(write_roots, exclude, home))
 
 
 def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
@@ -456,12 +447,14 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, roots, since_ns: int, home=None, writable=None, global_inside=()):
-        self.roots = list(roots)
-        self.global_inside = list(global_inside)
+    def __init__(self, scope: Scope, since_ns: int):
+        self.roots = list(scope.roots)
+        self.global_inside = list(scope.globals_inside)
         # Everything the command could write (all write roots, `{tmp}` included): a `.git` file
         # in a checked root may lead to a git directory it made in any of them.
-        self.writable = list(writable) if writable is not None else list(self.roots)
+        self.writable = list(scope.writable)
+        self.exclude = frozenset(scope.exclude)
+        self.home = scope.home
         self.since_ns = since_ns
         if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside):
             # ext2/ext3, ext4 with 128-byte inodes: a ctime is cut to its second, so a file the
@@ -469,7 +462,6 @@ class GitSnapshot:
             # the second's start, that file is the run's (a change the operator made earlier in
             # that same second counts as the run's too: fails closed).
             self.since_ns -= since_ns % 1_000_000_000
-        self.home = home if home is not None else os.path.expanduser("~")
         self.global_entries = []  # [(path, entries)] of the operator's global configs
         for path in global_configs(self.home):
             try:
@@ -494,6 +486,15 @@ class GitSnapshot:
                 self.known[gitdir] = configs
         self.known[GLOBAL] = {path: (data, _safe_entries(path, data)) for path in self.global_inside
                               for data in (_read_config(path),)}
+
+    @classmethod
+    def at_launch(cls, scope: Scope):
+        """THE snapshot (the hook's `start` and `snapshot()` both take it here): the coarse
+        realtime clock reading file timestamps are taken from, just before the child starts, and
+        the launch configs; None when `scope` holds nothing to check."""
+        if not scope:
+            return None
+        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE))
 
     def _new(self, st) -> bool:
         return st.st_ctime_ns >= self.since_ns
@@ -595,9 +596,12 @@ class _Check:
                             self.gitdir(directory, full=False, top=directory)
                         # (the quarantine is walked too: nothing moved there is named `.git`, and
                         # skipping it would hide a repository the command put there)
-                        if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+                        if (entry.name != ".git" and entry.is_dir(follow_symlinks=False)
+                                and entry.path not in self.snap.exclude):  # the run's {tmp} (in `/tmp`)
                             pending.append((entry.path, entry.stat(follow_symlinks=False).st_nlink))
             except OSError as exc:
+                if not self.unlistable_matters(directory, exc):
+                    continue
                 # Fail closed: a directory the parent cannot list (mode 0311 set by the command,
                 # which a parent without CAP_DAC_READ_SEARCH obeys, while the operator's git
                 # still walks through it; or no fd left) may hold a planted repository.
@@ -607,6 +611,20 @@ class _Check:
             if left < 0:
                 return left
         return left
+
+    def unlistable_matters(self, directory: str, exc: OSError) -> bool:
+        """Whether a directory the walk could not list fails the run. Always, but for another
+        user's directory refused to us (EACCES) and unchanged since launch: the command, of our
+        uid with fewer rights, could neither make it unlistable (chmod sets its ctime) nor add
+        an entry to it — a write root shared with other users (`/tmp`) holds such directories,
+        and failing every run over them would make the check unusable there."""
+        if exc.errno not in (EACCES, EPERM):
+            return True  # no fd left, I/O error: nothing known
+        try:
+            st = os.lstat(directory)
+        except OSError:
+            return True
+        return self.snap._new(st) or st.st_uid == os.geteuid()
 
     def dot_git(self, path: str) -> None:
         gitdir = _gitdir_of(path)
@@ -926,12 +944,13 @@ def after_run(snap) -> str:
 
 
 def _cage_scope(cage):
-    """`_scope` for one run of `cage`, or None when the policy turned the protected defaults
-    off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is never walked."""
+    """The check's Scope for one run of `cage`, or None when the policy turned the protected
+    defaults off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is never
+    walked."""
     if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
         return None
-    exclude = (os.path.realpath(cage.ctx.tmp),) if cage.ctx.tmp else ()
-    return cage.compiled["landlock.fs"].outputs["protected_args"][0], exclude
+    exclude = (cage.ctx.tmp,) if cage.ctx.tmp else ()
+    return Scope(cage.compiled["landlock.fs"].outputs["protected_args"][0], exclude)
 
 
 class GitCheck:
@@ -943,25 +962,20 @@ class GitCheck:
     name = "git check"
     during_run = False  # before and after only: under the namespace tier the init's end will do
 
-    def __init__(self, cage, found):
+    def __init__(self, cage, scope: Scope):
         self.cage = cage
-        self.found = found  # `_scope`'s (roots, global configs inside, writable), looked up once
+        self.scope = scope  # looked up once, when the hook is made
         self.snap = None
 
     @classmethod
     def for_cage(cls, cage):
         scope = _cage_scope(cage)
-        if scope is None:
-            return None
-        found = _scope(*scope, None)
-        return cls(cage, found) if found[0] or found[1] else None
+        return cls(cage, scope) if scope else None
 
     def start(self, run) -> tuple:
         # the scope was looked up when the hook was made (for_cage), just before: only the clock
         # and the launch configs are read now (one lookup per run on the start-up path, not two)
-        roots, globals_inside, writable = self.found
-        self.snap = GitSnapshot(roots, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), writable=writable,
-                                global_inside=globals_inside)
+        self.snap = GitSnapshot.at_launch(self.scope)
         return ()
 
     def started(self, run) -> None:
