@@ -42,3 +42,51 @@ def git_repo(path, env):
     """A repository with one commit at `path`, made with `env` (see `scratch_env`)."""
     sh(f"git init -q '{path}' && git -C '{path}' commit -q --allow-empty -m init", path.parent, env)
     return path
+
+
+# husky 9.1.7's runner `h`, copied byte for byte from the npm package (https://github.com/typicode/husky,
+# MIT licence, Copyright (c) 2021 typicode), and what its installer (index.js) writes: git runs
+# `.husky/_/<hook>`, which sources `_/h`, which runs `sh -e .husky/<hook>`.
+HUSKY_H = r'''#!/usr/bin/env sh
+[ "$HUSKY" = "2" ] && set -x
+n=$(basename "$0")
+s=$(dirname "$(dirname "$0")")/$n
+
+[ ! -f "$s" ] && exit 0
+
+if [ -f "$HOME/.huskyrc" ]; then
+	echo "husky - '~/.huskyrc' is DEPRECATED, please move your code to ~/.config/husky/init.sh"
+fi
+i="${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh"
+[ -f "$i" ] && . "$i"
+
+[ "${HUSKY-}" = "0" ] && exit 0
+
+export PATH="node_modules/.bin:$PATH"
+sh -e "$s" "$@"
+c=$?
+
+[ $c != 0 ] && echo "husky - $n script failed (code $c)"
+[ $c = 127 ] && echo "husky - command not found in PATH=$PATH"
+exit $c
+'''
+HUSKY_HOOKS = ("pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg", "post-commit", "applypatch-msg",
+               "pre-applypatch", "post-applypatch", "pre-rebase", "post-rewrite", "post-checkout", "post-merge",
+               "pre-push", "pre-auto-gc")
+
+
+def husky_install(repo, env=None) -> None:
+    """What `npx husky` (9.1.7, index.js) does in `repo`, without npm: `core.hooksPath = .husky/_`,
+    the runner `h` (mode 0644, as copyFileSync leaves it) and one stub per hook (0755)."""
+    subprocess.run(["git", "-C", str(repo), "config", "core.hooksPath", ".husky/_"], check=True, env=env)
+    hooks = os.path.join(str(repo), ".husky", "_")
+    os.makedirs(hooks, exist_ok=True)
+    with open(os.path.join(hooks, ".gitignore"), "w") as fh:
+        fh.write("*")
+    with open(os.path.join(hooks, "h"), "w") as fh:
+        fh.write(HUSKY_H)
+    for name in HUSKY_HOOKS:
+        path = os.path.join(hooks, name)
+        with open(path, "w") as fh:
+            fh.write('#!/usr/bin/env sh\n. "$(dirname "$0")/h"')
+        os.chmod(path, 0o755)

@@ -178,3 +178,31 @@ def test_without_the_tier_every_write_root_but_tmp_is_supervised(cage, monkeypat
     read_only["fs"]["write"] = []
     dry = cage.cli(["--dry-run", "--json", "--", "/bin/true"], read_only)
     assert json.loads(dry.out)["supervised"] is False, dry
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_a_husky_script_cannot_be_planted(cage, tmp_path, tier, via):
+    """`core.hooksPath = .husky/_` (what `npx husky` sets): the operator's next commit runs the
+    tracked `.husky/pre-commit`. Under the tier it is bound read-only (the write fails); without
+    it the write goes through and the post-run check quarantines it (125). Host side: the
+    operator's commit runs nothing planted; their own script is still what runs."""
+    from gitkit import husky_install
+
+    _host_repo(cage.work)
+    (cage.work / ".husky").mkdir()
+    (cage.work / ".husky" / "pre-commit").write_text(f"touch {tmp_path}/OPERATORS\n")
+    husky_install(cage.work)
+    marker = tmp_path / "PWNED"
+    script = f"printf 'touch {marker}\\n' > .husky/pre-commit && echo PLANTED; echo x > work.txt; echo DONE"
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage), via=via)
+    assert "DONE" in result.out, result  # the twin: the rest of the worktree stays writable
+    assert (cage.work / "work.txt").read_text() == "x\n"
+    if tier == "tier":
+        assert "PLANTED" not in result.out and result.rc == 0, result
+    else:
+        assert "PLANTED" in result.out and result.rc == 125, result
+        assert "husky script" in result.err, result
+    subprocess.run(["git", "-C", str(cage.work), "commit", "-q", "--allow-empty", "-m", "host"], capture_output=True,
+                   env={**os.environ, **GIT_ENV}, timeout=30)
+    assert not marker.exists(), "the operator's commit ran a husky script the cage planted"
+    assert (tmp_path / "OPERATORS").exists() == (tier == "tier")  # quarantined without the tier

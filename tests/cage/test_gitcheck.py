@@ -119,7 +119,8 @@ def test_the_repositorys_own_config_gets_its_launch_content_back(tmp_path, env):
 
 def test_planted_hooks_are_found_wherever_git_runs_them(tmp_path, env):
     """.git/hooks, a core.hooksPath directory that did not exist at launch, a submodule's
-    hooks under .git/modules; sample hooks and non-executable files are not hooks."""
+    hooks under .git/modules; sample hooks are not hooks, but a non-executable file is judged
+    too (a hook sources its neighbours whatever their mode: husky's `_/h`)."""
     repo = git_repo(tmp_path / "repo", env)
     lib = git_repo(tmp_path / "lib", env)
     sh(f"git -c protocol.file.allow=always submodule add -q '{lib}' sub && git commit -qm sub", repo, env)
@@ -129,7 +130,7 @@ def test_planted_hooks_are_found_wherever_git_runs_them(tmp_path, env):
               f"printf '{hook}' > .git/modules/sub/hooks/post-checkout && chmod +x .git/modules/sub/hooks/post-checkout && "
               "echo 'not executable' > .git/hooks/post-commit && touch .git/hooks/pre-push.sample")
     snap, findings = check(repo, script, env)
-    assert sorted(f.path for f in findings) == sorted([f"{repo}/.git/hooks/pre-commit",
+    assert sorted(f.path for f in findings) == sorted([f"{repo}/.git/hooks/pre-commit", f"{repo}/.git/hooks/post-commit",
                                                       f"{repo}/.git/modules/sub/hooks/post-checkout"])
     gitcheck.quarantine(findings, snap.roots)
     sh("echo x > f && git add f && git commit -qm two", repo, env)
@@ -524,3 +525,69 @@ def test_an_unlistable_directory_of_another_user_left_as_it_was_is_not_a_finding
         assert out.returncode == 0, out.stderr
         assert "theirs" not in out.stdout, out.stdout
         assert f"{shared}/mine: cannot be looked through" in out.stdout, out.stdout
+
+
+# --- husky: hooks that run tracked scripts of the worktree (ADR 0019, session 5) -----------------
+
+HUSKY_ATTACKS = {
+    # the tracked script husky's runner starts on the operator's next commit (any mode)
+    "husky script": "printf 'touch MARKER\\n' > .husky/pre-commit",
+    # a hook name the project never used: the runner starts it as soon as it exists
+    "new husky script": "printf 'touch MARKER\\n' > .husky/post-commit",
+    # the runner itself, mode 0644: every stub sources it
+    "runner": "sed -i '2i touch MARKER' .husky/_/h",
+}
+
+
+def _husky_repo(tmp_path, env):
+    from gitkit import husky_install
+
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / ".husky").mkdir()
+    (repo / ".husky" / "pre-commit").write_text("echo checked\n")
+    husky_install(repo, env)
+    sh("git add .husky/pre-commit && git commit -qm husky", repo, env)
+    return repo
+
+
+@pytest.mark.parametrize("attack", HUSKY_ATTACKS)
+def test_husky_scripts_and_runner_changed_by_the_run_are_found(tmp_path, env, attack):
+    """`core.hooksPath = .husky/_`: git runs `.husky/_/pre-commit`, which sources `_/h` (0644),
+    which runs `sh -e .husky/pre-commit` — a tracked file. Before session 5 only executable
+    files in the hooks directory were judged: each of these ran on the operator's next commit.
+    Host side: the operator's `git commit` after the quarantine runs nothing; the same files put
+    back do run it (the probe is real)."""
+    repo = _husky_repo(tmp_path, env)
+    marker = tmp_path / "PWNED"
+    snap, findings = check(repo, HUSKY_ATTACKS[attack].replace("MARKER", str(marker)), env)
+    assert findings, f"{attack}: nothing found"
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    # (with the runner in quarantine the stubs fail, and so does the commit: nothing runs until
+    # the operator reinstalls husky)
+    sh("git commit -q --allow-empty -m after || true", repo, env)
+    assert not marker.exists(), f"{attack}: the operator's commit ran the planted script after the quarantine"
+    for original, now in moved:
+        os.rename(now, original)
+    sh("git commit -q --allow-empty -m unchecked", repo, env)
+    assert marker.exists(), f"{attack}: the planted script does not run even unchecked"
+
+
+def test_work_in_a_husky_repository_is_not_flagged(tmp_path, env):
+    """The twin: edits, commits (which run the husky hook), a branch — nothing under `.husky`
+    changes, nothing is found."""
+    repo = _husky_repo(tmp_path, env)
+    snap, findings = check(repo, "echo x > f && git add f && git commit -qm two && git checkout -qb topic "
+                                 "&& mkdir -p node_modules/.bin && echo y > node_modules/.bin/tool", env)
+    assert findings == [], findings
+
+
+def test_husky_scripts_are_protected_at_launch(tmp_path, env):
+    """Prevention first: under the tier the scripts beside husky's hooks directory are bound
+    read-only like the directory itself (protected.resolve_protected)."""
+    from sandboy.confine import protected
+
+    repo = _husky_repo(tmp_path, env)
+    from_defaults, _ = protected.resolve_protected([str(repo)], [], True)
+    assert f"{repo}/.husky/pre-commit" in from_defaults and f"{repo}/.husky/_" in from_defaults, from_defaults
+    assert protected.husky_scripts(str(repo / ".husky")) == []  # not husky's hooks directory

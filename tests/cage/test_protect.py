@@ -336,8 +336,9 @@ def test_as_an_ordinary_user_without_the_tier_the_gap_is_reported(as_nobody):
     assert "fs.protect_defaults" in r.stderr and ".git/config" in r.stderr, r.stderr
     assert "left code for the host's next git command" in r.stderr, r.stderr
     assert (repo / ".git" / "config").read_bytes() == before
-    hook = repo / ".git" / "hooks" / "pre-commit"  # written without the x bit: git would not run it
-    assert hook.exists() and not os.stat(hook).st_mode & 0o111
+    # written without the x bit: git would not run it, but a hook may source it — every file a
+    # run makes in a hooks directory is quarantined (ADR 0019, session 5)
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
     assert "curl evil" in (repo / ".bashrc").read_text()
 
 

@@ -27,6 +27,10 @@ def _policy(tmp_path, **sections) -> Policy:
                                                      "write": [str(tmp_path)]}, **sections}, "<test>")
 
 
+def _read_only(policy: Policy) -> Policy:
+    return policy.replace(fs=policy.fs.replace(write=()))
+
+
 def in_child(scenario):
     """Run `scenario()` in a forked copy of this process; its JSON-able return value, or the
     exception's text as {"raised": ...}."""
@@ -381,8 +385,9 @@ def test_every_run_hook_is_a_reason_to_supervise(tmp_path):
     """`exec_mode.hooks_for` and `exec_mode.supervisor_needed` name the same runs: a hook that
     works while the command runs needs a supervisor; one that acts only before and after needs
     one only where no PID namespace makes the init's end the end of the tree."""
-    plain = build(_policy(tmp_path), cwd=str(tmp_path))
-    egress = build(_policy(tmp_path, net={"domains": ["example.test"]}), cwd=str(tmp_path))
+    # writing nowhere: every write root but {tmp} gets the post-run git check (ADR 0019)
+    plain = build(_read_only(_policy(tmp_path)), cwd=str(tmp_path))
+    egress = build(_read_only(_policy(tmp_path, net={"domains": ["example.test"]})), cwd=str(tmp_path))
     r, w = os.pipe()
     try:
         assert hooks_for(plain) == [] and supervisor_needed(plain, stdio=(r, w, w), hooks=[]) is None

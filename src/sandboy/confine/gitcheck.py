@@ -42,6 +42,7 @@ import os
 import stat
 import time
 
+from sandboy.confine.protected import husky_scripts
 from sandboy.policy.resolve import is_within, is_within_any
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
@@ -769,8 +770,12 @@ class _Check:
                 if hooks:
                     self.hooks(os.path.normpath(hooks), full)
 
-    def hooks(self, directory: str, full: bool) -> None:
-        """Every executable file (or symlink) but `*.sample` that git would run as a hook."""
+    def hooks(self, directory: str, full: bool, depth: int = 0) -> None:
+        """Every file (or symlink) but `*.sample` in a directory git runs hooks from, and in its
+        subdirectories: git runs the executable ones by name, and they source their neighbours
+        whatever their mode (husky's `_/h`, v8's `_/husky.sh`). Where the directory is husky's
+        (`core.hooksPath = .husky/_`, holding husky's runner `h`), the scripts that runner
+        starts (`.husky/pre-commit` ...) are hooks too (ADR 0019, session 5)."""
         st = self.new(directory)
         if st is not None and stat.S_ISLNK(st.st_mode) and self.writable(os.path.dirname(directory)):
             self.add(directory, "a hooks directory became a symlink during the run")
@@ -790,15 +795,31 @@ class _Check:
                 est = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if full or self.snap._new(est):
-                if stat.S_ISLNK(est.st_mode) or (stat.S_ISREG(est.st_mode) and est.st_mode & 0o111):
-                    self.add(entry.path, "a git hook made or changed during the run")
-            elif stat.S_ISLNK(est.st_mode):
-                # an old link (scripts/pre-commit linked in by the project): git runs what it
-                # leads to, which may lie in a write root and have been changed by the run
-                target = os.path.realpath(entry.path)
-                if self.writable(target) and self.new(target) is not None:
-                    self.add(target, f"the script git hook {entry.name} links to, changed during the run")
+            if stat.S_ISDIR(est.st_mode):
+                if depth < MAX_NESTING:
+                    self.hooks(entry.path, full, depth + 1)
+            else:
+                self.hook_file(entry.path, est, full, "a file in a git hooks directory made or changed during the run")
+        for path in husky_scripts(real):
+            # husky 9: git runs `.husky/_/pre-commit`, which sources `_/h`, which runs `sh -e
+            # .husky/pre-commit` — a tracked file of the worktree, of any mode
+            try:
+                est = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(est.st_mode):
+                self.hook_file(path, est, full, "a husky script git's hook runs, made or changed during the run")
+
+    def hook_file(self, path: str, st, full: bool, why: str) -> None:
+        if full or self.snap._new(st):
+            if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
+                self.add(path, why)
+        elif stat.S_ISLNK(st.st_mode):
+            # an old link (scripts/pre-commit linked in by the project): git runs what it
+            # leads to, which may lie in a write root and have been changed by the run
+            target = os.path.realpath(path)
+            if self.writable(target) and self.new(target) is not None:
+                self.add(target, f"the script git hook {os.path.basename(path)} links to, changed during the run")
 
 
 # --- out of git's way -----------------------------------------------------------------------

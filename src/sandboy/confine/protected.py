@@ -135,6 +135,33 @@ def hooks_paths(root: str) -> list[str]:
     return found
 
 
+# githooks(5): the names git runs from a hooks directory. Husky's runner starts the same names
+# from the directory above its own (see `husky_scripts`).
+GIT_HOOK_NAMES = (
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit", "prepare-commit-msg",
+    "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge", "pre-push", "pre-receive", "update",
+    "proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout", "pre-auto-gc",
+    "post-rewrite", "sendemail-validate", "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist",
+    "p4-post-changelist", "p4-pre-submit", "post-index-change",
+)
+
+
+def husky_scripts(hooks_dir: str) -> list[str]:
+    """The scripts git's hooks run where `hooks_dir` is husky's (`core.hooksPath = .husky/_`,
+    holding husky's runner `h`): `.husky/pre-commit` and the other hook names beside `_`. Git
+    runs `_/pre-commit`, which sources `_/h`, which runs `sh -e .husky/pre-commit` — a tracked
+    file of the worktree, of any mode, that is a hook in all but its place (ADR 0019, session
+    5). [] for any other directory."""
+    if os.path.basename(os.path.normpath(hooks_dir)) != "_" or not os.path.lexists(os.path.join(hooks_dir, "h")):
+        return []
+    parent = os.path.dirname(os.path.normpath(hooks_dir))
+    try:
+        present = set(os.listdir(parent))
+    except OSError:
+        return []
+    return [os.path.join(parent, name) for name in GIT_HOOK_NAMES if name in present]
+
+
 _FIRST_COMPONENTS = frozenset(name.split("/", 1)[0] for name in DEFAULT_PROTECTED)
 
 
@@ -216,7 +243,9 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
                 real = default_under(root, name)
                 if real and real not in from_defaults:
                     from_defaults.append(real)
-            for hooks in hooks_paths(root) + included_configs(root):
+            hooks_dirs = hooks_paths(root)
+            # husky's scripts beside its hooks directory are hooks too (see husky_scripts)
+            for hooks in hooks_dirs + [s for d in hooks_dirs for s in husky_scripts(d)] + included_configs(root):
                 real = inside_a_root(hooks)
                 if real and real not in from_defaults:
                     from_defaults.append(real)
