@@ -206,3 +206,49 @@ def test_a_husky_script_cannot_be_planted(cage, tmp_path, tier, via):
                    env={**os.environ, **GIT_ENV}, timeout=30)
     assert not marker.exists(), "the operator's commit ran a husky script the cage planted"
     assert (tmp_path / "OPERATORS").exists() == (tier == "tier")  # quarantined without the tier
+
+
+@pytest.mark.parametrize("hostile", [True, False], ids=["planted", "twin: clone in tmp"])
+def test_a_kept_cages_tmp_is_checked_without_the_tier(tmp_path, monkeypatch, hostile):
+    """Without the tier `{tmp}` is a host directory that lives as long as the cage (the API
+    reusing one cage for many runs). It was never walked: a repository planted there plus a
+    symlink to it in the write root, and the operator's `git status` in that link ran the
+    planted command while the cage was kept — the run passed. Now {tmp} is walked where it is
+    not the tier's private tmpfs; the twin (a clone and a commit in {tmp}) passes."""
+    import tempfile
+
+    import sandboy
+    from sandboy.confine.cage import build
+
+    monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    work = tmp_path / "work"
+    work.mkdir()
+    lib = tmp_path / "lib"
+    _host_repo(lib)
+    marker = tmp_path / "PWNED"
+    policy = sandboy.Policy.from_mapping({
+        "version": 1,
+        "fs": {"read": ["/usr", "/etc", "/proc/self", str(lib)], "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
+               "write": [str(work), "{tmp}"]},
+        "env": {"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": "{tmp}", **GIT_ENV}}}, "<test>")
+    if hostile:
+        script = (f"git init -q \"$TMPDIR/evil\" && printf '{_fsmonitor(marker)}' >> \"$TMPDIR/evil/.git/config\" "
+                  "&& ln -s \"$TMPDIR/evil\" link && echo PLANTED")
+    else:
+        script = f"git clone -q {lib} \"$TMPDIR/c\" && git -C \"$TMPDIR/c\" commit -q --allow-empty -m x && echo PLANTED"
+    cage = build(policy, cwd=str(work))
+    try:
+        with tempfile.TemporaryFile() as out, open(os.devnull) as null:
+            result = sandboy.run(["/bin/sh", "-c", script], cage, cwd=str(work), stdout=out.fileno(),
+                                 stderr=out.fileno(), stdin=null.fileno())
+            out.seek(0)
+            text = out.read().decode()
+        assert "PLANTED" in text, text
+        if not hostile:
+            assert result.returncode == 0, (result, text)
+            return
+        assert result.returncode == 125 and result.outcome == "planted", (result, text)
+        subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=work / "link", capture_output=True, timeout=30)
+        assert not marker.exists(), "the operator's git ran a command planted in the kept cage's {tmp}"
+    finally:
+        cage.close()

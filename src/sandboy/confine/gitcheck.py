@@ -966,11 +966,15 @@ def after_run(snap) -> str:
 
 def _cage_scope(cage):
     """The check's Scope for one run of `cage`, or None when the policy turned the protected
-    defaults off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is never
-    walked."""
+    defaults off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is not
+    walked where it is the namespace tier's private tmpfs (gone with the run; the host sees an
+    empty mount point). Without the tier it is a host directory that outlives the run while the
+    cage is kept (the API's reused cage, a gate's cache): a symlink left in a write root led the
+    operator's git into a repository planted there, so it is walked like any write root."""
     if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
         return None
-    exclude = (cage.ctx.tmp,) if cage.ctx.tmp else ()
+    private = cage.tier is not None and cage.tier.tmp_private
+    exclude = (cage.ctx.tmp,) if cage.ctx.tmp and private else ()
     return Scope(cage.compiled["landlock.fs"].outputs["protected_args"][0], exclude)
 
 
