@@ -50,6 +50,17 @@ BARE_LAYOUTS = {
                       "&& git -C common config core.bare false && mkdir leaf && cp common/HEAD leaf/ "
                       "&& echo ../common > leaf/commondir && printf 'FSM' > leaf/config.worktree "
                       "&& git -C common config core.worktree ../leaf",
+    # (session 5) git's is_git_directory tests `objects` and `refs` with access(X_OK), which
+    # follows symlinks: a directory with no subdirectory of its own (the walk's leaf case) whose
+    # `objects` and `refs` are symlinks to another repository's was no git directory to the walk
+    "linked objects": "git init -q --bare tmpl && mkdir leaf && cp tmpl/HEAD leaf/ && cp tmpl/config leaf/config "
+                      "&& git config -f leaf/config core.bare false && git config -f leaf/config core.worktree .. "
+                      "&& printf 'FSM' >> leaf/config && ln -s ../tmpl/objects leaf/objects && ln -s ../tmpl/refs leaf/refs",
+    # ... and passes an executable regular file: empty `objects` and `refs` files, mode 0755
+    "objects as a file": "mkdir leaf && git init -q --bare tmpl && cp tmpl/HEAD leaf/ && cp tmpl/config leaf/config "
+                         "&& git config -f leaf/config core.bare false && git config -f leaf/config core.worktree .. "
+                         "&& printf 'FSM' >> leaf/config && : > leaf/objects && : > leaf/refs "
+                         "&& chmod +x leaf/objects leaf/refs && mkdir leaf/sub",
 }
 
 

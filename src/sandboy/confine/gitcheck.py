@@ -297,17 +297,18 @@ def _valid_head(path: str) -> bool:
     return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
-def _is_git_directory(path: str, leaf: bool = False) -> bool:
-    """Whether git's discovery takes `path` itself for a git directory (setup.c's
-    is_git_directory): a valid HEAD and an `objects` directory here or a `commondir` (which
-    then supplies objects and refs). A bare repository, or a worktree-style one, in a
+def _is_git_directory(path: str) -> bool:
+    """Whether git's discovery may take `path` itself for a git directory (setup.c's
+    is_git_directory): a valid HEAD, and `objects` and `refs` that pass access(X_OK) here or in
+    the directory a `commondir` names. A bare repository, or a worktree-style one, in a
     subdirectory has no `.git` entry, yet the operator's git run in it reads its config and
-    hooks. `leaf`: `path` has no subdirectory, so only a commondir can make it one."""
+    hooks. Judged wider than git, to fail closed: a valid HEAD with a `commondir` or an
+    `objects` of any kind — git's access(X_OK) follows symlinks and passes an executable file,
+    so `objects -> ../elsewhere/objects` (in a directory with no subdirectory of its own) or an
+    empty executable file `objects` made a git directory the walk took for none."""
     if not _valid_head(os.path.join(path, "HEAD")):
         return False
-    if os.path.lexists(os.path.join(path, "commondir")):
-        return True
-    return not leaf and os.path.isdir(os.path.join(path, "objects"))
+    return os.path.lexists(os.path.join(path, "commondir")) or os.path.lexists(os.path.join(path, "objects"))
 
 
 def _safe_entries(path: str, data):
@@ -584,8 +585,8 @@ class _Check:
             if os.path.lexists(dot_git):
                 self.dot_git(dot_git)
             if links == 2:
-                # a leaf is a git directory only with a commondir (objects/ is a directory)
-                if os.path.lexists(directory + "/HEAD") and _is_git_directory(directory, leaf=True):
+                # a leaf may still be a git directory: `objects` a symlink or a file, or a commondir
+                if os.path.lexists(directory + "/HEAD") and _is_git_directory(directory):
                     self.gitdir(directory, full=False, top=directory)
                 continue
             try:
