@@ -57,6 +57,7 @@ CONFIG_READ_LIMIT = 4 << 20
 # nested repositories costs the command nothing per link, and each parse ~0.5 s per MiB here.
 # Beyond it the run fails closed (a finding), as for WALK_BUDGET. Real configs are kilobytes.
 CONFIG_PARSE_BUDGET = 16 << 20
+MESSAGE_FINDINGS = 20      # findings named in the run's error; the MANIFEST lists them all
 
 # Keys git itself, a clone, `git submodule add`, `git worktree add`, `git config user.*` and
 # common porcelain settings write, none of which names a program or a file git executes.
@@ -524,14 +525,18 @@ class _Check:
     def __init__(self, snap: GitSnapshot):
         self.snap = snap
         self.findings: list = []
+        self.found: set = set()  # the findings again, for a constant-time "already found"
         self.seen: set = set()
         self.included: set = set()
         self.hook_dirs: set = set()  # (realpath, full) looked through: each once, however often named
         self.parse_left = CONFIG_PARSE_BUDGET
 
     def add(self, path, why: str, restore=None) -> None:
+        # a set, not `in self.findings`: 20,000 files made in a hooks directory (a tenth of a
+        # second for the command) took the list scan 43 s — cost amplification after the run
         finding = Finding(path, why, restore)
-        if finding not in self.findings:
+        if finding not in self.found:
+            self.found.add(finding)
             self.findings.append(finding)
 
     def writable(self, path: str) -> bool:
@@ -954,13 +959,21 @@ def after_run(snap) -> str:
     if not findings:
         return ""
     moved, failed = quarantine(findings, snap.writable)
+    moved_to = {was: now for was, now in moved}
+    failures: dict = {}
+    for was, why in failed:
+        failures.setdefault(was, []).append(why)
     parts = []
-    for finding in findings:
-        notes = [f"moved to {now}" for was, now in moved if was == finding.path]
-        notes += ["launch content put back" for was, now in moved if was == finding.path and finding.restore is not None
-                  and not any(w == finding.path for w, _ in failed)]
-        notes += [f"NOT moved: {why}" if not why.startswith("moved") else why for was, why in failed if was == finding.path]
+    for finding in findings[:MESSAGE_FINDINGS]:
+        notes = [f"moved to {moved_to[finding.path]}"] if finding.path in moved_to else []
+        if finding.path in moved_to and finding.restore is not None and finding.path not in failures:
+            notes.append("launch content put back")
+        notes += [why if why.startswith("moved") else f"NOT moved: {why}" for why in failures.get(finding.path, ())]
         parts.append(f"{finding.path or '(run)'}: {finding.why}" + (f" ({'; '.join(notes)})" if notes else ""))
+    if len(findings) > MESSAGE_FINDINGS:
+        # every one is in the quarantine's MANIFEST; a message of megabytes helps no one
+        parts.append(f"and {len(findings) - MESSAGE_FINDINGS} more ({len(moved)} moved in all, "
+                     f"{len(failed)} not; each listed in the quarantine's MANIFEST)")
     return ("the command left code for the host's next git command; failing the run "
             "(ADR 0019): " + "; ".join(parts))
 
