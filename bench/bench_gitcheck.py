@@ -9,7 +9,11 @@ Every figure is a ratio against a baseline measured in the same run, interleaved
   CLI   sandboy run -- /bin/true, write root = the repository, check on  vs  off (one wrapper
         for both); without the tier "off" is exec mode, "on" the supervisor the check needs
   gate  sandboy gate, 20 steps of `true` on that repository: per step, check on vs off
-  parts snapshot() alone (start-up side) and verify() alone (after the run) on that repository
+  parts snapshot() alone (start-up side) and verify() alone (after the run) on that repository,
+        and verify() on a tree of the same files that is no repository (session 5: every write
+        root is walked, not only those holding a repository at launch)
+  plain API with the tier, write root = that plain tree: check on vs off (before session 5
+        there was no check there at all, so "off" is the old cost)
 
     .venv/bin/python bench/bench_gitcheck.py [--rounds N] [--files N] [--json]
 """
@@ -167,7 +171,7 @@ def bench_gate(repo: str, base: str, rounds: int, steps: int = 20) -> dict:
     return _interleaved({"per step, check on": case("on"), "per step, check off": case("off")}, max(3, rounds // 5))
 
 
-def bench_parts(repo: str, rounds: int) -> dict:
+def bench_parts(repo: str, plain: str, rounds: int) -> dict:
     from sandboy.confine import gitcheck
 
     def snap():
@@ -175,13 +179,16 @@ def bench_parts(repo: str, rounds: int) -> dict:
         gitcheck.snapshot([repo])
         return time.perf_counter() - start
 
-    def verify():
-        s = gitcheck.snapshot([repo])
-        start = time.perf_counter()
-        assert s.verify() == []
-        return time.perf_counter() - start
+    def verify(root):
+        def run():
+            s = gitcheck.snapshot([root])
+            start = time.perf_counter()
+            assert s.verify() == []
+            return time.perf_counter() - start
+        return run
 
-    return _interleaved({"snapshot (launch)": snap, "verify (after the run)": verify}, rounds)
+    return _interleaved({"snapshot (launch)": snap, "verify (after the run)": verify(repo),
+                         "verify, tree without a repository": verify(plain)}, rounds)
 
 
 def main() -> int:
@@ -196,7 +203,9 @@ def main() -> int:
     base = tempfile.mkdtemp(prefix="bench-gitcheck-")
     try:
         repo = make_tree(base, args.files, True)
-        parts = bench_parts(repo, args.rounds)
+        plain = make_tree(base, args.files, False)
+        parts = bench_parts(repo, plain, args.rounds)
+        api_plain_tree = bench_api(plain, args.rounds, tier=True)
         api_tier = bench_api(repo, args.rounds, tier=True)
         api_plain = bench_api(repo, args.rounds, tier=False)
         cli_tier = bench_cli(repo, base, args.rounds, tier=True)
@@ -205,6 +214,8 @@ def main() -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     ratios = {
+        "api, tier, no repository: check on / off": (api_plain_tree["check on"] / api_plain_tree["check off"]
+                                                      if api_plain_tree else None),
         "api, tier: check on / off": api_tier["check on"] / api_tier["check off"] if api_tier else None,
         "api, no tier: check on / off": api_plain["check on"] / api_plain["check off"],
         "cli, tier (exec mode): check on / off": cli_tier["check on"] / cli_tier["check off"],
@@ -212,11 +223,12 @@ def main() -> int:
         "gate step: check on / off": gate["per step, check on"] / gate["per step, check off"],
     }
     if args.json:
-        print(json.dumps({"files": args.files, "parts_s": parts, "api_tier_s": api_tier, "api_no_tier_s": api_plain,
+        print(json.dumps({"files": args.files, "parts_s": parts, "api_plain_tree_s": api_plain_tree, "api_tier_s": api_tier, "api_no_tier_s": api_plain,
                           "cli_tier_s": cli_tier, "cli_no_tier_s": cli_plain, "gate_s": gate, "ratios": ratios}, indent=2))
         return 0
     print(f"post-run git check benchmark ({args.files} index entries, {args.rounds} rounds, medians, interleaved)")
-    for title, table in (("parts", parts), ("API with the namespace tier", api_tier),
+    for title, table in (("parts", parts), ("API with the tier, write root without a repository", api_plain_tree),
+                         ("API with the namespace tier", api_tier),
                          ("API without the tier (supervised either way)", api_plain),
                          ("CLI with the tier (exec mode)", cli_tier), ("CLI without the tier", cli_plain),
                          ("gate, 20 steps of true", gate)):
