@@ -222,37 +222,18 @@ class _StatusSink:
 
 
 def _dry_run(policy, args: RunArgs) -> int:
-    import json
+    from sandboy.confine import dry_run
 
-    from sandboy.confine.cage import build
-    from sandboy.confine.exec_mode import hooks_for, supervisor_needed
-    from sandboy.confine.terminal import describe as describe_terminal
+    report = dry_run.report(policy, args.command, cwd=args.cwd, tty=args.tty)
+    if args.json:
+        import json
 
-    cage = build(policy, cwd=args.cwd, tty=args.tty)  # as the run would build it (--tty keeps /dev/tty)
-    try:
-        from sandboy.confine import explain
-
-        report = cage.report()
-        report["supervised"] = supervisor_needed(cage, tty=args.tty, in_place=True, hooks=hooks_for(cage)) is not None
-        report["terminal"] = describe_terminal(args.tty)
-        report["command"] = args.command
-        # What would fail at exec time with a bare 126: PATH entries and interpreter symlinks
-        # outside fs.exec, and the command itself.
-        report["warnings"] = [*report["warnings"], *explain.path_warnings(cage)]
-        if args.command:
-            reason = explain.not_executable(args.command[0], cage) or explain.skipped(args.command[0], cage)
-            if reason:
-                report["warnings"].append(reason)
-        if args.json:
-            print(json.dumps(report, indent=2))
-            return 0
-        from sandboy.confine.doctor import describe_cage
+        print(json.dumps(report, indent=2))
+    else:
         from sandboy.escape import block  # the rules quote policy paths and the command line
 
-        print(block(describe_cage(report)))
-        return 0
-    finally:
-        cage.close()
+        print(block(dry_run.describe(report)))
+    return 0
 
 
 def cmd_doctor(args) -> int:

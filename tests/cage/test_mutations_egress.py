@@ -144,14 +144,14 @@ def _fallback_keeps_policy_ports(real):
 
 
 def _mutants():
-    from sandboy.egress import compile as egress_compile
+    from sandboy.egress import enforcement
     from sandboy.egress import rules, session
 
     allow_all = rules.Decision(True, "", "mutant: every destination allowed")
     return [
-        ("the run's own network namespace", egress_compile, "attach_to_tier", lambda egress, tier: None),
-        ("the fallback's proxy-port-only rule", egress_compile, "compile_egress",
-         _fallback_keeps_policy_ports(egress_compile.compile_egress)),
+        ("the run's own network namespace", enforcement, "attach_to_tier", lambda egress, tier: None),
+        ("the fallback's proxy-port-only rule", enforcement, "compile_egress",
+         _fallback_keeps_policy_ports(enforcement.compile_egress)),
         ("the domain rules", rules.Rules, "decide", lambda self, host, port: allow_all),
         ("private addresses refused", rules.Rules, "address_refusal", lambda self, address: None),
         ("a proxy that failed fails the run", session.EgressSession, "stop",

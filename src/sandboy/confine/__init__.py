@@ -25,5 +25,6 @@
     cgroup.py    a pids cgroup for `limits.processes` as root
     cleanup.py   removes what a command left in its private {tmp}
     doctor.py    what this machine can enforce
+    dry_run.py   `sandboy run --dry-run`: the cage a policy gets here, built and described, nothing run
     explain.py   why a command cannot be executed under a policy, in words a user can act on
 """

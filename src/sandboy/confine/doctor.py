@@ -1,4 +1,4 @@
-"""`sandboy doctor`: probe each protection on this machine, and render cage reports.
+"""`sandboy doctor`: probe each protection on this machine, and say what it can enforce.
 
 Probes run in forked children so nothing sticks to the calling process.
 """
@@ -106,7 +106,7 @@ def check() -> dict:
                      + "; strict policies are refused (exit 125)")
     if not protections["user_namespaces"]:
         notes.append("unprivileged user namespaces are unavailable: Layer 3 (private network) will not work")
-    from sandboy.egress.compile import egress_mode
+    from sandboy.egress.enforcement import egress_mode
 
     egress = egress_mode(protections["namespace_tier"], abi) or "unavailable"
     if egress != "namespace":
@@ -155,46 +155,4 @@ def render(result: dict) -> str:
         lines.append(f"start-up: {bundle['modules'] - len(bundle['stale'])} of {bundle['modules']} run-path modules "
                      f"served from {bundle['path']}")
     lines.extend(f"note: {n}" for n in result["notes"])
-    return "\n".join(lines)
-
-
-def describe_cage(report: dict) -> str:
-    """Human text for `sandboy run --dry-run`."""
-    enf = report["enforced"]
-    ll, sc = enf["landlock"], enf["seccomp"]
-    lines = [f"policy {report['policy']} on Landlock ABI {report['landlock_abi']}"
-             + (" (supervised)" if report.get("supervised") else " (exec mode)")]
-    lines.append(f"filesystem ({len(ll['fs_rules'])} rules):")
-    for path, rights in ll["fs_rules"]:
-        lines.append(f"  {path}: {', '.join(rights) or '-'}")
-    for path in ll["fs_denied"]:
-        lines.append(f"  denied: {path}")
-    lines.append(f"tcp connect: {ll['tcp_connect'] or 'none'}; tcp bind: {ll['tcp_bind'] or 'none'}")
-    lines.append(f"scopes: {', '.join(ll['scopes']) or 'none'}")
-    socks = sc["sockets"]
-    lines.append("sockets: " + ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in socks.items()))
-    lines.append(f"seccomp: {len(sc['denied_syscalls'])} calls denied, {sc['instructions']} BPF instructions, "
-                 "native x86_64 only")
-    lines.append(f"environment: {', '.join(enf['env']) or 'empty'}")
-    lines.append(f"limits: {enf['limits'] or 'none'}; capabilities: {enf['capabilities']}")
-    if "terminal" in report:
-        lines.append(f"terminal: {report['terminal']}")
-    ns = enf.get("namespaces") or {}
-    if ns.get("mount"):
-        kinds = [name for name in ("user", "mount", "ipc", "pid", "net") if ns.get(name)]
-        lines.append(f"namespaces: {', '.join(kinds)}; writable mounts: {', '.join(ns['writable']) or 'none'}"
-                     + ("; {tmp}: private tmpfs per run" if ns.get("tmp") else ""))
-        lines.append(f"/dev: {', '.join(ns['dev'])}")
-    else:
-        lines.append(f"namespaces: none ({ns.get('reason') or 'unavailable'})")
-    eg = enf.get("egress")
-    if eg:
-        lines.append(f"egress: {eg['mode']} ({eg['strength']}); proxy {eg['proxy']}; domains: "
-                     f"{', '.join(eg['domains'])}" + (f"; denied: {', '.join(eg['domains_deny'])}" if eg['domains_deny']
-                                                       else "") + (f"; private: {', '.join(eg['private'])}"
-                                                                   if eg['private'] else ""))
-    for d in report["degraded"]:
-        lines.append(f"DEGRADED: {d}")
-    for w in report["warnings"]:
-        lines.append(f"warning: {w}")
     return "\n".join(lines)

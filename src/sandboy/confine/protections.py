@@ -57,7 +57,7 @@ PROTECTIONS = (
     # ABI 7 adds only audit-log flags for landlock_restrict_self, which the cage does not use.
     Protection("seccomp", 0),
     Protection("environment", 0),
-    # Layer 3 (`net.domains`): the proxy as the only way out; compiled by sandboy.egress.compile
+    # Layer 3 (`net.domains`): the proxy as the only way out; compiled by sandboy.egress.enforcement
     Protection("egress", 0, lost="a private network namespace (fallback: a Landlock port rule)"),
 )
 _BY_NAME = {p.name: p for p in PROTECTIONS}
@@ -370,7 +370,7 @@ def compile_all(job) -> dict:
     out = {}
     egress = None
     if job.resolved.net.egress:
-        from sandboy.egress.compile import compile_egress, merge_env
+        from sandboy.egress.enforcement import compile_egress, merge_env
 
         # Layer 3 rewrites the network rules the later compilers see (TCP connect only to the
         # proxy's port) and adds the proxy's variables to the environment.
@@ -391,7 +391,7 @@ def compile_all(job) -> dict:
                      compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
         out[compiled.name] = compiled
     if egress is not None:
-        from sandboy.egress.compile import attach_to_tier
+        from sandboy.egress.enforcement import attach_to_tier
 
         attach_to_tier(egress, namespaces.outputs["tier"])
         env = out["environment"].outputs

@@ -8,8 +8,8 @@ Modules (each small, one job):
 - `sni`      — the server name of a TLS ClientHello (checked inside CONNECT/SOCKS tunnels).
 - `resolver` — host-side name resolution (getaddrinfo, plus an operator hosts map for tests
                and mirrors), filtered through `rules.Rules.address_refusal`.
-- `compile`  — at cage build: the mode (a network namespace, or the weaker Landlock fallback),
-               the cage's network rules and the proxy environment (http_proxy, ALL_PROXY, ...).
+- `enforcement` — at cage build: the mode (a network namespace, or the weaker Landlock
+               fallback), the cage's network rules and the proxy environment (http_proxy, ...).
 - `log`      — JSON-lines decision log (`--egress-log FILE`) and the counters `--status-json` shows.
 - `proxy`    — the asyncio proxy: HTTP absolute-form requests (every request of a kept-alive or
                pipelined connection is parsed and checked, with h11), CONNECT, SOCKS5 (socks5h).

@@ -15,7 +15,7 @@ ever forked from a process with the proxy's thread running.
 """
 
 from sandboy.confine.supervision import Hook
-from sandboy.egress.compile import MODE_NAMESPACE
+from sandboy.egress.enforcement import MODE_NAMESPACE
 from sandboy.errors import CageError
 
 

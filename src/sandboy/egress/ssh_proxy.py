@@ -6,7 +6,7 @@ tunnel to stdout, which is what ssh expects of a ProxyCommand. A refusal prints 
 fails with the reason.
 
 Self-contained on purpose (stdlib `os`, `select`, `socket`, `sys` only, no Sandboy import):
-`egress.compile` passes this file's source inline (base64 in the command line) to the system
+`egress.enforcement` passes this file's source inline (base64 in the command line) to the system
 Python, so nothing but the interpreter has to be readable inside the cage.
 """
 

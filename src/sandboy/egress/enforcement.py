@@ -1,4 +1,5 @@
-"""Layer 3's compile-time part: a policy with `net.domains` → the cage's network rules and env.
+"""How a cage enforces `net.domains` (Layer 3's part of the cage build): the mode, the cage's
+network rules and the command's proxy environment.
 
 Two modes, decided when the cage is built:
 
