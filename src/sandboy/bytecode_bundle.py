@@ -15,9 +15,15 @@ module the usual way. A missing, short, corrupt or foreign (other interpreter) b
 as a whole. Served modules get their real source path (`__file__`, `co_filename`), so tracebacks,
 `linecache` and `inspect` read the real source.
 
+Modules are kept in groups of modules imported together (RUN_PATH_GROUPS), each group one
+marshalled tuple of code objects, unmarshalled when the first of its modules is imported: one
+marshal.loads shares the names and constants the modules have in common, which 16 separate ones
+create and intern 16 times (callgrind: 0.7 M instructions fewer, ≈ 0.2-0.3 ms).
+
 File layout: the interpreter's MAGIC_NUMBER (4 bytes), FORMAT (4 bytes), the index's length
 (4 bytes, little-endian), the index (marshal: one tuple per module, see INDEX_FIELDS), then the
-modules' marshalled code; an entry's offset counts from the end of the index.
+groups; an entry's offset and length are its group's, counted from the end of the index, and
+its position is its place in the group's tuple. An extension module has length 0.
 
     python -c 'import sandboy.bytecode_bundle as b; b.build("src/sandboy")'   # what `make compile` runs
 """
@@ -34,29 +40,31 @@ import _imp
 # and this module. tests/test_bytecode_bundle.py fails if it differs from what the CLI actually
 # imports, so it cannot drift. The C executor is an extension module: no code of it is kept, the
 # bundle only remembers its file, which saves importlib listing the directory to find it.
-RUN_PATH_MODULES = (
-    "sandboy.errors",
-    "sandboy.cli",
-    "sandboy.confine",
-    "sandboy.confine._libc",
-    "sandboy.confine.hygiene",
-    "sandboy.policy",
-    "sandboy.policy.resolve",
-    "sandboy.confine.landlock",
-    "sandboy.confine.namespaces",
-    "sandboy.confine.seccomp",
-    "sandboy.confine.protections",
-    "sandboy.confine.cage",
-    "sandboy.confine.exec_mode",
-    "sandboy.confine.terminal",
-    "sandboy.policy.load",
-    "sandboy.policy.model",
-    "sandboy.confine._native",
+RUN_PATH_GROUPS = (
+    # every `sandboy` command
+    ("sandboy.errors", "sandboy.cli"),
+    # the cage: imported together by `sandboy run`, the gate, doctor and the Python API
+    ("sandboy.confine",
+     "sandboy.confine._libc",
+     "sandboy.confine.hygiene",
+     "sandboy.policy",
+     "sandboy.policy.resolve",
+     "sandboy.confine.landlock",
+     "sandboy.confine.namespaces",
+     "sandboy.confine.seccomp",
+     "sandboy.confine.protections",
+     "sandboy.confine.cage",
+     "sandboy.confine.exec_mode",
+     "sandboy.confine.terminal",
+     "sandboy.policy.load",
+     "sandboy.policy.model",
+     "sandboy.confine._native"),
 )
+RUN_PATH_MODULES = tuple(name for group in RUN_PATH_GROUPS for name in group)
 
-FORMAT = b"SBB1"
+FORMAT = b"SBB2"
 INDEX_FIELDS = ("name", "is_package", "relative_path", "source_size", "source_mtime_ns", "source_hash", "offset",
-                "length")
+                "length", "position")
 _HEADER = 12  # MAGIC_NUMBER, FORMAT, the index's length
 
 
@@ -93,11 +101,12 @@ class BundleFinder:
         self.package_dir = package_dir
         self.data = memoryview(data)
         self.index = index
+        self.groups = {}  # offset -> the group's code objects, once one of its modules was imported
 
     def source_matches(self, fullname: str) -> bool:
         """Whether the module's file is still the one its code was compiled from (for an
         extension module: whether its file is still there)."""
-        is_package, relative_path, size, mtime_ns, source_hash, offset, length = self.index[fullname]
+        is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = self.index[fullname]
         try:
             st = os.stat(f"{self.package_dir}/{relative_path}")
             if not length or (st.st_size, st.st_mtime_ns) == (size, mtime_ns):
@@ -117,15 +126,18 @@ class BundleFinder:
         entry = self.index.get(fullname)
         if entry is None or not self.source_matches(fullname):
             return None
-        is_package, relative_path, size, mtime_ns, source_hash, offset, length = entry
+        is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = entry
         origin = f"{self.package_dir}/{relative_path}"
         if not length:  # an extension module, loaded from its own file as importlib would
             spec = _bootstrap.ModuleSpec(fullname, BundledExtensionLoader(fullname, origin), origin=origin)
             spec.has_location = True
             return spec
         try:
-            code = marshal.loads(self.data[offset : offset + length])
-        except Exception:  # a corrupt entry: importlib finds the source and reports any error itself
+            group = self.groups.get(offset)
+            if group is None:
+                group = self.groups[offset] = marshal.loads(self.data[offset : offset + length])
+            code = group[position]
+        except Exception:  # a corrupt group: importlib finds the source and reports any error itself
             return None
         if type(code) is not _CODE:
             return None
@@ -162,12 +174,13 @@ def install(package_dir: str) -> BundleFinder | None:
         end = _HEADER + int.from_bytes(data[8:_HEADER], "little")
         entries = marshal.loads(memoryview(data)[_HEADER:end])
         index = {}
-        for name, is_package, relative_path, size, mtime_ns, source_hash, offset, length in entries:
+        for name, is_package, relative_path, size, mtime_ns, source_hash, offset, length, position in entries:
             if not (type(name) is type(relative_path) is str and type(source_hash) is bytes
-                    and type(size) is type(mtime_ns) is type(offset) is type(length) is int
+                    and type(size) is type(mtime_ns) is type(offset) is type(length) is type(position) is int
                     and 0 <= offset and end + offset + length <= len(data)):
                 return None
-            index[name] = (bool(is_package), relative_path, size, mtime_ns, source_hash, end + offset, length)
+            index[name] = (bool(is_package), relative_path, size, mtime_ns, source_hash, end + offset, length,
+                           position)
     except Exception:  # missing, short or corrupt, whatever marshal made of it: plain imports
         return None
     finder = BundleFinder(package_dir, data, index)
@@ -188,31 +201,34 @@ def file_of(package_dir: str, name: str) -> tuple[str, bool] | None:
     return None
 
 
-def build(package_dir: str, names=RUN_PATH_MODULES) -> str:
-    """Compile `names` from the sources under `package_dir` (the `sandboy` directory) into its
-    bundle; return the bundle's path. Written to a temporary file and renamed, so a reader never
-    sees half a bundle."""
+def build(package_dir: str, groups=RUN_PATH_GROUPS) -> str:
+    """Compile the modules of `groups` from the sources under `package_dir` (the `sandboy`
+    directory) into its bundle; return the bundle's path. Written to a temporary file and
+    renamed, so a reader never sees half a bundle."""
     package_dir = os.path.abspath(package_dir)
     path = bundle_path(package_dir)
     if path is None:
         raise SystemExit("this interpreter keeps no byte code (or runs with -O): no bundle written")
     entries, blobs, offset = [], [], 0
-    for name in names:
-        found = file_of(package_dir, name)
-        if found is None:
-            continue  # e.g. the C executor where no compiler built it: importlib looks for it
-        relative_path, is_package = found
-        source_path = f"{package_dir}/{relative_path}"
-        with open(source_path, "rb") as fh:
-            source = fh.read()
-            st = os.fstat(fh.fileno())
-        if not relative_path.endswith(".py"):
-            entries.append((name, False, relative_path, st.st_size, st.st_mtime_ns, b"", offset, 0))
-            continue
-        code = compile(source, source_path, "exec", dont_inherit=True)
-        blob = marshal.dumps(code)
-        entries.append((name, is_package, relative_path, st.st_size, st.st_mtime_ns,
-                        _imp.source_hash(_external._RAW_MAGIC_NUMBER, source), offset, len(blob)))
+    for names in groups:
+        members, codes = [], []
+        for name in names:
+            found = file_of(package_dir, name)
+            if found is None:
+                continue  # e.g. the C executor where no compiler built it: importlib looks for it
+            relative_path, is_package = found
+            source_path = f"{package_dir}/{relative_path}"
+            with open(source_path, "rb") as fh:
+                source = fh.read()
+                st = os.fstat(fh.fileno())
+            if not relative_path.endswith(".py"):
+                entries.append((name, False, relative_path, st.st_size, st.st_mtime_ns, b"", 0, 0, -1))
+                continue
+            members.append((name, is_package, relative_path, st.st_size, st.st_mtime_ns,
+                            _imp.source_hash(_external._RAW_MAGIC_NUMBER, source)))
+            codes.append(compile(source, source_path, "exec", dont_inherit=True))
+        blob = marshal.dumps(tuple(codes))
+        entries.extend((*member, offset, len(blob), position) for position, member in enumerate(members))
         blobs.append(blob)
         offset += len(blob)
     index = marshal.dumps(tuple(entries))
