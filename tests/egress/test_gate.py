@@ -22,28 +22,33 @@ def origin():
     server.close()
 
 
-def test_step_domains_met_with_the_ceiling_and_reported(tmp_path, origin):
-    port = origin.port
+def _gate(tmp_path, gate_toml: str, ceiling_net: dict, hosts=(), args=(), env=None):
+    """`sandboy.gate.cli` on a repository whose .007/gate.toml is `gate_toml`, under the built-in
+    ceiling with `ceiling_net` as its [net]; the proxy resolves `hosts` to 127.0.0.1."""
     repo = tmp_path / "repo"
     (repo / ".007").mkdir(parents=True)
-    (repo / ".007" / "gate.toml").write_text(
-        '[[step]]\nname = "fetch"\npolicy = "p"\n'
-        f'run = "curl -sS -o /dev/null -w %{{http_code}}, http://allowed.test:{port}/ http://denied.test:{port}/"\n'
-        '[policy.p]\nversion = 1\n'
-        f'net.domains = ["allowed.test:{port}", "denied.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n')
+    (repo / ".007" / "gate.toml").write_text(gate_toml)
     ceiling = tmp_path / "ceiling.toml"
-    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": [f"*.test:{port}"],
-                                                                      "domains_deny": [f"denied.test:{port}"],
-                                                                      "private": ["127.0.0.0/8"]}}))
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 allowed.test denied.test\n")
-    report = tmp_path / "report.json"
-    env = dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
-    logs = tmp_path / "logs"
-    summary = tmp_path / "summary.md"
-    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
-                           "--json", str(report), "--logs", str(logs)], capture_output=True, text=True,
-                          env=dict(env, GITHUB_STEP_SUMMARY=str(summary)), timeout=120)
+    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": ceiling_net}))
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"), **(env or {}))
+    if hosts:
+        (tmp_path / "hosts").write_text("127.0.0.1 " + " ".join(hosts) + "\n")
+        env["SANDBOY_EGRESS_HOSTS"] = str(tmp_path / "hosts")
+    return subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling), *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_step_domains_met_with_the_ceiling_and_reported(tmp_path, origin):
+    port = origin.port
+    report, logs, summary = tmp_path / "report.json", tmp_path / "logs", tmp_path / "summary.md"
+    proc = _gate(tmp_path,
+                 '[[step]]\nname = "fetch"\npolicy = "p"\n'
+                 f'run = "curl -sS -o /dev/null -w %{{http_code}}, http://allowed.test:{port}/ http://denied.test:{port}/"\n'
+                 '[policy.p]\nversion = 1\n'
+                 f'net.domains = ["allowed.test:{port}", "denied.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n',
+                 {"domains": [f"*.test:{port}"], "domains_deny": [f"denied.test:{port}"], "private": ["127.0.0.0/8"]},
+                 hosts=("allowed.test", "denied.test"), args=("--json", str(report), "--logs", str(logs)),
+                 env={"GITHUB_STEP_SUMMARY": str(summary)})
     # the Markdown summary lists the hosts too
     assert f"fetch: allowed allowed.test:{port}; refused denied.test:{port}" in summary.read_text()
     data = json.loads(report.read_text())
@@ -66,16 +71,10 @@ def test_step_domains_met_with_the_ceiling_and_reported(tmp_path, origin):
 
 
 def test_step_asking_beyond_the_ceiling_is_narrowed(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / ".007").mkdir(parents=True)
-    (repo / ".007" / "gate.toml").write_text(
-        '[[step]]\nname = "s"\npolicy = "p"\nrun = "true"\n'
-        '[policy.p]\nversion = 1\nnet.domains = ["a.x.org", "*.y.org"]\n')
-    ceiling = tmp_path / "ceiling.toml"
-    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": ["*.x.org", "b.y.org"]}}))
-    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling)],
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+    proc = _gate(tmp_path,
+                 '[[step]]\nname = "s"\npolicy = "p"\nrun = "true"\n'
+                 '[policy.p]\nversion = 1\nnet.domains = ["a.x.org", "*.y.org"]\n',
+                 {"domains": ["*.x.org", "b.y.org"]})
     assert "step s asked for network to *.y.org; the ceiling does not allow it" in proc.stdout, proc.stdout
     assert "a.x.org;" not in proc.stdout  # covered by *.x.org: kept, no narrowing line
 
@@ -87,30 +86,22 @@ def test_a_step_never_reaches_an_earlier_steps_proxy_or_processes(tmp_path, orig
     rules on 127.0.0.1:3128, not an earlier step's."""
     port = origin.port
     marker = f"sandboy-gate-step-{os.getpid()}"
-    repo = tmp_path / "repo"
-    (repo / ".007").mkdir(parents=True)
     fetch = f"curl -sS -o /dev/null -w %{{http_code}} http://allowed.test:{port}/"
-    (repo / ".007" / "gate.toml").write_text(
-        '[[step]]\nname = "first"\npolicy = "p1"\n'
-        f"run = \"bash -c '(exec -a {marker} sleep 300 &)'; {fetch}\"\n"
-        '[[step]]\nname = "second"\npolicy = "p1"\n'
-        # "[s]..." matches the sleeper's name, not the grep's (or this shell's) own command line
-        f"run = \"echo seen=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\\\0' ' ' | grep -c '[s]{marker[1:]}'); {fetch}\"\n"
-        '[[step]]\nname = "third"\npolicy = "p2"\n'
-        f'run = "{fetch}"\n'
-        '[policy.p1]\nversion = 1\n'
-        f'net.domains = ["allowed.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n'
-        '[policy.p2]\nversion = 1\n'
-        f'net.domains = ["other.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n')
-    ceiling = tmp_path / "ceiling.toml"
-    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": [f"*.test:{port}"],
-                                                                      "private": ["127.0.0.0/8"]}}))
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 allowed.test other.test\n")
     report = tmp_path / "report.json"
-    env = dict(os.environ, SANDBOY_EGRESS_HOSTS=str(hosts), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
-                           "--json", str(report)], capture_output=True, text=True, env=env, timeout=120)
+    proc = _gate(tmp_path,
+                 '[[step]]\nname = "first"\npolicy = "p1"\n'
+                 f"run = \"bash -c '(exec -a {marker} sleep 300 &)'; {fetch}\"\n"
+                 '[[step]]\nname = "second"\npolicy = "p1"\n'
+                 # "[s]..." matches the sleeper's name, not the grep's (or this shell's) own command line
+                 f"run = \"echo seen=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\\\0' ' ' | grep -c '[s]{marker[1:]}'); {fetch}\"\n"
+                 '[[step]]\nname = "third"\npolicy = "p2"\n'
+                 f'run = "{fetch}"\n'
+                 '[policy.p1]\nversion = 1\n'
+                 f'net.domains = ["allowed.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n'
+                 '[policy.p2]\nversion = 1\n'
+                 f'net.domains = ["other.test:{port}"]\nnet.private = ["127.0.0.1/32"]\n',
+                 {"domains": [f"*.test:{port}"], "private": ["127.0.0.0/8"]},
+                 hosts=("allowed.test", "other.test"), args=("--json", str(report)))
     steps = {s["name"]: s for s in json.loads(report.read_text())["steps"]}
     assert steps["first"]["output_tail"].endswith("200"), steps["first"]
     assert steps["second"]["output_tail"].startswith("seen=0") and steps["second"]["output_tail"].endswith("200"), \
