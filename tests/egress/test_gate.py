@@ -8,18 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sandboy.gate import ceiling as ceilings
-
-from egresskit import Origin
-
-
-@pytest.fixture(scope="module")
-def origin():
-    server = Origin()
-    yield server
-    server.close()
 
 
 def _gate(tmp_path, gate_toml: str, ceiling_net: dict, hosts=(), args=(), env=None):

@@ -29,13 +29,6 @@ def certs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def origin():
-    server = Origin()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def tls_origin(certs):
     ca, cert, key = certs
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

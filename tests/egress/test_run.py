@@ -12,16 +12,9 @@ import time
 
 import pytest
 
-from egresskit import Origin, to_toml_policy
+from egresskit import to_toml_policy
 
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
-
-
-@pytest.fixture(scope="module")
-def origin():
-    server = Origin()
-    yield server
-    server.close()
 
 
 def _namespaces_available() -> bool:
