@@ -80,6 +80,24 @@ def test_usage_errors(args, code, fragment):
     no_traceback(proc)
 
 
+@pytest.mark.parametrize("command", ["convert", "merge", "run"])
+def test_an_output_directory_that_does_not_exist_is_refused_before_any_work(command, tmp_path):
+    """-o into a missing directory: exit 2 naming it, and nothing read or run first (`audit run`
+    ran every analyser, `audit merge` read every input, before finding out)."""
+    out = tmp_path / "missing" / "out.sarif"
+    bad = tmp_path / "bad.sarif"
+    bad.write_text("not SARIF")
+    ops = tmp_path / "ops.toml"
+    ops.write_text('version = 1\n[tools.t]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+                   '[[tools.t.phases]]\nargv = ["true"]\ninclude = ["system"]\n')
+    args = {"convert": ["convert", "--tool", "infer", "--artifact", f"r={bad}"],
+            "merge": ["merge", str(bad)],
+            "run": ["run", str(tmp_path), "--adapters", str(ops), "--tools", "t"]}[command]
+    proc = cli(*args, "-o", str(out))
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert proc.stderr.decode().splitlines() == [f"sandboy audit: {out}: directory {out.parent} does not exist"]
+
+
 def test_input_cap_exit_code(built, tmp_path):
     big = tmp_path / "big.json"
     big.write_bytes(b"[" + b" " * 2000 + b"]")

@@ -144,16 +144,14 @@ def _internal_error(exc: Exception) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from sandboy.audit.convert import ConvertRequest, convert, write_atomic
+    from sandboy.audit.convert import ConvertRequest, convert
     from sandboy.audit.errors import UsageError
+    from sandboy.audit.pipeline_cli import output_path, write_output
     from sandboy.escape import clean
 
     if args.json and not (args.output and args.output != "-"):
         raise UsageError("--json prints a summary on stdout, which then carries the SARIF: add -o FILE")
-    if args.output and args.output != "-":
-        out = Path(args.output)
-        if not out.parent.is_dir() and str(out.parent):
-            raise UsageError(f"{out}: directory {out.parent} does not exist")
+    output_path(args.output)
     req = ConvertRequest(
         tool=args.tool, component=Path(args.component) if args.component else None,
         artifacts=args.artifact or [], stdout_file=args.stdout_file, stderr_file=args.stderr_file,
@@ -162,14 +160,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         max_output_bytes=args.max_output_bytes, max_results=args.max_results,
     )
     result = convert(req)
-    if args.output and args.output != "-":
-        try:
-            write_atomic(Path(args.output), result.text)
-        except OSError as exc:
-            raise UsageError(f"{args.output}: cannot write output: {exc.strerror}") from None
-    else:
-        sys.stdout.write(result.text)
-        sys.stdout.flush()
+    write_output(args.output, result.text)
     prov = result.provenance
     if args.json:
         print(json.dumps({"output": args.output, "results": result.results, "chars": len(result.text),

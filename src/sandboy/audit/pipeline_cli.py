@@ -43,17 +43,29 @@ Exit 0; 1 with --fail-on new and a new result; 2: usage or an input that is not 
 """
 
 
-def _write(path: str | None, text: str) -> None:
-    from sandboy.audit.convert import write_atomic
+def output_path(path: str | None) -> Path | None:
+    """`-o PATH` as a Path (None: stdout). Called before the work too, so that a directory that
+    does not exist is refused before minutes of analysis, not after."""
     from sandboy.audit.errors import UsageError
 
     if not path or path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
+        return None
     out = Path(path)
     if str(out.parent) and not out.parent.is_dir():
         raise UsageError(f"{out}: directory {out.parent} does not exist")
+    return out
+
+
+def write_output(path: str | None, text: str) -> None:
+    """`text` to `-o PATH` (replaced atomically) or to stdout; every audit command writes this way."""
+    from sandboy.audit.convert import write_atomic
+    from sandboy.audit.errors import UsageError
+
+    out = output_path(path)
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     try:
         write_atomic(out, text)
     except OSError as exc:
@@ -77,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.repo}: not a directory")
     if args.json and not (args.output and args.output != "-"):
         raise UsageError("--json prints the status on stdout, which then carries the SARIF: add -o FILE")
+    output_path(args.output)
     tools = toolconfig.load(repo, Path(args.adapters) if args.adapters else None)
     names = [n.strip() for n in args.tools.split(",") if n.strip()] if args.tools else None
     progress = (lambda m: None) if args.quiet else _say
@@ -88,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if docs:
         merged, report = merge.merge_docs(docs, repo)
         # the tools' logs came from adapters, not from a checked file: the full check, as before
-        _write(args.output, merge.finish(merged, report, args.github, semantic_check=True))
+        write_output(args.output, merge.finish(merged, report, args.github, semantic_check=True))
     elif not any(r.status != pipeline.SKIPPED for r in reports):
         _say("no tool ran: none of the selected tools is installed here (see the table)")
         status = 1 if names else status
@@ -105,9 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from sandboy.audit import merge
 
+    output_path(args.output)
     text, report = merge.merge_files([Path(p) for p in args.files], Path(args.source_root) if args.source_root else None,
                                      args.github)
-    _write(args.output, text)
+    write_output(args.output, text)
     if args.json:
         print(json.dumps({**report.as_dict(), "output_bytes": len(text.encode())}, indent=2), file=sys.stderr if not args.output else sys.stdout)
     elif not args.quiet:
@@ -130,7 +144,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     out, summary = diff.diff_docs(baseline, current)
     if args.output:
-        _write(args.output, diff.render(out))
+        write_output(args.output, diff.render(out))
     if args.json:
         print(json.dumps(summary.as_dict()), file=sys.stdout if args.output else sys.stderr)
     elif not args.quiet:
