@@ -102,21 +102,15 @@ def _portable(result: dict[str, Any], artifacts: list[Any]) -> dict[str, Any]:
         gone["rule"].pop("index", None)
         if not gone["rule"]:
             del gone["rule"]
-    stack: list[Any] = [gone]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, dict):
-            loc = cur.get("artifactLocation")
-            if isinstance(loc, dict) and isinstance(loc.get("index"), int):
-                i = loc.pop("index")
-                if "uri" not in loc and 0 <= i < len(artifacts):
-                    source = as_object(as_object(artifacts[i]).get("location"))
-                    for k in ("uri", "uriBaseId"):
-                        if k in source:
-                            loc[k] = source[k]
-            stack.extend(cur.values())
-        elif isinstance(cur, list):
-            stack.extend(cur)
+    for cur in sarif.objects(gone):
+        loc = cur.get("artifactLocation")
+        if isinstance(loc, dict) and isinstance(loc.get("index"), int):
+            i = loc.pop("index")
+            if "uri" not in loc and 0 <= i < len(artifacts):
+                source = as_object(as_object(artifacts[i]).get("location"))
+                for k in ("uri", "uriBaseId"):
+                    if k in source:
+                        loc[k] = source[k]
     if "message" not in gone:
         gone["message"] = {"text": "(absent since the baseline)"}
     return gone

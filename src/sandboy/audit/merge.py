@@ -112,17 +112,11 @@ def load(path: Path, cap: int = 256 << 20) -> tuple[dict[str, Any], int]:
 
 
 def _remap_artifact_indices(node: Any, mapping: dict[int, int]) -> None:
-    """Every artifactLocation.index (and artifact `parentIndex`) below `node`, remapped."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, dict):
-            for key, value in cur.items():
-                if key == "artifactLocation" and isinstance(value, dict) and isinstance(value.get("index"), int):
-                    value["index"] = mapping.get(value["index"], -1)
-                stack.append(value)
-        elif isinstance(cur, list):
-            stack.extend(cur)
+    """Every artifactLocation.index below `node`, remapped (-1: an index the run did not have)."""
+    for cur in sarif.objects(node):
+        location = cur.get("artifactLocation")
+        if isinstance(location, dict) and isinstance(location.get("index"), int):
+            location["index"] = mapping.get(location["index"], -1)
 
 
 def _artifact_key(artifact: Any) -> str:

@@ -271,22 +271,18 @@ def relative_uris(doc: dict[str, Any], repo: Path) -> int:
     the absolute path of the repository). Returns how many were rewritten."""
     from urllib.parse import quote, unquote
 
+    from sandboy.audit.sarif import objects
+
     root = str(repo.resolve()).rstrip("/") + "/"
     changed = 0
-    stack: list[Any] = [doc]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, dict):
-            uri = cur.get("uri")
-            if isinstance(uri, str) and "uriBaseId" not in cur:
-                path = unquote(uri[len("file://"):]) if uri.startswith("file://") else uri
-                if path.startswith(root):
-                    cur["uri"] = quote(path[len(root):], safe="/-._~")
-                    cur["uriBaseId"] = SRCROOT
-                    changed += 1
-            stack.extend(v for v in cur.values() if isinstance(v, (dict, list)))
-        elif isinstance(cur, list):
-            stack.extend(v for v in cur if isinstance(v, (dict, list)))
+    for cur in objects(doc):
+        uri = cur.get("uri")
+        if isinstance(uri, str) and "uriBaseId" not in cur:
+            path = unquote(uri[len("file://"):]) if uri.startswith("file://") else uri
+            if path.startswith(root):
+                cur["uri"] = quote(path[len(root):], safe="/-._~")
+                cur["uriBaseId"] = SRCROOT
+                changed += 1
     if changed:
         for run in doc.get("runs", []):
             bases = run.setdefault("originalUriBaseIds", {})

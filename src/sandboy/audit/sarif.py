@@ -56,6 +56,20 @@ def as_array(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def objects(node: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `node`, itself included, without recursion (a log nested deeper than
+    Python's stack is walked too). The caller may change the object it is given: its values are
+    already queued, so a value it replaces is not walked."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            stack.extend(cur.values())
+            yield cur
+        elif isinstance(cur, list):
+            stack.extend(cur)
+
+
 def pointer(parts: Any) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
