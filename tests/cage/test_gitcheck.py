@@ -591,3 +591,43 @@ def test_husky_scripts_are_protected_at_launch(tmp_path, env):
     from_defaults, _ = protected.resolve_protected([str(repo)], [], True)
     assert f"{repo}/.husky/pre-commit" in from_defaults and f"{repo}/.husky/_" in from_defaults, from_defaults
     assert protected.husky_scripts(str(repo / ".husky")) == []  # not husky's hooks directory
+
+
+def test_a_root_inside_a_git_directory_of_another_root_is_walked_itself(tmp_path, env):
+    """The walk never enters a `.git`, so a write root below one is no root the outer walk
+    covers: it stays a root of its own (a root inside another elsewhere is walked once)."""
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / ".git" / "x").mkdir()
+    (repo / "src").mkdir()
+    roots = gitcheck.walk_roots([str(repo), str(repo / ".git" / "x"), str(repo / "src")])
+    assert roots == [str(repo), str(repo / ".git" / "x")]
+
+
+FILE_ROOTS = {
+    # (the file granted for writing, what the command does with it, planted?)
+    "config": (".git/config", "printf 'FSM' >> .git/config", True),
+    "hook": (".git/hooks/pre-commit", "printf '#!/bin/sh\\ntouch MARKER\\n' > .git/hooks/pre-commit", True),
+    "twin: a worktree file": ("notes.txt", "echo more >> notes.txt", False),
+}
+
+
+@pytest.mark.parametrize("case", FILE_ROOTS)
+def test_a_file_granted_for_writing_is_judged_with_its_repository(tmp_path, env, case):
+    """A policy may grant one file (`write = [".git/config"]`): no walk reaches a file, so the
+    repository it lies in is judged. Before session 5 nothing was checked for such a root."""
+    name, script, planted = FILE_ROOTS[case]
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / "notes.txt").write_text("one\n")
+    (repo / ".git" / "hooks" / "pre-commit").write_text("")
+    marker = tmp_path / "PWNED"
+    import time
+
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(repo / name)], home=env["HOME"])
+    assert snap is not None
+    sh(script.replace("FSM", fsmonitor(marker)).replace("MARKER", str(marker)), repo, env)
+    findings = snap.verify()
+    if not planted:
+        assert findings == [], findings
+        return
+    assert [f.path for f in findings] == [str(repo / name)], findings

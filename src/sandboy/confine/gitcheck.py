@@ -382,7 +382,22 @@ def walk_roots(write_roots, exclude=()) -> list:
         real = os.path.realpath(root)
         if real not in exclude and real not in reals and os.path.isdir(real):
             reals.append(real)
-    return [real for real in reals if not any(other != real and is_within(real, other) for other in reals)]
+
+    def covered(real, other):  # the walk of `other` reaches `real`: it never enters a `.git`
+        return other != real and is_within(real, other) and ".git" not in real[len(other):].split("/")
+
+    return [real for real in reals if not any(covered(real, other) for other in reals)]
+
+
+def file_roots(write_roots) -> list:
+    """The write roots that are files (a policy may grant one file: `.git/config`, a hook): no
+    walk reaches them, so the repository each lies in is judged after the run."""
+    found = []
+    for root in write_roots:
+        real = os.path.realpath(root)
+        if real not in found and os.path.lexists(real) and not os.path.isdir(real):
+            found.append(real)
+    return found
 
 
 GLOBAL = "<the operator's global git config>"  # GitSnapshot.known's key for it
@@ -404,7 +419,7 @@ class Scope:
     realpath (`writable`: a `.git` file may lead into any of them), the roots never walked
     (`exclude`: the run's `{tmp}`) and the operator's `home`."""
 
-    __slots__ = ("roots", "globals_inside", "writable", "exclude", "home")
+    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home")
 
     def __init__(self, write_roots, exclude=(), home=None):
         self.exclude = tuple(os.path.realpath(e) for e in exclude)
@@ -413,9 +428,10 @@ class Scope:
         self.globals_inside = [p for p in global_configs(self.home)
                                if is_within_any(os.path.realpath(p), self.writable)]
         self.roots = walk_roots(write_roots, self.exclude)
+        self.files = file_roots(write_roots)
 
     def __bool__(self):
-        return bool(self.roots or self.globals_inside)
+        return bool(self.roots or self.files or self.globals_inside)
 
 
 def snapshot(write_roots, exclude=(), home=None):
@@ -452,6 +468,7 @@ class GitSnapshot:
 
     def __init__(self, scope: Scope, since_ns: int):
         self.roots = list(scope.roots)
+        self.files = list(scope.files)
         self.global_inside = list(scope.globals_inside)
         # Everything the command could write (all write roots, `{tmp}` included): a `.git` file
         # in a checked root may lead to a git directory it made in any of them.
@@ -511,6 +528,14 @@ class GitSnapshot:
         for gitdir in self.known:
             if gitdir != GLOBAL:
                 check.gitdir(gitdir, full=False, top=os.path.dirname(gitdir))
+        for path in self.files:  # the repository a file granted for writing lies in
+            parent = os.path.dirname(path)
+            for gitdir in (parent, os.path.dirname(parent)):
+                if _is_git_directory(gitdir):
+                    check.gitdir(gitdir, full=False, top=None)
+            dot_git = _enclosing_git(path)
+            if dot_git is not None:
+                check.dot_git(dot_git)
         left = budget
         for root in self.roots:
             left = check.walk(root, left)
@@ -787,8 +812,10 @@ class _Check:
             self.add(directory, "a hooks directory became a symlink during the run")
             return
         real = os.path.realpath(directory)
-        if not self.writable(real) or (real, full) in self.hook_dirs:
+        if (real, full) in self.hook_dirs:
             return  # once each: a config can name one large directory thousands of times
+        if not self.writable(real) and not any(is_within(w, real) for w in self.snap.writable):
+            return  # the command could write nothing in it (a file granted alone may lie in it)
         self.hook_dirs.add((real, full))
         try:
             entries = list(os.scandir(real))
@@ -817,7 +844,7 @@ class _Check:
                 self.hook_file(path, est, full, "a husky script git's hook runs, made or changed during the run")
 
     def hook_file(self, path: str, st, full: bool, why: str) -> None:
-        if full or self.snap._new(st):
+        if (full or self.snap._new(st)) and self.writable(path):
             if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
                 self.add(path, why)
         elif stat.S_ISLNK(st.st_mode):
