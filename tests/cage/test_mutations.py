@@ -43,8 +43,8 @@ def _without(names, name) -> tuple:
     return tuple(n for n in names if n != name)
 
 
-def _noop(*_args, **_kwargs):
-    return None
+def _no_rules(*_args, **_kwargs):
+    return []  # a seccomp rule function (seccomp._*_rules) that emits nothing
 
 
 def _mutants(seccomp):
@@ -78,12 +78,12 @@ def _mutants(seccomp):
         ("TIOCSTI", [("TIOCSTI", 0x7FFF_FFF0)], lambda c, _v: rules.check_tty_ioctls(c)),
         ("TIOCLINUX", [("TIOCLINUX", 0x7FFF_FFF1)], lambda c, _v: rules.check_tty_ioctls(c)),
         ("x32 numbers", [("X32_SYSCALL_BIT", 0xFFFF_FFFF)], lambda c, _v: _check_x32(c)),
-        ("prlimit block", [("_prlimit_block", _noop)], lambda c, v: _check_prlimit(c, v["victim"])),
-        ("socketpair block", [("_socketpair_block", _noop)], lambda c, _v: _check_dgram_pair(c)),
-        ("fastopen block", [("_fastopen_block", _noop)], lambda c, v: _check_fastopen(c, v["port"])),
-        ("socket block", [("_socket_block", _noop)], lambda c, _v: _check_sockets(c)),
-        ("mode block", [("_mode_block", _noop)], lambda c, _v: rules.check_mode_call(c, "openat")),
-        ("self-only block", [("_self_only_block", _noop)],
+        ("prlimit block", [("_prlimit_rules", _no_rules)], lambda c, v: _check_prlimit(c, v["victim"])),
+        ("socketpair block", [("_socketpair_rules", _no_rules)], lambda c, _v: _check_dgram_pair(c)),
+        ("fastopen block", [("_fastopen_rules", _no_rules)], lambda c, v: _check_fastopen(c, v["port"])),
+        ("socket block", [("_socket_rules", _no_rules)], lambda c, _v: _check_sockets(c)),
+        ("mode block", [("_mode_rules", _no_rules)], lambda c, _v: rules.check_mode_call(c, "openat")),
+        ("self-only block", [("_self_only_rules", _no_rules)],
          lambda c, v: rules.check_sched_call(c, "setpriority", v["victim"])),
     ]
     return out

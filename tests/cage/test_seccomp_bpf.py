@@ -246,10 +246,12 @@ def test_builtin_syscall_numbers_match_the_full_table():
 
 
 def test_refuse_arg_bits_refuses_only_its_call_with_a_bit_set():
-    """The one shape behind the clone, mode and MSG_FASTOPEN rules (seccomp._refuse_arg_bits)."""
+    """The one shape behind the clone, mode and MSG_FASTOPEN rules (seccomp._arg_bits_rule)."""
     p = seccomp._Prog()
-    p.op(seccomp.LD_W_ABS, 0)  # A = nr, as every block expects
-    seccomp._refuse_arg_bits(p, "sendto", 3, 0x20000000, EPERM)
+    p.op(seccomp.LD_W_ABS, 0)  # A = nr, as every rule expects
+    nr, body = seccomp._arg_bits_rule("sendto", 3, 0x20000000, EPERM)
+    p.op(seccomp.JEQ_K, nr, 0, len(body))  # as `build` guards each rule
+    p.insns += body
     p.op(seccomp.RET_K, 0x7FFF0001)  # a marker: fell through to the rest of the filter
     program = p.bytes()
     sendto, connect = X86_64["sendto"], X86_64["connect"]
@@ -267,3 +269,37 @@ def test_the_filters_errno_values_are_the_kernels():
 
     assert (seccomp.EPERM, seccomp.ENOSYS) == (errno.EPERM, errno.ENOSYS)
     assert (terminal.EIO, terminal.ENXIO) == (errno.EIO, errno.ENXIO)
+
+
+def steps_to_decide(program: bytes, nr: int) -> int:
+    """How many instructions the program runs for `nr` with zero arguments (x86_64)."""
+    insns = decode(program)
+    mem = data(nr, X86_64_ARCH, [0] * 6)
+    pc, acc, steps = 0, 0, 0
+    while True:
+        steps += 1
+        code, jt, jf, k = insns[pc]
+        if code == seccomp.RET_K:
+            return steps
+        if code == seccomp.LD_W_ABS:
+            acc = struct.unpack_from("<I", mem, k)[0]
+            pc += 1
+        elif code == seccomp.AND_K:
+            acc &= k
+            pc += 1
+        else:
+            taken = {seccomp.JEQ_K: acc == k, seccomp.JGE_K: acc >= k, seccomp.JSET_K: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
+
+
+def test_a_call_without_a_rule_is_decided_in_few_tests():
+    """The rules are laid out in number ranges (seccomp.build): a call none of them is about
+    skips whole ranges. The kernel runs the program once per system call number when the filter
+    is installed (to find the calls it always allows) and at every filtered call, so one test
+    per rule (≈ 95) cost ≈ 0.06 ms of every run's start (docs/performance.md)."""
+    program = seccomp.build(DENIED_BY_DEFAULT | SYSV, seccomp.SocketRules(False, False, False, False))
+    rules = DENIED_BY_DEFAULT | SYSV | {"clone", "clone3", "openat2", "ioctl", "socket", "socketpair", "prlimit64",
+                                        *SEND_FLAGS_AT, *MODE_AT, *SELF_ONLY_AT}
+    free = [nr for name, nr in X86_64.items() if name not in rules]
+    assert len(decode(program)) > 250  # what the bound below is measured against
+    assert max(steps_to_decide(program, nr) for nr in free) <= 4 + 2 * seccomp.RULES_PER_RANGE + 8
