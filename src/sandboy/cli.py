@@ -131,7 +131,7 @@ def cmd_run(args: RunArgs) -> int:
         policy = Policy.load(args.policy)
         if args.dry_run:
             return _dry_run(policy, args)
-        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty)
+        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=False)  # one run: no fingerprint
         for line in cage.degraded:
             _err(f"degraded: {line}")
         for line in cage.warnings:

@@ -330,6 +330,13 @@ def read_child_report(data: bytes) -> tuple:
     return error, status
 
 
+def read_file(path: str) -> bytes:
+    """All of a small file (a sysctl, a note in Sandboy's cache), with os-level calls: `open()`
+    would build a FileIO and a BufferedReader and make four more system calls (fstat, ioctl,
+    lseek twice) for each of the few files `sandboy run` reads while building a cage."""
+    return read_all(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+
 def read_all(fd: int) -> bytes:
     """Everything written on a `fork_exec` child's error pipe, once every copy of its write end
     is closed (the child exec'd or exited); closes `fd`."""

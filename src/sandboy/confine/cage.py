@@ -185,9 +185,11 @@ class Cage:
         }
 
 
-def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False) -> Cage:
+def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusable=True) -> Cage:
     """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125).
-    `tty`: the command will get a terminal (`--tty`), so the minimal /dev keeps /dev/tty."""
+    `tty`: the command will get a terminal (`--tty`), so the minimal /dev keeps /dev/tty.
+    `reusable=False`: the caller runs one command with it (`sandboy run`), so no fingerprint is
+    taken for `Reuse` (a stat of every policy path and a listing of every split directory)."""
     abi = landlock.abi_version() if abi is None else abi
     if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
@@ -200,14 +202,14 @@ def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False) -> Cag
         tmp = tempfile.mkdtemp(prefix="sandboy-")
     ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir(policy, None), repo=repo)
     try:
-        return _build(policy, ctx, abi, environ, tty)
+        return _build(policy, ctx, abi, environ, tty, reusable)
     except BaseException:
         if tmp:
             os.rmdir(tmp)  # still empty: nothing has run
         raise
 
 
-def _build(policy, ctx, abi, environ, tty=False) -> Cage:
+def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
     job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
     compiled = protections.compile_all(job)
     warnings = [w for part in compiled.values() for w in part.warnings]
@@ -225,7 +227,7 @@ def _build(policy, ctx, abi, environ, tty=False) -> Cage:
             net["scoped"], lambda _: None)
     egress = compiled.get("egress")
     # a fallback egress cage holds its own host port: built per run; the namespace mode's is fixed
-    if fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
+    if reusable and fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
         cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]), fs["protected_args"])
         cage.fingerprint = _fingerprint(*cage.fingerprint_of)
     return cage

@@ -122,8 +122,9 @@ _LAST_CAP = []
 def last_cap() -> int:
     """Highest capability number of this kernel; read once (the parent reads it in `cage.build`)."""
     if not _LAST_CAP:
-        with open("/proc/sys/kernel/cap_last_cap", "rb") as fh:
-            _LAST_CAP.append(int(fh.read()))
+        from sandboy.confine._libc import read_file
+
+        _LAST_CAP.append(int(read_file("/proc/sys/kernel/cap_last_cap")))
     return _LAST_CAP[0]
 
 

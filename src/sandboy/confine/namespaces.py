@@ -529,9 +529,8 @@ def _static_refusal():
               ("/proc/sys/kernel/unprivileged_userns_clone", "kernel.unprivileged_userns_clone = 0"))
     for path, reason in checks:
         try:
-            with open(path, "rb") as fh:
-                if fh.read().strip() == b"0":
-                    return reason
+            if _libc.read_file(path).strip() == b"0":
+                return reason
         except OSError:
             pass
     return None
@@ -568,8 +567,7 @@ def _note_path():
 
 def _boot_id() -> bytes:
     try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
-            return fh.read().strip() + b" " + os.uname().release.encode()
+        return _libc.read_file("/proc/sys/kernel/random/boot_id").strip() + b" " + os.uname().release.encode()
     except OSError:
         return b""
 
@@ -577,8 +575,7 @@ def _boot_id() -> bytes:
 def _known_good() -> bool:
     boot = _boot_id()
     try:
-        with open(_note_path(), "rb") as fh:
-            return bool(boot) and fh.read() == boot
+        return bool(boot) and _libc.read_file(_note_path()) == boot
     except OSError:
         return False
 

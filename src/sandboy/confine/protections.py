@@ -183,10 +183,11 @@ def _own_cache_dir() -> str:
     from sandboy.policy.load import cache_dir
 
     path = os.path.realpath(cache_dir())
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError:
-        pass
+    if not os.path.isdir(path):  # one stat where it exists (makedirs: two, and a failed mkdir)
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError:
+            pass
     return path
 
 
@@ -229,13 +230,15 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                 real = os.path.realpath(interp)
                 grants[real] = grants.get(real, 0) | landlock.EXEC
 
-    cache = _own_cache_dir() if cache is None else cache
+    cache = _own_cache_dir() if cache is None else os.path.realpath(cache)
     for path, rights in grants.items():
         if rights & landlock.WRITE_FILE and is_within(cache, path) and cache != path:
             warnings.append(f"fs: Sandboy's own cache {cache} lies inside the write grant {path}: it is denied, "
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
-    denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
+    denies = landlock.expand_denies(fs.deny, warnings.append)
+    if cache not in denies and os.path.lexists(cache):  # a realpath already: expand_denies' last step
+        denies.append(cache)
     for path in fs.protect:
         if not os.path.lexists(path):
             if job.strict:
