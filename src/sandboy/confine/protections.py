@@ -230,15 +230,13 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                 real = os.path.realpath(interp)
                 grants[real] = grants.get(real, 0) | landlock.EXEC
 
-    cache = _own_cache_dir() if cache is None else os.path.realpath(cache)
+    cache = _own_cache_dir() if cache is None else cache
     for path, rights in grants.items():
         if rights & landlock.WRITE_FILE and is_within(cache, path) and cache != path:
             warnings.append(f"fs: Sandboy's own cache {cache} lies inside the write grant {path}: it is denied, "
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
-    denies = landlock.expand_denies(fs.deny, warnings.append)
-    if cache not in denies and os.path.lexists(cache):  # a realpath already: expand_denies' last step
-        denies.append(cache)
+    denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
     for path in fs.protect:
         if not os.path.lexists(path):
             if job.strict:
