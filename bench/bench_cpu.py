@@ -12,8 +12,10 @@ where the work went.
     .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC] [--only cli|gate]
 
 --before SRC: also measure the `sandboy` package under SRC (a directory holding `sandboy/`:
-e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_ext --inplace`
-and `python -m compileall -q src` in it), interleaved with this tree, for a before/after.
+e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_ext --inplace`,
+`python -m compileall -q src` and, for a tree that has one, the run path's byte-code bundle
+(`PYTHONPATH=src python -c 'import sandboy.bytecode_bundle as b; b.build("src/sandboy")'`, what
+`make compile` does: ADR 0023) in it), interleaved with this tree, for a before/after.
 
 Cases (medians of N rounds):
   floor        python -c pass (same venv)

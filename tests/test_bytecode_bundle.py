@@ -263,3 +263,12 @@ def test_doctor_says_whether_the_bundle_is_in_use_and_what_changed(package):
     report = doctor()
     assert report["bytecode_bundle"] is None
     assert any("no byte-code bundle" in note for note in report["notes"])
+
+
+def test_under_optimisation_the_bundle_is_not_used(package):
+    """`python -O` compiles differently (no asserts): the bundle's code is not that code."""
+    proc = subprocess.run([sys.executable, "-O", "-c", PROBE], capture_output=True, text=True, env=env_for(package),
+                          cwd=package.parent)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["finder"], result["served"]) == ([], [])
