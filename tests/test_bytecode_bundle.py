@@ -272,3 +272,10 @@ def test_under_optimisation_the_bundle_is_not_used(package):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert (result["finder"], result["served"]) == ([], [])
+
+
+def test_reloading_the_package_keeps_one_finder(package):
+    script = ("import importlib, sys, sandboy; importlib.reload(sandboy); "
+              "print(sum(type(f).__name__ == 'BundleFinder' for f in sys.meta_path))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(package))
+    assert (proc.returncode, proc.stdout) == (0, "1\n"), proc.stderr

@@ -166,6 +166,9 @@ def install(package_dir: str) -> BundleFinder | None:
     path = bundle_path(package_dir)
     if path is None:
         return None
+    finder = installed()
+    if finder is not None and finder.package_dir == package_dir:
+        return finder  # `sandboy` reloaded: one finder is enough
     try:
         with open(path, "rb") as fh:
             data = fh.read()
