@@ -1,8 +1,8 @@
 """The run path's byte code in one file, served by a finder that validates each module (ADR 0023).
 
 `sandboy run` spends more of its start-up finding and loading its modules than running their
-bodies: importlib's path finder and source loader are Python code that costs ≈ 0.1 ms and ≈ 7
-system calls per module whatever its size (docs/performance.md). `make compile` and a wheel build
+bodies: importlib's path finder and source loader are Python code that costs ≈ 75 k instructions
+and ≈ 11 system calls per module whatever its size (docs/performance.md, session 5). `make compile` and a wheel build
 therefore write the code of the modules `sandboy run` imports into ONE file beside the package's
 byte code, `sandboy/__pycache__/run-path.<cache tag>.bundle`; `sandboy/__init__.py` reads it once
 and puts `BundleFinder` first on `sys.meta_path`. The file is never written at run time.
@@ -18,7 +18,7 @@ as a whole. Served modules get their real source path (`__file__`, `co_filename`
 Modules are kept in groups of modules imported together (RUN_PATH_GROUPS), each group one
 marshalled tuple of code objects, unmarshalled when the first of its modules is imported: one
 marshal.loads shares the names and constants the modules have in common, which 16 separate ones
-create and intern 16 times (callgrind: 0.7 M instructions fewer, ≈ 0.2-0.3 ms).
+create and intern 16 times (callgrind: 0.66 M instructions fewer).
 
 File layout: the interpreter's MAGIC_NUMBER (4 bytes), FORMAT (4 bytes), the index's length
 (4 bytes, little-endian), the index (marshal: one tuple per module, see INDEX_FIELDS), then the
