@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -148,3 +150,65 @@ def test_ignored_signals_are_not_inherited(cage):
     fields = dict(line.split(":\t", 1) for line in r.out.splitlines() if ":\t" in line)
     assert int(fields["SigIgn"], 16) == 1 << (signal.SIGHUP - 1)
     assert int(fields["SigBlk"], 16) == 0
+
+
+INIT_HANDLERS = r"""
+import os, signal, sys
+from sandboy import Policy
+from sandboy.confine import _libc, seccomp
+from sandboy.confine import cage as cagemod
+
+if sys.argv[1] == "no-clone3":
+    # clone3 answered ENOSYS, as Docker's default filter does: fork_exec falls back to clone(2)
+    p = seccomp._Prog()
+    p.op(seccomp.LD_W_ABS, 0)
+    p.op(seccomp.JEQ_K, 435, 0, 1)
+    p.op(seccomp.RET_K, seccomp.errno_ret(38))
+    p.op(seccomp.RET_K, seccomp.RET_ALLOW)
+    steps, keep = seccomp.plan(p.bytes())
+    _libc.syscall(157, 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    nr, _, *args = steps[0][1]
+    _libc.syscall(nr, *args)
+signal.signal(signal.SIGUSR1, lambda *_: None)  # caught here: Python's handler, in this memory
+signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
+                                                    "exec": ["/usr/bin", "/bin"]}}, "<test>")
+cage = cagemod.build(policy)
+assert cage.tier is not None
+null = os.open(os.devnull, os.O_RDWR)
+r, w = os.pipe2(os.O_CLOEXEC)
+pid = cage.start_child(["/bin/sleep", "60"], (null, null, null), w)  # returns once sleep has exec'd
+os.close(w)
+def masks(path):
+    fields = dict(line.split(":\t", 1) for line in open(path).read().splitlines() if ":\t" in line)
+    return int(fields["SigCgt"], 16), int(fields["SigIgn"], 16)
+print("caller", *masks("/proc/self/status"))
+print("init", *masks(f"/proc/{pid}/status"))
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize("how", ["clone3", "no-clone3"])
+def test_the_namespace_init_runs_none_of_the_callers_signal_handlers(how):
+    """The init shares the caller's memory (ADR 0021): a Python handler left installed there
+    would run the caller's code on the init's stack. It is made by clone3 with
+    CLONE_CLEAR_SIGHAND (the kernel resets caught signals), or where clone3 is refused, by clone
+    and a reset of its own (`_native.c`, default_caught_signals). Judged on the host from the
+    init's /proc status: nothing caught, and what the caller ignores is still ignored there (the
+    command's plan resets those: test_ignored_signals_are_not_inherited)."""
+    import signal
+
+    from sandboy.confine import _libc, namespaces
+
+    if _libc.IMPLEMENTATION != "native" or not namespaces.availability()[0]:
+        pytest.skip("the C executor's namespace init")
+    src = pathlib.Path(namespaces.__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", INIT_HANDLERS, how], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(src)})
+    assert out.returncode == 0, out.stderr
+    masks = {line.split()[0]: tuple(int(v) for v in line.split()[1:]) for line in out.stdout.splitlines()}
+    usr1, usr2 = 1 << (signal.SIGUSR1 - 1), 1 << (signal.SIGUSR2 - 1)
+    assert masks["caller"][0] & usr1 and masks["caller"][1] & usr2  # the twin: the caller has both
+    assert masks["init"][0] == 0, hex(masks["init"][0])
+    assert masks["init"][1] & usr2
