@@ -148,7 +148,7 @@ class BundleFinder:
         head, _, tail = origin.rpartition("/")
         spec.cached = f"{head}/__pycache__/{tail[:-3]}.{sys.implementation.cache_tag}.pyc"
         if is_package:
-            spec.submodule_search_locations = [origin.rpartition("/")[0]]
+            spec.submodule_search_locations = [head]
         return spec
 
 
