@@ -29,6 +29,12 @@ _FAILING = ("failed", "timed_out", "killed")
 EXIT_INTERRUPTED = 130  # ^C or SIGTERM stopped the gate: the shell's convention for SIGINT
 
 
+def _from_run(name: str, default):
+    """A StepResult field that is its RunResult's (`default` while no command ran): read, never copied."""
+    return property(lambda self: default if self.run_result is None else getattr(self.run_result, name),
+                    doc=f"RunResult.{name} of the step's command ({default!r} when none ran)")
+
+
 class StepResult:
     """One step as it ended: the gate's view (status, narrowings, effective policy, output) around
     the cage's own `RunResult` (`run_result`; None when the step never started a command). Exit code,
@@ -66,24 +72,13 @@ class StepResult:
         return EXIT_CAGE if self.status == "cage_error" else None
 
     @property
-    def signal(self):
-        return self.run_result.signal if self.run_result is not None else None
-
-    @property
     def error(self):
         return self._error if self.run_result is None else self.run_result.error
 
-    @property
-    def enforced(self) -> dict:
-        return self.run_result.enforced if self.run_result is not None else {}
-
-    @property
-    def degraded(self) -> list:
-        return self.run_result.degraded if self.run_result is not None else []
-
-    @property
-    def warnings(self) -> list:
-        return self.run_result.warnings if self.run_result is not None else []
+    signal = _from_run("signal", None)
+    enforced = _from_run("enforced", {})
+    degraded = _from_run("degraded", ())
+    warnings = _from_run("warnings", ())
 
     @property
     def failed_gate(self) -> bool:
