@@ -25,10 +25,12 @@ judged as new.
 What counts as executable configuration: in a git config, every key NOT on a short list of keys
 a clone, a submodule, a worktree or `git config user.*` write and that never name a program
 (`SAFE_KEYS`): a key git adds in a later version is flagged rather than trusted. In a hooks
-directory, every executable file or symlink but `*.sample`. A `commondir` anywhere but in a
-linked worktree's admin directory (where it must lead back to the repository's own).
+directory (and below it), every file or symlink but `*.sample`, whatever its mode (a hook sources
+its neighbours), and husky's scripts beside its `.husky/_` (`protected.husky_scripts`). A
+`commondir` anywhere but in a linked worktree's admin directory (where it must lead back to the
+repository's own).
 
-Every write root but the run's `{tmp}` is walked (bounded: `WALK_BUDGET` entries), whether or
+Every write root but the tier's private `{tmp}` is walked (bounded: `WALK_BUDGET` entries), whether or
 not it held a repository at launch — the command may `git init` one anywhere it writes: each
 `.git` (directory, file or symlink) below it, each directory git takes for a git directory
 itself (a bare layout), plus the repository a write root lies in, plus `.git/modules/**` and
