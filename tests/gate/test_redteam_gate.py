@@ -148,3 +148,40 @@ def test_no_process_of_a_step_is_left_to_plant_after_the_check(tmp_path, fake_ho
     subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30,
                    env={**os.environ, **GIT_ENV})
     assert not marker.exists(), "the operator's git ran a command a leftover process planted"
+
+
+def test_a_step_cannot_rewrite_the_husky_script_the_operators_commit_runs(tmp_path, fake_home):
+    """The repository uses husky (`core.hooksPath = .husky/_`, set by the operator's `npm
+    install`): the operator's next commit runs the tracked `.husky/pre-commit`. A step rewrites
+    it; under the tier the write is refused (bound read-only), without it the step fails closed
+    (125, quarantined). Host side: the operator's commit runs their own script, never the step's."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cage"))
+    from gitkit import husky_install
+
+    marker = tmp_path / "PWNED"
+    gate = f"""
+        [[step]]
+        name = "husky"
+        run = '''printf 'touch {marker}\\\\n' > .husky/pre-commit; echo ATTEMPTED'''
+    """
+    repo = make_repo(tmp_path, gate, files={".husky/pre-commit": f"touch {tmp_path}/OPERATORS\n"})
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    husky_install(repo)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "first"], check=True, env=env)
+    os.unlink(tmp_path / "OPERATORS")
+    proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
+    step = by_name(report)["husky"]
+    assert "ATTEMPTED" in step["output_tail"], report
+    if _tier_available():
+        assert step["status"] == "passed" and proc.returncode == 0, report
+        assert "Read-only file system" in step["output_tail"], step["output_tail"]
+    else:
+        assert step["status"] == "cage_error" and proc.returncode == 125, report
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "operator"], capture_output=True,
+                   timeout=30, env=env)
+    assert not marker.exists(), "the operator's commit ran a husky script a gate step wrote"
+    assert (tmp_path / "OPERATORS").exists() == _tier_available()
