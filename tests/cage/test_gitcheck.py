@@ -631,3 +631,18 @@ def test_a_file_granted_for_writing_is_judged_with_its_repository(tmp_path, env,
         assert findings == [], findings
         return
     assert [f.path for f in findings] == [str(repo / name)], findings
+
+
+def test_husky_8s_sourced_helper_is_judged(tmp_path, env):
+    """husky 8: `core.hooksPath = .husky`, each hook sources `.husky/_/husky.sh` (0644). A run
+    that changes it is found (the hooks directory's subdirectories are looked through, one
+    level); a build output two levels down in a hooks directory is not judged."""
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / ".husky" / "_").mkdir(parents=True)
+    (repo / ".husky" / "_" / "husky.sh").write_text("true\n")
+    (repo / ".husky" / "pre-commit").write_text('#!/bin/sh\n. "$(dirname -- "$0")/_/husky.sh"\n')
+    os.chmod(repo / ".husky" / "pre-commit", 0o755)
+    sh("git config core.hooksPath .husky", repo, env)
+    snap, findings = check(repo, "echo 'touch /tmp/x' >> .husky/_/husky.sh && mkdir -p .husky/_/out/deep "
+                                 "&& echo o > .husky/_/out/deep/build.txt", env)
+    assert [f.path for f in findings] == [f"{repo}/.husky/_/husky.sh"], findings

@@ -805,8 +805,8 @@ class _Check:
 
     def hooks(self, directory: str, full: bool, depth: int = 0) -> None:
         """Every file (or symlink) but `*.sample` in a directory git runs hooks from, and in its
-        subdirectories: git runs the executable ones by name, and they source their neighbours
-        whatever their mode (husky's `_/h`, v8's `_/husky.sh`). Where the directory is husky's
+        subdirectories (one level): git runs the executable ones by name, and they source their
+        neighbours whatever their mode (husky's `_/h`, v8's `_/husky.sh`). Where the directory is husky's
         (`core.hooksPath = .husky/_`, holding husky's runner `h`), the scripts that runner
         starts (`.husky/pre-commit` ...) are hooks too (ADR 0019, session 5)."""
         st = self.new(directory)
@@ -831,8 +831,8 @@ class _Check:
             except OSError:
                 continue
             if stat.S_ISDIR(est.st_mode):
-                if depth < MAX_NESTING:
-                    self.hooks(entry.path, full, depth + 1)
+                if depth < 1:  # one level: husky 8's `.husky/_/husky.sh`, sourced by every hook;
+                    self.hooks(entry.path, full, depth + 1)  # not a whole tree a hooksPath may name
             else:
                 self.hook_file(entry.path, est, full, "a file in a git hooks directory made or changed during the run")
         for path in husky_scripts(real):
