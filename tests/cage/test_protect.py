@@ -388,3 +388,26 @@ def test_a_reused_cage_is_rebuilt_when_a_start_up_file_appears(cage, namespaces)
     finally:
         if owned:
             first.close()
+
+
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_as_an_ordinary_user_a_repository_planted_where_none_was_is_quarantined(as_nobody, tmp_path, tier):
+    """(ADR 0019, session 5) The write root holds no repository at launch; the command, uid
+    65534 like its parent, makes one with a planted `core.fsmonitor`. The parent (no
+    capabilities) walks the root all the same: 125, quarantined; the operator's git runs nothing."""
+    import shutil
+
+    from sandboy.confine import namespaces as ns
+
+    if tier == "tier" and not ns.availability()[0]:
+        pytest.skip("no namespace tier on this machine")
+    repo, run = as_nobody
+    shutil.rmtree(repo / ".git")
+    marker = tmp_path / "PWNED"
+    fsmonitor = f'[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+    r = run(f"mkdir -p a/b && git init -q a/b/r && printf '{fsmonitor}' >> a/b/r/.git/config && echo PLANTED",
+            env={"SANDBOY_NAMESPACES": "0"} if tier == "no-tier" else None)
+    assert "PLANTED" in r.stdout and r.returncode == 125, r
+    assert os.stat(repo / ".sandboy-quarantine").st_uid == NOBODY
+    _host_git(repo / "a" / "b" / "r", "status")
+    assert not marker.exists()
