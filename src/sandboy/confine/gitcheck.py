@@ -877,12 +877,17 @@ def quarantine(findings, roots, stamp=None) -> tuple:
 
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     moved, failed, boxes = [], [], {}  # boxes: root -> [box fd, box path, manifest lines]
+    longest_first = sorted(roots, key=len, reverse=True)
+    real_dirs: dict = {}  # many findings share a directory (a hooks directory): one realpath each
     try:
         for finding in findings:
             if finding.path is None or not os.path.lexists(finding.path):
                 continue
-            source = os.path.join(os.path.realpath(os.path.dirname(finding.path)), os.path.basename(finding.path))
-            root = next((r for r in sorted(roots, key=len, reverse=True) if is_within(source, r) and source != r), None)
+            directory = os.path.dirname(finding.path)
+            if directory not in real_dirs:
+                real_dirs[directory] = os.path.realpath(directory)
+            source = os.path.join(real_dirs[directory], os.path.basename(finding.path))
+            root = next((r for r in longest_first if is_within(source, r) and source != r), None)
             if root is None:
                 failed.append((finding.path, "outside every write root"))
                 continue
