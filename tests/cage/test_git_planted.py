@@ -257,25 +257,27 @@ def test_a_kept_cages_tmp_is_checked_without_the_tier(tmp_path, monkeypatch, hos
 @pytest.mark.parametrize("via", ["api", "cli"])
 def test_no_process_of_the_run_is_left_to_plant_after_the_check(cage, tmp_path, tier, via):
     """The check judges the tree once; a process of the run still alive then could plant right
-    after it (a rename race with nothing to race against). It never is: under the tier the
+    after it. It never is: under the tier the
     init's end empties the PID namespace, without it the supervisor's subreaper sweep reaps every
     descendant before the stop hooks run — a detached, setsid'd, signal-ignoring leftover too.
-    Host side: a second after the run nothing was planted, and the operator's git runs nothing."""
+    Host side: seconds after the run nothing was planted, and the operator's git runs nothing."""
     import time
 
     _host_repo(cage.work)
     marker = tmp_path / "PWNED"
     (tmp_path / "late.sh").write_text(
-        "trap '' HUP TERM INT\nsleep 0.5\ngit init -q late && printf '%s' \"$1\" >> late/.git/config\ntouch LATE\n")
+        "trap '' HUP TERM INT\nsleep \"$2\"\ngit init -q late && printf '%s' \"$1\" >> late/.git/config\ntouch LATE\n")
     fsm = f'[core]\n\tfsmonitor = "touch {marker}; false"\n'.replace("'", "")
     policy = _policy(cage, read=[str(tmp_path / "late.sh")])
-    script = f"setsid sh {tmp_path}/late.sh '{fsm}' </dev/null >/dev/null 2>&1 & echo LEFT"
+    # two seconds: far more than the supervisor takes to sweep even on a loaded machine (with half
+    # a second, a supervisor slower than that let it plant first — caught by the check, 125)
+    script = f"setsid sh {tmp_path}/late.sh '{fsm}' 2 </dev/null >/dev/null 2>&1 & echo LEFT"
     result = cage.run(argv=["/bin/sh", "-c", script], policy=policy, via=via)
     assert "LEFT" in result.out and result.rc == 0, result
-    time.sleep(1.5)
+    time.sleep(2.5)
     assert not (cage.work / "LATE").exists() and not (cage.work / "late").exists(), "a process of the run outlived it"
     _host_git_status(cage.work)
     assert not marker.exists()
     # the twin: the same leftover, waited for, does its work (the probe is not vacuous)
-    result = cage.run(argv=["/bin/sh", "-c", f"sh {tmp_path}/late.sh '{fsm}'; echo WAITED"], policy=policy, via=via)
+    result = cage.run(argv=["/bin/sh", "-c", f"sh {tmp_path}/late.sh '{fsm}' 0; echo WAITED"], policy=policy, via=via)
     assert "WAITED" in result.out and (cage.work / "LATE").exists() and result.rc == 125, result

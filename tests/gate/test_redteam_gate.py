@@ -124,7 +124,7 @@ def test_a_step_in_a_directory_without_a_repository_cannot_plant_one(tmp_path, f
 
 def test_no_process_of_a_step_is_left_to_plant_after_the_check(tmp_path, fake_home):
     """A step leaves a detached, setsid'd, signal-ignoring process that plants a repository
-    half a second later — after the post-run check, had it survived. The gate reaps every
+    two seconds later — after the post-run check, had it survived. The gate reaps every
     process of a step before the check: a second after the gate nothing was planted, and the
     operator's git runs nothing. (The same script waited for does plant and is caught:
     tests/cage/test_git_planted.py::test_no_process_of_the_run_is_left_to_plant_after_the_check.)"""
@@ -136,14 +136,14 @@ def test_no_process_of_a_step_is_left_to_plant_after_the_check(tmp_path, fake_ho
         name = "leave"
         run = '''setsid sh late.sh </dev/null >/dev/null 2>&1 & echo LEFT'''
     """
-    late = ("trap '' HUP TERM INT\nsleep 0.5\ngit init -q late && "
+    late = ("trap '' HUP TERM INT\nsleep 2\ngit init -q late && "
             f"printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n' >> late/.git/config\ntouch LATE\n")
     repo = make_repo(tmp_path, gate, files={"late.sh": late})
     subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
     proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
     step = by_name(report)["leave"]
     assert "LEFT" in step["output_tail"] and step["status"] == "passed" and proc.returncode == 0, report
-    time.sleep(1.5)
+    time.sleep(2.5)
     assert not (repo / "LATE").exists() and not (repo / "late").exists(), "a process of the step outlived the gate"
     subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30,
                    env={**os.environ, **GIT_ENV})
