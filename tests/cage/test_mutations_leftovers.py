@@ -1,0 +1,161 @@
+"""The mutation check for "nothing of a run outlives it" (confine/supervision.py, reaping.py): the
+supervisor's sweep of the command's tree, its child-subreaper role (without it an orphan that
+double-forked and called setsid goes to the host's init, where the sweep never finds it), and
+the command's death signal when its supervisor is killed outright (PR_SET_PDEATHSIG), removed in
+turn; a leftover process must then outlive the run.
+
+Host side: each leftover is a `sleep` whose argv[0] is a marker unique to this test and check,
+looked for in every /proc/PID/cmdline after the run (only processes carrying our marker are
+ever signalled). Runs through the API in this process (a mutant set with pytest's monkeypatch
+is inherited by the forked supervisor; nothing in production reads a switch), with the
+namespace tier forced off: under the tier the command's PID namespace ends with its init, which
+kills every process in it, so the sweep and the subreaper are equivalent there by design
+(`Supervision._ends_its_tree`).
+
+Budget: 3 mutants, one run each: ≈ 2 s; bounded at 60 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+
+import pytest
+from test_mutations import _forget_built_cages
+
+from sandboy.confine import _libc, reaping, supervision
+
+pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation, pytest.mark.without_namespaces]
+
+BUDGET_SECONDS = 60
+PY = "/usr/bin/python3"
+POLICY = {"version": 1, "fs": {"read": ["/usr", "/etc", "/lib", "/lib64"], "exec": ["/usr/bin", "/bin"]}}
+PR_SET_CHILD_SUBREAPER, PR_GET_DUMPABLE = 36, 3  # linux/prctl.h, by hand
+MARKERS = itertools.count()
+
+# an orphan: forks, the child calls setsid and forks the leftover, then exits; the command exits
+ORPHAN = r"""
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", [sys.argv[1], "30"])
+    os._exit(0)
+os.wait()
+print("left", flush=True)
+"""
+
+
+def _marker() -> str:
+    return f"sbx-leftover-{os.getpid()}-{next(MARKERS)}"
+
+
+def _carrying(marker: str) -> list:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if fh.read().split(b"\0", 1)[0] == marker.encode():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def _gone(marker: str, seconds: float) -> list:
+    """The processes still carrying `marker` after up to `seconds` (killed here, so none stays)."""
+    deadline = time.monotonic() + seconds
+    while (left := _carrying(marker)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def _policy():
+    from sandboy import Policy
+
+    return Policy.from_mapping(POLICY, "<leftover mutants>")
+
+
+def check_orphans_are_swept(_tmp):
+    from sandboy import run
+
+    marker = _marker()
+    with open(os.devnull, "wb") as null:
+        result = run([PY, "-c", ORPHAN, marker], _policy(), supervise=True, timeout=20,
+                     stdin=null.fileno(), stdout=null.fileno(), stderr=null.fileno())
+    left = _gone(marker, 0.2)
+    assert result.returncode == 0, result
+    assert not left, f"an orphan outlived the run: pids {left}"
+
+
+def check_a_killed_supervisor_takes_the_command_along(_tmp):
+    from sandboy import spawn
+
+    marker = _marker()
+    with open(os.devnull, "wb") as null:
+        handle = spawn([PY, "-c", "import os, sys; os.execv('/bin/sleep', [sys.argv[1], '30'])", marker], _policy(),
+                       supervise=True, timeout=20, stdin=null.fileno(), stdout=null.fileno(), stderr=null.fileno())
+    try:
+        deadline = time.monotonic() + 10
+        while not _carrying(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _carrying(marker), "the command never started"
+        os.kill(handle.pid, signal.SIGKILL)  # the supervisor, killed outright: it cannot sweep
+        handle.wait()
+    finally:
+        left = _gone(marker, 2)
+    assert not left, f"the command outlived its killed supervisor: pids {left}"
+
+
+CHECKS = (check_orphans_are_swept, check_a_killed_supervisor_takes_the_command_along)
+
+
+def _without_subreaper(real):
+    return lambda option, *args: 0 if option == PR_SET_CHILD_SUBREAPER else real(option, *args)
+
+
+def _mutants():
+    return [
+        ("the sweep of the tree", reaping, "sweep", lambda cgroup=None, deadline=None: True),
+        ("the supervisor as child subreaper", _libc, "prctl", _without_subreaper(_libc.prctl)),
+        # the step stays (the plan's shape is unchanged) but asks the kernel for nothing
+        ("the command's death signal", supervision, "PR_SET_PDEATHSIG", PR_GET_DUMPABLE),
+    ]
+
+
+def _first_failure(tmp) -> str | None:
+    for check in CHECKS:
+        try:
+            check(tmp)
+        except AssertionError as exc:
+            return f"{check.__name__}: {str(exc).splitlines()[0][:160]}"
+    return None
+
+
+def test_nothing_of_a_run_outlives_it_without_each_protection(tmp_path):
+    if not os.path.exists(PY):
+        pytest.skip("needs the system python3")
+    started = time.monotonic()
+    _forget_built_cages()
+    assert _first_failure(tmp_path) is None, "the intact supervisor leaves something behind"
+    killed, survivors = {}, []
+    for label, owner, attribute, value in _mutants():
+        _forget_built_cages()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(owner, attribute, value)
+            failure = _first_failure(tmp_path)
+        _forget_built_cages()
+        if failure is None:
+            survivors.append(label)
+        else:
+            killed[label] = failure
+        assert time.monotonic() - started < BUDGET_SECONDS, f"over budget after {label}"
+    for label, failure in killed.items():
+        print(f"{label:36} killed by {failure}")
+    assert not survivors, f"protections no check depends on: {survivors}"
+    print(f"{len(killed)} leftover mutants killed in {time.monotonic() - started:.1f} s")
