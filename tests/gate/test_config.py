@@ -17,6 +17,9 @@ BAD_GATES = [
     # (gate.toml text, key in the message, words of the problem)
     ("[[step]]\nname = \"a\"\nrun = \"true\"\ncolour = 1\n", "step[0] ('a').colour", "unknown key"),
     ("surprise = 1\n" + OK_STEP, "surprise", "unknown key"),
+    # a hostile key is quoted with escapes, never raw (top level and in a step)
+    ('"evil\\u001b[31m" = 1\n' + OK_STEP, '"evil\\u001b[31m"', "unknown key"),
+    (OK_STEP + '"x.y\\n" = 1\n', 'step[0] (\'a\')."x.y\\n"', "unknown key"),
     ("[gate]\nshel = [\"sh\"]\n" + OK_STEP, "gate.shel", "unknown key"),
     ("gate = 3\n" + OK_STEP, "gate", "expected a table [gate], got an integer"),
     ("[gate]\nshell = \"bash -lc\"\n" + OK_STEP, "gate.shell", "expected a non-empty list"),

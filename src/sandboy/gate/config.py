@@ -50,15 +50,6 @@ class Gate:
         self.steps = steps
 
 
-def _unknown(src: str, prefix: str, table: dict, known: tuple) -> None:
-    for key in table:
-        if key not in known:
-            from sandboy.policy.load import unknown_key
-
-            raise PolicyError(src, f"{prefix}{escape.key(key)}", unknown_key(key, known))
-
-
-
 def parse_timeout(src: str, key: str, value) -> int:
     """Seconds from `90`, `"90s"`, `"10m"` or `"1h"`."""
     if type(value) is int:
@@ -148,7 +139,7 @@ def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files
     name = table.get("name")
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME:  # errors name the step when it has a sane name
         prefix = f"step[{i}] ({name!r})"
-    _unknown(src, f"{prefix}.", table, _STEP_KEYS)
+    checked_table(src, prefix, table, _STEP_KEYS)  # a table: checked above, with the gate's own words
     for required in ("name", "run"):
         if required not in table:
             raise PolicyError(src, f"{prefix}.{required}", "missing (every step needs a name and a run command)")
@@ -204,7 +195,7 @@ def load(repo) -> Gate:
 def from_data(data: dict, repo: str, src: str) -> Gate:
     """Validate a parsed gate file of the repository `repo` (a real path)."""
     gate_dir = os.path.join(repo, GATE_DIR)
-    _unknown(src, "", data, _TOP_KEYS)
+    checked_table(src, "", data, _TOP_KEYS)
     shell = _shell(src, data.get("gate", {}))
     tables = _policy_tables(src, data.get("policy", {}))
     steps_raw = data.get("step")
