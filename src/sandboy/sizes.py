@@ -5,7 +5,7 @@ allowed): one reading for every subcommand that takes one (gate --max-step-outpu
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from collections.abc import Callable  # not typing (≈ 2 ms): the gate's start-up no longer needs it
 
 UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 

@@ -416,14 +416,23 @@ def _cache_put(path: str, raw: bytes, data: dict) -> None:
         pass  # a cache that cannot be written only costs speed
 
 
+def parse_cached(path: str, raw: bytes, check) -> dict:
+    """`parse_toml(raw, path)`, or the table the cache holds for exactly these bytes of `path`
+    (then `tomllib` is not even imported). A fresh parse is cached only once `check(data)`
+    returned (it raises PolicyError for a bad file: never cache one). A cached table saves
+    parsing only: the caller validates whatever it gets (`Policy.load`, the gate's file)."""
+    data = _cache_get(path, raw)
+    if data is None:
+        data = parse_toml(raw, path)
+        check(data)
+        _cache_put(path, raw, data)
+    return data
+
+
 def read_table(path: str, use_cache: bool = True) -> dict:
     """The file's TOML table, parsed or from the cache. The caller validates it again
     (`Policy.load`): a cached table saves parsing only and can never widen a policy."""
     raw = read_bounded(path)
-    data = _cache_get(path, raw) if use_cache else None
-    if data is None:
-        data = parse_toml(raw, path)
-        if use_cache:
-            validate(data, path)  # never cache a bad file
-            _cache_put(path, raw, data)
-    return data
+    if not use_cache:
+        return parse_toml(raw, path)
+    return parse_cached(path, raw, lambda data: validate(data, path))
