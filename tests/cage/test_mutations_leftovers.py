@@ -36,13 +36,19 @@ PR_SET_CHILD_SUBREAPER, PR_GET_DUMPABLE = 36, 3  # linux/prctl.h, by hand
 MARKERS = itertools.count()
 
 # an orphan: forks, the child calls setsid and forks the leftover, then exits; the command exits
+# once the leftover has exec'd (the pipe's write end is close-on-exec: EOF then), so the marker is
+# in its cmdline before the run ends
 ORPHAN = r"""
 import os, sys
+r, w = os.pipe()
 if os.fork() == 0:
+    os.close(r)
     os.setsid()
     if os.fork() == 0:
         os.execv("/bin/sleep", [sys.argv[1], "30"])
     os._exit(0)
+os.close(w)
+os.read(r, 1)
 os.wait()
 print("left", flush=True)
 """
