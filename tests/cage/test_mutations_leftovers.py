@@ -1,8 +1,10 @@
-"""The mutation check for "nothing of a run outlives it" (confine/supervision.py, reaping.py): the
-supervisor's sweep of the command's tree, its child-subreaper role (without it an orphan that
-double-forked and called setsid goes to the host's init, where the sweep never finds it), and
-the command's death signal when its supervisor is killed outright (PR_SET_PDEATHSIG), removed in
-turn; a leftover process must then outlive the run.
+"""The mutation check for "nothing of a run outlives it, nor takes more than it was given"
+(confine/supervision.py, reaping.py): the supervisor's sweep of the command's tree, its
+child-subreaper role (without it an orphan that double-forked and called setsid goes to the
+host's init, where the sweep never finds it), the command's death signal when its supervisor is
+killed outright (PR_SET_PDEATHSIG), the timeout, and (as root) the pids cgroup behind
+`limits.processes`, removed in turn; a leftover must then outlive the run, a run overstay its
+timeout, or a fork bomb pass the limit.
 
 Host side: each leftover is a `sleep` whose argv[0] is a marker unique to this test and check,
 looked for in every /proc/PID/cmdline after the run (only processes carrying our marker are
@@ -12,7 +14,7 @@ namespace tier forced off: under the tier the command's PID namespace ends with 
 kills every process in it, so the sweep and the subreaper are equivalent there by design
 (`Supervision._ends_its_tree`).
 
-Budget: 3 mutants, one run each: ≈ 2 s; bounded at 60 s.
+Budget: 5 mutants, at most 4 runs each (one waits out a 1.5 s sleep): ≈ 5 s; bounded at 60 s.
 """
 
 from __future__ import annotations
@@ -118,20 +120,53 @@ def check_a_killed_supervisor_takes_the_command_along(_tmp):
     assert not left, f"the command outlived its killed supervisor: pids {left}"
 
 
-CHECKS = (check_orphans_are_swept, check_a_killed_supervisor_takes_the_command_along)
+def check_the_timeout_ends_the_run(_tmp):
+    from sandboy import run
+
+    with open(os.devnull, "wb") as null:
+        result = run(["/bin/sleep", "1.5"], _policy(), timeout=0.3, stdin=null.fileno(), stdout=null.fileno(),
+                     stderr=null.fileno())
+    assert result.outcome == "timed_out", result
+
+
+def check_processes_are_counted(tmp):
+    # as root RLIMIT_NPROC binds nothing (the kernel exempts uid 0): the pids cgroup is the limit
+    from cagekit import Cage
+
+    root = tmp / f"pids-{next(MARKERS)}"
+    root.mkdir()
+    cage = Cage(PROBE[0], root)
+    r = cage.run("forkbomb", 200, policy=cage.policy(limits={"processes": 8}))
+    assert r.ok and int(r.out.split()[1]) < 8, r
+
+
+CHECKS = (check_orphans_are_swept, check_a_killed_supervisor_takes_the_command_along, check_the_timeout_ends_the_run,
+          check_processes_are_counted)
+PROBE: list = []  # the attacker binary (conftest's `probe`)
 
 
 def _without_subreaper(real):
     return lambda option, *args: 0 if option == PR_SET_CHILD_SUBREAPER else real(option, *args)
 
 
+def _without_deadline(real):
+    def watch(self):
+        real(self)
+        self.deadline = None
+    return watch
+
+
 def _mutants():
-    return [
+    out = [
         ("the sweep of the tree", reaping, "sweep", lambda cgroup=None, deadline=None: True),
         ("the supervisor as child subreaper", _libc, "prctl", _without_subreaper(_libc.prctl)),
         # the step stays (the plan's shape is unchanged) but asks the kernel for nothing
         ("the command's death signal", supervision, "PR_SET_PDEATHSIG", PR_GET_DUMPABLE),
+        ("the timeout", supervision.Supervision, "_watch", _without_deadline(supervision.Supervision._watch)),
     ]
+    if os.geteuid() == 0:  # for everyone else RLIMIT_NPROC (a cage step) is the limit
+        out.append(("the pids cgroup", supervision.Supervision, "_enter_pids_group", lambda self: None))
+    return out
 
 
 def _first_failure(tmp) -> str | None:
@@ -143,9 +178,10 @@ def _first_failure(tmp) -> str | None:
     return None
 
 
-def test_nothing_of_a_run_outlives_it_without_each_protection(tmp_path):
+def test_nothing_of_a_run_outlives_it_without_each_protection(tmp_path, probe):
     if not os.path.exists(PY):
         pytest.skip("needs the system python3")
+    PROBE[:] = [probe]
     started = time.monotonic()
     _forget_built_cages()
     assert _first_failure(tmp_path) is None, "the intact supervisor leaves something behind"
