@@ -36,9 +36,9 @@ demo: compile
 # mutation checks (tests/cage/test_mutations.py: each seccomp rule removed in turn must make a
 # probe fail; ≈ 20 s, bounded at 3 min; test_mutations_tier.py: each namespace flag and step of
 # the namespace tier, as root and as uid 65534, 6-30 s, bounded at 90 s; test_mutations_protected,
-# _gitcheck, _terminal, _egress: the protected defaults, the git check's findings, the terminal,
-# Layer 3, ≈ 10 s together; docs/threat-model.md lists them); the plans are the same for both
-# executors, so once is enough.
+# _gitcheck, _terminal, _egress, _leftovers: the protected defaults, the git check's findings, the
+# terminal, Layer 3, the supervisor's sweep/timeout/pids, ≈ 15 s together; docs/threat-model.md
+# lists them); the plans are the same for both executors, so once is enough.
 test: compile
 	$(PY) -m pytest -q
 	SANDBOY_NATIVE=0 $(PY) -m pytest -q -m "not mutation" tests/cage
