@@ -373,33 +373,38 @@ def _gitdir_of(dot_git: str):
     return os.path.realpath(os.path.join(os.path.dirname(dot_git), os.fsdecode(target)))
 
 
-def walk_roots(write_roots, exclude=()) -> list:
-    """The write roots to walk after the run, as realpaths: every directory among `write_roots`
-    but those in `exclude` (the run's `{tmp}`) and those inside another (its walk covers them).
-    Whether a root held a repository at launch does not matter: a command may `git init` one
-    anywhere it can write, and the operator's next git command in that directory runs its
-    config (ADR 0019)."""
-    reals = []
+def split_roots(write_roots, exclude=()) -> tuple:
+    """(directories to walk, files) among `write_roots`, as realpaths (each resolved once).
+
+    Directories: every one but those in `exclude` (the run's `{tmp}`) and those inside another
+    (its walk covers them — unless below a `.git`, which the walk never enters). Whether a root
+    held a repository at launch does not matter: a command may `git init` one anywhere it can
+    write, and the operator's next git command in that directory runs its config (ADR 0019).
+    Files: a policy may grant one file (`.git/config`, a hook); no walk reaches it, so the
+    repository it lies in is judged after the run."""
+    dirs, files = [], []
     for root in write_roots:
         real = os.path.realpath(root)
-        if real not in exclude and real not in reals and os.path.isdir(real):
-            reals.append(real)
+        if real in dirs or real in files:
+            continue
+        try:
+            mode = os.stat(real).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISDIR(mode):
+            files.append(real)
+        elif real not in exclude:
+            dirs.append(real)
 
     def covered(real, other):  # the walk of `other` reaches `real`: it never enters a `.git`
         return other != real and is_within(real, other) and ".git" not in real[len(other):].split("/")
 
-    return [real for real in reals if not any(covered(real, other) for other in reals)]
+    return [real for real in dirs if not any(covered(real, other) for other in dirs)], files
 
 
-def file_roots(write_roots) -> list:
-    """The write roots that are files (a policy may grant one file: `.git/config`, a hook): no
-    walk reaches them, so the repository each lies in is judged after the run."""
-    found = []
-    for root in write_roots:
-        real = os.path.realpath(root)
-        if real not in found and os.path.lexists(real) and not os.path.isdir(real):
-            found.append(real)
-    return found
+def walk_roots(write_roots, exclude=()) -> list:
+    """The directories among `write_roots` to walk after the run (see `split_roots`)."""
+    return split_roots(write_roots, exclude)[0]
 
 
 GLOBAL = "<the operator's global git config>"  # GitSnapshot.known's key for it
@@ -426,11 +431,13 @@ class Scope:
     def __init__(self, write_roots, exclude=(), home=None):
         self.exclude = tuple(os.path.realpath(e) for e in exclude)
         self.home = home if home is not None else os.path.expanduser("~")
-        self.writable = [os.path.realpath(r) for r in write_roots]
+        self.roots, self.files = split_roots(write_roots, self.exclude)
+        # every write root, `{tmp}` and missing ones included: resolved once more only where
+        # split_roots left it out (the rest are realpaths already)
+        kept = set(self.roots) | set(self.files)
+        self.writable = list(dict.fromkeys(r if r in kept else os.path.realpath(r) for r in write_roots))
         self.globals_inside = [p for p in global_configs(self.home)
                                if is_within_any(os.path.realpath(p), self.writable)]
-        self.roots = walk_roots(write_roots, self.exclude)
-        self.files = file_roots(write_roots)
 
     def __bool__(self):
         return bool(self.roots or self.files or self.globals_inside)
