@@ -646,3 +646,21 @@ def test_husky_8s_sourced_helper_is_judged(tmp_path, env):
     snap, findings = check(repo, "echo 'touch /tmp/x' >> .husky/_/husky.sh && mkdir -p .husky/_/out/deep "
                                  "&& echo o > .husky/_/out/deep/build.txt", env)
     assert [f.path for f in findings] == [f"{repo}/.husky/_/husky.sh"], findings
+
+
+def test_the_operators_global_config_is_parsed_again_when_it_changes(tmp_path):
+    """The launch entries of `~/.gitconfig` (whose `core.hooksPath` the check follows) are kept
+    between runs of one process (a gate's steps) — and parsed again once the file changes, even
+    to the same size within the same clock tick."""
+    import time
+
+    path = tmp_path / ".gitconfig"
+    path.write_text("[core]\n\thooksPath = aa\n")
+    assert gitcheck._global_entries(str(path)) == [("core.hookspath", "aa")]
+    path.write_text("[core]\n\thooksPath = bb\n")  # same size, likely the same tick
+    assert gitcheck._global_entries(str(path)) == [("core.hookspath", "bb")]
+    time.sleep(0.1)
+    first = gitcheck._global_entries(str(path))
+    assert gitcheck._global_entries(str(path)) is first  # unchanged and old: not parsed again
+    path.write_text("[core]\n\thooksPath = cc\n")
+    assert gitcheck._global_entries(str(path)) == [("core.hookspath", "cc")]

@@ -469,6 +469,31 @@ def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
     return all(stamp % 1_000_000_000 == 0 for stamp in stamps)
 
 
+_GLOBAL_PARSED: dict = {}  # path -> (identity, parsed at, entries): a gate would parse it for every step
+
+
+def _global_entries(path: str):
+    """The entries of the operator's global config `path` (None: absent, unreadable or refused
+    by git), parsed again only when the file is another or changed: its device, inode, size,
+    mtime and ctime (which no one sets back) are the key — and only for a file whose ctime was
+    well before the earlier parse (a change within the same clock tick keeps the ctime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _GLOBAL_PARSED.get(path)
+    if cached is not None and cached[0] == identity and st.st_ctime_ns + 50_000_000 < cached[1]:
+        return cached[2]
+    parsed_at = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    try:
+        entries = _entries(path)
+    except ConfigSyntaxError:
+        entries = None  # git refuses it too
+    _GLOBAL_PARSED[path] = (identity, parsed_at, entries)
+    return entries
+
+
 class GitSnapshot:
     """The write roots to check and the clock reading that separates before from during. The
     configs of the repositories found at the top of each root are read now, so a run that
@@ -493,10 +518,7 @@ class GitSnapshot:
             self.since_ns -= since_ns % 1_000_000_000
         self.global_entries = []  # [(path, entries)] of the operator's global configs
         for path in global_configs(self.home):
-            try:
-                entries = _entries(path)
-            except ConfigSyntaxError:
-                continue  # git refuses it too
+            entries = _global_entries(path)
             if entries:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
