@@ -199,6 +199,33 @@ def _as_nobody(_tmp_factory, probe) -> dict:
             bench.close()
 
 
+def _nobody_reads_the_source() -> bool:
+    """Can uid 65534 read Sandboy's source (the child imports what it has not yet)? Not in a
+    checkout under a private home directory."""
+    import sandboy
+
+    def read_all():
+        for top, _dirs, files in os.walk(os.path.dirname(sandboy.__file__), onerror=_raise):
+            for name in files:
+                if name.endswith(".py"):
+                    open(os.path.join(top, name), "rb").close()
+        return True
+
+    def drop():
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+
+    try:
+        return _in_child(read_all, before=drop)
+    except AssertionError:
+        return False
+
+
+def _raise(exc):
+    raise exc
+
+
 def _become(uid: int, home) -> None:
     """This process becomes `uid` (and gid), with no supplementary groups and, as a root process
     changing all its uids to another, no capabilities left (capabilities(7))."""
@@ -274,6 +301,8 @@ def _root_mount_options() -> list:
 def test_every_tier_step_has_a_check_that_fails_without_it(identity, probe, tmp_path_factory):
     if identity is _as_nobody:
         skip_unless_nobody_can_run()
+        if not _nobody_reads_the_source():
+            pytest.skip("uid 65534 cannot read this source tree")
 
     def run():
         return identity(tmp_path_factory, probe)
