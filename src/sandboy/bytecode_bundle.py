@@ -17,8 +17,8 @@ as a whole. Served modules get their real source path (`__file__`, `co_filename`
 
 Modules are kept in groups of modules imported together (RUN_PATH_GROUPS), each group one
 marshalled tuple of code objects, unmarshalled when the first of its modules is imported: one
-marshal.loads shares the names and constants the modules have in common, which 16 separate ones
-create and intern 16 times (callgrind: 0.66 M instructions fewer).
+marshal.loads shares the names and constants the modules have in common, which separate ones
+create and intern again (callgrind, exec mode's 16: 0.66 M instructions fewer).
 
 File layout: the interpreter's MAGIC_NUMBER (4 bytes), FORMAT (4 bytes), the index's length
 (4 bytes, little-endian), the index (marshal: one tuple per module, see INDEX_FIELDS), then the
@@ -36,31 +36,29 @@ import _frozen_importlib as _bootstrap
 import _frozen_importlib_external as _external
 import _imp
 
-# What `sandboy run` imports in exec mode, besides `sandboy` itself (which installs the finder)
-# and this module. tests/test_bytecode_bundle.py fails if it differs from what the CLI actually
-# imports, so it cannot drift. The C executor is an extension module: no code of it is kept, the
-# bundle only remembers its file, which saves importlib listing the directory to find it.
-RUN_PATH_GROUPS = (
+# What `sandboy run` imports, besides `sandboy` itself (which installs the finder) and this module,
+# in groups of modules imported together. tests/test_bytecode_bundle.py fails if exec mode imports
+# anything but "cli" + "cage", if any run imports a module not listed, or if a listed module is
+# imported by none, so the list cannot drift. The C executor is an extension module: no code of it
+# is kept, the bundle only remembers its file, which saves importlib listing the directory.
+RUN_PATH_GROUPS = {
     # every `sandboy` command
-    ("sandboy.errors", "sandboy.cli"),
-    # the cage: imported together by `sandboy run`, the gate, doctor and the Python API
-    ("sandboy.confine",
-     "sandboy.confine._libc",
-     "sandboy.confine.hygiene",
-     "sandboy.policy",
-     "sandboy.policy.resolve",
-     "sandboy.confine.landlock",
-     "sandboy.confine.namespaces",
-     "sandboy.confine.seccomp",
-     "sandboy.confine.protections",
-     "sandboy.confine.cage",
-     "sandboy.confine.exec_mode",
-     "sandboy.confine.terminal",
-     "sandboy.policy.load",
-     "sandboy.policy.model",
-     "sandboy.confine._native"),
-)
-RUN_PATH_MODULES = tuple(name for group in RUN_PATH_GROUPS for name in group)
+    "cli": ("sandboy.errors", "sandboy.cli"),
+    # the cage and exec mode: imported together by `sandboy run`, the gate, doctor and the API
+    "cage": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine.hygiene", "sandboy.policy",
+             "sandboy.policy.resolve", "sandboy.confine.landlock", "sandboy.confine.namespaces",
+             "sandboy.confine.seccomp", "sandboy.confine.protections", "sandboy.confine.cage",
+             "sandboy.confine.exec_mode", "sandboy.confine.terminal", "sandboy.policy.load", "sandboy.policy.model",
+             "sandboy.confine._native"),
+    # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
+    "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
+                   "sandboy.confine.supervisor"),
+    # a policy with write roots: protected paths and the post-run git check
+    "write roots": ("sandboy.confine.protected", "sandboy.confine.gitcheck"),
+    # net.domains (Layer 3): its rules and the proxy's session
+    "egress": ("sandboy.egress", "sandboy.egress.rules", "sandboy.egress.enforcement", "sandboy.egress.session"),
+}
+RUN_PATH_MODULES = tuple(name for group in RUN_PATH_GROUPS.values() for name in group)
 
 FORMAT = b"SBB2"
 INDEX_FIELDS = ("name", "is_package", "relative_path", "source_size", "source_mtime_ns", "source_hash", "offset",
@@ -223,7 +221,7 @@ def build(package_dir: str, groups=RUN_PATH_GROUPS) -> str:
     if path is None:
         raise SystemExit("this interpreter keeps no byte code (or runs with -O): no bundle written")
     entries, blobs, offset = [], [], 0
-    for names in groups:
+    for names in groups.values():
         members, codes = [], []
         for name in names:
             found = file_of(package_dir, name)

@@ -168,7 +168,7 @@ def test_installed_wheel_runs_the_pipeline_offline(installed: Path, tmp_path: Pa
 def test_the_installed_wheel_serves_sandboy_run_from_its_bundle(installed: Path, tmp_path: Path) -> None:
     """The wheel carries the run path's byte-code bundle (docs/adr/0023) and the installed
     `sandboy run` is served from it — by hash: pip gave the installed sources new mtimes."""
-    from sandboy.bytecode_bundle import RUN_PATH_MODULES
+    from sandboy.bytecode_bundle import RUN_PATH_GROUPS, RUN_PATH_MODULES
 
     assert f"sandboy/__pycache__/run-path.{sys.implementation.cache_tag}.bundle" in zipfile.ZipFile(installed).namelist()
     venv = installed.parents[1] / "venv"
@@ -181,7 +181,7 @@ def test_the_installed_wheel_serves_sandboy_run_from_its_bundle(installed: Path,
     assert done.returncode == 0, done.stderr[-3000:]
     served = {line.split("'")[1] for line in done.stderr.splitlines()
               if line.startswith("import 'sandboy") and ("BundledSourceLoader" in line or "BundledExtensionLoader" in line)}
-    assert served == set(RUN_PATH_MODULES)
+    assert served == set(RUN_PATH_GROUPS["cli"] + RUN_PATH_GROUPS["cage"])  # exec mode's
     # every installed source's mtime differs from the one the bundle recorded: the hash decided
     stale = _run([str(venv / "bin" / "python"), "-c", """
 import os, sys, sandboy
