@@ -28,11 +28,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 
 import pytest
 import test_every_rule as rules
 from cagekit import Cage
+from mutantkit import Mutant, failed, first_failure, mutant, report, run_mutants
 
 pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation, pytest.mark.without_namespaces]
 
@@ -48,6 +48,12 @@ def _no_rules(*_args, **_kwargs):
 
 
 def _mutants(seccomp):
+    """A Mutant (with its own probe) for every rule: attributes of `seccomp` replaced."""
+    return [Mutant(label, tuple((seccomp, attribute, value) for attribute, value in patches), check)
+            for label, patches, check in _rule_patches(seccomp)]
+
+
+def _rule_patches(seccomp):
     """(label, patches, check) for every rule; `patches` are (attribute, new value) pairs."""
     out = []
     for name in seccomp.DEFAULT_DENY:
@@ -119,54 +125,43 @@ def _check_sockets(cage):
         assert rules.answer(cage.run("socket", family, kind)) == "EPERM", (family, kind)
 
 
-def _forget_built_cages():
-    """`sandboy.run` reuses a cage compiled earlier for an equal policy: a mutant must not."""
-    from sandboy.confine import cage as cagemod
-
-    cagemod._REUSED.close()
-
-
 def test_every_rule_has_a_probe_that_fails_without_it(probe, tmp_path_factory):
     from sandboy.confine import seccomp
 
-    victim = rules.start_victim()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
-    ipc = rules.HostIpc(probe)
+    victim, ipc = rules.start_victim(), rules.HostIpc(probe)
     context = {"victim": victim, "ipc": ipc, "port": listener.getsockname()[1]}
-    survivors, started = [], time.monotonic()
+
+    def judge(one):
+        try:
+            one.check(Cage(probe, tmp_path_factory.mktemp("mutant")), context)
+        except AssertionError as exc:
+            return failed("its probe", exc)  # killed: the probe failed without the rule
+        return None
+
+    def replace_what_a_mutant_hit():
+        if context["victim"].poll() is not None or context["ipc"].segment() != f"ok {context['ipc'].marker}":
+            context["victim"].kill()
+            context["victim"].wait()
+            context["victim"] = rules.start_victim()
+            context["ipc"].remove()
+            context["ipc"] = rules.HostIpc(probe)
+
     try:
         mutants = _mutants(seccomp)
-        for label, patches, check in mutants:
-            cage = Cage(probe, tmp_path_factory.mktemp("mutant"))
-            _forget_built_cages()
-            with pytest.MonkeyPatch.context() as mp:
-                for attribute, value in patches:
-                    assert hasattr(seccomp, attribute), attribute
-                    mp.setattr(seccomp, attribute, value)
-                try:
-                    check(cage, context)
-                except AssertionError:
-                    pass  # killed: a probe failed without the rule
-                else:
-                    survivors.append(label)
-            _forget_built_cages()
-            assert time.monotonic() - started < BUDGET_SECONDS, f"over budget after {label}"
-            if victim.poll() is not None or ipc.segment() != f"ok {ipc.marker}":  # a mutant hit the host
-                victim = context["victim"] = rules.start_victim()
-                ipc.remove()
-                ipc = context["ipc"] = rules.HostIpc(probe)
-        # the unmutated filter passes every check (so a "failure" above was the mutant's doing)
-        for label, _patches, check in mutants:
-            check(Cage(probe, tmp_path_factory.mktemp("intact")), context)
+        # the unmutated filter passes every check (so a "failure" was the mutant's doing)
+        intact = [(one.label, lambda check=one.check: check(Cage(probe, tmp_path_factory.mktemp("intact")), context))
+                  for one in mutants]
+        outcome = run_mutants(mutants, judge, budget_seconds=BUDGET_SECONDS, intact=lambda: first_failure(intact),
+                              intact_when=("after",), after_each=replace_what_a_mutant_hit)
     finally:
-        victim.kill()
-        victim.wait()
+        context["victim"].kill()
+        context["victim"].wait()
         listener.close()
-        ipc.remove()
-    assert not survivors, f"rules no probe depends on: {survivors}"
-    print(f"{len(mutants)} mutants killed in {time.monotonic() - started:.1f} s")
+        context["ipc"].remove()
+    report(outcome, "rule mutants")
 
 
 # --- the cage's other protections ------------------------------------------------------------
@@ -433,7 +428,7 @@ def _protection_mutants():
     def no_steps(compiled):
         compiled.steps.clear()
 
-    out = [
+    out = [mutant(*row) for row in [
         ("no_new_privs", hygiene, "plan_no_new_privs", lambda: [], _check_nnp),
         ("inherited fds closed", hygiene, "plan_cloexec", lambda *a, **k: [], _check_fds),
         ("signal dispositions reset", hygiene, "plan_signals", lambda: [], _check_signals),
@@ -460,7 +455,7 @@ def _protection_mutants():
          _check_git_planted),
         ("signals unblocked", hygiene, "plan_signals", _without_step(hygiene.plan_signals, "unblock signals"),
          _check_unblocked),
-    ]
+    ]]
     abi = landlock.abi_version()
     # a Landlock row's probe needs a kernel that has it (below its ABI the cage reports it degraded)
     for row, label, right, check in (("landlock.fs.truncate", "landlock.fs.truncate", landlock.TRUNCATE, _check_truncate),
@@ -468,16 +463,16 @@ def _protection_mutants():
                                      ("landlock.fs.ioctl_dev", "landlock.fs.ioctl_dev", landlock.IOCTL_DEV,
                                       _check_ioctl_dev)):
         if protections.protection(row).available(abi):
-            out.append((label, protections, "fs_rights_for", _without_fs_right(right), check))
+            out.append(mutant(label, protections, "fs_rights_for", _without_fs_right(right), check))
     if os.geteuid() == 0 or _core_limit_hard() != 0:  # else the step cannot be seen: nothing to lower
-        out.append(("rlimit core", hygiene, "plan_rlimits", _without_step(hygiene.plan_rlimits, "rlimit core"),
+        out.append(mutant("rlimit core", hygiene, "plan_rlimits", _without_step(hygiene.plan_rlimits, "rlimit core"),
                     _check_core_limit))
     if os.geteuid() == 0:  # without capabilities there is nothing to drop
-        out.append(("capabilities dropped", hygiene, "plan_drop_capabilities", lambda: [], _check_caps))
+        out.append(mutant("capabilities dropped", hygiene, "plan_drop_capabilities", lambda: [], _check_caps))
         drop = hygiene.plan_drop_capabilities
         for label, prefix in (("capability bounding set", "drop capability"), ("securebits", "securebits"),
                               ("capset", "capset"), ("ambient cleared", "clear ambient")):
-            out.append((label, hygiene, "plan_drop_capabilities",
+            out.append(mutant(label, hygiene, "plan_drop_capabilities",
                         (lambda p: lambda: [s for s in drop() if not s[0].startswith(p)])(prefix),
                         _check_caps_of_a_caller_with_inheritable_ones))
     return out
@@ -491,28 +486,22 @@ def test_every_protection_has_a_probe_that_fails_without_it(probe, tmp_path_fact
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     context = {"victim": victim, "port": listener.getsockname()[1]}
-    survivors = []
+
+    def judge(one):
+        try:
+            one.check(Cage(probe, tmp_path_factory.mktemp("mutant")), context)
+        except AssertionError as exc:
+            return failed("its probe", exc)
+        return None
+
     try:
         mutants = _protection_mutants()
-        for label, owner, attribute, value, check in mutants:
-            _forget_built_cages()
-            with pytest.MonkeyPatch.context() as mp:
-                assert hasattr(owner, attribute), attribute
-                mp.setattr(owner, attribute, value)
-                try:
-                    check(Cage(probe, tmp_path_factory.mktemp("mutant")), context)
-                except AssertionError:
-                    pass
-                else:
-                    survivors.append(label)
-            _forget_built_cages()
-        for label, _owner, _attribute, _value, check in mutants:
-            check(Cage(probe, tmp_path_factory.mktemp("intact")), context)
+        intact = [(one.label, lambda check=one.check: check(Cage(probe, tmp_path_factory.mktemp("intact")), context))
+                  for one in mutants]
+        outcome = run_mutants(mutants, judge, budget_seconds=BUDGET_SECONDS, intact=lambda: first_failure(intact),
+                              intact_when=("after",))
     finally:
         victim.kill()
         victim.wait()
         listener.close()
-    equivalent = {label for label, *_ in mutants} & set(EQUIVALENT)
-    assert sorted(survivors) == sorted(equivalent), (
-        f"protections no probe depends on: {sorted(set(survivors) - equivalent)}; "
-        f"listed as equivalent but killed: {sorted(equivalent - set(survivors))}")
+    report(outcome, "protection mutants", equivalent=EQUIVALENT)

@@ -22,11 +22,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 
 import pytest
-from test_mutations import _forget_built_cages
-from test_mutations_gitcheck import without_call
+from mutantkit import first_failure, forget_built_cages, mutant, report, run_mutants, without_call
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "egress"))
 from egresskit import Origin  # noqa: E402
@@ -58,14 +56,14 @@ class Bench:
             mp.setenv("SANDBOY_CACHE_DIR", str(self.base / "cache"))
             if fallback:
                 mp.setenv(namespaces.FORCE_OFF_ENV, "0")
-            _forget_built_cages()
+            forget_built_cages()
             with tempfile.TemporaryFile() as out, open(os.devnull, "wb") as null:
                 result = run(["/bin/sh", "-c", script], Policy.from_mapping(policy, "<egress mutants>"),
                              cwd=str(self.base), timeout=30, stdin=null.fileno(), stdout=out.fileno(),
                              stderr=null.fileno())
                 out.seek(0)
                 text = out.read().decode()
-            _forget_built_cages()
+            forget_built_cages()
         return result.returncode, result.outcome, text
 
     def unseen(self, before: int, path: str) -> bool:
@@ -148,7 +146,7 @@ def _mutants():
     from sandboy.egress import rules, session
 
     allow_all = rules.Decision(True, "", "mutant: every destination allowed")
-    return [
+    return [mutant(*row) for row in [
         ("the run's own network namespace", enforcement, "attach_to_tier", lambda egress, tier: None),
         ("the fallback's proxy-port-only rule", enforcement, "compile_egress",
          _fallback_keeps_policy_ports(enforcement.compile_egress)),
@@ -156,41 +154,17 @@ def _mutants():
         ("private addresses refused", rules.Rules, "address_refusal", lambda self, address: None),
         ("a proxy that failed fails the run", session.EgressSession, "stop",
          without_call(session.EgressSession, "stop", 0, session, ("refuse", ("result",)))),
-    ]
-
-
-def _first_failure(bench) -> str | None:
-    for check in CHECKS:
-        try:
-            check(bench)
-        except AssertionError as exc:
-            return f"{check.__name__}: {str(exc).splitlines()[0][:160]}"
-    return None
+    ]]
 
 
 def test_every_egress_protection_has_a_check_that_fails_without_it(tmp_path):
     if not os.path.exists(CURL):
         pytest.skip("needs curl")
-    started = time.monotonic()
     origin = Origin()
     try:
         bench = Bench(tmp_path, origin)
-        intact = _first_failure(bench)
-        assert intact is None, f"the intact egress layer fails a check: {intact}"
-        killed, survivors = {}, []
-        for label, owner, attribute, value in _mutants():
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(owner, attribute, value)  # (compile_all imports egress names at call time)
-                failure = _first_failure(bench)
-            if failure is None:
-                survivors.append(label)
-            else:
-                killed[label] = failure
-            assert time.monotonic() - started < BUDGET_SECONDS, f"over budget after {label}"
-        assert _first_failure(bench) is None, "the intact egress layer fails a check after the mutants"
+        # (compile_all imports egress names at call time: the patched ones are seen)
+        outcome = run_mutants(_mutants(), lambda _mutant: first_failure(CHECKS, bench), budget_seconds=BUDGET_SECONDS)
     finally:
         origin.close()
-    for label, failure in killed.items():
-        print(f"{label:40} killed by {failure}")
-    assert not survivors, f"egress protections no check depends on: {survivors}"
-    print(f"{len(killed)} egress mutants killed in {time.monotonic() - started:.1f} s")
+    report(outcome, "egress mutants")

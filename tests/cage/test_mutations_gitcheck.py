@@ -24,26 +24,20 @@ Budget: 14 mutants, 13 plants: ≈ 1.5 s of mutants, 3-4 s for the module here; 
 
 from __future__ import annotations
 
-import ast
-import copy
-import ctypes
-import inspect
 import os
 import shutil
-import textwrap
 import time
-import types
 
 import pytest
 from gitkit import git_repo, scratch_env, sh
-from test_mutations_protected import _on_a_private_tmpfs
-from test_mutations_tier import NOBODY, PR_SET_DUMPABLE, _in_child
+from mutantkit import call_sites, drop_to, in_child, mutant, on_a_private_tmpfs, report, run_mutants, without_call
 
 from sandboy.confine import gitcheck
 
 pytestmark = [pytest.mark.mutation]
 
 BUDGET_SECONDS = 60
+NOBODY = 65534
 FSM = '[core]\\n\\tfsmonitor = "false"\\n'  # printf text: a config key that runs a program
 
 
@@ -119,7 +113,8 @@ class Planted:
     def missed(self) -> str | None:
         """None if the check (as it is now, maybe mutated) catches the plant, else what it found."""
         uid = self.constants.get("as")
-        return _in_child(self._judge, before=lambda: _become(uid)) if uid is not None else self._judge()
+        # a forked child turned `uid` (the mutant, set on the class, comes along with the memory)
+        return in_child(self._judge, before=lambda: drop_to(uid)) if uid is not None else self._judge()
 
     def _judge(self) -> str | None:
         with pytest.MonkeyPatch.context() as mp:
@@ -132,78 +127,16 @@ class Planted:
         return None if self.expected(self.repo, findings) else repr(findings)
 
 
-def _become(uid: int) -> None:
-    """A forked child turns into `uid` without capabilities: a parent that cannot read what mode
-    bits forbid. The mutant (a method set on the class) comes along with the memory."""
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-
-
 # --- the mutants ------------------------------------------------------------------------------
 
 FINDING_CALL = ("add", ("self", "check"))  # `self.add(...)` / `check.add(...)`: a finding recorded
 
 
-def _is_call(node, call) -> bool:
-    attr, receivers = call
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attr
-            and isinstance(node.func.value, ast.Name) and node.func.value.id in receivers)
-
-
-class _DropCall(ast.NodeTransformer):
-    """Replaces the `index`-th call `<receiver>.<attr>(...)` (in source order) with `None`."""
-
-    def __init__(self, index: int, call):
-        self.index, self.call, self.seen = index, call, -1
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        if _is_call(node, self.call):
-            self.seen += 1
-            if self.seen == self.index:
-                return ast.copy_location(ast.Constant(None), node)
-        return node
-
-
-def call_sites(owners, call=FINDING_CALL) -> list:
-    """(owner class, method name, index of the call in it, line) for every `call` in the methods
-    of `owners`."""
-    sites = []
-    for owner in owners:
-        for name, method in vars(owner).items():
-            if not inspect.isfunction(method):
-                continue
-            tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
-            first = method.__code__.co_firstlineno
-            calls = sorted((node for node in ast.walk(tree) if _is_call(node, call)),
-                           key=lambda n: (n.lineno, n.col_offset))
-            sites += [(owner, name, i, first + node.lineno - 1) for i, node in enumerate(calls)]
-    return sites
-
-
-def without_call(owner, name: str, index: int, module, call=FINDING_CALL):
-    """`owner.name` recompiled from its source without its `index`-th `call`, with `module`'s live
-    globals (so a scenario's patched bound is seen). Set it with monkeypatch."""
-    method = vars(owner)[name]
-    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
-    # NodeTransformer walks fields in order, so `seen` counts calls as they are written
-    mutated = _DropCall(index, call).visit(copy.deepcopy(tree))
-    ast.increment_lineno(mutated, method.__code__.co_firstlineno - 1)
-    code = compile(ast.fix_missing_locations(mutated), inspect.getsourcefile(method), "exec")
-    body = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
-    function = types.FunctionType(body, vars(module), name, method.__defaults__, method.__closure__)
-    function.__kwdefaults__ = method.__kwdefaults__
-    return function
-
-
 def _mutants() -> list:
-    """(label, [(owner, attribute, value)])."""
-    out = [(f"{owner.__name__}.{name}: finding #{i + 1} (line {line})",
-            [(owner, name, without_call(owner, name, i, gitcheck))])
-           for owner, name, i, line in call_sites((gitcheck._Check, gitcheck.GitSnapshot))]
-    out.append(("is_safe: every config key safe", [(gitcheck, "is_safe", lambda name, value: True)]))
+    out = [mutant(f"{owner.__name__}.{name}: finding #{i + 1} (line {line})",
+                  owner, name, without_call(owner, name, i, gitcheck, FINDING_CALL))
+           for owner, name, i, line in call_sites((gitcheck._Check, gitcheck.GitSnapshot), FINDING_CALL)]
+    out.append(mutant("is_safe: every config key safe", gitcheck, "is_safe", lambda name, value: True))
     return out
 
 
@@ -231,12 +164,8 @@ def base():
 
 
 def _mutation_run(base) -> dict:
-    started = time.monotonic()
     TEMPLATE[:] = [git_repo(base / "template", scratch_env(base / "template-home"))]
     planted = [Planted(base, number, scenario) for number, scenario in enumerate(SCENARIOS)]
-    intact = _first_failure(planted)
-    if intact is not None:
-        return {"intact": f"the intact check misses a plant: {intact}"}
     twin = base / "twin"
     env = scratch_env(base / "twin-home")
     git_repo(twin, env)
@@ -245,32 +174,12 @@ def _mutation_run(base) -> dict:
     sh(TWIN, twin, env)
     if snap.verify():
         return {"intact": f"legitimate git work is flagged: {snap.verify()}"}
-    mutants = _mutants()
-    killed, survivors = {}, []
-    for label, patches in mutants:
-        with pytest.MonkeyPatch.context() as mp:
-            for owner, attribute, value in patches:
-                mp.setattr(owner, attribute, value)
-            failure = _first_failure(planted)
-        if failure is None:
-            survivors.append(label)
-        else:
-            killed[label] = failure
-        if time.monotonic() - started > BUDGET_SECONDS:
-            return {"over budget": label}
-    if _first_failure(planted) is not None:
-        return {"intact": "the intact check misses a plant after the mutants"}
-    return {"killed": killed, "survivors": survivors, "seconds": round(time.monotonic() - started, 1)}
+    # the intact check catches every plant, before and after the mutants
+    return run_mutants(_mutants(), lambda _mutant: _first_failure(planted), budget_seconds=BUDGET_SECONDS)
 
 
 def test_every_finding_of_the_git_check_has_a_scenario_that_fails_without_it(base):
-    # in a forked child with a tmpfs on `base` (test_mutations_protected.py says why)
-    outcome = _in_child(lambda: _mutation_run(base), before=lambda: _on_a_private_tmpfs(base))
-    assert "intact" not in outcome, outcome["intact"]
-    assert "over budget" not in outcome, outcome
-    killed = outcome["killed"]
-    assert len(killed) + len(outcome["survivors"]) >= 14, outcome  # the check's findings, as of ADR 0019's review
-    for label, failure in killed.items():
-        print(f"{label:70} killed by {failure[:90]}")
-    assert not outcome["survivors"], f"git-check findings no scenario depends on: {outcome['survivors']}"
-    print(f"{len(killed)} git-check mutants killed in {outcome['seconds']} s")
+    # in a forked child with a private tmpfs on `base` (mutantkit.on_a_private_tmpfs says why)
+    outcome = in_child(lambda: _mutation_run(base), before=lambda: on_a_private_tmpfs(base))
+    report(outcome, "git-check mutants")
+    assert len(outcome["mutants"]) >= 14, outcome  # the check's findings, as of ADR 0019's review

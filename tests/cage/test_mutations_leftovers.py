@@ -25,7 +25,7 @@ import signal
 import time
 
 import pytest
-from test_mutations import _forget_built_cages
+from mutantkit import first_failure, mutant, report, run_mutants
 
 from sandboy.confine import _libc, reaping, supervision
 
@@ -157,47 +157,23 @@ def _without_deadline(real):
 
 
 def _mutants():
-    out = [
+    out = [mutant(*row) for row in [
         ("the sweep of the tree", reaping, "sweep", lambda cgroup=None, deadline=None: True),
         ("the supervisor as child subreaper", _libc, "prctl", _without_subreaper(_libc.prctl)),
         # the step stays (the plan's shape is unchanged) but asks the kernel for nothing
         ("the command's death signal", supervision, "PR_SET_PDEATHSIG", PR_GET_DUMPABLE),
         ("the timeout", supervision.Supervision, "_watch", _without_deadline(supervision.Supervision._watch)),
-    ]
+    ]]
     if os.geteuid() == 0:  # for everyone else RLIMIT_NPROC (a cage step) is the limit
-        out.append(("the pids cgroup", supervision.Supervision, "_enter_pids_group", lambda self: None))
+        out.append(mutant("the pids cgroup", supervision.Supervision, "_enter_pids_group", lambda self: None))
     return out
-
-
-def _first_failure(tmp) -> str | None:
-    for check in CHECKS:
-        try:
-            check(tmp)
-        except AssertionError as exc:
-            return f"{check.__name__}: {str(exc).splitlines()[0][:160]}"
-    return None
 
 
 def test_nothing_of_a_run_outlives_it_without_each_protection(tmp_path, probe):
     if not os.path.exists(PY):
         pytest.skip("needs the system python3")
     PROBE[:] = [probe]
-    started = time.monotonic()
-    _forget_built_cages()
-    assert _first_failure(tmp_path) is None, "the intact supervisor leaves something behind"
-    killed, survivors = {}, []
-    for label, owner, attribute, value in _mutants():
-        _forget_built_cages()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(owner, attribute, value)
-            failure = _first_failure(tmp_path)
-        _forget_built_cages()
-        if failure is None:
-            survivors.append(label)
-        else:
-            killed[label] = failure
-        assert time.monotonic() - started < BUDGET_SECONDS, f"over budget after {label}"
-    for label, failure in killed.items():
-        print(f"{label:36} killed by {failure}")
-    assert not survivors, f"protections no check depends on: {survivors}"
-    print(f"{len(killed)} leftover mutants killed in {time.monotonic() - started:.1f} s")
+    # the intact supervisor leaves nothing behind (judged first)
+    outcome = run_mutants(_mutants(), lambda _mutant: first_failure(CHECKS, tmp_path), budget_seconds=BUDGET_SECONDS,
+                          intact_when=("before",))
+    report(outcome, "leftover mutants")

@@ -24,18 +24,15 @@ with a private mount namespace and a tmpfs for the copies: 4-5 s here; bounded a
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 from cagekit import BASE_READ
-from test_mutations import _forget_built_cages
-from test_mutations_tier import CLONE_NEWNS, MS_PRIVATE, MS_REC, _in_child
+from mutantkit import in_child, mutant, on_a_private_tmpfs, report, run_mutants
 
 from sandboy.confine import namespaces, protected
 
@@ -137,65 +134,35 @@ def _attempt(template, targets) -> dict:
 
 
 def _mutants() -> list:
-    """(label, owner, attribute, value)."""
-    out = [(f"default {name}", protected, "DEFAULT_PROTECTED", tuple(n for n in protected.DEFAULT_PROTECTED if n != name))
+    out = [mutant(f"default {name}", protected, "DEFAULT_PROTECTED", tuple(n for n in protected.DEFAULT_PROTECTED if n != name))
            for name in protected.DEFAULT_PROTECTED]
-    out += [
+    out += [mutant(*row) for row in [
         ("git directory not completed", protected, "_complete_git_dir", lambda root: None),
         ("core.hooksPath not followed", protected, "hooks_paths", lambda root: []),
         ("includes not followed", protected, "included_configs", lambda root: []),
         ("symlinks on the way not bound", protected, "symlinks_on_the_way", lambda path, limit=40: []),
         ("no default looked for", protected, "_present_defaults", lambda root: []),
-    ]
+    ]]
     return out
 
 
 def _mutation_run(base) -> dict:
-    started = time.monotonic()
     template = base / "template"
     template.mkdir()
     targets = _make_bench(template)
-    _forget_built_cages()
-    intact = _attempt(template, targets)
-    writable = sorted(t for t, answer in intact.items() if answer != "refused")
-    if writable:
-        return {"intact": writable}
-    killed, survivors = {}, []
-    for label, owner, attribute, value in _mutants():
-        _forget_built_cages()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(owner, attribute, value)
-            answers = _attempt(template, targets)
-        _forget_built_cages()
+
+    def judge(_mutant):
+        """None if every attempt was refused, else what became writable."""
+        answers = _attempt(template, targets)
         written = sorted(t for t, answer in answers.items() if answer != "refused")
-        if written:
-            killed[label] = written
-        else:
-            survivors.append(label)
-        if time.monotonic() - started > BUDGET_SECONDS:
-            return {"over budget": label}
-    intact = _attempt(template, targets)  # and the intact defaults still hold after the mutants
-    if any(answer != "refused" for answer in intact.values()):
-        return {"intact": sorted(t for t, answer in intact.items() if answer != "refused")}
-    return {"killed": killed, "survivors": survivors, "seconds": round(time.monotonic() - started, 1)}
+        return f"now writable {', '.join(written)}" if written else None
 
-
-def _on_a_private_tmpfs(base):
-    """This (forked) process gets a mount namespace of its own, private, with a tmpfs on `base`:
-    the bench's ~45 copies are made and dropped in memory (on this machine's disk each mkdir and
-    rmdir costs ~3 ms, more than the cage runs), and nothing is left to remove."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if (libc.unshare(CLONE_NEWNS) != 0 or libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0
-            or libc.mount(b"tmpfs", os.fsencode(base), b"tmpfs", 0, b"size=64m,mode=0755") != 0):
-        raise OSError(ctypes.get_errno(), "a private tmpfs")
+    # the intact defaults hold before and after the mutants
+    return run_mutants(_mutants(), judge, budget_seconds=BUDGET_SECONDS)
 
 
 def test_every_protected_default_has_a_write_that_succeeds_without_it(tmp_path_factory):
     base = tmp_path_factory.mktemp("protected-mutants")
-    outcome = _in_child(lambda: _mutation_run(base), before=lambda: _on_a_private_tmpfs(base))
-    assert "intact" not in outcome, f"writable with every default in force: {outcome['intact']}"
-    assert "over budget" not in outcome, outcome
-    for label, written in sorted(outcome["killed"].items()):
-        print(f"{label:40} killed: now writable {', '.join(written)}")
-    assert not outcome["survivors"], f"protected defaults no attempt depends on: {outcome['survivors']}"
-    print(f"{len(outcome['killed'])} protected-path mutants killed in {outcome['seconds']} s")
+    # in a forked child with a private tmpfs on `base` (mutantkit.on_a_private_tmpfs says why)
+    outcome = in_child(lambda: _mutation_run(base), before=lambda: on_a_private_tmpfs(base))
+    report(outcome, "protected-path mutants")

@@ -26,11 +26,9 @@ import fcntl
 import os
 import select
 import termios
-import time
 
 import pytest
-from test_mutations import _forget_built_cages
-from test_mutations_tier import _in_child
+from mutantkit import in_child, mutant, report, run_mutants
 
 from sandboy.confine import terminal
 
@@ -126,33 +124,17 @@ def _keeping(real, index: int):
 def _mutants():
     replace = terminal.Relay._replace_terminals
     return [
-        ("new session", terminal, "session_steps", _without_new_session(terminal.session_steps)),
-        ("stdin replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 0)),
-        ("stdout replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 1)),
-        ("stderr replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 2)),
+        mutant("new session", terminal, "session_steps", _without_new_session(terminal.session_steps)),
+        mutant("stdin replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 0)),
+        mutant("stdout replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 1)),
+        mutant("stderr replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 2)),
     ]
 
 
 def test_every_terminal_protection_has_an_attack_that_succeeds_without_it():
     if not os.path.exists("/dev/ptmx") or not os.path.exists(PY):
         pytest.skip("needs pseudo-terminals and the system python3")
-    started = time.monotonic()
-    _forget_built_cages()
-    intact = _breach(_in_child(_operator, before=lambda: None))
-    assert intact is None, f"the intact cage lets the attack through: {intact}"
-    killed, survivors = {}, []
-    for label, owner, attribute, value in _mutants():
-        _forget_built_cages()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(owner, attribute, value)
-            breach = _breach(_in_child(_operator, before=lambda: None))
-        _forget_built_cages()
-        if breach is None:
-            survivors.append(label)
-        else:
-            killed[label] = breach
-        assert time.monotonic() - started < BUDGET_SECONDS, f"over budget after {label}"
-    for label, breach in killed.items():
-        print(f"{label:20} killed: {breach}")
-    assert not survivors, f"terminal protections no attack depends on: {survivors}"
-    print(f"{len(killed)} terminal mutants killed in {time.monotonic() - started:.1f} s")
+    # the operator in a forked child, which inherits the mutant; the intact cage is judged first
+    outcome = run_mutants(_mutants(), lambda _mutant: _breach(in_child(_operator)), budget_seconds=BUDGET_SECONDS,
+                          intact_when=("before",))
+    report(outcome, "terminal mutants")

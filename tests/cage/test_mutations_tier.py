@@ -36,18 +36,16 @@ flags), one battery run each (the /dev and --tty runs only for what the battery 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
-import traceback
 
 import pytest
 import test_tier_steps as tier_checks
-from test_mutations import _forget_built_cages
+from mutantkit import (MS_SHARED, drop_to, first_failure, forget_built_cages, in_child, mutant,
+                       private_mount_namespace, report, run_mutants)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
@@ -60,7 +58,6 @@ pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a mount namespace of its own")]
 
 BUDGET_SECONDS = 90
-CLONE_NEWNS, MS_REC, MS_PRIVATE, MS_SHARED = 0x00020000, 0x4000, 1 << 18, 1 << 20
 # by hand (linux/sched.h), not from the module under test
 FLAGS = {"CLONE_NEWUSER": 0x10000000, "CLONE_NEWNS": 0x00020000, "CLONE_NEWIPC": 0x08000000,
          "CLONE_NEWPID": 0x20000000, "CLONE_NEWNET": 0x40000000}
@@ -69,7 +66,6 @@ MOUNT_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
 SYS_MOUNT = 165
 INIT_LABEL = "become the PID namespace's init"
 NOBODY = 65534
-PR_SET_DUMPABLE = 4
 
 
 def _key(label: str, tmp) -> str:
@@ -119,46 +115,22 @@ CHECKS = (("battery", tier_checks.check_battery), ("/dev read-only", tier_checks
           ("--tty plan", tier_checks.check_tty_plan))
 
 
-def _first_failure(bench) -> str | None:
-    """The name of the first check that fails, with its message; None if every check passes."""
-    for name, check in CHECKS:
-        try:
-            check(bench)
-        except AssertionError as exc:
-            return f"{name}: {str(exc).splitlines()[0][:160]}"
-    return None
-
-
 def _mutation_run(bench) -> dict:
     real = namespaces.compile
-    started = time.monotonic()
     seen: set = set()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(namespaces, "compile", _recording(real, seen))
-        _forget_built_cages()
-        intact = _first_failure(bench)  # the intact tier passes every check (and shows its plans)
+        forget_built_cages()
+        intact = first_failure(CHECKS, bench)  # the intact tier passes every check (and shows its plans)
     if intact:
         return {"intact": intact}
     mutants = [("flag", name, bit) for name, bit in FLAGS.items()]
     mutants += [(kind, target, target) for kind, target in sorted(seen)]
-    killed, survivors = {}, []
-    for kind, label, target in mutants:
-        _forget_built_cages()
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(namespaces, "compile", _mutated(real, kind, target))
-            failure = _first_failure(bench)
-        _forget_built_cages()
-        if failure is None:
-            survivors.append(f"{kind} {label}")
-        else:
-            killed[f"{kind} {label}"] = failure
-        if time.monotonic() - started > BUDGET_SECONDS:
-            return {"over budget": f"after {kind} {label}"}
-    _forget_built_cages()
-    intact = _first_failure(bench)  # and still passes them after the mutants (they hit only their cages)
-    if intact:
-        return {"intact": f"after the mutants: {intact}"}
-    return {"killed": killed, "survivors": survivors, "seconds": round(time.monotonic() - started, 1)}
+    # and still passes them after the mutants (they hit only their cages)
+    return run_mutants([mutant(f"{kind} {label}", namespaces, "compile", _mutated(real, kind, target))
+                        for kind, label, target in mutants],
+                       lambda _mutant: first_failure(CHECKS, bench), budget_seconds=BUDGET_SECONDS,
+                       intact_when=("after",))
 
 
 class _Bench(tier_checks.Bench):
@@ -194,7 +166,7 @@ def _as_nobody(_tmp_factory, probe) -> dict:
         base.mkdir()
         bench = _Bench(base, str(copy / "probe"), uid=NOBODY)
         try:
-            return _in_child(lambda: _mutation_run(bench), before=lambda: _become(NOBODY, base))
+            return in_child(lambda: _mutation_run(bench), before=lambda: _become(NOBODY, base))
         finally:
             bench.close()
 
@@ -211,13 +183,8 @@ def _nobody_reads_the_source() -> bool:
                     open(os.path.join(top, name), "rb").close()
         return True
 
-    def drop():
-        os.setgroups([])
-        os.setresgid(NOBODY, NOBODY, NOBODY)
-        os.setresuid(NOBODY, NOBODY, NOBODY)
-
     try:
-        return _in_child(read_all, before=drop)
+        return in_child(read_all, before=lambda: drop_to(NOBODY))
     except AssertionError:
         return False
 
@@ -227,15 +194,9 @@ def _raise(exc):
 
 
 def _become(uid: int, home) -> None:
-    """This process becomes `uid` (and gid), with no supplementary groups and, as a root process
-    changing all its uids to another, no capabilities left (capabilities(7))."""
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    # The uid change made this process undumpable (its /proc/self then belongs to root, and the
-    # tier's child could not write its own uid_map): a process an ordinary user starts is dumpable.
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+    """This process becomes `uid` without capabilities (dumpable again: else the tier's child could
+    not write its own uid_map), set up to run cages as that user."""
+    drop_to(uid)
     with open("/proc/self/status") as fh:
         caps = {k: v.strip() for k, v in (line.split(":", 1) for line in fh) if k in ("CapEff", "CapPrm")}
     assert set(caps.values()) == {"0000000000000000"}, caps
@@ -249,42 +210,14 @@ def _in_own_mount_namespace(fn):
     """fn() in a forked child with a private mount namespace holding one shared tmpfs; its
     JSON-able result comes back over a pipe."""
     def private_mounts():
+        private_mount_namespace()
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "a private mount namespace")
         shared = fn.shared_dir
         if (libc.mount(b"tmpfs", os.fsencode(shared), b"tmpfs", 0, b"size=1m") != 0
                 or libc.mount(None, os.fsencode(shared), None, MS_SHARED, None) != 0):
             raise OSError(ctypes.get_errno(), "a shared tmpfs")
 
-    return _in_child(fn, before=private_mounts)
-
-
-def _in_child(fn, before):
-    """before(), then fn() in a forked child (which never returns into pytest); fn's JSON-able
-    result comes back over a pipe, a failure as the child's traceback."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            before()
-            result = {"result": fn()}
-        except BaseException:
-            result = {"error": traceback.format_exc()}
-        data = json.dumps(result).encode()
-        while data:
-            data = data[os.write(write_end, data):]
-        os._exit(0)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    answer = json.loads(b"".join(chunks) or b'{"error": "the child said nothing"}')
-    assert "error" not in answer, answer["error"]
-    return answer["result"]
+    return in_child(fn, before=private_mounts)
 
 
 def _mount_points() -> list:
@@ -315,11 +248,6 @@ def test_every_tier_step_has_a_check_that_fails_without_it(identity, probe, tmp_
     ours = str(tmp_path_factory.getbasetemp())
     assert not [p for p in _mount_points() if p == ours or p.startswith(ours + "/")]
     assert _root_mount_options() == root_before
-    assert "intact" not in outcome, f"the intact tier fails a check: {outcome['intact']}"
-    assert "over budget" not in outcome, outcome
-    for label, failure in sorted(outcome["killed"].items()):
-        print(f"{label:60} killed by {failure}")
-    assert not outcome["survivors"], f"tier steps no check depends on: {outcome['survivors']}"
+    report(outcome, "tier mutants")
     kinds = {label.split()[0] for label in outcome["killed"]}
     assert kinds == {"flag", "step", "rule", "size", "flags", "init"}, kinds
-    print(f"{len(outcome['killed'])} tier mutants killed in {outcome['seconds']} s")
