@@ -73,10 +73,18 @@ def first_failure(checks, *args) -> str | None:
     return None
 
 
+class CageRefused(AssertionError):
+    """Raised by a check whose run did not start at all (exit 125) where it expected the command
+    to run: the mutant broke the cage's own set-up, so no attack was shown to get through."""
+
+
+REFUSED = "the cage refused to start: "
+
+
 def failed(name: str, exc: AssertionError) -> str:
     """One line naming the check and saying why it failed (pytest's explanation of an `assert`
     folded onto the line: it holds the run's result, e.g. a refused cage's exit 125)."""
-    return f"{name}: {' '.join(str(exc).split())[:240] or 'failed'}"
+    return f"{name}: {REFUSED if isinstance(exc, CageRefused) else ''}{' '.join(str(exc).split())[:240] or 'failed'}"
 
 
 def run_mutants(mutants, judge: Callable, *, budget_seconds: float, intact: Callable | None = None,
@@ -123,10 +131,11 @@ def run_mutants(mutants, judge: Callable, *, budget_seconds: float, intact: Call
 
 
 def killed_by_refusal(why: str) -> bool:
-    """Was the mutant killed only because the cage refused to start (exit 125, "cannot apply the
-    cage"), not by an attack getting through? Reporting only: such a kill proves the step is
-    needed for the cage to work at all, not that its protection is what stops an attack."""
-    return "cannot apply the cage" in why or "rc=125" in why or why.lstrip("(").startswith("125,")
+    """Was the mutant killed only because the cage refused to start (a check raised CageRefused,
+    or the failure quotes Sandboy's "cannot apply the cage"), not by an attack getting through?
+    Reporting only: such a kill proves the step is needed for the cage to work at all, not that
+    its protection is what stops an attack."""
+    return REFUSED in why or "cannot apply the cage" in why
 
 
 def report(outcome: dict, noun: str, equivalent=()) -> None:

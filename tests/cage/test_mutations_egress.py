@@ -12,7 +12,10 @@ proxy's resolver map, never the machine's DNS. Expectations by hand: HTTP 403 fo
 refuse, curl's exit 7 (could not connect) for a direct connection, 125 for a proxy that failed.
 
 Without the namespace, the child's own first steps (loopback up, listen inside) fail and every
-run is refused (125): that mutant is killed by the cage failing closed, before any attack.
+run is refused (125): that mutant is killed by the cage failing closed, before any attack (the
+printout marks it). Removed together with those steps, the proxy would listen on its fixed
+NAMESPACE_PORT on the shared host's loopback, where another run may hold it: not done; the
+fallback's own check (a direct connection refused by Landlock) covers the host-network case.
 
 Budget: 5 mutants, one curl run each (and the intact checks): ≈ 3-5 s; bounded at 60 s.
 """
@@ -24,7 +27,7 @@ import sys
 import tempfile
 
 import pytest
-from mutantkit import first_failure, forget_built_cages, mutant, report, run_mutants, without_call
+from mutantkit import CageRefused, first_failure, forget_built_cages, mutant, report, run_mutants, without_call
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "egress"))
 from egresskit import Origin  # noqa: E402
@@ -45,8 +48,9 @@ class Bench:
         self.hosts = base / "hosts"
         self.hosts.write_text("127.0.0.1 allowed.test denied.test\n")
 
-    def run(self, script: str, fallback: bool = False, **net):
-        """`sh -c script` under a policy with `net`; (returncode, outcome, stdout)."""
+    def run(self, script: str, fallback: bool = False, refusal_expected: bool = False, **net):
+        """`sh -c script` under a policy with `net`; (returncode, outcome, stdout). A run that did
+        not start (125) raises CageRefused unless `refusal_expected`."""
         from sandboy import Policy, run
 
         policy = {"version": 1, "fs": {"read": ["/usr", "/etc", "/lib", "/lib64", "/bin"],
@@ -64,6 +68,8 @@ class Bench:
                 out.seek(0)
                 text = out.read().decode()
             forget_built_cages()
+        if result.returncode == 125 and not refusal_expected:
+            raise CageRefused(f"{result.outcome}: {result.error}")
         return result.returncode, result.outcome, text
 
     def unseen(self, before: int, path: str) -> bool:
@@ -121,7 +127,7 @@ def check_proxy_failure_fails_closed(bench):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(service.ProxyService, "start", refuse)
         rc, outcome, out = bench.run(_code(f"http://allowed.test:{port}/never"), domains=[f"allowed.test:{port}"],
-                                     private=["127.0.0.0/8"])
+                                     private=["127.0.0.0/8"], refusal_expected=True)
     assert (rc, outcome) == (125, "cage_error"), (rc, outcome, out)
 
 

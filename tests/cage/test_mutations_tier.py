@@ -2,9 +2,10 @@
 each Landlock rule it adds for its private mounts, each size option and the nosuid/nodev/noexec
 flags of each mount in turn, and require a check of `test_tier_steps.py` to fail.
 
-The mechanism is `test_mutations.py`'s: `namespaces.compile` is wrapped (pytest's monkeypatch, in
-this test only) so that the Tier it returns lacks one thing, the cage is built in-process with
-it, and the checks run on the real kernel. Nothing in production reads a switch for this.
+The mechanism is the other mutation checks' (tests/cage/mutantkit.py runs them): `namespaces.compile`
+is wrapped (pytest's monkeypatch, in this test only) so that the Tier it returns lacks one thing,
+the cage is built in-process with it, and the checks run on the real kernel. Nothing in
+production reads a switch for this.
 
 The mutants are not listed by hand: they are every step label of the plans the checks use (the
 battery's policy, the same with write on /dev, the --tty plan), so a step added to
@@ -23,12 +24,20 @@ Twice: as root, and as uid 65534 without capabilities (a grandchild that switche
 the root child made the bench: the user's SysV segment, a root-owned victim process). As an
 ordinary user the tier's user namespace is what grants the mounts at all, and as root it is
 what locks them; the battery's expectations are the same for both but its ids, so one table
-of mutants serves both identities. Today no mutant is equivalent for either identity (each is
-killed in both; see the test's printout for what kills it as whom — e.g. "flag CLONE_NEWUSER"
-is a refused clone as 65534, a refused setgroups write as root).
+of mutants serves both identities. See the test's printout for what kills each as whom — e.g.
+"flag CLONE_NEWUSER" is a refused clone as 65534, a refused setgroups write as root.
 
-Budget: 86 mutants here (5 clone flags, 66 steps, the init, 5 rules, 4 size options, 5 mounts'
-flags), one battery run each (the /dev and --tty runs only for what the battery does not kill):
+26 mutants per identity are killed only by the cage refusing to start (125; the printout marks
+them): the set-up steps the others need (the id maps, each /dev node's mount point and copy,
+/dev's own mount under its mkdirs) and three namespace flags. For those three flags the same
+flag is removed again with the steps that cannot work without it ("whole CLONE_NEW*"): without
+its PID namespace the battery reads host processes' command lines, without its mount namespace it
+chmods a file outside the write roots; the user namespace as a whole is the one equivalent
+mutant, as root only (EQUIVALENT_AS_ROOT says why).
+
+Budget: 89 mutants here (5 clone flags, 3 flags as a whole, 66 steps, the init, 5 rules, 4 size
+options, 5 mounts' flags), one battery run each (the /dev and --tty runs only for what the
+battery does not kill):
 3-5 s per identity on this 2-core machine when quiet (9-10 s for the module with its set-up),
 20-30 s per identity while the full suite ran beside it; each bounded at 90 s.
 """
@@ -61,6 +70,23 @@ BUDGET_SECONDS = 90
 # by hand (linux/sched.h), not from the module under test
 FLAGS = {"CLONE_NEWUSER": 0x10000000, "CLONE_NEWNS": 0x00020000, "CLONE_NEWIPC": 0x08000000,
          "CLONE_NEWPID": 0x20000000, "CLONE_NEWNET": 0x40000000}
+# A namespace flag removed alone is killed by the cage refusing to start (its own steps fail:
+# 125), which shows the step is needed, not that the namespace is what stops an attack. So each
+# is removed again together with the steps that cannot work without it (chosen here by hand, by
+# what each step does); the cage then starts, and the battery's attacks must show it: host
+# processes' command lines (PID), a chmod outside the write roots (mount). The user namespace as
+# a whole is equivalent as root (EQUIVALENT_AS_ROOT) and a refused clone as any other user.
+ID_MAP_STEPS = re.compile(r"(open|write|close) (uid_map|gid_map|setgroups)$")
+WHOLE = {"CLONE_NEWPID": (0x20000000, lambda label: label == "mount /proc"),
+         "CLONE_NEWNS": (0x00020000, lambda label: not ID_MAP_STEPS.match(label)),
+         "CLONE_NEWUSER": (0x10000000, lambda label: bool(ID_MAP_STEPS.match(label)))}
+# Survivors no check can tell apart from the intact tier, with the reason (checked: exactly these).
+EQUIVALENT_AS_ROOT = {
+    "whole CLONE_NEWUSER": "as root, without a user namespace the cage's mounts are not locked (MNT_LOCKED), "
+                           "but the command holds no capability (bounding set emptied, capset) and seccomp "
+                           "refuses mount, umount2, move_mount, mount_setattr and the rest: it cannot undo them. "
+                           "As an ordinary user the user namespace is what grants the mounts at all.",
+}
 SIZE_OPTION = re.compile(rb",?(size|max)=[^,\0]*")
 MOUNT_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
 SYS_MOUNT = 165
@@ -104,6 +130,15 @@ def _mutated(real, kind: str, target):
         elif kind == "init":
             whole_plan = tier.plan
             tier.plan = lambda in_netns=(): [step for step in whole_plan(in_netns) if step[0] != target]
+        elif kind == "whole":  # the flag, and every step and rule that cannot work without it
+            flag, needs_it = WHOLE[target]
+            tier.flags &= ~flag
+            tier.steps = [(label, step) for label, step in tier.steps if not needs_it(label)]
+            if target == "CLONE_NEWNS":
+                tier.rules = []  # (they name the private mounts)
+            if target == "CLONE_NEWPID":  # no PID namespace: no init of it either
+                whole_plan = tier.plan
+                tier.plan = lambda in_netns=(): [step for step in whole_plan(in_netns) if step[0] != INIT_LABEL]
         elif kind == "size":
             tier.steps = [(label, tuple(SIZE_OPTION.sub(b"", a) if isinstance(a, bytes) else a for a in step)
                            if _key(label, tmp) == target else step) for label, step in tier.steps]
@@ -125,6 +160,7 @@ def _mutation_run(bench) -> dict:
     if intact:
         return {"intact": intact}
     mutants = [("flag", name, bit) for name, bit in FLAGS.items()]
+    mutants += [("whole", name, name) for name in WHOLE]
     mutants += [(kind, target, target) for kind, target in sorted(seen)]
     # and still passes them after the mutants (they hit only their cages)
     return run_mutants([mutant(f"{kind} {label}", namespaces, "compile", _mutated(real, kind, target))
@@ -248,6 +284,6 @@ def test_every_tier_step_has_a_check_that_fails_without_it(identity, probe, tmp_
     ours = str(tmp_path_factory.getbasetemp())
     assert not [p for p in _mount_points() if p == ours or p.startswith(ours + "/")]
     assert _root_mount_options() == root_before
-    report(outcome, "tier mutants")
+    report(outcome, "tier mutants", equivalent=EQUIVALENT_AS_ROOT if identity is _as_root else {})
     kinds = {label.split()[0] for label in outcome["killed"]}
-    assert kinds == {"flag", "step", "rule", "size", "flags", "init"}, kinds
+    assert kinds == {"flag", "whole", "step", "rule", "size", "flags", "init"}, kinds
