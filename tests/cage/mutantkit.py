@@ -138,24 +138,28 @@ def killed_by_refusal(why: str) -> bool:
     return REFUSED in why or "cannot apply the cage" in why
 
 
-def report(outcome: dict, noun: str, equivalent=()) -> None:
+def report(outcome: dict, noun: str, equivalent=(), weak_kills=None) -> None:
     """Print every mutant with its fate; fail on an intact failure, the budget, any survivor not
-    in `equivalent` (labels), or any label in `equivalent` that was killed."""
+    in `equivalent` (labels), or any label in `equivalent` that was killed. `weak_kills`: more
+    {name: predicate(why)} kinds of kill that show a protection is reached rather than an attack
+    getting through (the cage refusing to start always is one); marked and counted."""
     assert "intact" not in outcome, f"the intact code fails a check: {outcome['intact']}"
     assert "over budget" not in outcome, outcome
     killed, survivors = outcome["killed"], outcome["survivors"]
-    refused = [label for label in outcome["mutants"] if label in killed and killed_by_refusal(killed[label])]
+    weak = {"the cage refusing to start": killed_by_refusal, **(weak_kills or {})}
+    kind = {label: next((name for name, is_kind in weak.items() if is_kind(why)), None) for label, why in killed.items()}
     for label in outcome["mutants"]:
         if label in killed:
-            how = "killed (cage refused to start)" if label in refused else "killed"
+            how = f"killed ({kind[label]})" if kind[label] else "killed"
             print(f"{label:60} {how} by {killed[label][:200]}")
         else:
             print(f"{label:60} SURVIVED{' (equivalent)' if label in equivalent else ''}")
     expected = set(equivalent) & set(outcome["mutants"])
     unexpected = [f"{label} ({outcome['where'][label]})" for label in survivors if label not in expected]
     stale = sorted(expected - set(survivors))
-    print(f"{len(killed)} {noun} killed ({len(refused)} only by the cage refusing to start), "
-          f"{len(survivors)} survived ({len(expected)} equivalent) in {outcome['seconds']} s")
+    counts = ", ".join(f"{sum(k == name for k in kind.values())} only by {name}" for name in weak)
+    print(f"{len(killed)} {noun} killed ({counts}), {len(survivors)} survived ({len(expected)} equivalent) "
+          f"in {outcome['seconds']} s")
     assert not unexpected and not stale, (f"{noun} no check depends on: {unexpected}; "
                                           f"listed as equivalent but killed: {stale}")
 
