@@ -419,3 +419,67 @@ def test_a_push_into_a_bare_repository_granted_for_writing_is_clean(tmp_path, en
     snap = gitcheck.snapshot([str(bare)], home=env["HOME"])
     sh(f"git push -q '{bare}' HEAD:refs/heads/main", work, env)
     assert snap.verify() == []
+
+
+# --- another user's unlistable directory: skipped only where the command cannot enter it ----------
+
+BELOW_THEIRS = r"""
+import json, os, subprocess, sys, time
+from sandboy.confine import gitcheck
+shared, marker, attack = sys.argv[1], sys.argv[2], sys.argv[3] == "attack"
+snap = gitcheck.snapshot([shared], home="/nonexistent")
+time.sleep(0.02)
+# the command knows the name `open` below `theirs` (a directory it may search, not list)
+target = shared + ("/theirs/open/repo" if attack else "/mine/repo")
+subprocess.run(["git", "init", "-q", target], check=True)
+with open(target + "/.git/config", "a") as fh:
+    fh.write('[core]\n\tfsmonitor = "touch %s; false"\n' % marker)
+print(json.dumps([[f.path, f.why] for f in snap.verify()]))
+"""
+
+
+@pytest.mark.parametrize("attack", [True, False], ids=["below theirs", "twin: theirs 0700"])
+def test_a_writable_directory_below_another_users_unlistable_one_is_not_a_blind_spot(attack):
+    """Run by uid 65534. Another user's directory `theirs`, mode 0711 (searchable, not
+    listable), holds `open` (mode 0777), both as they were at launch. The command plants a
+    repository in `theirs/open/repo`: `theirs` keeps its ctime (only `open` changed), so the
+    walk skipped it as "another user's directory left as it was" and the run passed while the
+    operator's `git status` there ran the planted program. Another user's directory is skipped
+    only where the parent (and so the command, same uid, fewer rights) cannot even search it;
+    one it can search fails closed. The twin: `theirs` mode 0700 (what a shared `/tmp` holds)
+    is still skipped, and a repository planted in a listable directory is found as usual."""
+    import json
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    src = pathlib.Path(gitcheck.__file__).resolve().parents[2]
+    with userkit.world_readable_tmp("sandboy-gitcheck-") as base:
+        shared = base / "shared"
+        (shared / "theirs" / "open").mkdir(parents=True)
+        (shared / "mine").mkdir()
+        os.chmod(shared, 0o777)
+        os.chmod(shared / "mine", 0o777)
+        for path, mode in ((shared / "theirs" / "open", 0o777), (shared / "theirs", 0o711 if attack else 0o700)):
+            os.chown(path, 12345, 12345)
+            os.chmod(path, mode)
+        time.sleep(0.02)
+        marker = shared / "PWNED"  # where uid 65534 may write it
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "PYTHONPATH": str(src), **GIT_ENV}
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+        out = subprocess.run([*nobody, "/usr/bin/python3", "-c", BELOW_THEIRS, str(shared), str(marker),
+                              "attack" if attack else "twin"], env=env, capture_output=True, text=True, timeout=120,
+                             cwd="/")
+        assert out.returncode == 0, out.stderr
+        findings = json.loads(out.stdout)
+        if not attack:
+            assert [path for path, _ in findings] == [f"{shared}/mine/repo/.git/config"], findings
+            return
+        # the attack is real: the operator's git there runs the planted program
+        subprocess.run([*nobody, "git", "status"], cwd=f"{shared}/theirs/open/repo", env=env, capture_output=True)
+        assert marker.exists(), "the attack is not real: the operator's git did not run the planted program"
+        assert any(path is None and f"{shared}/theirs: cannot be looked through" in why
+                   for path, why in findings), findings

@@ -677,17 +677,24 @@ class _Check:
 
     def unlistable_matters(self, directory: str, exc: OSError) -> bool:
         """Whether a directory the walk could not list fails the run. Always, but for another
-        user's directory refused to us (EACCES) and unchanged since launch: the command, of our
-        uid with fewer rights, could neither make it unlistable (chmod sets its ctime) nor add
-        an entry to it — a write root shared with other users (`/tmp`) holds such directories,
-        and failing every run over them would make the check unusable there."""
+        user's directory refused to us (EACCES), unchanged since launch and that we cannot even
+        search: the command, of our uid with fewer rights, could neither make it unlistable
+        (chmod sets its ctime) nor reach anything below it — a write root shared with other
+        users (`/tmp`) holds such directories (mode 0700), and failing every run over them would
+        make the check unusable there. One we may search (mode 0711) is no such wall: a
+        directory below it writable at launch (`theirs/open`, mode 0777) took a planted
+        repository while `theirs` kept its ctime. Nor is one holding another write root."""
         if exc.errno not in (EACCES, EPERM):
             return True  # no fd left, I/O error: nothing known
         try:
             st = os.lstat(directory)
         except OSError:
             return True
-        return self.snap._new(st) or st.st_uid == os.geteuid()
+        if self.snap._new(st) or st.st_uid == os.geteuid():
+            return True
+        # (all of the run's processes have ended: nothing swaps `directory` meanwhile)
+        return (os.access(directory, os.X_OK, effective_ids=True, follow_symlinks=False)
+                or any(is_within(w, directory) for w in self.snap.writable))
 
     def dot_git(self, path: str) -> None:
         gitdir = _gitdir_of(path)
