@@ -24,8 +24,10 @@ def hooks_for(cage, egress_log=None) -> list:
     gate): the one list. Each is checked cheaply before its module is imported."""
     hooks = []
     policy = cage.policy
-    # A write root may hold a repository — not the run's own `{tmp}` (never checked, and the
-    # commonest write root: the import is left out for it)
+    # Any write root may get a repository planted in it. A policy writing only to `{tmp}` keeps
+    # no check (nowhere else to leave a link leading the operator's git there; the commonest
+    # policy: the import is left out for it); beside another write root, `{tmp}` is walked
+    # too unless it is the tier's private tmpfs (gitcheck._cage_scope)
     if policy.fs.protect_defaults and any(not w.startswith("{tmp}") for w in policy.fs.write):
         from sandboy.confine.gitcheck import GitCheck
 
