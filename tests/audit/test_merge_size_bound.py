@@ -152,3 +152,24 @@ def test_the_cli_refuses_an_oversized_merge_with_exit_1(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "more than its inputs together" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out.sarif").exists()
+
+
+def test_indices_remapped_to_more_digits_are_counted(tmp_path: Path) -> None:
+    """Two compact logs of one tool: the second's rule 0 and artifact 0 become the folded run's
+    rule 10 and artifact 10, one more digit in each of its 400 results. That growth is the merge's
+    own (counted), so the merge succeeds — it used to fail the size bound ("a Sandboy bug")."""
+    first = {"tool": {"driver": {"name": "alpha", "rules": [{"id": f"R{i}"} for i in range(10)]}},
+             "automationDetails": {"id": "c/"}, "artifacts": [{"location": {"uri": f"f{i}.py"}} for i in range(10)],
+             "results": []}
+    second = {"tool": {"driver": {"name": "alpha", "rules": [{"id": "Z"}]}}, "automationDetails": {"id": "c/"},
+              "artifacts": [{"location": {"uri": "z.py"}}],
+              "results": [{"ruleId": "Z", "ruleIndex": 0, "message": {"text": f"m{j}"},
+                           "locations": [{"physicalLocation": {"artifactLocation": {"uri": "z.py", "index": 0}}}]}
+                          for j in range(400)]}
+    paths = _write(tmp_path, [({"version": "2.1.0", "runs": [first]}, True), ({"version": "2.1.0", "runs": [second]}, True)])
+    text, report = merge.merge_files(paths, None, False)
+    out = json.loads(text)["runs"]
+    assert len(out) == 1 and {r["ruleIndex"] for r in out[0]["results"]} == {10}
+    assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["index"] for r in out[0]["results"]} == {10}
+    assert report.added_bytes == sarif.member_bytes("$schema", sarif.SARIF_SCHEMA_URI) + 2 * 400
+    assert report.output_bytes <= report.input_bytes + report.added_bytes

@@ -12,8 +12,9 @@ Merging:
   not valid: nothing is written then;
 * the output is never larger than the inputs together (`enforce_size_bound`, checked on every
   merge before anything is written): merging only drops and moves; the bytes it adds on purpose
-  (ids, fingerprints, notices; `MergeReport.added_bytes`, each counted where it is added) are
-  the only allowance, and a log that would exceed that fails the merge instead of being written.
+  (ids, fingerprints, notices, an index remapped to more digits; `MergeReport.added_bytes`, each
+  counted where it is added) are the only allowance, and a log that would exceed that fails the
+  merge instead of being written.
 
 With `--github`, `github_fit` then makes the log fit GitHub's upload limits — never silently:
 ≤ 20 runs (runs of one tool folded when over), ≤ 25,000 results per run (the most severe kept, a
@@ -111,12 +112,23 @@ def load(path: Path, cap: int = 256 << 20) -> tuple[dict[str, Any], int]:
     return doc, len(raw)
 
 
-def _remap_artifact_indices(node: Any, mapping: dict[int, int]) -> None:
-    """Every artifactLocation.index below `node`, remapped (-1: an index the run did not have)."""
+def _index_growth(old: int, new: int) -> int:
+    """The bytes an index remapped from `old` to `new` adds to the compact output (7 -> 12: one
+    more digit): a second run's rule 0 can be the folded run's rule 1,000."""
+    return max(0, len(str(new)) - len(str(old)))
+
+
+def _remap_artifact_indices(node: Any, mapping: dict[int, int]) -> int:
+    """Every artifactLocation.index below `node`, remapped (-1: an index the run did not have);
+    returns the bytes that adds (`_index_growth`)."""
+    grown = 0
     for cur in sarif.objects(node):
         location = cur.get("artifactLocation")
         if isinstance(location, dict) and isinstance(location.get("index"), int):
-            location["index"] = mapping.get(location["index"], -1)
+            new = mapping.get(location["index"], -1)
+            grown += _index_growth(location["index"], new)
+            location["index"] = new
+    return grown
 
 
 def _artifact_key(artifact: Any) -> str:
@@ -167,6 +179,7 @@ class _Folded:
         for artifact in fresh:  # a parent named by this run's numbering
             if isinstance(artifact.get("parentIndex"), int):
                 if artifact["parentIndex"] in art_map:
+                    self.added_bytes += _index_growth(artifact["parentIndex"], art_map[artifact["parentIndex"]])
                     artifact["parentIndex"] = art_map[artifact["parentIndex"]]
                 else:
                     del artifact["parentIndex"]
@@ -177,16 +190,20 @@ class _Folded:
             # No copy: merge_docs takes ownership of its input documents (a copy of every result
             # doubled the peak memory of a 50 MB merge).
             if isinstance(result.get("ruleIndex"), int):
-                result["ruleIndex"] = rule_map.get(result["ruleIndex"], result["ruleIndex"])
+                new = rule_map.get(result["ruleIndex"], result["ruleIndex"])
+                self.added_bytes += _index_growth(result["ruleIndex"], new)
+                result["ruleIndex"] = new
                 rule = self.rules[result["ruleIndex"]] if 0 <= result["ruleIndex"] < len(self.rules) else None
                 if "ruleId" not in result and isinstance(as_object(rule).get("id"), str):
                     result["ruleId"] = rule["id"]
                     self.added_bytes += member_bytes("ruleId", rule["id"])
             rule_ref = result.get("rule")
             if isinstance(rule_ref, dict) and isinstance(rule_ref.get("index"), int) and "toolComponent" not in rule_ref:
-                rule_ref["index"] = rule_map.get(rule_ref["index"], rule_ref["index"])
+                new = rule_map.get(rule_ref["index"], rule_ref["index"])
+                self.added_bytes += _index_growth(rule_ref["index"], new)
+                rule_ref["index"] = new
             if remap_artifacts:
-                _remap_artifact_indices(result, art_map)
+                self.added_bytes += _remap_artifact_indices(result, art_map)
             key = _canon(result)
             if key in self.seen:
                 self.duplicates += 1
@@ -218,7 +235,7 @@ class _Folded:
 
 def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[dict[str, Any]], int, int]:
     """The runs folded by tool + category (or tool only); also the duplicates dropped and the
-    bytes added (ids, ruleIds)."""
+    bytes added (ids, ruleIds, indices remapped to more digits)."""
     groups: dict[tuple[str, str], _Folded] = {}
     for run in runs:
         key = (tool_name(run), "" if by_tool_only else category(run))
