@@ -29,14 +29,15 @@ of mutants serves both identities. See the test's printout for what kills each a
 
 26 mutants per identity are killed only by the cage refusing to start (125; the printout marks
 them): the set-up steps the others need (the id maps, each /dev node's mount point and copy,
-/dev's own mount under its mkdirs) and three namespace flags. For those three flags the same
-flag is removed again with the steps that cannot work without it ("whole CLONE_NEW*"): without
-its PID namespace the battery reads host processes' command lines, without its mount namespace it
-chmods a file outside the write roots; the user namespace as a whole is the one equivalent
-mutant, as root only (EQUIVALENT_AS_ROOT says why).
+/dev's own mount under its mkdirs) and three namespace flags. For those three flags and /dev's
+mount the same is removed again with the steps that cannot work without it ("whole ..."):
+without its PID namespace the battery reads host processes' command lines, without its mount
+namespace it chmods a file outside the write roots, without the minimal /dev it sees the host's
+devices and a host file in /dev/shm; the user namespace as a whole is the one equivalent mutant,
+as root only (EQUIVALENT_AS_ROOT says why).
 
-Budget: 89 mutants here (5 clone flags, 3 flags as a whole, 66 steps, the init, 5 rules, 4 size
-options, 5 mounts' flags), one battery run each (the /dev and --tty runs only for what the
+Budget: 90 mutants here (5 clone flags, 3 flags and /dev's mount as a whole, 66 steps, the
+init, 5 rules, 4 size options, 5 mounts' flags), one battery run each (the /dev and --tty runs only for what the
 battery does not kill):
 3-5 s per identity on this 2-core machine when quiet (9-10 s for the module with its set-up),
 20-30 s per identity while the full suite ran beside it; each bounded at 90 s.
@@ -74,12 +75,15 @@ FLAGS = {"CLONE_NEWUSER": 0x10000000, "CLONE_NEWNS": 0x00020000, "CLONE_NEWIPC":
 # 125), which shows the step is needed, not that the namespace is what stops an attack. So each
 # is removed again together with the steps that cannot work without it (chosen here by hand, by
 # what each step does); the cage then starts, and the battery's attacks must show it: host
-# processes' command lines (PID), a chmod outside the write roots (mount). The user namespace as
-# a whole is equivalent as root (EQUIVALENT_AS_ROOT) and a refused clone as any other user.
+# processes' command lines (PID), a chmod outside the write roots (mount), the host's devices and
+# a host file in /dev/shm (/dev). The user namespace as a whole is equivalent as root
+# (EQUIVALENT_AS_ROOT) and a refused clone as any other user.
 ID_MAP_STEPS = re.compile(r"(open|write|close) (uid_map|gid_map|setgroups)$")
 WHOLE = {"CLONE_NEWPID": (0x20000000, lambda label: label == "mount /proc"),
          "CLONE_NEWNS": (0x00020000, lambda label: not ID_MAP_STEPS.match(label)),
-         "CLONE_NEWUSER": (0x10000000, lambda label: bool(ID_MAP_STEPS.match(label)))}
+         "CLONE_NEWUSER": (0x10000000, lambda label: bool(ID_MAP_STEPS.match(label))),
+         # not a flag: the minimal /dev as a whole (its mount, and every step that builds in it)
+         "mount /dev": (0, lambda label: "/dev" in label)}
 # Survivors no check can tell apart from the intact tier, with the reason (checked: exactly these).
 EQUIVALENT_AS_ROOT = {
     "whole CLONE_NEWUSER": "as root, without a user namespace the cage's mounts are not locked (MNT_LOCKED), "
