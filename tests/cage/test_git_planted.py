@@ -281,3 +281,31 @@ def test_no_process_of_the_run_is_left_to_plant_after_the_check(cage, tmp_path, 
     # the twin: the same leftover, waited for, does its work (the probe is not vacuous)
     result = cage.run(argv=["/bin/sh", "-c", f"sh {tmp_path}/late.sh '{fsm}' 0; echo WAITED"], policy=policy, via=via)
     assert "WAITED" in result.out and (cage.work / "LATE").exists() and result.rc == 125, result
+
+
+def test_a_git_directory_swapped_in_at_the_top_fails_the_run(cage, tmp_path, tier):
+    """The project ships a git directory as tracked files (`tests/fixtures/evil`, checked out
+    before the launch); the run renames the repository's `.git` away and the fixture into its
+    place. Every file keeps its old ctime: without the tier the run passed and the operator's
+    next `git status` ran the fixture's `core.fsmonitor` (review, session 5); now it fails
+    closed. Under the tier the rename is refused (EBUSY: the read-only binds in `.git`). Host
+    side, both: git runs nothing."""
+    import time
+
+    _host_repo(cage.work)
+    marker = tmp_path / "PWNED"
+    subprocess.run("git init -q --bare tests/fixtures/evil && touch tests/fixtures/evil/objects/.keep "
+                   "tests/fixtures/evil/refs/.keep", shell=True, cwd=cage.work, check=True, capture_output=True)
+    with open(cage.work / "tests/fixtures/evil/config", "a") as fh:
+        fh.write(_fsmonitor(marker).encode().decode("unicode_escape"))
+    time.sleep(0.02)
+    result = cage.run(argv=["/bin/sh", "-c", "mv .git .git-old && mv tests/fixtures/evil .git && echo SWAPPED"],
+                      policy=_policy(cage), via="api")
+    if tier == "tier":
+        assert "SWAPPED" not in result.out and "busy" in result.err, result
+    else:
+        assert "SWAPPED" in result.out, result
+        assert result.rc == 125, result
+        assert "core.fsmonitor" in result.err, result
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git ran the fixture's program after the run"

@@ -336,6 +336,15 @@ def _entries(path: str, data=None):
 # --- the snapshot and the check -------------------------------------------------------------
 
 
+def _identity(path: str):
+    """(st_dev, st_ino) of `path`, or None when it is gone."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _enclosing_git(path: str):
     """The `.git` of the repository `path` lies in (a directory above it), or None."""
     parent = os.path.dirname(path)
@@ -522,6 +531,10 @@ class GitSnapshot:
             if entries:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
+        # gitdir -> (st_dev, st_ino) at launch: one swapped for another directory during the run
+        # (`mv .git .git-old; mv tests/fixtures/evil .git` — a git directory the project ships as
+        # tracked files, all older than the launch) is judged whole, against the launch configs
+        self.launch_ids = {}
         for root in self.roots:
             # (a root that is itself a git directory — a bare repository granted for writing —
             # is its own: its config's launch bytes are kept, put back if a planted one is moved)
@@ -535,6 +548,7 @@ class GitSnapshot:
                     data = _read_config(path)
                     configs[path] = (data, _safe_entries(path, data))
                 self.known[gitdir] = configs
+                self.launch_ids[gitdir] = _identity(gitdir)
         self.known[GLOBAL] = {path: (data, _safe_entries(path, data)) for path in self.global_inside
                               for data in (_read_config(path),)}
 
@@ -558,7 +572,8 @@ class GitSnapshot:
             check.config(path, False, None, GLOBAL)
         for gitdir in self.known:
             if gitdir != GLOBAL:
-                check.gitdir(gitdir, full=False, top=os.path.dirname(gitdir))
+                replaced = _identity(gitdir) != self.launch_ids[gitdir]
+                check.gitdir(gitdir, full=replaced, top=os.path.dirname(gitdir))
         for path in self.files:  # the repository a file granted for writing lies in
             parent = os.path.dirname(path)
             for gitdir in (parent, os.path.dirname(parent)):
