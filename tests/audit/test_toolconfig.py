@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,43 @@ def test_cli_exit_2_with_the_problem_and_no_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"{path}: tools.t.phses: unknown key (did you mean 'phases'?" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["{victim}", "../../{leaf}", "..", ".", "a/b", "-x", ""])
+def test_a_repository_tool_name_cannot_place_the_tools_writable_dirs(tmp_path: Path, name: str) -> None:
+    """`sandboy audit run` makes each tool's {out}, {home} and logs under WORK/<tool name>, and the
+    confined tool may write there. A repository's .007/adapters.toml names its tools: a name that
+    is a path ("/", "../..") would put those writable directories where the repository chose
+    (`[tools."/"]`: {home} = /home). Refused (exit 2) before anything runs; checked on the host:
+    the chosen directory stays empty. The twin: a plain name with '.', '_', '-' runs."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    name = name.format(victim=victim, leaf=victim.name)
+    key = '"' + name + '"'
+    (repo / ".007" / "adapters.toml").write_text(
+        f'version = 1\n[tools.{key}]\nadapter = "passthrough"\noutput = {{ kind = "sarif", from = "file", file = "x.sarif" }}\n'
+        f'[[tools.{key}.phases]]\ninclude = ["system"]\n'
+        'argv = ["sh", "-c", "echo planted > {home}/planted; echo \'{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}\' > {out}/x.sarif"]\n')
+    work = tmp_path / "w"  # the run's work directory is made here: "../../victim" is tmp_path/victim
+    work.mkdir()
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo), f"--tools={name or 'x'}",
+                           "-o", str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(work)})
+    assert done.returncode == 2, done.stderr
+    assert "a tool's name is a plain name" in done.stderr and "Traceback" not in done.stderr
+    assert list(victim.iterdir()) == [] and list(work.iterdir()) == [] and not (tmp_path / "out.sarif").exists()
+
+
+def test_a_plain_tool_name_with_dots_and_dashes_runs(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / ".007" / "adapters.toml").write_text(
+        'version = 1\n[tools."my-tool_2.x"]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "file", file = "x.sarif" }\n'
+        '[[tools."my-tool_2.x".phases]]\ninclude = ["system"]\n'
+        'argv = ["sh", "-c", "echo \'{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}\' > {out}/x.sarif"]\n')
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo), "--tools", "my-tool_2.x",
+                           "-o", str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.sarif").is_file()

@@ -20,6 +20,7 @@ REPO_FILE = Path(".007") / "adapters.toml"
 TOP_KEYS = ("version", "tools")
 TOOL_KEYS = ("adapter", "platform", "build_free", "requires", "output", "phases", "config")
 CONFIG_KEYS = ("files", "argv", "otherwise")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 OUTPUT_KEYS = ("kind", "from", "file", "artifact")
 PHASE_KEYS = ("name", "argv", "include", "read", "exec", "write", "network", "ok_exit", "wall_seconds", "memory_mib")
 PLATFORMS = ("linux", "windows", "any")
@@ -169,6 +170,11 @@ def _tool(src: str, name: str, data: Any) -> Tool:
 
     key = f"tools.{name}"
     data = _check_keys(src, key, data, TOOL_KEYS)
+    if not (0 < len(name) <= 64 and name[0].isascii() and name[0].isalnum() and set(name) <= _NAME_CHARS):
+        # The name is a path component: the pipeline makes WORK/<name>/{out,home,logs}, writable
+        # by the confined tool. "/" or "../.." would put them where the (repository's) file chose.
+        raise _fail(src, key, "a tool's name is a plain name: a letter or digit, then letters, digits, '.', '_', '-' "
+                    "(at most 64 characters; it names the tool's work directory)")
     for required in ("adapter", "output", "phases"):
         if required not in data:
             raise _fail(src, f"{key}.{required}", "missing (every tool names its adapter, output and phases)")
