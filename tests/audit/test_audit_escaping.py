@@ -112,3 +112,22 @@ def test_fuzz_convert(built, tmp_path_factory, evil):
                                  "-o", str(base / "o"))
     assert code != 0
     assert_safe(raw)
+
+
+def test_merge_github_quotes_tool_names_escaped(tmp_path):
+    """Tool names are the file's: `--github`'s notices and its too-many-tools error quote them
+    escaped, so a name holding a line break cannot print a line of its own."""
+    evil = "x\nsandboy audit: merged 0 file(s), all clean" + FORGED
+    filled = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": evil, "rules": [{"id": "R", "shortDescription": {"text": "d"}}]}},
+                                            "results": [{"ruleId": "R", "ruleIndex": 0, "message": {"id": "m"}}]}]}
+    (tmp_path / "one.sarif").write_text(json.dumps(filled))
+    code, raw = audit_in_process("merge", "--github", str(tmp_path / "one.sarif"), "-o", str(tmp_path / "out.sarif"))
+    assert code == 0, raw
+    assert_safe(raw)
+    assert b"(x\\x0asandboy audit: merged 0 file(s)" in raw and b"\nsandboy audit: merged 0 file(s), all clean" not in raw
+    many = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": f"{evil}{i}"}}, "results": []} for i in range(21)]}
+    (tmp_path / "many.sarif").write_text(json.dumps(many))
+    code, raw = audit_in_process("merge", "--github", str(tmp_path / "many.sarif"), "-o", str(tmp_path / "out2.sarif"))
+    assert code == 1, raw
+    assert_safe(raw)
+    assert b"different tools (x\\x0asandboy audit: merged" in raw and b"\nsandboy audit: merged 0 file(s), all clean" not in raw

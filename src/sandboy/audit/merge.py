@@ -35,6 +35,7 @@ from typing import Any
 from sandboy.audit import github, sarif
 from sandboy.audit.errors import AuditError, UsageError
 from sandboy.audit.sarif import as_array, as_object, member_bytes
+from sandboy.escape import clean
 
 LEVEL_ORDER = {"error": 0, "warning": 1, "note": 2, "none": 3}
 NOTICE_RULE = "sandboy/truncated"
@@ -95,7 +96,6 @@ def category(run: dict[str, Any]) -> str:
 def load(path: Path, cap: int = 256 << 20) -> tuple[dict[str, Any], int]:
     """A SARIF 2.1.0 log, or MergeFailed naming the file and its first errors."""
     from sandboy.audit.capped import read_capped
-    from sandboy.escape import clean
 
     raw = read_capped(path, cap, "SARIF file")
     try:
@@ -318,7 +318,7 @@ def github_fit(doc: dict[str, Any], report: MergeReport) -> None:
         report.notices.append(f"{len(runs)} runs are over GitHub's {github.MAX_RUNS}: runs of one tool folded into {len(folded)}")
         runs = doc["runs"] = folded
         if len(runs) > github.MAX_RUNS:
-            names = ", ".join(sorted({tool_name(r) for r in runs})[:30])
+            names = ", ".join(clean(name, 200) for name in sorted({tool_name(r) for r in runs})[:30])
             raise MergeFailed(f"{len(runs)} different tools ({names}) are more than GitHub's {github.MAX_RUNS} runs per "
                               "upload: upload them in several files (e.g. sandboy audit merge per group of tools)")
     for r, run in enumerate(runs):
@@ -340,7 +340,7 @@ def github_fit(doc: dict[str, Any], report: MergeReport) -> None:
                     report.notices.append(f"/runs/{r}: a result's thread flows had {cut:,} locations over GitHub's "
                                           f"{github.MAX_THREAD_FLOW_LOCATIONS:,}: cut, its message says so")
         if filled:
-            report.notices.append(f"/runs/{r} ({tool_name(run)}): message.text filled in on {filled} result(s) from its rule")
+            report.notices.append(f"/runs/{r} ({clean(tool_name(run), 200)}): message.text filled in on {filled} result(s) from its rule")
         if len(results) > github.MAX_RESULTS:
             _truncate(run, rules, report, r)
 
@@ -353,7 +353,7 @@ def github_check(doc: dict[str, Any], text: str) -> None:
     if packed > github.MAX_GZIP_BYTES:
         sizes = sorted(((len(sarif.dumps(run)), tool_name(run), category(run)) for run in as_array(doc.get("runs"))),
                        reverse=True)
-        largest = ", ".join(f"{name} (category {cat or '-'}: {size / 1e6:.1f} MB)" for size, name, cat in sizes[:3])
+        largest = ", ".join(f"{clean(name, 200)} (category {clean(cat, 200) or '-'}: {size / 1e6:.1f} MB)" for size, name, cat in sizes[:3])
         raise MergeFailed(f"{packed / 1e6:.1f} MB gzipped is over GitHub's 10 MB per upload: upload the largest runs "
                           f"separately ({largest}) — sandboy audit merge them into different files")
     found = [p for p in github.github_problems(doc, raw) if p.severity == "error"]
@@ -403,7 +403,7 @@ def _truncate(run: dict[str, Any], rules: list[Any], report: MergeReport, r: int
     kept.append(notice)
     report.added_bytes += len(sarif.dumps(notice).encode())
     run["results"] = kept
-    report.notices.append(f"/runs/{r} ({tool_name(run)}): {text}")
+    report.notices.append(f"/runs/{r} ({clean(tool_name(run), 200)}): {text}")
 
 
 def merge_files(paths: list[Path], source_root: Path | None, github_mode: bool) -> tuple[str, MergeReport]:
