@@ -173,3 +173,25 @@ def test_indices_remapped_to_more_digits_are_counted(tmp_path: Path) -> None:
     assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["index"] for r in out[0]["results"]} == {10}
     assert report.added_bytes == sarif.member_bytes("$schema", sarif.SARIF_SCHEMA_URI) + 2 * 400
     assert report.output_bytes <= report.input_bytes + report.added_bytes
+
+
+@pytest.mark.xfail(strict=True, reason="OPEN (rvaudit, session 5): --github fills message.text on every result from its "
+                   "rule (messageStrings template with arguments substituted, or short/fullDescription) and counts it "
+                   "in added_bytes, so the size bound allows it however large: one 100 kB description and 300 distinct "
+                   "results lacking text are a 0.12 MB input and a 30 MB output (3,000 results: 300 MB). A fix must "
+                   "bound the fill (e.g. cut a filled text, or refuse once the fills exceed the input), without "
+                   "changing the samples' output")
+def test_github_message_fill_cannot_amplify_the_output(tmp_path: Path) -> None:
+    """From the attacker's side: a log built so that the merge's own additions, not copying, make
+    the output many times its input. Checked on the written file's size (host side)."""
+    rule = {"id": "R", "shortDescription": {"text": "A" * 100_000}}
+    results = [{"ruleId": "R", "ruleIndex": 0, "message": {"id": "none", "arguments": [str(j)]}} for j in range(300)]
+    doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "alpha", "rules": [rule]}},
+                                         "automationDetails": {"id": "a/"}, "results": results}]}
+    path = tmp_path / "in.sarif"
+    path.write_text(sarif.dumps(doc))
+    try:
+        text, _ = merge.merge_files([path], None, True)
+    except merge.MergeFailed:
+        return  # refusing the amplifying log is a fix too
+    assert len(text.encode()) <= 4 * path.stat().st_size + (1 << 20)
