@@ -229,11 +229,7 @@ def _names(src: str, key: str, value, known, kind: str) -> list:
 def from_mapping(data: dict, src: str) -> CapabilityPolicy:
     from sandboy.capability.targets import TARGETS
 
-    for name in data:
-        if name not in TOP_KEYS:
-            from sandboy.escape import key as keyname
-
-            raise PolicyError(src, keyname(name), unknown_key(name, TOP_KEYS))
+    checked_table(src, "", data, TOP_KEYS)
     if data.get("version") != 1:
         raise PolicyError(src, "version", f"expected version = 1, got {data.get('version')!r}")
     sections = {name: checked_table(src, name, data.get(name, {}), known) for name, known in SECTION_KEYS.items()}
