@@ -287,3 +287,20 @@ def test_output_to_devnull_swallows_what_is_still_buffered(tmp_path):
         stream.flush()
         assert os.path.samestat(os.fstat(stream.fileno()), os.stat(os.devnull))
     assert target.read_text() == ""
+
+
+def test_dry_run_text_quotes_policy_paths_on_their_own_line(tmp_path: Path) -> None:
+    """`--dry-run`'s text quotes the policy's paths (a warning names a path that does not exist):
+    a path holding a line break must not print a line of its own (here a forged 'DEGRADED:' or a
+    workflow command), as `sandboy run` itself shows the same warning on one line."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from printed import assert_safe
+
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/nonexistent-rvaudit\\nDEGRADED: nothing\\n::error::forged"]\n')
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--dry-run", "--", "/bin/true"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert_safe(proc.stdout)
+    out = proc.stdout.decode()
+    assert "\nDEGRADED: nothing" not in out and "/nonexistent-rvaudit\\x0aDEGRADED: nothing\\x0a::error::forged" in out

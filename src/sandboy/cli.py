@@ -230,9 +230,7 @@ def _dry_run(policy, args: RunArgs) -> int:
 
         print(json.dumps(report, indent=2))
     else:
-        from sandboy.escape import block  # the rules quote policy paths and the command line
-
-        print(block(dry_run.describe(report)))
+        print(dry_run.describe(report))  # escaped line by line where it is composed
     return 0
 
 

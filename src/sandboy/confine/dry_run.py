@@ -30,8 +30,11 @@ def report(policy, command: list, cwd=None, tty: bool = False) -> dict:
 
 
 def describe(report: dict) -> str:
-    """`report` as text (the caller passes it through `escape.block`: it quotes policy paths and
-    the command line)."""
+    """`report` as text, ready to print: every line passes `escape.line` here, where the lines
+    are composed — they quote policy paths and the command line, and a line break in one of those
+    must stay inside its line (`escape.block` on the joined text would have split it)."""
+    from sandboy.escape import line
+
     enf = report["enforced"]
     ll, sc = enf["landlock"], enf["seccomp"]
     lines = [f"policy {report['policy']} on Landlock ABI {report['landlock_abi']}"
@@ -69,4 +72,4 @@ def describe(report: dict) -> str:
         lines.append(f"DEGRADED: {d}")
     for w in report["warnings"]:
         lines.append(f"warning: {w}")
-    return "\n".join(lines)
+    return "\n".join(line(text) for text in lines)
