@@ -535,3 +535,38 @@ def test_a_shipped_git_directory_moved_behind_a_gitlink_is_found(tmp_path, env):
     host_git_status(repo, env)
     assert marker.exists(), "the attack is not real: the host's git status did not recurse into vendor/x"
     assert any(f.path == f"{repo}/vendor/x/.git/config" for f in findings), findings
+
+
+# --- the operator's global hooks directory in a write root that holds no repository -------------
+
+
+@pytest.mark.parametrize("attack", [True, False], ids=["planted hook", "twin: other files"])
+def test_the_operators_global_hooks_directory_is_judged_without_a_repository_in_reach(tmp_path, env, attack):
+    """The operator's `~/.gitconfig` sets `core.hooksPath = <abs>/tools/githooks`; the run may
+    write `tools` (no repository in it). The global hooksPath was followed only from each
+    repository the walk found: with none, a `pre-commit` planted there passed, and the
+    operator's next commit in ANY repository ran it (review, session 5). Host side: after the
+    quarantine that commit runs nothing. The twin writes beside the hooks directory: clean."""
+    hooks = tmp_path / "tools" / "githooks"
+    hooks.mkdir(parents=True)
+    with open(env["HOME"] + "/.gitconfig", "a") as fh:
+        fh.write(f"[core]\n\thooksPath = {hooks}\n")
+    elsewhere = git_repo(tmp_path / "elsewhere", env)
+    marker = tmp_path / "PWNED"
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(tmp_path / "tools")], home=env["HOME"])
+    planted = hooks / "pre-commit" if attack else tmp_path / "tools" / "build.sh"
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(planted, 0o755)
+    findings = snap.verify()
+    if not attack:
+        assert findings == [], findings
+        return
+    assert [f.path for f in findings] == [str(hooks / "pre-commit")], findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert len(moved) == 1 and not failed, (moved, failed)
+    sh("git commit -q --allow-empty -m x", elsewhere, env)
+    assert not marker.exists(), "the operator's commit ran the planted global hook after the quarantine"
+    os.rename(moved[0][1], moved[0][0])  # the probe is real: put back, it runs
+    sh("git commit -q --allow-empty -m y", elsewhere, env)
+    assert marker.exists(), "the attack is not real: the operator's commit did not run the global hook"

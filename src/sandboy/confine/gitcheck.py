@@ -570,6 +570,12 @@ class GitSnapshot:
         check = _Check(self)
         for path in self.global_inside:
             check.config(path, False, None, GLOBAL)
+        # The operator's global `core.hooksPath` and includes, where absolute or `~/`: every
+        # repository of theirs runs them, whether or not a write root holds one (a write root
+        # of `~/tools` with `hooksPath = ~/tools/githooks`: a planted pre-commit ran on their
+        # next commit anywhere). Relative ones are resolved per repository below.
+        for path, entries in self.global_entries:
+            check._follow(path, os.path.realpath(path), False, None, None, 0, entries)
         for gitdir in self.known:
             if gitdir != GLOBAL:
                 replaced = _identity(gitdir) != self.launch_ids[gitdir]
