@@ -121,11 +121,17 @@ def check_a_killed_supervisor_takes_the_command_along(_tmp):
 
 
 def check_the_timeout_ends_the_run(_tmp):
+    import tempfile
+
     from sandboy import run
 
-    with open(os.devnull, "wb") as null:
-        result = run(["/bin/sleep", "1.5"], _policy(), timeout=0.3, stdin=null.fileno(), stdout=null.fileno(),
-                     stderr=null.fileno())
+    # host side, not only the run's own report: a command the timeout did not stop gets to say so
+    with open(os.devnull, "wb") as null, tempfile.TemporaryFile() as out:
+        result = run(["/bin/sh", "-c", "/bin/sleep 1.5; echo finished"], _policy(), timeout=0.3, stdin=null.fileno(),
+                     stdout=out.fileno(), stderr=null.fileno())
+        out.seek(0)
+        said = out.read()
+    assert b"finished" not in said, f"the command outlived its timeout: {said!r}, {result}"
     assert result.outcome == "timed_out", result
 
 
