@@ -17,6 +17,7 @@ ways to turn it against the host or to slip past it; each probe here plays the c
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -570,3 +571,58 @@ def test_the_operators_global_hooks_directory_is_judged_without_a_repository_in_
     os.rename(moved[0][1], moved[0][0])  # the probe is real: put back, it runs
     sh("git commit -q --allow-empty -m y", elsewhere, env)
     assert marker.exists(), "the attack is not real: the operator's commit did not run the global hook"
+
+
+# --- a hooks directory the project ships as tracked files, renamed into place ---------------------
+
+HOOK_DIR_SWAPS = {
+    # `.git/hooks` replaced by the project's `fixtures/hooks` (an executable pre-commit, tracked)
+    "git hooks": "mv .git/hooks .git/hooks-old && mv fixtures/hooks .git/hooks",
+    # husky's `.husky` replaced by a shipped copy: `_` (runner, stubs) moves with it, unchanged
+    "husky": "mv .husky .husky-old && mv fixtures/husky .husky",
+}
+
+
+@pytest.mark.parametrize("swap", [*HOOK_DIR_SWAPS, "twin: a commit, nothing moved"])
+def test_a_hooks_directory_renamed_into_place_is_judged_whole(tmp_path, env, swap):
+    """A rename keeps the ctime of everything it moves: a hooks directory the project ships as
+    tracked files (all older than the launch), renamed over `.git/hooks` or `.husky`, held
+    nothing "changed during the run", and the operator's next commit ran its pre-commit
+    (review, session 5; without the tier — under it those directories are bound read-only).
+    A hooks directory made or renamed into place during the run (husky's: `.husky`) now has
+    every hook in it judged. Host side: after the quarantine the commit runs nothing. The twin
+    leaves both directories as they were: nothing is flagged."""
+    from gitkit import husky_install
+
+    marker = tmp_path / "PWNED"
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / ".husky").mkdir()
+    (repo / ".husky" / "pre-commit").write_text("echo checked\n")
+    if swap != "git hooks":
+        husky_install(repo, env)
+        shutil.copytree(repo / ".husky", repo / "fixtures" / "husky", symlinks=True)
+        (repo / "fixtures" / "husky" / "pre-commit").write_text(f"touch {marker}\n")
+    else:
+        (repo / "fixtures" / "hooks").mkdir(parents=True)
+        (repo / "fixtures" / "hooks" / "pre-commit").write_text(f"#!/bin/sh\ntouch {marker}\n")
+        os.chmod(repo / "fixtures" / "hooks" / "pre-commit", 0o755)
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+    if swap in HOOK_DIR_SWAPS:
+        sh(HOOK_DIR_SWAPS[swap], repo, env)
+    else:
+        sh("git commit -q --allow-empty -m twin && ls .husky/_ > /dev/null", repo, env)
+    findings = snap.verify()
+    if swap not in HOOK_DIR_SWAPS:
+        assert findings == [], findings
+        return
+    planted = ".git/hooks/pre-commit" if swap == "git hooks" else ".husky/pre-commit"
+    assert f"{repo}/{planted}" in [f.path for f in findings], findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert not failed, failed
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, capture_output=True)
+    assert not marker.exists(), f"{swap}: the operator's commit ran the shipped hook after the quarantine"
+    for original, now in moved:  # the probe is real: put back, it runs
+        os.rename(now, original)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "y"], cwd=repo, env=env, capture_output=True)
+    assert marker.exists(), f"{swap}: the attack is not real"

@@ -871,11 +871,21 @@ class _Check:
             self.add(directory, "a hooks directory became a symlink during the run")
             return
         real = os.path.realpath(directory)
+        # A hooks directory made, or renamed into place, during the run has every hook in it
+        # judged: a rename keeps the ctime of what it moves (`mv fixtures/hooks .git/hooks`, the
+        # project's tracked scripts, all older than the launch, passed). Adding or removing a
+        # hook changes it too; an added one is judged anyway.
+        full = full or self.new(real) is not None
         if (real, full) in self.hook_dirs:
             return  # once each: a config can name one large directory thousands of times
         if not self.writable(real) and not any(is_within(w, real) for w in self.snap.writable):
             return  # the command could write nothing in it (a file granted alone may lie in it)
         self.hook_dirs.add((real, full))
+        scripts = husky_scripts(real)
+        if scripts and not full and self.new(os.path.dirname(real)) is not None:
+            # husky's `.husky` renamed into place: `_` and the scripts move with it, keeping their ctime
+            full = True
+            self.hook_dirs.add((real, full))
         try:
             entries = list(os.scandir(real))
         except OSError:
@@ -892,7 +902,7 @@ class _Check:
                     self.hooks(entry.path, full, depth + 1)  # not a whole tree a hooksPath may name
             else:
                 self.hook_file(entry.path, est, full, "a file in a git hooks directory made or changed during the run")
-        for path in husky_scripts(real):
+        for path in scripts:
             # husky 9: git runs `.husky/_/pre-commit`, which sources `_/h`, which runs `sh -e
             # .husky/pre-commit` — a tracked file of the worktree, of any mode
             try:
