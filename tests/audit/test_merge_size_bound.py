@@ -175,23 +175,37 @@ def test_indices_remapped_to_more_digits_are_counted(tmp_path: Path) -> None:
     assert report.output_bytes <= report.input_bytes + report.added_bytes
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN (rvaudit, session 5): --github fills message.text on every result from its "
-                   "rule (messageStrings template with arguments substituted, or short/fullDescription) and counts it "
-                   "in added_bytes, so the size bound allows it however large: one 100 kB description and 300 distinct "
-                   "results lacking text are a 0.12 MB input and a 30 MB output (3,000 results: 300 MB). A fix must "
-                   "bound the fill (e.g. cut a filled text, or refuse once the fills exceed the input), without "
-                   "changing the samples' output")
-def test_github_message_fill_cannot_amplify_the_output(tmp_path: Path) -> None:
-    """From the attacker's side: a log built so that the merge's own additions, not copying, make
-    the output many times its input. Checked on the written file's size (host side)."""
-    rule = {"id": "R", "shortDescription": {"text": "A" * 100_000}}
-    results = [{"ruleId": "R", "ruleIndex": 0, "message": {"id": "none", "arguments": [str(j)]}} for j in range(300)]
-    doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "alpha", "rules": [rule]}},
+@pytest.mark.parametrize("rule, message", [
+    ({"shortDescription": {"text": "A" * 100_000}}, {"id": "none"}),  # one long text on every result
+    ({"messageStrings": {"m": {"text": "{0}" * 30_000}}}, {"id": "m"}),  # a template repeating its argument
+    ({"messageStrings": {"m": {"text": "{0}" * 300}}}, {"id": "m", "arguments": ["{1}" * 300, "B" * 300]}),  # nested
+])
+def test_github_message_fill_cannot_amplify_the_output(tmp_path: Path, rule: dict, message: dict) -> None:
+    """From the attacker's side: a log built so that --github's own additions (message.text filled
+    from the rule), not copying, would make the output many times its input — counted in the size
+    bound, but unbounded until the fills got a budget (inputs + 1 MiB). 300 results: 0.12 MB in,
+    30 MB out before. The merge refuses, naming why; nothing is built past the budget."""
+    results = [{"ruleId": "R", "ruleIndex": 0, "message": {**message, "arguments": [*message.get("arguments", ["x"]), str(j)]}}
+               for j in range(300)]
+    doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "alpha", "rules": [{"id": "R", **rule}]}},
                                          "automationDetails": {"id": "a/"}, "results": results}]}
     path = tmp_path / "in.sarif"
     path.write_text(sarif.dumps(doc))
-    try:
-        text, _ = merge.merge_files([path], None, True)
-    except merge.MergeFailed:
-        return  # refusing the amplifying log is a fix too
-    assert len(text.encode()) <= 4 * path.stat().st_size + (1 << 20)
+    with pytest.raises(merge.MergeFailed, match=r"/runs/0 \(alpha\): filling message.text from the rules would add more"):
+        merge.merge_files([path], None, True)
+
+
+def test_github_message_fill_substitutes_once_within_the_budget(tmp_path: Path) -> None:
+    """The twin: fills within the budget are made, placeholders replaced in one pass (an argument
+    holding '{1}' is shown as it is), and the output stays within the bound."""
+    rules = [{"id": "R", "messageStrings": {"m": {"text": "got {0} and {1}, {2} stays"}}}, {"id": "S", "shortDescription": {"text": "short"}}]
+    results = [{"ruleId": "R", "ruleIndex": 0, "message": {"id": "m", "arguments": ["a{1}", f"b{j}"]}} for j in range(50)]
+    results += [{"ruleId": "S", "ruleIndex": 1, "message": {"id": "none", "arguments": [str(j)]}} for j in range(50)]
+    doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "alpha", "rules": rules}},
+                                         "automationDetails": {"id": "a/"}, "results": results}]}
+    path = tmp_path / "in.sarif"
+    path.write_text(sarif.dumps(doc))
+    text, report = merge.merge_files([path], None, True)
+    out = json.loads(text)["runs"][0]["results"]
+    assert out[3]["message"]["text"] == "got a{1} and b3, {2} stays" and out[60]["message"]["text"] == "short"
+    assert report.output_bytes <= report.input_bytes + report.added_bytes

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,7 +287,35 @@ def _level(result: dict[str, Any], rules: list[Any]) -> str:
     return "warning"  # SARIF's default
 
 
-def _message_text(result: dict[str, Any], rules: list[Any]) -> str | None:
+# What `--github`'s message.text fills may add together: as many bytes as the inputs hold, plus
+# this. They are counted in the size bound, but counting alone does not bound them: one long rule
+# text filled into every result (or a template repeating a long argument) would turn a small log
+# into a huge one.
+FILL_SLACK_BYTES = 1 << 20
+_PLACEHOLDER = re.compile(r"\{(0|[1-9][0-9]*)\}")
+
+
+class _FillTooLarge(Exception):
+    """A template would expand past what the fills may still add."""
+
+
+def _substitute(template: str, args: list[str], limit: int) -> str:
+    """SARIF's `{0}`, `{1}`… placeholders replaced by `args` in one pass (an argument's own text
+    is never read as a placeholder); _FillTooLarge before building a text of more than `limit`
+    characters."""
+
+    def arg(match: Any) -> str:
+        i = int(match[1])
+        return args[i] if i < len(args) else match[0]
+
+    if len(template) + sum(len(arg(m)) - len(m[0]) for m in _PLACEHOLDER.finditer(template)) > limit:
+        raise _FillTooLarge
+    return _PLACEHOLDER.sub(arg, template)
+
+
+def _message_text(result: dict[str, Any], rules: list[Any], limit: int) -> str | None:
+    """The text `--github` fills in for a result without one (None: it has one); _FillTooLarge
+    when a template would expand past `limit` characters."""
     message = as_object(result.get("message"))
     if isinstance(message.get("text"), str) and message["text"]:
         return None
@@ -297,10 +326,7 @@ def _message_text(result: dict[str, Any], rules: list[Any]) -> str | None:
     mid = message.get("id")
     template = as_object(as_object(rule.get("messageStrings")).get(mid)).get("text") if isinstance(mid, str) else None
     if isinstance(template, str):
-        args = [str(a) for a in as_array(message.get("arguments"))]
-        for i, arg in enumerate(args):
-            template = template.replace("{" + str(i) + "}", arg)
-        return template
+        return _substitute(template, [str(a) for a in as_array(message.get("arguments"))], limit)
     for key in ("shortDescription", "fullDescription"):
         text = as_object(rule.get(key)).get("text")
         if isinstance(text, str) and text:
@@ -321,16 +347,27 @@ def github_fit(doc: dict[str, Any], report: MergeReport) -> None:
             names = ", ".join(clean(name, 200) for name in sorted({tool_name(r) for r in runs})[:30])
             raise MergeFailed(f"{len(runs)} different tools ({names}) are more than GitHub's {github.MAX_RUNS} runs per "
                               "upload: upload them in several files (e.g. sandboy audit merge per group of tools)")
+    fill_budget = report.input_bytes + FILL_SLACK_BYTES
     for r, run in enumerate(runs):
         rules = as_array(as_object(as_object(run.get("tool")).get("driver")).get("rules"))
         results = as_array(run.get("results"))
         filled = 0
         for result in results:
             if isinstance(result, dict):
-                text = _message_text(result, rules)
+                try:
+                    text = _message_text(result, rules, fill_budget)
+                    cost = 0 if text is None else (member_bytes("text", text) if isinstance(result.get("message"), dict)
+                                                   else member_bytes("message", {"text": text}))
+                except _FillTooLarge:
+                    text, cost = None, fill_budget + 1
+                if cost > fill_budget:
+                    raise MergeFailed(f"/runs/{r} ({clean(tool_name(run), 200)}): filling message.text from the rules "
+                                      f"would add more than the inputs' {report.input_bytes:,} bytes (+ {FILL_SLACK_BYTES:,}): "
+                                      "the log repeats long rule texts on its results. Put the texts in the tool's "
+                                      "output, or upload it without --github")
                 if text is not None:
-                    report.added_bytes += (member_bytes("text", text) if isinstance(result.get("message"), dict)
-                                           else member_bytes("message", {"text": text}))
+                    fill_budget -= cost
+                    report.added_bytes += cost
                     result["message"] = {**as_object(result.get("message")), "text": text}
                     filled += 1
                 before = len(str(as_object(result.get("message")).get("text") or "").encode())
