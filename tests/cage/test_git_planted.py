@@ -309,3 +309,24 @@ def test_a_git_directory_swapped_in_at_the_top_fails_the_run(cage, tmp_path, tie
         assert "core.fsmonitor" in result.err, result
     _host_git_status(cage.work)
     assert not marker.exists(), "the host's git ran the fixture's program after the run"
+
+
+def test_a_write_root_spelled_from_tmp_upwards_is_checked(cage, tmp_path, tier):
+    """`fs.write = ["{tmp}/../<dir>"]` resolves beside the run's `{tmp}` — here the repository.
+    The check was left out for every write root whose text began with `{tmp}` (the run's own
+    scratch space): a repository planted there passed, rc 0 (review, session 5). Host side: the
+    run fails closed and the operator's git runs nothing."""
+    import tempfile
+
+    _host_repo(cage.work)
+    marker = tmp_path / "PWNED"
+    upwards = "{tmp}/../" + os.path.relpath(os.path.realpath(cage.work), os.path.realpath(tempfile.gettempdir()))
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self", str(cage.work)], "exec": ["/usr/bin", "/bin", "/usr/lib/git-core"],
+                             "write": [upwards]},
+                         env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(cage.work), **GIT_ENV}})
+    script = f"cd {cage.work} && " + ATTACKS["submodule"].replace("FSM", _fsmonitor(marker)) + " && echo PLANTED"
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=policy, via="cli")
+    assert "PLANTED" in result.out, result
+    assert result.rc == 125 and "left code for the host's next git command" in result.err, result
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git ran a command planted through a {tmp}/.. write root"

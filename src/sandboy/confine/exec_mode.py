@@ -28,7 +28,8 @@ def hooks_for(cage, egress_log=None) -> list:
     # no check (nowhere else to leave a link leading the operator's git there; the commonest
     # policy: the import is left out for it); beside another write root, `{tmp}` is walked
     # too unless it is the tier's private tmpfs (gitcheck._cage_scope)
-    if policy.fs.protect_defaults and any(not w.startswith("{tmp}") for w in policy.fs.write):
+    # (normalised first: `{tmp}/../x` names a directory beside it, resolved so at run time)
+    if policy.fs.protect_defaults and any(not os.path.normpath(w).startswith("{tmp}") for w in policy.fs.write):
         from sandboy.confine.gitcheck import GitCheck
 
         check = GitCheck.for_cage(cage)
