@@ -130,3 +130,28 @@ def test_a_plain_tool_name_with_dots_and_dashes_runs(tmp_path: Path) -> None:
                            "-o", str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out.sarif").is_file()
+
+
+@pytest.mark.parametrize("phase", ["{victim}/planted", "../../victim/planted", "a/b", "..", "-x"])
+def test_a_repository_phase_name_cannot_place_the_hosts_log_files(tmp_path: Path, phase: str) -> None:
+    """Each phase's stdout and stderr are written by Sandboy (on the host, not in the cage) to
+    LOGS/<phase name>.stdout/.stderr: a phase named by a path would make the host write the
+    confined tool's output, which the repository controls, to a file it chose. Refused (exit 2)
+    before anything runs; checked on the host: nothing appears in the chosen directory."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    name = phase.format(victim=victim)
+    (repo / ".007" / "adapters.toml").write_text(
+        'version = 1\n[tools.t]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+        f'[[tools.t.phases]]\nname = "{name}"\ninclude = ["system"]\n'
+        'argv = ["sh", "-c", "echo \'{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}\'"]\n')
+    work = tmp_path / "w"  # the run's work directory: "../../victim" from its logs is tmp_path/w/victim at most
+    work.mkdir()
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo), "--tools=t",
+                           "-o", str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(work)})
+    assert done.returncode == 2, done.stderr
+    assert "a phase's name is a plain name" in done.stderr and "Traceback" not in done.stderr
+    assert list(victim.iterdir()) == [] and list(work.iterdir()) == [] and not (tmp_path / "out.sarif").exists()

@@ -92,6 +92,14 @@ def _fail(src: str, key: str, problem: str) -> UsageError:
     return UsageError(f"{clean(src)}: {clean(key)}: {problem}")
 
 
+def _plain_name(src: str, key: str, name: str, what: str, names: str) -> None:
+    """A name the pipeline makes a path component of: a letter or digit, then letters, digits,
+    '.', '_', '-', at most 64 characters — never a path, '..' or an option."""
+    if not (0 < len(name) <= 64 and name[0].isascii() and name[0].isalnum() and set(name) <= _NAME_CHARS):
+        raise _fail(src, key, f"{what} is a plain name: a letter or digit, then letters, digits, '.', '_', '-' "
+                    f"(at most 64 characters; it names {names})")
+
+
 def _check_keys(src: str, where: str, table: Any, known: tuple[str, ...]) -> dict[str, Any]:
     """policy.load's check of a table's keys, as this module's UsageError. The message is one
     line, cleaned whole: `where` holds tool names from the (untrusted) file."""
@@ -152,8 +160,12 @@ def _phase(src: str, key: str, data: Any, index: int) -> Phase:
     ok_exit = data.get("ok_exit", [0])
     if not isinstance(ok_exit, list) or not ok_exit:
         raise _fail(src, f"{key}.ok_exit", "expected a non-empty list of exit statuses")
+    name = _str(src, f"{key}.name", data.get("name", f"phase{index + 1}"))
+    # LOGS/<name>.stdout and .stderr, written by Sandboy on the host with the confined tool's
+    # output: a path would let the repository choose the file.
+    _plain_name(src, f"{key}.name", name, "a phase's name", "its log files")
     return Phase(
-        name=_str(src, f"{key}.name", data.get("name", f"phase{index + 1}")),
+        name=name,
         argv=argv, include=include,
         read=_strs(src, f"{key}.read", data.get("read", [])),
         exec=_strs(src, f"{key}.exec", data.get("exec", [])),
@@ -170,11 +182,9 @@ def _tool(src: str, name: str, data: Any) -> Tool:
 
     key = f"tools.{name}"
     data = _check_keys(src, key, data, TOOL_KEYS)
-    if not (0 < len(name) <= 64 and name[0].isascii() and name[0].isalnum() and set(name) <= _NAME_CHARS):
-        # The name is a path component: the pipeline makes WORK/<name>/{out,home,logs}, writable
-        # by the confined tool. "/" or "../.." would put them where the (repository's) file chose.
-        raise _fail(src, key, "a tool's name is a plain name: a letter or digit, then letters, digits, '.', '_', '-' "
-                    "(at most 64 characters; it names the tool's work directory)")
+    # WORK/<name>/{out,home,logs}, writable by the confined tool: "/" or "../.." would put them
+    # where the (repository's) file chose.
+    _plain_name(src, key, name, "a tool's name", "the tool's work directory")
     for required in ("adapter", "output", "phases"):
         if required not in data:
             raise _fail(src, f"{key}.{required}", "missing (every tool names its adapter, output and phases)")
