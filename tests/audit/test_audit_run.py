@@ -175,3 +175,30 @@ network = true
     done = _audit("run", str(demo), "-o", str(tmp_path / "x.sarif"), cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "adapters.toml: tools.exfil.phases[0].network: a repository cannot grant its tools the network" in done.stderr
+
+
+@pytest.mark.parametrize("planted", ["ln -s {secret} {out}/x.sarif", "mkdir {out}/d && ln -s {secret_dir} {out}/d/in"])
+def test_a_tools_output_that_is_a_symlink_is_not_read(tmp_path: Path, planted: str) -> None:
+    """Sandboy reads the tool's output file with the host's rights. A repository's tool that makes
+    it a symlink (or puts it under a symlinked directory) to a host file would have that file fed
+    to the adapter and into the SARIF, e.g. a JSON config holding a token. Checked on the written
+    log: the host file's marker is nowhere; the tool is reported FAILED, saying why."""
+    marker = f"host-secret-{os.getpid()}"
+    secret_dir = tmp_path / "host"
+    secret_dir.mkdir()
+    secret = secret_dir / "x.sarif"
+    secret.write_text(json.dumps({"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "t"}}, "results": [
+        {"ruleId": "R", "message": {"text": marker}}]}]}))
+    (secret_dir / "in").mkdir()
+    (secret_dir / "in" / "x.sarif").write_text(secret.read_text())
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    file = "x.sarif" if "d/in" not in planted else "d/in/x.sarif"
+    command = planted.format(secret=secret, secret_dir=secret_dir / "in", out="{out}")
+    (repo / ".007" / "adapters.toml").write_text(
+        f'version = 1\n[tools.t]\nadapter = "passthrough"\noutput = {{ kind = "sarif", from = "file", file = "{file}" }}\n'
+        f'[[tools.t.phases]]\ninclude = ["system"]\nargv = ["sh", "-c", "{command}"]\n')
+    done = _audit("run", str(repo), "--tools", "t", "-o", str(tmp_path / "out.sarif"), cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "is a symlink or lies under one: not read" in done.stderr
+    assert marker not in done.stderr and not (tmp_path / "out.sarif").exists()

@@ -290,6 +290,21 @@ def relative_uris(doc: dict[str, Any], repo: Path) -> int:
     return changed
 
 
+def _made_here(path: Path, inside: Path) -> bool:
+    """Whether `path`, which the confined tool may have made, is a regular file really under
+    `inside`: no symlink, at the end or on the way. Sandboy reads it with the host's rights, so a
+    symlink the tool planted there would hand the adapter (and the SARIF) any file the host can
+    read. Checked once the tool's run is over."""
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    return os.path.realpath(path).startswith(os.path.realpath(inside) + os.sep)
+
+
 def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) -> ToolReport:
     from sandboy.audit.convert import ConvertRequest, convert
     from sandboy.audit.errors import AuditError
@@ -322,6 +337,11 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     source = out / tool.output_file if tool.output_from == "file" and tool.output_file else logs / f"{tool.phases[-1].name}.stdout"
     if not source.is_file():
         report.status, report.reason = FAILED, f"the tool wrote no {tool.output_file or 'stdout'}"
+        report.seconds = time.monotonic() - t0
+        return report
+    if not _made_here(source, out if source.is_relative_to(out) else logs):
+        report.status, report.reason = FAILED, (f"{tool.output_file} is a symlink or lies under one: not read (Sandboy "
+                                                "reads the tool's output with the host's rights)")
         report.seconds = time.monotonic() - t0
         return report
     progress(f"{tool.name}: converting with adapter {tool.adapter}…")
