@@ -155,3 +155,32 @@ def test_a_repository_phase_name_cannot_place_the_hosts_log_files(tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert "a phase's name is a plain name" in done.stderr and "Traceback" not in done.stderr
     assert list(victim.iterdir()) == [] and list(work.iterdir()) == [] and not (tmp_path / "out.sarif").exists()
+
+
+@pytest.mark.parametrize("field", ["write", "read", "exec"])
+def test_a_repository_cannot_widen_its_tools_cage(tmp_path: Path, field: str) -> None:
+    """A phase's read / write / exec paths go into its cage as they are. From a repository's
+    .007/adapters.toml, `write = ["/anywhere"]` made the host writable to the repository's own
+    tool (and `read` any file readable). Refused (exit 2) before anything runs, checked on the
+    host; the twin: the same entry from the operator's --adapters file runs and writes there."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    entry = ('version = 1\n[tools.t]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+             f'[[tools.t.phases]]\ninclude = ["system"]\n{field} = ["{victim}"]\n'
+             f'argv = ["sh", "-c", "echo planted > {victim}/planted; echo \'{{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}}\'"]\n')
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / ".007" / "adapters.toml").write_text(entry)
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo), "--tools=t",
+                           "-o", str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"tools.t.phases[0].{field}: a repository cannot widen its tools' cage" in done.stderr
+    assert list(victim.iterdir()) == [] and not (tmp_path / "out.sarif").exists()
+    if field == "write":
+        (repo / ".007" / "adapters.toml").unlink()
+        ops = tmp_path / "ops.toml"
+        ops.write_text(entry)
+        done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo), "--adapters", str(ops),
+                               "--tools=t", "-o", str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert (victim / "planted").read_text() == "planted\n"

@@ -285,6 +285,13 @@ def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, To
                 if phase.network:
                     raise _fail(str(src), f"tools.{name}.phases[{i}].network",
                                 "a repository cannot grant its tools the network (an operator file may)")
+                # Paths go into the phase's cage as they are: `write = ["/root"]` would make the
+                # host writable to the repository's own tool.
+                for field in ("read", "write", "exec"):
+                    if getattr(phase, field):
+                        raise _fail(str(src), f"tools.{name}.phases[{i}].{field}",
+                                    "a repository cannot widen its tools' cage: a phase reads the repository "
+                                    "and writes {out}, {home} and {tmp} (an operator file, --adapters FILE, may add paths)")
             tools[name] = tool
     if operator is not None:
         if not operator.is_file():
