@@ -40,6 +40,11 @@ def test_the_built_in_entries_load_and_cover_the_issue() -> None:
      "expected true or false"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\noutput = {kind='sarif', from='file', file='../x'}\n" + GOOD_PHASE, "tools.t.output.file", "inside the output directory"),
     ("version = 1\n[tools.t]\nadapter = 'bandit'\n", "tools.t.output", "missing"),
+    # looked up under the repository on the host: never a host path (an existence oracle)
+    ("version = 1\n" + GOOD_TOOL.replace("[tools.t]\n", "[tools.t]\nrequires = ['/etc/passwd']\n") + GOOD_PHASE,
+     "tools.t.requires", "expected a path inside the repository"),
+    ("version = 1\n" + GOOD_TOOL.replace("[tools.t]\n", "[tools.t]\nrequires = ['a/../../x']\n") + GOOD_PHASE,
+     "tools.t.requires", "expected a path inside the repository"),
     # the same table check as policy files (policy.load.checked_table)
     ("version = 1\ntools = 3\n", "tools", "expected a table [tools], got an integer"),
     ("version = 1\n[tools]\nt = 3\n", "tools.t", "expected a table [tools.t], got an integer"),

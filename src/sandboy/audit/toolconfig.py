@@ -92,6 +92,15 @@ def _fail(src: str, key: str, problem: str) -> UsageError:
     return UsageError(f"{clean(src)}: {clean(key)}: {problem}")
 
 
+def _inside_repository(src: str, key: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names` if every one is a relative path without '..' (looked up under the repository on
+    the host: '/etc/x' would tell the repository which host files exist)."""
+    for name in names:
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise _fail(src, key, f"expected a path inside the repository, got {name!r:.60}")
+    return names
+
+
 def _plain_name(src: str, key: str, name: str, what: str, names: str) -> None:
     """A name the pipeline makes a path component of: a letter or digit, then letters, digits,
     '.', '_', '-', at most 64 characters — never a path, '..' or an option."""
@@ -221,7 +230,7 @@ def _tool(src: str, name: str, data: Any) -> Tool:
         build_free=build_free, output_kind=kind, output_from=origin, output_file=file,
         artifact=_str(src, f"{key}.output.artifact", out.get("artifact", Path(file).name if file else "stdout")),
         phases=parsed,
-        requires=_strs(src, f"{key}.requires", data.get("requires", [])),
+        requires=_inside_repository(src, f"{key}.requires", _strs(src, f"{key}.requires", data.get("requires", []))),
         config=config,
         source=src,
     )
@@ -232,9 +241,7 @@ def _config(src: str, key: str, data: Any) -> ConfigChoice:
     files = _strs(src, f"{key}.files", data.get("files"))
     if not files:
         raise _fail(src, f"{key}.files", "expected at least one file name")
-    for name in files:
-        if name.startswith("/") or ".." in Path(name).parts:
-            raise _fail(src, f"{key}.files", f"expected a path inside the repository, got {name!r:.60}")
+    _inside_repository(src, f"{key}.files", files)
     argv = _strs(src, f"{key}.argv", data.get("argv"))
     otherwise = data.get("otherwise", [])
     if not isinstance(otherwise, list) or not all(isinstance(v, str) and v for v in otherwise):
