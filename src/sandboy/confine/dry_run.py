@@ -11,7 +11,7 @@ def report(policy, command: list, cwd=None, tty: bool = False) -> dict:
     from sandboy.confine.exec_mode import hooks_for, supervisor_needed
     from sandboy.confine.terminal import describe as describe_terminal
 
-    cage = build(policy, cwd=cwd, tty=tty)  # as the run would build it (--tty keeps /dev/tty)
+    cage = build(policy, cwd=cwd, tty=tty, reusable=False)  # as `sandboy run` builds it (--tty keeps /dev/tty)
     try:
         out = cage.report()
         out["supervised"] = supervisor_needed(cage, tty=tty, in_place=True, hooks=hooks_for(cage)) is not None
