@@ -171,6 +171,7 @@ if sys.argv[1] == "no-clone3":
     _libc.syscall(nr, *args)
 signal.signal(signal.SIGUSR1, lambda *_: None)  # caught here: Python's handler, in this memory
 signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # kept ignored, the init's children would be reaped unseen
 policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
                                                     "exec": ["/usr/bin", "/bin"]}}, "<test>")
 cage = cagemod.build(policy)
@@ -184,6 +185,7 @@ def masks(path):
     return int(fields["SigCgt"], 16), int(fields["SigIgn"], 16)
 print("caller", *masks("/proc/self/status"))
 print("init", *masks(f"/proc/{pid}/status"))
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # to wait for the init below
 os.kill(pid, signal.SIGKILL)
 os.waitpid(pid, 0)
 """
@@ -212,3 +214,6 @@ def test_the_namespace_init_runs_none_of_the_callers_signal_handlers(how):
     assert masks["caller"][0] & usr1 and masks["caller"][1] & usr2  # the twin: the caller has both
     assert masks["init"][0] == 0, hex(masks["init"][0])
     assert masks["init"][1] & usr2
+    chld = 1 << (signal.SIGCHLD - 1)  # ignored by the caller, not by the init that waits for its command
+    assert masks["caller"][1] & chld and not masks["init"][1] & chld
+

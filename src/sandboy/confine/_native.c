@@ -376,6 +376,12 @@ static void forwarding_set(sigset_t *set) {
 static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *slots) {
     if (job->slot == NULL)
         return -EINVAL;  /* an init needs its slot's stacks (fork_exec with clone_flags) */
+    /* SIGCHLD back to SIG_DFL: an ignored SIGCHLD (SIG_IGN survives exec, so a caller started
+       with it has it, and neither CLONE_CLEAR_SIGHAND nor default_caught_signals touches an
+       ignored signal) makes the kernel reap the init's children itself, and the wait4 below
+       would never see the command exit: the run hung for ever, the init left behind. */
+    struct kernel_sigaction dfl = {0};
+    raw_call(SYS_rt_sigaction, SIGCHLD, (long)&dfl, 0, 8, 0, 0);
     sigset_t set;
     forwarding_set(&set);
     raw_call(SYS_rt_sigprocmask, SIG_BLOCK, (long)&set, 0, 8, 0, 0);  /* the command unblocks in its plan */
