@@ -104,6 +104,13 @@ def cmd_run(args: RunArgs) -> int:
     # and exec mode then only waits and leaves by os._exit. Re-enabled before a supervised run,
     # which may last (terminal relay, egress proxy).
     gc.disable()
+    # This process waits for what it starts (the namespace's init, the command, the supervisor):
+    # an ignored SIGCHLD, which survives exec from whoever started us, has the kernel reap them
+    # unseen and send no SIGCHLD — the tier's wait hung for ever, a supervised run lost the
+    # command's exit code. The command's own plan resets what it inherits either way.
+    import _signal  # not `signal`: it imports enum
+
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     from sandboy.confine import cage as cagemod
     from sandboy.confine import exec_mode
     from sandboy.confine.terminal import has_controlling_terminal

@@ -217,3 +217,63 @@ def test_the_namespace_init_runs_none_of_the_callers_signal_handlers(how):
     chld = 1 << (signal.SIGCHLD - 1)  # ignored by the caller, not by the init that waits for its command
     assert masks["caller"][1] & chld and not masks["init"][1] & chld
 
+
+IGNORING_SIGCHLD = r"""
+import os, signal, sys
+from sandboy.confine import _libc, seccomp
+
+if sys.argv[1] == "no-clone3":  # clone3 answered ENOSYS (Docker's filter): the clone(2) fallback
+    p = seccomp._Prog()
+    p.op(seccomp.LD_W_ABS, 0)
+    p.op(seccomp.JEQ_K, 435, 0, 1)
+    p.op(seccomp.RET_K, seccomp.errno_ret(38))
+    p.op(seccomp.RET_K, seccomp.RET_ALLOW)
+    steps, keep = seccomp.plan(p.bytes())
+    _libc.syscall(157, 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    nr, _, *args = steps[0][1]
+    _libc.syscall(nr, *args)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # an ignored disposition survives exec
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("how, options, tier", [("clone3", [], True), ("no-clone3", [], True),
+                                               ("clone3", ["--tty"], True), ("clone3", ["--tty"], False)])
+def test_a_caller_ignoring_sigchld_still_gets_the_commands_status(how, options, tier, tmp_path):
+    """SIG_IGN survives exec, and with SIGCHLD ignored the kernel reaps a child unseen and sends
+    no SIGCHLD: under the tier `sandboy run` waited for its init for ever (and so did the init
+    for its command), a supervised run (--tty) lost the exit code ("No child processes", 74).
+    `sandboy run` and the init put SIGCHLD back to SIG_DFL. Judged from the host: the command's
+    exit code arrives, and no process of the run is left."""
+    from cagekit import SANDBOY
+
+    from sandboy.confine import _libc, namespaces
+
+    if tier and (_libc.IMPLEMENTATION != "native" or not namespaces.availability()[0]):
+        pytest.skip("the C executor's namespace init")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\nexec = ["/usr/bin", "/bin"]\n')
+    src = pathlib.Path(namespaces.__file__).resolve().parents[2]
+    marker = str(policy)
+
+    def leftovers():
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if marker.encode() in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                pass
+        return found
+
+    try:
+        out = subprocess.run([sys.executable, "-c", IGNORING_SIGCHLD, how, SANDBOY, "run", "-p", marker, *options,
+                              "--", "sh", "-c", "sleep 0.1; exit 3"], capture_output=True, text=True, timeout=30,
+                             env={**os.environ, "PYTHONPATH": str(src), **({} if tier else {"SANDBOY_NAMESPACES": "0"})})
+        assert out.returncode == 3, out.stderr
+        assert leftovers() == []
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run hung: the init never saw its command exit")
+    finally:
+        for pid in leftovers():
+            os.kill(pid, 9)
