@@ -277,3 +277,42 @@ def test_a_caller_ignoring_sigchld_still_gets_the_commands_status(how, options, 
     finally:
         for pid in leftovers():
             os.kill(pid, 9)
+
+
+INIT_SIGCHLD = r"""
+import os, signal, time
+from sandboy import Policy
+from sandboy.confine import cage as cagemod
+
+policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
+                                                    "exec": ["/usr/bin", "/bin"]}}, "<test>")
+cage = cagemod.build(policy)
+assert cage.tier is not None
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+null = os.open(os.devnull, os.O_RDWR)
+r, w = os.pipe2(os.O_CLOEXEC)
+pid = cage.start_child(["/bin/sleep", "60"], (null, null, null), w)
+os.close(w)
+deadline = time.monotonic() + 10
+while not open(f"/proc/{pid}/task/{pid}/children").read() and time.monotonic() < deadline:
+    time.sleep(0.01)  # the Python executor returns before its init has started the command
+fields = dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":\t" in line)
+print(int(fields["SigIgn"], 16) >> (signal.SIGCHLD - 1) & 1)
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"""
+
+
+def test_the_namespace_init_of_either_executor_does_not_ignore_sigchld():
+    """As above, for whichever executor is in use (make test runs tests/cage with both): the
+    init of a caller that ignores SIGCHLD must still be told when its command exits."""
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    src = pathlib.Path(namespaces.__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", INIT_SIGCHLD], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(src)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"

@@ -219,6 +219,9 @@ else:
         import _signal
 
         watched = {*FORWARDED_SIGNALS, SIGCHLD}
+        # SIGCHLD to SIG_DFL, as _native.c: ignored, the kernel reaps the command unseen (raw:
+        # this child of a raw clone may not be Python's main thread for _signal.signal)
+        syscall(SYS_RT_SIGACTION, SIGCHLD, bytes(32), 0, 8)
         _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)  # the child unblocks in its plan
         child = syscall(SYS_CLONE, SIGCHLD, 0, 0, 0, 0)
         if child == 0:
