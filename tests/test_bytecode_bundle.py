@@ -175,6 +175,49 @@ def test_an_edit_that_keeps_the_size_runs_the_new_code(package):
     assert result["served"] == sorted(set(bytecode_bundle.RUN_PATH_MODULES) - {"sandboy.errors"})
 
 
+def test_a_source_rewritten_while_the_bundle_is_built_runs_the_new_code(package, monkeypatch):
+    """`make compile` while an editor rewrites a file in place (same size): the builder must
+    not record the new file's mtime beside the code of the old bytes. The rewrite happens on
+    disk right after the builder has read errors.py (its own `open`, wrapped)."""
+    source = package / "errors.py"
+    text = source.read_text()
+    edited = text.replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121")
+    assert len(edited) == len(text)
+    real_open = open
+
+    class RewrittenAfterRead:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def fileno(self):
+            return self.fh.fileno()
+
+        def read(self):
+            data = self.fh.read()
+            with real_open(source, "r+") as out:  # in place: same inode, later mtime
+                out.write(edited)
+            st = source.stat()
+            os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+            return data
+
+    def opener(path, mode="r", *args, **kwargs):
+        fh = real_open(path, mode, *args, **kwargs)
+        return RewrittenAfterRead(fh) if Path(path) == source else fh
+
+    monkeypatch.setattr(bytecode_bundle, "open", opener, raising=False)
+    bytecode_bundle.build(str(package))
+    monkeypatch.undo()
+    assert source.read_text() == edited
+    result = probe(package)
+    assert (result["exit_not_executable"], result["plain"]) == (121, ["sandboy.errors"])
+
+
 def test_an_edit_that_changes_the_size_runs_the_new_code(package):
     source = package / "errors.py"
     source.write_text(source.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 1260"))

@@ -230,8 +230,11 @@ def build(package_dir: str, groups=RUN_PATH_GROUPS) -> str:
             relative_path, is_package = found
             source_path = f"{package_dir}/{relative_path}"
             with open(source_path, "rb") as fh:
-                source = fh.read()
+                # stat BEFORE reading, as importlib's source loader does: a file rewritten in
+                # place after the stat gets a newer mtime, so the bundle's code is then checked
+                # by hash; stat after the read recorded the new mtime beside the old code
                 st = os.fstat(fh.fileno())
+                source = fh.read()
             if not relative_path.endswith(".py"):
                 entries.append((name, False, relative_path, st.st_size, st.st_mtime_ns, b"", 0, 0, -1))
                 continue
