@@ -36,7 +36,11 @@ from sandboy import Policy, run
 policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc"],
                                                     "exec": ["/usr/bin", "/bin"]}}, "<test>")
 script = ("tr '\\0' ' ' < /proc/1/cmdline; echo; cat /proc/1/status; "
-          "sleep 5 & echo CHILD $!; tr '\\0' ' ' < /proc/$!/cmdline; echo; ps -e -o pid=,comm=; kill $!")
+          "sleep 5 & echo CHILD $!; "
+          # the background child is `sh` until it has exec'd sleep: wait for that (bounded), or the
+          # twin below races it (ps listed it as 'sh' about one run in three under load)
+          "i=0; while read c < /proc/$!/comm && [ \"$c\" != sleep ] && [ $i -lt 100000 ]; do i=$((i+1)); done; "
+          "tr '\\0' ' ' < /proc/$!/cmdline; echo; ps -e -o pid=,comm=; kill $!")
 result = run(["/bin/sh", "-c", script], policy)
 print("RESULT", result.outcome, result.returncode)
 """
