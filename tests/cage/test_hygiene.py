@@ -152,14 +152,11 @@ def test_ignored_signals_are_not_inherited(cage):
     assert int(fields["SigBlk"], 16) == 0
 
 
-INIT_HANDLERS = r"""
-import os, signal, sys
-from sandboy import Policy
-from sandboy.confine import _libc, seccomp
-from sandboy.confine import cage as cagemod
-
+# Run before a caller script's own code (it needs sys, _libc and seccomp imported): with
+# argv[1] == "no-clone3", clone3 answers ENOSYS, as Docker's default filter does, so
+# fork_exec takes its clone(2) fallback.
+REFUSE_CLONE3_IF_ASKED = r"""
 if sys.argv[1] == "no-clone3":
-    # clone3 answered ENOSYS, as Docker's default filter does: fork_exec falls back to clone(2)
     p = seccomp._Prog()
     p.op(seccomp.LD_W_ABS, 0)
     p.op(seccomp.JEQ_K, 435, 0, 1)
@@ -169,7 +166,15 @@ if sys.argv[1] == "no-clone3":
     _libc.syscall(157, 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
     nr, _, *args = steps[0][1]
     _libc.syscall(nr, *args)
-signal.signal(signal.SIGUSR1, lambda *_: None)  # caught here: Python's handler, in this memory
+"""
+
+INIT_HANDLERS = r"""
+import os, signal, sys
+from sandboy import Policy
+from sandboy.confine import _libc, seccomp
+from sandboy.confine import cage as cagemod
+
+""" + REFUSE_CLONE3_IF_ASKED + r"""signal.signal(signal.SIGUSR1, lambda *_: None)  # caught here: Python's handler, in this memory
 signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # kept ignored, the init's children would be reaped unseen
 policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
@@ -222,17 +227,7 @@ IGNORING_SIGCHLD = r"""
 import os, signal, sys
 from sandboy.confine import _libc, seccomp
 
-if sys.argv[1] == "no-clone3":  # clone3 answered ENOSYS (Docker's filter): the clone(2) fallback
-    p = seccomp._Prog()
-    p.op(seccomp.LD_W_ABS, 0)
-    p.op(seccomp.JEQ_K, 435, 0, 1)
-    p.op(seccomp.RET_K, seccomp.errno_ret(38))
-    p.op(seccomp.RET_K, seccomp.RET_ALLOW)
-    steps, keep = seccomp.plan(p.bytes())
-    _libc.syscall(157, 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    nr, _, *args = steps[0][1]
-    _libc.syscall(nr, *args)
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # an ignored disposition survives exec
+""" + REFUSE_CLONE3_IF_ASKED + r"""signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # an ignored disposition survives exec
 os.execv(sys.argv[2], sys.argv[2:])
 """
 
