@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sandboy.errors import EXIT_READER_GONE
+from sandboy.errors import EXIT_INTERRUPTED, EXIT_READER_GONE
 from sandboy.sizes import size_type
 
-EXIT_INTERRUPTED = 130  # ^C: the shell's convention for SIGINT
 
 EPILOG = """\
 examples:

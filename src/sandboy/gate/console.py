@@ -17,12 +17,13 @@ import sys
 import time
 
 from sandboy.escape import block, clean
+from sandboy.gate.status import Status
 
-_COLOURS = {"passed": "32", "failed": "31", "timed_out": "31", "killed": "31", "cage_error": "35",
-            "policy_error": "35", "not_run": "2", "note": "33", "head": "1"}
+_COLOURS = {Status.PASSED: "32", Status.FAILED: "31", Status.TIMED_OUT: "31", Status.KILLED: "31",
+            Status.CAGE_ERROR: "35", Status.POLICY_ERROR: "35", Status.NOT_RUN: "2", "note": "33", "head": "1"}
 
-LABELS = {"passed": "PASSED", "failed": "FAILED", "timed_out": "TIMED OUT", "killed": "KILLED",
-          "cage_error": "CAGE ERROR", "policy_error": "POLICY ERROR", "not_run": "NOT RUN"}
+LABELS = {Status.PASSED: "PASSED", Status.FAILED: "FAILED", Status.TIMED_OUT: "TIMED OUT", Status.KILLED: "KILLED",
+          Status.CAGE_ERROR: "CAGE ERROR", Status.POLICY_ERROR: "POLICY ERROR", Status.NOT_RUN: "NOT RUN"}
 
 
 def truncation(result) -> str:
@@ -32,7 +33,7 @@ def truncation(result) -> str:
 
 
 def label(result) -> str:
-    return LABELS[result.status] + (" (allowed)" if result.allow_failure and result.status != "passed" else "")
+    return LABELS[result.status] + (" (allowed)" if result.allow_failure and result.status != Status.PASSED else "")
 
 
 class Console:
@@ -125,10 +126,10 @@ class Console:
         self._current = None
         for item in result.degraded:
             self.note(f"step {clean(result.name)}: not enforced on this kernel: {clean(item)}")
-        kind = "passed" if result.status == "passed" else ("note" if result.allow_failure else result.status)
+        kind = Status.PASSED if result.status == Status.PASSED else ("note" if result.allow_failure else result.status)
         if result.output_dropped:
             self.note(f"step {clean(result.name)}: {truncation(result)}")
-        said = "" if result.status == "passed" else f": {clean(result.describe())}"
+        said = "" if result.status == Status.PASSED else f": {clean(result.describe())}"
         text = f"== {clean(result.name)}: {label(result)}{said} in {result.duration:.2f}s"
         self._line(self._paint(kind, text))
 

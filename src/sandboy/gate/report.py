@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 
+from sandboy.errors import EXIT_CAGE, EXIT_INTERRUPTED, EXIT_USAGE
 from sandboy.escape import block, clean, markdown
 from sandboy.gate.console import label, truncation
+from sandboy.gate.status import Status
 
 REPORT_VERSION = 1
 _TAIL_IN_REPORTS = 16 * 1024
@@ -19,7 +21,9 @@ def _tail_text(result) -> str:
 
 
 def gate_status(code: int) -> str:
-    return {0: "passed", 1: "failed", 2: "policy_error", 125: "cage_error", 130: "interrupted"}.get(code, "failed")
+    """The whole gate's status, from its exit code."""
+    return {0: Status.PASSED, 1: Status.FAILED, EXIT_USAGE: Status.POLICY_ERROR, EXIT_CAGE: Status.CAGE_ERROR,
+            EXIT_INTERRUPTED: Status.INTERRUPTED}.get(code, Status.FAILED)
 
 
 # --- table -----------------------------------------------------------------------------
@@ -38,8 +42,8 @@ def table(gate_result) -> str:
     rows = [("step", "result", "code", "time", "narrowed", "detail")]
     for s in gate_result.steps:
         code = "" if s.returncode is None else str(s.returncode)
-        detail = "" if s.status in ("passed", "not_run") else s.describe()
-        if s.status == "failed" and last_line(s):
+        detail = "" if s.status in Status.NO_DETAIL else s.describe()
+        if s.status == Status.FAILED and last_line(s):
             detail = f"{detail}: {last_line(s)}"
         if s.output_dropped:
             detail = "; ".join(d for d in (detail, f"output truncated ({s.output_dropped:,} bytes dropped)") if d)
@@ -134,10 +138,10 @@ def to_junit(gate_result) -> bytes:
     steps = gate_result.steps
     # An allowed failure does not fail the gate, so a CI dashboard must not count it as a failure:
     # it is written as <skipped message="allowed failure (STATUS): ..."> (and counted as skipped).
-    allowed = {id(s) for s in steps if s.allow_failure and s.status not in ("passed", "not_run")}
-    failures = sum(s.status in ("failed", "timed_out", "killed") and id(s) not in allowed for s in steps)
-    errors = sum(s.status in ("cage_error", "policy_error") and id(s) not in allowed for s in steps)
-    skipped = sum(s.status == "not_run" or id(s) in allowed for s in steps)
+    allowed = {id(s) for s in steps if s.allow_failure and s.status not in Status.NO_DETAIL}
+    failures = sum(s.status in Status.FAILING and id(s) not in allowed for s in steps)
+    errors = sum(s.status in Status.REFUSED and id(s) not in allowed for s in steps)
+    skipped = sum(s.status == Status.NOT_RUN or id(s) in allowed for s in steps)
     counts = {"tests": str(len(steps)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped),
               "time": f"{gate_result.duration:.3f}"}
     root = ET.Element("testsuites", {"name": "sandboy gate", **counts})
@@ -149,11 +153,11 @@ def to_junit(gate_result) -> bytes:
         message = _xml_safe(s.describe())
         if id(s) in allowed:
             ET.SubElement(case, "skipped", {"message": f"allowed failure ({s.status}): {message}"}).text = message
-        elif s.status in ("failed", "timed_out", "killed"):
+        elif s.status in Status.FAILING:
             ET.SubElement(case, "failure", {"message": message, "type": s.status}).text = message
-        elif s.status in ("cage_error", "policy_error"):
+        elif s.status in Status.REFUSED:
             ET.SubElement(case, "error", {"message": message, "type": s.status}).text = message
-        elif s.status == "not_run":
+        elif s.status == Status.NOT_RUN:
             why = _xml_safe(s.error) if s.error else ("the gate was interrupted" if gate_result.interrupted
                                                      else "an earlier required step failed")
             ET.SubElement(case, "skipped", {"message": f"not run: {why}"})
@@ -177,13 +181,13 @@ def _md(text: str) -> str:
 
 def to_markdown(gate_result) -> str:
     code = gate_result.exit_code
-    icon = {"passed": "✅", "not_run": "⏭️"}
+    icon = {Status.PASSED: "✅", Status.NOT_RUN: "⏭️"}
     lines = [f"### sandboy gate: {gate_status(code).replace('_', ' ')} (exit {code})", "",
              "| step | result | code | time | detail |", "|---|---|---|---|---|"]
     for s in gate_result.steps:
         mark = icon.get(s.status, "⚠️" if s.allow_failure else "❌")
         code_cell = "" if s.returncode is None else str(s.returncode)
-        detail = "" if s.status in ("passed", "not_run") else s.describe()
+        detail = "" if s.status in Status.NO_DETAIL else s.describe()
         if s.output_dropped:
             detail = "; ".join(d for d in (detail, truncation(s)) if d)
         lines.append(f"| {_md(s.name)} | {mark} {label(s)} | {code_cell} | {s.duration:.2f}s | {_md(detail)} |")

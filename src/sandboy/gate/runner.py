@@ -18,15 +18,12 @@ import select
 import time
 
 from sandboy.confine.result import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, PLANTED, SIGNALED, TIMED_OUT
-from sandboy.errors import EXIT_CAGE, EXIT_USAGE, CageError, PolicyError
+from sandboy.errors import EXIT_CAGE, EXIT_INTERRUPTED, EXIT_USAGE, CageError, PolicyError
 from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT, StepOutput
+from sandboy.gate.status import Status
 from sandboy.policy.meet import meet
 from sandboy.policy.resolve import Context, policy_dir, resolve
 
-# outcome of the cage -> status in every report; nothing but "exited 0" reads as passed
-STATUSES = ("passed", "failed", "timed_out", "killed", "cage_error", "policy_error", "not_run")
-_FAILING = ("failed", "timed_out", "killed")
-EXIT_INTERRUPTED = 130  # ^C or SIGTERM stopped the gate: the shell's convention for SIGINT
 
 
 def _from_run(name: str, default):
@@ -50,7 +47,7 @@ class StepResult:
         self.allow_failure = step.allow_failure
         self.timeout = step.timeout
         self.index = index
-        self.status = "not_run"
+        self.status = Status.NOT_RUN
         self.run_result = None  # sandboy.confine.result.RunResult, once a command ran
         self._error = None      # why the step could not start (policy or cage error)
         self.duration = 0.0
@@ -69,7 +66,7 @@ class StepResult:
     def returncode(self):
         if self.run_result is not None:
             return self.run_result.returncode
-        return EXIT_CAGE if self.status == "cage_error" else None
+        return EXIT_CAGE if self.status == Status.CAGE_ERROR else None
 
     @property
     def error(self):
@@ -85,21 +82,21 @@ class StepResult:
         """Does this step, as it ended, fail the gate? `allow_failure` steps never do."""
         if self.run_result is not None and self.run_result.outcome == PLANTED:
             return True  # not a test's failure to allow: the step left code for the host's git (ADR 0019)
-        return not self.allow_failure and self.status in (*_FAILING, "cage_error", "policy_error")
+        return not self.allow_failure and self.status in (*Status.FAILING, *Status.REFUSED)
 
     def describe(self) -> str:
         """The outcome in words, identical in every report."""
-        if self.status == "passed":
+        if self.status == Status.PASSED:
             return "passed"
-        if self.status == "failed":
+        if self.status == Status.FAILED:
             return f"failed (exit {self.returncode})" + (f": {self.error}" if self.error else "")
-        if self.status == "timed_out":
+        if self.status == Status.TIMED_OUT:
             return f"timed out after {self.timeout or '?'}s (tree killed, exit {self.returncode})"
-        if self.status == "killed":
+        if self.status == Status.KILLED:
             return f"killed by signal {self.signal} (exit {self.returncode})"
-        if self.status == "cage_error":
+        if self.status == Status.CAGE_ERROR:
             return f"cage error (exit {EXIT_CAGE}): {self.error}"
-        if self.status == "policy_error":
+        if self.status == Status.POLICY_ERROR:
             return f"policy error: {self.error}"
         return "not run"
 
@@ -117,9 +114,9 @@ class GateResult:
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
-        if any(s.status == "policy_error" for s in self.steps):
+        if any(s.status == Status.POLICY_ERROR for s in self.steps):
             return EXIT_USAGE
-        if any(s.failed_gate and s.status == "cage_error" for s in self.steps):
+        if any(s.failed_gate and s.status == Status.CAGE_ERROR for s in self.steps):
             return EXIT_CAGE
         return 1 if any(s.failed_gate for s in self.steps) else 0
 
@@ -337,7 +334,7 @@ class GateRun:
             except Interrupted:
                 return True
             except PolicyError as exc:  # e.g. a path the meet cannot resolve; nothing of this step ran
-                result.refuse("policy_error", str(exc))
+                result.refuse(Status.POLICY_ERROR, str(exc))
                 self.console.step_end(result)
                 break
             result.narrowings = narrowings
@@ -348,12 +345,12 @@ class GateRun:
             try:
                 interrupted = self.run_step(step, result, policy)
             except Interrupted:  # while its cage was built: nothing of it ran
-                result.refuse("not_run", "interrupted before it started")
+                result.refuse(Status.NOT_RUN, "interrupted before it started")
                 interrupted = True
             self.console.step_end(result)
             if interrupted:
                 return True
-            if result.status == "policy_error":
+            if result.status == Status.POLICY_ERROR:
                 break
             if result.failed_gate and not self.keep_going:
                 halted = True
@@ -404,10 +401,10 @@ class GateRun:
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
                                    hooks=hooks_for(cage, egress_log)).start()
             except PolicyError as exc:
-                result.refuse("policy_error", str(exc))
+                result.refuse(Status.POLICY_ERROR, str(exc))
                 return False
             except CageError as exc:
-                result.refuse("cage_error", str(exc))
+                result.refuse(Status.CAGE_ERROR, str(exc))
                 return False
             finally:
                 os.close(write_fd)
@@ -432,7 +429,7 @@ class GateRun:
             result.duration = time.monotonic() - started
         result.run_result = outcome
         result.status = _status(outcome)
-        if result.status == "timed_out":
+        if result.status == Status.TIMED_OUT:
             # the cage's timeout is the smaller of the step's and the ceiling's wall_seconds
             wall = policy.limits.wall_seconds
             result.timeout = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
@@ -518,14 +515,14 @@ class GateRun:
 
 
 def _status(outcome) -> str:
-    """A RunResult's outcome as a step status; nothing but "exited 0" reads as passed."""
+    """A RunResult's outcome as a step status (`Status`); nothing but "exited 0" reads as passed."""
     if outcome.outcome == EXITED:
-        return "passed" if outcome.returncode == 0 else "failed"
+        return Status.PASSED if outcome.returncode == 0 else Status.FAILED
     if outcome.outcome in (NOT_FOUND, NOT_EXECUTABLE):
-        return "failed"
+        return Status.FAILED
     if outcome.outcome == TIMED_OUT:
-        return "timed_out"
+        return Status.TIMED_OUT
     if outcome.outcome in (SIGNALED, KILLED):
-        return "killed"
-    return "cage_error"  # CAGE_ERROR, and PLANTED: the cage did not hold (ADR 0019)
+        return Status.KILLED
+    return Status.CAGE_ERROR  # CAGE_ERROR, and PLANTED: the cage did not hold (ADR 0019)
 
