@@ -186,6 +186,37 @@ class GlobBudget:
                             "(all deny globs of a step share that time); narrow the pattern")
 
 
+_O_PATH = 0o10000000
+
+
+def existing_realpath(path: str):
+    """`os.path.realpath(path)` if `path` exists (`os.path.exists`: symlinks followed), else
+    None — the same answers, asked of the kernel: one open(O_PATH) and a readlink of its
+    /proc/self/fd entry instead of posixpath's lstat and readlink of every component in Python
+    (≈ 5 system calls and 10-30 µs per grant path, `/lib64/ld-linux-x86-64.so.2` 13 calls).
+
+    Wherever the kernel's answer could differ from realpath's, realpath itself answers:
+    paths under /proc (magic links such as /proc/self/fd/N or /proc/PID/root are followed by the
+    kernel, read as text by realpath), a name the kernel gives that is not an absolute path
+    (a pipe, an anonymous inode) or ends in " (deleted)", and any error (a missing path, no /proc
+    mounted, no fd left): then `os.path.exists` and `os.path.realpath` decide, as before."""
+    if not path.startswith("/proc/"):
+        try:
+            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            fd = -1
+        if fd >= 0:
+            try:
+                real = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                real = ""
+            finally:
+                os.close(fd)
+            if real.startswith("/") and not real.endswith(" (deleted)"):
+                return real
+    return os.path.realpath(path) if os.path.exists(path) else None
+
+
 def expand_denies(denies, warn, budget=None) -> list[str]:
     """Deny patterns → the real paths that exist now (globs matched at launch, docs/design.md, within
     one GlobBudget: a CageError names a pattern that costs too much)."""
@@ -197,7 +228,8 @@ def expand_denies(denies, warn, budget=None) -> list[str]:
         else:
             matches = [pattern] if os.path.lexists(pattern) else []
         for match in matches:
-            real = os.path.realpath(match)
+            # a dangling symlink (lexists, not exists) is denied where it points, as realpath says
+            real = existing_realpath(match) or os.path.realpath(match)
             if real not in out:
                 out.append(real)
     return out

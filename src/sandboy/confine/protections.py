@@ -182,8 +182,10 @@ def _own_cache_dir() -> str:
     rights) cannot make it either."""
     from sandboy.policy.load import cache_dir
 
-    path = os.path.realpath(cache_dir())
-    if not os.path.isdir(path):  # one stat where it exists (makedirs: two, and a failed mkdir)
+    wanted = cache_dir()
+    path = landlock.existing_realpath(wanted)
+    if path is None or not os.path.isdir(path):  # one stat where it exists (makedirs: two, and a failed mkdir)
+        path = path or os.path.realpath(wanted)
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError:
@@ -213,12 +215,12 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     grants: dict[str, int] = {}
     for key, rights in landlock.RIGHT_NAMES.items():
         for path in getattr(fs, key):
-            if not os.path.exists(path):
+            real = landlock.existing_realpath(path)
+            if real is None:
                 if job.strict:
                     raise PolicyError(source, f"fs.{key}", f"{path} does not exist (compat.landlock = \"strict\")")
                 warnings.append(f"fs.{key}: {path} does not exist; skipped")
                 continue
-            real = os.path.realpath(path)
             grants[real] = grants.get(real, 0) | rights
     for path, rights in landlock.DEVICE_GRANTS:
         if os.path.exists(path):
@@ -226,8 +228,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     if fs.exec:
         # Every dynamically linked program needs EXECUTE on its ELF interpreter (docs/findings.md).
         for interp in landlock.ELF_INTERPRETERS:
-            if os.path.exists(interp):
-                real = os.path.realpath(interp)
+            real = landlock.existing_realpath(interp)
+            if real is not None:
                 grants[real] = grants.get(real, 0) | landlock.EXEC
 
     cache = _own_cache_dir() if cache is None else cache
