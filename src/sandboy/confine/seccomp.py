@@ -126,12 +126,11 @@ def denied_calls(policy) -> set:
 
 
 def syscall_nr(name: str) -> int:
-    nr = _COMMON_NRS.get(name)
-    if nr is None:
-        from sandboy.policy.syscalls import X86_64
+    if name in _COMMON_NRS:
+        return _COMMON_NRS[name]
+    from sandboy.policy.syscalls import X86_64
 
-        nr = X86_64[name]
-    return nr
+    return X86_64[name]
 
 
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -166,6 +165,13 @@ OFF_NR, OFF_ARCH = 0, 4
 
 def _arg_low(i: int) -> int:
     return 16 + 8 * i  # little-endian: the low 32 bits of args[i]
+
+
+# The instructions every rule body is made of, as `_insn` values, made once at import: a body is
+# then a list of these and of a few jumps, not a `_Prog` built op by op (≈ 120 calls a build).
+_LD_ARG = tuple(LD_W_ABS | _arg_low(i) << 32 for i in range(6))   # A = low 32 bits of args[i]
+_RET_ALLOW = RET_K | RET_ALLOW << 32
+_SKIP_NEXT = 1 << 24   # jt = 0, jf = 1: a false test skips the next instruction
 
 
 class SocketRules:
@@ -253,7 +259,8 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
     eperm = errno_ret(EPERM)
     ret_eperm = _insn(RET_K, eperm)
     deny_body = (ret_eperm,)
-    rules: dict = {syscall_nr(name): deny_body for name in deny_names}
+    nrs = _COMMON_NRS  # syscall_nr inline: ≈ 70 names
+    rules: dict = {nrs[name] if name in nrs else syscall_nr(name): deny_body for name in deny_names}
     for name in ENOSYS_CALLS:
         rules.setdefault(syscall_nr(name), [_insn(RET_K, errno_ret(ENOSYS))])
     # The argument checks, each a list of (nr, body): each body starts with A = nr and returns.
@@ -268,7 +275,7 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
     for nr, body in checks:
         rules.setdefault(nr, body)
 
-    ret_allow = _insn(RET_K, RET_ALLOW)
+    ret_allow = _RET_ALLOW
     insns = [
         _insn(LD_W_ABS, OFF_ARCH),
         _insn(JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -294,7 +301,10 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
 def _mode_rules(deny_names, eperm: int) -> list:
     """No setuid/setgid bit in any mode a call sets or creates with. Refused whatever the other
     flags say (open without O_CREAT ignores its mode, and libc then passes 0)."""
-    return [_arg_bits_rule(name, index, PRIVILEGE_MODE_BITS, eperm)
+    # _arg_bits_rule's body for each call, inline (eleven calls): the test of the bits is shared
+    test = JSET_K | _SKIP_NEXT | PRIVILEGE_MODE_BITS << 32
+    ret_eperm = RET_K | eperm << 32
+    return [(syscall_nr(name), [_LD_ARG[index], test, ret_eperm, _RET_ALLOW])
             for name, index in MODE_ARG.items() if name not in deny_names]
 
 
@@ -304,20 +314,18 @@ def _self_only_rules(skip_names, eperm: int) -> list:
     and setpriority(PRIO_USER, 0) reniced the operator's login shell; Landlock (ABI 7) scopes
     none of them. The kernel reads `which` and the id as 32-bit ints."""
     out = []
+    ret_eperm = RET_K | eperm << 32
+    # A == 0 (the caller itself): allowed; any other target: refused
+    self_only = [JEQ_K | _SKIP_NEXT, _RET_ALLOW, ret_eperm]
     for name, (which, who) in SELF_ONLY.items():
         if name in skip_names:  # denied outright, or allowed for any target by the policy
             continue
-        body = _Prog()
-        if which is not None:
-            index, value = which
-            body.op(LD_W_ABS, _arg_low(index))
-            body.op(JEQ_K, value, 1, 0)
-            body.op(RET_K, eperm)
-        body.op(LD_W_ABS, _arg_low(who))
-        body.op(JEQ_K, 0, 0, 1)
-        body.op(RET_K, RET_ALLOW)
-        body.op(RET_K, eperm)
-        out.append((syscall_nr(name), body.insns))
+        if which is None:
+            body = [_LD_ARG[who], *self_only]
+        else:
+            index, value = which  # `which` must be that value: else refused
+            body = [_LD_ARG[index], _insn(JEQ_K, value, 1, 0), ret_eperm, _LD_ARG[who], *self_only]
+        out.append((syscall_nr(name), body))
     return out
 
 
@@ -326,12 +334,8 @@ def _prlimit_rules(eperm: int) -> list:
     its supervisor's RLIMIT_NOFILE to 0 (the supervisor then cannot find the tree to kill) or
     lower the limits of any host process of the same user. Only pid 0 (itself) is allowed, which
     is what setrlimit/getrlimit use. The kernel reads the pid as a 32-bit pid_t."""
-    body = _Prog()
-    body.op(LD_W_ABS, _arg_low(0))
-    body.op(JEQ_K, 0, 0, 1)
-    body.op(RET_K, RET_ALLOW)
-    body.op(RET_K, eperm)
-    return [(syscall_nr("prlimit64"), body.insns)]
+    body = [_LD_ARG[0], JEQ_K | _SKIP_NEXT, _RET_ALLOW, RET_K | eperm << 32]  # pid 0 or refused
+    return [(syscall_nr("prlimit64"), body)]
 
 
 def _socketpair_rules(eperm: int) -> list:
@@ -339,24 +343,15 @@ def _socketpair_rules(eperm: int) -> list:
     not as SOCK_DGRAM: an unbound datagram socket can sendto() or connect() any pathname
     socket (/dev/log, journald, a daemon's control socket), which Landlock (ABI 7) does not
     check. A connected stream or seqpacket pair cannot be pointed anywhere else."""
-    body = _Prog()
-    body.op(LD_W_ABS, _arg_low(1))
-    body.op(AND_K, SOCK_TYPE_MASK)
-    body.op(JEQ_K, SOCK_DGRAM, 0, 1)
-    body.op(RET_K, eperm)
-    body.op(RET_K, RET_ALLOW)
-    return [(syscall_nr("socketpair"), body.insns)]
+    body = [_LD_ARG[1], AND_K | SOCK_TYPE_MASK << 32, JEQ_K | _SKIP_NEXT | SOCK_DGRAM << 32,
+            RET_K | eperm << 32, _RET_ALLOW]
+    return [(syscall_nr("socketpair"), body)]
 
 
 def _arg_bits_rule(name: str, index: int, bits: int, eperm: int) -> tuple:
     """(nr of `name`, a body returning `eperm` when any of `bits` is set in the low 32 bits of
     argument `index`, else allowing the call: no later rule sees it)."""
-    body = _Prog()
-    body.op(LD_W_ABS, _arg_low(index))
-    body.op(JSET_K, bits, 0, 1)
-    body.op(RET_K, eperm)
-    body.op(RET_K, RET_ALLOW)
-    return syscall_nr(name), body.insns
+    return syscall_nr(name), [_LD_ARG[index], _insn(JSET_K, bits, 0, 1), RET_K | eperm << 32, _RET_ALLOW]
 
 
 def _clone_rules(eperm: int) -> list:
@@ -364,13 +359,8 @@ def _clone_rules(eperm: int) -> list:
 
 
 def _ioctl_rules(eperm: int) -> list:
-    body = _Prog()
-    body.op(LD_W_ABS, _arg_low(1))
-    body.op(JEQ_K, TIOCSTI, 1, 0)
-    body.op(JEQ_K, TIOCLINUX, 0, 1)
-    body.op(RET_K, eperm)
-    body.op(RET_K, RET_ALLOW)
-    return [(syscall_nr("ioctl"), body.insns)]
+    body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 1, 0), _insn(JEQ_K, TIOCLINUX, 0, 1), RET_K | eperm << 32, _RET_ALLOW]
+    return [(syscall_nr("ioctl"), body)]
 
 
 def _fastopen_rules(eperm: int) -> list:
