@@ -26,6 +26,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600}
 _TOP_KEYS = ("gate", "step", "policy")
 _GATE_KEYS = ("shell",)
 _STEP_KEYS = ("name", "run", "policy", "timeout", "allow_failure")
+_FS_PATH_KEYS = ("read", "exec", "write", "deny", "protect")
 
 
 class Step:
@@ -88,6 +89,25 @@ def _shell(src: str, gate) -> tuple:
     return tuple(shell)
 
 
+def _no_parent_after_placeholder(policy) -> tuple:
+    """(key, problem) for the first fs path of a step policy with a `..` component after a
+    placeholder, else None. `{tmp}/../x` is kept unresolved while the step's policy is met with
+    the ceiling (`{tmp}` is made per step), and normalising it dropped the placeholder: it named
+    `x` relative to the working directory, not a directory beside `{tmp}`; `{repo}/..`, `{home}/..`
+    name what the placeholder was chosen to avoid naming. No step needs it: `{repo}/sub` or an
+    absolute path says the same plainly (and the ceiling still decides)."""
+    fs = policy.fs
+    for field in _FS_PATH_KEYS:
+        for i, path in enumerate(getattr(fs, field)):
+            parts = path.split("/")
+            first = next((n for n, part in enumerate(parts) if "{" in part), None)
+            if first is not None and ".." in parts[first + 1:]:
+                return (f"fs.{field}[{i}]", f"{path!r}: '..' after a placeholder is refused in a step policy "
+                        "(it would name a path the placeholder does not stand for); write the directory "
+                        "plainly, e.g. \"{repo}/sub\" or an absolute path")
+    return None
+
+
 def _policy_tables(src: str, tables) -> dict:
     if not isinstance(tables, dict):
         raise PolicyError(src, "policy", f"expected tables [policy.NAME], got {kind_of(tables)}")
@@ -100,6 +120,9 @@ def _policy_tables(src: str, tables) -> dict:
             out[name] = Policy.from_mapping(table, f"{src} [{key}]")
         except PolicyError as exc:
             raise PolicyError(src, f"{key}.{exc.key}" if exc.key else key, exc.problem) from None
+        upward = _no_parent_after_placeholder(out[name])
+        if upward:
+            raise PolicyError(src, f"{key}.{upward[0]}", upward[1])
     return out
 
 
@@ -118,7 +141,9 @@ def _read_regular(src: str, key: str, path: str) -> bytes:
 
 def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Policy:
     """A policy path relative to .007/ that must stay inside the repository, symlinks followed."""
-    if ref.startswith("/") or "\0" in ref:
+    if "\0" in ref:
+        raise PolicyError(src, key, f"{ref!r} holds a NUL byte: name a file under {GATE_DIR}/")
+    if ref.startswith("/"):
         raise PolicyError(src, key, f"{ref!r} must be a path relative to {GATE_DIR}/, not absolute")
     if ".." in ref.split("/"):
         raise PolicyError(src, key, f"{ref!r} must not contain '..': policy files live inside the repository")
@@ -129,9 +154,13 @@ def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Poli
     try:
         made = []  # as the gate file: cached once valid, validated again when it comes from the cache
         data = parse_cached(real, raw, lambda parsed: made.append(Policy.from_mapping(parsed, real)))
-        return made[0] if made else Policy.from_mapping(data, real)
+        policy = made[0] if made else Policy.from_mapping(data, real)
     except PolicyError as exc:
         raise PolicyError(src, f"{key} ({ref!r})", f"{exc.key}: {exc.problem}" if exc.key else exc.problem) from None
+    upward = _no_parent_after_placeholder(policy)
+    if upward:
+        raise PolicyError(src, f"{key} ({ref!r})", f"{upward[0]}: {upward[1]}")
+    return policy
 
 
 def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files: dict) -> Step:
