@@ -141,7 +141,7 @@ def phase_policy(phase: Phase, places: dict[str, str], program: str, path: str) 
         "env": {"pass": list(ENV_PASS), "set": {"HOME": places["{home}"], "PATH": path,
                                                 "XDG_CACHE_HOME": places["{home}"] + "/.cache", "TMPDIR": "{tmp}"}},
         "limits": {"wall_seconds": phase.wall_seconds, "memory_mib": phase.memory_mib,
-                   "file_size_mib": CAPTURE_MIB},
+                   "processes": phase.processes, "file_size_mib": CAPTURE_MIB},
     }
     if phase.network:
         mapping["net"] = {"unrestricted": True}

@@ -1,8 +1,10 @@
 """`adapters.toml`: which analysers `sandboy audit run` knows and how each is invoked.
 
 Three layers, later ones winning per tool: the built-in file (sandboy/audit/adapters.toml), the
-repository's `.007/adapters.toml` (may only ADD tools, and never with `network = true`: the
-repository is untrusted), and an operator file (`--adapters FILE`, may add and override).
+repository's `.007/adapters.toml` (may only ADD tools, never with `network = true` or paths of
+their own, and each phase within `REPOSITORY_LIMITS`: the repository is untrusted), and an
+operator file (`--adapters FILE`, may add and override, and raise or lower what a repository may
+ask in its `[repository]` table).
 Validation is strict: any problem is a UsageError (exit 2) reading `FILE: key: problem`.
 """
 
@@ -14,15 +16,29 @@ from pathlib import Path
 from typing import Any
 
 from sandboy.audit.errors import UsageError
+from sandboy.gate.ceiling import BUILTIN_LIMITS as STEP_CEILING
 
 BUILTIN = Path(__file__).with_name("adapters.toml")
 REPO_FILE = Path(".007") / "adapters.toml"
 TOP_KEYS = ("version", "tools")
+OPERATOR_TOP_KEYS = ("version", "tools", "repository")
 TOOL_KEYS = ("adapter", "platform", "build_free", "requires", "output", "phases", "config")
 CONFIG_KEYS = ("files", "argv", "otherwise")
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 OUTPUT_KEYS = ("kind", "from", "file", "artifact")
-PHASE_KEYS = ("name", "argv", "include", "read", "exec", "write", "network", "ok_exit", "wall_seconds", "memory_mib")
+PHASE_KEYS = ("name", "argv", "include", "read", "exec", "write", "network", "ok_exit", "wall_seconds", "memory_mib",
+              "processes")
+# Each limit a phase may set: (default, lowest, highest) for any file. `processes` is the
+# phase's process and thread count (a pids cgroup as root), the gate's default per step.
+PHASE_LIMITS = {"wall_seconds": (900, 1, 86400), "memory_mib": (2048, 16, 1 << 20), "processes": (512, 1, 1 << 16)}
+# What a repository's own `.007/adapters.toml` may ask per phase — the repository is the
+# untrusted party, and before this a phase could hold the host for a day with a TiB of memory:
+# the gate's built-in step ceiling for time and processes (one hour, 512: gate/ceiling.py), and
+# for memory what the heaviest built-in analysers ask (CodeQL, Infer: 8 GiB). Output is not the
+# file's to ask: every file a phase writes is bounded by pipeline.CAPTURE_MIB. An operator moves
+# these with `[repository]` in `--adapters FILE`, or takes the tool over by defining it there.
+REPOSITORY_LIMITS = {"wall_seconds": STEP_CEILING["wall_seconds"], "memory_mib": 8192,
+                     "processes": STEP_CEILING["processes"]}
 PLATFORMS = ("linux", "windows", "any")
 KINDS = ("sarif", "native-json")
 SOURCES = ("file", "stdout")
@@ -40,8 +56,9 @@ class Phase:
     write: tuple[str, ...] = ()
     network: bool = False
     ok_exit: tuple[int, ...] = (0,)
-    wall_seconds: int = 900
-    memory_mib: int = 2048
+    wall_seconds: int = PHASE_LIMITS["wall_seconds"][0]
+    memory_mib: int = PHASE_LIMITS["memory_mib"][0]
+    processes: int = PHASE_LIMITS["processes"][0]
 
 
 @dataclass(frozen=True)
@@ -181,8 +198,8 @@ def _phase(src: str, key: str, data: Any, index: int) -> Phase:
         write=_strs(src, f"{key}.write", data.get("write", [])),
         network=network,
         ok_exit=tuple(_int(src, f"{key}.ok_exit", v, 0, 255) for v in ok_exit),
-        wall_seconds=_int(src, f"{key}.wall_seconds", data.get("wall_seconds", 900), 1, 86400),
-        memory_mib=_int(src, f"{key}.memory_mib", data.get("memory_mib", 2048), 16, 1 << 20),
+        **{limit: _int(src, f"{key}.{limit}", data.get(limit, default), low, high)
+           for limit, (default, low, high) in PHASE_LIMITS.items()},
     )
 
 
@@ -252,6 +269,24 @@ def _config(src: str, key: str, data: Any) -> ConfigChoice:
 def parse(text: str | bytes, src: str) -> dict[str, Tool]:
     """Entries from an adapters.toml's contents, read the way policy files are (policy.load):
     UTF-8, the TOML guards (long dotted keys, deep nesting, huge integers), errors naming FILE."""
+    return _parse(text, src, TOP_KEYS)[0]
+
+
+def parse_operator(text: str | bytes, src: str) -> tuple[dict[str, Tool], dict[str, int]]:
+    """An operator file's entries and what a repository's phases may ask (`[repository]`,
+    else REPOSITORY_LIMITS)."""
+    return _parse(text, src, OPERATOR_TOP_KEYS)
+
+
+def _repository_limits(src: str, data: Any) -> dict[str, int]:
+    limits = dict(REPOSITORY_LIMITS)
+    for limit, value in _check_keys(src, "repository", data, tuple(REPOSITORY_LIMITS)).items():
+        _, low, high = PHASE_LIMITS[limit]
+        limits[limit] = _int(src, f"repository.{limit}", value, low, high)
+    return limits
+
+
+def _parse(text: str | bytes, src: str, top_keys: tuple[str, ...]) -> tuple[dict[str, Tool], dict[str, int]]:
     from sandboy.errors import PolicyError
     from sandboy.policy.load import parse_toml
 
@@ -259,35 +294,63 @@ def parse(text: str | bytes, src: str) -> dict[str, Tool]:
         data = parse_toml(text.encode() if isinstance(text, str) else text, src)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
-    _check_keys(src, "", data, TOP_KEYS)
+    if "repository" in data and "repository" not in top_keys:
+        raise _fail(src, "repository", "only an operator file (--adapters FILE) says what a repository's tools may ask")
+    _check_keys(src, "", data, top_keys)
     if data.get("version") != 1:
         raise _fail(src, "version", "expected version = 1")
     tools = data.get("tools", {})
     _check_keys(src, "tools", tools, tuple(tools) if isinstance(tools, dict) else ())  # any name: a table
-    return {name: _tool(src, f"{name}", entry) for name, entry in tools.items()}
+    limits = _repository_limits(src, data["repository"]) if "repository" in data else dict(REPOSITORY_LIMITS)
+    return {name: _tool(src, f"{name}", entry) for name, entry in tools.items()}, limits
 
 
-def read(path: Path) -> dict[str, Tool]:
-    """One bounded read (a file over policy.load.MAX_POLICY_BYTES is refused, never cut), then parse."""
+def _read_bytes(path: Path) -> bytes:
+    """One bounded read (a file over policy.load.MAX_POLICY_BYTES is refused, never cut)."""
     from sandboy.errors import PolicyError
     from sandboy.policy.load import MAX_POLICY_BYTES, read_bounded
 
     try:
-        raw = read_bounded(str(path), MAX_POLICY_BYTES)
+        return read_bounded(str(path), MAX_POLICY_BYTES)
     except PolicyError as exc:
         raise UsageError(str(exc)) from None
-    return parse(raw, str(path))
+
+
+def read(path: Path) -> dict[str, Tool]:
+    return parse(_read_bytes(path), str(path))
+
+
+def _within_repository_limits(src: str, name: str, tool: Tool, limits: dict[str, int]) -> None:
+    """A repository's phase asking more than `limits` is refused, saying how an operator allows it."""
+    for i, phase in enumerate(tool.phases):
+        for limit, most in limits.items():
+            value = getattr(phase, limit)
+            if value > most:
+                raise _fail(src, f"tools.{name}.phases[{i}].{limit}",
+                            f"{value} is more than a repository's adapters.toml may ask ({most}); the operator "
+                            f"may allow it with `[repository] {limit} = {value}` in --adapters FILE (or define "
+                            f"tools.{name} there)")
 
 
 def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, Tool]:
-    """Built-in entries, then the repository's additions, then the operator's file."""
+    """Built-in entries, then the repository's additions, then the operator's file (read first:
+    its `[repository]` table bounds the repository's phases, and a tool it defines replaces the
+    repository's entry of that name unchecked)."""
     tools = read(BUILTIN)
+    ops: dict[str, Tool] = {}
+    limits = dict(REPOSITORY_LIMITS)
+    if operator is not None:
+        if not operator.is_file():
+            raise UsageError(f"{operator}: no such adapters file")
+        ops, limits = parse_operator(_read_bytes(operator), str(operator))
     if repo is not None and (repo / REPO_FILE).is_file():
         src = repo / REPO_FILE
         for name, tool in read(src).items():
             if name in tools:
                 raise _fail(str(src), f"tools.{name}", "a repository may add tools, not redefine a built-in "
                             "one (an operator file, --adapters FILE, may)")
+            if name in ops:
+                continue  # the operator's own entry of that name is what runs
             for i, phase in enumerate(tool.phases):
                 if phase.network:
                     raise _fail(str(src), f"tools.{name}.phases[{i}].network",
@@ -299,9 +362,7 @@ def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, To
                         raise _fail(str(src), f"tools.{name}.phases[{i}].{field}",
                                     "a repository cannot widen its tools' cage: a phase reads the repository "
                                     "and writes {out}, {home} and {tmp} (an operator file, --adapters FILE, may add paths)")
+            _within_repository_limits(str(src), name, tool, limits)
             tools[name] = tool
-    if operator is not None:
-        if not operator.is_file():
-            raise UsageError(f"{operator}: no such adapters file")
-        tools.update(read(operator))
+    tools.update(ops)
     return tools
