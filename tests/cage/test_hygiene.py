@@ -333,3 +333,14 @@ def test_the_api_in_a_program_ignoring_sigchld_returns_the_commands_code():
     out = subprocess.run([sys.executable, "-c", API_IGNORING_SIGCHLD], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(src)})
     assert (out.returncode, out.stdout.strip()) == (0, "3"), out.stderr[-2000:]
+
+
+def test_the_last_capability_found_by_prctl_is_the_kernels():
+    """hygiene.last_cap asks prctl(PR_CAPBSET_READ) instead of reading cap_last_cap: the same
+    number, or the bounding set would keep the capabilities above it (probe: bnd=0 above)."""
+    from sandboy.confine import hygiene
+
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        kernel = int(fh.read())
+    assert hygiene._last_cap_by_prctl() == kernel
+    assert hygiene.last_cap() == kernel

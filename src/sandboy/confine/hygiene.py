@@ -119,13 +119,40 @@ def plan_no_new_privs() -> list:
 _LAST_CAP = []
 
 
-def last_cap() -> int:
-    """Highest capability number of this kernel; read once (the parent reads it in `cage.build`)."""
-    if not _LAST_CAP:
-        from sandboy.confine._libc import read_file
+PR_CAPBSET_READ = 23
 
-        _LAST_CAP.append(int(read_file("/proc/sys/kernel/cap_last_cap")))
+
+def last_cap() -> int:
+    """Highest capability number of this kernel; found once (the parent asks in `cage.build`).
+
+    Asked of prctl(PR_CAPBSET_READ), which answers EINVAL exactly for the numbers above
+    CAP_LAST_CAP — what /proc/sys/kernel/cap_last_cap prints: a search of 0..63 is six calls
+    (≈ 10 µs), a /proc/sys file 30-40 µs on this machine. The file where prctl is refused."""
+    if not _LAST_CAP:
+        _LAST_CAP.append(_last_cap_by_prctl())
     return _LAST_CAP[0]
+
+
+def _last_cap_by_prctl() -> int:
+    from sandboy.confine._libc import read_file, syscall
+
+    def known(cap: int) -> bool:
+        try:
+            syscall(SYS_PRCTL, PR_CAPBSET_READ, cap)
+            return True
+        except OSError:
+            return False
+
+    if not known(0):  # prctl itself refused (a filter): the kernel's own file
+        return int(read_file("/proc/sys/kernel/cap_last_cap"))
+    low, high = 0, 64  # known(low), and nothing at or above `high` (capabilities are < 64)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if known(mid):
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def has_capabilities() -> bool:

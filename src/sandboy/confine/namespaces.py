@@ -546,11 +546,16 @@ def availability() -> tuple:
         return False, f"{FORCE_OFF_ENV}=0"
     if _AVAILABLE:
         return _AVAILABLE[0]
-    reason = _static_refusal()
-    if reason is None and not _known_good():
-        reason = _probe()
+    # The note first: a known-good note answers without the sysctls (/proc/sys lookups cost
+    # 20-30 µs a file here). A sysctl turned off since the note was written is met like any
+    # other refusal that comes later in the same boot (see `_note_path`): that run fails closed.
+    reason = None
+    if not _known_good():
+        reason = _static_refusal()
         if reason is None:
-            _remember_good()
+            reason = _probe()
+            if reason is None:
+                _remember_good()
     _AVAILABLE.append((reason is None, reason or ""))
     return _AVAILABLE[0]
 
