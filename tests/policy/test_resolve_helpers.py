@@ -51,3 +51,19 @@ def test_policy_dir_is_the_files_directory_or_the_fallback(tmp_path):
 ])
 def test_path_candidates_is_execvps_search(name, path_var, expected):
     assert path_candidates(name, path_var) == expected
+
+
+def _is_within_as_written(path: str, root: str) -> bool:
+    """is_within's rule in its plain form (the function avoids building root + "/")."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def test_is_within_agrees_with_its_plain_rule_on_every_pair():
+    """Every pair of a set of paths and roots, normalized or not: '/a/bc' is not within '/a/b',
+    '/' holds everything absolute, trailing and doubled slashes as the plain rule reads them."""
+    from itertools import product
+
+    names = ["", "/", "//", "/a", "/a/", "/a//", "/a/b", "/a/bc", "/a/b/c", "/ab", "/a/b/", "a", "a/b", "/b",
+             "/a/b/c/d", "/a\u00e9", "/a/./b", "/a/../a/b"]
+    for path, root in product(names, repeat=2):
+        assert is_within(path, root) == _is_within_as_written(path, root), (path, root)

@@ -248,8 +248,9 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
     rules: dict[str, int] = {}
 
     def add(path: str, rights: int) -> None:
-        if not os.path.isdir(path):
-            rights &= FILE_RIGHTS  # directory-only rights on a file are EINVAL
+        # directory-only rights on a file are EINVAL (no stat where there are none: the devices)
+        if rights & ~FILE_RIGHTS and not os.path.isdir(path):
+            rights &= FILE_RIGHTS
         rules[path] = rules.get(path, 0) | rights
 
     def split(path: str, rights: int) -> None:

@@ -264,8 +264,12 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         if row.fs_rights and row.lost and not row.available(job.abi):
             degraded.append(f"landlock: {row.lost} needs ABI {row.min_abi} (kernel has {job.abi}): not restricted")
 
+    names: dict = {}  # rules share a few rights values: each named once
+    for _, rights in rules:
+        if rights not in names:
+            names[rights] = _names(rights & handled_fs, FS_RIGHT_NAMES)
     enforced = {
-        "fs_rules": [[path, _names(rights & handled_fs, FS_RIGHT_NAMES)] for path, rights in rules],
+        "fs_rules": [[path, list(names[rights])] for path, rights in rules],
         "fs_denied": denies,
         "fs_protected": list(job.protected) if protected_by_mount else list(protects),
         "fs_protected_by": protected_by,
