@@ -284,6 +284,38 @@ def test_a_corrupt_group_in_the_bundle_is_imported_from_its_sources(package, tmp
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_only_the_groups_a_process_imports_are_read(package):
+    """The index at `import sandboy`, each group when its first module is imported: exec mode
+    never reads the supervised, write-root and egress groups (≈ 200 kB of page faults)."""
+    script = ("import sandboy, sys; import sandboy.cli; "
+              "print(sorted(next(f for f in sys.meta_path if type(f).__name__ == 'BundleFinder').groups))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(package))
+    assert proc.returncode == 0, proc.stderr
+    cli = index_of(package)["sandboy.cli"]
+    assert json.loads(proc.stdout) == [cli["start"] + cli["offset"]]
+
+
+def test_a_bundle_replaced_after_its_index_was_read_is_not_served(package, tmp_path):
+    """A group is read when it is needed, from the file opened again: if `make compile` (or anyone)
+    replaced the bundle since the index was read, the new file's groups do not belong to the old
+    index. Here the replacement keeps the layout but its CLI group holds another errors.py (126
+    became 121, same length): served, the process would run code no source of it matches."""
+    other = copy_package(tmp_path / "twin")  # a path as long as the package's: code of the same length
+    errors = other / "errors.py"
+    errors.write_text(errors.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121"))
+    bytecode_bundle.build(str(other))
+    ours, theirs = bundle_of(package).read_bytes(), bundle_of(other).read_bytes()
+    entry = index_of(package)["sandboy.cli"]
+    start, end = entry["start"] + entry["offset"], entry["start"] + entry["offset"] + entry["length"]
+    assert index_of(other)["sandboy.cli"]["length"] == entry["length"] and theirs[start:end] != ours[start:end]
+    replacement = tmp_path / "replacement.bundle"
+    replacement.write_bytes(ours[:start] + theirs[start:end] + ours[end:])
+    script = (f"import os, sandboy; os.replace({str(replacement)!r}, {str(bundle_of(package))!r}); "
+              "import sandboy.errors as e; print(e.EXIT_NOT_EXECUTABLE, type(e.__spec__.loader).__name__)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(package))
+    assert (proc.returncode, proc.stdout.split()) == (0, ["126", "SourceFileLoader"]), proc.stderr
+
+
 def test_tracebacks_and_inspect_show_the_real_source(tmp_path):
     """Built in one directory, moved to another (as a wheel's build directory is): the code's
     file names are the sources where they are now, so a traceback shows the file, the line and

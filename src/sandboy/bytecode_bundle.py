@@ -4,8 +4,9 @@
 bodies: importlib's path finder and source loader are Python code that costs ≈ 75 k instructions
 and ≈ 11 system calls per module whatever its size (docs/performance.md, session 5). `make compile` and a wheel build
 therefore write the code of the modules `sandboy run` imports into ONE file beside the package's
-byte code, `sandboy/__pycache__/run-path.<cache tag>.bundle`; `sandboy/__init__.py` reads it once
-and puts `BundleFinder` first on `sys.meta_path`. The file is never written at run time.
+byte code, `sandboy/__pycache__/run-path.<cache tag>.bundle`; `sandboy/__init__.py` reads its index
+and puts `BundleFinder` first on `sys.meta_path`, which reads a group of code when the first of its
+modules is imported. The file is never written at run time.
 
 It keeps Python's own trust and invalidation model for byte code (PEP 3147, PEP 552): a module is
 served only when its source is the one the code was compiled from, checked when the module is
@@ -16,7 +17,7 @@ as a whole. Served modules get their real source path (`__file__`, `co_filename`
 `linecache` and `inspect` read the real source.
 
 Modules are kept in groups of modules imported together (RUN_PATH_GROUPS), each group one
-marshalled tuple of code objects, unmarshalled when the first of its modules is imported: one
+marshalled tuple of code objects, read and unmarshalled when the first of its modules is imported: one
 marshal.loads shares the names and constants the modules have in common, which separate ones
 create and intern again (callgrind, exec mode's 16: 0.66 M instructions fewer).
 
@@ -64,6 +65,7 @@ FORMAT = b"SBB2"
 INDEX_FIELDS = ("name", "is_package", "relative_path", "source_size", "source_mtime_ns", "source_hash", "offset",
                 "length", "position")
 _HEADER = 12  # MAGIC_NUMBER, FORMAT, the index's length
+_FIRST_READ = 8192  # the header and the index in one read (the index of 35 modules: ≈ 2.6 kB)
 
 
 def bundle_path(package_dir: str) -> str | None:
@@ -95,9 +97,9 @@ class BundledExtensionLoader(_external.ExtensionFileLoader):
 class BundleFinder:
     """Serves the bundle's modules whose source still matches; None for everything else."""
 
-    def __init__(self, package_dir: str, data: bytes, index: dict):
+    def __init__(self, package_dir: str, identity: tuple, index: dict):
         self.package_dir = package_dir
-        self.data = memoryview(data)
+        self.identity = identity  # the bundle file the index was read from: (st_dev, st_ino, size, mtime_ns)
         self.index = index
         self.groups = {}  # offset -> the group's code objects, once one of its modules was imported
 
@@ -120,6 +122,25 @@ class BundleFinder:
         """The modules whose source changed since the bundle was written (imported the usual way)."""
         return [name for name in self.index if not self.source_matches(name)]
 
+    def group(self, offset: int, length: int) -> tuple:
+        """The code objects of the group at `offset`, read from the bundle when the first of its
+        modules is imported. Only the groups a process imports are read: the whole file (≈ 480 kB
+        with the supervised, write-root and egress groups) cost exec mode ≈ 0.13 ms of page faults
+        for a fresh buffer it mostly never used (docs/performance.md, session 6). The file is
+        opened again for it and must still be the one the index came from (same device, inode,
+        size and mtime_ns: `make compile` replaces it by a rename), else ValueError."""
+        fd = os.open(bundle_path(self.package_dir), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.identity:
+                raise ValueError("the bundle was replaced since its index was read")
+            blob = os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+        if len(blob) != length:
+            raise ValueError("short read")
+        return marshal.loads(blob)
+
     def find_spec(self, fullname, path=None, target=None):
         entry = self.index.get(fullname)
         if entry is None or not self.source_matches(fullname):
@@ -133,9 +154,9 @@ class BundleFinder:
         try:
             group = self.groups.get(offset)
             if group is None:
-                group = self.groups[offset] = marshal.loads(self.data[offset : offset + length])
+                group = self.groups[offset] = self.group(offset, length)
             code = group[position]
-        except Exception:  # a corrupt group: importlib finds the source and reports any error itself
+        except Exception:  # unreadable, replaced or corrupt: importlib finds the source and reports any error itself
             return None
         if type(code) is not _CODE:
             return None
@@ -153,13 +174,13 @@ class BundleFinder:
 _CODE = type(bundle_path.__code__)
 
 
-def _read(path: str, size: int | None = None) -> bytes:
-    """Up to `size` bytes of a file (all of it by default) in one read(2): io.open's buffered
-    file object costs five more system calls (fstat, isatty's ioctl, two lseeks, the read that
-    finds the end), which the hash check of an installed wheel would pay for every module."""
+def _read(path: str, size: int) -> bytes:
+    """Up to `size` bytes of a file in one read(2): io.open's buffered file object costs five
+    more system calls (fstat, isatty's ioctl, two lseeks, the read that finds the end), which the
+    hash check of an installed wheel would pay for every module."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return os.read(fd, os.fstat(fd).st_size if size is None else size)
+        return os.read(fd, size)
     finally:
         os.close(fd)
 
@@ -179,22 +200,29 @@ def install(package_dir: str) -> BundleFinder | None:
     if finder is not None and finder.package_dir == package_dir:
         return finder  # `sandboy` reloaded: one finder is enough
     try:
-        data = _read(path)
-        if data[:4] != _external.MAGIC_NUMBER or data[4:8] != FORMAT:
-            return None
-        end = _HEADER + int.from_bytes(data[8:_HEADER], "little")
-        entries = marshal.loads(memoryview(data)[_HEADER:end])
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            head = os.read(fd, _FIRST_READ)  # the header and the index; the groups when they are imported
+            if head[:4] != _external.MAGIC_NUMBER or head[4:8] != FORMAT:
+                return None
+            end = _HEADER + int.from_bytes(head[8:_HEADER], "little")
+            if end > len(head):
+                head += os.pread(fd, end - len(head), len(head))
+        finally:
+            os.close(fd)
+        entries = marshal.loads(memoryview(head)[_HEADER:end])
         index = {}
         for name, is_package, relative_path, size, mtime_ns, source_hash, offset, length, position in entries:
             if not (type(name) is type(relative_path) is str and type(source_hash) is bytes
                     and type(size) is type(mtime_ns) is type(offset) is type(length) is type(position) is int
-                    and 0 <= offset and end + offset + length <= len(data)):
+                    and 0 <= offset and 0 <= length and end + offset + length <= st.st_size):
                 return None
             index[name] = (bool(is_package), relative_path, size, mtime_ns, source_hash, end + offset, length,
                            position)
     except Exception:  # missing, short or corrupt, whatever marshal made of it: plain imports
         return None
-    finder = BundleFinder(package_dir, data, index)
+    finder = BundleFinder(package_dir, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), index)
     sys.meta_path.insert(0, finder)
     return finder
 
