@@ -522,9 +522,6 @@ def test_a_git_directory_swapped_in_at_the_top_is_judged_whole(tmp_path, env):
     assert not marker.exists(), "the host's git ran the shipped program after the quarantine"
 
 
-@pytest.mark.xfail(strict=True, reason="open (review, session 5): a git directory the project ships as tracked "
-                   "files, renamed into a NEW nested `.git` and registered as a gitlink, keeps every file's ctime; "
-                   "the check has no launch record of nested repositories to tell it from one the run only used")
 def test_a_shipped_git_directory_moved_behind_a_gitlink_is_found(tmp_path, env):
     marker = tmp_path / "PWNED"
     repo = _shipped_git_directory(tmp_path, env, marker)

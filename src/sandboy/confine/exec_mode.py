@@ -19,9 +19,11 @@ import sys
 from sandboy.errors import CageError
 
 
-def hooks_for(cage, egress_log=None) -> list:
+def hooks_for(cage, egress_log=None, git_record=None) -> list:
     """The supervision hooks every run of `cage` gets, whoever runs it (the CLI, the API, the
-    gate): the one list. Each is checked cheaply before its module is imported."""
+    gate): the one list. Each is checked cheaply before its module is imported. `git_record`:
+    the gate's `gitcheck.LaunchRecord`, carrying where the git directories are from one step's
+    check to the next step's launch (ADR 0019, session 6)."""
     hooks = []
     policy = cage.policy
     # Any write root may get a repository planted in it. A policy writing only to `{tmp}` keeps
@@ -32,7 +34,7 @@ def hooks_for(cage, egress_log=None) -> list:
     if policy.fs.protect_defaults and any(not os.path.normpath(w).startswith("{tmp}") for w in policy.fs.write):
         from sandboy.confine.gitcheck import GitCheck
 
-        check = GitCheck.for_cage(cage)
+        check = GitCheck.for_cage(cage, git_record)
         if check is not None:
             hooks.append(check)
     # after the git check: stopped first, so the check's verdict is the last word

@@ -509,7 +509,7 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, scope: Scope, since_ns: int):
+    def __init__(self, scope: Scope, since_ns: int, carried=None):
         self.roots = list(scope.roots)
         self.files = list(scope.files)
         self.global_inside = list(scope.globals_inside)
@@ -531,10 +531,6 @@ class GitSnapshot:
             if entries:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
-        # gitdir -> (st_dev, st_ino) at launch: one swapped for another directory during the run
-        # (`mv .git .git-old; mv tests/fixtures/evil .git` — a git directory the project ships as
-        # tracked files, all older than the launch) is judged whole, against the launch configs
-        self.launch_ids = {}
         for root in self.roots:
             # (a root that is itself a git directory — a bare repository granted for writing —
             # is its own: its config's launch bytes are kept, put back if a planted one is moved)
@@ -548,18 +544,45 @@ class GitSnapshot:
                     data = _read_config(path)
                     configs[path] = (data, _safe_entries(path, data))
                 self.known[gitdir] = configs
-                self.launch_ids[gitdir] = _identity(gitdir)
         self.known[GLOBAL] = {path: (data, _safe_entries(path, data)) for path in self.global_inside
                               for data in (_read_config(path),)}
+        # Where every git directory in reach is at launch: one found after the run anywhere else
+        # (or not at all) is judged whole (session 6). A rename keeps the ctime of everything
+        # below what it moves: `mv tests/fixtures/evil vendor/x/.git` (a git directory the project
+        # ships as tracked files) behind a gitlink, or over `.git` itself, left every file "old".
+        self.launch_dirs = self._census(carried)
+        self.after = None  # the same record as the check found it after the run (see `verify`)
+
+    def _census(self, carried):
+        """(st_dev, st_ino) -> path of every git directory the walk reaches now. `carried`: the
+        record the previous check of the same gate took after ITS run (`GitDirs`, nothing but
+        Sandboy runs between two steps): only the roots it did not cover are walked now."""
+        roots, files, paths = self.roots, self.files, {}
+        if carried is not None:
+            roots = [root for root in roots if not carried.covers(root)]
+            files = [path for path in files if path not in carried.files and not carried.covers(path)]
+            paths.update(carried.paths)
+            if not roots and not files:
+                return paths
+        census = _Check(self, census=True)
+        census.survey(roots, files, WALK_BUDGET)  # beyond the budget: what was not reached is judged whole
+        paths.update(census.dirs)
+        return paths
 
     @classmethod
-    def at_launch(cls, scope: Scope):
+    def at_launch(cls, scope: Scope, carried=None):
         """THE snapshot (the hook's `start` and `snapshot()` both take it here): the coarse
-        realtime clock reading file timestamps are taken from, just before the child starts, and
-        the launch configs; None when `scope` holds nothing to check."""
+        realtime clock reading file timestamps are taken from, just before the child starts, the
+        launch configs and where each git directory is (walked now, or `carried` from the
+        previous step's check: `GitDirs`); None when `scope` holds nothing to check."""
         if not scope:
             return None
-        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE))
+        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried)
+
+    def moved(self, gitdir: str, identity) -> bool:
+        """Whether git directory `gitdir` (`identity`: its st_dev, st_ino) was elsewhere at
+        launch, or was none: then it is judged whole, whatever its files' ctimes."""
+        return identity is None or self.launch_dirs.get(identity) != gitdir
 
     def _new(self, st) -> bool:
         return st.st_ctime_ns >= self.since_ns
@@ -576,31 +599,51 @@ class GitSnapshot:
         # next commit anywhere). Relative ones are resolved per repository below.
         for path, entries in self.global_entries:
             check._follow(path, os.path.realpath(path), False, None, None, 0, entries)
-        for gitdir in self.known:
-            if gitdir != GLOBAL:
-                replaced = _identity(gitdir) != self.launch_ids[gitdir]
-                check.gitdir(gitdir, full=replaced, top=os.path.dirname(gitdir))
-        for path in self.files:  # the repository a file granted for writing lies in
-            parent = os.path.dirname(path)
-            for gitdir in (parent, os.path.dirname(parent)):
-                if _is_git_directory(gitdir):
-                    check.gitdir(gitdir, full=False, top=None)
-            dot_git = _enclosing_git(path)
-            if dot_git is not None:
-                check.dot_git(dot_git)
-        left = budget
-        for root in self.roots:
-            left = check.walk(root, left)
-            if left < 0:
-                check.add(None, f"{root}: more than {budget} entries to look through for repositories; "
-                          "not checked to the end")
-                break
+        complete = check.survey(self.roots, self.files, budget)
+        # what the next step of a gate takes as its launch record (nothing runs between two
+        # steps but Sandboy); a walk cut short leaves none: the next launch walks again
+        self.after = GitDirs(self.roots, self.files, check.dirs) if complete else None
         return check.findings
 
 
+class GitDirs:
+    """Where each git directory in reach of a check was: `paths` (st_dev, st_ino) -> path, as
+    the walk of `roots` (directories) and `files` (files granted for writing) found them."""
+
+    __slots__ = ("roots", "files", "paths")
+
+    def __init__(self, roots, files, paths):
+        self.roots, self.files, self.paths = tuple(roots), frozenset(files), paths
+
+    def covers(self, path: str) -> bool:
+        """Whether the walk of one of `roots` reached everything below `path` (it never enters
+        a `.git`: a root there is walked on its own, as split_roots says)."""
+        return any(is_within(path, root) and ".git" not in path[len(root):].split("/") for root in self.roots)
+
+
+class LaunchRecord:
+    """Carries `GitDirs` from one run's check to the next run's launch, for runs that follow each
+    other with nothing but Sandboy in between (a gate's steps: `GateRun`). `take` empties it, so
+    a run whose check does not end (stopped, abandoned) leaves the next one to walk again."""
+
+    __slots__ = ("dirs",)
+
+    def __init__(self):
+        self.dirs = None
+
+    def take(self):
+        dirs, self.dirs = self.dirs, None
+        return dirs
+
+
 class _Check:
-    def __init__(self, snap: GitSnapshot):
+    """One look through the write roots. `census`: at launch, only where each git directory is
+    (`dirs`), nothing judged; else the check after the run, which records the same."""
+
+    def __init__(self, snap: GitSnapshot, census: bool = False):
         self.snap = snap
+        self.census = census
+        self.dirs: dict = {}  # (st_dev, st_ino) -> path of each git directory reached
         self.findings: list = []
         self.found: set = set()  # the findings again, for a constant-time "already found"
         self.seen: set = set()
@@ -648,6 +691,29 @@ class _Check:
                      "(beyond the check's bounds): not checked to the end")
             return None
         return _entries(real, data)
+
+    def survey(self, roots, files, budget: int) -> bool:
+        """Reach every git directory of `roots` and `files` (see GitSnapshot.verify); False when
+        the walk was cut short by `budget` (a finding then says so)."""
+        for gitdir in self.snap.known:
+            if gitdir != GLOBAL:
+                self.gitdir(gitdir, full=False, top=os.path.dirname(gitdir))
+        for path in files:  # the repository a file granted for writing lies in
+            parent = os.path.dirname(path)
+            for gitdir in (parent, os.path.dirname(parent)):
+                if _is_git_directory(gitdir):
+                    self.gitdir(gitdir, full=False, top=None)
+            dot_git = _enclosing_git(path)
+            if dot_git is not None:
+                self.dot_git(dot_git)
+        left = budget
+        for root in roots:
+            left = self.walk(root, left)
+            if left < 0:
+                self.add(None, f"{root}: more than {budget} entries to look through for repositories; "
+                         "not checked to the end")
+                return False
+        return True
 
     def walk(self, root: str, left: int) -> int:
         """Find every `.git` below `root` (not inside one) and check the repository it leads to.
@@ -735,6 +801,15 @@ class _Check:
                      f"{MAX_NESTING} levels of nesting): not checked")
             return
         self.seen.add(gitdir)
+        identity = _identity(gitdir)
+        if identity is not None:
+            self.dirs[identity] = gitdir
+        if self.census:
+            self.census_below(gitdir, depth)
+            return
+        # Found where it was not at launch (renamed here, or an ancestor renamed: every file in it
+        # keeps its ctime), or no git directory then: judged whole.
+        full = full or self.snap.moved(gitdir, identity)
         # A git directory outside every write root was not the command's to write, but its
         # config may include files, or name a hooks directory, inside one: followed below.
         common = gitdir
@@ -754,6 +829,19 @@ class _Check:
             if os.path.isdir(below) and not os.path.islink(below):
                 for sub in self._gitdirs_under(below, kind == "worktrees"):
                     self.gitdir(sub, full=full, top=None, depth=depth + 1)
+
+    def census_below(self, gitdir: str, depth: int) -> None:
+        """At launch: the git directories this one leads to (the one its `commondir` names, its
+        `modules/**` and `worktrees/*`), as `gitdir` reaches them after the run."""
+        data = _read_config(os.path.join(gitdir, "commondir"), 8192)
+        text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
+        if text:
+            self.gitdir(os.path.realpath(os.path.join(gitdir, text)), full=False, top=None, depth=depth + 1)
+        for kind in ("modules", "worktrees"):
+            below = os.path.join(gitdir, kind)
+            if os.path.isdir(below) and not os.path.islink(below):
+                for sub in self._gitdirs_under(below, kind == "worktrees"):
+                    self.gitdir(sub, full=False, top=None, depth=depth + 1)
 
     def _gitdirs_under(self, base: str, one_level: bool) -> list:
         """Git directories under `.git/modules` (names may hold slashes: nested) or
@@ -1102,20 +1190,26 @@ class GitCheck:
     name = "git check"
     during_run = False  # before and after only: under the namespace tier the init's end will do
 
-    def __init__(self, cage, scope: Scope):
+    def __init__(self, cage, scope: Scope, record=None):
         self.cage = cage
         self.scope = scope  # looked up once, when the hook is made
+        self.record = record  # a LaunchRecord shared by the runs of one gate, or None
         self.snap = None
 
     @classmethod
-    def for_cage(cls, cage):
+    def for_cage(cls, cage, record=None):
+        """The hook for one run of `cage`, or None where the check does not apply. `record`: a
+        `LaunchRecord` the caller keeps across runs that follow each other with nothing else
+        writing their roots in between (a gate's steps): this run's launch walk is then the
+        previous check's (session 6: only the first step walks before it starts)."""
         scope = _cage_scope(cage)
-        return cls(cage, scope) if scope else None
+        return cls(cage, scope, record) if scope else None
 
     def start(self, run) -> tuple:
-        # the scope was looked up when the hook was made (for_cage), just before: only the clock
-        # and the launch configs are read now (one lookup per run on the start-up path, not two)
-        self.snap = GitSnapshot.at_launch(self.scope)
+        # the scope was looked up when the hook was made (for_cage), just before: only the clock,
+        # the launch configs and (unless carried) where the git directories are are read now
+        carried = self.record.take() if self.record is not None else None
+        self.snap = GitSnapshot.at_launch(self.scope, carried)
         return ()
 
     def started(self, run) -> None:
@@ -1132,6 +1226,10 @@ class GitCheck:
                 "torn down — check the repository before running git in it (ADR 0019)")
             return
         message = after_run(self.snap)
+        if self.record is not None:
+            # taken after the quarantine (which moves files, never a git directory): the next
+            # step starts from this tree
+            self.record.dirs = self.snap.after
         if message:
             from sandboy.confine.result import PLANTED
 

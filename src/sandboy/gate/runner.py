@@ -284,6 +284,12 @@ class GateRun:
         self.interactive = frozenset(interactive)
         self.results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
         self.cages = None  # a CageCache while run() runs
+        from sandboy.confine.gitcheck import LaunchRecord
+
+        # where the git directories are, from one step's post-run check to the next step's
+        # launch: nothing but the gate runs between two steps, so only the first walks before
+        # it starts (ADR 0019, session 6)
+        self.git_record = LaunchRecord()
         self._null = None  # /dev/null, open while run() runs
         if log_dir is not None:
             taken: set = set()
@@ -399,7 +405,7 @@ class GateRun:
                               if result.log_path and policy.net.egress else None)
                 proc = Supervision(argv, cage, timeout=step.timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
-                                   hooks=hooks_for(cage, egress_log)).start()
+                                   hooks=hooks_for(cage, egress_log, self.git_record)).start()
             except PolicyError as exc:
                 result.refuse(Status.POLICY_ERROR, str(exc))
                 return False
