@@ -330,3 +330,41 @@ def test_a_write_root_spelled_from_tmp_upwards_is_checked(cage, tmp_path, tier):
     assert result.rc == 125 and "left code for the host's next git command" in result.err, result
     _host_git_status(cage.work)
     assert not marker.exists(), "the host's git ran a command planted through a {tmp}/.. write root"
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+@pytest.mark.parametrize("hostile", [True, False], ids=["fixture moved behind a gitlink", "twin: nested repo used"])
+def test_a_shipped_git_directory_moved_behind_a_gitlink_fails_the_run(cage, tmp_path, tier, via, hostile):
+    """The project ships a git directory as tracked files (`tests/fixtures/evil`, its config
+    with `core.fsmonitor`, checked out before the launch); the run renames it into a NEW nested
+    `vendor/x/.git` and registers `vendor/x` as a gitlink. Every file keeps its ctime: the run
+    passed and the operator's next `git status` at the top recursed into it and ran the program
+    (session 5's strict xfail). The launch record of where each git directory was (session 6)
+    judges it whole: 125, quarantined. Host side: git status runs nothing. The twin commits
+    in the operator's own nested repository (their hook, an alias): rc 0, nothing moved."""
+    import time
+
+    _host_repo(cage.work)
+    marker = tmp_path / "PWNED"
+    setup = ("git init -q --bare tests/fixtures/evil && touch tests/fixtures/evil/objects/.keep "
+             "tests/fixtures/evil/refs/.keep && mkdir tools && git init -q tools/helper "
+             "&& git -C tools/helper config alias.st status && printf '#!/bin/sh\\necho OWN-HOOK\\n' "
+             "> tools/helper/.git/hooks/pre-commit && chmod +x tools/helper/.git/hooks/pre-commit")
+    subprocess.run(setup, shell=True, cwd=cage.work, check=True, capture_output=True)
+    with open(cage.work / "tests/fixtures/evil/config", "a") as fh:
+        fh.write(_fsmonitor(marker).encode().decode("unicode_escape"))
+    time.sleep(0.02)
+    script = ("mkdir -p vendor/x && mv tests/fixtures/evil vendor/x/.git && git update-index --add --cacheinfo "
+              "160000,$(git rev-parse HEAD),vendor/x && echo MOVED" if hostile else
+              # (--no-verify: the policy grants no exec in the work tree, so the hook could not run)
+              "git -C tools/helper commit -q --allow-empty --no-verify -m in-cage && git -C tools/helper status "
+              "&& echo USED")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=_policy(cage), via=via)
+    if not hostile:
+        assert "USED" in result.out and result.rc == 0, result
+        assert not (cage.work / QUARANTINE).exists()
+        return
+    assert "MOVED" in result.out and result.rc == 125, result
+    assert "vendor/x/.git/config" in result.err and "core.fsmonitor" in result.err, result
+    _host_git_status(cage.work)
+    assert not marker.exists(), "the host's git status ran the moved fixture's program after the run"

@@ -19,7 +19,7 @@ findings, so the twin runs once, intact).
 
 Each scenario is planted once (a copy of one template repository, the set-up, the snapshot, the
 hostile script); every mutant then re-runs only `verify()` over the plants (it only reads).
-Budget: 14 mutants, 13 plants: ≈ 1.5 s of mutants, 3-4 s for the module here; bounded at 60 s.
+Budget: 15 mutants, 14 plants: ≈ 1.5 s of mutants, 3-4 s for the module here; bounded at 60 s.
 """
 
 from __future__ import annotations
@@ -78,6 +78,10 @@ SCENARIOS = [
      lambda r, f: _run_level(f, "beyond the check's bounds")),
     ("submodule git directories nested too deep", None, "mkdir -p .git/modules/a/b/c/d", {"MAX_NESTING": 1},
      lambda r, f: _run_level(f, "nested deeper")),
+    ("a shipped git directory moved behind a gitlink (its files keep their ctimes)",
+     f"git init -q --bare fixtures/evil && printf '{FSM}' >> fixtures/evil/config",
+     "mkdir -p vendor/x && mv fixtures/evil vendor/x/.git", {},
+     lambda r, f: f"{r}/vendor/x/.git/config" in _paths(f)),
     ("more config than the parse budget", None, f"git init -q sub && printf '{FSM}' >> sub/.git/config",
      {"CONFIG_PARSE_BUDGET": 16}, lambda r, f: _run_level(f, "more than")),
     ("a planted config made unreadable (parent = uid 65534)", None,
@@ -137,6 +141,9 @@ def _mutants() -> list:
                   owner, name, without_call(owner, name, i, gitcheck, FINDING_CALL))
            for owner, name, i, line in call_sites((gitcheck._Check, gitcheck.GitSnapshot), FINDING_CALL)]
     out.append(mutant("is_safe: every config key safe", gitcheck, "is_safe", lambda name, value: True))
+    # the launch record (session 6): a git directory found where it was not at launch is judged whole
+    out.append(mutant("GitSnapshot.moved: every git directory where it was at launch", gitcheck.GitSnapshot, "moved",
+                      lambda self, gitdir, identity: False))
     return out
 
 

@@ -185,3 +185,47 @@ def test_a_step_cannot_rewrite_the_husky_script_the_operators_commit_runs(tmp_pa
                    timeout=30, env=env)
     assert not marker.exists(), "the operator's commit ran a husky script a gate step wrote"
     assert (tmp_path / "OPERATORS").exists() == _tier_available()
+
+
+@pytest.mark.parametrize("hostile", [True, False], ids=["step 2 moves the fixture", "twin: both steps use a nested repo"])
+def test_a_later_step_cannot_move_a_shipped_git_directory_behind_a_gitlink(tmp_path, fake_home, hostile):
+    """The repository ships a git directory as tracked files (`tests/fixtures/evil`, config with
+    `core.fsmonitor`). Step 1 works in the operator's nested repository (their own hook and an
+    alias, there since before the gate); step 2 renames the fixture into a new `vendor/x/.git`
+    behind a gitlink — every file keeps its ctime. Step 2 takes step 1's post-run record as its
+    launch record (no walk of its own, ADR 0019 session 6), which knows the fixture's launch
+    path: the step fails closed (125). Host side: the operator's git status runs nothing. The
+    twin (step 2 uses the nested repository again) passes: the carried record knows it there."""
+    marker = tmp_path / "PWNED"
+    second = ("mkdir -p vendor/x && mv tests/fixtures/evil vendor/x/.git && git update-index --add --cacheinfo "
+              "160000,$(git rev-parse HEAD),vendor/x" if hostile else
+              "git -C tools/helper -c user.name=t -c user.email=t@x commit -q --allow-empty --no-verify -m two")
+    gate = f"""
+        [[step]]
+        name = "one"
+        run = '''git -C tools/helper -c user.name=t -c user.email=t@x commit -q --allow-empty --no-verify -m one && echo ONE'''
+        [[step]]
+        name = "two"
+        run = '''{second} && echo TWO'''
+    """
+    repo = make_repo(tmp_path, gate, files={"notes.txt": "one\n"})
+    env = {**os.environ, **GIT_ENV}
+    setup = ("git init -q . && git init -q --bare tests/fixtures/evil && touch tests/fixtures/evil/objects/.keep "
+             "tests/fixtures/evil/refs/.keep && mkdir tools && git init -q tools/helper && git -C tools/helper "
+             "commit -q --allow-empty -m h && git -C tools/helper config alias.st status && echo tools/ >> "
+             ".git/info/exclude && printf '#!/bin/sh\\nexit 0\\n' > tools/helper/.git/hooks/pre-commit && "
+             f"printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n' >> tests/fixtures/evil/config && "
+             "git add -A && git commit -qm shipped")
+    subprocess.run(setup, shell=True, cwd=repo, check=True, capture_output=True, env=env)
+    proc, report = run_json(repo, tmp_path, home=fake_home, env=GIT_ENV)
+    steps = by_name(report)
+    assert steps["one"]["status"] == "passed" and "ONE" in steps["one"]["output_tail"], report
+    assert "TWO" in steps["two"]["output_tail"], report
+    if not hostile:
+        assert steps["two"]["status"] == "passed" and proc.returncode == 0, report
+        assert not (repo / ".sandboy-quarantine").exists()
+        return
+    assert steps["two"]["status"] == "cage_error" and proc.returncode == 125, report
+    assert "vendor/x/.git/config" in steps["two"]["error"], report
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "status"], capture_output=True, timeout=30, env=env)
+    assert not marker.exists(), "the operator's git status ran the fixture a gate step moved behind a gitlink"
