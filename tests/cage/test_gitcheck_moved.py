@@ -221,6 +221,26 @@ def test_git_directories_there_at_launch_and_used_are_not_flagged(tmp_path, env,
         assert os.lstat(repo / "tools/helper/.git").st_ctime_ns >= snap.since_ns
 
 
+def test_a_worktree_of_a_repository_outside_the_write_roots_is_not_flagged(tmp_path, env):
+    """A write root holding a linked worktree (a leaf: its `.git` is a file) of the operator's
+    repository elsewhere, with their own hook and keys. The launch walk does not look into
+    leaves, so that repository is not in the launch record and is judged whole — yet nothing
+    in it lies in a write root, and what the run cannot write is never flagged. The run commits
+    in the worktree."""
+    marker = tmp_path / "HOOK-RAN"
+    outside = git_repo(tmp_path / "outside", env)
+    sh("git config alias.st status && git config core.pager cat", outside, env)
+    (outside / ".git/hooks/pre-commit").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(outside / ".git/hooks/pre-commit", 0o755)
+    (tmp_path / "work").mkdir()
+    sh(f"git worktree add -q '{tmp_path}/work/wt' && echo x > '{tmp_path}/work/wt/f'", outside, env)
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(tmp_path / "work")], home=env["HOME"])
+    sh("git add f && git commit -qm in-worktree", tmp_path / "work" / "wt", env)
+    assert marker.exists(), "the twin is not real: the operator's hook did not run"
+    assert snap.verify() == []
+
+
 # --- a launch record carried from one check to the next (a gate's steps) --------------------------
 
 
