@@ -53,7 +53,7 @@ RUN_PATH_GROUPS = {
              "sandboy.confine._native"),
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
-                   "sandboy.confine.supervisor"),
+                   "sandboy.confine.supervisor", "sandboy.confine.relay"),
     # a policy with write roots: protected paths and the post-run git check
     "write roots": ("sandboy.confine.protected", "sandboy.confine.gitcheck"),
     # net.domains (Layer 3): its rules and the proxy's session

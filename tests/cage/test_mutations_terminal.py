@@ -1,4 +1,4 @@
-"""The mutation check for the caller's terminal (confine/terminal.py, ADR 0011): the command's own
+"""The mutation check for the caller's terminal (confine/terminal.py, relay.py, ADR 0011): the command's own
 session, and each of fd 0, 1, 2 replaced where it is a terminal, removed in turn; an attack on
 the operator's terminal must then succeed, as seen from the host side.
 
@@ -30,7 +30,7 @@ import termios
 import pytest
 from mutantkit import in_child, mutant, report, run_mutants
 
-from sandboy.confine import terminal
+from sandboy.confine import relay, terminal
 
 pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation, pytest.mark.without_namespaces]
 
@@ -122,12 +122,12 @@ def _keeping(real, index: int):
 
 
 def _mutants():
-    replace = terminal.Relay._replace_terminals
+    replace = relay.Relay._replace_terminals
     return [
         mutant("new session", terminal, "session_steps", _without_new_session(terminal.session_steps)),
-        mutant("stdin replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 0)),
-        mutant("stdout replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 1)),
-        mutant("stderr replaced", terminal.Relay, "_replace_terminals", _keeping(replace, 2)),
+        mutant("stdin replaced", relay.Relay, "_replace_terminals", _keeping(replace, 0)),
+        mutant("stdout replaced", relay.Relay, "_replace_terminals", _keeping(replace, 1)),
+        mutant("stderr replaced", relay.Relay, "_replace_terminals", _keeping(replace, 2)),
     ]
 
 

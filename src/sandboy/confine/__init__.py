@@ -21,7 +21,8 @@
                  itself under the namespace tier; the forked one's handle
     reaping.py   find, kill and reap every descendant of the supervising process
     result.py    RunResult, the outcome names; a wait status + the child's report -> RunResult
-    terminal.py  own session; the caller's terminal replaced and relayed, or a fresh pty (ADR 0011)
+    terminal.py  own session; whether a terminal reaches this process (ADR 0011)
+    relay.py     the caller's terminal replaced and relayed, or a fresh pty, in a supervised run
     cgroup.py    a pids cgroup for `limits.processes` as root
     cleanup.py   removes what a command left in its private {tmp}
     doctor.py    what this machine can enforce

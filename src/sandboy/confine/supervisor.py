@@ -44,7 +44,7 @@ class Supervisor(Handle):
             return self._result
         os.waitpid(self.pid, 0)
         if self.terminal_mode is not None:  # the supervisor may have died before restoring it
-            from sandboy.confine.terminal import restore_mode
+            from sandboy.confine.relay import restore_mode
 
             restore_mode(*self.terminal_mode)
         from sandboy.confine._libc import read_all
@@ -62,12 +62,12 @@ class Supervisor(Handle):
 
 def fork_supervisor(argv, cage, owns_cage: bool, timeout, stdio, hooks, pids_group=None, tty=False) -> Supervisor:
     """Fork the supervisor of one run and return its handle."""
-    from sandboy.confine import terminal
+    from sandboy.confine import relay
 
     # The supervisor puts the caller's terminal in raw mode for tty=True; should it die before
     # putting it back, wait() does.
     stdin = 0 if stdio[0] is None else stdio[0]
-    restore = terminal.saved_mode(stdin) if tty else None
+    restore = relay.saved_mode(stdin) if tty else None
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     started = time.monotonic()
     # Born with SIGTERM blocked: a kill() right after spawn() waits until the supervisor can
@@ -140,7 +140,7 @@ def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> 
     request that arrived while the child was being started would otherwise escape before we
     know the child's pid (and leave its tree running). It lands once we wait. Hooks that start
     threads in started() start them with it blocked too."""
-    from sandboy.confine.terminal import Relay
+    from sandboy.confine.relay import Relay
 
     # The command is in a session of its own, so the terminal's ^C, ^\ and hang-up reach us (in
     # the caller's foreground job), not it: pass them on to its process group.
@@ -198,7 +198,7 @@ def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> 
 
 def _wait_until_exit(run, relay=None) -> bool:
     """Wait until the command exits (True, reaped) or its deadline passes (False). With a
-    `relay` (terminal.Relay), its fds are serviced meanwhile."""
+    `relay` (relay.Relay), its fds are serviced meanwhile."""
     if run.deadline is None and relay is None:
         return run.exited(block=True)
     import select

@@ -384,7 +384,7 @@ class GateRun:
             try:
                 stdio, ctty = (self._null, write_fd, write_fd), None
                 if step.name in self.interactive:
-                    from sandboy.confine.terminal import Relay
+                    from sandboy.confine.relay import Relay
 
                     # The step's terminal output goes where the gate's record goes (stderr
                     # with `--json -`, so the report on stdout stays JSON).
@@ -484,7 +484,7 @@ class GateRun:
 
     def _pump_interactive(self, run, relay) -> bool:
         """`--tty STEP`: relay the operator's terminal and the step's own pseudo-terminal
-        (terminal.Relay) until the command exits, times out or the operator stops the gate; then
+        (relay.Relay) until the command exits, times out or the operator stops the gate; then
         hang the pty up and end the tree, as `_pump` does. No live status line: the terminal is the
         step's meanwhile."""
         import signal
