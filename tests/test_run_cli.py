@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from sandboy.cli import build_parser, parse_run_fast
+from sandboy.cli import parse_run_fast
+from sandboy.cli_parser import build_parser
 
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 TRUE_POLICY = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64"]\nexec = ["/usr/bin", "/bin"]\n'

@@ -2,8 +2,8 @@
 
 `sandboy run` has a hand-written fast path for its few options: `argparse` imports `re` and
 `gettext` (≈ 10 ms), which alone would cost more than the whole cage (docs/performance.md).
-Anything the fast path does not recognise (`--help`, a typo) falls through to argparse, which
-prints the usual help and errors.
+Anything the fast path does not recognise (`--help`, a typo), and every other command, goes to
+argparse's parser in `cli_parser.py`, which prints the usual help and errors.
 """
 
 import gc
@@ -11,23 +11,6 @@ import os
 import sys
 
 from sandboy.errors import EXIT_CAGE, EXIT_OUTPUT_FAILED, EXIT_READER_GONE, EXIT_USAGE, CageError, PolicyError
-
-RUN_EPILOG = """\
-examples:
-  sandboy run --policy step.toml -- bash -lc 'make test'
-  sandboy run --policy step.toml --dry-run            # the effective rules on this kernel
-  sandboy run --policy step.toml --status-json s.json -- pytest -q
-  sandboy run --policy step.toml --tty -- bash -i     # interactive: a fresh relayed pseudo-terminal
-
-The command runs in a session of its own and never gets the caller's terminal: a terminal on
-stdin becomes /dev/null, on stdout/stderr a pipe Sandboy copies to it while the command runs.
-
-exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
-be applied (the command never runs unconfined); 126/127 command not executable / not found;
-128+n killed by signal n (supervised mode, e.g. limits.wall_seconds); 141 from --dry-run when
-the reader of stdout went away (`| head`); 74 stdout could not be written.
-Policy reference: README.md and policy.example.toml."""
-
 
 class RunArgs:
     __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "tty", "command", "egress_log")
@@ -116,6 +99,9 @@ def cmd_run(args: RunArgs) -> int:
     from sandboy.confine.terminal import has_controlling_terminal
     from sandboy.policy.model import Policy
 
+    if not args.command and not args.dry_run:  # (argparse's run: the fast path sends none here)
+        _err("run: no command given (put it after --), or use --dry-run")
+        return EXIT_USAGE
     if args.json and not args.dry_run:
         _err("run: --json describes the rules and goes with --dry-run; for the outcome of a run "
              "use --status-json FILE (nothing ran)")
@@ -129,7 +115,7 @@ def cmd_run(args: RunArgs) -> int:
         # Opened (and emptied) before the policy is read: an empty status file means Sandboy
         # refused before anything ran — how a policy error (2) tells from the command's own 2.
         try:
-            status = _StatusSink(args)
+            status = _open_status(args)
         except OSError as exc:
             option = "--status-json" if args.status_json else "--status-fd"
             _err(f"{option} {args.status_json or args.status_fd}: {exc.strerror} (nothing ran)")
@@ -176,8 +162,8 @@ def cmd_run(args: RunArgs) -> int:
             _exit_without_finalizing = True
             if result.error:
                 _err(result.error)
-            if status:
-                status.write(result.enforced, result.degraded, result.warnings, policy.source,
+            if status is not None:
+                _write_status(status, result.enforced, result.degraded, result.warnings, policy.source,
                              {"outcome": result.outcome, "returncode": result.returncode,
                               "signal": result.signal, "duration": round(result.duration, 6),
                               **({"error": result.error} if result.outcome == PLANTED else {}),
@@ -191,8 +177,8 @@ def cmd_run(args: RunArgs) -> int:
         def on_applied(result=None):
             # result: only where the run's end is known here and changes its meaning (a git
             # check that failed the run under the namespace tier, ADR 0019)
-            if status:
-                status.write(cage.enforced, cage.degraded, cage.warnings, policy.source,
+            if status is not None:
+                _write_status(status, cage.enforced, cage.degraded, cage.warnings, policy.source,
                              {"outcome": "exec", "returncode": None} if result is None else
                              {"outcome": result.outcome, "returncode": result.returncode, "error": result.error})
 
@@ -206,26 +192,26 @@ def cmd_run(args: RunArgs) -> int:
         return EXIT_CAGE
 
 
-class _StatusSink:
-    """`--status-json FILE` / `--status-fd N`: opened before the cage closes, written after."""
+def _open_status(args: RunArgs) -> int:
+    """`--status-json FILE` / `--status-fd N`: the descriptor, opened before the cage closes,
+    written after (`_write_status`)."""
+    import json  # noqa: F401 — imported now: after Landlock the stdlib may no longer be readable
 
-    def __init__(self, args: RunArgs):
-        import json  # imported now: after Landlock the stdlib may no longer be readable
+    if args.status_json:
+        return os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    os.set_inheritable(args.status_fd, False)
+    return args.status_fd
 
-        self._json = json
-        if args.status_json:
-            self.fd = os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        else:
-            self.fd = args.status_fd
-            os.set_inheritable(self.fd, False)
 
-    def write(self, enforced, degraded, warnings, source, outcome) -> None:
-        from sandboy import __version__
-        from sandboy.confine.landlock import abi_version
+def _write_status(fd: int, enforced, degraded, warnings, source, outcome) -> None:
+    import json
 
-        doc = {"sandboy": __version__, "policy": source, "landlock_abi": abi_version(),
-               "enforced": enforced, "degraded": degraded, "warnings": warnings, **outcome}
-        os.write(self.fd, (self._json.dumps(doc, indent=2) + "\n").encode())
+    from sandboy import __version__
+    from sandboy.confine.landlock import abi_version
+
+    doc = {"sandboy": __version__, "policy": source, "landlock_abi": abi_version(),
+           "enforced": enforced, "degraded": degraded, "warnings": warnings, **outcome}
+    os.write(fd, (json.dumps(doc, indent=2) + "\n").encode())
 
 
 def _dry_run(policy, args: RunArgs) -> int:
@@ -241,83 +227,14 @@ def _dry_run(policy, args: RunArgs) -> int:
     return 0
 
 
-def cmd_doctor(args) -> int:
-    from sandboy.confine.doctor import check, render
-
-    result = check()
-    if args.json:
-        import json
-
-        print(json.dumps(result, indent=2))
-    else:
-        print(render(result))
-    return 0 if result["cage_available"] else 1
-
-
-def build_parser():
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="sandboy",
-        description="Contain untrusted commands and untrusted tool output on a Linux host.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="start with `sandboy doctor` to see what this machine can enforce.",
-    )
-    from sandboy import __version__
-
-    parser.add_argument("--version", action="version", version=f"sandboy {__version__}")
-    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
-
-    run = sub.add_parser("run", help="run one command in a Landlock + seccomp cage",
-                         description="Confine COMMAND with the rules of a step policy, then exec it.",
-                         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("-p", "--policy", required=True, metavar="FILE", help="step policy (TOML, version 1)")
-    run.add_argument("--status-json", metavar="FILE", help="write what was enforced/degraded and the outcome as JSON")
-    run.add_argument("--status-fd", type=int, metavar="N", help="same, to an open file descriptor")
-    run.add_argument("--dry-run", action="store_true", help="print the effective rules for this kernel; run nothing")
-    run.add_argument("--json", action="store_true", help="with --dry-run: JSON output")
-    run.add_argument("--cwd", metavar="DIR", help="working directory of the command (default: current)")
-    run.add_argument("--tty", action="store_true",
-                     help="give the command a fresh pseudo-terminal, relayed while it runs (interactive "
-                          "programs); without it the command never gets a terminal")
-    run.add_argument("--egress-log", metavar="FILE",
-                     help="with net.domains: append every proxy decision to FILE (JSON lines)")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments (after --)")
-    run.set_defaults(func=_run_from_argparse)
-
-    doctor = sub.add_parser("doctor", help="what this kernel can enforce",
-                            description="Probe each protection on this machine (Landlock ABI, seccomp, "
-                                        "scopes, user namespaces, cgroups) and say what is available.")
-    doctor.add_argument("--json", action="store_true", help="machine-readable output")
-    doctor.set_defaults(func=cmd_doctor)
-
-    for module in ("sandboy.gate.cli", "sandboy.audit.cli", "sandboy.capability.cli"):
-        try:
-            mod = __import__(module, fromlist=["add_parser"])
-        except ImportError:
-            continue
-        mod.add_parser(sub)
-    return parser
-
-
-def _run_from_argparse(ns) -> int:
-    args = RunArgs()
-    args.policy, args.status_json, args.status_fd = ns.policy, ns.status_json, ns.status_fd
-    args.dry_run, args.json, args.cwd, args.tty = ns.dry_run, ns.json, ns.cwd, ns.tty
-    args.egress_log = ns.egress_log
-    args.command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
-    if not args.command and not args.dry_run:
-        _err("run: no command given (put it after --), or use --dry-run")
-        return EXIT_USAGE
-    return cmd_run(args)
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
         fast = parse_run_fast(argv[1:])
         if fast is not None:
             return cmd_run(fast)
+    from sandboy.cli_parser import build_parser
+
     parser = build_parser()
     ns = parser.parse_args(argv)
     if not getattr(ns, "func", None):
