@@ -166,3 +166,46 @@ def test_every_protected_default_has_a_write_that_succeeds_without_it(tmp_path_f
     # in a forked child with a private tmpfs on `base` (mutantkit.on_a_private_tmpfs says why)
     outcome = in_child(lambda: _mutation_run(base), before=lambda: on_a_private_tmpfs(base))
     report(outcome, "protected-path mutants")
+
+
+# --- Sandboy's own installation (confine/own_install.py, ADR 0024) ------------------------------
+
+# Kinds of the installation this bench cannot put inside a write root: the base prefix is the
+# Python installation under the test's own environment (a mutant letting the command write it
+# would damage the interpreter every test runs on), and a virtual environment has no user site.
+OWN_INSTALL_EQUIVALENT = ("kind base prefix not protected", "kind user site not protected")
+
+
+def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succeeds_without_it(tmp_path):
+    """A real editable installation (installkit) runs the mutants itself (own_install_mutants.py
+    says why), judged with three policies: its checkout holding `.venv`, `src/`, a PATH link to
+    its console script and a PYTHONPYCACHEPREFIX directory, plus its site-packages as a second
+    write root; only `src/` (the package is then protected on its own); only its site-packages
+    (a write root inside the environment). Each under the tier and with it forced off."""
+    import json
+    import sys
+
+    from installkit import Install, copy_package
+
+    install = Install(tmp_path / "checkout", "editable", copy_package(tmp_path))
+    path = install.add_path_link()
+    pycache = install.add_pycache_prefix()
+    script = install.attack_script(only=None)
+    targets = install.target_paths()
+    here = os.path.dirname(os.path.abspath(__file__))
+    site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "pytest")))
+    args = {"base": str(install.base), "tests": here, "site": site, "targets": targets, "script": script,
+            "budget": BUDGET_SECONDS,
+            "policies": [[[str(install.base), install.site], sorted(targets)],
+                         [[str(install.base / "src")], ["cli", "bundle"]],
+                         # a write root inside the environment, with nothing around it granted
+                         [[install.site], ["pth"]]]}
+    proc = subprocess.run([str(install.venv / "bin" / "python"), os.path.join(here, "own_install_mutants.py"),
+                           json.dumps(args)], capture_output=True, text=True, timeout=BUDGET_SECONDS + 60,
+                          env={"PATH": path, "PYTHONPYCACHEPREFIX": pycache, "HOME": str(tmp_path),
+                               "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0 and proc.stdout.strip(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    kinds = {kind for _path, kind in outcome.pop("installation")}
+    assert {"prefix", "package", "import path", "pycache prefix", "console script"} <= kinds, kinds
+    report(outcome, "own-installation mutants", equivalent=OWN_INSTALL_EQUIVALENT)

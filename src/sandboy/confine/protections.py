@@ -109,8 +109,9 @@ class Job:
         self._protected = None
 
     def protected_by_origin(self) -> tuple:
-        """(from_defaults, from_policy): realpaths of the protected paths that exist now inside
-        a write root (`confine.protected`); resolved once per job."""
+        """(from_defaults, from_policy, from_install): realpaths of the protected paths that
+        exist now inside a write root (`confine.protected`), the last as (path, kind, write
+        root) rows of Sandboy's own installation (`confine.own_install`); resolved once per job."""
         if self._protected is None:
             fs = self.resolved.fs
             self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults)
@@ -120,8 +121,8 @@ class Job:
     def protected(self) -> tuple:
         """Every protected path (realpaths, each a file or a directory that exists inside a
         write root): what a mount namespace binds read-only."""
-        from_defaults, from_policy = self.protected_by_origin()
-        return (*from_defaults, *from_policy)
+        from_defaults, from_policy, from_install = self.protected_by_origin()
+        return (*from_defaults, *from_policy, *(path for path, _kind, _root in from_install))
 
     @property
     def strict(self) -> bool:
@@ -129,13 +130,21 @@ class Job:
 
 
 def protected_paths(write_roots, explicit, defaults: bool) -> tuple:
-    """`confine.protected.resolve_protected`, which only ever returns paths inside a write root:
-    for a policy without one the answer is empty, and `sandboy run` does not import the module."""
+    """(from_defaults, from_policy, from_install): `confine.protected.resolve_protected`, and
+    with the defaults Sandboy's own installation where a write root holds it
+    (`confine.own_install.inside`, ADR 0024). Only paths inside a write root: for a policy
+    without one the answer is empty, and `sandboy run` imports neither module."""
     if not write_roots:
-        return [], []
+        return [], [], []
     from sandboy.confine.protected import resolve_protected
 
-    return resolve_protected(write_roots, explicit, defaults)
+    from_defaults, from_policy = resolve_protected(write_roots, explicit, defaults)
+    from_install = []
+    if defaults:
+        from sandboy.confine.own_install import inside
+
+        from_install = [row for row in inside(write_roots) if row[0] not in from_defaults and row[0] not in from_policy]
+    return from_defaults, from_policy, from_install
 
 
 # --- the compilers ------------------------------------------------------------------------
@@ -245,14 +254,21 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                 raise PolicyError(source, "fs.protect", f"{path} does not exist, so a step could create it "
                                   "(compat.landlock = \"strict\")")
             warnings.append(f"fs.protect: {path} does not exist; a step may create it")
-    from_defaults, from_policy = job.protected_by_origin()
+    from_defaults, from_policy, from_install = job.protected_by_origin()
+    if from_install:
+        from sandboy.confine.own_install import warning
+
+        warnings.extend(warning(*row) for row in from_install)
     if protected_by_mount:
         protects, protected_by = (), "mount namespace (read-only binds)"
     else:
         # Landlock grants only, so a protected path is split out like a deny, and its parent
         # directories lose new entries. For the defaults that would stop git (index.lock is
-        # made in .git itself), so without a mount namespace they are reported, not split.
-        protects, protected_by = tuple(from_policy), "landlock (read-only rules)"
+        # made in .git itself), so without a mount namespace they are reported, not split;
+        # Sandboy's own installation is split like `fs.protect` (ADR 0024: nothing a build
+        # makes goes inside it, and a write there is code the host runs next).
+        protects = (*from_policy, *(path for path, _kind, _root in from_install))
+        protected_by = "landlock (read-only rules)"
         if from_defaults:
             degraded.append("fs.protect_defaults: without a mount namespace these stay writable: "
                             + ", ".join(from_defaults))

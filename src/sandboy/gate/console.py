@@ -126,6 +126,8 @@ class Console:
         self._current = None
         for item in result.degraded:
             self.note(f"step {clean(result.name)}: not enforced on this kernel: {clean(item)}")
+        for item in result.warnings:  # e.g. Sandboy's own installation inside {repo} (ADR 0024)
+            self.note(f"step {clean(result.name)}: warning: {clean(item)}")
         kind = Status.PASSED if result.status == Status.PASSED else ("note" if result.allow_failure else result.status)
         if result.output_dropped:
             self.note(f"step {clean(result.name)}: {truncation(result)}")

@@ -1,0 +1,88 @@
+"""The own-installation mutants, run BY the installation under attack (test_mutations_protected.py).
+
+Sandboy protects the installation that runs it (confine/own_install.py): the mutants must be
+set in a process whose `sandboy` is imported from a bench installation that the cage's write
+roots hold — never this checkout's, which a surviving mutant would let the command change. So
+test_mutations_protected.py starts the bench's own interpreter on this file; it imports
+`sandboy` from the bench (its .pth), then mutantkit (tests/cage) and pytest (the test
+environment's site-packages, appended after: `sandboy` is already imported from the bench),
+runs the mutants with the in-process API and prints the outcome as JSON on its last line.
+
+argv[1]: JSON {"base", "tests", "site", "targets": {attack: path}, "policies": [[write roots,
+[attacks that policy must refuse]], ...], "script"}.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+ARGS = json.loads(sys.argv[1])
+
+import sandboy  # noqa: E402  (from the bench installation: checked below)
+
+assert os.path.realpath(sandboy.__file__).startswith(os.path.realpath(ARGS["base"]) + "/"), sandboy.__file__
+sys.path.extend([ARGS["tests"], ARGS["site"]])
+
+from installkit import restore, state  # noqa: E402
+from mutantkit import Mutant, mutant, run_mutants  # noqa: E402
+
+from sandboy import Policy, run  # noqa: E402
+from sandboy.confine import own_install, protected, protections  # noqa: E402
+
+KINDS = ("prefix", "base prefix", "package", "import path", "user site", "pycache prefix", "console script")
+TARGETS = ARGS["targets"]
+SNAPSHOT = {name: state(path) for name, path in TARGETS.items()}
+
+
+def judge(_mutant):
+    """None if every attack each policy must refuse was refused (host side: the target is as it
+    was), under the namespace tier and with it forced off; else what changed."""
+    changed = []
+    for mode in ("tier", "landlock-only"):
+        if mode == "landlock-only":
+            os.environ["SANDBOY_NAMESPACES"] = "0"
+        else:
+            os.environ.pop("SANDBOY_NAMESPACES", None)
+        for write, must_refuse in ARGS["policies"]:
+            policy = {"version": 1, "fs": {"read": ["/usr", "/etc/ld.so.cache", ARGS["base"]],
+                                           "exec": ["/usr/bin", "/bin"], "write": write}}
+            with open(os.devnull, "wb") as null, tempfile.TemporaryFile() as err:
+                result = run(["/bin/sh", ARGS["script"]], Policy.from_mapping(policy, "<own-install mutants>"),
+                             cwd=ARGS["base"], timeout=60, stdin=null.fileno(), stdout=null.fileno(), stderr=err.fileno())
+                assert result.returncode == 0, (result.returncode, result.error)
+            for name in must_refuse:
+                if state(TARGETS[name]) != SNAPSHOT[name]:
+                    changed.append(f"{mode}: {name} ({len(write)} roots)")
+            after_each()
+    os.environ.pop("SANDBOY_NAMESPACES", None)
+    return f"now writable: {', '.join(changed)}" if changed else None
+
+
+def after_each():
+    for name, path in TARGETS.items():
+        restore(path, SNAPSHOT[name])
+
+
+def main():
+    found = own_install.installation()
+    # each of these also forgets the installation as resolved (own_install._resolved caches it
+    # per process, so a mutant of what it is made from must be resolved again)
+    forget = (own_install, "_RESOLVED", None)
+    mutants = [Mutant(f"kind {kind} not protected",
+                      ((own_install, "installation", lambda kind=kind: tuple(row for row in found if row[1] != kind)),
+                       forget)) for kind in KINDS]
+    mutants.append(Mutant("symlinks on the way to it not protected",
+                          ((protected, "symlinks_on_the_way", lambda path, limit=40: []), forget)))
+    mutants += [mutant(*row) for row in [
+        ("installation not protected at all", own_install, "inside", lambda write_roots: []),
+        ("a write root inside the installation left writable", own_install, "ALL_OURS", frozenset()),
+        ("not added to the protected paths", protections, "protected_paths",
+         lambda write, explicit, defaults: (*protected.resolve_protected(write, explicit, defaults), [])),
+    ]]
+    outcome = run_mutants(mutants, judge, budget_seconds=float(ARGS.get("budget", 90)))
+    outcome["installation"] = [list(row) for row in found]
+    print(json.dumps(outcome))
+
+
+main()

@@ -1,0 +1,274 @@
+"""Sandboy's own installation is read-only inside the cage where a write root holds it (ADR 0024).
+
+The attack: a caged command — a `sandboy run` or a gate step with write on `{repo}` — whose write
+root holds the installation that runs Sandboy (Sandboy's own checkout after `make setup`: `.venv`
+and the editable `src/` inside `{repo}`) plants code for the operator's next unconfined `sandboy`:
+a `.pth` file in site-packages, an edited `sandboy/cli.py`, a replaced run-path bundle (ADR 0023),
+a swapped console script or `bin/python`.
+
+Each test builds a REAL installation of the running source tree in a temporary directory — a
+virtual environment made by the real interpreter (`python -m venv`), the package copied in
+editable shape (`src/sandboy` + the `.pth` setuptools writes) or wheel shape (site-packages),
+its run-path bundle built by that interpreter, pip's console script — and runs Sandboy FROM IT.
+Checked from the host side: the bytes of every target, no planted file, and the installation's
+next `sandboy --version` run on the host does not run the payload (a marker file it would make).
+The twins: with the protection opted out (`fs.protect_defaults = false`; the gate: an operator
+ceiling saying so) every attack works and the payload runs — so the refusals are the
+protection's; and a repository's OWN `.venv` stays writable (`pip install` in a gate step).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import zipfile
+
+import pytest
+from cagekit import BASE_READ, to_toml
+from installkit import ATTACKS, Install, answers, copy_package
+
+pytestmark = pytest.mark.needs_kernel
+
+MARK = "ADR 0024"  # in the launch warning
+
+
+@pytest.fixture(params=["tier", "landlock-only"])
+def enforcement(request):
+    """With the namespace tier (read-only binds) and with it forced off (Landlock splits)."""
+    return {} if request.param == "tier" else {"SANDBOY_NAMESPACES": "0"}
+
+
+@pytest.fixture(scope="module")
+def package_copy(tmp_path_factory):
+    return copy_package(tmp_path_factory.mktemp("own-install-package"))
+
+
+def _run_policy(install, **fs) -> str:
+    path = install.base.parent / f"{install.base.name}-policy.toml"
+    path.write_text(to_toml({"version": 1, "fs": {"read": [*BASE_READ, str(install.base)], "exec": ["/usr/bin", "/bin"],
+                                                  "write": [str(install.base)], **fs}}))
+    return str(path)
+
+
+def _gate_repo(install, only=ATTACKS):
+    (install.base / ".007").mkdir(exist_ok=True)
+    (install.base / ".007" / "gate.toml").write_text(f'[[step]]\nname = "plant"\nrun = "sh {install.attack_script(only)}"\n')
+
+
+# --- the sanity of the bench: the installation really runs Sandboy from where we think -------------------
+
+
+@pytest.mark.parametrize("layout", ["editable", "wheel"])
+def test_the_installation_runs_sandboy_from_its_own_files_with_its_bundle(tmp_path, package_copy, layout):
+    install = Install(tmp_path / "checkout", layout, package_copy)
+    proc = subprocess.run([str(install.venv / "bin" / "python"), "-c",
+                           "import sandboy, sandboy.bytecode_bundle as b, sandboy.cli; f = b.installed(); "
+                           "print(sandboy.__file__); print(f is not None and not f.stale()); "
+                           "print(type(sandboy.cli.__loader__).__name__)"], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == [str(install.package / "__init__.py"), "True", "BundledSourceLoader"], proc.stdout
+    assert install.payloads_run() == []
+
+
+# --- the attack, refused -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["editable", "wheel"])
+def test_sandboy_run_cannot_plant_code_in_its_own_installation(tmp_path, package_copy, layout, enforcement):
+    install = Install(tmp_path / "checkout", layout, package_copy)
+    script = install.attack_script()
+    before = install.targets()
+    proc = install.sandboy("run", "--policy", _run_policy(install), "--", "/bin/sh", script, env=enforcement,
+                           cwd=str(install.base), check_rc=0)
+    assert answers(proc.stdout) == {name: "refused" for name in ATTACKS}, proc.stdout
+    assert install.targets() == before  # host side: bytes and links unchanged, no .pth planted
+    assert install.payloads_run() == []
+    # the launch warning names what is protected and why
+    protected = [str(install.venv)] + ([str(install.base / "src")] if layout == "editable" else [])
+    for path in protected:
+        assert f"fs: {path} is " in proc.stderr and MARK in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["editable", "wheel"])
+def test_a_gate_step_cannot_plant_code_in_the_installation_running_the_gate(tmp_path, package_copy, layout, enforcement):
+    """Sandboy's own gate on its own checkout: `.venv` and `src/` inside `{repo}`."""
+    install = Install(tmp_path / "checkout", layout, package_copy)
+    _gate_repo(install)
+    before = install.targets()
+    proc = install.sandboy("gate", str(install.base), env=enforcement, check_rc=0)
+    assert answers(proc.stdout) == {n: "refused" for n in ATTACKS}, proc.stdout
+    assert install.targets() == before
+    assert install.payloads_run() == []
+    assert MARK in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+
+
+# --- the twins: opted out, each attack works (so the refusals above are the protection's) ----------------
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+@pytest.mark.parametrize("layout", ["editable", "wheel"])
+def test_with_the_protection_opted_out_each_attack_runs_its_payload_on_the_host(tmp_path, package_copy, layout, attack):
+    install = Install(tmp_path / "checkout", layout, package_copy)
+    # only this attack: several would decide which payload runs first (an edited cli.py makes
+    # the finder skip the bundle's code)
+    script = install.attack_script(only=(attack,))
+    before = install.targets()
+    proc = install.sandboy("run", "--policy", _run_policy(install, protect_defaults=False), "--", "/bin/sh", script,
+                           cwd=str(install.base), check_rc=0)
+    assert answers(proc.stdout) == {attack: "ok"}, (proc.stdout, proc.stderr)
+    assert install.targets()[attack] != before[attack]
+    assert MARK not in proc.stderr
+    assert install.payloads_run() == [attack]
+
+
+def test_with_an_operator_ceiling_opting_out_a_gate_step_plants_a_pth_that_runs(tmp_path, package_copy):
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    _gate_repo(install, only=("pth",))
+    before = install.targets()
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(to_toml({"version": 1, "fs": {"read": ["/usr", "/etc", "{repo}"], "exec": ["/usr/bin", "/bin"],
+                                                     "write": ["{repo}", "{tmp}"], "protect_defaults": False}}))
+    proc = install.sandboy("gate", "--ceiling", str(ceiling), str(install.base), check_rc=0)
+    assert answers(proc.stdout) == {"pth": "ok"}, proc.stdout
+    assert install.targets()["pth"] != before["pth"]
+    assert install.payloads_run() == ["pth"]
+
+
+# --- a repository's own virtual environment is not Sandboy's: pip installs into it ------------------------
+
+
+def _tiny_wheel(directory) -> str:
+    path = os.path.join(directory, "tinything-1.0-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr("tinything/__init__.py", "VALUE = 42\n")
+        whl.writestr("tinything-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinything\nVersion: 1.0\n")
+        whl.writestr("tinything-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                     "Tag: py3-none-any\n")
+        whl.writestr("tinything-1.0.dist-info/RECORD", "")
+    return path
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs a system python3 readable in the cage")
+def test_a_gate_step_pip_installs_into_the_repositorys_own_venv(tmp_path, package_copy):
+    install = Install(tmp_path / "sandboy-home", "wheel", package_copy)
+    repo = tmp_path / "project"
+    repo.mkdir()
+    # the project's own environment, with pip, from the system python the ceiling lets a step run
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(repo / ".venv")], check=True, capture_output=True)
+    wheel = _tiny_wheel(repo)
+    (repo / ".007").mkdir()
+    (repo / ".007" / "gate.toml").write_text(
+        '[[step]]\nname = "deps"\n'
+        f'run = ".venv/bin/python -m pip install -q --no-index --no-deps --disable-pip-version-check {os.path.basename(wheel)} '
+        '&& .venv/bin/python -c \'import tinything; print(\\"imported\\", tinything.VALUE)\'"\n')
+    proc = install.sandboy("gate", str(repo), check_rc=0)
+    assert "imported 42" in proc.stdout, (proc.stdout, proc.stderr)
+    assert glob.glob(str(repo / ".venv" / "lib" / "python3.*" / "site-packages" / "tinything" / "__init__.py"))
+    assert MARK not in proc.stdout + proc.stderr  # nothing of Sandboy's own installation in that write root
+
+
+# --- PYTHONPYCACHEPREFIX: the bundle stays in the package; the prefix is protected -----------------------
+
+
+def test_with_a_pycache_prefix_the_bundle_is_still_read_from_the_package(tmp_path, package_copy):
+    """ADR 0024: the bundle's place is fixed (the package's own `__pycache__`, protected with the
+    package); PYTHONPYCACHEPREFIX moves only the byte code the interpreter writes at run time."""
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    prefix = install.add_pycache_prefix()
+    proc = subprocess.run([str(install.venv / "bin" / "python"), "-c",
+                           "import sys, sandboy, sandboy.bytecode_bundle as b, sandboy.cli; f = b.installed(); "
+                           "print(sys.pycache_prefix); print(f.package_dir, f.stale()); "
+                           "print(type(sandboy.cli.__loader__).__name__)"],
+                          capture_output=True, text=True, check=True, env={"PYTHONPYCACHEPREFIX": prefix})
+    assert proc.stdout.splitlines() == [prefix, f"{install.package} []", "BundledSourceLoader"], proc.stdout
+    assert not glob.glob(os.path.join(prefix, "**", "cli.*.pyc"), recursive=True)  # served, never compiled
+
+
+def _payload_pyc(install, prefix, module, marker) -> tuple:
+    """(where the interpreter reads `module`'s byte code under `prefix`, a .pyc of the module
+    that first makes `marker`, stamped with the real source's mtime and size as Python checks)."""
+    import importlib._bootstrap_external as external
+
+    where = subprocess.run([str(install.venv / "bin" / "python"), "-c",
+                            f"import importlib.util, {module}; print(importlib.util.cache_from_source({module}.__file__)); "
+                            f"print({module}.__file__)"], capture_output=True, text=True, check=True,
+                           env={"PYTHONPYCACHEPREFIX": prefix}).stdout.split()
+    with open(where[1], "rb") as fh:
+        source = fh.read()
+    st = os.stat(where[1])
+    code = compile(f"open({str(marker)!r}, 'w').close()\n".encode() + source, where[1], "exec", dont_inherit=True)
+    return where[0], bytes(external._code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+
+
+@pytest.mark.parametrize("opted_out", [False, True])
+def test_a_pycache_prefix_inside_the_write_root_cannot_take_planted_byte_code(tmp_path, package_copy, opted_out,
+                                                                              enforcement):
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    env = {"PYTHONPYCACHEPREFIX": install.add_pycache_prefix()}
+    assert install.payloads_run(env=env) == []  # the host's first run fills the prefix (argparse's .pyc)
+    target, evil = _payload_pyc(install, env["PYTHONPYCACHEPREFIX"], "argparse", install.marks / "pyc")
+    assert os.path.isfile(target)
+    (install.base / "evil.pyc").write_bytes(evil)
+    script = install.base / "plant-pyc.sh"
+    script.write_text(f"if cat '{install.base / 'evil.pyc'}' > '{target}' 2>/dev/null; then echo 'ok pyc'; "
+                      "else echo 'refused pyc'; fi\n")
+    before = open(target, "rb").read()
+    proc = install.sandboy("run", "--policy", _run_policy(install, protect_defaults=not opted_out), "--", "/bin/sh",
+                           str(script), env={**env, **enforcement}, cwd=str(install.base), check_rc=0)
+    if opted_out:  # the twin: the attack works, and the host's next `sandboy` runs it
+        assert answers(proc.stdout) == {"pyc": "ok"}, proc.stderr
+        assert install.payloads_run(env=env) == ["pyc"]
+    else:
+        assert answers(proc.stdout) == {"pyc": "refused"}, proc.stderr
+        assert open(target, "rb").read() == before
+        assert f"fs: {env['PYTHONPYCACHEPREFIX']} is the byte code" in proc.stderr, proc.stderr
+        assert install.payloads_run(env=env) == []
+
+
+def test_a_symlink_to_the_console_script_on_path_cannot_be_replaced(tmp_path, package_copy, enforcement):
+    """`~/bin/sandboy -> venv/bin/sandboy` inside the write root: the link is the command the
+    operator runs next, protected as itself."""
+    install = Install(tmp_path / "checkout", "wheel", package_copy)
+    path = install.add_path_link()
+    script = install.attack_script(only=("pathlink",))
+    before = install.targets()
+    proc = install.sandboy("run", "--policy", _run_policy(install), "--", "/bin/sh", script,
+                           env={"PATH": path, **enforcement}, cwd=str(install.base), check_rc=0)
+    assert answers(proc.stdout) == {"pathlink": "refused"}, proc.stderr
+    assert install.targets() == before
+    assert f"fs: {install.path_link} is the `sandboy` command" in proc.stderr, proc.stderr
+
+
+# --- as an ordinary user: their own installation, in their own write root ---------------------------------
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("opted_out", [False, True])
+def test_as_an_ordinary_user_their_own_installation_is_protected(package_copy, opted_out, enforcement):
+    """uid 65534 owns an installation made by the system python3 (no capabilities; the tier is
+    then the unprivileged user-namespace one) and runs `sandboy run` with write on the checkout
+    holding it: the same attacks are refused (host side: bytes, links, the user's next `sandboy
+    --version`); opted out, each one works (the twin)."""
+    from userkit import skip_unless_nobody_can_run, world_readable_tmp
+
+    skip_unless_nobody_can_run()
+    with world_readable_tmp("sandboy-own-install-") as tmp:
+        (tmp / "package").mkdir()
+        package = copy_package(tmp / "package", python="/usr/bin/python3")
+        install = Install(tmp / "checkout", "editable", package, python="/usr/bin/python3")
+        install.as_user = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all")
+        only = ("pth",) if opted_out else ATTACKS  # opted out: one payload, so the one that ran is known
+        script = install.attack_script(only=only)
+        policy = _run_policy(install, protect_defaults=not opted_out)
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(tmp)], check=True)
+        before = install.targets()
+        proc = install.sandboy("run", "--policy", policy, "--", "/bin/sh", script, env=enforcement,
+                               cwd=str(install.base), check_rc=0)
+        if opted_out:
+            assert answers(proc.stdout) == {"pth": "ok"}, proc.stderr
+            assert install.payloads_run() == ["pth"]
+        else:
+            assert answers(proc.stdout) == {name: "refused" for name in ATTACKS}, proc.stderr
+            assert install.targets() == before
+            assert install.payloads_run() == []
