@@ -74,7 +74,10 @@ class Install:
     def sandboy(self, *args, env=None, check_rc=None, **kw):
         proc = subprocess.run([*self.as_user, str(self.script), *args], capture_output=True, text=True, timeout=120,
                               env={"PATH": "/usr/bin:/bin", "HOME": str(self.base.parent),
-                                   "SANDBOY_CACHE_DIR": str(self.base.parent / "cache"), **(env or {})}, **kw)
+                                   "SANDBOY_CACHE_DIR": str(self.base.parent / "cache"),
+                                   # `make test`'s second pass: the pure-Python plan executor
+                                   **{k: os.environ[k] for k in ("SANDBOY_NATIVE",) if k in os.environ},
+                                   **(env or {})}, **kw)
         if check_rc is not None:
             assert proc.returncode == check_rc, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
         return proc
