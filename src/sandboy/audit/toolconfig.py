@@ -288,7 +288,7 @@ def _repository_limits(src: str, data: Any) -> dict[str, int]:
 
 def _parse(text: str | bytes, src: str, top_keys: tuple[str, ...]) -> tuple[dict[str, Tool], dict[str, int]]:
     from sandboy.errors import PolicyError
-    from sandboy.policy.load import parse_toml
+    from sandboy.policy.toml_file import parse_toml
 
     try:
         data = parse_toml(text.encode() if isinstance(text, str) else text, src)

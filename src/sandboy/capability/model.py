@@ -13,7 +13,8 @@ escapes (the targets disagree on them), `..`.
 import re
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import kind_of, check_domain, checked_table, parse_toml, read_bounded, unknown_key
+from sandboy.policy.load import kind_of, check_domain, checked_table, read_bounded, unknown_key
+from sandboy.policy.toml_file import parse_toml
 
 POLICY_FILE = "owen.policy.toml"
 TOP_KEYS = ("version", "targets", "read", "index", "write", "exec", "network", "codex", "sandboy")

@@ -1,12 +1,13 @@
-"""Read a policy file and validate every key.
+"""Load a policy file: one bounded read, the parse cache, and validation of every key.
 
 Returns plain values (a dict of sections, each a dict of normalized fields); `policy.model`
 turns them into records. This module never imports the model, so the two form no circle.
 
 Start-up cost matters here: `tomllib` imports `re` (together ≈ 25 ms, more than the whole cage).
-So a validated policy is cached (`marshal`, keyed on the file's exact bytes) and `tomllib` runs
-only on a miss. Cached data is validated again on every load, so the cache saves parsing only and
-can never widen a policy. See docs/findings.md (imports decide start-up) and docs/performance.md.
+So a validated policy is cached (`marshal`, keyed on the file's exact bytes) and the TOML parse
+(`toml_file.py`, with the guards every Sandboy TOML file gets) runs only on a miss. Cached data
+is validated again on every load, so the cache saves parsing only and can never widen a policy.
+See docs/findings.md (imports decide start-up) and docs/performance.md.
 """
 
 import os
@@ -323,38 +324,6 @@ def read_bounded(path: str, limit: int = MAX_POLICY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def parse_toml(raw: bytes, source: str) -> dict:
-    import tomllib
-
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PolicyError(source, "", f"not UTF-8 (byte {exc.start}); TOML files must be UTF-8") from None
-    _refuse_long_dotted_keys(text, source)
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(source, "", f"TOML syntax error: {exc}") from None
-    except RecursionError:
-        raise PolicyError(source, "", "TOML nesting is too deep") from None
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise PolicyError(source, "", f"unusable TOML value: {str(exc)[:200]}") from None
-
-
-MAX_KEY_PARTS = 256
-
-
-def _refuse_long_dotted_keys(text: str, source: str) -> None:
-    """tomllib's time grows with the square of a dotted key's length: one 40 KB line
-    `a.a.a...=1` took 7 s, and the 1 MiB cap allows about an hour, before any step runs.
-    Counting dots on the key side of each line is enough to bound it (a false positive needs
-    256 dots before an `=`, even inside a string)."""
-    for number, line in enumerate(text.splitlines(), 1):
-        key = line.split("=", 1)[0]
-        if key.count(".") >= MAX_KEY_PARTS:
-            raise PolicyError(source, "", f"line {number}: a key of more than {MAX_KEY_PARTS} dotted parts")
-
-
 def cache_dir() -> str:
     """Sandboy's cache directory: the policy parse cache and the audit adapters' components
     (`audit.build.cache_dir`) both live under it, and the cage denies it to every command (ADR 0006).
@@ -417,12 +386,15 @@ def _cache_put(path: str, raw: bytes, data: dict) -> None:
 
 
 def parse_cached(path: str, raw: bytes, check) -> dict:
-    """`parse_toml(raw, path)`, or the table the cache holds for exactly these bytes of `path`
-    (then `tomllib` is not even imported). A fresh parse is cached only once `check(data)`
-    returned (it raises PolicyError for a bad file: never cache one). A cached table saves
-    parsing only: the caller validates whatever it gets (`Policy.load`, the gate's file)."""
+    """`toml_file.parse_toml(raw, path)`, or the table the cache holds for exactly these bytes
+    of `path` (then neither `toml_file` nor `tomllib` is even imported). A fresh parse is cached
+    only once `check(data)` returned (it raises PolicyError for a bad file: never cache one). A
+    cached table saves parsing only: the caller validates whatever it gets (`Policy.load`, the
+    gate's file)."""
     data = _cache_get(path, raw)
     if data is None:
+        from sandboy.policy.toml_file import parse_toml
+
         data = parse_toml(raw, path)
         check(data)
         _cache_put(path, raw, data)
@@ -434,5 +406,7 @@ def read_table(path: str, use_cache: bool = True) -> dict:
     (`Policy.load`): a cached table saves parsing only and can never widen a policy."""
     raw = read_bounded(path)
     if not use_cache:
+        from sandboy.policy.toml_file import parse_toml
+
         return parse_toml(raw, path)
     return parse_cached(path, raw, lambda data: validate(data, path))
