@@ -87,13 +87,6 @@ def cmd_run(args: RunArgs) -> int:
     # and exec mode then only waits and leaves by os._exit. Re-enabled before a supervised run,
     # which may last (terminal relay, egress proxy).
     gc.disable()
-    # This process waits for what it starts (the namespace's init, the command, the supervisor):
-    # an ignored SIGCHLD, which survives exec from whoever started us, has the kernel reap them
-    # unseen and send no SIGCHLD — the tier's wait hung for ever, a supervised run lost the
-    # command's exit code. The command's own plan resets what it inherits either way.
-    import _signal  # not `signal`: it imports enum
-
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     from sandboy.confine import cage as cagemod
     from sandboy.confine import exec_mode
     from sandboy.confine.terminal import has_controlling_terminal
@@ -249,7 +242,18 @@ def main(argv=None) -> int:
 def finish(main_function, argv=None) -> int:
     """Run a command's `main` like a well-mannered Unix tool: when the reader of stdout goes away
     (`sandboy ... | head -1`) stop quietly with 141, what a shell shows for a tool ended by
-    SIGPIPE — no traceback, no message (Python ignores SIGPIPE, so it arrives as BrokenPipeError)."""
+    SIGPIPE — no traceback, no message (Python ignores SIGPIPE, so it arrives as BrokenPipeError).
+    Every program of Sandboy starts here (`sandboy`, `python -m sandboy.gate.cli`, `… audit.cli`)."""
+    # Every command waits for what it starts (`run`: the namespace's init, the command, the
+    # supervisor; `gate`: its steps, in this process; `audit`: its tools, a build's compiler):
+    # an ignored SIGCHLD, which survives exec from whoever started us, has the kernel reap them
+    # unseen and send no SIGCHLD — the tier's wait hung for ever, a supervised run lost the
+    # command's exit code, a gate step was refused. This process is Sandboy's own program, so it
+    # may reset it (the library does not: ADR 0020, Session 6). A confined command's own plan
+    # resets what it inherits either way.
+    import _signal  # not `signal`: it imports enum
+
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     try:
         code = main_function(argv)
         sys.stdout.flush()  # here, not at interpreter exit, where a failure prints "Exception ignored"

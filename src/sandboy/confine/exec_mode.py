@@ -81,6 +81,16 @@ def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None)
         if cage.tier is None:
             # without a PID namespace nothing but a subreaper knows when the whole tree is gone
             return f"{hook.name}: runs once every process of the run has ended"
+    if not in_place:
+        # The API's caller waits for a direct child itself: with SIGCHLD ignored the kernel reaps
+        # it unseen (its status lost, or under the tier, lost when the init is killed). A forked
+        # supervisor resets its own disposition and reports the status on its pipe. (`sandboy
+        # run`, in place, has reset SIGCHLD itself: cli.main.)
+        from sandboy.confine.reaping import children_reaped_unseen
+
+        unseen = children_reaped_unseen()
+        if unseen:
+            return unseen
     if in_place:
         if not terminal.exec_in_place_possible(controlling_terminal):
             return "a terminal to keep from the command (it is relayed)"

@@ -131,6 +131,11 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     elif not supervise and needed:
         if owns:
             cage.close()
+        from sandboy.confine.reaping import SIGCHLD_IGNORED
+
+        if needed == SIGCHLD_IGNORED:  # not the caller's arguments: its process (maybe inherited)
+            raise CageError(f"supervise=False: {needed}; set SIGCHLD to SIG_DFL before calling, "
+                            "or let Sandboy supervise the run (supervise=None or True)")
         raise ValueError(f"supervise=False, but this run needs a supervisor: {needed}")
     if not supervise:
         return DirectChild(argv, cage, owns, stdio, all_hooks).start()

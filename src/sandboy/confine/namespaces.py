@@ -624,7 +624,10 @@ def _probe():
     finally:
         os.close(err_w)
     report = _libc.read_all(err_r)  # ends when the child exits (closes err_r)
-    os.waitpid(pid, 0)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # the kernel reaped it (the caller ignores SIGCHLD): the report above is the answer
     error, _ = _libc.read_child_report(report)
     if error is None:
         return "the probe child reported nothing"

@@ -34,6 +34,29 @@ def descendants() -> set[int]:
     return found
 
 
+SIGCHLD_IGNORED = ("this process ignores SIGCHLD (SIG_IGN, perhaps inherited: an ignored signal survives "
+                   "exec), so the kernel reaps its children itself and their exit status is lost")
+
+
+def children_reaped_unseen():
+    """Why the kernel would reap this process's children itself, their exit status lost to any
+    waitpid (pidfds too: waitid(P_PIDFD) then fails with ECHILD as well: ADR 0020, Session 6), or
+    None. Read from /proc/self/status (≈ 12 µs), the kernel's own view: Python's
+    `signal.getsignal` does not see a disposition native code set. SA_NOCLDWAIT (which only native
+    code can set: exec clears it) does the same and is not visible there; the waits catch it
+    (`Supervision.exited`)."""
+    fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 16384)
+    finally:
+        os.close(fd)
+    start = data.find(b"\nSigIgn:\t")
+    if start < 0:
+        return None
+    ignored = int(data[start + 9:data.index(b"\n", start + 9)], 16)
+    return SIGCHLD_IGNORED if ignored >> (signal.SIGCHLD - 1) & 1 else None
+
+
 def kill_pass(cgroup=None) -> None:
     """SIGKILL every descendant found now (and every member of `cgroup` but this process)."""
     pids = descendants()

@@ -21,6 +21,12 @@ CAGE_ERROR = "cage_error"          # the cage could not be applied: nothing ran 
 NOT_FOUND = "not_found"            # the command does not exist inside the cage (127)
 NOT_EXECUTABLE = "not_executable"  # it exists but cannot be executed there (126)
 PLANTED = "planted"                # it ran, and left code for the host's next git command (125, ADR 0019)
+# The wait status of a command reaped by someone else (never a real one: those are >= 0).
+STATUS_LOST = -1
+STATUS_LOST_ERROR = ("the command's exit status was lost: it was reaped before Sandboy could wait for it "
+                     "(this process ignores SIGCHLD or set SA_NOCLDWAIT since the run started, or "
+                     "something in it waits for any child); keep SIGCHLD at SIG_DFL while runs are "
+                     "not supervised, or let Sandboy supervise them (spawn(supervise=True))")
 OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE, PLANTED)
 
 
@@ -156,4 +162,9 @@ def from_child(status: int, report: bytes, argv, cage, stdio=(None, None, None),
     """The RunResult of a child started by `Cage.start_child`: its wait status (as its parent
     reaped it), what it wrote on its error pipe, and `outcome` as in `classify`."""
     message, reported = child_message(argv, cage, stdio, report, first)
+    if reported is None and status == STATUS_LOST:
+        if outcome is not None:  # ended by its supervision (killed, timed out): SIGKILL is what it got
+            status = signal.SIGKILL
+        elif not message:  # a failed start is told by the report alone
+            return RunResult(EXIT_CAGE, CAGE_ERROR, error=STATUS_LOST_ERROR)
     return classify(status if reported is None else reported, message, outcome)

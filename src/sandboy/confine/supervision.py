@@ -43,7 +43,7 @@ import os
 import time
 
 from sandboy.confine import reaping
-from sandboy.confine.result import CAGE_ERROR, KILLED, RunResult, from_child
+from sandboy.confine.result import CAGE_ERROR, KILLED, STATUS_LOST, RunResult, from_child
 from sandboy.errors import EXIT_CAGE, CageError
 
 PR_SET_PDEATHSIG = 1
@@ -224,6 +224,14 @@ class Supervision(Handle):
         from sandboy.confine.terminal import session_steps
 
         self.cage.check_open()  # a closed cage: refused before anything else
+        unseen = reaping.children_reaped_unseen()
+        if unseen:
+            # Not ours to change: the disposition is the whole process's (its threads, its other
+            # children, a library that ignores SIGCHLD on purpose). A forked supervisor resets
+            # its own (supervisor._supervise): the API (sandboy.run/spawn) works there.
+            raise CageError(f"cannot supervise a run here: {unseen}; set SIGCHLD to SIG_DFL before "
+                            "supervising runs in this process, or use sandboy.run/spawn, which "
+                            "supervise from a process of their own")
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         self._enter_pids_group()
         # The command leads a session of its own (`ctty` becomes its controlling terminal) and
@@ -282,7 +290,14 @@ class Supervision(Handle):
     def exited(self, block: bool = False) -> bool:
         """Has the command itself exited? (Reaps it; its descendants may still run.)"""
         if self._status is None:
-            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                # Gone, reaped by someone else: the kernel (SIGCHLD ignored, or SA_NOCLDWAIT,
+                # since the run started) or a waitpid(-1) elsewhere in this process. Under the
+                # tier the init reported the command's status on the error pipe; without it
+                # the run fails closed (result.from_child).
+                pid, status = self.pid, STATUS_LOST
             if pid:
                 self._status = status
         return self._status is not None

@@ -42,7 +42,13 @@ class Supervisor(Handle):
     def wait(self) -> RunResult:
         if self._result is not None:
             return self._result
-        os.waitpid(self.pid, 0)
+        try:
+            os.waitpid(self.pid, 0)  # blocks until the supervisor has exited, whoever reaps it
+        except ChildProcessError:
+            # Reaped unseen: this process ignores SIGCHLD, or a waitpid(-1) elsewhere in it (a
+            # child watcher) took it. Its wait status says nothing anyway: the run's result is
+            # the record on the status pipe, read below.
+            pass
         if self.terminal_mode is not None:  # the supervisor may have died before restoring it
             from sandboy.confine.relay import restore_mode
 
@@ -122,6 +128,10 @@ def _supervise(argv, cage, timeout, stdio, status_w, hooks, pids_group, tty) -> 
     """The supervisor process's whole life: report one RunResult on `status_w`."""
     from sandboy.confine._libc import prctl
 
+    # This process is ours, not the caller's: it may reset what it inherited. An ignored SIGCHLD
+    # (the caller's, or inherited by the caller across exec) would have the kernel reap the
+    # command unseen and its exit status would be lost (reaping.children_reaped_unseen).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # SIGTERM (Supervisor.kill(), the caller's death) is blocked since the fork: it lands once
     # `supervise` has its handler and the command's pid
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
