@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -313,26 +314,226 @@ def test_the_namespace_init_of_either_executor_does_not_ignore_sigchld():
     assert out.stdout.strip() == "0"
 
 
-API_IGNORING_SIGCHLD = r"""
-import signal
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the host program's choice, before it uses Sandboy
-from sandboy import Policy, run
+# A program using the API (or the gate, or the audit pipeline) the way a host program would,
+# started by a parent that ignores SIGCHLD (or, the twin, does not): SIG_IGN survives exec, so
+# the program begins with it. argv[1] names the scenario; it prints one JSON line: how the run
+# ended, the handle's type, and the pids of every process still below the program once the
+# run's wait() returned (reaping.descendants, the /proc children walk: zombies included).
+API_SCENARIOS = r"""
+import json, os, signal, sys, tempfile
+from pathlib import Path
+from sandboy import CageError, Policy, run, spawn
+from sandboy.confine import reaping
 
-policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc"],
+scenario, marker = sys.argv[1], os.environ["APISIG_MARKER"]
+policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc", "/bin"],
                                                     "exec": ["/usr/bin", "/bin"]}}, "<test>")
-print(run(["sh", "-c", "exit 3"], policy, timeout=20).returncode)
+exit3 = ["sh", "-c", "sleep 0.2; exit 3", marker]  # $0 = marker: its processes are findable by name
+sleeper = ["sh", "-c", "sleep 30", marker]
+out = {"ignored": reaping.children_reaped_unseen() is not None}
+
+def ended(result, handle=None):
+    out.update(outcome=result.outcome, code=result.returncode, error=result.error,
+               handle=type(handle).__name__ if handle is not None else None)
+
+try:
+    if scenario == "run":
+        ended(run(exit3, policy))
+    elif scenario == "spawn":
+        handle = spawn(exit3, policy)
+        ended(handle.wait(), handle)
+    elif scenario == "timeout":
+        ended(run(exit3, policy, timeout=30))
+    elif scenario == "timeout-hit":
+        ended(run(sleeper, policy, timeout=0.5))
+    elif scenario == "kill":
+        handle = spawn(sleeper, policy)
+        handle.kill()
+        ended(handle.wait(), handle)
+    elif scenario == "tty":
+        ended(run(exit3, policy, tty=True))
+    elif scenario == "unsupervised":
+        ended(run(exit3, policy, supervise=False))
+    elif scenario == "in-process":  # the gate's way: this process supervises
+        from sandboy.confine.cage import build
+        from sandboy.confine.supervision import Supervision
+
+        null = os.open(os.devnull, os.O_RDWR)
+        ended(Supervision(exit3, build(policy), stdio=(null, null, null)).start().wait())
+    elif scenario == "probe":  # cage.build probes the namespaces once per boot (cache dir: fresh)
+        from sandboy.confine import namespaces
+        from sandboy.confine.cage import build
+
+        os.environ["SANDBOY_CACHE_DIR"] = tempfile.mkdtemp()
+        cage = build(policy)
+        out["tier"] = cage.tier is not None
+        out["available"] = namespaces.availability()[0]
+        ended(run(exit3, cage))
+    elif scenario == "audit-phase":
+        from sandboy.audit.pipeline import run_phase
+        from sandboy.audit.toolconfig import Phase
+
+        base = Path(tempfile.mkdtemp())
+        places = {name: str(base / name.strip("{}")) for name in ("{repo}", "{out}", "{home}", "{builtin}")}
+        for place in places.values():
+            os.mkdir(place)
+        phase = Phase("p", ("/bin/sh", "-c", "sleep 0.2; exit 3", marker), read=("/usr", "/lib", "/lib64", "/etc", "/bin"),
+                      exec=("/usr/bin", "/bin"), ok_exit=(3,), wall_seconds=60)
+        report = run_phase(phase, places, "/usr/bin:/bin", base)
+        out.update(outcome=report.outcome, code=report.returncode, error=report.error, ok=report.ok)
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+except CageError as exc:
+    out.update(refused=str(exc))
+out["left"] = sorted(reaping.descendants())
+print(json.dumps(out))
+"""
+
+# Start argv[2:] with SIGCHLD ignored (argv[1] == "ignore") or at its default ("default").
+WITH_SIGCHLD = r"""
+import os, signal, sys
+signal.signal(signal.SIGCHLD, signal.SIG_IGN if sys.argv[1] == "ignore" else signal.SIG_DFL)
+os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known, not fixed: the Python API in a program that ignores SIGCHLD "
-                   "(its own children are reaped by the kernel) raises ChildProcessError from os.waitpid "
-                   "(namespaces._probe, supervisor.wait) instead of returning the command's code; the CLI "
-                   "resets SIGCHLD itself (cli.cmd_run), a library should not change its host's dispositions")
-def test_the_api_in_a_program_ignoring_sigchld_returns_the_commands_code():
+def _processes_named(marker: str) -> list:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _started_with_sigchld(disposition: str, argv: list, marker: str, env=None, timeout=60) -> subprocess.CompletedProcess:
+    """Run `argv` started with SIGCHLD `disposition` ("ignore"/"default"); afterwards no process
+    carrying `marker` may be left (checked by pid from the host; any found is killed)."""
     src = pathlib.Path(__file__).resolve().parents[2] / "src"
-    out = subprocess.run([sys.executable, "-c", API_IGNORING_SIGCHLD], capture_output=True, text=True, timeout=60,
+    try:
+        out = subprocess.run([sys.executable, "-c", WITH_SIGCHLD, disposition, *argv], capture_output=True, text=True,
+                             timeout=timeout, env={**os.environ, "PYTHONPATH": str(src), "APISIG_MARKER": marker,
+                                                   **(env or {})})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{argv[3:]} hung with SIGCHLD {disposition}")
+    finally:
+        left = _processes_named(marker)
+        for pid in left:
+            os.kill(pid, 9)
+    assert left == [], f"left behind: {left}"
+    return out
+
+
+def _tier_env(tier: bool) -> dict:
+    from sandboy.confine import _libc, namespaces
+
+    if tier and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    return {} if tier else {namespaces.FORCE_OFF_ENV: "0"}
+
+
+# scenario -> (outcome, code) the command's end gives, whatever the caller's SIGCHLD
+API_ENDS = {"run": ("exited", 3), "spawn": ("exited", 3), "timeout": ("exited", 3), "timeout-hit": ("timed_out", 137),
+            "kill": ("killed", 137), "tty": ("exited", 3), "probe": ("exited", 3), "audit-phase": ("exited", 3)}
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
+@pytest.mark.parametrize("disposition", ["ignore", "default"])
+@pytest.mark.parametrize("scenario", sorted(API_ENDS))
+def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, disposition, tier):
+    """A program started with SIGCHLD ignored: the kernel reaps its children itself, and their
+    exit status is lost to every wait (waitpid and waitid(P_PIDFD) alike: ECHILD). The API used
+    to raise a bare ChildProcessError (namespaces._probe, Supervisor.wait, a direct child's
+    waitpid). Now the run goes through a forked supervisor, which resets ITS OWN SIGCHLD and
+    reports on its pipe; the caller's disposition is left as it was. Judged by the command's own
+    exit code (3), the outcome of a deadline and of kill(), no process left by pid, and the
+    caller still ignoring SIGCHLD afterwards. Twin: the same program with SIGCHLD at default."""
+    marker = f"apisig-{os.urandom(4).hex()}"
+    out = _started_with_sigchld(disposition, [sys.executable, "-c", API_SCENARIOS, scenario], marker,
+                                env=_tier_env(tier))
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    assert got["ignored"] is (disposition == "ignore")  # the caller's disposition: untouched by the API
+    assert "refused" not in got, got
+    expected = API_ENDS[scenario]
+    if scenario == "kill" and got["handle"] == "DirectChild":
+        expected = ("signaled", 137)  # kill() of an unsupervised command is its SIGKILL (spawn's docstring)
+    assert (got["outcome"], got["code"]) == expected, got
+    assert got["left"] == [], got
+    if scenario in ("spawn", "kill"):  # nothing else needs a supervisor here: only the ignored SIGCHLD does
+        assert got["handle"] == ("Supervisor" if disposition == "ignore" else "DirectChild")
+    if scenario == "probe":
+        assert got["tier"] is got["available"] is tier
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
+@pytest.mark.parametrize("scenario", ["unsupervised", "in-process"])
+def test_where_the_status_would_be_lost_the_api_refuses_before_starting(scenario, tier):
+    """`spawn(supervise=False)` (the caller waits for the command itself) and a Supervision in
+    the caller's own process (the gate's way) cannot recover a status the kernel discarded, and
+    the caller's disposition is not ours to change: refused up front, CageError saying why
+    and what to do, nothing started. Twin: SIGCHLD at default runs them (exit 3)."""
+    marker = f"apisig-{os.urandom(4).hex()}"
+    env = _tier_env(tier)
+    out = _started_with_sigchld("ignore", [sys.executable, "-c", API_SCENARIOS, scenario], marker, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    assert "SIGCHLD" in got["refused"] and "SIG_DFL" in got["refused"], got
+    assert "outcome" not in got and got["left"] == [], got
+    twin = json.loads(_started_with_sigchld("default", [sys.executable, "-c", API_SCENARIOS, scenario], marker,
+                                            env=env).stdout)
+    assert (twin["outcome"], twin["code"], twin["left"]) == ("exited", 3, []), twin
+
+
+MID_RUN = r"""
+import json, os, signal, sys
+from sandboy import Policy, spawn
+from sandboy.confine import reaping
+
+policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc", "/bin"],
+                                                    "exec": ["/usr/bin", "/bin"]}}, "<test>")
+handle = spawn(["sh", "-c", "sleep 0.3; exit 3", os.environ["APISIG_MARKER"]], policy, supervise=False)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # after the start: the command is reaped unseen
+result = handle.wait()
+print(json.dumps({"outcome": result.outcome, "code": result.returncode, "error": result.error,
+                  "left": sorted(reaping.descendants())}))
+"""
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
+def test_a_direct_child_reaped_unseen_during_the_run_is_never_a_bare_childprocesserror(tier):
+    """The caller starts ignoring SIGCHLD while a direct child runs (or a waitpid(-1) of its own
+    takes it): the kernel discards the status. Under the tier the init reported the command's
+    status on the error pipe, so the real code (3) comes back; without it the run fails closed
+    (125) saying the status was lost and what to do — never a ChildProcessError."""
+    marker = f"apisig-{os.urandom(4).hex()}"
+    out = _started_with_sigchld("default", [sys.executable, "-c", MID_RUN], marker, env=_tier_env(tier))
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    assert got["left"] == [], got
+    if tier:
+        assert (got["outcome"], got["code"]) == ("exited", 3), got
+    else:
+        assert (got["outcome"], got["code"]) == ("cage_error", 125), got
+        assert "exit status was lost" in got["error"] and "SIGCHLD" in got["error"], got
+
+
+def test_the_api_in_a_program_ignoring_sigchld_returns_the_commands_code():
+    """Session 5's probe (it was a strict xfail): `sandboy.run` in a program that set SIGCHLD to
+    SIG_IGN itself raised ChildProcessError."""
+    src = pathlib.Path(__file__).resolve().parents[2] / "src"
+    script = ("import signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+              "from sandboy import Policy, run\n"
+              "policy = Policy.from_mapping({'version': 1, 'fs': {'read': ['/usr', '/lib', '/lib64', '/etc'],"
+              " 'exec': ['/usr/bin', '/bin']}}, '<test>')\n"
+              "print(run(['sh', '-c', 'exit 3'], policy, timeout=20).returncode)\n"
+              "print(run(['sh', '-c', 'exit 3'], policy).returncode)\n"
+              "print(signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(src)})
-    assert (out.returncode, out.stdout.strip()) == (0, "3"), out.stderr[-2000:]
+    assert (out.returncode, out.stdout.split()) == (0, ["3", "3", "True"]), out.stderr[-2000:]
 
 
 def test_the_last_capability_found_by_prctl_is_the_kernels():
