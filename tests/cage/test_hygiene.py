@@ -561,3 +561,44 @@ def test_the_last_capability_found_by_prctl_is_the_kernels():
         kernel = int(fh.read())
     assert hygiene._last_cap_by_prctl() == kernel
     assert hygiene.last_cap() == kernel
+
+
+GATE_AS_A_LIBRARY = "import sys\nfrom sandboy.gate.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
+@pytest.mark.parametrize("disposition", ["ignore", "default"])
+@pytest.mark.parametrize("program", ["sandboy gate", "python -m sandboy.gate.cli", "gate.cli.main as a library"])
+def test_the_gate_started_with_sigchld_ignored_gets_each_steps_code(program, disposition, tier, tmp_path):
+    """The gate supervises its steps in its own process. Its programs (`sandboy gate`, `python -m
+    sandboy.gate.cli`: cli.finish) are Sandboy's own and reset SIGCHLD, so a step's real code
+    arrives; before, started with SIGCHLD ignored, every step was reaped unseen. Called as a
+    library (no finish) in a process ignoring SIGCHLD, each step is refused (cage_error, 125)
+    saying why and what to do — never a wrong code, a hang or a traceback. Twins: SIG_DFL."""
+    from cagekit import SANDBOY
+
+    marker = f"apisig-{os.urandom(4).hex()}"
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / ".007" / "gate.toml").write_text(
+        f'[[step]]\nname = "ok"\nrun = "true # {marker}"\n\n'
+        f'[[step]]\nname = "three"\nrun = "sleep 0.2; exit 3 # {marker}"\n')
+    report = tmp_path / "report.json"
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = {"sandboy gate": [SANDBOY, "gate"], "python -m sandboy.gate.cli": [sys.executable, "-m", "sandboy.gate.cli"],
+            "gate.cli.main as a library": [sys.executable, "-c", GATE_AS_A_LIBRARY]}[program]
+    out = _started_with_sigchld(disposition, [*argv, str(repo), "--json", str(report)], marker, timeout=120,
+                                env={**_tier_env(tier), "HOME": str(home)})
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    steps = {step["name"]: step for step in json.loads(report.read_text())["steps"]}
+    if disposition == "ignore" and program == "gate.cli.main as a library":
+        refused = steps["ok"]  # the first step; the gate then stops
+        assert (refused["status"], refused["returncode"]) == ("cage_error", 125), refused
+        assert "SIGCHLD" in refused["error"] and "SIG_DFL" in refused["error"], refused
+        assert steps["three"]["status"] == "not_run", steps["three"]
+        assert out.returncode != 0
+        return
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert (steps["ok"]["status"], steps["ok"]["returncode"]) == ("passed", 0), steps["ok"]
+    assert (steps["three"]["status"], steps["three"]["returncode"]) == ("failed", 3), steps["three"]
