@@ -366,6 +366,17 @@ try:
         handle = spawn(sleeper, policy)
         handle.kill()
         ended(handle.wait(), handle)
+    elif scenario == "threads":  # four runs at once from threads of the program
+        import threading
+
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(run(exit3, policy))) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ended(results[0])
+        out["all"] = sorted({(r.outcome, r.returncode) for r in results})
     elif scenario == "tty":
         ended(run(exit3, policy, tty=True))
     elif scenario == "unsupervised":
@@ -453,7 +464,7 @@ def _tier_env(tier: bool) -> dict:
 
 # scenario -> (outcome, code) the command's end gives, whatever the caller's SIGCHLD
 API_ENDS = {"run": ("exited", 3), "spawn": ("exited", 3), "timeout": ("exited", 3), "timeout-hit": ("timed_out", 137),
-            "kill": ("killed", 137), "tty": ("exited", 3), "probe": ("exited", 3), "audit-phase": ("exited", 3)}
+            "kill": ("killed", 137), "tty": ("exited", 3), "threads": ("exited", 3), "probe": ("exited", 3), "audit-phase": ("exited", 3)}
 
 
 @pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
@@ -479,6 +490,8 @@ def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, di
         expected = ("signaled", 137)  # kill() of an unsupervised command is its SIGKILL (spawn's docstring)
     assert (got["outcome"], got["code"]) == expected, got
     assert got["left"] == [], got
+    if scenario == "threads":
+        assert got["all"] == [["exited", 3]], got
     if scenario in ("spawn", "kill"):  # nothing else needs a supervisor here: only the ignored SIGCHLD does
         assert got["handle"] == ("Supervisor" if disposition == "ignore" else "DirectChild")
     if scenario == "probe":
@@ -510,8 +523,14 @@ from sandboy import Policy, spawn
 
 policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc", "/bin"],
                                                     "exec": ["/usr/bin", "/bin"]}}, "<test>")
-handle = spawn(["sh", "-c", "sleep 0.3; exit 3", os.environ["APISIG_MARKER"]], policy, supervise=False)
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # after the start: the command is reaped unseen
+if sys.argv[1] == "SA_NOCLDWAIT":  # as native code may set it: /proc shows no SIG_IGN, spawn cannot tell
+    from sandboy.confine import _libc
+    _libc.syscall(_libc.SYS_RT_SIGACTION, signal.SIGCHLD, (0).to_bytes(8, "little") + (2).to_bytes(8, "little")
+                  + bytes(16), None, 8)  # kernel_sigaction {SIG_DFL, SA_NOCLDWAIT, 0, 0}
+handle = spawn(["sh", "-c", "sleep 0.3; exit 3", os.environ["APISIG_MARKER"]], policy,
+               supervise=False if sys.argv[1] == "SIG_IGN after the start" else None)
+if sys.argv[1] == "SIG_IGN after the start":
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the command is reaped unseen
 result = handle.wait()
 left = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if pid == handle.pid]
 print(json.dumps({"outcome": result.outcome, "code": result.returncode, "error": result.error, "left": left}))
@@ -519,13 +538,15 @@ print(json.dumps({"outcome": result.outcome, "code": result.returncode, "error":
 
 
 @pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
-def test_a_direct_child_reaped_unseen_during_the_run_is_never_a_bare_childprocesserror(tier):
-    """The caller starts ignoring SIGCHLD while a direct child runs (or a waitpid(-1) of its own
-    takes it): the kernel discards the status. Under the tier the init reported the command's
-    status on the error pipe, so the real code (3) comes back; without it the run fails closed
-    (125) saying the status was lost and what to do — never a ChildProcessError."""
+@pytest.mark.parametrize("how", ["SIG_IGN after the start", "SA_NOCLDWAIT"])
+def test_a_direct_child_reaped_unseen_is_never_a_bare_childprocesserror(how, tier):
+    """The caller starts ignoring SIGCHLD while a direct child runs, or has SA_NOCLDWAIT set
+    (invisible in /proc, so spawn starts a direct child): the kernel discards the status. Under
+    the tier the init reported the command's status on the error pipe, so the real code (3)
+    comes back; without it the run fails closed (125) saying the status was lost and what to
+    do — never a ChildProcessError."""
     marker = f"apisig-{os.urandom(4).hex()}"
-    out = _started_with_sigchld("default", [sys.executable, "-c", MID_RUN], marker, env=_tier_env(tier))
+    out = _started_with_sigchld("default", [sys.executable, "-c", MID_RUN, how], marker, env=_tier_env(tier))
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout)
     assert got["left"] == [], got
