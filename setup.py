@@ -5,7 +5,8 @@ It is optional: without a C compiler the build skips it and `sandboy.confine._li
 same plan in Python, slower (`sandboy doctor` says which one is in use).
 """
 
-import importlib.util
+import importlib
+import sys
 import shutil
 from pathlib import Path
 
@@ -21,14 +22,23 @@ GUEST_SOURCES = Path(__file__).resolve().parent / "adapters"
 GUEST_PACKAGE_DIR = ("sandboy", "audit", "guest_sources")
 
 
-def write_run_path_bundle(package_dir: Path) -> None:
+def write_run_path_bundle(build_lib: Path) -> None:
     """The run path's byte code in one validated file (docs/adr/0023), written by the builder
-    the package itself carries, so the wheel's bundle matches its sources exactly. Written after
-    the C executor is built (build_ext runs after build_py), so the bundle's index names it."""
-    spec = importlib.util.spec_from_file_location("_sandboy_bundle_builder", package_dir / "bytecode_bundle.py")
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    builder.build(str(package_dir))
+    the built package itself carries (imported from the build directory: the writer takes the
+    format from `sandboy/__init__.py`, which holds the reader), so the wheel's bundle matches its
+    sources exactly. Written after the C executor is built (build_ext runs after build_py), so
+    the bundle's index names it."""
+    sys.path.insert(0, str(build_lib))
+    dont_write_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no .pyc in the wheel
+    try:
+        bytecode_bundle = importlib.import_module("sandboy.bytecode_bundle")
+        bytecode_bundle.build(str(build_lib / "sandboy"))
+    finally:
+        sys.dont_write_bytecode = dont_write_bytecode
+        sys.path.remove(str(build_lib))
+        for name in [name for name in sys.modules if name == "sandboy" or name.startswith("sandboy.")]:
+            del sys.modules[name]
+        sys.meta_path[:] = [finder for finder in sys.meta_path if type(finder).__module__ != "sandboy"]
 
 
 class build_py_with_guest_sources(build_py):
@@ -49,7 +59,7 @@ class build_ext_then_bundle(build_ext):
     def run(self):
         super().run()
         if not (self.inplace or self.editable_mode):  # in a checkout `make compile` writes it
-            write_run_path_bundle(Path(self.build_lib) / "sandboy")
+            write_run_path_bundle(Path(self.build_lib))
 
 
 setup(

@@ -29,15 +29,14 @@ PROBE = """
 import json, sys
 import sandboy
 from sandboy.bytecode_bundle import RUN_PATH_MODULES
-BUNDLED = ("BundledSourceLoader", "BundledExtensionLoader")
 for name in RUN_PATH_MODULES:
     __import__(name)
 print(json.dumps({
     "finder": [type(f).__name__ for f in sys.meta_path if type(f).__name__ == "BundleFinder"],
     "served": sorted(n for n, m in sys.modules.items()
-                     if type(getattr(getattr(m, "__spec__", None), "loader", None)).__name__ in BUNDLED),
-    "plain": sorted(n for n in RUN_PATH_MODULES
-                    if type(sys.modules[n].__spec__.loader).__name__ in ("SourceFileLoader", "ExtensionFileLoader")),
+                     if getattr(getattr(m, "__spec__", None), "loader_state", None) == sandboy.SERVED_FROM_BUNDLE),
+    "plain": sorted(n for n in RUN_PATH_MODULES if sys.modules[n].__spec__.loader_state != sandboy.SERVED_FROM_BUNDLE
+                    and type(sys.modules[n].__spec__.loader).__name__ in ("SourceFileLoader", "ExtensionFileLoader")),
     "exit_not_executable": sandboy.errors.EXIT_NOT_EXECUTABLE,
 }))
 """
@@ -139,13 +138,20 @@ def test_every_listed_module_is_imported_by_some_run_and_no_run_imports_another(
 
 def test_sandboy_run_is_served_from_the_bundle(package, tmp_path):
     """The real CLI (`python -v` names each module's loader): every listed module comes from the
-    bundle, nothing else does, and the run succeeds."""
+    bundle, nothing else does, and the run succeeds. The C executor's file is named by the
+    index (its loader is importlib's own): nothing lists the package's directories."""
     proc = sandboy_run(package, tmp_path, "-v")
     assert proc.returncode == 0, proc.stderr[-3000:]
     served = {line.split("'")[1] for line in proc.stderr.splitlines()
-              if line.startswith("import 'sandboy") and ("BundledSourceLoader" in line or "BundledExtensionLoader" in line)}
-    assert served == set(EXEC_MODE)
+              if line.startswith("import 'sandboy") and "BundledSourceLoader" in line}
+    assert served == set(EXEC_MODE) - {"sandboy.confine._native"}
+    assert "import 'sandboy.confine._native'" in proc.stderr
     assert probe(package)["served"] == sorted(bytecode_bundle.RUN_PATH_MODULES)
+    script = ("import sys; from sandboy.cli import main; import sandboy.confine.cage; "
+              "print(sorted(p for p in sys.path_importer_cache if p.startswith(sys.argv[1])))")
+    listed = subprocess.run([sys.executable, "-c", script, str(package)], capture_output=True, text=True,
+                            env=env_for(package), cwd=tmp_path)
+    assert (listed.returncode, listed.stdout) == (0, "[]\n"), listed.stderr
 
 
 def test_nothing_is_written_at_run_time(tmp_path):

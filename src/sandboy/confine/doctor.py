@@ -114,10 +114,10 @@ def check() -> dict:
                      "rule for that port only (the same port on any other address stays reachable); strict "
                      "policies are refused (exit 125)" if egress == "landlock-fallback" else
                      "not enforceable here (no network namespace, no Landlock TCP rules): refused (exit 125)"))
-    from sandboy import bytecode_bundle
+    import sandboy
 
-    finder = bytecode_bundle.installed()
-    bundle = None if finder is None else {"path": bytecode_bundle.bundle_path(finder.package_dir),
+    finder = sandboy.bundle_finder()
+    bundle = None if finder is None else {"path": sandboy.bundle_path(finder.package_dir),
                                           "modules": len(finder.index), "stale": finder.stale()}
     if bundle is None:
         notes.append("no byte-code bundle of the run path is in use (`make compile` writes it in a checkout, the "
