@@ -249,13 +249,17 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
 
         if nr >= (last number of the range) + 1: skip the range
         if nr == n1: body1      (each body returns)
-        if nr == n2: body2 ...
+        if nr == n2: goto refuse   (a denied call: no body of its own)
+        if nr == n3: body3 ...
         return ALLOW            (nr lies in the range and has no rule)
+        refuse: return EPERM    (only in a range holding a denied call)
 
     so a call without a rule passes ≈ 15 tests instead of one per rule (≈ 95). That is what the
     kernel runs for every filtered call, and at `seccomp()` it also runs the program once per
     system call number to find the calls always allowed (`seccomp_cache_prepare`): ≈ 0.1 ms of
-    every run's start with one test per rule."""
+    every run's start with one test per rule. The denied calls (≈ 70) share their range's
+    "return EPERM" rather than each having one: ≈ 55 instructions fewer for the kernel to check,
+    convert and JIT-compile at every `seccomp()` (≈ 250 instead of ≈ 310)."""
     eperm = errno_ret(EPERM)
     ret_eperm = _insn(RET_K, eperm)
     deny_body = (ret_eperm,)
@@ -287,11 +291,21 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
     numbers = sorted(rules)
     for first in range(0, len(numbers), RULES_PER_RANGE):
         chunk: list[int] = []
+        refused = []  # where the tests of denied calls are: they jump to the range's one "return EPERM"
         for nr in numbers[first:first + RULES_PER_RANGE]:
             body = rules[nr]
+            if body is deny_body:
+                refused.append(len(chunk))
+                chunk.append(nr)  # made a jump below, once the distance is known
+                continue
             chunk.append(JEQ_K | len(body) << 24 | nr << 32)  # _insn(JEQ_K, nr, 0, len(body)), checked below
             chunk += body
         chunk.append(ret_allow)
+        if refused:
+            chunk.append(ret_eperm)
+            last = len(chunk) - 1
+            for at in refused:
+                chunk[at] = _insn(JEQ_K, chunk[at], last - at - 1, 0)
         insns.append(_insn(JGE_K, nr + 1, len(chunk), 0))  # ValueError past 255: so is every body
         insns += chunk
     insns.append(ret_allow)  # above every rule's number
