@@ -294,3 +294,21 @@ def test_a_call_without_a_rule_is_decided_in_few_tests():
     free = [nr for name, nr in X86_64.items() if name not in rules]
     assert len(decode(program)) > 250  # what the bound below is measured against
     assert max(steps_to_decide(program, nr) for nr in free) <= 4 + 2 * seccomp.RULES_PER_RANGE + 8
+
+
+def test_a_denied_call_costs_one_instruction():
+    """A denied call is one test jumping to its range's shared "return EPERM" (seccomp.build):
+    the kernel checks, converts and JIT-compiles every instruction at each seccomp(2) (308
+    instructions with a return per denied call, 254 shared, docs/performance.md)."""
+    rules = seccomp.SocketRules(False, False, False, False)
+    base = DENIED_BY_DEFAULT | SYSV
+    # calls no other rule is about, spread over several ranges
+    extra = {"chown", "fchown", "lchown", "utime", "utimes", "futimesat", "sync", "syncfs", "acct", "mincore"} - base
+    grown = len(decode(seccomp.build(base | extra, rules))) - len(decode(seccomp.build(base, rules)))
+    ranges_added = 3  # at most: each new range adds its range test, "return ALLOW" and "return EPERM"
+    assert len(extra) <= grown <= len(extra) + 3 * ranges_added
+
+    def refusals(deny) -> int:
+        return sum(1 for code, _, _, k in decode(seccomp.build(deny, rules)) if code == seccomp.RET_K and k == EPERM)
+
+    assert refusals(base | extra) - refusals(base) <= ranges_added  # not one "return EPERM" per denied call
