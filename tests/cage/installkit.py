@@ -67,7 +67,7 @@ class Install:
         (self.bundle,) = glob.glob(str(self.package / "__pycache__" / "run-path.*.bundle"))
         self.marks = base.parent / f"{base.name}-marks"  # where the payloads would leave a trace
         self.marks.mkdir()
-        self.path_link = self.pycache = None
+        self.path_link = self.pycache = self.tools = None
 
     as_user = ()  # e.g. setpriv to uid 65534: every run of this installation's `sandboy`, as its owner
 
@@ -90,6 +90,25 @@ class Install:
         os.symlink(self.script, self.path_link)
         return f"{self.base / 'bin'}:/usr/bin:/bin"
 
+    def add_other_environment_on_path(self, python=BASE_PYTHON) -> str:
+        """A second environment, `base/tools`, whose `sandboy` script is the first on the PATH
+        returned (`base/bin/sandboy -> tools/bin/sandboy`, as pipx leaves it): the operator's
+        next `sandboy` runs there, not in this installation's environment. Its site-packages
+        reads this installation's source through a `.pth`, so that `sandboy` works."""
+        self.tools = self.base / "tools"
+        subprocess.run([python, "-m", "venv", "--without-pip", str(self.tools)], check=True, capture_output=True)
+        (self.tools_site,) = glob.glob(str(self.tools / "lib" / "python3.*" / "site-packages"))
+        with open(os.path.join(self.tools_site, "sandboy-source.pth"), "w") as fh:
+            fh.write(f"{os.path.dirname(self.package)}\n")
+        script = self.tools / "bin" / "sandboy"
+        script.write_text(f"#!{self.tools}/bin/python\nimport sys\nfrom sandboy.cli import entry\n"
+                          "if __name__ == '__main__':\n    sys.exit(entry())\n")
+        os.chmod(script, 0o755)
+        (self.base / "bin").mkdir()
+        self.path_link = self.base / "bin" / "sandboy"
+        os.symlink(script, self.path_link)
+        return f"{self.base / 'bin'}:/usr/bin:/bin"
+
     def add_pycache_prefix(self) -> str:
         """A PYTHONPYCACHEPREFIX directory inside the write root (returned for the environment)."""
         self.pycache = self.base / "pycache"
@@ -106,6 +125,8 @@ class Install:
             paths["pathlink"] = str(self.path_link)
         if self.pycache:
             paths["pycache"] = str(self.pycache / "planted.cpython-311.pyc")
+        if self.tools:
+            paths["nextpth"] = os.path.join(self.tools_site, "zz_planted.pth")
         return paths
 
     def targets(self) -> dict:
@@ -142,6 +163,9 @@ class Install:
             attempts["pathlink"] = f"ln -sfn '{evil_script}' '{paths['pathlink']}'"
         if "pycache" in paths:
             attempts["pycache"] = f": > '{paths['pycache']}'"
+        if "nextpth" in paths:
+            attempts["nextpth"] = (f"printf 'import os; open(\"%s\", \"w\").close()\\n' '{self.marks / 'nextpth'}' "
+                                   f"> '{paths['nextpth']}'")
         lines = [f"if ( {cmd} ) 2>/dev/null; then echo 'ok {name}'; else echo 'refused {name}'; fi"
                  for name, cmd in attempts.items() if only is None or name in only]
         path = self.base / "attack.sh"

@@ -30,7 +30,8 @@ from mutantkit import Mutant, mutant, run_mutants  # noqa: E402
 from sandboy import Policy, run  # noqa: E402
 from sandboy.confine import own_install, protected, protections  # noqa: E402
 
-KINDS = ("prefix", "base prefix", "package", "import path", "user site", "pycache prefix", "console script")
+KINDS = ("prefix", "base prefix", "package", "import path", "user site", "pycache prefix", "console script",
+         "next environment")
 TARGETS = ARGS["targets"]
 SNAPSHOT = {name: state(path) for name, path in TARGETS.items()}
 

@@ -179,7 +179,8 @@ OWN_INSTALL_EQUIVALENT = ("kind base prefix not protected", "kind user site not 
 def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succeeds_without_it(tmp_path):
     """A real editable installation (installkit) runs the mutants itself (own_install_mutants.py
     says why), judged with three policies: its checkout holding `.venv`, `src/`, a PATH link to
-    its console script and a PYTHONPYCACHEPREFIX directory, plus its site-packages as a second
+    the console script of a second environment (the `sandboy` that runs next) and a
+    PYTHONPYCACHEPREFIX directory, plus its site-packages as a second
     write root; only `src/` (the package is then protected on its own); only its site-packages
     (a write root inside the environment). Each under the tier and with it forced off."""
     import json
@@ -188,7 +189,7 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
     from installkit import Install, copy_package
 
     install = Install(tmp_path / "checkout", "editable", copy_package(tmp_path))
-    path = install.add_path_link()
+    path = install.add_other_environment_on_path()
     pycache = install.add_pycache_prefix()
     script = install.attack_script(only=None)
     targets = install.target_paths()
@@ -207,5 +208,5 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
     assert proc.returncode == 0 and proc.stdout.strip(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     kinds = {kind for _path, kind in outcome.pop("installation")}
-    assert {"prefix", "package", "import path", "pycache prefix", "console script"} <= kinds, kinds
+    assert {"prefix", "package", "import path", "pycache prefix", "console script", "next environment"} <= kinds, kinds
     report(outcome, "own-installation mutants", equivalent=OWN_INSTALL_EQUIVALENT)

@@ -272,3 +272,28 @@ def test_as_an_ordinary_user_their_own_installation_is_protected(package_copy, o
             assert answers(proc.stdout) == {name: "refused" for name in ATTACKS}, proc.stderr
             assert install.targets() == before
             assert install.payloads_run() == []
+
+
+@pytest.mark.parametrize("opted_out", [False, True])
+def test_the_environment_of_the_sandboy_first_on_path_is_protected(tmp_path, package_copy, opted_out, enforcement):
+    """The `sandboy` the operator runs next may live in another environment than the running
+    one (pipx: `~/.local/bin/sandboy -> ~/.local/pipx/venvs/sandboy/bin/sandboy`): its script's
+    interpreter's environment is protected too; opted out, a `.pth` planted there runs at the
+    operator's next `sandboy` through the PATH."""
+    install = Install(tmp_path / "checkout", "wheel", package_copy)
+    path = install.add_other_environment_on_path()
+    script = install.attack_script(only=("nextpth",))
+    before = install.targets()
+    proc = install.sandboy("run", "--policy", _run_policy(install, protect_defaults=not opted_out), "--", "/bin/sh",
+                           script, env={"PATH": path, **enforcement}, cwd=str(install.base), check_rc=0)
+    next_run = subprocess.run([str(install.path_link), "--version"], capture_output=True, text=True,
+                              env={"PATH": path, "HOME": str(tmp_path)})
+    assert next_run.returncode == 0 and "sandboy" in next_run.stdout, next_run
+    if opted_out:
+        assert answers(proc.stdout) == {"nextpth": "ok"}, proc.stderr
+        assert sorted(os.listdir(install.marks)) == ["nextpth"]
+    else:
+        assert answers(proc.stdout) == {"nextpth": "refused"}, proc.stderr
+        assert install.targets() == before
+        assert f"fs: {install.tools} is the Python environment the `sandboy` command on PATH" in proc.stderr, proc.stderr
+        assert os.listdir(install.marks) == []

@@ -33,11 +33,12 @@ WHY = {
     "user site": "the user site-packages directory whose .pth files the interpreter running Sandboy runs",
     "pycache prefix": "the byte code the interpreter running Sandboy reads instead of __pycache__ (PYTHONPYCACHEPREFIX)",
     "console script": "the `sandboy` command the operator runs next",
+    "next environment": "the Python environment the `sandboy` command on PATH runs in (its script's interpreter)",
 }
 # Kinds whose whole tree is Sandboy's: a write root INSIDE one of them (e.g. `write =
 # [".venv/lib/python3.11/site-packages"]`) is protected itself. The base prefix may hold
 # unrelated write roots (/usr/local/src with a /usr interpreter), so it is not one of them.
-ALL_OURS = frozenset({"prefix", "package", "import path", "user site", "pycache prefix"})
+ALL_OURS = frozenset({"prefix", "package", "import path", "user site", "pycache prefix", "next environment"})
 
 _CACHED = None
 
@@ -62,6 +63,24 @@ def _console_scripts() -> list[str]:
     if os.path.basename(argv0) == "sandboy":
         found.append(os.path.abspath(argv0))
     return found
+
+
+def _environment_of(script: str):
+    """The virtual environment a console script runs in (`#!/x/venv/bin/python` with
+    `/x/venv/pyvenv.cfg`), or None: the `sandboy` first on PATH may belong to another
+    installation than this process's (pipx, a second venv), and that one runs next."""
+    try:
+        with open(script, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if not words or not words[0].startswith("/"):
+        return None
+    environment = os.path.dirname(os.path.dirname(words[0]))
+    return environment if os.path.isfile(os.path.join(environment, "pyvenv.cfg")) else None
 
 
 def installation() -> tuple:
@@ -95,6 +114,7 @@ def installation() -> tuple:
     add(getattr(sys, "pycache_prefix", None), "pycache prefix")
     for script in _console_scripts():
         add(script, "console script")
+        add(_environment_of(script), "next environment")
     _CACHED = tuple(rows)
     return _CACHED
 
