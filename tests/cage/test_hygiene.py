@@ -381,6 +381,10 @@ try:
         ended(run(exit3, policy, tty=True))
     elif scenario == "unsupervised":
         ended(run(exit3, policy, supervise=False))
+    elif scenario == "init-killed-outside":  # not by kill(): by someone else (an OOM kill, kill -9)
+        handle = spawn(sleeper, policy)
+        os.kill(handle.pid, signal.SIGKILL)
+        ended(handle.wait(), handle)
     elif scenario == "in-process":  # the gate's way: this process supervises
         from sandboy.confine.cage import build
         from sandboy.confine.supervision import Supervision
@@ -464,20 +468,25 @@ def _tier_env(tier: bool) -> dict:
 
 # scenario -> (outcome, code) the command's end gives, whatever the caller's SIGCHLD
 API_ENDS = {"run": ("exited", 3), "spawn": ("exited", 3), "timeout": ("exited", 3), "timeout-hit": ("timed_out", 137),
-            "kill": ("killed", 137), "tty": ("exited", 3), "threads": ("exited", 3), "probe": ("exited", 3), "audit-phase": ("exited", 3)}
+            "kill": ("killed", 137), "tty": ("exited", 3), "threads": ("exited", 3), "probe": ("exited", 3),
+            "audit-phase": ("exited", 3), "unsupervised": ("exited", 3)}
+# unsupervised without the tier: refused (test_where_the_status_would_be_lost_the_api_refuses_before_starting)
+API_CASES = [(scenario, tier) for scenario in sorted(API_ENDS) for tier in (True, False)
+             if (scenario, tier) != ("unsupervised", False)]
 
 
-@pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
 @pytest.mark.parametrize("disposition", ["ignore", "default"])
-@pytest.mark.parametrize("scenario", sorted(API_ENDS))
-def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, disposition, tier):
+@pytest.mark.parametrize("scenario, tier", API_CASES, ids=[f"{s}-{'tier' if t else 'no-tier'}" for s, t in API_CASES])
+def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, tier, disposition):
     """A program started with SIGCHLD ignored: the kernel reaps its children itself, and their
     exit status is lost to every wait (waitpid and waitid(P_PIDFD) alike: ECHILD). The API used
     to raise a bare ChildProcessError (namespaces._probe, Supervisor.wait, a direct child's
-    waitpid). Now the run goes through a forked supervisor, which resets ITS OWN SIGCHLD and
-    reports on its pipe; the caller's disposition is left as it was. Judged by the command's own
-    exit code (3), the outcome of a deadline and of kill(), no process left by pid, and the
-    caller still ignoring SIGCHLD afterwards. Twin: the same program with SIGCHLD at default."""
+    waitpid). Now, without the tier, the run goes through a forked supervisor, which resets ITS
+    OWN SIGCHLD and reports on its pipe; under the tier a direct child (the namespace's init)
+    still does, its init reporting the command's status on the error pipe. The caller's
+    disposition is left as it was. Judged by the command's own exit code (3), the outcome of a
+    deadline and of kill(), no process left by pid, and the caller still ignoring SIGCHLD
+    afterwards. Twin: the same program with SIGCHLD at default."""
     marker = f"apisig-{os.urandom(4).hex()}"
     out = _started_with_sigchld(disposition, [sys.executable, "-c", API_SCENARIOS, scenario], marker,
                                 env=_tier_env(tier))
@@ -492,19 +501,21 @@ def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, di
     assert got["left"] == [], got
     if scenario == "threads":
         assert got["all"] == [["exited", 3]], got
-    if scenario in ("spawn", "kill"):  # nothing else needs a supervisor here: only the ignored SIGCHLD does
-        assert got["handle"] == ("Supervisor" if disposition == "ignore" else "DirectChild")
+    if scenario in ("spawn", "kill"):  # nothing else needs a supervisor here: only the ignored SIGCHLD may
+        supervised = disposition == "ignore" and not tier
+        assert got["handle"] == ("Supervisor" if supervised else "DirectChild"), got
     if scenario == "probe":
         assert got["tier"] is got["available"] is tier
 
 
-@pytest.mark.parametrize("tier", [True, False], ids=["tier", "no-tier"])
-@pytest.mark.parametrize("scenario", ["unsupervised", "in-process"])
+@pytest.mark.parametrize("scenario, tier", [("unsupervised", False), ("in-process", True), ("in-process", False)],
+                         ids=["unsupervised-no-tier", "in-process-tier", "in-process-no-tier"])
 def test_where_the_status_would_be_lost_the_api_refuses_before_starting(scenario, tier):
-    """`spawn(supervise=False)` (the caller waits for the command itself) and a Supervision in
-    the caller's own process (the gate's way) cannot recover a status the kernel discarded, and
-    the caller's disposition is not ours to change: refused up front, CageError saying why
-    and what to do, nothing started. Twin: SIGCHLD at default runs them (exit 3)."""
+    """`spawn(supervise=False)` without the tier (the caller waits for the command itself; no
+    init reports for it) and a Supervision in the caller's own process (the gate's way) cannot
+    recover a status the kernel discarded, and the caller's disposition is not ours to change:
+    refused up front, CageError saying why and what to do, nothing started. Twin: SIGCHLD at
+    default runs them (exit 3)."""
     marker = f"apisig-{os.urandom(4).hex()}"
     env = _tier_env(tier)
     out = _started_with_sigchld("ignore", [sys.executable, "-c", API_SCENARIOS, scenario], marker, env=env)
@@ -515,6 +526,25 @@ def test_where_the_status_would_be_lost_the_api_refuses_before_starting(scenario
     twin = json.loads(_started_with_sigchld("default", [sys.executable, "-c", API_SCENARIOS, scenario], marker,
                                             env=env).stdout)
     assert (twin["outcome"], twin["code"], twin["left"]) == ("exited", 3, []), twin
+
+
+@pytest.mark.parametrize("disposition", ["ignore", "default"])
+def test_an_init_killed_from_outside_in_a_program_ignoring_sigchld_fails_closed(disposition):
+    """Under the tier a program ignoring SIGCHLD gets the command's status from the init's
+    report. An init killed by someone else (not kill()) reports nothing and its own status is
+    gone: the run fails closed (125) saying so — not a made-up code, not a ChildProcessError.
+    Twin: at SIG_DFL its status says SIGKILL (signaled, 137)."""
+    marker = f"apisig-{os.urandom(4).hex()}"
+    out = _started_with_sigchld(disposition, [sys.executable, "-c", API_SCENARIOS, "init-killed-outside"], marker,
+                                env=_tier_env(True))
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    assert got["handle"] == "DirectChild" and got["left"] == [], got
+    if disposition == "ignore":
+        assert (got["outcome"], got["code"]) == ("cage_error", 125), got
+        assert "exit status was lost" in got["error"] and "supervise=True" in got["error"], got
+    else:
+        assert (got["outcome"], got["code"]) == ("signaled", 137), got
 
 
 MID_RUN = r"""

@@ -81,11 +81,12 @@ def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None)
         if cage.tier is None:
             # without a PID namespace nothing but a subreaper knows when the whole tree is gone
             return f"{hook.name}: runs once every process of the run has ended"
-    if not in_place:
+    if not in_place and not (cage.tier is not None and cage.tier.pid):
         # The API's caller waits for a direct child itself: with SIGCHLD ignored the kernel reaps
-        # it unseen (its status lost, or under the tier, lost when the init is killed). A forked
-        # supervisor resets its own disposition and reports the status on its pipe. (`sandboy
-        # run`, in place, has reset SIGCHLD itself: cli.main.)
+        # it unseen and its status is lost. A forked supervisor resets its own disposition and
+        # reports the status on its pipe. Under the tier the direct child is the namespace's
+        # init, which reports the command's wait status on the error pipe itself: no supervisor
+        # needed (ADR 0020, Session 6). (`sandboy run`, in place, reset SIGCHLD: cli.finish.)
         from sandboy.confine.reaping import children_reaped_unseen
 
         unseen = children_reaped_unseen()

@@ -36,6 +36,7 @@ from sandboy.confine.result import (  # noqa: F401  (the API's names)
     OUTCOMES,
     PLANTED,
     SIGNALED,
+    STATUS_LOST,
     TIMED_OUT,
     RunResult,
     from_child,
@@ -60,6 +61,7 @@ class DirectChild(Supervision):
     def __init__(self, argv, cage, owns_cage: bool, stdio, hooks=()):
         super().__init__(argv, cage, stdio=stdio, hooks=hooks)
         self._owns_cage = owns_cage
+        self._sent_kill = False
 
     def _prepare(self) -> tuple:
         from sandboy.confine.terminal import session_steps
@@ -78,6 +80,7 @@ class DirectChild(Supervision):
 
     def kill(self) -> None:
         if self._result is None:
+            self._sent_kill = True
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -85,6 +88,10 @@ class DirectChild(Supervision):
 
     def _reap(self) -> None:
         self.exited(block=True)
+        if self._status == STATUS_LOST and self._sent_kill:
+            # reaped unseen (the caller ignores SIGCHLD: the namespace's init reports the
+            # command's status, but not when killed): what it got is our SIGKILL
+            self._status = signal.SIGKILL
 
     def _finish(self, result: RunResult) -> None:
         super()._finish(result)
@@ -103,7 +110,8 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
 
     `supervise`: None decides by need (`exec_mode.supervisor_needed`: a timeout,
     `limits.wall_seconds`, `limits.processes` as root, a `{tmp}` to remove, `net.domains`, a
-    git check without the namespace tier, a terminal to relay, hooks of yours); True always
+    git check without the namespace tier, a terminal to relay, hooks of yours, a caller ignoring
+    SIGCHLD without the namespace tier: ADR 0020, Session 6); True always
     keeps a supervisor, which also guarantees that no descendant of the command outlives it;
     False never does (refused where one is needed).
 

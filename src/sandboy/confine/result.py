@@ -23,10 +23,11 @@ NOT_EXECUTABLE = "not_executable"  # it exists but cannot be executed there (126
 PLANTED = "planted"                # it ran, and left code for the host's next git command (125, ADR 0019)
 # The wait status of a command reaped by someone else (never a real one: those are >= 0).
 STATUS_LOST = -1
-STATUS_LOST_ERROR = ("the command's exit status was lost: it was reaped before Sandboy could wait for it "
-                     "(this process ignores SIGCHLD or set SA_NOCLDWAIT since the run started, or "
-                     "something in it waits for any child); keep SIGCHLD at SIG_DFL while runs are "
-                     "not supervised, or let Sandboy supervise them (spawn(supervise=True))")
+STATUS_LOST_ERROR = ("the command's exit status was lost: its process was reaped before Sandboy could wait "
+                     "for it (this process ignores SIGCHLD or has SA_NOCLDWAIT set, or something in it "
+                     "waits for any child) and nothing reported it (there is no namespace init without "
+                     "the tier; an init killed from outside reports nothing); keep SIGCHLD at SIG_DFL, "
+                     "or let Sandboy supervise the run (spawn(supervise=True))")
 OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE, PLANTED)
 
 
