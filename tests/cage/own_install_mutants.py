@@ -9,7 +9,7 @@ environment's site-packages, appended after: `sandboy` is already imported from 
 runs the mutants with the in-process API and prints the outcome as JSON on its last line.
 
 argv[1]: JSON {"base", "tests", "site", "targets": {attack: path}, "policies": [[write roots,
-[attacks that policy must refuse]], ...], "script"}.
+[attacks that policy must refuse]], ...], "script", "overlay": an empty directory, or absent}.
 """
 
 import json
@@ -25,7 +25,30 @@ assert os.path.realpath(sandboy.__file__).startswith(os.path.realpath(ARGS["base
 sys.path.extend([ARGS["tests"], ARGS["site"]])
 
 from installkit import restore, state  # noqa: E402
-from mutantkit import Mutant, mutant, run_mutants  # noqa: E402
+from mutantkit import Mutant, mutant, on_a_private_tmpfs, run_mutants  # noqa: E402
+
+
+def overlay_the_base_prefix(scratch: str) -> None:
+    """For the policy granting the interpreter's own installation (the base prefix): this process
+    gets a private mount namespace (mutantkit: private before any mount) with a tmpfs on
+    `scratch` and an overlay on the base prefix whose upper layer is there, so what a surviving
+    mutant lets the command write lands in memory and vanishes with this process. Refuses to go
+    on unless the overlay is in place."""
+    import ctypes
+    import pathlib
+
+    before = os.stat(sys.base_prefix).st_dev
+    on_a_private_tmpfs(pathlib.Path(scratch))
+    os.mkdir(f"{scratch}/upper")
+    os.mkdir(f"{scratch}/work")
+    options = f"lowerdir={sys.base_prefix},upperdir={scratch}/upper,workdir={scratch}/work".encode()
+    if ctypes.CDLL(None, use_errno=True).mount(b"overlay", os.fsencode(sys.base_prefix), b"overlay", 0, options) != 0:
+        raise OSError(ctypes.get_errno(), "an overlay on the base prefix")
+    assert os.stat(sys.base_prefix).st_dev != before, "the base prefix is not the overlay"
+
+
+if ARGS.get("overlay"):
+    overlay_the_base_prefix(ARGS["overlay"])
 
 from sandboy import Policy, run  # noqa: E402
 from sandboy.confine import own_install, protected, protections  # noqa: E402
@@ -49,8 +72,11 @@ def judge(_mutant):
             policy = {"version": 1, "fs": {"read": ["/usr", "/etc/ld.so.cache", ARGS["base"]],
                                            "exec": ["/usr/bin", "/bin"], "write": write}}
             with open(os.devnull, "wb") as null, tempfile.TemporaryFile() as err:
+                # builtin_hooks=(): no post-run git check — it judges git files, none of these, and
+                # would walk the base prefix's 60,000 files after every run
                 result = run(["/bin/sh", ARGS["script"]], Policy.from_mapping(policy, "<own-install mutants>"),
-                             cwd=ARGS["base"], timeout=60, stdin=null.fileno(), stdout=null.fileno(), stderr=err.fileno())
+                             cwd=ARGS["base"], timeout=60, stdin=null.fileno(), stdout=null.fileno(), stderr=err.fileno(),
+                             builtin_hooks=())
                 assert result.returncode == 0, (result.returncode, result.error)
             for name in must_refuse:
                 if state(TARGETS[name]) != SNAPSHOT[name]:

@@ -170,15 +170,18 @@ def test_every_protected_default_has_a_write_that_succeeds_without_it(tmp_path_f
 
 # --- Sandboy's own installation (confine/own_install.py, ADR 0024) ------------------------------
 
-# Kinds of the installation this bench cannot put inside a write root: the base prefix is the
-# Python installation under the test's own environment (a mutant letting the command write it
-# would damage the interpreter every test runs on), and a virtual environment has no user site.
-OWN_INSTALL_EQUIVALENT = ("kind base prefix not protected", "kind user site not protected")
+# A virtual environment has no user site: that kind of the installation never has a path here.
+# The base prefix (the Python installation under the bench's environment, the one every test
+# runs on) is granted only under an overlay in the bench process's private mount namespace
+# (own_install_mutants.overlay_the_base_prefix), which needs root; as another user it is
+# equivalent too.
+OWN_INSTALL_EQUIVALENT = ("kind user site not protected",) if os.geteuid() == 0 else \
+    ("kind user site not protected", "kind base prefix not protected")
 
 
 def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succeeds_without_it(tmp_path):
     """A real editable installation (installkit) runs the mutants itself (own_install_mutants.py
-    says why), judged with three policies: its checkout holding `.venv`, `src/`, a PATH link to
+    says why), judged with three policies (four as root: the base prefix, under an overlay): its checkout holding `.venv`, `src/`, a PATH link to
     the console script of a second environment (the `sandboy` that runs next) and a
     PYTHONPYCACHEPREFIX directory, plus its site-packages as a second
     write root; only `src/` (the package is then protected on its own); only its site-packages
@@ -193,6 +196,15 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
     pycache = install.add_pycache_prefix()
     script = install.attack_script(only=None)
     targets = install.target_paths()
+    overlay = None
+    if os.geteuid() == 0:  # the base prefix as a write root, under an overlay (see OWN_INSTALL_EQUIVALENT)
+        targets["baseplant"] = os.path.join(sys.base_prefix, "zz_planted_by_a_mutant")
+        with open(script) as fh:
+            lines = fh.read().replace("\nexit 0\n", "\n")
+        with open(script, "w") as fh:
+            fh.write(f"{lines}(: > '{targets['baseplant']}') 2>/dev/null\nexit 0\n")
+        overlay = str(tmp_path / "overlay")
+        os.mkdir(overlay)
     here = os.path.dirname(os.path.abspath(__file__))
     site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "pytest")))
     args = {"base": str(install.base), "tests": here, "site": site, "targets": targets, "script": script,
@@ -200,7 +212,9 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
             "policies": [[[str(install.base), install.site], sorted(targets)],
                          [[str(install.base / "src")], ["cli", "bundle"]],
                          # a write root inside the environment, with nothing around it granted
-                         [[install.site], ["pth"]]]}
+                         [[install.site], ["pth"]]]
+            + ([[[sys.base_prefix], ["baseplant"]]] if overlay else []),
+            "overlay": overlay}
     proc = subprocess.run([str(install.venv / "bin" / "python"), os.path.join(here, "own_install_mutants.py"),
                            json.dumps(args)], capture_output=True, text=True, timeout=BUDGET_SECONDS + 60,
                           env={"PATH": path, "PYTHONPYCACHEPREFIX": pycache, "HOME": str(tmp_path),
