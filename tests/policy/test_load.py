@@ -149,6 +149,22 @@ def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
     assert Policy.load(path).fs.read == ("/usr",)
 
 
+def test_long_lists_validate_in_linear_time():
+    """A hostile gate's step policy may list as many paths (or ports) as 1 MiB holds: each list is
+    deduplicated in one pass, first occurrence kept (`item not in out` took ≈ 4 s for 20,000
+    paths, and a gate reads up to 1,000 policy files before any step runs)."""
+    import time
+
+    paths = [f"/p/{i}" for i in range(70_000)]
+    ports = list(range(1, 65536)) * 2
+    started = time.monotonic()
+    policy = Policy.from_mapping({"version": 1, "fs": {"read": [*paths, "/p/1", "/p/0"]},
+                                  "net": {"connect_tcp": ports[::-1]}})
+    assert time.monotonic() - started < 2
+    assert policy.fs.read == tuple(paths)
+    assert policy.net.connect_tcp == tuple(range(1, 65536))
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("version = 1\n[net]\ndomains = [\"example.org:\"]", "bad port"),
     ("version = 1\n[limits]\nprocesses = " + "9" * 5000, "unusable TOML value"),

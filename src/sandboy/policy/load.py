@@ -32,15 +32,14 @@ _CACHE_FORMAT = 1
 def _str_list(src: str, key: str, value, check=None) -> tuple:
     if not isinstance(value, list):
         raise PolicyError(src, key, f"expected a list of strings, got {kind_of(value)}")
-    out = []
     for i, item in enumerate(value):
         if not isinstance(item, str):
             raise PolicyError(src, f"{key}[{i}]", f"expected a string, got {kind_of(item)}")
         if check is not None:
             check(src, f"{key}[{i}]", item)
-        if item not in out:
-            out.append(item)
-    return tuple(out)
+    # duplicates dropped, first one kept, in linear time: a hostile gate's step policy may list
+    # tens of thousands of paths (`item not in out` took ≈ 4 s for 20,000)
+    return tuple(dict.fromkeys(value))
 
 
 def _path(src: str, key: str, value: str) -> None:
@@ -66,13 +65,10 @@ def _path(src: str, key: str, value: str) -> None:
 def _port_list(src: str, key: str, value) -> tuple:
     if not isinstance(value, list):
         raise PolicyError(src, key, f"expected a list of TCP ports (integers 1-65535), got {kind_of(value)}")
-    out = []
     for i, item in enumerate(value):
         if type(item) is not int or not 0 < item < 65536:
             raise PolicyError(src, f"{key}[{i}]", f"expected a TCP port 1-65535, got {item!r}")
-        if item not in out:
-            out.append(item)
-    return tuple(sorted(out))
+    return tuple(sorted(set(value)))
 
 
 def _bool(src: str, key: str, value) -> bool:
