@@ -44,7 +44,7 @@ import os
 import stat
 import time
 
-from sandboy.confine.protected import husky_scripts
+from sandboy.confine.protected import hook_manager_configs, hooks_paths, husky_scripts
 from sandboy.policy.resolve import is_within, is_within_any
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
@@ -531,6 +531,7 @@ class GitSnapshot:
             if entries:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
+        self.manager_launch = {}  # hook managers' config files of those repositories -> launch bytes
         for root in self.roots:
             # (a root that is itself a git directory — a bare repository granted for writing —
             # is its own: its config's launch bytes are kept, put back if a planted one is moved)
@@ -544,6 +545,14 @@ class GitSnapshot:
                     data = _read_config(path)
                     configs[path] = (data, _safe_entries(path, data))
                 self.known[gitdir] = configs
+                if os.path.basename(gitdir) == ".git":
+                    # what an installed pre-commit or lefthook runs, as it was: put back when a
+                    # changed one is moved, so the operator's next commit still runs their hooks
+                    top = os.path.dirname(gitdir)
+                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths(top)]):
+                        data = _read_config(path)
+                        if data is not None and len(data) <= CONFIG_READ_LIMIT:
+                            self.manager_launch[path] = data
         self.known[GLOBAL] = {path: (data, _safe_entries(path, data)) for path in self.global_inside
                               for data in (_read_config(path),)}
         # Where every git directory in reach is at launch: one found after the run anywhere else
@@ -834,6 +843,7 @@ class _Check:
             self.gitdir(common, full=False, top=top, depth=depth + 1)
         self.hooks(os.path.join(gitdir, "hooks"), full)
         if top is not None:
+            self.hook_managers(gitdir, top, full)
             for path, entries in self.snap.global_entries:  # the operator's core.hooksPath and includes
                 self._follow(path, os.path.realpath(path), False, top, None, 0, entries)
         for kind in ("modules", "worktrees"):
@@ -1012,10 +1022,44 @@ class _Check:
             if not stat.S_ISDIR(est.st_mode):
                 self.hook_file(path, est, full, "a husky script git's hook runs, made or changed during the run")
 
-    def hook_file(self, path: str, st, full: bool, why: str) -> None:
+    def hook_managers(self, gitdir: str, top: str, full: bool) -> None:
+        """What an installed pre-commit or lefthook runs from the worktree at `top` on the
+        operator's next commit (`protected.hook_manager_configs`: pre-commit's config, lefthook's
+        configs and the scripts in `.lefthook*/<hook>/`): hooks one indirection away, judged as
+        hooks are — made or changed during the run is a finding (ADR 0019, session 6). Under
+        the tier those that existed at launch are bound read-only; this finds the rest."""
+        for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths(top)]):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                self.hook_file(path, st, full, "a file an installed hook manager (pre-commit, lefthook) runs "
+                               "commands from, made or changed during the run", self.snap.manager_launch.get(path))
+                continue
+            # lefthook's script directories: `.lefthook/pre-commit/lint.sh` runs on a commit
+            for sub in self._listed(path):
+                if sub.is_dir(follow_symlinks=False):
+                    for entry in self._listed(sub.path):
+                        try:
+                            est = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        self.hook_file(entry.path, est, full,
+                                       "a script lefthook's installed hook runs, made or changed during the run")
+
+    @staticmethod
+    def _listed(directory: str) -> list:
+        try:
+            with os.scandir(directory) as entries:
+                return list(entries)
+        except OSError:
+            return []
+
+    def hook_file(self, path: str, st, full: bool, why: str, restore=None) -> None:
         if (full or self.snap._new(st)) and self.writable(path):
             if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
-                self.add(path, why)
+                self.add(path, why, restore)
         elif stat.S_ISLNK(st.st_mode):
             # an old link (scripts/pre-commit linked in by the project): git runs what it
             # leads to, which may lie in a write root and have been changed by the run
