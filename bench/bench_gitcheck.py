@@ -9,9 +9,11 @@ Every figure is a ratio against a baseline measured in the same run, interleaved
   CLI   sandboy run -- /bin/true, write root = the repository, check on  vs  off (one wrapper
         for both); without the tier "off" is exec mode, "on" the supervisor the check needs
   gate  sandboy gate, 20 steps of `true` on that repository: per step, check on vs off
-  parts snapshot() alone (start-up side) and verify() alone (after the run) on that repository,
-        and verify() on a tree of the same files that is no repository (session 5: every write
-        root is walked, not only those holding a repository at launch)
+  parts snapshot() alone (start-up side: since session 6 it walks the write roots for where each
+        git directory is) and verify() alone (after the run) on that repository, verify() on a
+        tree of the same files that is no repository (session 5: every write root is walked,
+        not only those holding a repository at launch), and the snapshot of a gate's later step,
+        which takes the previous check's record instead of walking (session 6)
   plain API with the tier, write root = that plain tree: check on vs off (before session 5
         there was no check there at all, so "off" is the old cost)
 
@@ -96,7 +98,7 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
         return time.perf_counter() - start
 
     def without_check():
-        gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage: None)
+        gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage, *carried: None)
         try:
             start = time.perf_counter()
             # the same path the check takes (supervised without the tier), only the check left out
@@ -114,7 +116,7 @@ def bench_api(repo: str, rounds: int, tier: bool) -> dict:
 
 
 _CLI = ("import sys; from sandboy.confine import gitcheck\n"
-        "if sys.argv[1] == 'off': gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage: None)\n"
+        "if sys.argv[1] == 'off': gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage, *carried: None)\n"
         "from sandboy.cli import entry; sys.argv[1:2] = []; sys.exit(entry())")
 
 
@@ -144,7 +146,7 @@ def bench_cli(repo: str, base: str, rounds: int, tier: bool) -> dict:
 
 
 _GATE = ("import sys; from sandboy.confine import gitcheck\n"
-         "if sys.argv[1] == 'off': gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage: None)\n"
+         "if sys.argv[1] == 'off': gitcheck.GitCheck.for_cage = classmethod(lambda cls, cage, *carried: None)\n"
          "from sandboy.gate.cli import main; sys.exit(main(sys.argv[2:]))")
 
 
@@ -187,8 +189,19 @@ def bench_parts(repo: str, plain: str, rounds: int) -> dict:
             return time.perf_counter() - start
         return run
 
-    return _interleaved({"snapshot (launch)": snap, "verify (after the run)": verify(repo),
-                         "verify, tree without a repository": verify(plain)}, rounds)
+    cases = {"snapshot (launch)": snap, "verify (after the run)": verify(repo),
+             "verify, tree without a repository": verify(plain)}
+    if hasattr(gitcheck, "LaunchRecord"):  # session 6: a gate's later step takes the last check's record
+        done = gitcheck.snapshot([repo])
+        done.verify()
+
+        def snap_carried():
+            start = time.perf_counter()
+            gitcheck.GitSnapshot.at_launch(gitcheck.Scope([repo]), done.after)
+            return time.perf_counter() - start
+
+        cases["snapshot, record carried (a gate's later step)"] = snap_carried
+    return _interleaved(cases, rounds)
 
 
 def main() -> int:
