@@ -112,6 +112,33 @@ def test_gate_file_symlink_out_of_repo(tmp_path):
     _assert_refused(run_gate(repo), "outside the repository")
 
 
+@pytest.mark.parametrize("link", [".007", ".007/gate.toml", ".007/p.toml"])
+def test_a_link_out_of_the_repository_tells_nothing_about_its_target(tmp_path, link):
+    """Refused whether or not the target exists, with the same message, never naming where the
+    link leads (the message said "resolves to /host/..." after following every link out there:
+    a host symlink's target, and whether a path existed, reached the repository's CI log)."""
+    host = tmp_path / "host"
+    (host / "hidden").mkdir(parents=True)
+    (host / "hidden" / "gate.toml").write_text(OK_STEP)
+    (host / "hidden" / "p.toml").write_text("version = 1\n")
+    os.symlink(host / "hidden", host / "via")  # a host symlink whose target must not be told
+    messages = []
+    for target in (host / "via", host / "missing"):
+        repo = make_repo(tmp_path / target.name, OK_STEP + 'policy = "p.toml"\n')
+        if link == ".007":
+            for f in (repo / ".007").iterdir():
+                f.unlink()
+            (repo / ".007").rmdir()
+        else:
+            (repo / link).unlink(missing_ok=True)
+        os.symlink(target if link == ".007" else target / os.path.basename(link), repo / link)
+        proc = run_gate(repo)
+        assert proc.returncode == 2 and "leads outside the repository" in proc.stderr, proc.stderr
+        assert "hidden" not in proc.stderr and "Traceback" not in proc.stderr
+        messages.append(proc.stderr.replace(str(repo), "REPO"))
+    assert messages[0] == messages[1]
+
+
 def test_oversized_gate(tmp_path):
     repo = make_repo(tmp_path, OK_STEP + "# " + "x" * (1 << 20) + "\n")
     _assert_refused(run_gate(repo), "larger than")

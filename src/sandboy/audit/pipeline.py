@@ -95,11 +95,15 @@ def expand(text: str, places: dict[str, str]) -> str:
 
 
 def missing_reason(tool: Tool, repo: Path, path: str) -> str | None:
-    """Why `tool` cannot run here, or None."""
+    """Why `tool` cannot run here, or None. A required file is looked up strictly inside the
+    repository: one leading out through a symlink raises OutsideRepository (skipping or not by
+    whether `/root/...` exists would answer the repository's question about the host)."""
+    from sandboy.repository_files import resolve_inside
+
     if not tool.runs_here():
         return f"runs on {tool.platform} only"
     for name in tool.requires:
-        if not (repo / name).exists():
+        if not os.path.exists(resolve_inside(str(repo), name)):
             return f"the repository has no {name}"
     for phase in tool.phases:
         if shutil.which(phase.argv[0], path=path) is None:
@@ -310,8 +314,13 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     from sandboy.audit.errors import AuditError
     from sandboy.audit.registry import TOOLS
 
+    from sandboy.repository_files import OutsideRepository
+
     t0 = time.monotonic()
-    reason = missing_reason(tool, repo, path)
+    try:
+        reason = missing_reason(tool, repo, path)
+    except OutsideRepository as exc:
+        return ToolReport(tool.name, FAILED, f"requires {exc.problem}")
     if reason:
         return ToolReport(tool.name, SKIPPED, reason)
     base = work / tool.name
@@ -322,7 +331,10 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     report = ToolReport(tool.name, RAN)
     config_args: list[str] = []
     if tool.config is not None:
-        used, config_args = tool.config.pick(repo)
+        try:
+            used, config_args = tool.config.pick(repo)
+        except OutsideRepository as exc:
+            return ToolReport(tool.name, FAILED, f"configuration {exc.problem}", seconds=time.monotonic() - t0)
         report.config = (f"the repository's {used}" if used else
                          "none in the repository (" + "/".join(tool.config.files) + "): " + (" ".join(config_args) or "defaults"))
         progress(f"{tool.name}: configuration: {report.config.replace(str(BUILTIN_RULES), 'Sandboy built-in rules')}")
@@ -335,13 +347,16 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
             report.seconds = time.monotonic() - t0
             return report
     source = out / tool.output_file if tool.output_from == "file" and tool.output_file else logs / f"{tool.phases[-1].name}.stdout"
-    if not source.is_file():
+    # lexists, not is_file: whether a symlink the tool left there leads to an existing host
+    # file must not decide the message
+    if not os.path.lexists(source):
         report.status, report.reason = FAILED, f"the tool wrote no {tool.output_file or 'stdout'}"
         report.seconds = time.monotonic() - t0
         return report
     if not _made_here(source, out if source.is_relative_to(out) else logs):
-        report.status, report.reason = FAILED, (f"{tool.output_file} is a symlink or lies under one: not read (Sandboy "
-                                                "reads the tool's output with the host's rights)")
+        report.status, report.reason = FAILED, (f"{tool.output_file} is not a regular file, or is a symlink or lies "
+                                                "under one: not read (Sandboy reads the tool's output with the "
+                                                "host's rights)")
         report.seconds = time.monotonic() - t0
         return report
     progress(f"{tool.name}: converting with adapter {tool.adapter}…")

@@ -72,10 +72,18 @@ class ConfigChoice:
     otherwise: tuple[str, ...]
 
     def pick(self, repo: Path) -> tuple[str | None, list[str]]:
-        """(the repository file used or None, the arguments)."""
+        """(the repository file used or None, the arguments). Each file is looked up strictly
+        inside the repository: one that leads out through a symlink raises OutsideRepository
+        (which file was picked is written into the SARIF: it must not tell whether a host path
+        exists)."""
+        import os
+
+        from sandboy.repository_files import resolve_inside
+
         for name in self.files:
-            if (repo / name).is_file():
-                return name, [a.replace("{file}", str(repo / name)) for a in self.argv]
+            path = resolve_inside(str(repo), name, "the repository's configuration", "")
+            if os.path.isfile(path):
+                return name, [a.replace("{file}", path) for a in self.argv]
         return None, list(self.otherwise)
 
 
@@ -320,6 +328,22 @@ def read(path: Path) -> dict[str, Tool]:
     return parse(_read_bytes(path), str(path))
 
 
+def read_repository_file(repo: Path) -> tuple[str, dict[str, Tool]] | None:
+    """(its path, its entries) of the repository's `.007/adapters.toml`, None when it has none.
+    Looked up strictly inside the repository (`.007` or the file a symlink to `/root/...` was
+    read with the host's rights), a regular file only, bounded."""
+    from sandboy.errors import PolicyError
+    from sandboy.policy.load import MAX_POLICY_BYTES
+    from sandboy.repository_files import read_inside
+
+    src = str(repo / REPO_FILE)
+    try:
+        found = read_inside(str(repo), str(REPO_FILE), MAX_POLICY_BYTES, src)
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
+    return None if found is None else (src, parse(found[1], src))
+
+
 def _within_repository_limits(src: str, name: str, tool: Tool, limits: dict[str, int]) -> None:
     """A repository's phase asking more than `limits` is refused, saying how an operator allows it."""
     for i, phase in enumerate(tool.phases):
@@ -343,9 +367,10 @@ def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, To
         if not operator.is_file():
             raise UsageError(f"{operator}: no such adapters file")
         ops, limits = parse_operator(_read_bytes(operator), str(operator))
-    if repo is not None and (repo / REPO_FILE).is_file():
-        src = repo / REPO_FILE
-        for name, tool in read(src).items():
+    found = read_repository_file(repo) if repo is not None else None
+    if found is not None:
+        src, entries = found
+        for name, tool in entries.items():
             if name in tools:
                 raise _fail(str(src), f"tools.{name}", "a repository may add tools, not redefine a built-in "
                             "one (an operator file, --adapters FILE, may)")

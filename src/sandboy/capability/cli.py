@@ -51,9 +51,15 @@ def run(ns) -> int:
 
 
 def _policy_path(ns) -> str:
+    """`--policy FILE` as given (the operator's), else ROOT/owen.policy.toml looked up strictly
+    inside ROOT: a repository's policy that is a symlink to a file outside it is refused rather
+    than read with the user's rights (and compiled into files the repository commits)."""
     from sandboy.capability.model import POLICY_FILE
+    from sandboy.repository_files import resolve_inside
 
-    return ns.policy or os.path.join(ns.root, POLICY_FILE)
+    if ns.policy:
+        return ns.policy
+    return resolve_inside(ns.root, POLICY_FILE, os.path.join(ns.root, POLICY_FILE))
 
 
 def _init(ns) -> int:

@@ -262,4 +262,14 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
 def load(path: str) -> CapabilityPolicy:
     # The step-policy reader: one bounded read (a file over the limit is refused, never cut and
     # parsed), UTF-8, and the TOML guards (long dotted keys, deep nesting) of policy files.
+    # A regular file only: the repository's owen.policy.toml as a FIFO hung `policy compile`.
+    import os
+    import stat
+
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as exc:
+        raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
+    if not regular:
+        raise PolicyError(path, "", "not a regular file")
     return from_mapping(parse_toml(read_bounded(path), path), path)

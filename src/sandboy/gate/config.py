@@ -11,9 +11,9 @@ import os
 
 from sandboy import escape
 from sandboy.errors import PolicyError
-from sandboy.policy.load import MAX_POLICY_BYTES, kind_of, checked_table, parse_cached, read_bounded
+from sandboy.policy.load import MAX_POLICY_BYTES, kind_of, checked_table, parse_cached
 from sandboy.policy.model import Policy
-from sandboy.policy.resolve import is_within
+from sandboy.repository_files import read_inside
 
 GATE_DIR = ".007"
 GATE_FILE = "gate.toml"
@@ -126,31 +126,19 @@ def _policy_tables(src: str, tables) -> dict:
     return out
 
 
-def _read_regular(src: str, key: str, path: str) -> bytes:
-    """Read a file the repository provides: only a regular file (a FIFO would hang the gate)."""
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise PolicyError(src, key, f"cannot read {path!r}: {exc.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise PolicyError(src, key, f"{path!r} is not a regular file")
-    return read_bounded(path, MAX_POLICY_BYTES)
-
-
-def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Policy:
-    """A policy path relative to .007/ that must stay inside the repository, symlinks followed."""
+def _policy_file(src: str, key: str, repo: str, ref: str) -> Policy:
+    """A policy path relative to .007/, looked up strictly inside the repository (symlinks
+    followed only while they stay in it: repository_files)."""
     if "\0" in ref:
         raise PolicyError(src, key, f"{ref!r} holds a NUL byte: name a file under {GATE_DIR}/")
     if ref.startswith("/"):
         raise PolicyError(src, key, f"{ref!r} must be a path relative to {GATE_DIR}/, not absolute")
     if ".." in ref.split("/"):
         raise PolicyError(src, key, f"{ref!r} must not contain '..': policy files live inside the repository")
-    real = os.path.realpath(os.path.join(gate_dir, ref))
-    if not is_within(real, repo):
-        raise PolicyError(src, key, f"{ref!r} resolves to {real!r}, outside the repository (a symlink?)")
-    raw = _read_regular(src, key, real)
+    found = read_inside(repo, f"{GATE_DIR}/{ref}", MAX_POLICY_BYTES, src, key)
+    if found is None:
+        raise PolicyError(src, key, f"cannot read {ref!r}: no such file under {GATE_DIR}/")
+    real, raw = found
     try:
         made = []  # as the gate file: cached once valid, validated again when it comes from the cache
         data = parse_cached(real, raw, lambda parsed: made.append(Policy.from_mapping(parsed, real)))
@@ -163,7 +151,7 @@ def _policy_file(src: str, key: str, repo: str, gate_dir: str, ref: str) -> Poli
     return policy
 
 
-def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files: dict) -> Step:
+def _step(src: str, i: int, table, tables: dict, repo: str, files: dict) -> Step:
     prefix = f"step[{i}]"
     if not isinstance(table, dict):
         raise PolicyError(src, prefix, f"expected a [[step]] table, got {kind_of(table)}")
@@ -191,7 +179,7 @@ def _step(src: str, i: int, table, tables: dict, repo: str, gate_dir: str, files
                               f"{GATE_DIR}/, got {kind_of(ref)}")
         if "/" in ref or ref.endswith(".toml"):
             if ref not in files:
-                files[ref] = _policy_file(src, f"{prefix}.policy", repo, gate_dir, ref)
+                files[ref] = _policy_file(src, f"{prefix}.policy", repo, ref)
             policy = files[ref]
         elif ref in tables:
             policy = tables[ref]
@@ -211,15 +199,12 @@ def load(repo) -> Gate:
     src = gate_path(repo)
     if not os.path.isdir(repo):
         raise PolicyError(repo, "", "not a directory (expected a repository with .007/gate.toml)")
-    gate_dir = os.path.join(repo, GATE_DIR)
-    for path in (gate_dir, src):
-        if not os.path.lexists(path):
-            raise PolicyError(src, "", "no gate file (create .007/gate.toml with at least one [[step]])")
-        real = os.path.realpath(path)
-        if not is_within(real, repo):
-            raise PolicyError(src, "", f"{os.path.relpath(path, repo)} resolves to {real}, outside the repository")
-    # Read through the resolved path so the file we check is the file we read.
-    raw = _read_regular(src, "", os.path.realpath(src))
+    # strictly inside the repository: `.007` or gate.toml a symlink out of it is refused whether
+    # or not its target exists, and what is checked is what is read (one open)
+    found = read_inside(repo, f"{GATE_DIR}/{GATE_FILE}", MAX_POLICY_BYTES, src)
+    if found is None:
+        raise PolicyError(src, "", "no gate file (create .007/gate.toml with at least one [[step]])")
+    raw = found[1]
     # Through the policy parse cache (keyed on these exact bytes; `tomllib`'s import and parse
     # are ≈ 6 ms of the gate's start-up): a fresh parse is cached only once it is a valid gate,
     # and what the cache gives is validated again like a fresh parse.
@@ -230,7 +215,6 @@ def load(repo) -> Gate:
 
 def from_data(data: dict, repo: str, src: str) -> Gate:
     """Validate a parsed gate file of the repository `repo` (a real path)."""
-    gate_dir = os.path.join(repo, GATE_DIR)
     checked_table(src, "", data, _TOP_KEYS)
     shell = _shell(src, data.get("gate", {}))
     tables = _policy_tables(src, data.get("policy", {}))
@@ -243,7 +227,7 @@ def from_data(data: dict, repo: str, src: str) -> Gate:
         raise PolicyError(src, "step", f"expected 1 to {MAX_STEPS} steps, got {len(steps_raw)}")
     steps, seen, files = [], set(), {}
     for i, table in enumerate(steps_raw):
-        step = _step(src, i, table, tables, repo, os.path.realpath(gate_dir), files)
+        step = _step(src, i, table, tables, repo, files)
         if step.name in seen:
             raise PolicyError(src, f"step[{i}].name", f"duplicate step name {step.name!r} (names must be unique)")
         seen.add(step.name)
