@@ -720,8 +720,10 @@ class _Check:
         for root in roots:
             left = self.walk(root, left)
             if left < 0:
-                self.add(None, f"{root}: more than {budget} entries to look through for repositories; "
-                         "not checked to the end")
+                self.add(None, f"{root}: more than {budget:,} entries to look through for repositories; "
+                         "not checked to the end, so the run fails closed: grant a narrower fs.write (the "
+                         "project, not a whole home or tree), or fs.protect_defaults = false to go without "
+                         "the check")
                 return False
         return True
 

@@ -212,6 +212,22 @@ FS_RIGHT_NAMES = {name.lower(): getattr(landlock, name) for name in (
     "TRUNCATE", "IOCTL_DEV")}
 
 
+def _refuse_unwalkable_write_roots(write_roots, source: str) -> None:
+    """A write root of the whole file system is refused before anything runs. The post-run git
+    check (ADR 0019) walks every write root for a repository the command may have planted; `/`
+    (with /proc, /sys and every mount) is beyond its bound, so the run used to fail closed only
+    AFTER the command had run (measured: 2 min 16 s here, then 125 for a `/bin/echo`)."""
+    for path in write_roots:
+        if os.path.realpath(path) == "/":
+            from sandboy.confine.gitcheck import WALK_BUDGET
+
+            raise PolicyError(source, "fs.write", f"{path!r} is the whole file system: the post-run git check "
+                              "(ADR 0019) walks every write root for repositories a command may plant, and / is "
+                              f"beyond its bound ({WALK_BUDGET:,} entries), so the run could only fail after the "
+                              "command ran. Grant the project's directory, not the machine — or set "
+                              "fs.protect_defaults = false (then no protected paths and no git check)")
+
+
 def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     """Filesystem rules: the policy's grants split around its denies (and, unless a mount
     namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
@@ -221,6 +237,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     warnings: list[str] = []
     degraded: list[str] = []
 
+    if fs.protect_defaults:
+        _refuse_unwalkable_write_roots(fs.write, source)
     grants: dict[str, int] = {}
     for key, rights in landlock.RIGHT_NAMES.items():
         for path in getattr(fs, key):
