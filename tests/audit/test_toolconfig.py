@@ -45,6 +45,13 @@ def test_the_built_in_entries_load_and_cover_the_issue() -> None:
      "tools.t.requires", "expected a path inside the repository"),
     ("version = 1\n" + GOOD_TOOL.replace("[tools.t]\n", "[tools.t]\nrequires = ['a/../../x']\n") + GOOD_PHASE,
      "tools.t.requires", "expected a path inside the repository"),
+    # a NUL byte in an argument, a path or a name (a supervised phase's supervisor died of one)
+    ("version = 1\n" + GOOD_TOOL + '[[tools.t.phases]]\nargv = ["sh", "-c", "x\\u0000y"]\n', "tools.t.phases[0].argv[2]",
+     "contains a NUL byte"),
+    ("version = 1\n[tools.t]\nadapter = 'bandit'\noutput = {kind='sarif', from='file', file=\"a\\u0000b\"}\n" + GOOD_PHASE,
+     "tools.t.output.file", "contains a NUL byte"),
+    ("version = 1\n" + GOOD_TOOL.replace("[tools.t]\n", "[tools.t]\nrequires = [\"a\\u0000\"]\n") + GOOD_PHASE,
+     "tools.t.requires[0]", "contains a NUL byte"),
     # the same table check as policy files (policy.load.checked_table)
     ("version = 1\ntools = 3\n", "tools", "expected a table [tools], got an integer"),
     ("version = 1\n[tools]\nt = 3\n", "tools.t", "expected a table [tools.t], got an integer"),

@@ -389,7 +389,7 @@ def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: P
         if unknown:
             from sandboy.policy.load import unknown_key
 
-            raise UsageError(f"--tools: {unknown[0]!r}: {unknown_key(unknown[0], tuple(tools))}")
+            raise UsageError(f"--tools: {unknown[0]!r}: {unknown_key(unknown[0], tuple(tools), 'tool')}")
         selected = [tools[n] for n in dict.fromkeys(names)]
     else:
         selected = list(tools.values())

@@ -150,12 +150,16 @@ def _check_keys(src: str, where: str, table: Any, known: tuple[str, ...]) -> dic
 def _str(src: str, key: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise _fail(src, key, f"expected a non-empty string, got {value!r:.60}")
+    if "\0" in value:  # an argument, a path or a name: none can hold one (the supervisor died on it)
+        raise _fail(src, key, "contains a NUL byte")
     return value
 
 
 def _strs(src: str, key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise _fail(src, key, "expected a list of non-empty strings")
+    for i, item in enumerate(value):
+        _str(src, f"{key}[{i}]", item)
     return tuple(value)
 
 
@@ -271,7 +275,7 @@ def _config(src: str, key: str, data: Any) -> ConfigChoice:
     otherwise = data.get("otherwise", [])
     if not isinstance(otherwise, list) or not all(isinstance(v, str) and v for v in otherwise):
         raise _fail(src, f"{key}.otherwise", "expected a list of non-empty strings (may be empty)")
-    return ConfigChoice(files, argv, tuple(otherwise))
+    return ConfigChoice(files, argv, _strs(src, f"{key}.otherwise", otherwise))
 
 
 def parse(text: str | bytes, src: str) -> dict[str, Tool]:

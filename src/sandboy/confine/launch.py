@@ -130,6 +130,12 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         raise ValueError("argv must name a command")
     cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo, tty=tty)
     cage.check_open()  # here, not in a supervisor that would only exit 1
+    try:
+        cage.exec_args(argv)  # a NUL byte: this ValueError here, not a supervisor that dies (125)
+    except ValueError:
+        if owns:
+            cage.close()
+        raise
     timeout = timeout_for(cage, timeout)
     stdio = (stdin, stdout, stderr)
     all_hooks = [*(hooks_for(cage, egress_log) if builtin_hooks is None else builtin_hooks), *hooks]
