@@ -221,6 +221,7 @@ def expand_denies(denies, warn, budget=None) -> list[str]:
     """Deny patterns → the real paths that exist now (globs matched at launch, docs/design.md, within
     one GlobBudget: a CageError names a pattern that costs too much)."""
     out: list[str] = []
+    seen: set[str] = set()
     budget = budget if budget is not None else GlobBudget()
     for pattern in denies:
         if is_glob(pattern):
@@ -230,7 +231,8 @@ def expand_denies(denies, warn, budget=None) -> list[str]:
         for match in matches:
             # a dangling symlink (lexists, not exists) is denied where it points, as realpath says
             real = existing_realpath(match) or os.path.realpath(match)
-            if real not in out:
+            if real not in seen:  # a set: `in out` made 30,000 matches overrun the 10 s glob budget
+                seen.add(real)
                 out.append(real)
     return out
 

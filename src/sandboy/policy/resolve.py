@@ -100,12 +100,9 @@ def resolve(policy, ctx: Context):
     fs = policy.fs
 
     def paths(items):
-        out = []
-        for raw in items:
-            p = expand(raw, ctx)
-            if p not in out:
-                out.append(p)
-        return tuple(out)
+        # first occurrence kept, in order; a dict, not `in list`: a hostile gate's step policy
+        # may list tens of thousands of paths (quadratic: 20,000 took 5 s)
+        return tuple(dict.fromkeys(expand(raw, ctx) for raw in items))
 
     new_fs = fs.replace(read=paths(fs.read), exec=paths(fs.exec), write=paths(fs.write), deny=paths(fs.deny),
                         protect=paths(fs.protect))
