@@ -273,6 +273,28 @@ def test_a_broken_bundle_means_plain_imports_and_no_traceback(package, tmp_path,
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_a_damaged_entry_is_imported_from_its_source(package):
+    """Entries are checked when their module is imported: one the writer could not have made
+    (errors.py's size missing) serves nothing, and the other modules are still served. An entry
+    whose group would reach past the file's end means the file is not the writer's: nothing is."""
+    data = bundle_of(package).read_bytes()
+    end = 12 + int.from_bytes(data[8:12], "little")
+    for damage, plain in (({"source_size": None}, ["sandboy.errors"]),
+                          ({"length": len(data)}, sorted(bytecode_bundle.RUN_PATH_MODULES))):
+        entries = [dict(zip(bytecode_bundle.INDEX_FIELDS, entry)) for entry in marshal.loads(data[12:end])]
+        for entry in entries:
+            if entry["name"] == "sandboy.errors":
+                entry.update(damage)
+        index = marshal.dumps(tuple(tuple(entry[field] for field in bytecode_bundle.INDEX_FIELDS) for entry in entries))
+        # the groups' offsets count from the end of the index: keep its length
+        assert len(index) <= end - 12
+        bundle_of(package).write_bytes(data[:8] + (end - 12).to_bytes(4, "little") + index.ljust(end - 12, b"\0")
+                                       + data[end:])
+        result = probe(package)
+        assert result["plain"] == plain, damage
+        assert result["served"] == sorted(set(bytecode_bundle.RUN_PATH_MODULES) - set(plain)), damage
+
+
 def test_a_corrupt_group_in_the_bundle_is_imported_from_its_sources(package, tmp_path):
     """The group holding the CLI is garbage: its modules are imported from their sources, the
     other group is still served."""
