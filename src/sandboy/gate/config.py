@@ -13,7 +13,7 @@ from sandboy import escape
 from sandboy.errors import PolicyError
 from sandboy.policy.load import MAX_POLICY_BYTES, kind_of, checked_table, parse_cached
 from sandboy.policy.model import Policy
-from sandboy.repository_files import read_inside
+from sandboy.repository_files import read_inside, resolve_inside
 
 GATE_DIR = ".007"
 GATE_FILE = "gate.toml"
@@ -126,15 +126,21 @@ def _policy_tables(src: str, tables) -> dict:
     return out
 
 
-def _policy_file(src: str, key: str, repo: str, ref: str) -> Policy:
+def _policy_file(src: str, key: str, repo: str, ref: str, files: dict) -> Policy:
     """A policy path relative to .007/, looked up strictly inside the repository (symlinks
-    followed only while they stay in it: repository_files)."""
+    followed only while they stay in it: repository_files). `files`: the policies read so far,
+    by the path each was read from — one file under many spellings ("p.toml", "./p.toml",
+    ".//p.toml", a link) is read and validated once: 500 spellings of one 1 MiB policy took
+    39 s before any step ran."""
     if "\0" in ref:
         raise PolicyError(src, key, f"{ref!r} holds a NUL byte: name a file under {GATE_DIR}/")
     if ref.startswith("/"):
         raise PolicyError(src, key, f"{ref!r} must be a path relative to {GATE_DIR}/, not absolute")
     if ".." in ref.split("/"):
         raise PolicyError(src, key, f"{ref!r} must not contain '..': policy files live inside the repository")
+    path = resolve_inside(repo, f"{GATE_DIR}/{ref}", src, key)
+    if path in files:
+        return files[path]
     found = read_inside(repo, f"{GATE_DIR}/{ref}", MAX_POLICY_BYTES, src, key)
     if found is None:
         raise PolicyError(src, key, f"cannot read {ref!r}: no such file under {GATE_DIR}/")
@@ -148,6 +154,7 @@ def _policy_file(src: str, key: str, repo: str, ref: str) -> Policy:
     upward = _no_parent_after_placeholder(policy)
     if upward:
         raise PolicyError(src, f"{key} ({ref!r})", f"{upward[0]}: {upward[1]}")
+    files[path] = policy
     return policy
 
 
@@ -178,9 +185,7 @@ def _step(src: str, i: int, table, tables: dict, repo: str, files: dict) -> Step
             raise PolicyError(src, f"{prefix}.policy", f"expected a [policy.NAME] name or a path under "
                               f"{GATE_DIR}/, got {kind_of(ref)}")
         if "/" in ref or ref.endswith(".toml"):
-            if ref not in files:
-                files[ref] = _policy_file(src, f"{prefix}.policy", repo, ref)
-            policy = files[ref]
+            policy = _policy_file(src, f"{prefix}.policy", repo, ref, files)
         elif ref in tables:
             policy = tables[ref]
         else:
