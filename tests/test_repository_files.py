@@ -138,3 +138,37 @@ def test_twin_policy_compile_follows_a_link_inside_the_repository(repo: Path) ->
     done = subprocess.run([sys.executable, "-m", "sandboy", "policy", "compile", "--root", str(repo)],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("rel, kind", [(".cursorignore", "fifo"), (".claude/settings.json", "fifo"),
+                                       (".sandboy/owned.json", "fifo"), (".cursorignore", "dir")])
+@pytest.mark.parametrize("verb", ["compile", "check"])
+def test_policy_compile_refuses_a_generated_path_that_is_not_a_regular_file(tmp_path: Path, rel: str, kind: str,
+                                                                           verb: str) -> None:
+    """A repository shipping a FIFO where compile reads or merges a generated file hung
+    `policy compile` and `check` for ever (no writer comes); a directory there ended compile
+    with "cannot write the output". Now exit 2 naming the file, at once; host side: the FIFO is
+    still there, untouched, and nothing blocked."""
+    root = tmp_path / "r"
+    (root / ".claude").mkdir(parents=True)
+    (root / ".sandboy").mkdir()
+    (root / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "claude"]\n')
+    (os.mkfifo if kind == "fifo" else os.mkdir)(root / rel)
+    done = subprocess.run([sys.executable, "-m", "sandboy", "policy", verb, "--root", str(root)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{rel}: is not a regular file" in done.stderr and "Traceback" not in done.stderr
+    assert (root / rel).is_fifo() if kind == "fifo" else (root / rel).is_dir()
+
+
+def test_twin_policy_compile_merges_into_regular_files(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    (root / ".claude").mkdir(parents=True)
+    (root / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "claude"]\n')
+    (root / ".claude" / "settings.json").write_text('{"theme": "dark"}\n')
+    done = subprocess.run([sys.executable, "-m", "sandboy", "policy", "compile", "--root", str(root)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert '"theme": "dark"' in (root / ".claude" / "settings.json").read_text()
+    assert subprocess.run([sys.executable, "-m", "sandboy", "policy", "check", "--root", str(root)],
+                          capture_output=True, text=True, timeout=30).returncode == 0

@@ -28,6 +28,43 @@ def _inside(root: str, rel: str) -> str:
     return path
 
 
+MAX_READ = 4 << 20
+
+
+def _read_text(rel: str, path: str):
+    """The text of the repository's file at `path` (ROOT/rel, from `_inside`), or None when it
+    does not exist. Only a regular file, opened without blocking and without following a last
+    symlink: a FIFO the repository ships at `.cursorignore` or `.claude/settings.json` hung
+    `policy compile` and `check` (no writer ever comes), a directory there ended it with
+    "cannot write the output". At most MAX_READ bytes (generated files are small)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PolicyError(rel, "", f"cannot read: {exc.strerror}; replace it with a plain file") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PolicyError(rel, "", "is not a regular file (a FIFO, a device, a directory...): "
+                              "remove it, compile writes a plain file there")
+        data = os.read(fd, MAX_READ + 1)
+        while len(data) <= MAX_READ:
+            more = os.read(fd, MAX_READ + 1 - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > MAX_READ:
+        raise PolicyError(rel, "", f"is larger than {MAX_READ} bytes: not a file compile generates or merges into")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PolicyError(rel, "", "cannot read: not UTF-8") from None
+
+
 def _clean_owned(record) -> dict:
     """Only the shapes Sandboy writes; anything else in a (hand-edited) owned.json is ignored."""
     if not isinstance(record, dict):
@@ -45,24 +82,16 @@ class Context:
     def __init__(self, root: str):
         self.root = root
         try:
-            with open(_inside(root, OWNED), encoding="utf-8") as fh:
-                self.previous = json.load(fh)
+            self.previous = json.loads(_read_text(OWNED, _inside(root, OWNED)) or "{}")
             if not isinstance(self.previous, dict):
                 self.previous = {}
-        except (OSError, ValueError):
-            self.previous = {}
+        except (PolicyError, ValueError):
+            self.previous = {}  # start afresh; write() refuses a non-regular file there
         self.now = {}
         self.warnings = []
 
     def read(self, rel: str):
-        path = _inside(self.root, rel)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return fh.read(4 << 20)
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError(rel, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        return _read_text(rel, _inside(self.root, rel))
 
     def owned(self, rel: str) -> dict:
         return _clean_owned(self.previous.get(rel, {}))
@@ -111,12 +140,8 @@ def write(files: dict, root: str) -> list:
             os.remove(path)
             written.append(rel)
             continue
-        try:
-            with open(path, encoding="utf-8") as fh:
-                if fh.read() == text:
-                    continue
-        except FileNotFoundError:
-            pass
+        if _read_text(rel, path) == text:
+            continue
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         path = _inside(root, rel)  # again: the directory may have just been made
         tmp = path + ".sandboy-tmp"
