@@ -9,7 +9,8 @@ environment's site-packages, appended after: `sandboy` is already imported from 
 runs the mutants with the in-process API and prints the outcome as JSON on its last line.
 
 argv[1]: JSON {"base", "tests", "site", "targets": {attack: path}, "policies": [[write roots,
-[attacks that policy must refuse]], ...], "script", "overlay": an empty directory, or absent}.
+[attacks that policy must refuse]], ...], "script", "overlay": an empty directory, or absent;
+"kinds": the kinds to drop one at a time (default: all), "structural": also the other mutants}.
 """
 
 import json
@@ -77,7 +78,8 @@ def judge(_mutant):
                 result = run(["/bin/sh", ARGS["script"]], Policy.from_mapping(policy, "<own-install mutants>"),
                              cwd=ARGS["base"], timeout=60, stdin=null.fileno(), stdout=null.fileno(), stderr=err.fileno(),
                              builtin_hooks=())
-                assert result.returncode == 0, (result.returncode, result.error)
+                err.seek(0)
+                assert result.returncode == 0, (result.returncode, result.error, err.read()[-2000:])
             for name in must_refuse:
                 if state(TARGETS[name]) != SNAPSHOT[name]:
                     changed.append(f"{mode}: {name} ({len(write)} roots)")
@@ -98,15 +100,16 @@ def main():
     forget = (own_install, "_RESOLVED", None)
     mutants = [Mutant(f"kind {kind} not protected",
                       ((own_install, "installation", lambda kind=kind: tuple(row for row in found if row[1] != kind)),
-                       forget)) for kind in KINDS]
-    mutants.append(Mutant("symlinks on the way to it not protected",
-                          ((protected, "symlinks_on_the_way", lambda path, limit=40: []), forget)))
-    mutants += [mutant(*row) for row in [
-        ("installation not protected at all", own_install, "inside", lambda write_roots: []),
-        ("a write root inside the installation left writable", own_install, "ALL_OURS", frozenset()),
-        ("not added to the protected paths", protections, "protected_paths",
-         lambda write, explicit, defaults: (*protected.resolve_protected(write, explicit, defaults), [])),
-    ]]
+                       forget)) for kind in ARGS.get("kinds", KINDS)]
+    if ARGS.get("structural", True):
+        mutants.append(Mutant("symlinks on the way to it not protected",
+                              ((protected, "symlinks_on_the_way", lambda path, limit=40: []), forget)))
+        mutants += [mutant(*row) for row in [
+            ("installation not protected at all", own_install, "inside", lambda write_roots: []),
+            ("a write root inside the installation left writable", own_install, "ALL_OURS", frozenset()),
+            ("not added to the protected paths", protections, "protected_paths",
+             lambda write, explicit, defaults: (*protected.resolve_protected(write, explicit, defaults), [])),
+        ]]
     outcome = run_mutants(mutants, judge, budget_seconds=float(ARGS.get("budget", 90)))
     outcome["installation"] = [list(row) for row in found]
     print(json.dumps(outcome))

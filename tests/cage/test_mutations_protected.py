@@ -170,7 +170,8 @@ def test_every_protected_default_has_a_write_that_succeeds_without_it(tmp_path_f
 
 # --- Sandboy's own installation (confine/own_install.py, ADR 0024) ------------------------------
 
-# A virtual environment has no user site: that kind of the installation never has a path here.
+# A virtual environment has no user site: that kind of the installation never has a path here
+# (a user install's bench kills it: test_a_user_site_install_needs_its_user_site_protected).
 # The base prefix (the Python installation under the bench's environment, the one every test
 # runs on) is granted only under an overlay in the bench process's private mount namespace
 # (own_install_mutants.overlay_the_base_prefix), which needs root; as another user it is
@@ -219,8 +220,50 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
                            json.dumps(args)], capture_output=True, text=True, timeout=BUDGET_SECONDS + 60,
                           env={"PATH": path, "PYTHONPYCACHEPREFIX": pycache, "HOME": str(tmp_path),
                                "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
-    assert proc.returncode == 0 and proc.stdout.strip(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
-    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    outcome = _outcome(proc)
     kinds = {kind for _path, kind in outcome.pop("installation")}
     assert {"prefix", "package", "import path", "pycache prefix", "console script", "next environment"} <= kinds, kinds
     report(outcome, "own-installation mutants", equivalent=OWN_INSTALL_EQUIVALENT)
+
+
+def _outcome(proc) -> dict:
+    import json
+
+    assert proc.returncode == 0 and proc.stdout.strip(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs a system python3 (not a venv)")
+def test_a_user_site_install_needs_its_user_site_protected(tmp_path):
+    """`pip install --user sandboy` run by the system python3: the user site-packages (here
+    under PYTHONUSERBASE in a throwaway home) holds the package, and a NEW `.pth` there runs at
+    the next start of that interpreter. Dropping the user site kind lets a command plant one."""
+    import json
+    import sys
+
+    from installkit import copy_package
+
+    home = tmp_path / "home"
+    user_base = home / ".local"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONUSERBASE": str(user_base),
+           "SANDBOY_CACHE_DIR": str(tmp_path / "cache")}
+    user_site = subprocess.run(["/usr/bin/python3", "-c", "import site; print(site.getusersitepackages())"],
+                               capture_output=True, text=True, check=True, env=env).stdout.strip()
+    assert user_site.startswith(str(user_base) + "/"), user_site
+    (tmp_path / "package").mkdir()
+    shutil.copytree(copy_package(tmp_path / "package", python="/usr/bin/python3"), os.path.join(user_site, "sandboy"))
+    targets = {"userpth": os.path.join(user_site, "zz_planted.pth"), "usercli": os.path.join(user_site, "sandboy", "cli.py")}
+    script = home / "attack.sh"
+    # (each in a subshell: a failed redirection of `:` ends a POSIX shell)
+    script.write_text(f"(: > '{targets['userpth']}') 2>/dev/null; (echo >> '{targets['usercli']}') 2>/dev/null; exit 0\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "pytest")))
+    args = {"base": str(home), "tests": here, "site": site, "targets": targets, "script": str(script),
+            "budget": BUDGET_SECONDS, "policies": [[[str(home)], sorted(targets)]],
+            "kinds": ["user site"], "structural": False}
+    proc = subprocess.run(["/usr/bin/python3", os.path.join(here, "own_install_mutants.py"), json.dumps(args)],
+                          capture_output=True, text=True, timeout=BUDGET_SECONDS + 60, env=env)
+    outcome = _outcome(proc)
+    mine = sorted(kind for path, kind in outcome.pop("installation") if path.startswith(str(home)))
+    assert mine == ["package", "user site"], f"the bench is not a user install: {mine}"
+    report(outcome, "user-site mutants")
