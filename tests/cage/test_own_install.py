@@ -63,7 +63,7 @@ def _gate_repo(install, only=ATTACKS):
 def test_the_installation_runs_sandboy_from_its_own_files_with_its_bundle(tmp_path, package_copy, layout):
     install = Install(tmp_path / "checkout", layout, package_copy)
     proc = subprocess.run([str(install.venv / "bin" / "python"), "-c",
-                           "import sandboy, sandboy.bytecode_bundle as b, sandboy.cli; f = b.installed(); "
+                           "import sandboy, sandboy.cli; f = sandboy.bundle_finder(); "
                            "print(sandboy.__file__); print(f is not None and not f.stale()); "
                            "print(type(sandboy.cli.__loader__).__name__)"], capture_output=True, text=True)
     assert proc.stdout.split() == [str(install.package / "__init__.py"), "True", "BundledSourceLoader"], proc
@@ -176,7 +176,7 @@ def test_with_a_pycache_prefix_the_bundle_is_still_read_from_the_package(tmp_pat
     install = Install(tmp_path / "checkout", "editable", package_copy)
     prefix = install.add_pycache_prefix()
     proc = subprocess.run([str(install.venv / "bin" / "python"), "-c",
-                           "import sys, sandboy, sandboy.bytecode_bundle as b, sandboy.cli; f = b.installed(); "
+                           "import sys, sandboy, sandboy.cli; f = sandboy.bundle_finder(); "
                            "print(sys.pycache_prefix); print(f.package_dir, f.stale()); "
                            "print(type(sandboy.cli.__loader__).__name__)"],
                           capture_output=True, text=True, env={"PYTHONPYCACHEPREFIX": prefix})
