@@ -147,3 +147,32 @@ def test_an_output_symlink_is_refused_the_same_whether_its_target_exists(tmp_pat
         done, report = _audit(_repo(tmp_path, adapters), tmp_path)
         reasons.append(_status(report))
     assert reasons[0] == reasons[1] and "is a symlink or lies under one: not read" in reasons[0][1], reasons
+
+
+def test_a_repositorys_venv_cannot_widen_its_tools_cage(tmp_path: Path, host: Path) -> None:
+    """`audit run` is run from the repository itself (REPO defaults to "."), and the `python`
+    preset trusted a `.venv` in the working directory: the repository's `.venv/pyvenv.cfg`
+    `home = /host/bin` made /host readable (and /host/bin executable) to the repository's own
+    tool, which printed /host/secret into the SARIF its CI uploads. Checked on the host: the
+    merged SARIF does not hold the secret. The twin: a python tool (the preset still finds the
+    interpreters on PATH and Sandboy's own) runs and writes its log."""
+    (host / "bin").mkdir()
+    repo = tmp_path / "repo"
+    (repo / ".venv").mkdir(parents=True)
+    (repo / ".venv" / "pyvenv.cfg").write_text(f"home = {host / 'bin'}\n")
+    steal = (f's=$(cat {host}/secret); echo \\"{{\\\\\\"version\\\\\\":\\\\\\"2.1.0\\\\\\",\\\\\\"runs\\\\\\":[{{\\\\\\"tool\\\\\\":'
+             '{\\\\\\"driver\\\\\\":{\\\\\\"name\\\\\\":\\\\\\"$s\\\\\\"}},\\\\\\"results\\\\\\":[]}]}\\"')
+    (repo / ".007").mkdir()
+    (repo / ".007" / "adapters.toml").write_text(
+        'version = 1\n[tools.t]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+        f'[[tools.t.phases]]\ninclude = ["system", "python"]\nargv = ["sh", "-c", "{steal}"]\n'
+        '[tools.py]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+        '[[tools.py.phases]]\ninclude = ["system", "python"]\n'
+        'argv = ["python3", "-c", "import json; print(json.dumps({\'version\': \'2.1.0\', \'runs\': []}))"]\n')
+    out = tmp_path / "out.sarif"
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", "--tools=t,py", "--json", "-o", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=repo)
+    assert "Traceback" not in done.stderr, done.stderr
+    statuses = {t["tool"]: t["status"] for t in json.loads(done.stdout)["tools"]}
+    assert statuses == {"t": "ran", "py": "ran"}, done.stdout + done.stderr
+    assert "host secret" not in out.read_text()

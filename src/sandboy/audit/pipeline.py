@@ -131,17 +131,24 @@ def program_dirs(program: str) -> list[str]:
 
 
 def phase_policy(phase: Phase, places: dict[str, str], program: str, path: str) -> dict[str, Any]:
-    """The Sandboy step policy of one phase, as a mapping (Policy.from_mapping)."""
+    """The Sandboy step policy of one phase, as a mapping (Policy.from_mapping). The phase's
+    presets are expanded here, not through `include`: the working directory is often the
+    repository under audit (`audit run` on `.`), and the `python` preset trusts a `.venv` there —
+    its `pyvenv.cfg` `home` named a host directory that became readable to the repository's own
+    tool (and landed in the SARIF). Presets in front of the phase's own paths, as `include` does."""
+    from sandboy.policy.presets import expand as expand_presets
+
     own = program_dirs(program)
-    read = [places["{repo}"], places["{out}"], places["{home}"], places["{builtin}"], *own,
+    preset = expand_presets(phase.include, project_venv=False)
+    read = [*preset["read"], places["{repo}"], places["{out}"], places["{home}"], places["{builtin}"], *own,
             *(expand(p, places) for p in phase.read)]
     # {tmp}: Sandboy's private temporary directory (a fresh tmpfs under the namespace tier)
     write = [places["{out}"], places["{home}"], "{tmp}", *(expand(p, places) for p in phase.write)]
     mapping: dict[str, Any] = {
         "version": 1,
-        "include": list(phase.include),
         "fs": {"read": list(dict.fromkeys(read)), "write": list(dict.fromkeys(write)),
-               "exec": list(dict.fromkeys([*own, *(expand(p, places) for p in phase.exec)]))},
+               "exec": list(dict.fromkeys([*preset["exec"], *own, *(expand(p, places) for p in phase.exec)])),
+               "deny": list(dict.fromkeys(preset["deny"]))},
         "env": {"pass": list(ENV_PASS), "set": {"HOME": places["{home}"], "PATH": path,
                                                 "XDG_CACHE_HOME": places["{home}"] + "/.cache", "TMPDIR": "{tmp}"}},
         "limits": {"wall_seconds": phase.wall_seconds, "memory_mib": phase.memory_mib,

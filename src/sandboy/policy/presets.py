@@ -135,9 +135,10 @@ def system(environ) -> Rules:
     return rules
 
 
-def python(environ) -> Rules:
+def python(environ, project_venv: bool = True) -> Rules:
     """The interpreters on PATH (and their symlink targets and installation), the active venv
-    ($VIRTUAL_ENV), a `.venv` in the current directory, and the interpreter running Sandboy."""
+    ($VIRTUAL_ENV), a `.venv` in the current directory (unless `project_venv` is False), and the
+    interpreter running Sandboy."""
     rules = Rules()
     for name in ("python3", "python"):
         for path in which_all(name, environ.get("PATH")):
@@ -145,7 +146,7 @@ def python(environ) -> Rules:
     venv = environ.get("VIRTUAL_ENV")
     if venv and os.path.isdir(venv):
         _add_venv(rules, venv)
-    if os.path.isfile(os.path.join(os.getcwd(), ".venv", "pyvenv.cfg")):
+    if project_venv and os.path.isfile(os.path.join(os.getcwd(), ".venv", "pyvenv.cfg")):
         _add_venv(rules, os.path.join(os.getcwd(), ".venv"))
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
         rules.add("read", prefix)
@@ -181,12 +182,15 @@ def node(environ) -> Rules:
 PRESETS = {"system": system, "python": python, "git": git, "node": node}
 
 
-def expand(names, environ=None) -> dict:
-    """{"read": [...], "exec": [...], "deny": [...]} for the named presets, in order."""
+def expand(names, environ=None, project_venv: bool = True) -> dict:
+    """{"read": [...], "exec": [...], "deny": [...]} for the named presets, in order.
+    `project_venv=False`: the working directory's `.venv` is not the caller's own — it may be an
+    untrusted checkout (`audit run` on `.`), whose `.venv/pyvenv.cfg` `home = /root/...` made
+    that host directory readable and executable to the repository's own tool."""
     environ = os.environ if environ is None else environ
     total = Rules()
     for name in names:
-        rules = PRESETS[name](environ)
+        rules = python(environ, project_venv) if name == "python" else PRESETS[name](environ)
         for kind in ("read", "exec", "deny"):
             for path in getattr(rules, kind):
                 total.add(kind, path)
