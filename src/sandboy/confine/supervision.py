@@ -227,11 +227,11 @@ class Supervision(Handle):
         unseen = reaping.children_reaped_unseen()
         if unseen:
             # Not ours to change: the disposition is the whole process's (its threads, its other
-            # children, a library that ignores SIGCHLD on purpose). A forked supervisor resets
-            # its own (supervisor._supervise): the API (sandboy.run/spawn) works there.
+            # children, a library that ignores SIGCHLD on purpose). sandboy.run/spawn get the
+            # status anyway (a forked supervisor resets its own; under the tier the init reports).
             raise CageError(f"cannot supervise a run here: {unseen}; set SIGCHLD to SIG_DFL before "
-                            "supervising runs in this process, or use sandboy.run/spawn, which "
-                            "supervise from a process of their own")
+                            "supervising runs in this process, or run them with sandboy.run/spawn, "
+                            "which get the exit status without changing it")
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         self._enter_pids_group()
         # The command leads a session of its own (`ctty` becomes its controlling terminal) and
