@@ -146,13 +146,36 @@ def python(environ, project_venv: bool = True) -> Rules:
     venv = environ.get("VIRTUAL_ENV")
     if venv and os.path.isdir(venv):
         _add_venv(rules, venv)
-    if project_venv and os.path.isfile(os.path.join(os.getcwd(), ".venv", "pyvenv.cfg")):
-        _add_venv(rules, os.path.join(os.getcwd(), ".venv"))
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
         rules.add("read", prefix)
         rules.add("exec", os.path.join(prefix, "bin"))
     _add_program(rules, sys.executable, read_prefix=True)
+    if project_venv and os.path.isfile(os.path.join(os.getcwd(), ".venv", "pyvenv.cfg")):
+        _add_project_venv(rules, os.path.join(os.getcwd(), ".venv"))
     return rules
+
+
+def _add_project_venv(rules: Rules, venv: str) -> None:
+    """The working directory's `.venv`, which may come with an untrusted checkout: its
+    `pyvenv.cfg` `home` and its `bin/python3` symlink name whatever the checkout wants, and each
+    became a grant — `home = /bin` read all of `/`, `bin/python3 -> ~/.ssh/id_rsa` read
+    `~/.ssh`. So it adds only paths inside itself, or inside what the rules already read (the
+    interpreters on PATH, $VIRTUAL_ENV's, Sandboy's own and their installations): a venv made
+    from one of those works as before; one whose base interpreter is none of them gets no grant
+    for it (add its installation to fs.read)."""
+    from sandboy.policy.resolve import is_within, is_within_any
+
+    real = os.path.realpath(venv)
+    if not is_within(real, os.path.realpath(os.getcwd())):
+        return  # `.venv` a symlink out of the working directory: not the project's
+    trusted = [os.path.realpath(p) for p in rules.read]
+    found = Rules()
+    _add_venv(found, venv)
+    for kind in ("read", "exec"):
+        for path in getattr(found, kind):
+            target = os.path.realpath(path)
+            if is_within(target, real) or is_within_any(target, trusted):
+                rules.add(kind, path)
 
 
 def git(environ) -> Rules:
