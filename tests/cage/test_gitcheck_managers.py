@@ -58,13 +58,18 @@ def managed_repo(tmp_path, env, manager, own):
     """A repository with `manager` installed (its real `install`) and a config whose hook
     touches `own` (the operator's own hook), committed."""
     repo = git_repo(tmp_path / "repo", env)
+    install = f"{manager} install"
+    if manager == "lefthook in core.hooksPath":
+        # lefthook installs into a configured hooks directory when forced to
+        sh("git config core.hooksPath .githooks", repo, env)
+        manager, install = "lefthook", "lefthook install --force"
     if manager == "pre-commit":
         (repo / ".pre-commit-config.yaml").write_text(pre_commit_config(own))
     else:
         (repo / "lefthook.yml").write_text(lefthook_config(own) + "  scripts:\n    lint.sh:\n      runner: sh\n")
         (repo / ".lefthook" / "pre-commit").mkdir(parents=True)
         (repo / ".lefthook" / "pre-commit" / "lint.sh").write_text("true\n")
-    sh(f"{manager} install && git add -A && git commit -qm managed", repo, env)
+    sh(f"{install} && git add -A && git commit -qm managed", repo, env)
     own.unlink()  # the set-up's own commit ran the hook
     return repo
 
@@ -89,6 +94,9 @@ ATTACKS = {
     "pre-commit config rewritten": ("pre-commit", "printf '{pwned_pre_commit}' > .pre-commit-config.yaml "
                                     "&& git add .pre-commit-config.yaml", ".pre-commit-config.yaml"),
     "lefthook config rewritten": ("lefthook", "printf '{pwned_lefthook}' > lefthook.yml", "lefthook.yml"),
+    # the same where lefthook's stub lives in a `core.hooksPath` directory, not `.git/hooks`
+    "lefthook in core.hooksPath, config rewritten": ("lefthook in core.hooksPath",
+                                                     "printf '{pwned_lefthook}' > lefthook.yml", "lefthook.yml"),
     # lefthook merges its `-local` override, made here by the run
     "lefthook-local.yml made": ("lefthook", "printf '{pwned_lefthook}' > lefthook-local.yml", "lefthook-local.yml"),
     # lefthook looks in `.config/` too (one of its names), made by the run beside the top one
@@ -160,7 +168,7 @@ def test_without_an_installed_manager_the_files_are_ordinary(tmp_path, env):
 
 
 @needs_tools
-@pytest.mark.parametrize("manager", ["pre-commit", "lefthook"])
+@pytest.mark.parametrize("manager", ["pre-commit", "lefthook", "lefthook in core.hooksPath"])
 def test_an_installed_managers_files_are_protected_at_launch(tmp_path, env, manager):
     """Where the stub is installed, what it reads is in the protected set (bound read-only
     under the tier); `fs.protect_defaults = false` (the opt-out key) leaves it out."""

@@ -44,7 +44,7 @@ import os
 import stat
 import time
 
-from sandboy.confine.protected import hook_manager_configs, hooks_paths, husky_scripts
+from sandboy.confine.protected import hook_manager_configs, husky_scripts
 from sandboy.policy.resolve import is_within, is_within_any
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
@@ -314,6 +314,18 @@ def _is_git_directory(path: str) -> bool:
     return os.path.lexists(os.path.join(path, "commondir")) or os.path.lexists(os.path.join(path, "objects"))
 
 
+def _hooks_paths_in(parsed, top: str, home: str) -> list:
+    """The `core.hooksPath` directories named in parsed configs (lists of entries), resolved as
+    git does for a repository whose worktree top is `top`."""
+    found = []
+    for entries in parsed:
+        for name, value in entries:
+            if name == "core.hookspath" and value:
+                found.append(os.path.normpath(os.path.join(home, value[2:]) if value.startswith("~/")
+                                              else os.path.join(top, value)))
+    return found
+
+
 def _safe_entries(path: str, data):
     """Launch entries of `data` (None when absent or unreadable by git too)."""
     if data is None:
@@ -549,7 +561,10 @@ class GitSnapshot:
                     # what an installed pre-commit or lefthook runs, as it was: put back when a
                     # changed one is moved, so the operator's next commit still runs their hooks
                     top = os.path.dirname(gitdir)
-                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths(top)]):
+                    parsed = [entries for _data, entries in configs.values() if entries]
+                    parsed += [entries for _path, entries in self.global_entries]
+                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"),
+                                                           *_hooks_paths_in(parsed, top, self.home)]):
                         data = _read_config(path)
                         if data is not None and len(data) <= CONFIG_READ_LIMIT:
                             self.manager_launch[path] = data
@@ -659,6 +674,7 @@ class _Check:
         self.seen: set = set()
         self.included: set = set()
         self.hook_dirs: set = set()  # (realpath, full) looked through: each once, however often named
+        self.hooks_by_top: dict = {}  # worktree top -> the core.hooksPath directories its configs name
         self.parse_left = CONFIG_PARSE_BUDGET
 
     def add(self, path, why: str, restore=None) -> None:
@@ -734,6 +750,7 @@ class _Check:
         ext4, xfs, tmpfs — keep it exact, and the command cannot forge it; those that do not count
         report 1): it is not listed, one lstat of its `.git` is enough. Most directories of a
         source tree are such leaves, which makes the walk cost per directory, not per file."""
+        census = self.census  # (a local: looked at once per entry of the tree)
         try:
             pending = [(root, os.lstat(root).st_nlink)]
         except OSError:
@@ -741,7 +758,7 @@ class _Check:
         while pending:
             directory, links = pending.pop()
             left -= 1
-            if links == 2 and self.census:
+            if links == 2 and census:
                 # At launch a leaf is not looked into: its `.git` can only be a file or symlink
                 # (a `.git` directory would be a subdirectory), leading to a git directory the
                 # census reaches another way (`modules/`, `worktrees/`, a bare layout in a
@@ -751,7 +768,7 @@ class _Check:
                 # run, it is judged whole. Two lookups fewer per leaf, most of a tree's directories.
                 continue
             dot_git = directory + "/.git"
-            if not self.census and os.path.lexists(dot_git):
+            if not census and os.path.lexists(dot_git):
                 self.dot_git(dot_git)
             if links == 2:
                 # a leaf may still be a git directory: `objects` a symlink or a file, or a commondir
@@ -762,7 +779,7 @@ class _Check:
                 with os.scandir(directory) as entries:
                     for entry in entries:
                         left -= 1
-                        if self.census and entry.name == ".git":
+                        if census and entry.name == ".git":
                             self.dot_git(entry.path)  # (the check looked before listing)
                         if entry.name == "HEAD" and _is_git_directory(directory):
                             # no `.git` names it, but git run here reads its config and hooks
@@ -845,9 +862,9 @@ class _Check:
             self.gitdir(common, full=False, top=top, depth=depth + 1)
         self.hooks(os.path.join(gitdir, "hooks"), full)
         if top is not None:
-            self.hook_managers(gitdir, top, full)
             for path, entries in self.snap.global_entries:  # the operator's core.hooksPath and includes
                 self._follow(path, os.path.realpath(path), False, top, None, 0, entries)
+            self.hook_managers(gitdir, top, full)
         for kind in ("modules", "worktrees"):
             below = os.path.join(gitdir, kind)
             if os.path.isdir(below) and not os.path.islink(below):
@@ -970,7 +987,10 @@ class _Check:
                 else:
                     hooks = os.path.join(top, value)
                 if hooks:
-                    self.hooks(os.path.normpath(hooks), full)
+                    hooks = os.path.normpath(hooks)
+                    if top is not None:  # where a hook manager's stub may live (hook_managers)
+                        self.hooks_by_top.setdefault(top, []).append(hooks)
+                    self.hooks(hooks, full)
 
     def hooks(self, directory: str, full: bool, depth: int = 0) -> None:
         """Every file (or symlink) but `*.sample` in a directory git runs hooks from, and in its
@@ -1030,7 +1050,8 @@ class _Check:
         configs and the scripts in `.lefthook*/<hook>/`): hooks one indirection away, judged as
         hooks are — made or changed during the run is a finding (ADR 0019, session 6). Under
         the tier those that existed at launch are bound read-only; this finds the rest."""
-        for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths(top)]):
+        hooks_dirs = [os.path.join(gitdir, "hooks"), *self.hooks_by_top.get(top, ())]  # (configs followed first)
+        for path in hook_manager_configs(top, hooks_dirs):
             try:
                 st = os.lstat(path)
             except OSError:
