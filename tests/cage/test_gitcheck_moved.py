@@ -309,3 +309,31 @@ def test_a_check_that_did_not_end_leaves_no_record(tmp_path, env):
     record.dirs = snap.after
     gitcheck.GitSnapshot.at_launch(gitcheck.Scope([str(repo)], home=env["HOME"]), record.take())
     assert record.take() is None
+
+
+@pytest.mark.needs_kernel
+def test_a_step_without_the_check_drops_the_carried_record(tmp_path, env):
+    """A gate step the check does not apply to (`fs.protect_defaults = false`, where the ceiling
+    allows it) may still write: after it, the record no longer says where the git directories
+    are, so `hooks_for` empties it and the next checked step walks at launch. A checked step
+    takes the record into its hook instead."""
+    import sandboy
+    from sandboy.confine.cage import build
+    from sandboy.confine.exec_mode import hooks_for
+
+    repo = shipped(tmp_path, env, tmp_path / "PWNED")
+    record = gitcheck.LaunchRecord()
+    for defaults, expect_check in ((False, False), (True, True)):
+        record.dirs = gitcheck.GitDirs([str(repo)], [], {})
+        policy = sandboy.Policy.from_mapping({"version": 1, "fs": {"read": ["/usr"], "write": [str(repo)],
+                                                                   "protect_defaults": defaults}}, "<test>")
+        cage = build(policy, cwd=str(repo))
+        try:
+            checks = [h for h in hooks_for(cage, None, record) if isinstance(h, gitcheck.GitCheck)]
+        finally:
+            cage.close()
+        assert bool(checks) == expect_check
+        if expect_check:
+            assert checks[0].record is record and record.dirs is not None  # taken at the step's start
+        else:
+            assert record.dirs is None, "a step without the check left the record to the next one"

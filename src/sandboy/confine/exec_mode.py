@@ -37,6 +37,9 @@ def hooks_for(cage, egress_log=None, git_record=None) -> list:
         check = GitCheck.for_cage(cage, git_record)
         if check is not None:
             hooks.append(check)
+            git_record = None
+    if git_record is not None:
+        git_record.take()  # a run without the check may still write: the record no longer says where things are
     # after the git check: stopped first, so the check's verdict is the last word
     if policy.net.egress:
         from sandboy.egress.session import EgressSession
