@@ -56,35 +56,16 @@ class BundledSourceLoader(_external.SourceFileLoader):
 class BundleFinder:
     """Serves the bundle's modules whose source still matches; None for everything else."""
 
-    def __init__(self, package_dir: str, identity: tuple, groups_start: int, index: dict):
+    def __init__(self, package_dir: str, identity: tuple, index: dict):
         self.package_dir = package_dir
         self.identity = identity  # the bundle file the index was read from: (st_dev, st_ino, size, mtime_ns)
-        self.groups_start = groups_start  # the end of the index, where the groups' offsets count from
-        self.index = index  # name -> its entry as written (bytecode_bundle.INDEX_FIELDS), checked when used
+        self.index = index
         self.groups = {}  # offset -> the group's code objects, once one of its modules was imported
 
-    def entry(self, fullname: str):
-        """The module's entry as (is_package, relative_path, size, mtime_ns, source_hash, offset in
-        the file, length, position), or None: not in the index, or nothing the writer makes (a
-        damaged index: that module is imported the usual way). Checked for the modules a process
-        imports, when it imports them: checking all 36 at `import sandboy` cost ≈ 27 µs."""
-        entry = self.index.get(fullname)
-        if entry is None:
-            return None
-        try:
-            name, is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = entry
-        except (TypeError, ValueError):
-            return None
-        if not (type(relative_path) is str and type(source_hash) is bytes
-                and type(size) is type(mtime_ns) is type(offset) is type(length) is type(position) is int
-                and 0 <= offset and 0 <= length and self.groups_start + offset + length <= self.identity[2]):
-            return None
-        return bool(is_package), relative_path, size, mtime_ns, source_hash, self.groups_start + offset, length, position
-
-    def source_matches(self, entry: tuple) -> bool:
+    def source_matches(self, fullname: str) -> bool:
         """Whether the module's file is still the one its code was compiled from (for an
-        extension module: whether its file is still there). `entry`: from `entry()`."""
-        is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = entry
+        extension module: whether its file is still there)."""
+        is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = self.index[fullname]
         try:
             st = _os.stat(f"{self.package_dir}/{relative_path}")
             if not length or (st.st_size, st.st_mtime_ns) == (size, mtime_ns):
@@ -97,9 +78,8 @@ class BundleFinder:
             return False
 
     def stale(self) -> list[str]:
-        """The modules that would be imported the usual way: their source changed since the bundle
-        was written (or their entry is damaged)."""
-        return [name for name in self.index if (entry := self.entry(name)) is None or not self.source_matches(entry)]
+        """The modules whose source changed since the bundle was written (imported the usual way)."""
+        return [name for name in self.index if not self.source_matches(name)]
 
     def group(self, offset: int, length: int) -> tuple:
         """The code objects of the group at `offset`, read from the bundle when the first of its
@@ -121,8 +101,8 @@ class BundleFinder:
         return _marshal.loads(blob)
 
     def find_spec(self, fullname, path=None, target=None):
-        entry = self.entry(fullname)
-        if entry is None or not self.source_matches(entry):
+        entry = self.index.get(fullname)
+        if entry is None or not self.source_matches(fullname):
             return None
         is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = entry
         origin = f"{self.package_dir}/{relative_path}"
@@ -194,12 +174,17 @@ def _install_bundle_finder(package_dir: str) -> BundleFinder | None:
         finally:
             _os.close(fd)
         entries = _marshal.loads(memoryview(head)[_BUNDLE_HEADER:end])
-        index = {entry[0]: entry for entry in entries}  # each checked when its module is imported
-        if end + max(entry[6] + entry[7] for entry in entries) != st.st_size:
-            return None  # truncated, or more than the writer wrote: not its file
+        index = {}
+        for name, is_package, relative_path, size, mtime_ns, source_hash, offset, length, position in entries:
+            if not (type(name) is type(relative_path) is str and type(source_hash) is bytes
+                    and type(size) is type(mtime_ns) is type(offset) is type(length) is type(position) is int
+                    and 0 <= offset and 0 <= length and end + offset + length <= st.st_size):
+                return None
+            index[name] = (bool(is_package), relative_path, size, mtime_ns, source_hash, end + offset, length,
+                           position)
     except Exception:  # missing, short or corrupt, whatever marshal made of it: plain imports
         return None
-    finder = BundleFinder(package_dir, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), end, index)
+    finder = BundleFinder(package_dir, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), index)
     _sys.meta_path.insert(0, finder)
     return finder
 
