@@ -317,13 +317,13 @@ def _is_git_directory(path: str) -> bool:
 def _hooks_paths_in(parsed, top: str, home: str) -> list:
     """The `core.hooksPath` directories named in parsed configs (lists of entries), resolved as
     git does for a repository whose worktree top is `top`."""
-    found = []
+    found: dict = {}  # each once, however often named
     for entries in parsed:
         for name, value in entries:
             if name == "core.hookspath" and value:
-                found.append(os.path.normpath(os.path.join(home, value[2:]) if value.startswith("~/")
-                                              else os.path.join(top, value)))
-    return found
+                found[os.path.normpath(os.path.join(home, value[2:]) if value.startswith("~/")
+                                       else os.path.join(top, value))] = None
+    return list(found)
 
 
 def _safe_entries(path: str, data):
@@ -674,7 +674,7 @@ class _Check:
         self.seen: set = set()
         self.included: set = set()
         self.hook_dirs: set = set()  # (realpath, full) looked through: each once, however often named
-        self.hooks_by_top: dict = {}  # worktree top -> the core.hooksPath directories its configs name
+        self.hooks_by_top: dict = {}  # worktree top -> {core.hooksPath directory its configs name: None}
         self.parse_left = CONFIG_PARSE_BUDGET
 
     def add(self, path, why: str, restore=None) -> None:
@@ -988,8 +988,9 @@ class _Check:
                     hooks = os.path.join(top, value)
                 if hooks:
                     hooks = os.path.normpath(hooks)
-                    if top is not None:  # where a hook manager's stub may live (hook_managers)
-                        self.hooks_by_top.setdefault(top, []).append(hooks)
+                    if top is not None:  # where a hook manager's stub may live (hook_managers);
+                        # a dict: a config naming one directory 20,000 times lists it once there too
+                        self.hooks_by_top.setdefault(top, {})[hooks] = None
                     self.hooks(hooks, full)
 
     def hooks(self, directory: str, full: bool, depth: int = 0) -> None:

@@ -217,7 +217,7 @@ def hook_manager_configs(top: str, hooks_dirs) -> list[str]:
     the host (ADR 0019, session 6; husky's scripts are decided the same way). One directory
     read per hooks directory where no hook but the samples is there (most repositories)."""
     pre_commit, lefthook = [], False
-    for hooks in hooks_dirs:
+    for hooks in dict.fromkeys(hooks_dirs):  # each once, however often a config names it
         try:
             names = set(os.listdir(hooks)).intersection(GIT_HOOK_NAMES)
         except OSError:
