@@ -48,7 +48,15 @@ class _Process:
     _handle = _ctypes.dlopen(None, 0)
 
 
+class _FunctionHoldingTheGIL(_ctypes.CFuncPtr):
+    # as ctypes.pythonapi's functions: called without releasing the GIL
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_PYTHONAPI | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _CLong
+
+
 _syscall = _Function(("syscall", _Process()))
+_syscall_holding_the_gil = _FunctionHoldingTheGIL(("syscall", _Process()))
+_after_fork_child = _FunctionHoldingTheGIL(("PyOS_AfterFork_Child", _Process()))
 _array_types: dict = {}
 
 
@@ -97,6 +105,24 @@ def syscall(nr: int, *args) -> int:
     return result
 
 
+def _clone(flags: int) -> int:
+    """clone(2) without a new stack (fork with `flags`), then CPython's after-fork work in the
+    child, as os.fork() does it (os.fork takes no flags). The call holds the GIL throughout:
+    released around it, as ctypes does for other calls, another thread of the caller could take
+    the GIL or ask for it during the clone, and the child — where that thread does not exist —
+    then waits for it for ever (an API program starting runs from four threads hung ≈ 1 run in
+    10, its namespace's init blocked on a futex). PyOS_AfterFork_Child gives the child a GIL of
+    its own and forgets the threads it does not have."""
+    pid = _syscall_holding_the_gil(_CLong(SYS_CLONE), _CULong(flags), _CULong(0), _CULong(0), _CULong(0),
+                                   _CULong(0))
+    if pid < 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    if pid == 0:
+        _after_fork_child()
+    return pid
+
+
 def apply_plan(plan, errpipe: int = -1) -> None:
     slots = {}
     for index, (nr, flags, *args) in enumerate(plan):
@@ -127,11 +153,11 @@ def _slot_arg(arg: tuple, slots: dict):
 def _become_init(errpipe: int) -> int:
     """As `become_init` in _native.c: returns 0 in the child, never in the init."""
     watched = {*FORWARDED_SIGNALS, SIGCHLD}
-    # SIGCHLD to SIG_DFL, as _native.c: ignored, the kernel reaps the command unseen (raw:
-    # this child of a raw clone may not be Python's main thread for _signal.signal)
+    # SIGCHLD to SIG_DFL, as _native.c: ignored, the kernel reaps the command unseen (with a
+    # raw rt_sigaction, as there: nothing of Python's own handler table is involved)
     syscall(SYS_RT_SIGACTION, SIGCHLD, bytes(32), 0, 8)
     _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)  # the child unblocks in its plan
-    child = syscall(SYS_CLONE, SIGCHLD, 0, 0, 0, 0)
+    child = _clone(SIGCHLD)
     if child == 0:
         return 0
     os.closerange(0, errpipe)
@@ -193,10 +219,9 @@ def exec_first(paths, argv, envp) -> None:
 
 
 def fork_exec(plan, paths, argv, envp, errpipe: int, clone_flags: int = 0) -> int:
-    # With namespaces, a raw clone(2): os.fork() takes no flags (and Python 3.11 has no
-    # os.unshare). The child then runs Python without CPython's after-fork hooks, as the C
-    # executor's child runs without them: it only makes system calls until it execs.
-    pid = syscall(SYS_CLONE, clone_flags | SIGCHLD, 0, 0, 0, 0) if clone_flags else os.fork()
+    # With namespaces, clone(2) itself: os.fork() takes no flags (and Python 3.11 has no
+    # os.unshare); `_clone` does in the child what os.fork() would.
+    pid = _clone(clone_flags | SIGCHLD) if clone_flags else os.fork()
     if pid:
         return pid
     index, err, code = -1, 0, 125
