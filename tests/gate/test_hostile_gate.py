@@ -17,6 +17,7 @@ import time
 import pytest
 
 from sandboy.confine import landlock
+from sandboy.confine.deny_globs import GlobBudget
 from sandboy.errors import CageError
 
 from gatekit import by_name, make_repo, run_json, survivors
@@ -67,9 +68,9 @@ def test_glob_entry_bound_names_the_pattern(tmp_path):
     _big_dir(tmp_path / "big", 3000)
     pattern = f"{tmp_path}/*/*x*"
     with pytest.raises(CageError, match=r"fs\.deny: the glob .*\*/\*x\*.* more than 1,000 directory entries"):
-        landlock.expand_denies([pattern], print, landlock.GlobBudget(max_entries=1000))
+        landlock.expand_denies([pattern], print, GlobBudget(max_entries=1000))
     # the twin: within the bound the same pattern matches
-    assert landlock.expand_denies([f"{tmp_path}/big/l1*"], print, landlock.GlobBudget(max_entries=5000))
+    assert landlock.expand_denies([f"{tmp_path}/big/l1*"], print, GlobBudget(max_entries=5000))
 
 
 def test_glob_time_bound_names_the_pattern(tmp_path):
@@ -77,7 +78,7 @@ def test_glob_time_bound_names_the_pattern(tmp_path):
     patterns = [f"{tmp_path}/big/*q{i}*" for i in range(1000)]
     started = time.monotonic()
     with pytest.raises(CageError, match=r"fs\.deny: matching the glob .*\*q\d+\*.* took more than 0\.3 s"):
-        landlock.expand_denies(patterns, print, landlock.GlobBudget(seconds=0.3))
+        landlock.expand_denies(patterns, print, GlobBudget(seconds=0.3))
     assert time.monotonic() - started < 2
 
 
