@@ -10,11 +10,13 @@ runs the mutants with the in-process API and prints the outcome as JSON on its l
 
 argv[1]: JSON {"base", "tests", "site", "targets": {attack: path}, "policies": [[write roots,
 [attacks that policy must refuse]], ...], "script", "overlay": an empty directory, or absent;
-"kinds": the kinds to drop one at a time (default: all), "structural": also the other mutants}.
+"kinds": the kinds to drop one at a time (default: all), "structural": also the other mutants,
+"made_if_missing": also that mutant, "remove_after": directories removed after every run}.
 """
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -91,6 +93,8 @@ def judge(_mutant):
 def after_each():
     for name, path in TARGETS.items():
         restore(path, SNAPSHOT[name])
+    for directory in ARGS.get("remove_after", ()):  # missing at launch, every run
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def main():
@@ -101,6 +105,9 @@ def main():
     mutants = [Mutant(f"kind {kind} not protected",
                       ((own_install, "installation", lambda kind=kind: tuple(row for row in found if row[1] != kind)),
                        forget)) for kind in ARGS.get("kinds", KINDS)]
+    if ARGS.get("made_if_missing"):
+        mutants.append(mutant("a missing directory it reads code from not made", own_install, "MADE_IF_MISSING",
+                              frozenset()))
     if ARGS.get("structural", True):
         mutants.append(Mutant("symlinks on the way to it not protected",
                               ((protected, "symlinks_on_the_way", lambda path, limit=40: []), forget)))

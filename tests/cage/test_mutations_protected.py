@@ -237,7 +237,10 @@ def _outcome(proc) -> dict:
 def test_a_user_site_install_needs_its_user_site_protected(tmp_path):
     """`pip install --user sandboy` run by the system python3: the user site-packages (here
     under PYTHONUSERBASE in a throwaway home) holds the package, and a NEW `.pth` there runs at
-    the next start of that interpreter. Dropping the user site kind lets a command plant one."""
+    the next start of that interpreter. Dropping the user site kind lets a command plant one.
+    And a PYTHONPYCACHEPREFIX directory that does not exist at launch (PYTHONDONTWRITEBYTECODE:
+    nothing made it yet; removed after every run): not made by Sandboy, the command makes it and
+    plants byte code there."""
     import json
     import sys
 
@@ -245,6 +248,7 @@ def test_a_user_site_install_needs_its_user_site_protected(tmp_path):
 
     home = tmp_path / "home"
     user_base = home / ".local"
+    pycache = home / "pycache"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONUSERBASE": str(user_base),
            "SANDBOY_CACHE_DIR": str(tmp_path / "cache")}
     user_site = subprocess.run(["/usr/bin/python3", "-c", "import site; print(site.getusersitepackages())"],
@@ -252,18 +256,21 @@ def test_a_user_site_install_needs_its_user_site_protected(tmp_path):
     assert user_site.startswith(str(user_base) + "/"), user_site
     (tmp_path / "package").mkdir()
     shutil.copytree(copy_package(tmp_path / "package", python="/usr/bin/python3"), os.path.join(user_site, "sandboy"))
-    targets = {"userpth": os.path.join(user_site, "zz_planted.pth"), "usercli": os.path.join(user_site, "sandboy", "cli.py")}
+    targets = {"userpth": os.path.join(user_site, "zz_planted.pth"), "usercli": os.path.join(user_site, "sandboy", "cli.py"),
+               "pycplant": str(pycache / "usr" / "planted.cpython-311.pyc")}
     script = home / "attack.sh"
     # (each in a subshell: a failed redirection of `:` ends a POSIX shell)
-    script.write_text(f"(: > '{targets['userpth']}') 2>/dev/null; (echo >> '{targets['usercli']}') 2>/dev/null; exit 0\n")
+    script.write_text(f"(: > '{targets['userpth']}') 2>/dev/null; (echo >> '{targets['usercli']}') 2>/dev/null; "
+                      f"(mkdir -p '{pycache}/usr' && : > '{targets['pycplant']}') 2>/dev/null; exit 0\n")
     here = os.path.dirname(os.path.abspath(__file__))
     site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "pytest")))
     args = {"base": str(home), "tests": here, "site": site, "targets": targets, "script": str(script),
             "budget": BUDGET_SECONDS, "policies": [[[str(home)], sorted(targets)]],
-            "kinds": ["user site"], "structural": False}
+            "kinds": ["user site"], "structural": False, "made_if_missing": True, "remove_after": [str(pycache)]}
     proc = subprocess.run(["/usr/bin/python3", os.path.join(here, "own_install_mutants.py"), json.dumps(args)],
-                          capture_output=True, text=True, timeout=BUDGET_SECONDS + 60, env=env)
+                          capture_output=True, text=True, timeout=BUDGET_SECONDS + 60,
+                          env={**env, "PYTHONPYCACHEPREFIX": str(pycache), "PYTHONDONTWRITEBYTECODE": "1"})
     outcome = _outcome(proc)
     mine = sorted(kind for path, kind in outcome.pop("installation") if path.startswith(str(home)))
-    assert mine == ["package", "user site"], f"the bench is not a user install: {mine}"
+    assert mine == ["package", "pycache prefix", "user site"], f"the bench is not a user install: {mine}"
     report(outcome, "user-site mutants")

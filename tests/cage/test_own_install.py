@@ -297,3 +297,27 @@ def test_the_environment_of_the_sandboy_first_on_path_is_protected(tmp_path, pac
         assert install.targets() == before
         assert f"fs: {install.tools} is the Python environment the `sandboy` command on PATH" in proc.stderr, proc.stderr
         assert os.listdir(install.marks) == []
+
+
+@pytest.mark.parametrize("opted_out", [False, True])
+def test_a_pycache_prefix_missing_at_launch_is_made_and_protected(tmp_path, package_copy, opted_out, enforcement):
+    """PYTHONPYCACHEPREFIX names a directory inside the write root that nothing has made yet
+    (PYTHONDONTWRITEBYTECODE, as on CI machines): Sandboy makes it at launch and protects it, or
+    the command would make it and plant byte code the host's next Python reads. Opted out, the
+    command makes it (the twin)."""
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    prefix = install.base / "pycache"
+    env = {"PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": "1"}
+    planted = prefix / "usr" / "lib" / "planted.cpython-311.pyc"
+    script = install.base / "plant-prefix.sh"
+    script.write_text(f"if (mkdir -p '{planted.parent}' && : > '{planted}') 2>/dev/null; then echo 'ok prefix'; "
+                      "else echo 'refused prefix'; fi\n")
+    proc = install.sandboy("run", "--policy", _run_policy(install, protect_defaults=not opted_out), "--", "/bin/sh",
+                           str(script), env={**env, **enforcement}, cwd=str(install.base), check_rc=0)
+    if opted_out:
+        assert answers(proc.stdout) == {"prefix": "ok"}, proc.stderr
+        assert planted.is_file()
+    else:
+        assert answers(proc.stdout) == {"prefix": "refused"}, proc.stderr
+        assert prefix.is_dir() and not planted.exists() and os.listdir(prefix) == []  # made empty by Sandboy
+        assert f"fs: {prefix} is the byte code" in proc.stderr, proc.stderr

@@ -40,7 +40,24 @@ WHY = {
 # unrelated write roots (/usr/local/src with a /usr interpreter), so it is not one of them.
 ALL_OURS = frozenset({"prefix", "package", "import path", "user site", "pycache prefix", "next environment"})
 
+# Directories the interpreter running Sandboy reads code from that need not exist yet: missing
+# inside a write root, the command could make one and plant a `.pth` or `.pyc` there (the host's
+# next Python would read it), so Sandboy makes them at launch — as pip and Python themselves
+# would on first use — and protects them like the rest (as protected._complete_git_dir does for
+# `.git/hooks`).
+MADE_IF_MISSING = frozenset({"user site", "pycache prefix"})
+
 _CACHED = None
+
+
+def _made(path: str) -> bool:
+    """Make the missing directory `path` (and its parents); False where that fails (the caged
+    command, same uid with fewer rights, cannot make it either)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def _package_dir() -> str:
@@ -136,8 +153,9 @@ def _resolved() -> tuple:
 
 
 def inside(write_roots) -> list:
-    """[(realpath, kind, write root)] of the installation's paths that exist now and lie inside
-    one of `write_roots` (or, for the kinds in ALL_OURS, a write root lying inside one of them),
+    """[(realpath, kind, write root)] of the installation's paths that exist now (or were made:
+    MADE_IF_MISSING) and lie inside one of `write_roots` (or, for the kinds in ALL_OURS, a write
+    root lying inside one of them),
     plus each symlink met on the way to one (replacing a link replaced the file). Nested paths
     are folded into the outermost: a read-only bind of the environment covers its console
     script."""
@@ -156,7 +174,7 @@ def inside(write_roots) -> list:
                 here.append((root, kind, root))
             here.extend((link, kind, root) for link in links if is_within(link, root))
         # (string comparisons first: the usual write root holds none of it, and costs no stat)
-        if here and os.path.lexists(path):
+        if here and (os.path.lexists(path) or (kind in MADE_IF_MISSING and _made(path))):
             found.extend(here)
     found.sort(key=lambda row: len(row[0]))
     kept: list = []
