@@ -57,7 +57,8 @@ RUN_PATH_GROUPS = {
     # a policy with write roots: protected paths and the post-run git check
     "write roots": ("sandboy.confine.protected", "sandboy.confine.own_install", "sandboy.confine.gitcheck"),
     # net.domains (Layer 3): its rules and the proxy's session
-    "egress": ("sandboy.egress", "sandboy.egress.rules", "sandboy.egress.enforcement", "sandboy.egress.session"),
+    "egress": ("sandboy.egress", "sandboy.egress.rules", "sandboy.egress.enforcement", "sandboy.egress.session",
+               "sandboy.confine.netns_listener"),
 }
 RUN_PATH_MODULES = tuple(name for group in RUN_PATH_GROUPS.values() for name in group)
 

@@ -23,7 +23,7 @@ from cagekit import BASE_READ, METADATA, to_toml
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from userkit import world_readable_tmp  # noqa: E402
 
-from sandboy.confine import namespaces  # noqa: E402
+from sandboy.confine import namespaces, netns_listener  # noqa: E402
 
 pytestmark = [pytest.mark.needs_kernel,
               pytest.mark.skipif(not namespaces.availability()[0],
@@ -470,14 +470,14 @@ def test_layer3_helpers_hand_the_parent_a_listener_inside_the_cage_netns(cage):
     keep: list = []
     try:
         built.tier.add_in_netns([])  # a network namespace although the policy grants a port
-        first = (*namespaces.plan_loopback_up(),
-                 *namespaces.plan_listen_and_send(port, child_end.fileno(), spare, keep))
+        first = (*netns_listener.plan_loopback_up(),
+                 *netns_listener.plan_listen_and_send(port, child_end.fileno(), spare, keep))
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = built.start_child([cage.probe, "tcp-connect", str(port)], (None, None, None), err_w, first)
         os.close(err_w)
         os.close(spare)
         child_end.close()
-        listener = socket.socket(fileno=namespaces.receive_fd(parent_end))
+        listener = socket.socket(fileno=netns_listener.receive_fd(parent_end))
         listener.settimeout(10)
         conn, _ = listener.accept()  # the command's connect(), made inside the cage's netns
         conn.close()
@@ -595,7 +595,7 @@ def test_no_plan_step_acts_on_the_memory_the_child_shares(cage, monkeypatch):
     for fs, tty in (({}, False), ({"write": ["{tmp}"]}, False), ({"write": [str(cage.work)]}, False), ({}, True)):
         built = build(Policy.from_mapping(tier_policy(cage, **fs), "<test>"), cwd=str(cage.work), tty=tty)
         try:
-            plans.append(built.plan((5, 6, 7), in_netns=namespaces.plan_loopback_up()))
+            plans.append(built.plan((5, 6, 7), in_netns=netns_listener.plan_loopback_up()))
         finally:
             built.close()
     plans.append(list(terminal.session_steps(ctty=9)))

@@ -67,20 +67,20 @@ class EgressSession(Hook):
     def child_steps(self) -> list:
         """(label, step) pairs the child runs first, right after clone(2), inside its new user +
         network namespace: bring `lo` up, listen on 127.0.0.1:PORT, send the listening socket
-        over a socketpair to this process (namespaces.plan_listen_and_send)."""
+        over a socketpair to this process (netns_listener.plan_listen_and_send)."""
         if self.mode != MODE_NAMESPACE:
             return []
         import _socket  # not `socket` (enum, selectors): see service.py
         import os
 
-        from sandboy.confine import namespaces
+        from sandboy.confine import netns_listener
 
         self._channel, child_end = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         self._child_end = child_end
         self._spare = os.dup(child_end.fileno())  # the listener's fd number in the child
         self._keep = []
-        return (namespaces.plan_loopback_up()
-                + namespaces.plan_listen_and_send(self.port, child_end.fileno(), self._spare, self._keep))
+        return (netns_listener.plan_loopback_up()
+                + netns_listener.plan_listen_and_send(self.port, child_end.fileno(), self._spare, self._keep))
 
     def _close_child_side(self) -> None:
         import os
@@ -261,10 +261,10 @@ def take_listener(channel):
     its error pipe; the launcher makes that the run's cage error). Either way the channel is
     closed: it carries one fd. The one hand-over, for the proxy's thread (service.py) and for
     the on-demand supervisor (`_next_step`)."""
-    from sandboy.confine import namespaces
+    from sandboy.confine import netns_listener
 
     try:
-        fd = namespaces.receive_fd(channel)
+        fd = netns_listener.receive_fd(channel)
     except BlockingIOError:
         raise  # a non-blocking channel, nothing sent yet: kept open for the next try
     except OSError:
