@@ -176,3 +176,18 @@ def test_a_repositorys_venv_cannot_widen_its_tools_cage(tmp_path: Path, host: Pa
     statuses = {t["tool"]: t["status"] for t in json.loads(done.stdout)["tools"]}
     assert statuses == {"t": "ran", "py": "ran"}, done.stdout + done.stderr
     assert "host secret" not in out.read_text()
+
+
+def test_an_output_under_a_symlinked_directory_is_refused_the_same_whether_its_target_exists(
+        tmp_path: Path, host: Path) -> None:
+    """`{out}/sub -> /host/dir` and output file `sub/x.sarif`: an lstat of the file followed the
+    directory link, so "wrote no x.sarif" or "a symlink" told whether /host/dir/x.sarif existed."""
+    (host / "dir").mkdir()
+    (host / "dir" / "x.sarif").write_text("{}")
+    reasons = []
+    for target in (host / "dir", host / "missing"):
+        adapters = _tool().replace('from = "stdout"', 'from = "file", file = "sub/x.sarif"').replace(
+            f"echo '{EMPTY_SARIF}'", f"ln -s {target} {{out}}/sub")
+        done, report = _audit(_repo(tmp_path, adapters), tmp_path)
+        reasons.append(_status(report))
+    assert reasons[0] == reasons[1] and "lies under a symlink: not read" in reasons[0][1], reasons

@@ -316,6 +316,24 @@ def _made_here(path: Path, inside: Path) -> bool:
     return os.path.realpath(path).startswith(os.path.realpath(inside) + os.sep)
 
 
+def _symlink_on_the_way(inside: Path, path: Path) -> bool:
+    """Whether a directory between `inside` and `path` (which the confined tool may have made)
+    is a symlink: looked at with lstat, one component at a time, up to the first missing one."""
+    import stat
+
+    if not path.is_relative_to(inside):
+        return False
+    current = inside
+    for part in path.relative_to(inside).parts[:-1]:
+        current = current / part
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return True
+        except OSError:
+            return False
+    return False
+
+
 def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) -> ToolReport:
     from sandboy.audit.convert import ConvertRequest, convert
     from sandboy.audit.errors import AuditError
@@ -354,8 +372,13 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
             report.seconds = time.monotonic() - t0
             return report
     source = out / tool.output_file if tool.output_from == "file" and tool.output_file else logs / f"{tool.phases[-1].name}.stdout"
-    # lexists, not is_file: whether a symlink the tool left there leads to an existing host
-    # file must not decide the message
+    # Judged without following what the tool made: whether a symlink it left (at the end or on
+    # the way, `{out}/sub -> /host`) leads to an existing host file must not decide the message
+    if _symlink_on_the_way(out, source):
+        report.status, report.reason = FAILED, (f"{tool.output_file} lies under a symlink: not read (Sandboy reads "
+                                                "the tool's output with the host's rights)")
+        report.seconds = time.monotonic() - t0
+        return report
     if not os.path.lexists(source):
         report.status, report.reason = FAILED, f"the tool wrote no {tool.output_file or 'stdout'}"
         report.seconds = time.monotonic() - t0

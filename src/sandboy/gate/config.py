@@ -89,7 +89,7 @@ def _shell(src: str, gate) -> tuple:
     return tuple(shell)
 
 
-def _no_parent_after_placeholder(policy) -> tuple:
+def _no_parent_after_placeholder(policy) -> tuple | None:
     """(key, problem) for the first fs path of a step policy with a `..` component after a
     placeholder, else None. `{tmp}/../x` is kept unresolved while the step's policy is met with
     the ceiling (`{tmp}` is made per step), and normalising it dropped the placeholder: it named
