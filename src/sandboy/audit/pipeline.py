@@ -375,8 +375,8 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
     # Judged without following what the tool made: whether a symlink it left (at the end or on
     # the way, `{out}/sub -> /host`) leads to an existing host file must not decide the message
     if _symlink_on_the_way(out, source):
-        report.status, report.reason = FAILED, (f"{tool.output_file} lies under a symlink: not read (Sandboy reads "
-                                                "the tool's output with the host's rights)")
+        report.status, report.reason = FAILED, (f"{tool.output_file} is a symlink or lies under one: not read "
+                                                "(Sandboy reads the tool's output with the host's rights)")
         report.seconds = time.monotonic() - t0
         return report
     if not os.path.lexists(source):
