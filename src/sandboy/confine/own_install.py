@@ -124,14 +124,17 @@ def installation() -> tuple:
     # A path or editable install (`pip install -e .` of a src layout: src/ of a checkout). Its
     # `.pth` file needs no row of its own: every site directory lies in a prefix or the user
     # site, protected whole (a NEW .pth there would run as well).
+    # (compared as written: one that lies in a prefix only through a symlink gets a row of its
+    # own, folded into the prefix's by `inside` — no realpath here, this runs at start-up)
     entry = os.path.dirname(package)
-    ours = [os.path.realpath(p) for p, kind in rows if kind in ("prefix", "base prefix", "user site")]
-    if not is_within_any(os.path.realpath(entry), ours):
+    if not is_within_any(entry, [p for p, kind in rows if kind in ("prefix", "base prefix", "user site")]):
         add(entry, "import path")
     add(getattr(sys, "pycache_prefix", None), "pycache prefix")
+    prefixes = [p for p, kind in rows if kind == "prefix"]
     for script in _console_scripts():
         add(script, "console script")
-        add(_environment_of(script), "next environment")
+        if not is_within_any(script, prefixes):  # the running environment's own: nothing to read
+            add(_environment_of(script), "next environment")
     _CACHED = tuple(rows)
     return _CACHED
 
