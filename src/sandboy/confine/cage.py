@@ -106,7 +106,11 @@ class Cage:
     def still_valid(self) -> bool:
         """True when a rebuild now would give the same rules (same inodes behind every policy
         path, same entries in every split directory), so this cage may run the command again."""
-        return self.fingerprint is not None and _fingerprint(*self.fingerprint_of) == self.fingerprint
+        if self.fingerprint is None:
+            return False
+        from sandboy.confine.reuse import fingerprint
+
+        return fingerprint(*self.fingerprint_of) == self.fingerprint
 
     @property
     def exec_roots(self) -> list:
@@ -229,92 +233,20 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
     # a fallback egress cage holds its own host port: built per run; the namespace mode's is fixed
     if reusable and fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
         cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]), fs["protected_args"])
-        cage.fingerprint = _fingerprint(*cage.fingerprint_of)
+        from sandboy.confine.reuse import fingerprint  # only where a cage may run again
+
+        cage.fingerprint = fingerprint(*cage.fingerprint_of)
     return cage
 
 
-class Reuse:
-    """Compiled cages kept for reuse, one per key, most recently used last: THE rule for when a
-    compiled cage may run another command (used by `for_run` and the gate's `CageCache`).
-
-    A cage is reused only while a rebuild would give the same rules (`Cage.still_valid`: the
-    same inode behind every policy path, the same entries in every directory split around a
-    deny), never with glob denies (matched anew at each launch: no fingerprint), and with a
-    `{tmp}` only where each run starts with it empty: under the namespace tier every run mounts
-    a fresh tmpfs there; without it only a caller that runs one command at a time may ask
-    for the host directory to be emptied between runs (`empty_tmp`, the gate)."""
-
-    def __init__(self, limit=None, empty_tmp=False):
-        self.cages: dict = {}
-        self.limit = limit
-        self.empty_tmp = empty_tmp
-
-    def _fresh_tmp(self, cage) -> bool:
-        if not cage.ctx.tmp or (cage.tier is not None and cage.tier.tmp_private):
-            return True
-        if not self.empty_tmp:
-            return False
-        from sandboy.confine.cleanup import empty_dir
-
-        return empty_dir(cage.ctx.tmp)
-
-    def get(self, key, make) -> tuple:
-        """(cage, owned) for `key`: the kept cage if it may run again, else `make()`'s, kept
-        when it can be reused. `owned` cages are the caller's to close."""
-        cage = self.cages.pop(key, None)
-        if cage is not None and not (cage.still_valid() and self._fresh_tmp(cage)):
-            cage.close()
-            cage = None
-        if cage is None:
-            cage = make()
-            if cage.fingerprint is None or not self._fresh_tmp(cage):
-                return cage, True
-        self.cages[key] = cage
-        while self.limit and len(self.cages) > self.limit:
-            self.cages.pop(next(iter(self.cages))).close()
-        return cage, False
-
-    def close(self, deadline=None) -> list:
-        """Close every kept cage; the `{tmp}` directories left behind (see Cage.close)."""
-        left = [cage.ctx.tmp for cage in self.cages.values() if not cage.close(deadline)]
-        self.cages.clear()
-        return left
+# Reusing compiled cages (`Reuse`, `for_run`: the API and the gate) lives in reuse.py, which
+# `sandboy run` never loads (one command per build); these names stay reachable from here.
+_FROM_REUSE = ("Reuse", "for_run", "_REUSED")
 
 
-_REUSED = Reuse(limit=8)
+def __getattr__(name: str):
+    if name in _FROM_REUSE:
+        from sandboy.confine import reuse
 
-
-def for_run(policy, cwd=None, repo=None, tty=False) -> tuple:
-    """(cage, owned) for one run of `policy`: a cage compiled earlier in this process when it
-    may run again (see `Reuse`), else a new one. `owned` cages are the caller's to close. This
-    is what makes `sandboy.run(argv, policy)` in a loop cost what a prebuilt cage costs
-    (docs/performance.md); a policy with `{tmp}` is reused only under the namespace tier (runs
-    of the API may overlap, so nothing empties a shared host directory between them)."""
-    here = os.path.abspath(cwd or os.getcwd())
-    env = os.environ
-    key = (policy, here, os.path.abspath(repo or here), tty, tuple(env.get(n) for n in policy.env.pass_),
-           env.get(namespaces.FORCE_OFF_ENV),
-           env.get("HOME"), env.get("SANDBOY_CACHE_DIR"), env.get("XDG_CACHE_HOME"), os.geteuid())
-    return _REUSED.get(key, lambda: build(policy, cwd=cwd, repo=repo, tty=tty))
-
-
-def _stat_key(path: str):
-    try:
-        st = os.stat(path)  # follows symlinks, as the rules do
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mode
-
-
-def _fingerprint(inputs, split_dirs, protected_args) -> tuple:
-    """What a rebuild's rules depend on in the filesystem: which inode each policy path leads
-    to (or that it is missing), the entries of each directory split around a deny, and which
-    protected paths exist now (`confine.protected`: a `.bashrc` made since must be protected)."""
-    listing = []
-    for directory in split_dirs:
-        try:
-            # unsorted: an unchanged directory lists in the same order; a reorder only rebuilds
-            listing.append((directory, _stat_key(directory), tuple(os.listdir(directory))))
-        except OSError:
-            listing.append((directory, None, ()))
-    return tuple(_stat_key(p) for p in inputs), tuple(listing), protections.protected_paths(*protected_args)
+        return getattr(reuse, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

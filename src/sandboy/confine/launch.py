@@ -124,11 +124,16 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     `builtin_hooks`: the run's own hooks when the caller has made them already with
     `exec_mode.hooks_for(cage, egress_log)` (the CLI, which decided with them); None makes them.
     """
-    from sandboy.confine.cage import Cage, for_run
+    from sandboy.confine.cage import Cage
 
     if not argv:
         raise ValueError("argv must name a command")
-    cage, owns = (policy, False) if isinstance(policy, Cage) else for_run(policy, cwd=cwd, repo=repo, tty=tty)
+    if isinstance(policy, Cage):
+        cage, owns = policy, False
+    else:
+        from sandboy.confine.reuse import for_run  # not on the CLI's path: it hands over its cage
+
+        cage, owns = for_run(policy, cwd=cwd, repo=repo, tty=tty)
     cage.check_open()  # here, not in a supervisor that would only exit 1
     try:
         cage.exec_args(argv)  # a NUL byte: this ValueError here, not a supervisor that dies (125)

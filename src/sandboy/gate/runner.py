@@ -149,7 +149,7 @@ class CageCache:
     """One compiled cage per distinct effective policy, reused by every step that has it.
 
     Compiling a cage costs a few ms per step (the /etc secrets split /etc into ~150 rules), more
-    than the target overhead. When a cage may run again is `cage.Reuse`'s rule (the same one as
+    than the target overhead. When a cage may run again is `reuse.Reuse`'s rule (the same one as
     `sandboy.run`'s): the rules a rebuild would give are unchanged (a previous step may have
     changed a policy path or a split directory), no glob denies, and each step starts with an
     empty private `{tmp}` (a tmpfs per step under the namespace tier; elsewhere the directory is
@@ -157,7 +157,7 @@ class CageCache:
     """
 
     def __init__(self, repo: str):
-        from sandboy.confine.cage import Reuse
+        from sandboy.confine.reuse import Reuse
 
         self.repo = repo
         # Steps run one at a time, so a `{tmp}` outside the namespace tier may be emptied
