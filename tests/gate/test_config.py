@@ -46,6 +46,8 @@ BAD_GATES = [
     (OK_STEP + "policy = \"p\"\n[policy.p]\nversion = 1\nfs.reed = [\".\"]\n", "policy.p.fs.reed", "unknown key"),
     (OK_STEP + "policy = \"p\"\n[policy.p]\nfs.read = [\".\"]\n", "policy.p.version", "missing"),
     (OK_STEP + "[policy]\np = 1\n", "policy.p", "expected a table"),
+    (OK_STEP + "policy = \"p\"\n[policy.p]\nversion = 1\nenv.set = { A = \"x\\u0000y\" }\n", "policy.p.env.set.A",
+     "holds a NUL byte"),
     ("[gate]\n", "step", "no steps"),
     ("step = 1\n", "step", "expected [[step]] tables"),
     ("[[step]\nname=1", "", "TOML syntax error"),

@@ -229,8 +229,10 @@ def _env(src, value) -> dict:
         for name, val in table.items():
             if not name or "=" in name or "\0" in name:  # (the key is spelled out only on error)
                 _env_name(src, f"env.set.{_keyname(name)}", name)
-            if not isinstance(val, str) or "\0" in val:
+            if not isinstance(val, str):
                 raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {kind_of(val)}")
+            if "\0" in val:  # was "expected a string value, got a string"
+                raise PolicyError(src, f"env.set.{_keyname(name)}", "the value holds a NUL byte (no environment can)")
             pairs.append((name, val))
         out["set"] = tuple(pairs)
     return out
