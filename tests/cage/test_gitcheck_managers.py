@@ -241,3 +241,64 @@ def test_a_run_cannot_rewrite_what_the_operators_commit_runs(cage, tmp_path, env
         assert commit.returncode != 0 and "unstaged" in commit.stdout + commit.stderr, commit
     else:
         assert own.exists(), f"the operator's own pre-commit hook did not run after the run: {commit}"
+
+
+# --- a directory of the manager's renamed into place (rvgit6, session 6 review) ------------------
+
+RENAMED = {
+    # lefthook's script directory renamed in from tracked files: the scripts keep their ctime
+    # (a rename changes only the moved directory's), all older than the launch
+    "lefthook script directory renamed in": (
+        "mv .lefthook tests/fx && printf 'touch {pwned}\\n' > tests/fx/pre-commit/lint.sh",
+        "rm -rf .lefthook-gone; mv tests/fx .lefthook", ".lefthook/pre-commit/lint.sh"),
+    # one level down: `.lefthook` kept, its `pre-commit/` replaced by a tracked directory
+    "lefthook hook directory renamed in": (
+        "mkdir -p tests/fx && printf 'touch {pwned}\\n' > tests/fx/lint.sh",
+        "mv .lefthook/pre-commit tests/old && mv tests/fx .lefthook/pre-commit", ".lefthook/pre-commit/lint.sh"),
+    # `.config/` absent at launch (nothing to protect then): a tracked directory holding a
+    # lefthook-local.yml renamed to `.config`
+    ".config renamed in": (
+        "mkdir -p tests/cfg && printf '{pwned_lefthook}' > tests/cfg/lefthook-local.yml",
+        "mv tests/cfg .config", ".config/lefthook-local.yml"),
+}
+
+
+@needs_tools
+@pytest.mark.parametrize("attack", RENAMED)
+def test_a_managers_directory_renamed_into_place_is_judged(tmp_path, env, attack):
+    before, script, planted = RENAMED[attack]
+    pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
+    repo = managed_repo(tmp_path, env, "lefthook", own)
+    (repo / "tests").mkdir()
+    fill = dict(pwned=pwned, pwned_lefthook=lefthook_config(pwned).replace("\n", "\\n"))
+    sh(before.format(**fill), repo, env)  # the project's tracked files, older than the launch
+    time.sleep(0.05)
+    snap = snapshot(repo, env)
+    sh(script.format(**fill), repo, env)
+    findings = snap.verify()
+    # the attack is real: without the check the operator's next commit runs the command's program
+    operators_commit(repo, env, "attack")
+    assert pwned.exists(), f"the attack is not real: the operator's commit did not run {planted}"
+    pwned.unlink()
+    assert planted in [os.path.relpath(f.path, repo) for f in findings], findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    operators_commit(repo, env, "after")
+    assert not pwned.exists(), f"the operator's commit ran the planted {planted} after the quarantine"
+
+
+@needs_tools
+def test_other_files_changed_beside_a_managers_config_are_not_flagged(tmp_path, env):
+    """The twin: `.config/` holds the manager's config (the operator's, at launch) and other
+    tools' files; the run rewrites one of those (the directory's ctime changes): the config,
+    its launch bytes, is not flagged, and the operator's own hook still runs."""
+    own = tmp_path / "OWN-HOOK"
+    repo = managed_repo(tmp_path, env, "lefthook", own)
+    (repo / ".config").mkdir()
+    (repo / ".config" / "lefthook-local.yml").write_text(lefthook_config(own))
+    (repo / ".config" / "tool.toml").write_text("a = 1\n")
+    time.sleep(0.05)
+    snap = snapshot(repo, env)
+    sh("printf 'a = 2\\n' > .config/tool.toml.new && mv .config/tool.toml.new .config/tool.toml", repo, env)
+    assert snap.verify() == []
+    assert operators_commit(repo, env, "after").returncode == 0 and own.exists()

@@ -1057,20 +1057,40 @@ class _Check:
                 st = os.lstat(path)
             except OSError:
                 continue
+            # a directory between the top and `path` made, or renamed into place, during the run
+            # (`mv tests/fx .lefthook`, `mv tests/cfg .config`: tracked files, all older than the
+            # launch, keep their ctime) has what it holds judged, as `hooks` does
+            moved_in = full or self._under_new_directory(top, path)
             if not stat.S_ISDIR(st.st_mode):
-                self.hook_file(path, st, full, "a file an installed hook manager (pre-commit, lefthook) runs "
-                               "commands from, made or changed during the run", self.snap.manager_launch.get(path))
+                launch = self.snap.manager_launch.get(path)
+                if (moved_in and not full and not self.snap._new(st) and launch is not None
+                        and _read_config(path) == launch):
+                    continue  # its launch bytes: other files of the directory changed (`.config/tool.toml`)
+                self.hook_file(path, st, moved_in, "a file an installed hook manager (pre-commit, lefthook) "
+                               "runs commands from, made or changed during the run", launch)
                 continue
             # lefthook's script directories: `.lefthook/pre-commit/lint.sh` runs on a commit
+            moved_in = moved_in or self.new(path) is not None
             for sub in self._listed(path):
                 if sub.is_dir(follow_symlinks=False):
+                    sub_full = moved_in or self.new(sub.path) is not None
                     for entry in self._listed(sub.path):
                         try:
                             est = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
-                        self.hook_file(entry.path, est, full,
+                        self.hook_file(entry.path, est, sub_full,
                                        "a script lefthook's installed hook runs, made or changed during the run")
+
+    def _under_new_directory(self, top: str, path: str) -> bool:
+        """Whether a directory between `top` (exclusive) and `path` was made or changed during
+        the run."""
+        parent = os.path.dirname(path)
+        while parent != top and is_within(parent, top):
+            if self.new(parent) is not None:
+                return True
+            parent = os.path.dirname(parent)
+        return False
 
     @staticmethod
     def _listed(directory: str) -> list:
