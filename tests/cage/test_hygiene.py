@@ -487,14 +487,6 @@ def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, ti
     disposition is left as it was. Judged by the command's own exit code (3), the outcome of a
     deadline and of kill(), no process left by pid, and the caller still ignoring SIGCHLD
     afterwards. Twin: the same program with SIGCHLD at default."""
-    from sandboy.confine import _libc
-
-    if scenario == "threads" and tier and _libc.IMPLEMENTATION != "native":
-        # Not SIGCHLD's: the Python executor makes the namespace's init by a raw clone, which
-        # skips glibc's fork handlers, and runs Python there; another thread holding a libc lock
-        # (malloc) at that moment leaves the child stuck on its futex — 3 runs in 25 of this
-        # scenario hung at SIG_DFL too, 5 in 25 at SIG_IGN (session 6, board). Known, not fixed.
-        pytest.skip("concurrent tier runs from threads with the Python executor can deadlock (raw clone)")
     marker = f"apisig-{os.urandom(4).hex()}"
     out = _started_with_sigchld(disposition, [sys.executable, "-c", API_SCENARIOS, scenario], marker,
                                 env=_tier_env(tier))
