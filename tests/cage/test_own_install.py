@@ -321,3 +321,31 @@ def test_a_pycache_prefix_missing_at_launch_is_made_and_protected(tmp_path, pack
         assert answers(proc.stdout) == {"prefix": "refused"}, proc.stderr
         assert prefix.is_dir() and not planted.exists() and os.listdir(prefix) == []  # made empty by Sandboy
         assert f"fs: {prefix} is the byte code" in proc.stderr, proc.stderr
+
+
+def test_a_write_root_that_is_the_import_path_cannot_take_a_sitecustomize(tmp_path, package_copy, enforcement,
+                                                                          request):
+    """(rvgit6, session 6 review) An editable install's import path entry (`src/`) granted as the
+    write root itself: `inside` leaves the entry writable (binding it read-only would leave the
+    command nothing to write) and protects only the package. But the interpreter imports
+    `sitecustomize` from any sys.path entry after the `.pth` files put `src/` there, and a
+    stdlib without one (pyenv, python.org builds) leaves `src/sitecustomize.py` to run at the
+    operator's next `sandboy`. Without the tier the Landlock split allows no new entry in
+    `src/` (refused); under the tier only `src/sandboy` is bound read-only."""
+    from sandboy.confine import namespaces
+
+    if not enforcement and namespaces.availability()[0]:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "HOLE (rvgit6): under the namespace tier a write root equal to the editable import path "
+            "(src/) takes a new src/sitecustomize.py (only src/sandboy is bound read-only); the "
+            "next sandboy imports it")))
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    planted = install.base / "src" / "sitecustomize.py"
+    script = install.base / "plant.sh"
+    script.write_text(f"printf 'open(\"%s\", \"w\").close()\\n' '{install.marks / 'sitecustomize'}' > '{planted}'\n")
+    install.sandboy("run", "--policy", _run_policy(install, write=[str(install.base / "src")]), "--", "/bin/sh",
+                    str(script), env=enforcement, cwd=str(install.base))
+    try:
+        assert install.payloads_run() == [], "the next sandboy ran the command's sitecustomize"
+    finally:
+        planted.unlink(missing_ok=True)
