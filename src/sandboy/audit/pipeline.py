@@ -140,7 +140,11 @@ def phase_policy(phase: Phase, places: dict[str, str], program: str, path: str) 
 
     own = program_dirs(program)
     preset = expand_presets(phase.include, project_venv=False)
-    read = [*preset["read"], places["{repo}"], places["{out}"], places["{home}"], places["{builtin}"], *own,
+    # No raw `/dev` (the `system` preset reads it), as in the gate's built-in ceiling: without
+    # the namespace tier a repository's tool opened another terminal of the operator's
+    # (/dev/pts/N) and could read raw block devices as root. The cage grants the device set
+    # every command needs itself (null, zero, full, random, urandom).
+    read = [*(p for p in preset["read"] if p != "/dev"), places["{repo}"], places["{out}"], places["{home}"], places["{builtin}"], *own,
             *(expand(p, places) for p in phase.read)]
     # {tmp}: Sandboy's private temporary directory (a fresh tmpfs under the namespace tier)
     write = [places["{out}"], places["{home}"], "{tmp}", *(expand(p, places) for p in phase.write)]
