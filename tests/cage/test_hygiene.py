@@ -480,7 +480,7 @@ API_CASES = [(scenario, tier) for scenario in sorted(API_ENDS) for tier in (True
 def test_the_api_gets_the_commands_end_whatever_the_callers_sigchld(scenario, tier, disposition):
     """A program started with SIGCHLD ignored: the kernel reaps its children itself, and their
     exit status is lost to every wait (waitpid and waitid(P_PIDFD) alike: ECHILD). The API used
-    to raise a bare ChildProcessError (namespaces._probe, Supervisor.wait, a direct child's
+    to raise a bare ChildProcessError (namespace_probe.probe, Supervisor.wait, a direct child's
     waitpid). Now, without the tier, the run goes through a forked supervisor, which resets ITS
     OWN SIGCHLD and reports on its pipe; under the tier a direct child (the namespace's init)
     still does, its init reporting the command's status on the error pipe. The caller's

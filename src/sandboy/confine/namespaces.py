@@ -448,19 +448,6 @@ _AVAILABLE: list = []
 ALL = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
 
 
-def _static_refusal():
-    """Why this kernel would refuse unprivileged namespaces, read from sysctls, or None."""
-    checks = (("/proc/sys/user/max_user_namespaces", "user.max_user_namespaces = 0"),
-              ("/proc/sys/kernel/unprivileged_userns_clone", "kernel.unprivileged_userns_clone = 0"))
-    for path, reason in checks:
-        try:
-            if _libc.read_file(path).strip() == b"0":
-                return reason
-        except OSError:
-            pass
-    return None
-
-
 def availability() -> tuple:
     """(True, "") when this process can make the tier's namespaces and mounts, else (False,
     why). Probed once per process by a real child running the tier's own first steps (user
@@ -476,11 +463,13 @@ def availability() -> tuple:
     # other refusal that comes later in the same boot (see `_note_path`): that run fails closed.
     reason = None
     if not _known_good():
-        reason = _static_refusal()
+        from sandboy.confine import namespace_probe  # once per boot and uid: not on a run's path
+
+        reason = namespace_probe.static_refusal()
         if reason is None:
-            reason = _probe()
+            reason = namespace_probe.probe()
             if reason is None:
-                _remember_good()
+                namespace_probe.remember_good()
     _AVAILABLE.append((reason is None, reason or ""))
     return _AVAILABLE[0]
 
@@ -510,53 +499,9 @@ def _known_good() -> bool:
         return False
 
 
-def _remember_good() -> None:
-    boot = _boot_id()
-    if not boot:
-        return
-    path = _note_path()
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(path + ".tmp", "wb") as fh:
-            fh.write(boot)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass
-
-
 def forget() -> None:
     """A tier step failed at run time: probe again next time (see `_note_path`)."""
     try:
         os.unlink(_note_path())
     except OSError:
         pass
-
-
-def _probe():
-    labelled = plan_user_map(os.geteuid(), os.getegid()) + [
-        ("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None)),
-        ("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)),
-        ("make every mount read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
-                                        _mount_attr(MOUNT_ATTR_RDONLY), 32)),
-        ("mount /dev", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev\0", b"tmpfs\0", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
-    ]
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        pid = _libc.fork_exec([step for _, step in labelled], [b"/"], [b"probe"], [], err_w, ALL)
-    except OSError as exc:
-        os.close(err_r)
-        return f"clone: {exc.strerror}"
-    finally:
-        os.close(err_w)
-    report = _libc.read_all(err_r)  # ends when the child exits (closes err_r)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass  # the kernel reaped it (the caller ignores SIGCHLD): the report above is the answer
-    error, _ = _libc.read_child_report(report)
-    if error is None:
-        return "the probe child reported nothing"
-    index, err = error
-    if index >= 0:
-        return f"{labelled[index][0]}: {os.strerror(err)}"
-    return None  # every step worked; only the exec of "/" failed, as intended
