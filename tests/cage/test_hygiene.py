@@ -620,6 +620,47 @@ def test_the_last_capability_found_by_prctl_is_the_kernels():
     assert hygiene.last_cap() == kernel
 
 
+@pytest.mark.parametrize("dropped", ["the highest", "all"])
+def test_the_last_capability_is_found_when_the_caller_dropped_capabilities(dropped):
+    """A caller may already have dropped capabilities from its bounding set (a container, a
+    service manager's CapabilityBoundingSet=). PR_CAPBSET_READ answers 0 for those, EINVAL only
+    above the kernel's last: the search must find the kernel's number, not the highest one held
+    (or the cage's bounding set would keep what lies above it). In a forked child: the drop is
+    for the life of the process."""
+    import ctypes
+
+    from sandboy.confine import hygiene
+
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        kernel = int(fh.read())
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            caps = [kernel, kernel - 1, kernel - 2] if dropped == "the highest" else list(range(kernel, -1, -1))
+            for cap in caps:
+                if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP (needs CAP_SETPCAP)
+                    os.write(write_end, b"cannot drop")
+                    os._exit(0)
+            held = [cap for cap in range(kernel + 1) if libc.prctl(23, cap, 0, 0, 0) == 1]
+            os.write(write_end, f"{hygiene._last_cap_by_prctl()} {held}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        answer = fh.read().decode()
+    os.waitpid(pid, 0)
+    if answer == "cannot drop":
+        pytest.skip("dropping from the bounding set needs CAP_SETPCAP")
+    found, held = answer.split(" ", 1)
+    before = [cap for cap in range(kernel + 1) if libc.prctl(23, cap, 0, 0, 0) == 1]
+    assert held == ("[]" if dropped == "all" else repr([cap for cap in before if cap < kernel - 2]))  # dropped
+    assert int(found) == kernel
+
+
 GATE_AS_A_LIBRARY = "import sys\nfrom sandboy.gate.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
