@@ -314,6 +314,18 @@ def _is_git_directory(path: str) -> bool:
     return os.path.lexists(os.path.join(path, "commondir")) or os.path.lexists(os.path.join(path, "objects"))
 
 
+def _hooks_directory(value: str, top, home: str):
+    """Where git runs hooks from for `core.hooksPath = value` in a repository whose worktree top
+    is `top` (None when unknown: a relative value then names nothing found here), normalised."""
+    if value.startswith("~/"):
+        hooks = os.path.join(home, value[2:])
+    elif os.path.isabs(value) or top is None:
+        hooks = value if os.path.isabs(value) else None
+    else:
+        hooks = os.path.join(top, value)
+    return os.path.normpath(hooks) if hooks else None
+
+
 def _hooks_paths_in(parsed, top: str, home: str) -> list:
     """The `core.hooksPath` directories named in parsed configs (lists of entries), resolved as
     git does for a repository whose worktree top is `top`."""
@@ -321,9 +333,16 @@ def _hooks_paths_in(parsed, top: str, home: str) -> list:
     for entries in parsed:
         for name, value in entries:
             if name == "core.hookspath" and value:
-                found[os.path.normpath(os.path.join(home, value[2:]) if value.startswith("~/")
-                                       else os.path.join(top, value))] = None
+                found[_hooks_directory(value, top, home)] = None
     return list(found)
+
+
+def _commondir_of(gitdir: str, path: str) -> tuple:
+    """(its text, the directory it leads to or None) of `gitdir`'s `commondir` file `path`: a
+    regular file, not followed, never a FIFO that would block us (`_read_config`)."""
+    data = _read_config(path, 8192)
+    text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
+    return text, (os.path.realpath(os.path.join(gitdir, text)) if text else None)
 
 
 def _safe_entries(path: str, data):
@@ -865,6 +884,10 @@ class _Check:
             for path, entries in self.snap.global_entries:  # the operator's core.hooksPath and includes
                 self._follow(path, os.path.realpath(path), False, top, None, 0, entries)
             self.hook_managers(gitdir, top, full)
+        self.nested(gitdir, full, depth)
+
+    def nested(self, gitdir: str, full: bool, depth: int) -> None:
+        """The git directories under `gitdir`'s `modules/**` and `worktrees/*`."""
         for kind in ("modules", "worktrees"):
             below = os.path.join(gitdir, kind)
             if os.path.isdir(below) and not os.path.islink(below):
@@ -874,15 +897,10 @@ class _Check:
     def census_below(self, gitdir: str, depth: int) -> None:
         """At launch: the git directories this one leads to (the one its `commondir` names, its
         `modules/**` and `worktrees/*`), as `gitdir` reaches them after the run."""
-        data = _read_config(os.path.join(gitdir, "commondir"), 8192)
-        text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
-        if text:
-            self.gitdir(os.path.realpath(os.path.join(gitdir, text)), full=False, top=None, depth=depth + 1)
-        for kind in ("modules", "worktrees"):
-            below = os.path.join(gitdir, kind)
-            if os.path.isdir(below) and not os.path.islink(below):
-                for sub in self._gitdirs_under(below, kind == "worktrees"):
-                    self.gitdir(sub, full=False, top=None, depth=depth + 1)
+        _text, target = _commondir_of(gitdir, os.path.join(gitdir, "commondir"))
+        if target is not None:
+            self.gitdir(target, full=False, top=None, depth=depth + 1)
+        self.nested(gitdir, False, depth)
 
     def _gitdirs_under(self, base: str, one_level: bool) -> list:
         """Git directories under `.git/modules` (names may hold slashes: nested) or
@@ -910,9 +928,7 @@ class _Check:
         """A `commondir` makes git read config and hooks from another directory. Only a linked
         worktree's admin directory (`<gitdir>/worktrees/<name>`) has one, leading back to its
         repository; anywhere else, or leading elsewhere, one made during the run is planted."""
-        data = _read_config(path, 8192)  # a regular file, not followed, never a FIFO that would block us
-        text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
-        target = os.path.realpath(os.path.join(gitdir, text)) if text else None
+        text, target = _commondir_of(gitdir, path)
         admin_of = os.path.dirname(os.path.dirname(gitdir)) if os.path.basename(os.path.dirname(gitdir)) == "worktrees" else None
         if target is not None and target == admin_of:
             return target
@@ -980,14 +996,8 @@ class _Check:
                 target = os.path.join(self.snap.home, value[2:]) if value.startswith("~/") else os.path.join(base, value)
                 self.config(os.path.normpath(target), full, top, gitdir, depth + 1)
             elif section == "core" and key == "hookspath" and "." not in rest:
-                if value.startswith("~/"):
-                    hooks = os.path.join(self.snap.home, value[2:])
-                elif os.path.isabs(value) or top is None:
-                    hooks = value if os.path.isabs(value) else None
-                else:
-                    hooks = os.path.join(top, value)
+                hooks = _hooks_directory(value, top, self.snap.home)
                 if hooks:
-                    hooks = os.path.normpath(hooks)
                     if top is not None:  # where a hook manager's stub may live (hook_managers);
                         # a dict: a config naming one directory 20,000 times lists it once there too
                         self.hooks_by_top.setdefault(top, {})[hooks] = None
