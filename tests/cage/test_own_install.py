@@ -349,3 +349,26 @@ def test_a_write_root_that_is_the_import_path_cannot_take_a_sitecustomize(tmp_pa
         assert install.payloads_run() == [], "the next sandboy ran the command's sitecustomize"
     finally:
         planted.unlink(missing_ok=True)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "HOLE (rvgit6): installation() lists only Sandboy's own installation, not the PYTHONPATH "
+    "entries of the interpreter running it: one inside a write root takes a sitecustomize.py (or "
+    "a module shadowing a stdlib one imported later) that the operator's next sandboy runs"))
+def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tmp_path, package_copy, enforcement):
+    """(rvgit6, session 6 review) The operator's shell exports PYTHONPATH naming a directory the
+    write root holds (`export PYTHONPATH=$PWD/lib`): the interpreter running `sandboy` imports
+    from it, before the standard library."""
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    pylib = install.base / "pylib"
+    pylib.mkdir()
+    planted = pylib / "sitecustomize.py"
+    script = install.base / "plant.sh"
+    script.write_text(f"printf 'open(\"%s\", \"w\").close()\\n' '{install.marks / 'sitecustomize'}' > '{planted}'\n")
+    env = {"PYTHONPATH": str(pylib)}
+    install.sandboy("run", "--policy", _run_policy(install), "--", "/bin/sh", str(script), env={**env, **enforcement},
+                    cwd=str(install.base))
+    try:
+        assert install.payloads_run(env=env) == [], "the next sandboy ran the command's sitecustomize"
+    finally:
+        planted.unlink(missing_ok=True)
