@@ -337,3 +337,61 @@ def test_a_step_without_the_check_drops_the_carried_record(tmp_path, env):
             assert checks[0].record is record and record.dirs is not None  # taken at the step's start
         else:
             assert record.dirs is None, "a step without the check left the record to the next one"
+
+
+# --- the worktree top swapped around a git directory that stays where it was (rvgit6) ---------------
+
+TOP_SWAPS = {
+    # the operator's hooks directory is relative to the top (`core.hooksPath = .githooks`): a
+    # tracked directory shaped like a worktree becomes the top, `.git` moved into it keeps its
+    # path and identity; `.githooks/pre-commit` in it is the project's tracked file (old ctime)
+    "relative core.hooksPath": ("git config core.hooksPath .githooks && mkdir -p .githooks",
+                                "tests/fx/.githooks/pre-commit", ".githooks/pre-commit"),
+}
+
+
+@pytest.mark.parametrize("swap", TOP_SWAPS)
+def test_a_worktree_top_swapped_around_its_git_directory_is_judged_whole(tmp_path, env, swap):
+    setup, hook, planted = TOP_SWAPS[swap]
+    marker = tmp_path / "PWNED"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    repo = git_repo(ws / "repo", env)
+    sh(setup, repo, env)
+    (repo / hook).parent.mkdir(parents=True)
+    (repo / hook).write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(repo / hook, 0o755)
+    sh("git add -A && git commit -qm fixture", repo, env)
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(ws)], home=env["HOME"])
+    # the command: the top renamed away, the tracked fixture made the top, `.git` moved into it
+    sh("mv repo old && mv old/tests/fx repo && mv old/.git repo/.git", ws, env)
+    findings = snap.verify()
+    host_git(env, ws / "repo", "commit", "-q", "--allow-empty", "-m", "operator")
+    assert marker.exists(), "the attack is not real: the operator's commit did not run the fixture's hook"
+    marker.unlink()
+    assert planted in {os.path.relpath(f.path, ws / "repo") for f in findings if f.path}, findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert not failed, failed
+    host_git(env, ws / "repo", "commit", "-q", "--allow-empty", "-m", "after")
+    assert not marker.exists(), "the operator's commit ran the fixture's hook after the quarantine"
+
+
+def test_work_at_the_top_of_a_repository_in_a_write_root_above_it_is_not_flagged(tmp_path, env):
+    """The twin: the write root holds the repository (its top can be renamed), the operator's
+    hooks directory is relative to the top; the run makes and renames things at the top and
+    commits (the top's ctime changes, its identity does not): nothing flagged, their hook ran."""
+    marker = tmp_path / "HOOK-RAN"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    repo = git_repo(ws / "repo", env)
+    sh("git config core.hooksPath .githooks && mkdir .githooks", repo, env)
+    (repo / ".githooks/pre-commit").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(repo / ".githooks/pre-commit", 0o755)
+    sh("git add -A && git commit -qm hooks", repo, env)
+    marker.unlink()
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(ws)], home=env["HOME"])
+    sh("mkdir -p build/a && touch out.txt && mv build dist && git add -A && git commit -qm work", repo, env)
+    assert marker.exists(), "the twin is not real: the operator's hook did not run"
+    assert snap.verify() == []

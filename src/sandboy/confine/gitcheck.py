@@ -597,7 +597,8 @@ class GitSnapshot:
         self.after = None  # the same record as the check found it after the run (see `verify`)
 
     def _census(self, carried):
-        """(st_dev, st_ino) -> path of every git directory the walk reaches now. `carried`: the
+        """(st_dev, st_ino) -> path of every git directory the walk reaches now (and of the top
+        holding each `.git`: `_Check.gitdir`). `carried`: the
         record the previous check of the same gate took after ITS run (`GitDirs`, nothing but
         Sandboy runs between two steps): only the roots it did not cover are walked now."""
         roots, files, paths = self.roots, self.files, {}
@@ -623,9 +624,10 @@ class GitSnapshot:
         return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried)
 
     def moved(self, gitdir: str, identity) -> bool:
-        """Whether git directory `gitdir` (`identity`: its st_dev, st_ino) was elsewhere at
-        launch, or was none: then it is judged whole, whatever its files' ctimes (what in it
-        the command could not write stays unjudged: `_Check.config` and `hooks` say so)."""
+        """Whether git directory `gitdir` (`identity`: its st_dev, st_ino) — or the worktree top
+        holding a `.git` — was elsewhere at launch, or was none: then the repository is judged
+        whole, whatever its files' ctimes (what in it the command could not write stays
+        unjudged: `_Check.config` and `hooks` say so)."""
         return identity is None or self.launch_dirs.get(identity) != gitdir
 
     def _new(self, st) -> bool:
@@ -651,8 +653,9 @@ class GitSnapshot:
 
 
 class GitDirs:
-    """Where each git directory in reach of a check was: `paths` (st_dev, st_ino) -> path, as
-    the walk of `roots` (directories) and `files` (files granted for writing) found them."""
+    """Where each git directory in reach of a check was, and the worktree top holding each `.git`
+    directory: `paths` (st_dev, st_ino) -> path, as the walk of `roots` (directories) and
+    `files` (files granted for writing) found them."""
 
     __slots__ = ("roots", "files", "paths")
 
@@ -863,12 +866,21 @@ class _Check:
         identity = _identity(gitdir)
         if identity is not None:
             self.dirs[identity] = gitdir
+        # A worktree's `.git`: where its top was too. A top swapped around a `.git` that kept its
+        # path (`mv repo old && mv old/tests/fx repo && mv old/.git repo/`) makes the project's
+        # tracked files, all older than the launch, what the repository runs from its worktree
+        # (a relative core.hooksPath, husky's and the hook managers' files).
+        top_dir = os.path.dirname(gitdir) if os.path.basename(gitdir) == ".git" else None
+        top_identity = _identity(top_dir) if top_dir is not None else None
+        if top_identity is not None:
+            self.dirs[top_identity] = top_dir
         if self.census:
             self.census_below(gitdir, depth)
             return
         # Found where it was not at launch (renamed here, or an ancestor renamed: every file in it
-        # keeps its ctime), or no git directory then: judged whole.
-        full = full or self.snap.moved(gitdir, identity)
+        # keeps its ctime), or no git directory then, or its top was not: judged whole.
+        full = (full or self.snap.moved(gitdir, identity)
+                or (top_identity is not None and self.snap.moved(top_dir, top_identity)))
         # A git directory outside every write root was not the command's to write, but its
         # config may include files, or name a hooks directory, inside one: followed below.
         common = gitdir
