@@ -13,6 +13,7 @@ import stat
 from sandboy.errors import CageError
 from sandboy.policy.resolve import is_glob, is_within, is_within_any
 from sandboy.confine._libc import (
+    AT_FDCWD,
     SYS_LANDLOCK_ADD_RULE,
     SYS_LANDLOCK_CREATE_RULESET,
     SYS_LANDLOCK_RESTRICT_SELF,
@@ -240,11 +241,41 @@ def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_po
     return Ruleset(fd, abi)
 
 
-def _add_path_rule(ruleset_fd: int, path: str, rights: int, warn) -> None:
-    # O_NOFOLLOW: every rule path is a realpath or an entry found by the deny split, never a
-    # symlink; one that is a symlink now was swapped in since, and must not grant its target.
+SYS_OPENAT2 = 437
+RESOLVE_NO_SYMLINKS = 0x04
+# struct open_how {flags, mode, resolve}: the rule path's file itself (a symlink there is opened as
+# the link, and refused below), and no symlink followed on the way to it
+_RULE_PATH_HOW = u64(os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC) + u64(0) + u64(RESOLVE_NO_SYMLINKS)
+
+
+def _open_rule_path(path: str) -> int:
+    """An O_PATH fd of `path` reached without following any symlink. Every rule path is a
+    realpath or an entry found by the deny split, so none of its components is a symlink: one
+    that is now was swapped in since the path was checked (a directory above the rule path
+    renamed and replaced by a link to /host), and must not lead the rule to its target (ELOOP).
+    openat2 where a filter refuses it (Sandboy's own answers ENOSYS): component by component."""
     try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return syscall(SYS_OPENAT2, AT_FDCWD, os.fsencode(path) + b"\0", _RULE_PATH_HOW, len(_RULE_PATH_HOW))
+    except OSError as exc:
+        import errno
+
+        if exc.errno not in (errno.ENOSYS, errno.EPERM):  # openat2 refused by a seccomp filter
+            raise
+    *parents, last = path.split("/")
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parents:
+            if name:  # O_NOFOLLOW | O_DIRECTORY: a symlink here is ENOTDIR
+                fd, above = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd), fd
+                os.close(above)
+        return os.open(last or ".", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _add_path_rule(ruleset_fd: int, path: str, rights: int, warn) -> None:
+    try:
+        fd = _open_rule_path(path)
     except OSError as exc:
         warn(f"fs: {path}: {exc.strerror}; not granted")
         return
