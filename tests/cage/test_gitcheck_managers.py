@@ -302,3 +302,37 @@ def test_other_files_changed_beside_a_managers_config_are_not_flagged(tmp_path, 
     sh("printf 'a = 2\\n' > .config/tool.toml.new && mv .config/tool.toml.new .config/tool.toml", repo, env)
     assert snap.verify() == []
     assert operators_commit(repo, env, "after").returncode == 0 and own.exists()
+
+
+@needs_tools
+@pytest.mark.xfail(strict=True, reason=(
+    "HOLE (rvgit6): pre-commit's stub runs INSTALL_PYTHON -mpre_commit; where pre-commit was installed "
+    "from the repository's own .venv (dev dependencies), a .pth planted in that .venv's site-packages "
+    "runs on the operator's next commit: neither protected at launch nor judged after the run"))
+def test_the_python_pre_commits_stub_runs_cannot_take_a_planted_pth(tmp_path, env):
+    """(rvgit6, session 6 review) `pip install pre-commit` into the project's `.venv` and
+    `pre-commit install` from it — the usual Python project: the stub's INSTALL_PYTHON is
+    `.venv/bin/python`, which reads every `.pth` of its site-packages before pre-commit runs."""
+    import glob
+    import sysconfig
+
+    pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
+    repo = git_repo(tmp_path / "repo", env)
+    (repo / ".gitignore").write_text(".venv/\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    (site,) = glob.glob(str(repo / ".venv" / "lib" / "python3.*" / "site-packages"))
+    # pre-commit importable from the project's venv (as `pip install pre-commit` there would make it)
+    with open(os.path.join(site, "dev-tools.pth"), "w") as fh:
+        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    (repo / ".pre-commit-config.yaml").write_text(pre_commit_config(own))
+    sh(f"'{repo}/.venv/bin/python' -m pre_commit install >/dev/null && git add -A && git commit -qm managed",
+       repo, env)
+    assert f"INSTALL_PYTHON={repo}/.venv/bin/python\n" in (repo / ".git/hooks/pre-commit").read_text()
+    own.unlink()
+    snap = snapshot(repo, env)
+    sh(f"printf 'import os; open(\"%s\", \"w\").close()\\n' '{pwned}' > '{site}/zz_planted.pth'", repo, env)
+    findings = snap.verify()
+    operators_commit(repo, env, "attack")
+    assert pwned.exists(), "the attack is not real: the operator's commit did not run the planted .pth"
+    pwned.unlink()
+    assert findings, "a .pth the operator's next commit runs was planted, and nothing was found"
