@@ -352,9 +352,9 @@ def test_a_write_root_that_is_the_import_path_cannot_take_a_sitecustomize(tmp_pa
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "HOLE (rvgit6): installation() lists only Sandboy's own installation, not the PYTHONPATH "
-    "entries of the interpreter running it: one inside a write root takes a sitecustomize.py (or "
-    "a module shadowing a stdlib one imported later) that the operator's next sandboy runs"))
+    "HOLE (rvgit6; ADR 0024 'Not covered'): installation() lists only Sandboy's own installation, not "
+    "the PYTHONPATH entries of the interpreter running it: one inside a write root takes a "
+    "sitecustomize.py (or a module shadowing a stdlib one imported later) that the next sandboy runs"))
 def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tmp_path, package_copy, enforcement):
     """(rvgit6, session 6 review) The operator's shell exports PYTHONPATH naming a directory the
     write root holds (`export PYTHONPATH=$PWD/lib`): the interpreter running `sandboy` imports
