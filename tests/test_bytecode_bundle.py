@@ -329,6 +329,30 @@ def test_a_bundle_replaced_after_its_index_was_read_is_not_served(package, tmp_p
     assert (proc.returncode, proc.stdout.split()) == (0, ["126", "SourceFileLoader"]), proc.stderr
 
 
+def test_a_bundle_edited_in_place_after_its_index_was_read_is_not_served(package, tmp_path):
+    """The same file (device and inode), the same size and its mtime put back (os.utime: any
+    writer of the file may) — but a group's bytes rewritten in place between the index read and
+    the group's read: its ctime, which no one can set, tells. Served, the process would run code
+    no source of it matches (126 became 121, same length, as above)."""
+    other = copy_package(tmp_path / "twin")
+    errors = other / "errors.py"
+    errors.write_text(errors.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121"))
+    bytecode_bundle.build(str(other))
+    ours, theirs = bundle_of(package).read_bytes(), bundle_of(other).read_bytes()
+    entry = index_of(package)["sandboy.cli"]
+    start, end = entry["start"] + entry["offset"], entry["start"] + entry["offset"] + entry["length"]
+    assert index_of(other)["sandboy.cli"]["length"] == entry["length"] and theirs[start:end] != ours[start:end]
+    group = tmp_path / "group"
+    group.write_bytes(theirs[start:end])
+    script = (f"import os, sandboy; path = {str(bundle_of(package))!r}; st = os.stat(path); "
+              f"fd = os.open(path, os.O_WRONLY); os.pwrite(fd, open({str(group)!r}, 'rb').read(), {start}); "
+              "os.close(fd); os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns)); "
+              "after = os.stat(path); assert (after.st_ino, after.st_size, after.st_mtime_ns) == "
+              "(st.st_ino, st.st_size, st.st_mtime_ns); "
+              "import sandboy.errors as e; print(e.EXIT_NOT_EXECUTABLE, type(e.__spec__.loader).__name__)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(package))
+    assert (proc.returncode, proc.stdout.split()) == (0, ["126", "SourceFileLoader"]), proc.stderr
+
 def test_tracebacks_and_inspect_show_the_real_source(tmp_path):
     """Built in one directory, moved to another (as a wheel's build directory is): the code's
     file names are the sources where they are now, so a traceback shows the file, the line and

@@ -58,7 +58,7 @@ class BundleFinder:
 
     def __init__(self, package_dir: str, identity: tuple, index: dict):
         self.package_dir = package_dir
-        self.identity = identity  # the bundle file the index was read from: (st_dev, st_ino, size, mtime_ns)
+        self.identity = identity  # the bundle file the index was read from: (st_dev, st_ino, size, mtime_ns, ctime_ns)
         self.index = index
         self.groups = {}  # offset -> the group's code objects, once one of its modules was imported
 
@@ -87,12 +87,13 @@ class BundleFinder:
         with the supervised, write-root and egress groups) cost exec mode ≈ 0.13 ms of page faults
         for a fresh buffer it mostly never used (docs/performance.md, session 6). The file is
         opened again for it and must still be the one the index came from (same device, inode,
-        size and mtime_ns: `make compile` replaces it by a rename), else ValueError."""
+        size, mtime_ns and ctime_ns: `make compile` replaces it by a rename; a write in place
+        changes the ctime, which unlike the mtime no one can put back), else ValueError."""
         fd = _os.open(bundle_path(self.package_dir), _os.O_RDONLY | _os.O_CLOEXEC)
         try:
             st = _os.fstat(fd)
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.identity:
-                raise ValueError("the bundle was replaced since its index was read")
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != self.identity:
+                raise ValueError("the bundle was replaced or written since its index was read")
             blob = _os.pread(fd, length, offset)
         finally:
             _os.close(fd)
@@ -184,7 +185,7 @@ def _install_bundle_finder(package_dir: str) -> BundleFinder | None:
                            position)
     except Exception:  # missing, short or corrupt, whatever marshal made of it: plain imports
         return None
-    finder = BundleFinder(package_dir, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), index)
+    finder = BundleFinder(package_dir, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), index)
     _sys.meta_path.insert(0, finder)
     return finder
 
