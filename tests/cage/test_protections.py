@@ -201,6 +201,43 @@ def test_component_prefix_is_not_inside(tmp_path):
     assert rules == {f"{tmp_path}/ab": landlock.READ}
 
 
+def test_a_split_directory_checks_each_entry_only_against_the_cut_points_beneath_it(tmp_path, monkeypatch):
+    """A repository's directory of many files and a step policy denying a few hundred of them:
+    every entry was checked against every deny and protected path (39 s for 30,000 entries and
+    300 denies before the step ran). Counted, not timed: the work grows with entries + cut points."""
+    from sandboy.policy import resolve
+
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(3000):
+        (big / f"f{i}").write_text("")
+    (big / "sub").mkdir()
+    (big / "sub" / "keep").write_text("")
+    (big / "sub" / "ro").write_text("")
+    denies = [f"{big}/f{i}" for i in range(0, 3000, 10)]  # 300
+    protects = [f"{big}/f{i}" for i in range(1, 3000, 10)] + [f"{big}/sub/ro"]  # 301
+    calls = [0]
+    real_is_within = resolve.is_within
+
+    def counted(path, root):
+        calls[0] += 1
+        return real_is_within(path, root)
+
+    monkeypatch.setattr(resolve, "is_within", counted)
+    warnings = []
+    rules = _rights(landlock.plan_rules({str(tmp_path): landlock.WRITE}, denies, warnings.append, None, protects))
+    assert calls[0] < 10 * (3000 + len(denies) + len(protects)), calls[0]  # the old check: 1.6 million
+    # the same rules as ever: denied entries absent, protected ones read-only, the rest as granted
+    assert warnings == [] and rules[str(tmp_path)] == rules[str(big)] == landlock.READ_DIR
+    for i in range(3000):
+        got = rules.get(f"{big}/f{i}")
+        assert got == (None if i % 10 == 0 else landlock.WRITE & landlock.READ_ONLY & landlock.FILE_RIGHTS
+                       if i % 10 == 1 else landlock.WRITE & landlock.FILE_RIGHTS), (i, got)
+    assert rules[f"{big}/sub"] == landlock.READ_DIR
+    assert rules[f"{big}/sub/keep"] == landlock.WRITE & landlock.FILE_RIGHTS
+    assert rules[f"{big}/sub/ro"] == landlock.WRITE & landlock.READ_ONLY & landlock.FILE_RIGHTS
+
+
 def test_expand_denies_matches_globs_now_and_skips_what_is_missing(tmp_path):
     (tmp_path / "x" / "y").mkdir(parents=True)
     (tmp_path / "x" / "y" / "k.pem").write_text("k")

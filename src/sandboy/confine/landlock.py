@@ -11,7 +11,7 @@ import os
 import stat
 
 from sandboy.errors import CageError
-from sandboy.policy.resolve import is_glob, is_within, is_within_any
+from sandboy.policy.resolve import is_glob, is_within_any
 from sandboy.confine._libc import (
     AT_FDCWD,
     SYS_LANDLOCK_ADD_RULE,
@@ -159,16 +159,29 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
             rights &= FILE_RIGHTS
         rules[path] = rules.get(path, 0) | rights
 
-    def split(path: str, rights: int) -> None:
-        if is_within_any(path, denies):
+    def beneath(path: str, roots) -> dict[str, list[str]]:
+        """The `roots` strictly beneath `path`, by the entry of `path` each lies under (under ""
+        a root not normalized, "/a/" or "/a//b": every entry is checked against those)."""
+        prefix = path.rstrip("/") + "/"
+        by_entry: dict[str, list[str]] = {}
+        for root in roots:
+            if root != path and root.startswith(prefix):
+                by_entry.setdefault(root[len(prefix):].split("/", 1)[0], []).append(root)
+        return by_entry
+
+    def split(path: str, rights: int, denies_here, protects_here) -> None:
+        # `denies_here`, `protects_here`: every deny and protected path at, above or beneath
+        # `path` — all of them at a grant; below it only those beneath the entry, so each entry
+        # of a split directory is not checked against every deny (a repository's directory of
+        # 30,000 files and a step policy denying 300 of them took 39 s before the step ran)
+        if is_within_any(path, denies_here):
             return
-        if is_within_any(path, protects):
+        if is_within_any(path, protects_here):
             add(path, rights & READ_ONLY)
             return
+        denies_below, protects_below = beneath(path, denies_here), beneath(path, protects_here)
         # A grant that can only read needs no split around a protected path (nothing to take away)
-        cut_points = [*denies, *protects] if rights & ~READ_ONLY else denies
-        inside = [d for d in cut_points if is_within(d, path)]
-        if not inside:
+        if not denies_below and not (rights & ~READ_ONLY and protects_below):
             add(path, rights)
             return
         try:
@@ -187,13 +200,14 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
             # Granting it would open (and so grant) the target: a working copy holding
             # `evil -> /` next to a denied file turned "write ." into "write /".
             if not os.path.islink(child):
-                split(child, rights)
+                split(child, rights, [*denies_below.get(name, ()), *denies_below.get("", ())],
+                      [*protects_below.get(name, ()), *protects_below.get("", ())])
 
     for path, rights in grants.items():
         if is_within_any(path, denies):
             warn(f"fs: {path} lies inside a denied path; not granted")
             continue
-        split(path, rights)
+        split(path, rights, denies, protects)
     return sorted(rules.items())
 
 
