@@ -342,6 +342,12 @@ def test_a_step_without_the_check_drops_the_carried_record(tmp_path, env):
 # --- the worktree top swapped around a git directory that stays where it was (rvgit6) ---------------
 
 TOP_SWAPS = {
+    # no swap of the top: a directory ABOVE a nested hooks directory renamed away and a tracked
+    # one put in its place (`core.hooksPath = scripts/git-hooks`): the hooks directory and its
+    # hooks keep their ctimes
+    "ancestor of a nested core.hooksPath": ("git config core.hooksPath scripts/git-hooks && mkdir -p scripts/git-hooks",
+                                            "tests/fx/scripts/git-hooks/pre-commit",
+                                            "scripts/git-hooks/pre-commit"),
     # the operator's hooks directory is relative to the top (`core.hooksPath = .githooks`): a
     # tracked directory shaped like a worktree becomes the top, `.git` moved into it keeps its
     # path and identity; `.githooks/pre-commit` in it is the project's tracked file (old ctime)
@@ -363,9 +369,14 @@ def test_a_worktree_top_swapped_around_its_git_directory_is_judged_whole(tmp_pat
     os.chmod(repo / hook, 0o755)
     sh("git add -A && git commit -qm fixture", repo, env)
     time.sleep(0.02)
-    snap = gitcheck.snapshot([str(ws)], home=env["HOME"])
+    # (the ancestor case with the repository itself as the write root, the usual `{repo}`)
+    snap = gitcheck.snapshot([str(ws / "repo" if swap == "ancestor of a nested core.hooksPath" else ws)],
+                             home=env["HOME"])
     # the command: the top renamed away, the tracked fixture made the top, `.git` moved into it
-    sh("mv repo old && mv old/tests/fx repo && mv old/.git repo/.git", ws, env)
+    if swap == "ancestor of a nested core.hooksPath":
+        sh("mv scripts scripts-old && mv tests/fx/scripts scripts", ws / "repo", env)
+    else:
+        sh("mv repo old && mv old/tests/fx repo && mv old/.git repo/.git", ws, env)
     findings = snap.verify()
     host_git(env, ws / "repo", "commit", "-q", "--allow-empty", "-m", "operator")
     assert marker.exists(), "the attack is not real: the operator's commit did not run the fixture's hook"

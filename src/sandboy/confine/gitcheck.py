@@ -563,6 +563,11 @@ class GitSnapshot:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
         self.manager_launch = {}  # hook managers' config files of those repositories -> launch bytes
+        # their core.hooksPath directories -> (st_dev, st_ino) at launch: a directory ABOVE one
+        # renamed away and a tracked one put in its place (`mv scripts scripts-old && mv
+        # tests/fx/scripts scripts`, `core.hooksPath = scripts/git-hooks`) leaves hooks and
+        # their directory with old ctimes; another identity there has every hook judged
+        self.hooks_launch = {}
         for root in self.roots:
             # (a root that is itself a git directory — a bare repository granted for writing —
             # is its own: its config's launch bytes are kept, put back if a planted one is moved)
@@ -582,8 +587,10 @@ class GitSnapshot:
                     top = os.path.dirname(gitdir)
                     parsed = [entries for _data, entries in configs.values() if entries]
                     parsed += [entries for _path, entries in self.global_entries]
-                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"),
-                                                           *_hooks_paths_in(parsed, top, self.home)]):
+                    hooks_paths = _hooks_paths_in(parsed, top, self.home)
+                    for path in hooks_paths:
+                        self.hooks_launch[path] = _identity(os.path.realpath(path))
+                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths]):
                         data = _read_config(path)
                         if data is not None and len(data) <= CONFIG_READ_LIMIT:
                             self.manager_launch[path] = data
@@ -1029,8 +1036,10 @@ class _Check:
         # A hooks directory made, or renamed into place, during the run has every hook in it
         # judged: a rename keeps the ctime of what it moves (`mv fixtures/hooks .git/hooks`, the
         # project's tracked scripts, all older than the launch, passed). Adding or removing a
-        # hook changes it too; an added one is judged anyway.
-        full = full or self.new(real) is not None
+        # hook changes it too; an added one is judged anyway. So has one that is another
+        # directory than at launch (an ancestor swapped: GitSnapshot.hooks_launch).
+        launch = self.snap.hooks_launch.get(directory)
+        full = full or self.new(real) is not None or (launch is not None and _identity(real) != launch)
         if (real, full) in self.hook_dirs:
             return  # once each: a config can name one large directory thousands of times
         if not self.writable(real) and not any(is_within(w, real) for w in self.snap.writable):
