@@ -44,7 +44,7 @@ import os
 import stat
 import time
 
-from sandboy.confine.protected import hook_manager_configs, husky_scripts
+from sandboy.confine.protected import hook_manager_configs, hooks_directory, husky_scripts
 from sandboy.policy.resolve import is_within, is_within_any
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
@@ -314,18 +314,6 @@ def _is_git_directory(path: str) -> bool:
     return os.path.lexists(os.path.join(path, "commondir")) or os.path.lexists(os.path.join(path, "objects"))
 
 
-def _hooks_directory(value: str, top, home: str):
-    """Where git runs hooks from for `core.hooksPath = value` in a repository whose worktree top
-    is `top` (None when unknown: a relative value then names nothing found here), normalised."""
-    if value.startswith("~/"):
-        hooks = os.path.join(home, value[2:])
-    elif os.path.isabs(value) or top is None:
-        hooks = value if os.path.isabs(value) else None
-    else:
-        hooks = os.path.join(top, value)
-    return os.path.normpath(hooks) if hooks else None
-
-
 def _hooks_paths_in(parsed, top: str, home: str) -> list:
     """The `core.hooksPath` directories named in parsed configs (lists of entries), resolved as
     git does for a repository whose worktree top is `top`."""
@@ -333,7 +321,7 @@ def _hooks_paths_in(parsed, top: str, home: str) -> list:
     for entries in parsed:
         for name, value in entries:
             if name == "core.hookspath" and value:
-                found[_hooks_directory(value, top, home)] = None
+                found[hooks_directory(value, top, home)] = None
     return list(found)
 
 
@@ -1015,7 +1003,7 @@ class _Check:
                 target = os.path.join(self.snap.home, value[2:]) if value.startswith("~/") else os.path.join(base, value)
                 self.config(os.path.normpath(target), full, top, gitdir, depth + 1)
             elif section == "core" and key == "hookspath" and "." not in rest:
-                hooks = _hooks_directory(value, top, self.snap.home)
+                hooks = hooks_directory(value, top, self.snap.home)
                 if hooks:
                     if top is not None:  # where a hook manager's stub may live (hook_managers);
                         # a dict: a config naming one directory 20,000 times lists it once there too

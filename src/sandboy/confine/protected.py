@@ -130,9 +130,21 @@ def hooks_paths(root: str) -> list[str]:
                    os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")):
         value = _config_hooks_path(config)
         if value:
-            value = os.path.join(home, value[2:]) if value.startswith("~/") else os.path.join(root, value)
-            found.append(os.path.normpath(value))
+            found.append(hooks_directory(value, root, home))
     return found
+
+
+def hooks_directory(value: str, top, home: str):
+    """Where git runs hooks from for `core.hooksPath = value` in a repository whose worktree top
+    is `top` (None when unknown: a relative value then names nothing found here), normalised —
+    the one resolution (this module's launch protection and gitcheck's judgement)."""
+    if value.startswith("~/"):
+        hooks = os.path.join(home, value[2:])
+    elif os.path.isabs(value) or top is None:
+        hooks = value if os.path.isabs(value) else None
+    else:
+        hooks = os.path.join(top, value)
+    return os.path.normpath(hooks) if hooks else None
 
 
 # githooks(5): the names git runs from a hooks directory. Husky's runner starts the same names
