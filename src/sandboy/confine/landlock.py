@@ -203,12 +203,42 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
                 split(child, rights, [*denies_below.get(name, ()), *denies_below.get("", ())],
                       [*protects_below.get(name, ()), *protects_below.get("", ())])
 
+    near_denies, near_protects = _near(grants, denies), _near(grants, protects)
     for path, rights in grants.items():
-        if is_within_any(path, denies):
+        denies_here = near_denies.get(path, denies)
+        if is_within_any(path, denies_here):
             warn(f"fs: {path} lies inside a denied path; not granted")
             continue
-        split(path, rights, denies, protects)
+        split(path, rights, denies_here, near_protects.get(path, protects))
     return sorted(rules.items())
+
+
+def _not_normalized(path: str) -> bool:
+    return path.endswith("/") or "//" in path
+
+
+def _near(paths, roots) -> dict[str, list[str]]:
+    """For each of `paths` written normally: the `roots` at, above or beneath it (`is_within`
+    either way), found by walking each one's parent directories once, not each path against
+    every root — a step policy's 15,000 grants and 15,000 denies were 225 million checks. A
+    root not written normally ("/", "/a/", "/a//b") goes to every path, where `is_within`
+    decides as before; a path not written normally is left out (its caller checks all roots)."""
+    near = {path: [] for path in paths if not _not_normalized(path)}
+    exact = set()
+    for root in roots:
+        if _not_normalized(root):
+            for found in near.values():
+                found.append(root)
+            continue
+        exact.add(root)
+        for i, char in enumerate(root):  # the root at or beneath a path: the path is its parent
+            if char == "/" and i and root[:i] in near:
+                near[root[:i]].append(root)
+        if root in near:
+            near[root].append(root)
+    for path, found in near.items():  # a root above a path: one of the path's parents
+        found.extend(path[:i] for i, char in enumerate(path) if char == "/" and i and path[:i] in exact)
+    return near
 
 
 class Ruleset:
