@@ -85,7 +85,12 @@ def read_inside(root: str, name: str, limit: int, source: str = "", key: str = "
     """(the path read, its bytes) of the repository's file `name`, or None when it does not
     exist. Refused (PolicyError): a lookup leaving the repository, anything but a regular file,
     more than `limit` bytes (never cut)."""
-    path = resolve_inside(root, name, source, key)
+    return read_resolved(resolve_inside(root, name, source, key), name, limit, source, key)
+
+
+def read_resolved(path: str, name: str, limit: int, source: str = "", key: str = "") -> tuple[str, bytes] | None:
+    """`read_inside` of a path `resolve_inside` already gave (for a caller that needed the
+    path first: the gate keys its policy files by it)."""
     where = source or path
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)

@@ -63,8 +63,9 @@ def test_one_policy_file_under_many_spellings_is_read_and_validated_once(tmp_pat
     repo = make_repo(tmp_path, steps, {".007/p.toml": "version = 1\n[fs]\nread = [\"/usr\"]\n"})
     os.symlink("p.toml", repo / ".007" / "link.toml")
     reads = []
-    real_read = config.read_inside
-    monkeypatch.setattr(config, "read_inside", lambda *a, **kw: reads.append(a[1]) or real_read(*a, **kw))
+    for reader in ("read_inside", "read_resolved"):  # the gate file, the policy files (each: its name second)
+        real = getattr(config, reader)
+        monkeypatch.setattr(config, reader, lambda *a, real=real, **kw: reads.append(a[1]) or real(*a, **kw))
     gate = config.load(repo)
     assert reads == [".007/gate.toml", ".007/p.toml"]
     assert len({id(step.policy) for step in gate.steps}) == 1 and len(gate.steps) == 300

@@ -13,7 +13,7 @@ from sandboy import escape
 from sandboy.errors import PolicyError
 from sandboy.policy.load import MAX_POLICY_BYTES, kind_of, checked_table, parse_cached
 from sandboy.policy.model import Policy
-from sandboy.repository_files import read_inside, resolve_inside
+from sandboy.repository_files import read_inside, read_resolved, resolve_inside
 
 GATE_DIR = ".007"
 GATE_FILE = "gate.toml"
@@ -141,7 +141,7 @@ def _policy_file(src: str, key: str, repo: str, ref: str, files: dict) -> Policy
     path = resolve_inside(repo, f"{GATE_DIR}/{ref}", src, key)
     if path in files:
         return files[path]
-    found = read_inside(repo, f"{GATE_DIR}/{ref}", MAX_POLICY_BYTES, src, key)
+    found = read_resolved(path, f"{GATE_DIR}/{ref}", MAX_POLICY_BYTES, src, key)
     if found is None:
         raise PolicyError(src, key, f"cannot read {ref!r}: no such file under {GATE_DIR}/")
     real, raw = found
