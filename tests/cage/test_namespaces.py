@@ -615,3 +615,18 @@ def test_no_plan_step_acts_on_the_memory_the_child_shares(cage, monkeypatch):
                 assert step[2] in prctl_options, (label, step[2])
     # the check saw the calls it is about (a plan of nothing would pass it)
     assert {_libc.SYS_MOUNT, _libc.SYS_PRCTL, _libc.SYS_SECCOMP, _libc.NR_INIT} <= seen
+
+
+def test_the_pinned_directories_of_thousands_of_protected_paths_are_found_in_linear_time() -> None:
+    """A step policy may protect thousands of paths, each in its own directory: every directory
+    between a write root and a protected path was looked for in a list of those found so far
+    (30,000 paths: 20 s of CPU before the command ran). Pure: no file is looked at."""
+    from sandboy.confine.namespaces import pinned_ancestors
+
+    started = time.process_time()
+    pinned = pinned_ancestors(["/r"], [f"/r/d{i}/e/p" for i in range(30000)])
+    assert time.process_time() - started < 5  # ≈ 0.3 s; the quadratic one: ≈ 20 s here
+    assert len(pinned) == 60000 and pinned[:2] == ["/r/d0", "/r/d1"] and pinned[-1] == "/r/d9999/e"
+    # the same answer as ever: shallowest first, each once, only under a write root
+    assert pinned_ancestors(["/r", "/s"], ["/r/a/b/c", "/r/a/x", "/s/q", "/t/z", "/r/a/b/d"]) == ["/r/a", "/r/a/b"]
+    assert pinned_ancestors(["/"], ["/a/b/c"]) == ["/a", "/a/b"]

@@ -426,7 +426,7 @@ def pinned_ancestors(roots, protected) -> list:
     shallowest first: each becomes a mount point so that it cannot be renamed or removed (a
     rename would carry the protected path away and let a new one take its place)."""
     everything_writable = "/" in roots
-    pinned: list = []
+    pinned: set = set()  # a set: a step policy may protect thousands of paths (`not in list` was quadratic)
     for path in protected:
         root = "/" if everything_writable else next((r for r in roots if is_within(path, r)), None)
         if root is None:
@@ -436,9 +436,7 @@ def pinned_ancestors(roots, protected) -> list:
         while parent != root and is_within(parent, root) and parent != os.path.dirname(parent):
             chain.append(parent)
             parent = os.path.dirname(parent)
-        for directory in reversed(chain):
-            if directory not in pinned:
-                pinned.append(directory)
+        pinned.update(chain)
     return sorted(pinned, key=lambda p: (p.count("/"), p))
 
 
