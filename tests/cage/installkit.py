@@ -53,10 +53,12 @@ class Install:
         self.venv = base / ".venv"
         subprocess.run([python, "-m", "venv", "--without-pip", str(self.venv)], check=True, capture_output=True)
         (self.site,) = glob.glob(str(self.venv / "lib" / "python3.*" / "site-packages"))
-        if layout == "editable":  # `pip install -e .` of a src layout: what `make setup` makes
-            self.package = base / "src" / "sandboy"
+        if layout in ("editable", "flat"):  # `pip install -e .` of a src layout: what `make setup` makes
+            # ("flat": the package at the checkout's top, so the checkout is the import path)
+            self.import_path = base / "src" if layout == "editable" else base
+            self.package = self.import_path / "sandboy"
             with open(os.path.join(self.site, "__editable__.sandboy-0.1.0.pth"), "w") as fh:
-                fh.write(f"{base / 'src'}\n")
+                fh.write(f"{self.import_path}\n")
         else:  # a wheel
             self.package = base / ".venv" / os.path.relpath(self.site, self.venv) / "sandboy"
         shutil.copytree(package_copy, self.package, symlinks=True)

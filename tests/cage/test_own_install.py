@@ -323,52 +323,81 @@ def test_a_pycache_prefix_missing_at_launch_is_made_and_protected(tmp_path, pack
         assert f"fs: {prefix} is the byte code" in proc.stderr, proc.stderr
 
 
-def test_a_write_root_that_is_the_import_path_cannot_take_a_sitecustomize(tmp_path, package_copy, enforcement,
-                                                                          request):
-    """(rvgit6, session 6 review) An editable install's import path entry (`src/`) granted as the
-    write root itself: `inside` leaves the entry writable (binding it read-only would leave the
-    command nothing to write) and protects only the package. But the interpreter imports
-    `sitecustomize` from any sys.path entry after the `.pth` files put `src/` there, and a
-    stdlib without one (pyenv, python.org builds) leaves `src/sitecustomize.py` to run at the
-    operator's next `sandboy`. Without the tier the Landlock split allows no new entry in
-    `src/` (refused); under the tier only `src/sandboy` is bound read-only."""
-    from sandboy.confine import namespaces
+def _plant_script(install, planted, twin) -> str:
+    """A script planting a `sitecustomize.py` that makes a marker (each line prints "ok NAME" or
+    "refused NAME"), and writing a file in `twin` (a write root holding nothing of Sandboy's)."""
+    script = install.base / "plant-sitecustomize.sh"  # (readable in the cage: the policy reads base)
+    payload = f"open({str(install.marks / 'sitecustomize')!r}, 'w').close()"
+    script.write_text(f"if (printf '%s\\n' \"{payload}\" > '{planted}') 2>/dev/null; then echo 'ok sitecustomize'; "
+                      "else echo 'refused sitecustomize'; fi\n"
+                      f"if (echo built > '{twin}/out') 2>/dev/null; then echo 'ok twin'; else echo 'refused twin'; fi\n")
+    return str(script)
 
-    if not enforcement and namespaces.availability()[0]:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "HOLE (rvgit6): under the namespace tier a write root equal to the editable import path "
-            "(src/) takes a new src/sitecustomize.py (only src/sandboy is bound read-only); the "
-            "next sandboy imports it")))
-    install = Install(tmp_path / "checkout", "editable", package_copy)
-    planted = install.base / "src" / "sitecustomize.py"
-    script = install.base / "plant.sh"
-    script.write_text(f"printf 'open(\"%s\", \"w\").close()\\n' '{install.marks / 'sitecustomize'}' > '{planted}'\n")
-    install.sandboy("run", "--policy", _run_policy(install, write=[str(install.base / "src")]), "--", "/bin/sh",
-                    str(script), env=enforcement, cwd=str(install.base))
+
+@pytest.mark.parametrize("opted_out", [False, True])
+@pytest.mark.parametrize("layout", ["editable", "flat"])
+def test_a_write_root_that_is_the_import_path_cannot_take_a_sitecustomize(tmp_path, package_copy, layout, opted_out,
+                                                                          enforcement):
+    """(rvgit6, session 6 review) The import path entry holding the package granted as the write
+    root itself: an editable install's `src/` (`fs.write = ["{repo}/src"]`), or a flat layout's
+    checkout granted whole. The interpreter imports `sitecustomize` (and any module) from every
+    sys.path entry the `.pth` files put there, and a stdlib without one (pyenv, python.org
+    builds) leaves `src/sitecustomize.py` to run at the operator's next `sandboy`. The write
+    root is read-only whole (the launch warning says so), under the tier and without it; a
+    second write root holding nothing of Sandboy's stays writable (the twin). Opted out, the
+    plant works and runs on the host."""
+    install = Install(tmp_path / "checkout", layout, package_copy)
+    planted = install.import_path / "sitecustomize.py"
+    twin = tmp_path / "elsewhere"
+    twin.mkdir()
+    script = _plant_script(install, planted, twin)
+    policy = _run_policy(install, write=[str(install.import_path), str(twin)], protect_defaults=not opted_out)
+    proc = install.sandboy("run", "--policy", policy, "--", "/bin/sh", script, env=enforcement, cwd=str(twin),
+                           check_rc=0)
     try:
-        assert install.payloads_run() == [], "the next sandboy ran the command's sitecustomize"
+        assert (twin / "out").read_text() == "built\n", proc.stderr  # the twin: that write root works
+        if opted_out:
+            assert answers(proc.stdout) == {"sitecustomize": "ok", "twin": "ok"}, proc.stderr
+            assert install.payloads_run() == ["sitecustomize"]
+        else:
+            assert answers(proc.stdout) == {"sitecustomize": "refused", "twin": "ok"}, proc.stderr
+            assert not planted.exists()
+            assert f"fs: {install.import_path} is the import path entry" in proc.stderr, proc.stderr
+            assert f"{twin} is" not in proc.stderr and f"root {twin}:" not in proc.stderr
+            assert install.payloads_run() == []
     finally:
         planted.unlink(missing_ok=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (rvgit6; ADR 0024 'Not covered'): installation() lists only Sandboy's own installation, not "
-    "the PYTHONPATH entries of the interpreter running it: one inside a write root takes a "
-    "sitecustomize.py (or a module shadowing a stdlib one imported later) that the next sandboy runs"))
-def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tmp_path, package_copy, enforcement):
+@pytest.mark.parametrize("opted_out", [False, True])
+def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tmp_path, package_copy, opted_out,
+                                                                              enforcement):
     """(rvgit6, session 6 review) The operator's shell exports PYTHONPATH naming a directory the
     write root holds (`export PYTHONPATH=$PWD/lib`): the interpreter running `sandboy` imports
-    from it, before the standard library."""
+    from it, before the standard library. The entry is read-only in the cage (the launch warning
+    names it); a write root not holding it stays writable (the twin). Opted out, the plant works
+    and the next `sandboy` with that PYTHONPATH runs it."""
     install = Install(tmp_path / "checkout", "editable", package_copy)
     pylib = install.base / "pylib"
     pylib.mkdir()
     planted = pylib / "sitecustomize.py"
-    script = install.base / "plant.sh"
-    script.write_text(f"printf 'open(\"%s\", \"w\").close()\\n' '{install.marks / 'sitecustomize'}' > '{planted}'\n")
+    twin = tmp_path / "elsewhere"
+    twin.mkdir()
+    script = _plant_script(install, planted, twin)
     env = {"PYTHONPATH": str(pylib)}
-    install.sandboy("run", "--policy", _run_policy(install), "--", "/bin/sh", str(script), env={**env, **enforcement},
-                    cwd=str(install.base))
+    policy = _run_policy(install, write=[str(install.base), str(twin)], protect_defaults=not opted_out)
+    proc = install.sandboy("run", "--policy", policy, "--", "/bin/sh", script, env={**env, **enforcement},
+                           cwd=str(twin), check_rc=0)
     try:
-        assert install.payloads_run(env=env) == [], "the next sandboy ran the command's sitecustomize"
+        assert (twin / "out").read_text() == "built\n", proc.stderr
+        if opted_out:
+            assert answers(proc.stdout) == {"sitecustomize": "ok", "twin": "ok"}, proc.stderr
+            assert install.payloads_run(env=env) == ["sitecustomize"]
+        else:
+            assert answers(proc.stdout) == {"sitecustomize": "refused", "twin": "ok"}, proc.stderr
+            assert not planted.exists()
+            assert f"fs: {pylib} is a PYTHONPATH entry" in proc.stderr, proc.stderr
+            assert f"root {twin}:" not in proc.stderr
+            assert install.payloads_run(env=env) == []
     finally:
         planted.unlink(missing_ok=True)

@@ -14,7 +14,8 @@ at launch by `protections.protected_paths`, as part of `fs.protect_defaults`, an
 `fs.protect` entries: a read-only bind under the namespace tier, a Landlock read-only split
 without it (never merely reported: unlike `.git`, nothing a build needs is made inside them).
 
-Narrow on purpose: only the installation that is running, never any virtual environment, so a
+Narrow on purpose: only the installation that is running (and the operator's PYTHONPATH
+entries, which the next `sandboy` imports from first), never any virtual environment, so a
 repository's own `.venv` stays writable for `pip install` in the cage.
 """
 
@@ -30,6 +31,8 @@ WHY = {
     "base prefix": "the Python installation under the environment running Sandboy (its standard library)",
     "package": "the sandboy package (its modules, byte code and run-path bundle)",
     "import path": "the import path entry holding the sandboy package (an editable install's source tree)",
+    "import path (PYTHONPATH)": "a PYTHONPATH entry the interpreter running Sandboy imports from before the standard "
+                                "library (a sitecustomize.py or a module shadowing one there runs at the next start)",
     "user site": "the user site-packages directory whose .pth files the interpreter running Sandboy runs",
     "pycache prefix": "the byte code the interpreter running Sandboy reads instead of __pycache__ (PYTHONPYCACHEPREFIX)",
     "console script": "the `sandboy` command the operator runs next",
@@ -129,6 +132,14 @@ def installation() -> tuple:
     entry = os.path.dirname(package)
     if not is_within_any(entry, [p for p, kind in rows if kind in ("prefix", "base prefix", "user site")]):
         add(entry, "import path")
+    # The operator's PYTHONPATH (their shell's `export PYTHONPATH=$PWD/lib`): the next `sandboy`
+    # started with it imports from each entry before the standard library — a `sitecustomize.py`
+    # or a shadowing module planted there runs. Split as Python does (empty entries dropped,
+    # relative ones against the working directory). Not `sys.path[0]` of `python -c`/`-m`
+    # (the working directory of a later run, unknown here; ADR 0024).
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry:
+            add(entry, "import path (PYTHONPATH)")
     add(getattr(sys, "pycache_prefix", None), "pycache prefix")
     prefixes = [p for p, kind in rows if kind == "prefix"]
     for script in _console_scripts():
@@ -165,10 +176,10 @@ def inside(write_roots) -> list:
     roots = [os.path.realpath(r) for r in write_roots]
     found: list = []
     for path, kind, real, links in _resolved():
-        if kind == "import path" and real in roots:
-            # a flat layout's checkout as the write root: binding it read-only would leave the
-            # command nothing to write, so only the package itself (its own row) is protected
-            continue
+        # (a row EQUAL to a write root — `fs.write = ["{repo}/src"]` for an editable install, a
+        # flat layout's checkout granted whole, a PYTHONPATH entry granted — makes that write
+        # root read-only whole, warning said: the interpreter imports `sitecustomize` and any
+        # module from every entry, so a new file beside the package runs at the next `sandboy`)
         here = []
         for root in roots:
             if is_within(real, root):
