@@ -56,8 +56,8 @@ if ARGS.get("overlay"):
 from sandboy import Policy, run  # noqa: E402
 from sandboy.confine import own_install, protected, protections  # noqa: E402
 
-KINDS = ("prefix", "base prefix", "package", "import path", "user site", "pycache prefix", "console script",
-         "next environment")
+KINDS = ("prefix", "base prefix", "package", "import path", "import path (PYTHONPATH)", "user site", "pycache prefix",
+         "console script", "next environment")
 TARGETS = ARGS["targets"]
 SNAPSHOT = {name: state(path) for name, path in TARGETS.items()}
 
@@ -97,6 +97,18 @@ def after_each():
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _inside_skipping_a_row_equal_to_a_write_root(write_roots, original=own_install.inside):
+    """The rule before session 6's review: an import path entry that IS a write root was left
+    out (only the package inside it protected), so the write root stayed writable."""
+    roots = {os.path.realpath(root) for root in write_roots}
+    resolved = own_install._resolved()
+    own_install._RESOLVED = tuple(row for row in resolved if not (row[1] == "import path" and row[2] in roots))
+    try:
+        return original(write_roots)
+    finally:
+        own_install._RESOLVED = resolved
+
+
 def main():
     found = own_install.installation()
     # each of these also forgets the installation as resolved (own_install._resolved caches it
@@ -114,6 +126,8 @@ def main():
         mutants += [mutant(*row) for row in [
             ("installation not protected at all", own_install, "inside", lambda write_roots: []),
             ("a write root inside the installation left writable", own_install, "ALL_OURS", frozenset()),
+            ("an import path entry that is a write root left writable", own_install, "inside",
+             _inside_skipping_a_row_equal_to_a_write_root),
             ("not added to the protected paths", protections, "protected_paths",
              lambda write, explicit, defaults: (*protected.resolve_protected(write, explicit, defaults), [])),
         ]]

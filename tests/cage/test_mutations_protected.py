@@ -182,21 +182,36 @@ OWN_INSTALL_EQUIVALENT = ("kind user site not protected",) if os.geteuid() == 0 
 
 def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succeeds_without_it(tmp_path):
     """A real editable installation (installkit) runs the mutants itself (own_install_mutants.py
-    says why), judged with three policies (four as root: the base prefix, under an overlay): its checkout holding `.venv`, `src/`, a PATH link to
-    the console script of a second environment (the `sandboy` that runs next) and a
-    PYTHONPYCACHEPREFIX directory, plus its site-packages as a second
-    write root; only `src/` (the package is then protected on its own); only its site-packages
-    (a write root inside the environment). Each under the tier and with it forced off."""
+    says why), judged with four policies (five as root: the base prefix, under an overlay): its checkout holding `.venv`, `src/`, a PATH link to
+    the console script of a second environment (the `sandboy` that runs next), a
+    PYTHONPYCACHEPREFIX directory and a PYTHONPATH entry, plus its site-packages as a second
+    write root; only `src/` (the import path entry as the write root: read-only whole); only
+    its site-packages (a write root inside the environment); only the directory the package's
+    files really live in (`src/sandboy` links there). Each under the tier and with it forced off."""
     import json
     import sys
 
     from installkit import Install, copy_package
 
     install = Install(tmp_path / "checkout", "editable", copy_package(tmp_path))
+    # the package's files live outside the import path, `src/sandboy` a link to them (a source
+    # tree linked into a checkout): only the package's own row covers a write root there
+    # once a write root equal to the import path is protected whole
+    package_home = install.base / "package-home"
+    package_home.mkdir()
+    shutil.move(str(install.package), str(package_home / "sandboy"))
+    os.symlink(package_home / "sandboy", install.package)
     path = install.add_other_environment_on_path()
     pycache = install.add_pycache_prefix()
+    pylib = install.base / "pylib"  # the operator's PYTHONPATH entry, inside the checkout
+    pylib.mkdir()
     script = install.attack_script(only=None)
     targets = install.target_paths()
+    targets["pythonpath"] = str(pylib / "sitecustomize.py")
+    with open(script) as fh:
+        lines = fh.read().replace("\nexit 0\n", "\n")
+    with open(script, "w") as fh:
+        fh.write(f"{lines}(: > '{targets['pythonpath']}') 2>/dev/null\nexit 0\n")
     overlay = None
     if os.geteuid() == 0:  # the base prefix as a write root, under an overlay (see OWN_INSTALL_EQUIVALENT)
         targets["baseplant"] = os.path.join(sys.base_prefix, "zz_planted_by_a_mutant")
@@ -211,18 +226,22 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
     args = {"base": str(install.base), "tests": here, "site": site, "targets": targets, "script": script,
             "budget": BUDGET_SECONDS,
             "policies": [[[str(install.base), install.site], sorted(targets)],
-                         [[str(install.base / "src")], ["cli", "bundle"]],
+                         # the import path entry as the write root: read-only whole
+                         [[str(install.base / "src")], ["cli", "bundle", "importpath"]],
                          # a write root inside the environment, with nothing around it granted
-                         [[install.site], ["pth"]]]
+                         [[install.site], ["pth"]],
+                         # the package's real directory as the write root, nothing else of ours around it
+                         [[str(package_home)], ["cli", "bundle"]]]
             + ([[[sys.base_prefix], ["baseplant"]]] if overlay else []),
             "overlay": overlay}
     proc = subprocess.run([str(install.venv / "bin" / "python"), os.path.join(here, "own_install_mutants.py"),
                            json.dumps(args)], capture_output=True, text=True, timeout=BUDGET_SECONDS + 60,
-                          env={"PATH": path, "PYTHONPYCACHEPREFIX": pycache, "HOME": str(tmp_path),
+                          env={"PATH": path, "PYTHONPYCACHEPREFIX": pycache, "PYTHONPATH": str(pylib), "HOME": str(tmp_path),
                                "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
     outcome = _outcome(proc)
     kinds = {kind for _path, kind in outcome.pop("installation")}
-    assert {"prefix", "package", "import path", "pycache prefix", "console script", "next environment"} <= kinds, kinds
+    assert {"prefix", "package", "import path", "import path (PYTHONPATH)", "pycache prefix", "console script",
+            "next environment"} <= kinds, kinds
     report(outcome, "own-installation mutants", equivalent=OWN_INSTALL_EQUIVALENT)
 
 
