@@ -630,3 +630,30 @@ def test_the_pinned_directories_of_thousands_of_protected_paths_are_found_in_lin
     # the same answer as ever: shallowest first, each once, only under a write root
     assert pinned_ancestors(["/r", "/s"], ["/r/a/b/c", "/r/a/x", "/s/q", "/t/z", "/r/a/b/d"]) == ["/r/a", "/r/a/b"]
     assert pinned_ancestors(["/"], ["/a/b/c"]) == ["/a", "/a/b"]
+
+
+def test_more_write_roots_than_the_tier_has_slots_is_a_cage_error_not_a_traceback(tmp_path) -> None:
+    """Each write root takes a slot of the plan; past the last one `step_flags` raised a
+    ValueError while the mounts were planned — `sandboy run` printed a traceback (exit 1) and a
+    gate step of a hostile repository with 65 write roots stopped the gate. Now the tier's own
+    refusal, counted up front: exactly the most it can copy runs, one more is refused."""
+    import sandboy
+    from sandboy.errors import CageError
+
+    most = namespaces.PROTECT_SLOT - 2 - len(namespaces.DEVICES)
+    dirs = [tmp_path / f"w{i}" for i in range(70)]
+    for d in dirs:
+        d.mkdir()
+    exec_dirs = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+
+    def policy(n):
+        return sandboy.Policy.from_mapping({"version": 1, "fs": {"read": ["/"], "exec": exec_dirs,
+                                                                 "write": [str(d) for d in dirs[:n]]}})
+
+    for n in (most + 1, 70):
+        with pytest.raises(CageError, match=f"{n} write roots: the namespace tier copies at most {most} "):
+            sandboy.run(["/bin/sh", "-c", f"echo ran > {dirs[0]}/marker"], policy(n))
+        assert not (dirs[0] / "marker").exists()  # host side: nothing ran
+    done = sandboy.run(["/bin/sh", "-c", f"echo ran > {dirs[most - 1]}/marker"], policy(most))
+    assert done.ok, done
+    assert (dirs[most - 1] / "marker").read_text() == "ran\n"

@@ -330,6 +330,13 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
     defaults: .git/config, .git/hooks, start-up files), skipped if gone by the time a run starts."""
     everything_writable = "/" in roots
     devices = DEVICES + (("tty",) if tty else ())
+    # Each write root and device is copied into a slot of its own (a /dev/pts with a tty too),
+    # all below PROTECT_SLOT: counted before any step is made (step_flags refuses a slot past
+    # MAX_SLOTS with a ValueError: 65 write roots were a traceback, not this refusal)
+    copies = (0 if everything_writable else len(roots)) + len(devices) + (1 if tty else 0)
+    if 1 + copies >= PROTECT_SLOT:
+        raise CageError(f"{len(roots)} write roots: the namespace tier copies at most "
+                        f"{PROTECT_SLOT - 2 - (copies - len(roots))} (merge them into fewer directories)")
     steps = [("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None))]
     slot = 1
     attach = []
@@ -415,9 +422,6 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
                                  MOVE_MOUNT_F_EMPTY_PATH)),
             (f"close copy of {path}", (SYS_CLOSE, optional, (PROTECT_SLOT,))),
         ]
-    if slot >= PROTECT_SLOT:
-        raise CageError(f"{len(attach)} write roots: the namespace tier copies at most "
-                        f"{PROTECT_SLOT - 1 - len(devices)} (merge them into fewer directories)")
     return steps
 
 
