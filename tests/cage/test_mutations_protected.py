@@ -203,15 +203,16 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
     os.symlink(package_home / "sandboy", install.package)
     path = install.add_other_environment_on_path()
     pycache = install.add_pycache_prefix()
-    pylib = install.base / "pylib"  # the operator's PYTHONPATH entry, inside the checkout
-    pylib.mkdir()
+    # the operator's PYTHONPATH entry, inside the checkout, missing at launch (removed after
+    # every run): Sandboy makes it and protects it, or the command makes it and plants there
+    pylib = install.base / "pylib"
     script = install.attack_script(only=None)
     targets = install.target_paths()
     targets["pythonpath"] = str(pylib / "sitecustomize.py")
     with open(script) as fh:
         lines = fh.read().replace("\nexit 0\n", "\n")
     with open(script, "w") as fh:
-        fh.write(f"{lines}(: > '{targets['pythonpath']}') 2>/dev/null\nexit 0\n")
+        fh.write(f"{lines}(mkdir -p '{pylib}' && : > '{targets['pythonpath']}') 2>/dev/null\nexit 0\n")
     overlay = None
     if os.geteuid() == 0:  # the base prefix as a write root, under an overlay (see OWN_INSTALL_EQUIVALENT)
         targets["baseplant"] = os.path.join(sys.base_prefix, "zz_planted_by_a_mutant")
@@ -233,7 +234,7 @@ def test_every_way_sandboys_own_installation_is_protected_has_a_write_that_succe
                          # the package's real directory as the write root, nothing else of ours around it
                          [[str(package_home)], ["cli", "bundle"]]]
             + ([[[sys.base_prefix], ["baseplant"]]] if overlay else []),
-            "overlay": overlay}
+            "overlay": overlay, "made_if_missing": True, "remove_after": [str(pylib)]}
     proc = subprocess.run([str(install.venv / "bin" / "python"), os.path.join(here, "own_install_mutants.py"),
                            json.dumps(args)], capture_output=True, text=True, timeout=BUDGET_SECONDS + 60,
                           env={"PATH": path, "PYTHONPYCACHEPREFIX": pycache, "PYTHONPATH": str(pylib), "HOME": str(tmp_path),

@@ -369,21 +369,30 @@ def test_a_write_root_that_is_the_import_path_cannot_take_a_sitecustomize(tmp_pa
         planted.unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("missing", [False, True])
 @pytest.mark.parametrize("opted_out", [False, True])
 def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tmp_path, package_copy, opted_out,
-                                                                              enforcement):
+                                                                              missing, enforcement):
     """(rvgit6, session 6 review) The operator's shell exports PYTHONPATH naming a directory the
     write root holds (`export PYTHONPATH=$PWD/lib`): the interpreter running `sandboy` imports
     from it, before the standard library. The entry is read-only in the cage (the launch warning
     names it); a write root not holding it stays writable (the twin). Opted out, the plant works
-    and the next `sandboy` with that PYTHONPATH runs it."""
+    and the next `sandboy` with that PYTHONPATH runs it. `missing`: the entry does not exist at
+    launch (the interpreter skips it): Sandboy makes it, empty, and protects it — or the command
+    would make it and plant there (the opted-out twin does)."""
     install = Install(tmp_path / "checkout", "editable", package_copy)
     pylib = install.base / "pylib"
-    pylib.mkdir()
+    if not missing:
+        pylib.mkdir()
     planted = pylib / "sitecustomize.py"
     twin = tmp_path / "elsewhere"
     twin.mkdir()
     script = _plant_script(install, planted, twin)
+    if missing:  # the command makes the directory first
+        with open(script) as fh:
+            lines = fh.read()
+        with open(script, "w") as fh:
+            fh.write(f"mkdir -p '{pylib}' 2>/dev/null\n{lines}")
     env = {"PYTHONPATH": str(pylib)}
     policy = _run_policy(install, write=[str(install.base), str(twin)], protect_defaults=not opted_out)
     proc = install.sandboy("run", "--policy", policy, "--", "/bin/sh", script, env={**env, **enforcement},
@@ -396,6 +405,7 @@ def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tm
         else:
             assert answers(proc.stdout) == {"sitecustomize": "refused", "twin": "ok"}, proc.stderr
             assert not planted.exists()
+            assert pylib.is_dir() and os.listdir(pylib) == []  # (missing: made empty by Sandboy)
             assert f"fs: {pylib} is a PYTHONPATH entry" in proc.stderr, proc.stderr
             assert f"root {twin}:" not in proc.stderr
             assert install.payloads_run(env=env) == []

@@ -47,8 +47,9 @@ ALL_OURS = frozenset({"prefix", "package", "import path", "user site", "pycache 
 # inside a write root, the command could make one and plant a `.pth` or `.pyc` there (the host's
 # next Python would read it), so Sandboy makes them at launch — as pip and Python themselves
 # would on first use — and protects them like the rest (as protected._complete_git_dir does for
-# `.git/hooks`).
-MADE_IF_MISSING = frozenset({"user site", "pycache prefix"})
+# `.git/hooks`). A PYTHONPATH entry too: the interpreter skips a missing one, and reads the
+# `sitecustomize.py` a command made there at the next start.
+MADE_IF_MISSING = frozenset({"user site", "pycache prefix", "import path (PYTHONPATH)"})
 
 _CACHED = None
 
