@@ -36,7 +36,7 @@ import os
 
 from sandboy.confine import _libc
 from sandboy.errors import CageError
-from sandboy.policy.resolve import is_within, is_within_any
+from sandboy.policy.resolve import PathSet, is_within, is_within_any
 from sandboy.confine._libc import (
     AT_FDCWD,
     NR_INIT,
@@ -301,10 +301,11 @@ def write_roots(grants: dict, tmp) -> list:
     writing = landlock.WRITE & ~landlock.READ
     roots = sorted(path for path, rights in grants.items()
                    if rights & writing and path != tmp and not is_within_any(path, PRIVATE_TREES))
-    top: list = []
+    top, kept = [], PathSet()  # sorted: a root's parents come before it
     for path in roots:
-        if not is_within_any(path, top):
+        if not kept.covers(path):
             top.append(path)
+            kept.add(path)
     return top
 
 

@@ -16,7 +16,7 @@ would stop git writing `index.lock`; see ADR 0013).
 import os
 import stat
 
-from sandboy.policy.resolve import is_within_any
+from sandboy.policy.resolve import PathSet
 
 # Relative to each write root. Each entry is something a host program reads and acts on by
 # itself, so a write there is code run outside the cage later. Kept to files/directories that
@@ -307,12 +307,13 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
     inside some write root (elsewhere nothing can write them anyway). `write_roots` and
     `explicit` are resolved policy paths."""
     roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
+    within = PathSet(roots)  # a step policy may name thousands of write roots and protected paths
 
     def inside_a_root(path: str):
         if not os.path.lexists(path):
             return None
         real = os.path.realpath(path)
-        return real if is_within_any(real, roots) else None
+        return real if within.covers(real) else None
 
     def default_under(root: str, name: str):
         # `root` is a realpath: walk the name's components with lstat, and pay for realpath
@@ -360,7 +361,7 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
     links = {}  # an ordered set
     for path in linked + list(explicit):
         for link in symlinks_on_the_way(path):
-            if link not in links and is_within_any(link, roots):
+            if link not in links and within.covers(link):
                 links[link] = None
     from_defaults.extend(link for link in links if link not in taken)
     return from_defaults, from_policy

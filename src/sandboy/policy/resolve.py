@@ -53,6 +53,32 @@ def is_within_any(path: str, roots) -> bool:
     return any(is_within(path, root) for root in roots)
 
 
+class PathSet:
+    """Roots that many paths are tested against: `covers(path)` answers `is_within_any(path,
+    roots)` by looking its parent directories up in a set, not by comparing it with every root —
+    a step policy's thousands of write roots against its thousands of protected paths were
+    quadratic (8,000 of each: 24 s before the command ran). A root not written normally ("/",
+    "a/", "a//b", "") is compared as `is_within` does."""
+
+    def __init__(self, roots=()):
+        self._exact: set = set()
+        self._other: list = []
+        for root in roots:
+            self.add(root)
+
+    def add(self, root: str) -> None:
+        if not root or root.endswith("/") or "//" in root:
+            self._other.append(root)
+        else:
+            self._exact.add(root)
+
+    def covers(self, path: str) -> bool:
+        exact = self._exact
+        if path in exact or any(char == "/" and i and path[:i] in exact for i, char in enumerate(path)):
+            return True
+        return is_within_any(path, self._other)
+
+
 def path_candidates(name: str, path_var: str | None) -> list[str]:
     """Where execvp(3) looks for `name`, in order: `name` itself when it holds a slash, else each
     entry of `path_var` (an empty entry is the working directory); `path_var` None means PATH is
