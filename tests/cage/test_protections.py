@@ -271,6 +271,20 @@ def test_many_grants_and_many_denies_are_matched_by_their_parents_not_each_again
     assert rules[f"{tmp_path}/"] == landlock.READ_DIR and f"{tmp_path}/f2000" not in rules
 
 
+@pytest.mark.parametrize("odd", ["", "/", "//", "/usr/", "/usr//"])
+def test_a_deny_not_written_normally_still_covers_what_is_within_it(odd):
+    """plan_rules finds each grant's denies by its parent directories (_near); a deny no parent
+    is equal to ("" — `is_within` holds every absolute path within it —, "/", "/usr/") must
+    still drop the grants within it, as is_within_any over every deny did."""
+    from sandboy.policy.resolve import is_within_any
+
+    grants = {"/usr/lib": landlock.READ, "/usr": landlock.READ}
+    warnings = []
+    rules = dict(landlock.plan_rules(grants, [odd], warnings.append))
+    for path in grants:
+        assert (path in rules) == (not is_within_any(path, [odd])), (odd, path, rules)
+
+
 def test_expand_denies_matches_globs_now_and_skips_what_is_missing(tmp_path):
     (tmp_path / "x" / "y").mkdir(parents=True)
     (tmp_path / "x" / "y" / "k.pem").write_text("k")

@@ -214,7 +214,8 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
 
 
 def _not_normalized(path: str) -> bool:
-    return path.endswith("/") or "//" in path
+    # "" too: `is_within` holds every absolute path within it, and no parent of a path is ""
+    return not path or path.endswith("/") or "//" in path
 
 
 def _near(paths, roots) -> dict[str, list[str]]:
