@@ -20,6 +20,7 @@ import os
 import stat
 
 from sandboy.errors import PolicyError
+from sandboy.policy.load import read_fd_bounded
 
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup (ELOOP)
 
@@ -101,15 +102,9 @@ def read_resolved(path: str, name: str, limit: int, source: str = "", key: str =
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise PolicyError(where, key, f"{name!r} is not a regular file")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                raise PolicyError(where, key, f"{name!r}: file is larger than {limit} bytes")
-            chunks.append(chunk)
+        data = read_fd_bounded(fd, limit)
     finally:
         os.close(fd)
-    return path, b"".join(chunks)
+    if data is None:
+        raise PolicyError(where, key, f"{name!r}: file is larger than {limit} bytes")
+    return path, data

@@ -306,20 +306,27 @@ def read_bounded(path: str, limit: int = MAX_POLICY_BYTES) -> bytes:
     except OSError as exc:
         raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
     try:
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                raise PolicyError(path, "", f"file is larger than {limit} bytes")
-            chunks.append(chunk)
+        data = read_fd_bounded(fd, limit)
     except IsADirectoryError:
         raise PolicyError(path, "", "is a directory, expected a TOML file") from None
     finally:
         os.close(fd)
-    return b"".join(chunks)
+    if data is None:
+        raise PolicyError(path, "", f"file is larger than {limit} bytes")
+    return data
+
+
+def read_fd_bounded(fd: int, limit: int) -> bytes | None:
+    """All of `fd` read to its end, or None once more than `limit` bytes came (never cut)."""
+    chunks, total = [], 0
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
 
 
 def cache_dir() -> str:
