@@ -253,14 +253,7 @@ def test_a_caller_ignoring_sigchld_still_gets_the_commands_status(how, options, 
     marker = str(policy)
 
     def leftovers():
-        found = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if marker.encode() in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(int(pid))
-            except OSError:
-                pass
-        return found
+        return _processes_named(marker)
 
     try:
         out = subprocess.run([sys.executable, "-c", IGNORING_SIGCHLD, how, SANDBOY, "run", "-p", marker, *options,
@@ -459,7 +452,7 @@ def _started_with_sigchld(disposition: str, argv: list, marker: str, env=None, t
 
 
 def _tier_env(tier: bool) -> dict:
-    from sandboy.confine import _libc, namespaces
+    from sandboy.confine import namespaces
 
     if tier and not namespaces.availability()[0]:
         pytest.skip("no namespace tier here")

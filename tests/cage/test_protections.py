@@ -165,6 +165,22 @@ def _rights(rules):
     return dict(rules)
 
 
+def _count_is_within(monkeypatch) -> list:
+    """[how many times resolve.is_within was called], counted from now on: the cost checks below
+    count the comparisons the Landlock split makes, not wall time."""
+    from sandboy.policy import resolve as resolve_module
+
+    calls = [0]
+    real_is_within = resolve_module.is_within
+
+    def counted(path, root):
+        calls[0] += 1
+        return real_is_within(path, root)
+
+    monkeypatch.setattr(resolve_module, "is_within", counted)
+    return calls
+
+
 def test_deny_inside_a_grant_splits_only_the_directories_on_the_way(tmp_path):
     (tmp_path / "a" / "secret").mkdir(parents=True)
     (tmp_path / "a" / "ok").mkdir()
@@ -205,7 +221,6 @@ def test_a_split_directory_checks_each_entry_only_against_the_cut_points_beneath
     """A repository's directory of many files and a step policy denying a few hundred of them:
     every entry was checked against every deny and protected path (39 s for 30,000 entries and
     300 denies before the step ran). Counted, not timed: the work grows with entries + cut points."""
-    from sandboy.policy import resolve
 
     big = tmp_path / "big"
     big.mkdir()
@@ -216,14 +231,7 @@ def test_a_split_directory_checks_each_entry_only_against_the_cut_points_beneath
     (big / "sub" / "ro").write_text("")
     denies = [f"{big}/f{i}" for i in range(0, 3000, 10)]  # 300
     protects = [f"{big}/f{i}" for i in range(1, 3000, 10)] + [f"{big}/sub/ro"]  # 301
-    calls = [0]
-    real_is_within = resolve.is_within
-
-    def counted(path, root):
-        calls[0] += 1
-        return real_is_within(path, root)
-
-    monkeypatch.setattr(resolve, "is_within", counted)
+    calls = _count_is_within(monkeypatch)
     warnings = []
     rules = _rights(landlock.plan_rules({str(tmp_path): landlock.WRITE}, denies, warnings.append, None, protects))
     assert calls[0] < 10 * (3000 + len(denies) + len(protects)), calls[0]  # the old check: 1.6 million
@@ -242,7 +250,6 @@ def test_many_grants_and_many_denies_are_matched_by_their_parents_not_each_again
     """A step policy's thousands of grants and thousands of denies (a 1 MiB file holds 15,000 of
     each): each grant was checked against every deny (and every protected path) — 95 s for
     15,000 of each before the step ran. Counted, not timed; the rules are the same as ever."""
-    from sandboy.policy import resolve
 
     for i in range(4000):
         (tmp_path / f"f{i}").write_text("")
@@ -253,14 +260,7 @@ def test_many_grants_and_many_denies_are_matched_by_their_parents_not_each_again
     grants[f"{tmp_path}/"] = landlock.READ_DIR  # not written normally: checked against every deny, as ever
     denies = [f"{tmp_path}/f{i}" for i in range(2000, 4000)] + [f"{tmp_path}/d"]
     protects = [f"{tmp_path}/f{i}" for i in range(0, 2000, 2)]
-    calls = [0]
-    real_is_within = resolve.is_within
-
-    def counted(path, root):
-        calls[0] += 1
-        return real_is_within(path, root)
-
-    monkeypatch.setattr(resolve, "is_within", counted)
+    calls = _count_is_within(monkeypatch)
     warnings = []
     rules = _rights(landlock.plan_rules(grants, denies, warnings.append, None, protects))
     assert calls[0] < 20 * (len(grants) + len(denies) + len(protects)), calls[0]  # the old check: 12 million
