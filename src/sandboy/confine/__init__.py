@@ -1,16 +1,21 @@
 """Layer 2: confine one command with unprivileged kernel primitives, then execve it.
 
     cage.py      compiles a policy once, in the parent, into a plan of raw system calls
+    reuse.py     when a compiled cage may run another command (API, gate), and its fingerprint
     landlock.py  filesystem, TCP-port and scope rules (Landlock ABI 1..7), deny splitting
+    deny_globs.py  `fs.deny` globs matched at launch, within a budget (only for a policy with one)
     seccomp.py   a hand-built classic-BPF filter (why not libseccomp: ADR 0003)
     protections.py  the table of every protection and one compiler per protection (ADR 0008)
     hygiene.py   the plan's steps for signals, fds, rlimits, capabilities, no_new_privs
     namespaces.py  the namespace tier: user, mount, IPC, PID and network namespaces (ADR 0009)
+    namespace_probe.py  whether this kernel lets this uid make the tier (only without a good note)
+    netns_listener.py  egress steps in the cage's network namespace: `lo` up, a listener handed back
     protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
+    own_install.py  Sandboy's own installation, read-only where a write root holds it (ADR 0024)
     gitcheck.py  after a run: git config, hooks or repositories planted for the host's next git
                  command are found and quarantined (ADR 0019)
     _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
-                 a pure-Python one on `_ctypes` (ADR 0005)
+                 the pure-Python one on `_ctypes`, `_libc_python.py` (ADR 0005)
     launch.py    the API: spawn/run a command, choosing how it is supervised
     exec_mode.py the CLI becomes the command; `supervisor_needed`, the one rule for when a run
                  needs a process to stay with it
