@@ -308,12 +308,11 @@ def test_only_the_groups_a_process_imports_are_read(package):
     assert json.loads(proc.stdout) == [cli["start"] + cli["offset"]]
 
 
-def test_a_bundle_replaced_after_its_index_was_read_is_not_served(package, tmp_path):
-    """A group is read when it is needed, from the file opened again: if `make compile` (or anyone)
-    replaced the bundle since the index was read, the new file's groups do not belong to the old
-    index. Here the replacement keeps the layout but its CLI group holds another errors.py (126
-    became 121, same length): served, the process would run code no source of it matches."""
-    other = copy_package(tmp_path / "twin")  # a path as long as the package's: code of the same length
+def _another_cli_group(package, tmp_path):
+    """(our bundle, a twin's bundle, where the CLI group's bytes start and end): the twin's package
+    sits at a path as long as ours and its errors.py says 121 where ours says 126, so its CLI
+    group has the same length and other code."""
+    other = copy_package(tmp_path / "twin")
     errors = other / "errors.py"
     errors.write_text(errors.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121"))
     bytecode_bundle.build(str(other))
@@ -321,6 +320,15 @@ def test_a_bundle_replaced_after_its_index_was_read_is_not_served(package, tmp_p
     entry = index_of(package)["sandboy.cli"]
     start, end = entry["start"] + entry["offset"], entry["start"] + entry["offset"] + entry["length"]
     assert index_of(other)["sandboy.cli"]["length"] == entry["length"] and theirs[start:end] != ours[start:end]
+    return ours, theirs, start, end
+
+
+def test_a_bundle_replaced_after_its_index_was_read_is_not_served(package, tmp_path):
+    """A group is read when it is needed, from the file opened again: if `make compile` (or anyone)
+    replaced the bundle since the index was read, the new file's groups do not belong to the old
+    index. Here the replacement keeps the layout but its CLI group holds another errors.py (126
+    became 121, same length): served, the process would run code no source of it matches."""
+    ours, theirs, start, end = _another_cli_group(package, tmp_path)
     replacement = tmp_path / "replacement.bundle"
     replacement.write_bytes(ours[:start] + theirs[start:end] + ours[end:])
     script = (f"import os, sandboy; os.replace({str(replacement)!r}, {str(bundle_of(package))!r}); "
@@ -334,14 +342,7 @@ def test_a_bundle_edited_in_place_after_its_index_was_read_is_not_served(package
     writer of the file may) — but a group's bytes rewritten in place between the index read and
     the group's read: its ctime, which no one can set, tells. Served, the process would run code
     no source of it matches (126 became 121, same length, as above)."""
-    other = copy_package(tmp_path / "twin")
-    errors = other / "errors.py"
-    errors.write_text(errors.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121"))
-    bytecode_bundle.build(str(other))
-    ours, theirs = bundle_of(package).read_bytes(), bundle_of(other).read_bytes()
-    entry = index_of(package)["sandboy.cli"]
-    start, end = entry["start"] + entry["offset"], entry["start"] + entry["offset"] + entry["length"]
-    assert index_of(other)["sandboy.cli"]["length"] == entry["length"] and theirs[start:end] != ours[start:end]
+    ours, theirs, start, end = _another_cli_group(package, tmp_path)
     group = tmp_path / "group"
     group.write_bytes(theirs[start:end])
     script = (f"import os, sandboy; path = {str(bundle_of(package))!r}; st = os.stat(path); "
