@@ -7,7 +7,8 @@ the repository root. In read.deny only, `!pattern` re-includes as in git: the la
 decides, and nothing inside an excluded directory can be re-included. Claude Code, Codex and the
 cage cannot make such an exception: there the path stays denied (stricter), and the fidelity table
 says so. Not accepted, each with its reason in the error: `!` elsewhere, `[...]` classes and `\\`
-escapes (the targets disagree on them), `..`.
+escapes (the targets disagree on them), `..`, control characters, `{`/`}` (placeholders in the
+cage's step policy, brace expansion in some matchers).
 """
 
 import re
@@ -107,8 +108,15 @@ def parse_pattern(src: str, key: str, text, negatable=False) -> Pattern:
                    "what the combined ignore files hide); list what to cover instead")
     elif text.startswith("#"):
         problem = "a pattern cannot start with '#' (a comment in every ignore file)"
-    elif any(c in text for c in "[]\\\0\n"):
+    elif any(c in text for c in "[]\\") or not text.isprintable():
         problem = "'[...]' classes, '\\' escapes and control characters are not accepted (the targets disagree on them)"
+    elif any(c in text for c in "{}"):
+        # `.sandboy/agent.toml` carries write.allow and write.deny as cage paths, where `{home}`,
+        # `{tmp}`, `{cwd}`... are placeholders: `/{home}` in write.allow made the cage grant the
+        # operator's home; and some agents' matchers expand `{a,b}` while git does not
+        problem = ("'{' and '}' are not accepted: the cage's step policy reads '{home}', '{tmp}'... as "
+                   "placeholders (the pattern would name a path outside the repository) and some "
+                   "matchers expand '{a,b}' while git does not")
     if problem:
         raise PolicyError(src, key, f"{text!r}: {problem}")
     negated = text.startswith("!")

@@ -30,7 +30,10 @@ def write_roots(policy) -> tuple:
 def _toml_list(values) -> str:
     import json
 
-    return "[" + ", ".join(json.dumps(v) for v in values) + "]"  # a JSON string is a TOML basic string
+    # A JSON string is a TOML basic string, but not with ensure_ascii: JSON spells a character
+    # beyond the BMP as a surrogate pair (`\ud83d\ude00`), which TOML refuses (not a scalar value),
+    # so a file named with an emoji made agent.toml unreadable. Controls are still escaped.
+    return "[" + ", ".join(json.dumps(v, ensure_ascii=False) for v in values) + "]"
 
 
 class SandboyStep(Target):

@@ -1,0 +1,85 @@
+"""A hostile repository's owen.policy.toml against the compiled files (session 7 red team).
+
+The repository writes the canonical policy; `sandboy policy compile` (run by the operator) turns it
+into `.sandboy/agent.toml`, a cage policy in which `{home}`, `{tmp}`, `{cwd}`... are placeholders.
+A write.allow pattern `/{home}` was a literal repository path for the canonical model and the
+explain output, and the operator's home for the cage: the agent overwrote a file there. Each probe
+runs the real CLI and looks at the host; each has a legitimate twin."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from sandboy.capability import compiler, model
+from sandboy.errors import PolicyError
+
+SANDBOY = [sys.executable, "-m", "sandboy"]
+
+
+def _cli(args, cwd, home):
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run([*SANDBOY, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def world(tmp_path):
+    """(repo, the operator's home holding a file of theirs)."""
+    home = tmp_path / "home"
+    (home / "work").mkdir(parents=True)
+    (home / "work/notes.txt").write_text("mine\n")
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    return repo, home
+
+
+@pytest.mark.parametrize("pattern", ["/{home}", "{home}/work", "/{home}/work/notes.txt", "/{cwd}/../home",
+                                     "/{policy_dir}", "/{repo}"])
+def test_a_placeholder_in_write_allow_is_refused_and_the_cage_never_gets_the_home(world, pattern):
+    repo, home = world
+    (repo / "owen.policy.toml").write_text(
+        f'version = 1\ntargets = ["sandboy"]\n[write]\nallow = [{json.dumps(pattern)}, "/src"]\n')
+    run = _cli(["policy", "compile"], repo, home)
+    if (repo / ".sandboy/agent.toml").exists():  # the attack, as the agent would run it
+        _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
+              f"echo OWNED > {home}/work/notes.txt"], repo, home)
+    # host side: before the fix agent.toml said `write = ["{home}", "{tmp}"]` and this file was
+    # overwritten
+    assert (home / "work/notes.txt").read_text() == "mine\n"
+    assert run.returncode == 2 and "owen.policy.toml: write.allow[0]: " in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (repo / ".sandboy").exists()  # nothing generated that a later run could use
+
+
+def test_twin_a_literal_write_root_is_compiled_and_enforced(world):
+    repo, home = world
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    script = f"echo fine > src/new.txt; echo OWNED > {home}/work/notes.txt"
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
+    assert run.returncode != 0  # the write outside the root fails
+    assert (repo / "src/new.txt").read_text() == "fine\n"
+    assert (home / "work/notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("pattern", ["a\rb", "a\x1b[2Jb", "a\x7fb", "a\u2028b", "a\u202eb", "{a,b}.env"])
+def test_control_characters_and_braces_are_refused_in_every_pattern_list(tmp_path, pattern):
+    for section, key in (("read", "deny"), ("index", "exclude"), ("write", "allow"), ("write", "deny")):
+        (tmp_path / "owen.policy.toml").write_text(f"version = 1\n[{section}]\n{key} = [{json.dumps(pattern)}]\n")
+        with pytest.raises(PolicyError) as err:
+            model.load(str(tmp_path / "owen.policy.toml"))
+        assert err.value.key == f"{section}.{key}[0]"
+
+
+def test_twin_a_file_named_beyond_the_bmp_compiles_to_a_readable_agent_policy(tmp_path):
+    # json.dumps' default spelling of U+1F600 (a surrogate pair) is not valid TOML: agent.toml
+    # could not be read at all
+    (tmp_path / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["sandboy"]\n[read]\ndeny = ["/notes-\U0001F600.md"]\n[write]\ndeny = ["/caf\u00e9.txt"]\n')
+    policy = model.load(str(tmp_path / "owen.policy.toml"))
+    text = compiler.render(policy, str(tmp_path))[".sandboy/agent.toml"]
+    fs = tomllib.loads(text)["fs"]
+    assert fs["deny"] == ["notes-\U0001F600.md"] and fs["protect"][0] == "caf\u00e9.txt"
