@@ -19,6 +19,12 @@ GATE_DIR = ".007"
 GATE_FILE = "gate.toml"
 DEFAULT_SHELL = ("bash", "-lc")
 MAX_STEPS = 1000
+# fs paths in the steps' policies, counted once for each step that uses them: each is resolved
+# (symlinks followed), met with the ceiling, reported and kept in every report for EACH step.
+# A 1 MiB policy of 100,000 symlinks to `/` named by a step cost 11 s, 20 MB of console, 27 MB
+# of JSON, 20 MB of JUnit and ~160 MB of the gate's memory per step: named by 1,000 steps of a
+# 60 kB gate.toml, that was hours and ~160 GB (session 7). One such policy used once still fits.
+MAX_GATE_POLICY_PATHS = 100_000
 MAX_NAME = 64
 MAX_RUN = 65536
 MAX_TIMEOUT = 7 * 24 * 3600
@@ -237,4 +243,21 @@ def from_data(data: dict, repo: str, src: str) -> Gate:
             raise PolicyError(src, f"step[{i}].name", f"duplicate step name {step.name!r} (names must be unique)")
         seen.add(step.name)
         steps.append(step)
+    _check_policy_paths(src, steps)
     return Gate(repo, src, shell, steps)
+
+
+def _check_policy_paths(src: str, steps: list) -> None:
+    """Refuse a gate whose steps together name more than MAX_GATE_POLICY_PATHS fs paths."""
+    total = 0
+    for i, step in enumerate(steps):
+        if step.policy is None:
+            continue
+        fs = step.policy.fs
+        total += sum(len(getattr(fs, field)) for field in _FS_PATH_KEYS)
+        if total > MAX_GATE_POLICY_PATHS:
+            raise PolicyError(src, f"step[{i}] ({step.name!r}).policy",
+                              f"the steps' policies name {total} fs paths by this step (each counted once per "
+                              f"step that uses it); at most {MAX_GATE_POLICY_PATHS} in a gate: each is resolved, "
+                              "met with the ceiling and reported again for every step; grant directories "
+                              "rather than files, or share fewer large policies between steps")
