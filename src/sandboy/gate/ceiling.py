@@ -6,6 +6,11 @@ network, no raw `/dev` (only null, zero, full, random, urandom), never `$HOME`, 
 `/tmp` as a whole, none of the host secrets that live under `/etc` (readable by root otherwise:
 steps run as whoever runs the gate), and the protected paths of the repository (`.git/config`,
 `.git/hooks`, ...: `fs.protect_defaults`) read-only.
+
+The ceiling file may hold one table no step policy has: `[gate]`, what bounds the gate as a whole
+rather than each step — `budget`, the wall time all its steps together may take (`sandboy.budget`;
+six hours when absent). It is read here and never reaches the Policy (`sandboy run` with such a
+file refuses the unknown table).
 """
 
 from __future__ import annotations
@@ -70,11 +75,52 @@ def builtin() -> Policy:
     return Policy.from_mapping(data, BUILTIN_SOURCE)
 
 
+GATE_KEYS = ("budget",)
+
+
 def load(path) -> Policy:
     """The ceiling from `--ceiling FILE`, or the built-in one when `path` is None."""
+    return read(path)[0]
+
+
+def read(path) -> tuple:
+    """(the ceiling policy, the gate's time budget in seconds — 0: none, None: the file sets
+    none) from `--ceiling FILE` (its `[gate]` table), or the built-in policy when `path` is None."""
     if path is None:
-        return builtin()
-    return Policy.load(path)
+        return builtin(), None
+    import os
+
+    from sandboy.policy.load import parse_cached, read_bounded, validate
+
+    path = os.fspath(path)
+
+    def check(data) -> None:  # before a fresh parse is cached: never cache a bad file
+        validate(_policy_part(data), path)
+        _budget(path, data)
+
+    data = parse_cached(path, read_bounded(path), check)
+    # (a cached table is validated again, like every policy's: policy/load.py)
+    return Policy.from_mapping(_policy_part(data), path), _budget(path, data)
+
+
+def _budget(path: str, data: dict):
+    from sandboy import budget
+    from sandboy.policy.load import checked_table
+
+    table = checked_table(path, "gate", data.get("gate", {}), GATE_KEYS)
+    return budget.parse(path, "gate.budget", table["budget"]) if "budget" in table else None
+
+
+def _policy_part(data):
+    """The file's table without `[gate]`: what is a step policy."""
+    return {key: value for key, value in data.items() if key != "gate"} if isinstance(data, dict) else data
+
+
+def printed() -> dict:
+    """The built-in ceiling as `--print-ceiling` writes it: the policy and the gate's budget."""
+    from sandboy import budget
+
+    return {**BUILTIN, "gate": {"budget": budget.text(budget.DEFAULT_SECONDS)}}
 
 
 def to_toml(data: dict) -> str:

@@ -21,14 +21,19 @@ examples:
                                                  # reports go OUTSIDE what steps can write
   sandboy gate --keep-going                      # run every step even after a required one failed
   sandboy gate --tty unit                        # debug step "unit" interactively in a fresh pty
+  sandboy gate --budget 45m                      # all steps together get 45 minutes (default 6h)
 
 The repository writes .007/gate.toml; the operator's --ceiling (a step policy) bounds every step:
 a step policy can only narrow it, and each narrowing is printed as "step NAME asked for ...".
 Without --ceiling the built-in one applies: read the system and the repository, write the
 repository and a per-step {tmp}, no network, never $HOME, /root, /var, /tmp or the /etc secrets.
 With $GITHUB_STEP_SUMMARY set, a Markdown summary is appended to it.
+All steps together get the operator's time budget (--budget, else the ceiling's [gate] budget,
+else 6h): when it is spent the running step is ended as if it timed out and the rest are not run
+(status over_budget); the gate then exits 1.
 
-exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed;
+exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed (or
+the time budget was spent before it ran);
 2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM);
 141 the reader of stdout went away (`| head`): the running step is ended, the reports written;
 74 stdout could not be written (a full disk): the same, said on stderr.
@@ -55,6 +60,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-step-output", metavar="SIZE", type=size_type(1024), default=None,
                         help="bytes of each step's output kept in its log and shown (head and tail; "
                              "the rest is dropped and reported); default 32M")
+    parser.add_argument("--budget", metavar="DURATION", type=_budget_type,
+                        help="wall time all steps together may take, e.g. 45m, 2h, 5400 (0 = no budget); "
+                             "default: the ceiling's [gate] budget, else 6h")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every step even after a required step failed")
     parser.add_argument("--print-ceiling", action="store_true",
@@ -64,6 +72,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "interactive debugging (its output is shown raw); repeatable. Other steps "
                              "never get a terminal")
     parser.set_defaults(func=run_command)
+
+
+def _budget_type(text: str) -> int:
+    from sandboy.budget import parse
+    from sandboy.errors import PolicyError
+
+    try:
+        return parse("--budget", "", text)
+    except PolicyError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def _say(text: str) -> None:
@@ -107,11 +125,11 @@ def run_command(args) -> int:
 
     if args.print_ceiling:
         sys.stdout.write(f"# The built-in ceiling of `sandboy gate` (docs/gate.md). Edit and pass with --ceiling FILE.\n"
-                         f"{ceilings.to_toml(ceilings.BUILTIN)}")
+                         f"{ceilings.to_toml(ceilings.printed())}")
         return 0
     try:
         gate = config.load(args.repo)
-        ceiling = ceilings.load(args.ceiling)
+        ceiling, budget_seconds = ceilings.read(args.ceiling)
         check_outside({"--logs": args.logs, "--junit": args.junit, "--json": args.json_path,
                        "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")},
                       [gate.repo, *resolve_ceiling(ceiling, gate.repo).fs.write], source="arguments")
@@ -132,9 +150,17 @@ def run_command(args) -> int:
     out = sys.stderr if args.json_path == "-" else sys.stdout
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
     max_output = DEFAULT_MAX_STEP_OUTPUT if args.max_step_output is None else args.max_step_output
+    from sandboy.budget import DEFAULT_SECONDS, Budget
+
+    if args.budget is not None:
+        budget = Budget(args.budget, "the gate's", "--budget")
+    elif budget_seconds is not None:
+        budget = Budget(budget_seconds, "the gate's", f"[gate] budget in {args.ceiling}")
+    else:
+        budget = Budget(DEFAULT_SECONDS, "the gate's", "the default; --budget or [gate] budget in the ceiling")
     try:
         result = GateRun(gate, ceiling, console, log_dir=args.logs, keep_going=args.keep_going, stop=stop,
-                         interactive=args.interactive, max_output=max_output).run()
+                         interactive=args.interactive, max_output=max_output, budget=budget).run()
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself

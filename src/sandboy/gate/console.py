@@ -20,10 +20,12 @@ from sandboy.escape import block, clean
 from sandboy.gate.status import Status
 
 _COLOURS = {Status.PASSED: "32", Status.FAILED: "31", Status.TIMED_OUT: "31", Status.KILLED: "31",
-            Status.CAGE_ERROR: "35", Status.POLICY_ERROR: "35", Status.NOT_RUN: "2", "note": "33", "head": "1"}
+            Status.CAGE_ERROR: "35", Status.POLICY_ERROR: "35", Status.NOT_RUN: "2", Status.OVER_BUDGET: "31",
+            "note": "33", "head": "1"}
 
 LABELS = {Status.PASSED: "PASSED", Status.FAILED: "FAILED", Status.TIMED_OUT: "TIMED OUT", Status.KILLED: "KILLED",
-          Status.CAGE_ERROR: "CAGE ERROR", Status.POLICY_ERROR: "POLICY ERROR", Status.NOT_RUN: "NOT RUN"}
+          Status.CAGE_ERROR: "CAGE ERROR", Status.POLICY_ERROR: "POLICY ERROR", Status.NOT_RUN: "NOT RUN",
+          Status.OVER_BUDGET: "NOT RUN (BUDGET SPENT)"}
 
 
 def truncation(result) -> str:

@@ -108,6 +108,9 @@ def to_json(gate_result) -> dict:
         "duration": round(gate_result.duration, 6),
         "status": gate_status(code),
         "exit_code": code,
+        # the operator's time budget for all the steps (seconds, 0 = none) and whether it cut a step
+        # or left one unstarted
+        "budget": gate_result.budget.as_dict() if gate_result.budget is not None else None,
         "steps": steps,
     }
 
@@ -141,7 +144,7 @@ def to_junit(gate_result) -> bytes:
     allowed = {id(s) for s in steps if s.allow_failure and s.status not in Status.NO_DETAIL}
     failures = sum(s.status in Status.FAILING and id(s) not in allowed for s in steps)
     errors = sum(s.status in Status.REFUSED and id(s) not in allowed for s in steps)
-    skipped = sum(s.status == Status.NOT_RUN or id(s) in allowed for s in steps)
+    skipped = sum(s.status in Status.UNRUN or id(s) in allowed for s in steps)
     counts = {"tests": str(len(steps)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped),
               "time": f"{gate_result.duration:.3f}"}
     root = ET.Element("testsuites", {"name": "sandboy gate", **counts})
@@ -157,7 +160,7 @@ def to_junit(gate_result) -> bytes:
             ET.SubElement(case, "failure", {"message": message, "type": s.status}).text = message
         elif s.status in Status.REFUSED:
             ET.SubElement(case, "error", {"message": message, "type": s.status}).text = message
-        elif s.status == Status.NOT_RUN:
+        elif s.status in Status.UNRUN:
             why = _xml_safe(s.error) if s.error else ("the gate was interrupted" if gate_result.interrupted
                                                      else "an earlier required step failed")
             ET.SubElement(case, "skipped", {"message": f"not run: {why}"})
@@ -181,7 +184,7 @@ def _md(text: str) -> str:
 
 def to_markdown(gate_result) -> str:
     code = gate_result.exit_code
-    icon = {Status.PASSED: "✅", Status.NOT_RUN: "⏭️"}
+    icon = {Status.PASSED: "✅", Status.NOT_RUN: "⏭️", Status.OVER_BUDGET: "⏱️"}
     lines = [f"### sandboy gate: {gate_status(code).replace('_', ' ')} (exit {code})", "",
              "| step | result | code | time | detail |", "|---|---|---|---|---|"]
     for s in gate_result.steps:

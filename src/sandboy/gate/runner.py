@@ -38,7 +38,8 @@ class StepResult:
     signal, error and what was enforced are read from the RunResult, never copied."""
 
     __slots__ = ("name", "run", "policy_ref", "allow_failure", "timeout", "status", "run_result", "_error",
-                 "duration", "narrowings", "policy", "log_path", "tail", "index", "output_bytes", "output_dropped")
+                 "duration", "narrowings", "policy", "log_path", "tail", "index", "output_bytes", "output_dropped",
+                 "cut_by")
 
     def __init__(self, step, index: int):
         self.name = step.name
@@ -57,6 +58,7 @@ class StepResult:
         self.tail = b""
         self.output_bytes = 0    # what the step wrote
         self.output_dropped = 0  # of that, neither logged nor shown (over --max-step-output)
+        self.cut_by = None       # timed out because the gate's time budget was spent: why, in words
 
     def refuse(self, status: str, error: str) -> None:
         """The step never ran a command: a policy error (exit 2) or a cage error (exit 125)."""
@@ -82,7 +84,8 @@ class StepResult:
         """Does this step, as it ended, fail the gate? `allow_failure` steps never do."""
         if self.run_result is not None and self.run_result.outcome == PLANTED:
             return True  # not a test's failure to allow: the step left code for the host's git (ADR 0019)
-        return not self.allow_failure and self.status in (*Status.FAILING, *Status.REFUSED)
+        # a required step the budget left unstarted was never checked: the gate cannot pass
+        return not self.allow_failure and self.status in (*Status.FAILING, *Status.REFUSED, Status.OVER_BUDGET)
 
     def describe(self) -> str:
         """The outcome in words, identical in every report."""
@@ -90,6 +93,8 @@ class StepResult:
             return "passed"
         if self.status == Status.FAILED:
             return f"failed (exit {self.returncode})" + (f": {self.error}" if self.error else "")
+        if self.status == Status.TIMED_OUT and self.cut_by:
+            return f"timed out: {self.cut_by} (tree killed, exit {self.returncode})"
         if self.status == Status.TIMED_OUT:
             return f"timed out after {self.timeout or '?'}s (tree killed, exit {self.returncode})"
         if self.status == Status.KILLED:
@@ -98,12 +103,15 @@ class StepResult:
             return f"cage error (exit {EXIT_CAGE}): {self.error}"
         if self.status == Status.POLICY_ERROR:
             return f"policy error: {self.error}"
+        if self.status == Status.OVER_BUDGET:
+            return f"not run: {self.error}"
         return "not run"
 
 
 class GateResult:
-    def __init__(self, gate, ceiling_source: str, steps: list, started: float, duration: float):
+    def __init__(self, gate, ceiling_source: str, steps: list, started: float, duration: float, budget=None):
         self.gate = gate
+        self.budget = budget  # the operator's sandboy.budget.Budget for the whole gate, or None
         self.ceiling_source = ceiling_source
         self.steps = steps
         self.started = started
@@ -269,8 +277,10 @@ class GateRun:
     `run()` runs the steps in order and returns the GateResult; `run_step` runs one."""
 
     def __init__(self, gate, ceiling, console, log_dir=None, keep_going: bool = False, stop=None,
-                 interactive=(), max_output: int = DEFAULT_MAX_STEP_OUTPUT):
+                 interactive=(), max_output: int = DEFAULT_MAX_STEP_OUTPUT, budget=None):
         self.gate = gate
+        # the operator's time budget for all the steps together (a sandboy.budget.Budget), or None
+        self.budget = budget
         # bytes of each step's output kept in its log and shown on the console (head and tail)
         self.max_output = max_output
         self.ceiling_source = ceiling.source
@@ -299,6 +309,8 @@ class GateRun:
     def run(self) -> GateResult:
         started_wall = time.time()
         started = time.monotonic()
+        if self.budget is not None:
+            self.budget.start()
         if self.log_dir is not None:
             os.makedirs(self.log_dir, exist_ok=True)
         self.console.gate_start(self.gate, self.ceiling_source)
@@ -314,7 +326,8 @@ class GateRun:
             self.cages = None
         for path in self._left_behind:
             self.console.note(f"stopped before a step's {{tmp}} was removed: remove {path} yourself")
-        result = GateResult(self.gate, self.ceiling_source, self.results, started_wall, time.monotonic() - started)
+        result = GateResult(self.gate, self.ceiling_source, self.results, started_wall, time.monotonic() - started,
+                            self.budget)
         result.interrupted = interrupted
         return result
 
@@ -332,6 +345,8 @@ class GateRun:
         for step, result in zip(self.gate.steps, self.results):
             if self.stop.requested:
                 return True
+            if self._over_budget(result):  # (also after a step the budget cut: the real reason)
+                continue
             if halted:
                 continue
             try:
@@ -344,6 +359,8 @@ class GateRun:
                 self.console.step_end(result)
                 break
             result.narrowings = narrowings
+            if self._over_budget(result):  # spent while the step's policy was met
+                continue
             if policy is not shown[0]:  # steps without a policy of their own all run the ceiling
                 shown = (policy, policy.to_toml_dict())
             result.policy = shown[1]  # one object for them all: the JSON report encodes it once
@@ -362,6 +379,18 @@ class GateRun:
                 halted = True
         return False
 
+    def _over_budget(self, result: StepResult) -> bool:
+        """Whether the gate's time budget is spent: then `result`'s step is not started (the
+        console says so once, at the first step it leaves out)."""
+        if self.budget is None or not self.budget.exhausted():
+            return False
+        if not any(r.status == Status.OVER_BUDGET for r in self.results[:result.index]):
+            left_out = sum(r.status == Status.NOT_RUN for r in self.results[result.index:])
+            self.console.note(f"{self.budget.describe()} is spent: {left_out} step(s) from "
+                              f"{result.name} on are not run")
+        result.refuse(Status.OVER_BUDGET, self.budget.unstarted())
+        return True
+
     def run_step(self, step, result: StepResult, policy) -> bool:
         """Run one step, filling `result`; True when the operator interrupted the gate."""
         argv = [*self.gate.shell, step.run]
@@ -376,6 +405,7 @@ class GateRun:
         owned = False
         cage = None
         relay = None
+        by_budget = False  # the step's deadline is what is left of the gate's budget
         started = time.monotonic()
         try:
             from sandboy.confine.exec_mode import hooks_for
@@ -403,7 +433,14 @@ class GateRun:
                 # with net.domains and --logs: the proxy's decisions beside the step's output
                 egress_log = (os.path.splitext(result.log_path)[0] + ".egress.jsonl"
                               if result.log_path and policy.net.egress else None)
-                proc = Supervision(argv, cage, timeout=step.timeout, stdio=stdio,
+                timeout = step.timeout
+                if self.budget is not None:
+                    # the step's own deadline (its timeout or the ceiling's wall_seconds, the
+                    # smaller), unless what is left of the gate's budget comes first
+                    wall = policy.limits.wall_seconds
+                    own = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
+                    timeout, by_budget = self.budget.bound(own)
+                proc = Supervision(argv, cage, timeout=timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
                                    hooks=hooks_for(cage, egress_log, self.git_record)).start()
             except PolicyError as exc:
@@ -435,7 +472,9 @@ class GateRun:
             result.duration = time.monotonic() - started
         result.run_result = outcome
         result.status = _status(outcome)
-        if result.status == Status.TIMED_OUT:
+        if result.status == Status.TIMED_OUT and by_budget:
+            result.cut_by = self.budget.cut()
+        elif result.status == Status.TIMED_OUT:
             # the cage's timeout is the smaller of the step's and the ceiling's wall_seconds
             wall = policy.limits.wall_seconds
             result.timeout = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
