@@ -226,9 +226,11 @@ def test_print_ceiling_is_a_policy_that_loads(tmp_path):
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "ceiling.toml"
     path.write_text(proc.stdout)
-    printed = Policy.load(str(path), use_cache=False)
+    # a ceiling file: the step policy plus the gate's own `[gate]` table (its time budget, ADR 0025)
+    printed, budget = ceilings.read(str(path))
     builtin = Policy.from_mapping(ceilings.BUILTIN, "b")
     assert (printed.fs, printed.net, printed.env, printed.limits) == (builtin.fs, builtin.net, builtin.env, builtin.limits)
+    assert budget == 6 * 3600
 
 
 @pytest.mark.parametrize("gate, key, suggestion", [
