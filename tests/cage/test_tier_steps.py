@@ -251,14 +251,15 @@ class Bench:
     def expected(self, tmp: str) -> dict:
         """The facts an intact tier gives, by hand."""
         work = os.path.realpath(self.work)
-        devices = [f"/dev/{n}" for n in ("null", "zero", "full", "random", "urandom")]
         return {
             "ids": [self.uid, self.uid],
             "pid": 2,
             "outside": ["EROFS", "EROFS"],
             "work": "ok",
-            # bound device nodes keep the host's flags; the pinned directories are read-write copies
-            "rw": sorted([*devices, "/dev/pts", "/dev/shm", work, tmp, f"{work}/.git", f"{work}/conf",
+            # bound device nodes are read-only copies (session 7: they were the host's inodes on a
+            # read-write mount, and `chmod 000 /dev/null` as root changed the host's); the pinned
+            # directories are read-write copies
+            "rw": sorted(["/dev/pts", "/dev/shm", work, tmp, f"{work}/.git", f"{work}/conf",
                           f"{work}/conf/deep", f"{work}/.dotfiles"]),
             "mounts": "read",
             "propagation": [],
@@ -372,25 +373,28 @@ def check_dev_stays_read_only(bench: Bench) -> None:
     assert not os.path.exists("/dev/planted") and not os.path.lexists("/dev/evil")
 
 
-TTY = r"""
+TTY = ATTEMPT + r"""
 import os, stat
 st = os.stat("/dev/tty")
 with open("/dev/tty", "w") as fh:
     fh.write("via /dev/tty\n")
+# the host's devpts and /dev/tty are bound read-only: no metadata change of the host's ptys
+metadata = [attempt(lambda: os.chmod(path, os.stat(path).st_mode & 0o7777)) for path in ("/dev/tty", os.ttyname(0))]
 print("facts", os.isatty(0), os.ttyname(0).startswith("/dev/pts/"), stat.S_ISCHR(st.st_mode),
-      os.major(st.st_rdev), os.minor(st.st_rdev), "tty" in os.listdir("/dev"))
+      os.major(st.st_rdev), os.minor(st.st_rdev), "tty" in os.listdir("/dev"), *metadata)
 """
 
 
 def check_tty_plan(bench: Bench) -> None:
     """--tty: the command's terminal is a pty of the host's devpts that Sandboy relays, found by
-    name (ttyname), and /dev/tty (char 5:0) reaches it when the policy grants it."""
+    name (ttyname), and /dev/tty (char 5:0) reaches it when the policy grants it; neither takes
+    a metadata change (read-only binds of host inodes)."""
     bench.reset()
     policy = bench.policy()
     policy["fs"] = {**policy["fs"], "write": [*policy["fs"]["write"], "/dev/tty"]}
     result = bench.run_api([PY, "-c", TTY], policy, tty=True)
     assert result.rc == 0 and "via /dev/tty" in result.out, result
-    assert result.out.split("facts", 1)[1].split() == ["True", "True", "True", "5", "0", "True"], result
+    assert result.out.split("facts", 1)[1].split() == ["True", "True", "True", "5", "0", "True", "EROFS", "EROFS"], result
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ class Cage:
         steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
                  for target, fd in enumerate(stdio) if fd is not None and fd != target]
         if self.tier is not None:
-            steps += self.tier.plan(in_netns)
+            steps += self.tier.plan(in_netns) + namespaces.plan_reopen_stdio(stdio)
         steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
         return (steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
                 + self.ruleset.plan() + self._steps_after_landlock)  # ruleset.plan(): CageError once closed

@@ -220,6 +220,45 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
     return Tier(flags, steps, enforced, bool(tmp), rules)
 
 
+# The minimal /dev's nodes by device number (Documentation/admin-guide/devices.txt: char 1:3...).
+_NODES_BY_RDEV = {(1, 3): "null", (1, 5): "zero", (1, 7): "full", (1, 8): "random", (1, 9): "urandom"}
+STDIO_SLOT = PROTECT_SLOT  # free again once the mount tree is built
+O_ACCMODE = 0o3
+
+
+def plan_reopen_stdio(stdio) -> list:
+    """Steps (run after the mount tree is built) that put the cage's own read-only copy of a
+    device node on each of fd 0-2 that the caller hands in as one of the minimal /dev's nodes.
+
+    Why: an fd keeps the mount it was opened on. A `/dev/null` opened by the caller (a gate's
+    or CI runner's stdin, `sandboy run ... </dev/null`, the relay's stdin) is the host's mount,
+    read-write, and metadata calls through it (`fchmod(0, 0)`, `chmod /proc/self/fd/0`,
+    `futimens`) ignore the cage's read-only tree: as root the command set the host's /dev/null
+    to 000 for every process on the machine. These nodes hold no state, so the cage's own is
+    the same device. (A regular file or FIFO handed in on fd 0-2 keeps the host's mount:
+    docs/threat-model.md, "What it does not stop".)"""
+    steps = []
+    for target, fd in enumerate(stdio):
+        fd = target if fd is None else fd
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue  # nothing there: the command gets nothing there either
+        name = _NODES_BY_RDEV.get((os.major(st.st_rdev), os.minor(st.st_rdev))) if st.st_mode & 0o170000 == 0o020000 else None
+        if name is None:
+            continue
+        import fcntl  # only when a device is handed in (not on every run's path)
+
+        access = fcntl.fcntl(fd, fcntl.F_GETFL) & O_ACCMODE
+        steps += [
+            (f"open the cage's /dev/{name} for fd {target}", (SYS_OPENAT, step_flags(save=STDIO_SLOT), AT_FDCWD,
+                                                              _path(f"/dev/{name}"), access | O_CLOEXEC)),
+            (f"put the cage's /dev/{name} on fd {target}", (_libc.SYS_DUP2, 0, (STDIO_SLOT,), target)),
+            (f"close the spare /dev/{name}", (SYS_CLOSE, 0, (STDIO_SLOT,))),
+        ]
+    return steps
+
+
 def plan_landlock_rules(ruleset_fd: int, rules, handled_fs: int) -> list:
     """Steps that add a Landlock rule per (path, rights, required, is_dir), opening each path
     in the cage's mount tree. Rules that are not required are skipped where the path is
@@ -368,8 +407,16 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
         steps.append((f"mkdir /dev/{name}", (SYS_MKDIRAT, 0, AT_FDCWD, _path(f"/dev/{name}"), 0o755)))
     for name, from_slot in dev_slots:
         node = _path(f"/dev/{name}")
+        # A bound node is the HOST's inode (devtmpfs keeps the host's flags: read-write): as
+        # root the command's `chmod 000 /dev/null` or `touch /dev/null` changed the host's
+        # /dev/null for every process on the machine (--tty: every pty of the host's devpts).
+        # A read-only copy refuses metadata changes (EROFS); reading and writing a device node
+        # do not need a writable mount (open(2) takes no write access for special files).
+        read_only = (f"make the copy of /dev/{name} read-only", (SYS_MOUNT_SETATTR, 0, (from_slot,), b"\0",
+                                                                 AT_EMPTY_PATH, _mount_attr(MOUNT_ATTR_RDONLY), 32))
         if name == "pts":
-            steps += [(f"bind /dev/{name}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, node,
+            steps += [read_only,
+                      (f"bind /dev/{name}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, node,
                                               MOVE_MOUNT_F_EMPTY_PATH)),
                       (f"close copy of /dev/{name}", (SYS_CLOSE, 0, (from_slot,)))]
             continue
@@ -377,6 +424,7 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
             (f"create /dev/{name}", (SYS_OPENAT, step_flags(save=slot), AT_FDCWD, node,
                                      O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)),
             (f"close /dev/{name}", (SYS_CLOSE, 0, (slot,))),
+            read_only,
             (f"bind /dev/{name}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, node, MOVE_MOUNT_F_EMPTY_PATH)),
             (f"close copy of /dev/{name}", (SYS_CLOSE, 0, (from_slot,))),
         ]
