@@ -55,7 +55,8 @@ RUN_PATH_GROUPS = {
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
     # a policy with write roots: protected paths and the post-run git check
-    "write roots": ("sandboy.confine.protected", "sandboy.confine.own_install", "sandboy.confine.gitcheck"),
+    "write roots": ("sandboy.confine.protected", "sandboy.confine.own_install", "sandboy.confine.gitcheck",
+                    "sandboy.confine.hook_python"),
     # net.domains (Layer 3): its rules and the proxy's session
     "egress": ("sandboy.egress", "sandboy.egress.rules", "sandboy.egress.enforcement", "sandboy.egress.session",
                "sandboy.confine.netns_listener"),

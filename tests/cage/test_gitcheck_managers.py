@@ -305,10 +305,6 @@ def test_other_files_changed_beside_a_managers_config_are_not_flagged(tmp_path, 
 
 
 @needs_tools
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE (rvgit6): pre-commit's stub runs INSTALL_PYTHON -mpre_commit; where pre-commit was installed "
-    "from the repository's own .venv (dev dependencies), a .pth planted in that .venv's site-packages "
-    "runs on the operator's next commit: neither protected at launch nor judged after the run"))
 def test_the_python_pre_commits_stub_runs_cannot_take_a_planted_pth(tmp_path, env):
     """(rvgit6, session 6 review) `pip install pre-commit` into the project's `.venv` and
     `pre-commit install` from it — the usual Python project: the stub's INSTALL_PYTHON is

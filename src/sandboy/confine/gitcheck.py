@@ -551,6 +551,7 @@ class GitSnapshot:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
         self.manager_launch = {}  # hook managers' config files of those repositories -> launch bytes
+        self.python_launch = {}  # pre-commit's INSTALL_PYTHON -> hook_python.identities at launch
         # their core.hooksPath directories -> (st_dev, st_ino) at launch: a directory ABOVE one
         # renamed away and a tracked one put in its place (`mv scripts scripts-old && mv
         # tests/fx/scripts scripts`, `core.hooksPath = scripts/git-hooks`) leaves hooks and
@@ -578,10 +579,15 @@ class GitSnapshot:
                     hooks_paths = _hooks_paths_in(parsed, top, self.home)
                     for path in hooks_paths:
                         self.hooks_launch[path] = _identity(os.path.realpath(path))
-                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths]):
+                    pythons: list = []
+                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths], pythons):
                         data = _read_config(path)
                         if data is not None and len(data) <= CONFIG_READ_LIMIT:
                             self.manager_launch[path] = data
+                    for _stub, python in pythons:  # pre-commit's interpreter (hook_python, session 7)
+                        from sandboy.confine.hook_python import identities
+
+                        self.python_launch[python] = identities(python)
         self.known[GLOBAL] = {path: (data, _safe_entries(path, data)) for path in self.global_inside
                               for data in (_read_config(path),)}
         # Where every git directory in reach is at launch: one found after the run anywhere else
@@ -1071,7 +1077,8 @@ class _Check:
         hooks are — made or changed during the run is a finding (ADR 0019, session 6). Under
         the tier those that existed at launch are bound read-only; this finds the rest."""
         hooks_dirs = [os.path.join(gitdir, "hooks"), *self.hooks_by_top.get(top, ())]  # (configs followed first)
-        for path in hook_manager_configs(top, hooks_dirs):
+        pythons: list = []
+        for path in hook_manager_configs(top, hooks_dirs, pythons):
             try:
                 st = os.lstat(path)
             except OSError:
@@ -1100,6 +1107,23 @@ class _Check:
                             continue
                         self.hook_file(entry.path, est, sub_full,
                                        "a script lefthook's installed hook runs, made or changed during the run")
+
+        for stub, python in pythons:
+            self.hook_python(stub, python, full)
+
+    def hook_python(self, stub: str, python: str, full: bool) -> None:
+        """pre-commit's stub `stub` execs `python -mpre_commit`: where a write root holds that
+        interpreter (the repository's own `.venv`), what it runs at start — `.pth` files,
+        sitecustomize, the pre_commit distribution and its requirements — made or changed during
+        the run is a finding (`confine.hook_python`, ADR 0019 session 7)."""
+        from sandboy.confine.hook_python import WHY_FIX, environment, judge
+
+        writable = self.snap.writable
+        found = judge(python, self.snap.python_launch.get(python), self.new, self.writable,
+                      lambda p: is_within_any(p, writable) or any(is_within(w, p) for w in writable), full)
+        fix = WHY_FIX.replace("<environment>", environment(python))
+        for path, why in found:
+            self.add(path, f"{why} (its stub: {stub}); {fix}")
 
     def _under_new_directory(self, top: str, path: str) -> bool:
         """Whether a directory between `top` (exclusive) and `path` was made or changed during

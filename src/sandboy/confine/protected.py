@@ -220,14 +220,16 @@ def _pre_commit_config(stub: bytes):
     return os.fsdecode(value) or None
 
 
-def hook_manager_configs(top: str, hooks_dirs) -> list[str]:
+def hook_manager_configs(top: str, hooks_dirs, interpreters=None) -> list[str]:
     """What a hook manager installed in one of `hooks_dirs` runs from the worktree at `top` on
     the operator's next commit, that exists now: pre-commit's config (its stub names it:
     `--config=.pre-commit-config.yaml`, relative to the top) and lefthook's configs and script
     directories. Where neither manager's stub is installed, nothing: a formatter that rewrites
     every YAML file (`prettier --write .`) still may — the file is then no start-up file of
     the host (ADR 0019, session 6; husky's scripts are decided the same way). One directory
-    read per hooks directory where no hook but the samples is there (most repositories)."""
+    read per hooks directory where no hook but the samples is there (most repositories).
+    `interpreters`: a list that gets (stub, INSTALL_PYTHON) of each pre-commit stub naming one
+    (`confine.hook_python`: that interpreter's start-up code is what the next commit runs first)."""
     pre_commit, lefthook = [], False
     for hooks in dict.fromkeys(hooks_dirs):  # each once, however often a config names it
         try:
@@ -240,6 +242,12 @@ def hook_manager_configs(top: str, hooks_dirs) -> list[str]:
                 config = _pre_commit_config(head)
                 if config:
                     pre_commit.append(config)
+                if interpreters is not None and b"INSTALL_PYTHON=" in head:
+                    from sandboy.confine.hook_python import stub_python
+
+                    python = stub_python(head)
+                    if python:
+                        interpreters.append((os.path.join(hooks, name), python))
             lefthook = lefthook or LEFTHOOK_STUB in head
     found = []
     for name in dict.fromkeys(pre_commit):

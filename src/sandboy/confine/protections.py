@@ -277,6 +277,12 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         from sandboy.confine.own_install import warning
 
         warnings.extend(warning(*row) for row in from_install)
+    if fs.protect_defaults and fs.write:
+        # pre-commit's hook running an interpreter a write root holds (ADR 0019, session 7): its
+        # start-up code is judged after the run; said here, with the fix, before anything runs
+        from sandboy.confine.hook_python import launch_warnings
+
+        warnings.extend(launch_warnings(fs.write))
     if protected_by_mount:
         protects, protected_by = (), "mount namespace (read-only binds)"
     else:

@@ -1,0 +1,337 @@
+"""The Python interpreter pre-commit's hook runs, where a write root holds it (ADR 0019, session 7).
+
+pre-commit's stub in `.git/hooks` execs `INSTALL_PYTHON -mpre_commit hook-impl ...`, where
+`INSTALL_PYTHON` is the interpreter `pre-commit install` ran under. In the usual Python project
+that is the repository's own `.venv/bin/python` (pre-commit is a dev dependency), inside the
+write root `{repo}`. That interpreter runs, on the operator's next `git commit` and before
+pre-commit does anything, every `.pth` file of its site-packages (lines starting `import`),
+`sitecustomize`, then the `pre_commit` package and what it imports — files a caged command may
+write. A `.pth` planted there ran on the operator's next commit (rvgit6's probe).
+
+The environment stays writable (`pip install` in a step must keep working), so nothing here
+prevents; the parent judges after the run what of that start-up code was made or changed
+(`judge`), as it judges hooks, and warns at launch (`launch_warnings`) that the configuration
+lets a step change what the next commit runs, naming the two fixes: pre-commit installed outside
+the repository (`pipx install pre-commit`), or `fs.protect = [".venv"]`.
+
+Judged (made or changed during the run; everything where the environment itself is another
+directory than at launch):
+- the interpreter path and `pyvenv.cfg` (`home =` names the standard library it runs);
+- every `.pth` in its site-packages holding an executable line, or naming a directory that holds
+  `sitecustomize`, `usercustomize` or a `pre_commit`;
+- `sitecustomize` / `usercustomize` (any suffix, their byte code) in site-packages and in every
+  directory a `.pth` adds to the path (an editable install's `src/`);
+- the modules an executable `.pth` imports (each top-level name of site-packages its lines
+  mention: setuptools' `distutils-precedence.pth` imports `_distutils_hack`);
+- the `pre_commit` distribution and every distribution it requires, transitively (their
+  top-level packages and modules as their RECORD lists them, walked whole).
+Not judged: what pre-commit imports beyond its declared requirements, the standard library
+(outside the environment), the interpreter's shared libraries.
+
+Stdlib only, no subprocess: running that interpreter would run what we look for.
+"""
+
+import os
+import stat
+
+PTH_READ_LIMIT = 1 << 20       # bytes of one .pth file read (site.py reads any size; fail closed beyond)
+ENTRY_BUDGET = 50_000          # files looked at per environment; beyond it the run fails closed
+MAX_DISTRIBUTIONS = 200        # pre_commit's requirement closure (about 10 in practice)
+CUSTOMIZE = ("sitecustomize", "usercustomize")
+PACKAGE = "pre_commit"
+# (`re` is imported by the post-run judge only: the launch warning runs on the build path)
+_WORD = r"[A-Za-z_][A-Za-z0-9_]*"
+_REQUIREMENT = r"^Requires-Dist:\s*([A-Za-z0-9][A-Za-z0-9._-]*)([^;]*)(;.*)?$"
+WHY_FIX = ("install pre-commit outside the repository (`pipx install pre-commit && pre-commit install`) "
+           "or keep that environment read-only in the cage (fs.protect = [\"<environment>\"])")
+
+
+def stub_python(stub: bytes):
+    """`INSTALL_PYTHON` of pre-commit's stub (`INSTALL_PYTHON=/x/.venv/bin/python`, shell-quoted
+    where needed: `'/a b/python'`), or None (also for the empty value of a template)."""
+    for line in stub.splitlines():
+        if line.startswith(b"INSTALL_PYTHON="):
+            import shlex
+
+            try:
+                words = shlex.split(os.fsdecode(line[len(b"INSTALL_PYTHON="):]))
+            except ValueError:
+                return None
+            return words[0] if words and words[0].startswith("/") else None
+    return None
+
+
+def environment(python: str) -> str:
+    """The environment `python` (`<env>/bin/python`, as the stub names it: not resolved) runs in."""
+    return os.path.dirname(os.path.dirname(python))
+
+
+def site_dirs(python: str) -> list:
+    """`<env>/lib*/python3*/site-packages` that exist (as the interpreter's `site` makes them)."""
+    env, found = environment(python), []
+    for lib in ("lib", "lib64"):
+        base = os.path.join(env, lib)
+        try:
+            names = sorted(n for n in os.listdir(base) if n.startswith("python"))
+        except OSError:
+            continue
+        for name in names:
+            site = os.path.join(base, name, "site-packages")
+            if os.path.isdir(site) and os.path.realpath(site) not in [os.path.realpath(s) for s in found]:
+                found.append(site)
+    return found
+
+
+def _identity(path: str):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def identities(python: str) -> tuple:
+    """At launch: which directories the environment and its site-packages are (st_dev, st_ino).
+    An environment renamed into place afterwards (`mv .venv old && mv tests/fx/venv .venv`, a
+    tracked fixture whose files all keep their old ctime) is another: then judged whole."""
+    env = environment(python)
+    return (_identity(env), *((site, _identity(site)) for site in site_dirs(python)))
+
+
+def _read_pth(path: str):
+    """The lines of a `.pth` file (regular files only, never blocking), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, PTH_READ_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > PTH_READ_LIMIT:
+        return None
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def _executable(line: str) -> bool:
+    # site.py execs a line starting "import " or "import\t"; wider here (leading blanks, any
+    # continuation), failing closed
+    return line.lstrip().startswith("import")
+
+
+def _path_lines(site: str, lines) -> list:
+    """The directories a `.pth` adds to the path (site.py: relative to the site directory)."""
+    return [os.path.normpath(os.path.join(site, line.rstrip())) for line in lines
+            if line.strip() and not line.startswith("#") and not _executable(line)]
+
+
+def _names_in(directory: str) -> list:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def _holds(directory: str, stems) -> list:
+    """Entries of `directory` (and its `__pycache__`) that Python imports under one of `stems`."""
+    found = [os.path.join(directory, n) for n in _names_in(directory) if n.split(".", 1)[0] in stems]
+    cache = os.path.join(directory, "__pycache__")
+    found += [os.path.join(cache, n) for n in _names_in(cache) if n.split(".", 1)[0] in stems]
+    return found
+
+
+def _normal(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _distributions(sites) -> dict:
+    """normalised name -> its `.dist-info` directory, over `sites` (first found wins)."""
+    found: dict = {}
+    for site in sites:
+        for name in _names_in(site):
+            if name.endswith(".dist-info"):
+                found.setdefault(_normal(name[:-len(".dist-info")].rsplit("-", 1)[0]), os.path.join(site, name))
+    return found
+
+
+def _read_small(path: str) -> str:
+    """A distribution's METADATA or RECORD ('' when absent): the same bounded, non-blocking read."""
+    return "\n".join(_read_pth(path) or ())
+
+
+def _closure(dists: dict, start: str) -> list:
+    """The `.dist-info` directories of `start` and of every distribution it requires (not for an
+    extra), transitively — what `-mpre_commit` may import. Markers are not evaluated: a
+    requirement for another platform or Python is judged too (fails closed)."""
+    import re
+
+    pending, seen, out = [_normal(start)], set(), []
+    while pending and len(out) < MAX_DISTRIBUTIONS:
+        name = pending.pop()
+        if name in seen or name not in dists:
+            continue
+        seen.add(name)
+        out.append(dists[name])
+        for line in _read_small(os.path.join(dists[name], "METADATA")).splitlines():
+            match = re.match(_REQUIREMENT, line)
+            if match and "extra" not in (match.group(3) or ""):
+                pending.append(_normal(match.group(1)))
+    return out
+
+
+def _top_level(dist_info: str) -> set:
+    """The top-level names a distribution installed (first components of its RECORD, beside its
+    `.dist-info`; not `..`: console scripts in bin/ are not what `-mpre_commit` runs)."""
+    names = set()
+    for line in _read_small(os.path.join(dist_info, "RECORD")).splitlines():
+        first = line.split(",", 1)[0].split("/", 1)[0]
+        if first and first not in ("..", "__pycache__") and not first.endswith((".dist-info", ".data")):
+            names.add(first.split(".", 1)[0])  # `cfgv.py`, `_yaml.cpython-311-....so`, `pre_commit`
+    return names
+
+
+class _Judge:
+    def __init__(self, new, writable, full: bool):
+        self.new, self.writable, self.full = new, writable, full
+        self.found: list = []
+        self.left = ENTRY_BUDGET
+
+    def add(self, path: str, why: str) -> None:
+        if path not in [p for p, _ in self.found]:
+            self.found.append((path, why))
+
+    def file(self, path: str, why: str, full=False) -> None:
+        """A finding where `path` (not followed) was made or changed during the run (or `full`)
+        and the command could write it."""
+        self.left -= 1
+        if (full or self.full or self.new(path) is not None) and self.writable(path):
+            self.add(path, why)
+
+    def tree(self, path: str, why: str, full=False) -> None:
+        """`path` and everything below it (symlinks not followed), bounded."""
+        full = full or self.full or self.new(path) is not None
+        pending = [path]
+        while pending:
+            current = pending.pop()
+            if self.left < 0:
+                self.add(None, f"{path}: more than {ENTRY_BUDGET:,} files of the interpreter pre-commit's hook "
+                         "runs to look through: not checked to the end")
+                return
+            try:
+                st = os.lstat(current)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                here = full or self.new(current) is not None
+                for name in _names_in(current):
+                    child = os.path.join(current, name)
+                    if here:
+                        self.file(child, why, True)
+                    pending.append(child)
+            else:
+                self.file(current, why, full)
+
+
+def judge(python: str, launch, new, writable, reaches, full: bool = False) -> list:
+    """[(path, why)]: what of the start-up code of `python` (pre-commit's `INSTALL_PYTHON`) the
+    run made or changed. `launch`: `identities(python)` at launch (None: unknown), `new(path)`:
+    its lstat when made or changed during the run (else None), `writable(path)`: inside a write
+    root; `reaches(path)`: a write root lies at, above or below it. `full`: judge everything
+    (the repository was moved in)."""
+    import re
+
+    sites = site_dirs(python)
+    env = environment(python)
+    if not reaches(env) and not any(reaches(s) for s in sites):
+        return []
+    if launch is not None and launch != identities(python):
+        full = True  # the environment or a site directory is another than at launch
+    j = _Judge(new, writable, full)
+    why = f"start-up code of {python}, the interpreter pre-commit's hook runs, made or changed during the run"
+    for path in dict.fromkeys((python, os.path.realpath(python), os.path.join(env, "pyvenv.cfg"))):
+        j.file(path, why)
+    extra, imported = [], set()
+    for site in sites:
+        for name in sorted(_names_in(site)):
+            path = os.path.join(site, name)
+            if not name.endswith(".pth"):
+                if name.split(".", 1)[0] in CUSTOMIZE:
+                    j.tree(path, why)
+                continue
+            lines = _read_pth(path)
+            changed = full or new(path) is not None
+            if lines is None:
+                if changed and writable(path):
+                    j.add(path, f"a .pth file the check cannot read ({why})")
+                continue
+            dirs = _path_lines(site, lines)
+            extra += [d for d in dirs if d not in extra]
+            code = [line for line in lines if _executable(line)]
+            imported.update(w for line in code for w in re.findall(_WORD, line))
+            if changed and writable(path):
+                if code:
+                    j.add(path, f"a .pth file with an import line ({why})")
+                elif any(_holds(d, (*CUSTOMIZE, PACKAGE)) for d in dirs):
+                    j.add(path, f"a .pth file adding a directory that holds sitecustomize or pre_commit ({why})")
+        for path in _holds(os.path.join(site, "__pycache__"), CUSTOMIZE):
+            j.file(path, why)
+    for directory in extra:  # an editable install's src/: a sitecustomize.py there runs at start
+        if reaches(directory):
+            for path in _holds(directory, CUSTOMIZE):
+                j.tree(path, why)
+    # the modules old .pth lines import (by name; a new .pth is a finding itself), and the
+    # pre_commit distribution with what it requires
+    dists = _distributions([*sites, *extra])
+    tops = set()
+    for dist_info in _closure(dists, PACKAGE):
+        tops |= {(os.path.dirname(dist_info), name) for name in _top_level(dist_info)}
+    for site in sites:
+        tops |= {(site, name.split(".", 1)[0]) for name in _names_in(site)
+                 if name.split(".", 1)[0] in imported and not name.endswith((".pth", ".dist-info"))}
+    for base, name in sorted(tops):
+        if not reaches(base):
+            continue  # (Sandboy's own environment reached through a .pth: nothing the command could write)
+        for path in [os.path.join(base, n) for n in _names_in(base) if n == name or n.split(".", 1)[0] == name]:
+            j.tree(path, why)
+        for path in _holds(os.path.join(base, "__pycache__"), (name,)):
+            j.file(path, why)
+    return j.found
+
+
+def launch_warning(hook: str, python: str, root: str) -> str:
+    """The launch warning for a pre-commit stub whose interpreter lies inside the write root `root`."""
+    env = environment(python)
+    return (f"fs: {hook} (pre-commit's hook) runs {python}, inside the write root {root}: the command can "
+            f"change what the operator's next `git commit` runs (a .pth, sitecustomize or the pre_commit "
+            f"package of {env}). What it changes there is judged after the run and fails it (125, ADR 0019); "
+            f"to keep that environment writable without the risk, "
+            + WHY_FIX.replace("<environment>", env))
+
+
+def launch_warnings(write_roots) -> list:
+    """At launch (the cage's build): one warning per pre-commit stub of a write root's repository
+    whose `INSTALL_PYTHON` lives in an environment inside a write root. One directory read per
+    write root holding a `.git` directory (the stubs are read only where a hook is installed)."""
+    from sandboy.confine.protected import hook_manager_configs, hooks_paths
+    from sandboy.policy.resolve import PathSet, is_within
+
+    roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
+    within = PathSet(roots)
+    warnings = []
+    for root in roots:
+        if not os.path.isdir(os.path.join(root, ".git")):
+            continue
+        pythons: list = []
+        hook_manager_configs(root, [os.path.join(root, ".git", "hooks"), *hooks_paths(root)], pythons)
+        for stub, python in dict.fromkeys(pythons):
+            env = os.path.realpath(environment(python))
+            if within.covers(env):
+                holder = next(r for r in roots if is_within(env, r))
+                warnings.append(launch_warning(stub, python, holder))
+    return warnings

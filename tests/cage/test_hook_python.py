@@ -1,0 +1,284 @@
+"""pre-commit installed from the repository's own `.venv` (ADR 0019, session 7): its stub in
+`.git/hooks` execs `INSTALL_PYTHON=<repo>/.venv/bin/python -mpre_commit`, and that interpreter
+runs its environment's start-up code first — `.pth` files, sitecustomize, the pre_commit
+distribution and what it requires — files a caged command with write on the repository may
+change. The environment stays writable (`pip install` in a step keeps working); the parent
+judges after the run what of that start-up code was made or changed (`confine.hook_python`),
+and the launch warns with the fix.
+
+Each probe: the attack is real (without the check the operator's next commit — the real git,
+the real stub, the real interpreter — runs the command's code), found, and after the quarantine
+the operator's commit runs nothing of it. Twins: the real pip installing a plain wheel and one
+with a path `.pth` (an editable install's shape) into that `.venv`, a commit in the run: nothing
+flagged. The measured cost: a wheel shipping an import `.pth` (coverage 7, setuptools) IS
+flagged, with the fix named. Through a real cage: tier and forced off, 125 and the warning.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+
+import pytest
+
+from sandboy.confine import gitcheck, hook_python
+
+from gitkit import GIT_ENV, git_repo, scratch_env, sh
+from wheelkit import make_wheel, pip_install
+
+VENV_BIN = os.path.dirname(sys.executable)
+PURELIB = sysconfig.get_paths()["purelib"]
+PRE_COMMIT = shutil.which("pre-commit", path=VENV_BIN)
+needs_tools = pytest.mark.skipif(not (PRE_COMMIT and shutil.which("git")),
+                                 reason="needs git and the test extras' pre-commit (make setup)")
+
+
+@pytest.fixture
+def env(tmp_path):
+    environ = scratch_env(tmp_path / "home")
+    environ["PATH"] = f"{VENV_BIN}:{environ['PATH']}"
+    environ["PRE_COMMIT_HOME"] = str(tmp_path / "home" / ".cache" / "pre-commit")
+    return environ
+
+
+def _copy_distribution(site, top_names, dist_prefix):
+    """A distribution of this test interpreter copied into `site` as pip would have put it there
+    (files with their times kept, so their byte code stays valid)."""
+    for name in top_names:
+        source = os.path.join(PURELIB, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, os.path.join(site, name), symlinks=True)
+        else:
+            shutil.copy2(source, site)
+    (info,) = glob.glob(os.path.join(PURELIB, f"{dist_prefix}-*.dist-info"))
+    shutil.copytree(info, os.path.join(site, os.path.basename(info)), symlinks=True)
+
+
+def python_repo(tmp_path, env, own, path=None):
+    """The usual Python project: `.venv` in the repository (ignored) holding pre-commit and cfgv
+    (the rest of pre-commit's requirements reached through a path `.pth`), setuptools'
+    `distutils-precedence.pth` and `_distutils_hack` (every 3.11 venv made with pip), an
+    editable install of the project's `src/`; `pre-commit install` run from that `.venv`; a
+    config whose hook touches `own` (the operator's own hook)."""
+    repo = git_repo(path or tmp_path / "repo", env)
+    (repo / ".gitignore").write_text(".venv/\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    (site,) = glob.glob(str(repo / ".venv" / "lib" / "python3.*" / "site-packages"))
+    _copy_distribution(site, ["pre_commit"], "pre_commit")
+    _copy_distribution(site, ["cfgv.py"], "cfgv")
+    for name in ("distutils-precedence.pth", "_distutils_hack"):
+        source = os.path.join(PURELIB, name)
+        (shutil.copytree if os.path.isdir(source) else shutil.copy2)(source, os.path.join(site, name))
+    with open(os.path.join(site, "dev-tools.pth"), "w") as fh:  # pre-commit's other requirements, pip
+        fh.write(PURELIB + "\n")
+    (repo / "src" / "proj").mkdir(parents=True)
+    (repo / "src" / "proj" / "__init__.py").write_text("")
+    with open(os.path.join(site, "__editable__.proj-0.1.pth"), "w") as fh:  # setuptools' src layout
+        fh.write(f"{repo}/src\n")
+    (repo / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: local\n  hooks:\n  - id: touch\n    name: touch\n"
+        f"    entry: touch {own}\n    language: system\n    pass_filenames: false\n    always_run: true\n")
+    sh(f"'{repo}/.venv/bin/python' -m pre_commit install >/dev/null && git add -A && git commit -qm managed",
+       repo, env)
+    assert f"INSTALL_PYTHON={repo}/.venv/bin/python\n" in (repo / ".git/hooks/pre-commit").read_text()
+    own.unlink()
+    return repo, site
+
+
+def operators_commit(repo, env, message):
+    (repo / f"{message}.txt").write_text(message)
+    subprocess.run(["git", "add", f"{message}.txt"], cwd=repo, env=env, check=True, timeout=30)
+    return subprocess.run(["git", "-c", "safe.directory=*", "commit", "-q", "-m", message],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+
+def snapshot(repo, env):
+    time.sleep(0.02)
+    return gitcheck.snapshot([str(repo)], home=env["HOME"])
+
+
+PLANT = "open('{pwned}', 'w').close()"
+ATTACKS = {
+    # rvgit6's probe: a new .pth with an import line
+    "a new .pth": ("printf 'import os; %s\\n' \"$PLANT\" > \"$SITE/zz_planted.pth\"", "{site}/zz_planted.pth"),
+    "sitecustomize in site-packages": ("printf '%s\\n' \"$PLANT\" > \"$SITE/sitecustomize.py\"", "{site}/sitecustomize.py"),
+    # the editable install's .pth (old) adds src/ to the path: a sitecustomize there runs
+    "sitecustomize in an editable install's src/": ("printf '%s\\n' \"$PLANT\" > src/sitecustomize.py",
+                                                    "{repo}/src/sitecustomize.py"),
+    # distutils-precedence.pth (old) imports _distutils_hack at every start
+    "a module an old .pth imports": ("printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/_distutils_hack/__init__.py\"",
+                                     "{site}/_distutils_hack/__init__.py"),
+    "the pre_commit package": ("printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/pre_commit/__init__.py\"",
+                               "{site}/pre_commit/__init__.py"),
+    "a requirement of pre_commit (cfgv)": ("printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/cfgv.py\"", "{site}/cfgv.py"),
+    # the interpreter itself swapped for a script
+    "the interpreter": ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {pwned}\\nexec {real} \"$@\"\\n' "
+                        "> .venv/bin/python && chmod +x .venv/bin/python", "{repo}/.venv/bin/python"),
+    # a tracked copy of the environment (its files older than the launch) renamed into place
+    "the environment renamed into place": ("mv .venv .venv-old && mv fixtures/venv .venv",
+                                           "{repo}/.venv/lib/{pyver}/site-packages/zz_planted.pth"),
+}
+
+
+@needs_tools
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_what_pre_commits_interpreter_runs_at_start_is_judged_after_the_run(tmp_path, env, attack):
+    script, planted = ATTACKS[attack]
+    pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    fill = dict(pwned=pwned, site=site, repo=repo, real=os.path.realpath(repo / ".venv/bin/python"),
+                pyver=os.path.basename(os.path.dirname(site)))
+    fill["plant"] = PLANT.format(**fill)
+    if attack == "the environment renamed into place":
+        (repo / "fixtures").mkdir()
+        shutil.copytree(repo / ".venv", repo / "fixtures" / "venv", symlinks=True)
+        (repo / "fixtures" / "venv" / os.path.relpath(planted.format(**fill), repo / ".venv")).write_text(
+            f"import os; {fill['plant']}\n")
+        time.sleep(0.05)
+    env = {**env, "SITE": site, "PLANT": fill["plant"]}
+    snap = snapshot(repo, env)
+    sh(script.format(**fill), repo, env)
+    findings = snap.verify()
+    # the attack is real: without the check the operator's next commit runs the command's code
+    operators_commit(repo, env, "attack")
+    assert pwned.exists(), f"the attack is not real: the operator's commit did not run {attack}"
+    pwned.unlink()
+    assert planted.format(**fill) in [f.path for f in findings], findings
+    assert all("pipx install pre-commit" in f.why for f in findings if f.path), findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    operators_commit(repo, env, "after")
+    assert not pwned.exists(), f"the operator's commit ran {attack} after the quarantine"
+
+
+@needs_tools
+@pytest.mark.parametrize("twin", ["plain wheel", "wheel with a path .pth (an editable install's shape)",
+                                  "a commit in the run"])
+def test_pip_install_and_commits_in_that_venv_are_not_flagged(tmp_path, env, twin):
+    """The twins: the real pip installs into the repository's `.venv` during the run — a wheel
+    with a console script, one whose `.pth` only adds a directory (what setuptools' src-layout
+    and hatchling's editable installs write, measured: `__editable__.srcpkg-1.0.pth`,
+    `_editable_impl_hpkg.pth`) — or the run commits (pre-commit's hook runs that `.venv`'s
+    interpreter): nothing flagged, and the operator's own hook still runs."""
+    own = tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    snap = snapshot(repo, env)
+    if twin == "a commit in the run":
+        result = operators_commit(repo, env, "work")
+        assert result.returncode == 0 and own.exists(), result
+        own.unlink()
+    else:
+        (tmp_path / "extra").mkdir()
+        pth = f"{tmp_path / 'extra'}\n" if twin.startswith("wheel with") else None
+        done = pip_install(repo / ".venv/bin/python", make_wheel(wheels, "demo", pth=pth, script="demo-tool"))
+        assert done.returncode == 0, done
+        assert os.path.exists(os.path.join(site, "demo", "__init__.py"))
+        assert os.path.exists(repo / ".venv/bin/demo-tool")
+    assert snap.verify() == []
+    assert operators_commit(repo, env, "after").returncode == 0 and own.exists()
+
+
+@needs_tools
+def test_a_wheel_shipping_an_import_pth_is_flagged_naming_the_fix(tmp_path, env):
+    """The decided cost (ADR 0019, session 7): a wheel whose `.pth` holds an import line — as
+    coverage 7 ships `a1_coverage.pth` (pulled in by `pip install pytest-cov`), setuptools
+    `distutils-precedence.pth`, setuptools' flat-layout editable install its finder's `.pth`
+    (measured here with pip 25.3) — installed by the run into the environment pre-commit's hook
+    runs IS a finding: that line runs on the operator's next commit, and whose it is cannot be
+    told. The finding names the fix that makes the environment no longer what the commit runs."""
+    own = tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    (tmp_path / "wheels").mkdir()
+    snap = snapshot(repo, env)
+    line = "import sys; exec('import os\\nif os.getenv(\"COVERAGE_PROCESS_START\"): pass')\n"
+    assert pip_install(repo / ".venv/bin/python", make_wheel(tmp_path / "wheels", "covlike", pth=line)).returncode == 0
+    findings = snap.verify()
+    assert [f.path for f in findings] == [os.path.join(site, "covlike.pth")], findings
+    (finding,) = findings
+    assert "an import line" in finding.why and "pipx install pre-commit" in finding.why, finding.why
+    assert f'fs.protect = ["{repo}/.venv"]' in finding.why, finding.why
+
+
+@needs_tools
+def test_without_the_stub_naming_it_a_venv_is_not_judged(tmp_path, env):
+    """A repository whose pre-commit was installed from outside (pipx, the stub's INSTALL_PYTHON
+    elsewhere) — the fix the warning names: the same new `.pth` in the repository's `.venv` is
+    not what the next commit runs, and is not flagged; no launch warning either."""
+    own = tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    sh(f"'{sys.executable}' -m pre_commit install -f >/dev/null", repo, env)  # from outside the repository
+    assert f"INSTALL_PYTHON={sys.executable}" in (repo / ".git/hooks/pre-commit").read_text()
+    assert hook_python.launch_warnings([str(repo)]) == []
+    snap = snapshot(repo, env)
+    sh("printf 'import os\\n' > \"$SITE/zz_new.pth\"", repo, {**env, "SITE": site})
+    assert snap.verify() == []
+
+
+@needs_tools
+def test_the_launch_warns_naming_the_fix(tmp_path, env):
+    own = tmp_path / "OWN-HOOK"
+    repo, _site = python_repo(tmp_path, env, own)
+    (warning,) = hook_python.launch_warnings([str(repo)])
+    real = os.path.realpath(repo)
+    assert f"{real}/.git/hooks/pre-commit" in warning and f"runs {repo}/.venv/bin/python" in warning, warning
+    assert "pipx install pre-commit" in warning and "fs.protect" in warning, warning
+    # a write root elsewhere: nothing to say
+    (tmp_path / "other").mkdir()
+    assert hook_python.launch_warnings([str(tmp_path / "other")]) == []
+
+
+def test_a_stub_names_its_interpreter():
+    assert hook_python.stub_python(b"# start templated\nINSTALL_PYTHON=/r/.venv/bin/python\n") == "/r/.venv/bin/python"
+    assert hook_python.stub_python(b"INSTALL_PYTHON='/a b/.venv/bin/python'\nARGS=(hook-impl)\n") == \
+        "/a b/.venv/bin/python"
+    assert hook_python.stub_python(b"INSTALL_PYTHON=''\n") is None  # the template itself
+    assert hook_python.stub_python(b"#!/bin/sh\nexit 0\n") is None
+
+
+# --- through a real cage ------------------------------------------------------------------------
+
+
+@needs_tools
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+@pytest.mark.parametrize("case", ["plant a .pth", "twin: a module installed"])
+def test_a_run_cannot_leave_start_up_code_for_pre_commits_interpreter(cage, tmp_path, env, monkeypatch, tier, case):
+    """The caged command (write on the repository) writes a `.pth` into the `.venv` pre-commit's
+    hook runs: the run ends 125 with the `.pth` in quarantine and the launch warning said why,
+    under the tier and forced off; host side, the operator's commit runs nothing of it. Twin: a
+    module written there (what `pip install` of a plain package does): rc 0, warning only."""
+    from sandboy.confine import namespaces
+
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("namespace tier unavailable here")
+    pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
+    work = cage.work
+    shutil.rmtree(work)
+    repo, site = python_repo(tmp_path, env, own, path=work)
+    time.sleep(0.02)
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"], "write": ["."]},
+                         env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(work), **GIT_ENV}})
+    rel = os.path.relpath(site, work)
+    target = "zz_planted.pth" if case == "plant a .pth" else "demo_module.py"
+    text = f"import os; open('{pwned}', 'w').close()" if case == "plant a .pth" else "x = 1"
+    result = cage.run(argv=["/bin/sh", "-c", f"printf \"{text}\\n\" > {rel}/{target} && echo WROTE"],
+                      policy=policy, via="cli")
+    assert "WROTE" in result.out, result
+    assert "pre-commit's hook" in result.err and "pipx install pre-commit" in result.err, result  # the warning
+    if case == "plant a .pth":
+        assert result.rc == 125 and f"{rel}/{target}" in result.err, result
+        assert not os.path.exists(os.path.join(site, target)), "the planted .pth was not moved"
+    else:
+        assert result.rc == 0, result
+    operators_commit(work, env, "operator")
+    assert not pwned.exists(), "the operator's commit ran the command's .pth"
+    assert own.exists(), "the operator's own pre-commit hook did not run after the run"
