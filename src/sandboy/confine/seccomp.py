@@ -261,12 +261,15 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
     "return EPERM" rather than each having one: ≈ 55 instructions fewer for the kernel to check,
     convert and JIT-compile at every `seccomp()` (≈ 250 instead of ≈ 310)."""
     eperm = errno_ret(EPERM)
-    ret_eperm = _insn(RET_K, eperm)
-    deny_body = (ret_eperm,)
-    nrs = _COMMON_NRS  # syscall_nr inline: ≈ 70 names
-    rules: dict = {nrs[name] if name in nrs else syscall_nr(name): deny_body for name in deny_names}
+    ret_eperm = RET_K | eperm << 32
+    # number -> the rule's body; None for a denied call (its test jumps to its range's "return
+    # EPERM"). The denylist is all in _COMMON_NRS unless a policy's `seccomp.deny` names more.
+    try:
+        rules: dict = dict.fromkeys(map(_COMMON_NRS.__getitem__, deny_names))
+    except KeyError:
+        rules = dict.fromkeys(map(syscall_nr, deny_names))
     for name in ENOSYS_CALLS:
-        rules.setdefault(syscall_nr(name), [_insn(RET_K, errno_ret(ENOSYS))])
+        rules.setdefault(syscall_nr(name), [RET_K | errno_ret(ENOSYS) << 32])
     # The argument checks, each a list of (nr, body): each body starts with A = nr and returns.
     checks = _clone_rules(eperm) + _ioctl_rules(eperm) + _socket_rules(sockets, eperm)
     if not sockets.unix:
@@ -281,11 +284,11 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
 
     ret_allow = _RET_ALLOW
     insns = [
-        _insn(LD_W_ABS, OFF_ARCH),
-        _insn(JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+        LD_W_ABS | OFF_ARCH << 32,
+        JEQ_K | 1 << 16 | AUDIT_ARCH_X86_64 << 32,  # jt = 1: over the "return EPERM"
         ret_eperm,
-        _insn(LD_W_ABS, OFF_NR),
-        _insn(JGE_K, X32_SYSCALL_BIT, 0, 1),
+        LD_W_ABS | OFF_NR << 32,
+        JGE_K | _SKIP_NEXT | X32_SYSCALL_BIT << 32,
         ret_eperm,
     ]
     numbers = sorted(rules)
@@ -294,19 +297,20 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
         refused = []  # where the tests of denied calls are: they jump to the range's one "return EPERM"
         for nr in numbers[first:first + RULES_PER_RANGE]:
             body = rules[nr]
-            if body is deny_body:
+            if body is None:
                 refused.append(len(chunk))
                 chunk.append(nr)  # made a jump below, once the distance is known
-                continue
-            chunk.append(JEQ_K | len(body) << 24 | nr << 32)  # _insn(JEQ_K, nr, 0, len(body)), checked below
-            chunk += body
+            else:
+                chunk.append(JEQ_K | len(body) << 24 | nr << 32)  # jf: over the body
+                chunk += body
         chunk.append(ret_allow)
         if refused:
+            last = len(chunk)
             chunk.append(ret_eperm)
-            last = len(chunk) - 1
             for at in refused:
-                chunk[at] = _insn(JEQ_K, chunk[at], last - at - 1, 0)
-        insns.append(_insn(JGE_K, nr + 1, len(chunk), 0))  # ValueError past 255: so is every body
+                chunk[at] = JEQ_K | (last - at - 1) << 16 | chunk[at] << 32  # jt: to "return EPERM"
+        # every jump above is shorter than the chunk: _insn refuses a chunk of 256 or more
+        insns.append(_insn(JGE_K, nr + 1, len(chunk), 0))
         insns += chunk
     insns.append(ret_allow)  # above every rule's number
     return b"".join([insn.to_bytes(8, "little") for insn in insns])
@@ -315,11 +319,8 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
 def _mode_rules(deny_names, eperm: int) -> list:
     """No setuid/setgid bit in any mode a call sets or creates with. Refused whatever the other
     flags say (open without O_CREAT ignores its mode, and libc then passes 0)."""
-    # _arg_bits_rule's body for each call, inline (eleven calls): the test of the bits is shared
-    test = JSET_K | _SKIP_NEXT | PRIVILEGE_MODE_BITS << 32
-    ret_eperm = RET_K | eperm << 32
-    return [(syscall_nr(name), [_LD_ARG[index], test, ret_eperm, _RET_ALLOW])
-            for name, index in MODE_ARG.items() if name not in deny_names]
+    return [_arg_bits_rule(name, index, PRIVILEGE_MODE_BITS, eperm) for name, index in MODE_ARG.items()
+            if name not in deny_names]
 
 
 def _self_only_rules(skip_names, eperm: int) -> list:
@@ -365,7 +366,8 @@ def _socketpair_rules(eperm: int) -> list:
 def _arg_bits_rule(name: str, index: int, bits: int, eperm: int) -> tuple:
     """(nr of `name`, a body returning `eperm` when any of `bits` is set in the low 32 bits of
     argument `index`, else allowing the call: no later rule sees it)."""
-    return syscall_nr(name), [_LD_ARG[index], _insn(JSET_K, bits, 0, 1), RET_K | eperm << 32, _RET_ALLOW]
+    test = JSET_K | _SKIP_NEXT | (bits & 0xFFFFFFFF) << 32  # _insn(JSET_K, bits, 0, 1): no bit set skips the return
+    return syscall_nr(name), [_LD_ARG[index], test, RET_K | eperm << 32, _RET_ALLOW]
 
 
 def _clone_rules(eperm: int) -> list:
@@ -386,46 +388,31 @@ def _fastopen_rules(eperm: int) -> list:
 
 
 def _socket_rules(rules: SocketRules, eperm: int) -> list:
-    allow, deny = RET_ALLOW, eperm
-    b = _Prog()
-    b.op(LD_W_ABS, _arg_low(0))
-    netlink = _Prog()  # the protocol decides: see NETLINK_ALLOWED
-    netlink.op(LD_W_ABS, _arg_low(2))
+    allow, deny = _RET_ALLOW, RET_K | eperm << 32
+    # the protocol decides for netlink (see NETLINK_ALLOWED): A = protocol; one of them: allow
+    netlink = [_LD_ARG[2]]
     for i, proto in enumerate(NETLINK_ALLOWED):
-        netlink.op(JEQ_K, proto, len(NETLINK_ALLOWED) - i, 0)
-    netlink.op(RET_K, deny)
-    netlink.op(RET_K, allow)
-    b.op(JEQ_K, AF_NETLINK, 0, len(netlink.insns))
-    b.insns.extend(netlink.insns)  # always returns; A still holds the family below
-    b.op(JEQ_K, AF_UNIX, 0, 1)
-    b.op(RET_K, allow if rules.unix else deny)
-    inet = _Prog()
+        netlink.append(_insn(JEQ_K, proto, len(NETLINK_ALLOWED) - i, 0))
+    netlink += [deny, allow]
     if not rules.inet:
-        inet.op(RET_K, deny)
+        inet = [deny]
     elif rules.tcp_any_protocol and rules.udp:
-        inet.op(RET_K, allow)
+        inet = [allow]
     else:
-        inet.op(LD_W_ABS, _arg_low(1))
-        inet.op(AND_K, SOCK_TYPE_MASK)
-        stream = _Prog()  # SOCK_STREAM: check the protocol
-        stream.op(LD_W_ABS, _arg_low(2))
+        # SOCK_STREAM: the protocol decides (0 or IPPROTO_TCP unless any protocol is allowed)
         if rules.tcp_any_protocol:
-            stream.op(RET_K, allow)
+            stream = [_LD_ARG[2], allow]
         else:
-            stream.op(JEQ_K, 0, 1, 0)
-            stream.op(JEQ_K, IPPROTO_TCP, 0, 1)
-            stream.op(RET_K, allow)
-            stream.op(RET_K, deny)
-        inet.op(JEQ_K, SOCK_STREAM, 0, len(stream.insns))
-        inet.insns.extend(stream.insns)
-        inet.op(JEQ_K, SOCK_DGRAM, 0, 1)
-        inet.op(RET_K, allow if rules.udp else deny)
-        inet.op(RET_K, deny)  # SOCK_RAW, SOCK_SEQPACKET (SCTP), SOCK_PACKET, ...
-    b.op(JEQ_K, AF_INET, 1, 0)
-    b.op(JEQ_K, AF_INET6, 0, len(inet.insns))
-    b.insns.extend(inet.insns)  # always returns
-    b.op(RET_K, deny)  # any other family: AF_PACKET, AF_VSOCK, AF_BLUETOOTH, ...
-    return [(syscall_nr("socket"), b.insns)]
+            stream = [_LD_ARG[2], _insn(JEQ_K, 0, 1, 0), _insn(JEQ_K, IPPROTO_TCP, 0, 1), allow, deny]
+        inet = [_LD_ARG[1], AND_K | SOCK_TYPE_MASK << 32, _insn(JEQ_K, SOCK_STREAM, 0, len(stream)), *stream,
+                _insn(JEQ_K, SOCK_DGRAM, 0, 1), allow if rules.udp else deny,
+                deny]  # SOCK_RAW, SOCK_SEQPACKET (SCTP), SOCK_PACKET, ...
+    body = [_LD_ARG[0],  # A = family
+            _insn(JEQ_K, AF_NETLINK, 0, len(netlink)), *netlink,  # always returns; A still holds the family
+            _insn(JEQ_K, AF_UNIX, 0, 1), allow if rules.unix else deny,
+            _insn(JEQ_K, AF_INET, 1, 0), _insn(JEQ_K, AF_INET6, 0, len(inet)), *inet,  # always returns
+            deny]  # any other family: AF_PACKET, AF_VSOCK, AF_BLUETOOTH, ...
+    return [(syscall_nr("socket"), body)]
 
 
 def plan(program: bytes):
