@@ -232,13 +232,20 @@ def _near(paths, roots) -> dict[str, list[str]]:
                 found.append(root)
             continue
         exact.add(root)
-        for i, char in enumerate(root):  # the root at or beneath a path: the path is its parent
-            if char == "/" and i and root[:i] in near:
+        i = root.find("/", 1)  # the root at or beneath a path: the path is one of its parents
+        while i > 0:
+            if root[:i] in near:
                 near[root[:i]].append(root)
+            i = root.find("/", i + 1)
         if root in near:
             near[root].append(root)
-    for path, found in near.items():  # a root above a path: one of the path's parents
-        found.extend(path[:i] for i, char in enumerate(path) if char == "/" and i and path[:i] in exact)
+    if exact:  # a root above a path: one of the path's parents
+        for path, found in near.items():
+            i = path.find("/", 1)
+            while i > 0:
+                if path[:i] in exact:
+                    found.append(path[:i])
+                i = path.find("/", i + 1)
     return near
 
 
