@@ -37,14 +37,12 @@ def static_refusal():
 
 
 def remember_good() -> None:
-    boot = namespaces._boot_id()
-    if not boot:
-        return
+    text = namespaces._note_text()  # written now, in this boot: the note's time says so
     path = namespaces._note_path()
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with open(path + ".tmp", "wb") as fh:
-            fh.write(boot)
+            fh.write(text)
         os.replace(path + ".tmp", path)
     except OSError:
         pass
