@@ -44,6 +44,16 @@ def parse(src: str, key: str, value) -> int:
     return seconds
 
 
+def option(value: str) -> int:
+    """`--budget DURATION` (an argparse type): seconds, or argparse's usage error (exit 2)."""
+    try:
+        return parse("--budget", "", value)
+    except PolicyError as exc:
+        import argparse
+
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
 def text(seconds: float) -> str:
     """`6h`, `30m`, `90s`: how a budget is written back in messages."""
     seconds = int(seconds)

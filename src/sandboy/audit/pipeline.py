@@ -14,6 +14,12 @@ Per tool (an `adapters.toml` entry, toolconfig.py):
 
 A tool that fails (cage refused, non-success exit, adapter error, timeout) is reported and the
 others still run. The per-tool logs are merged (audit/merge.py) into one.
+
+All the phases of all the tools share the operator's time budget (`sandboy.budget`: `[run] budget`
+in `--adapters FILE`, `--budget`, 6 hours by default): a repository's `.007/adapters.toml` may add
+any number of tools, each within its own limit. When it is spent the running phase is ended like
+its own timeout and the tools not started are `not_run`; the merged log then carries a run of
+"sandboy audit" saying which (`budget_run`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ BUILTIN_RULES = Path(__file__).with_name("rules")
 CAPTURE_MIB = 256       # stdout/stderr of one phase, and every file it writes (RLIMIT_FSIZE)
 ENV_PASS = ("LANG", "LC_ALL", "TZ", "TERM")
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
+NOT_RUN = "not_run"  # the run's time budget was spent before the tool started
 
 Progress = Callable[[str], None]
 
@@ -55,18 +62,20 @@ class PhaseReport:
     error: str | None = None
     started: str = ""
     ended: str = ""
+    cut_by_budget: bool = False  # timed out because the run's time budget was spent
 
 
 @dataclass
 class ToolReport:
     tool: str
-    status: str                 # ran / skipped / failed
+    status: str                 # ran / skipped / failed / not_run
     reason: str = ""
     results: int = 0
     seconds: float = 0.0
     sarif: dict[str, Any] | None = None
     phases: list[PhaseReport] = field(default_factory=list)
     config: str = ""            # which configuration the tool was given (ConfigChoice), "" = none
+    cut_by_budget: bool = False  # failed because the run's time budget ended a phase
 
     def as_dict(self) -> dict[str, Any]:
         return {"tool": self.tool, "status": self.status, "reason": self.reason, "results": self.results,
@@ -180,7 +189,10 @@ def command_line(phase: Phase, places: dict[str, str], config_args: list[str]) -
 
 
 def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
-              progress: Progress = lambda message: None, config_args: list[str] | None = None) -> PhaseReport:
+              progress: Progress = lambda message: None, config_args: list[str] | None = None,
+              budget=None) -> PhaseReport:
+    """Run one phase confined. `budget`: the run's sandboy.budget.Budget (None: none); the phase's
+    deadline is the smaller of its `wall_seconds` and what is left of it."""
     import threading
 
     from sandboy import Policy
@@ -192,12 +204,13 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
     argv[0] = program
     mapping = phase_policy(phase, places, program, path)
     digest = policy_digest(mapping)
+    timeout, by_budget = budget.bound(phase.wall_seconds) if budget is not None else (phase.wall_seconds, False)
     started, t0 = _now(), time.monotonic()
     out_fd = os.open(logs / f"{phase.name}.stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     err_fd = os.open(logs / f"{phase.name}.stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         policy = Policy.from_mapping(mapping, source=f"adapters.toml phase {phase.name}")
-        proc = spawn(argv, policy, cwd=places["{repo}"], repo=places["{repo}"], timeout=phase.wall_seconds,
+        proc = spawn(argv, policy, cwd=places["{repo}"], repo=places["{repo}"], timeout=timeout,
                      stdin=None, stdout=out_fd, stderr=err_fd, supervise=True)
         # The live view: a line every HEARTBEAT_SECONDS while the phase runs (the thread starts
         # after the fork and only prints).
@@ -223,7 +236,9 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
     ok = result.outcome == EXITED and result.returncode in phase.ok_exit
     error = None
     if not ok:
-        if result.outcome == TIMED_OUT:
+        if result.outcome == TIMED_OUT and by_budget:
+            error = f"timed_out: {budget.cut()}; the tool's tree was killed"
+        elif result.outcome == TIMED_OUT:
             error = f"timed_out after {phase.wall_seconds} s (wall_seconds); the tool's tree was killed"
         elif result.outcome != EXITED:
             error = f"{result.outcome}: {result.error or f'exit status {result.returncode}'}"
@@ -233,7 +248,8 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
         if tail:
             error += f"; stderr ends: {tail}"
     return PhaseReport(phase.name, argv, result.outcome, result.returncode, ok, result.duration or time.monotonic() - t0,
-                       digest, dict(result.enforced), list(result.degraded), error, started, _now())
+                       digest, dict(result.enforced), list(result.degraded), error, started, _now(),
+                       cut_by_budget=not ok and result.outcome == TIMED_OUT and by_budget)
 
 
 def _tail(path: Path, limit: int = 400) -> str:
@@ -338,7 +354,7 @@ def _symlink_on_the_way(inside: Path, path: Path) -> bool:
     return False
 
 
-def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) -> ToolReport:
+def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress, budget=None) -> ToolReport:
     from sandboy.audit.convert import ConvertRequest, convert
     from sandboy.audit.errors import AuditError
     from sandboy.audit.registry import TOOLS
@@ -352,6 +368,8 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
         return ToolReport(tool.name, FAILED, f"requires {exc.problem}")
     if reason:
         return ToolReport(tool.name, SKIPPED, reason)
+    if budget is not None and budget.exhausted():
+        return ToolReport(tool.name, NOT_RUN, budget.unstarted())
     base = work / tool.name
     out, home, logs = base / "out", base / "home", base / "logs"
     for d in (out, home, logs):
@@ -368,11 +386,17 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
                          "none in the repository (" + "/".join(tool.config.files) + "): " + (" ".join(config_args) or "defaults"))
         progress(f"{tool.name}: configuration: {report.config.replace(str(BUILTIN_RULES), 'Sandboy built-in rules')}")
     for phase in tool.phases:
+        if budget is not None and budget.exhausted():  # (a later phase: the earlier ones used it up)
+            report.status, report.reason = FAILED, f"phase {phase.name}: not run: {budget.unstarted()}"
+            report.seconds = time.monotonic() - t0
+            return report
         progress(f"{tool.name}: {phase.name}: running confined…")
-        done = run_phase(phase, places, path, logs, lambda message: progress(f"{tool.name}: {message}"), config_args)
+        done = run_phase(phase, places, path, logs, lambda message: progress(f"{tool.name}: {message}"), config_args,
+                         budget)
         report.phases.append(done)
         if not done.ok:
             report.status, report.reason = FAILED, f"phase {phase.name}: {done.error}"
+            report.cut_by_budget = done.cut_by_budget
             report.seconds = time.monotonic() - t0
             return report
     source = out / tool.output_file if tool.output_from == "file" and tool.output_file else logs / f"{tool.phases[-1].name}.stdout"
@@ -415,7 +439,9 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress) 
 
 
 def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: Path,
-            progress: Progress) -> list[ToolReport]:
+            progress: Progress, budget=None) -> list[ToolReport]:
+    """Every selected tool in turn (see the module's docstring); `budget`: the run's
+    sandboy.budget.Budget, started here (None: no budget)."""
     from sandboy.audit.errors import UsageError
 
     if names:
@@ -429,10 +455,14 @@ def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: P
         selected = list(tools.values())
     path = search_path()
     reports = []
+    if budget is not None:
+        budget.start()
     for tool in selected:
-        report = run_tool(tool, repo, work, path, progress)
+        report = run_tool(tool, repo, work, path, progress, budget)
         if report.status == SKIPPED:
             progress(f"{tool.name}: skipped: {report.reason}")
+        elif report.status == NOT_RUN:
+            progress(f"{tool.name}: not run: {report.reason}")
         elif report.status == FAILED:
             progress(f"{tool.name}: FAILED: {report.reason}")
         else:
@@ -441,13 +471,45 @@ def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: P
     return reports
 
 
+BUDGET_NOTICES = 20  # tools named one by one in the budget run's notifications; all are in its properties
+
+
+def budget_run(reports: list[ToolReport], budget) -> dict[str, Any] | None:
+    """A SARIF log of one run, tool "sandboy audit", saying what the time budget ended and what it
+    left unstarted (None when it did neither): a failed or unstarted tool has no run of its own, so
+    without it the merged log would not say why tools are missing."""
+    from sandboy.audit.sarif import SARIF_SCHEMA_URI, SARIF_VERSION
+
+    if budget is None or not budget.spent:
+        return None
+    ended = [r for r in reports if r.cut_by_budget]
+    unstarted = [r for r in reports if r.status == NOT_RUN]
+    notes = [f"{r.tool}: {r.reason}" for r in ended]
+    if unstarted:
+        names = ", ".join(r.tool for r in unstarted[:BUDGET_NOTICES])
+        more = f" and {len(unstarted) - BUDGET_NOTICES} more" if len(unstarted) > BUDGET_NOTICES else ""
+        notes.append(f"not run: {names}{more}: {budget.describe()} was spent before they started")
+    run = {
+        "tool": {"driver": {"name": "sandboy audit", "informationUri": "https://sandboy.invalid/docs/audit-run.md"}},
+        "invocations": [{
+            "executionSuccessful": False,
+            "toolExecutionNotifications": [{"level": "error", "message": {"text": note[:2000]}} for note in notes],
+            "properties": {"sandboy": {"budget": budget.as_dict(), "ended": [r.tool for r in ended],
+                                       "not_run": [r.tool for r in unstarted]}},
+        }],
+        "results": [],
+        "automationDetails": {"id": "sandboy/budget/"},
+    }
+    return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION, "runs": [run]}
+
+
 def status_table(reports: list[ToolReport]) -> str:
     from sandboy.escape import clean
 
     rows = [("tool", "status", "results", "time", "why")]
     for r in reports:
         rows.append((r.tool, r.status, str(r.results) if r.status == RAN else "-",
-                     f"{r.seconds:.1f}s" if r.status != SKIPPED else "-", clean(r.reason, 300)))
+                     f"{r.seconds:.1f}s" if r.status not in (SKIPPED, NOT_RUN) else "-", clean(r.reason, 300)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
                      for row in rows).rstrip()

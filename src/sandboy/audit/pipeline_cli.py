@@ -18,8 +18,11 @@ examples:
 Tools come from adapters.toml (built in; the repository's .007/adapters.toml may add tools;
 --adapters FILE may add and override). Each phase runs under a Sandboy cage: the repository
 read-only, a private output directory and HOME writable, no network unless an operator entry
-says so. Exit 0: every selected tool that is installed ran and the log is valid; 1: a tool failed
-(the others still ran, their results are in the log); 2: usage or adapters.toml errors.
+says so. All tools together get the operator's time budget (--budget, else [run] budget in
+--adapters FILE, else 6h): when it is spent the running phase is ended like a timeout and the
+tools not started are not_run (the log's "sandboy audit" run says which).
+Exit 0: every selected tool that is installed ran and the log is valid; 1: a tool failed or was
+not run (the others still ran, their results are in the log); 2: usage or adapters.toml errors.
 """
 
 MERGE_EPILOG = """\
@@ -90,13 +93,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json and not (args.output and args.output != "-"):
         raise UsageError("--json prints the status on stdout, which then carries the SARIF: add -o FILE")
     output_path(args.output)
-    tools = toolconfig.load(repo, Path(args.adapters) if args.adapters else None)
+    tools, file_budget = toolconfig.load_for_run(repo, Path(args.adapters) if args.adapters else None)
+    budget = _budget(args, file_budget)
     names = [n.strip() for n in args.tools.split(",") if n.strip()] if args.tools else None
     progress = (lambda m: None) if args.quiet else _say
     with tempfile.TemporaryDirectory(prefix="sandboy-audit-run-") as work:
-        reports = pipeline.run_all(tools, names, repo, Path(work), progress)
+        reports = pipeline.run_all(tools, names, repo, Path(work), progress, budget)
     docs = [r.sarif for r in reports if r.sarif is not None]
-    status = 1 if any(r.status == pipeline.FAILED for r in reports) else 0
+    said = pipeline.budget_run(reports, budget)
+    if said is not None:
+        docs.append(said)
+    status = 1 if any(r.status in (pipeline.FAILED, pipeline.NOT_RUN) for r in reports) else 0
     report = None
     if docs:
         merged, report = merge.merge_docs(docs, repo)
@@ -107,12 +114,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         status = 1 if names else status
     if args.json:
         print(json.dumps({"tools": [r.as_dict() for r in reports], "output": args.output,
-                          "merge": report.as_dict() if report else None, "status": status}, indent=2))
+                          "merge": report.as_dict() if report else None, "budget": budget.as_dict(),
+                          "status": status}, indent=2))
     elif not args.quiet:
         print(pipeline.status_table(reports), file=sys.stderr)
         for note in (report.notices if report else []):
             _say(note)
     return status
+
+
+def _budget(args: argparse.Namespace, file_budget: int | None):
+    """The run's time budget: --budget, else the operator file's [run] budget, else the default."""
+    from sandboy.budget import DEFAULT_SECONDS, Budget
+
+    if args.budget is not None:
+        return Budget(args.budget, "the audit's", "--budget")
+    if file_budget is not None:
+        return Budget(file_budget, "the audit's", f"[run] budget in {args.adapters}")
+    return Budget(DEFAULT_SECONDS, "the audit's", "the default; --budget or [run] budget in --adapters FILE")
+
+
+def _budget_type(text: str) -> int:
+    from sandboy.budget import option  # (imported when used: the CLI's start-up stays lean)
+
+    return option(text)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -162,6 +187,9 @@ def add_parsers(sub: Any, guarded: Callable[[Callable[[argparse.Namespace], int]
     run.add_argument("--adapters", metavar="FILE", help="operator adapters.toml: adds and overrides tools")
     run.add_argument("-o", "--output", metavar="OUT", help="merged SARIF file (default: stdout)")
     run.add_argument("--github", action="store_true", help="make the log fit GitHub code scanning's upload limits")
+    run.add_argument("--budget", metavar="DURATION", type=_budget_type,
+                     help="wall time all tools together may take, e.g. 45m, 2h, 5400 (0 = no budget); default: "
+                          "[run] budget in --adapters FILE, else 6h")
     run.add_argument("--json", action="store_true", help="the per-tool status as JSON on stdout (needs -o FILE)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress and no table on stderr")
     run.set_defaults(func=guarded(cmd_run))

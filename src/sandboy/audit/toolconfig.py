@@ -3,8 +3,8 @@
 Three layers, later ones winning per tool: the built-in file (sandboy/audit/adapters.toml), the
 repository's `.007/adapters.toml` (may only ADD tools, never with `network = true` or paths of
 their own, and each phase within `REPOSITORY_LIMITS`: the repository is untrusted), and an
-operator file (`--adapters FILE`, may add and override, and raise or lower what a repository may
-ask in its `[repository]` table).
+operator file (`--adapters FILE`, may add and override, raise or lower what a repository may ask
+in its `[repository]` table, and set the whole run's time budget in `[run]`: sandboy.budget).
 Validation is strict: any problem is a UsageError (exit 2) reading `FILE: key: problem`.
 """
 
@@ -21,7 +21,8 @@ from sandboy.gate.ceiling import BUILTIN_LIMITS as STEP_CEILING
 BUILTIN = Path(__file__).with_name("adapters.toml")
 REPO_FILE = Path(".007") / "adapters.toml"
 TOP_KEYS = ("version", "tools")
-OPERATOR_TOP_KEYS = ("version", "tools", "repository")
+OPERATOR_TOP_KEYS = ("version", "tools", "repository", "run")
+RUN_KEYS = ("budget",)
 TOOL_KEYS = ("adapter", "platform", "build_free", "requires", "output", "phases", "config")
 CONFIG_KEYS = ("files", "argv", "otherwise")
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -284,10 +285,24 @@ def parse(text: str | bytes, src: str) -> dict[str, Tool]:
     return _parse(text, src, TOP_KEYS)[0]
 
 
-def parse_operator(text: str | bytes, src: str) -> tuple[dict[str, Tool], dict[str, int]]:
-    """An operator file's entries and what a repository's phases may ask (`[repository]`,
-    else REPOSITORY_LIMITS)."""
+def parse_operator(text: str | bytes, src: str) -> tuple[dict[str, Tool], dict[str, int], int | None]:
+    """An operator file's entries, what a repository's phases may ask (`[repository]`, else
+    REPOSITORY_LIMITS) and the run's time budget (`[run] budget` in seconds, None: not set)."""
     return _parse(text, src, OPERATOR_TOP_KEYS)
+
+
+def _run_budget(src: str, data: Any) -> int:
+    """`[run] budget`: the whole audit run's wall time in seconds (0 = none; sandboy.budget)."""
+    from sandboy import budget
+    from sandboy.errors import PolicyError
+
+    table = _check_keys(src, "run", data, RUN_KEYS)
+    if "budget" not in table:
+        raise _fail(src, "run.budget", "missing (the [run] table holds the audit's time budget, e.g. budget = \"2h\")")
+    try:
+        return budget.parse(src, "run.budget", table["budget"])
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _repository_limits(src: str, data: Any) -> dict[str, int]:
@@ -298,7 +313,7 @@ def _repository_limits(src: str, data: Any) -> dict[str, int]:
     return limits
 
 
-def _parse(text: str | bytes, src: str, top_keys: tuple[str, ...]) -> tuple[dict[str, Tool], dict[str, int]]:
+def _parse(text: str | bytes, src: str, top_keys: tuple[str, ...]) -> tuple[dict[str, Tool], dict[str, int], int | None]:
     from sandboy.errors import PolicyError
     from sandboy.policy.toml_file import parse_toml
 
@@ -308,13 +323,16 @@ def _parse(text: str | bytes, src: str, top_keys: tuple[str, ...]) -> tuple[dict
         raise UsageError(str(exc)) from None
     if "repository" in data and "repository" not in top_keys:
         raise _fail(src, "repository", "only an operator file (--adapters FILE) says what a repository's tools may ask")
+    if "run" in data and "run" not in top_keys:
+        raise _fail(src, "run", "only an operator file (--adapters FILE) sets the audit's time budget")
     _check_keys(src, "", data, top_keys)
     if data.get("version") != 1:
         raise _fail(src, "version", "expected version = 1")
     tools = data.get("tools", {})
     _check_keys(src, "tools", tools, tuple(tools) if isinstance(tools, dict) else ())  # any name: a table
     limits = _repository_limits(src, data["repository"]) if "repository" in data else dict(REPOSITORY_LIMITS)
-    return {name: _tool(src, f"{name}", entry) for name, entry in tools.items()}, limits
+    run_budget = _run_budget(src, data["run"]) if "run" in data else None
+    return {name: _tool(src, f"{name}", entry) for name, entry in tools.items()}, limits, run_budget
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -364,13 +382,20 @@ def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, To
     """Built-in entries, then the repository's additions, then the operator's file (read first:
     its `[repository]` table bounds the repository's phases, and a tool it defines replaces the
     repository's entry of that name unchecked)."""
+    return load_for_run(repo, operator)[0]
+
+
+def load_for_run(repo: Path | None = None, operator: Path | None = None) -> tuple[dict[str, Tool], int | None]:
+    """(the tools as `load` gives them, the operator file's `[run] budget` in seconds — 0: no
+    budget, None: the file sets none, or there is no file)."""
     tools = read(BUILTIN)
     ops: dict[str, Tool] = {}
     limits = dict(REPOSITORY_LIMITS)
+    run_budget = None
     if operator is not None:
         if not operator.is_file():
             raise UsageError(f"{operator}: no such adapters file")
-        ops, limits = parse_operator(_read_bytes(operator), str(operator))
+        ops, limits, run_budget = parse_operator(_read_bytes(operator), str(operator))
     found = read_repository_file(repo) if repo is not None else None
     if found is not None:
         src, entries = found
@@ -394,4 +419,4 @@ def load(repo: Path | None = None, operator: Path | None = None) -> dict[str, To
             _within_repository_limits(str(src), name, tool, limits)
             tools[name] = tool
     tools.update(ops)
-    return tools
+    return tools, run_budget

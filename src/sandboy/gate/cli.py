@@ -75,13 +75,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _budget_type(text: str) -> int:
-    from sandboy.budget import parse
-    from sandboy.errors import PolicyError
+    from sandboy.budget import option  # (imported when used: the CLI's start-up stays lean)
 
-    try:
-        return parse("--budget", "", text)
-    except PolicyError as exc:
-        raise argparse.ArgumentTypeError(exc.problem) from None
+    return option(text)
 
 
 def _say(text: str) -> None:

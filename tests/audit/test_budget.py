@@ -1,0 +1,148 @@
+"""The operator's time budget for a whole `sandboy audit run` (`[run] budget` in `--adapters FILE`,
+`--budget`; ADR 0025).
+
+A repository's `.007/adapters.toml` may add any number of tools, each phase within its own limit
+(REPOSITORY_LIMITS: an hour): N tools held the host N hours. The budget bounds them together:
+when it is spent the running phase is ended like its own timeout (its whole tree killed), the
+tools not started are `not_run`, the JSON status and the merged SARIF (a run of "sandboy audit")
+say so, and the exit is 1. Checked from the host: wall time, and no process left (by a marker
+only these tests use)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SLACK = 6.0  # loaded machine: the kill, the sweep, the merge
+EMPTY_SARIF = '{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}'
+
+
+def _marker(name: str) -> str:
+    return f"SBX-abudget-{os.getpid()}-{name}"
+
+
+def _survivors(marker: str) -> list:
+    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()
+
+
+def _repo(tmp_path: Path, count: int, script: str, extra: str = "") -> Path:
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True, exist_ok=True)
+    tools = "".join(
+        f'[tools.t{i}]\nadapter = "passthrough"\noutput = {{ kind = "sarif", from = "stdout" }}\n'
+        f'[[tools.t{i}.phases]]\ninclude = ["system"]\nargv = ["bash", "-c", "{script}"]\n' for i in range(count))
+    (repo / ".007" / "adapters.toml").write_text(f"version = 1\n{extra}{tools}")
+    return repo
+
+
+def _holding(marker: str) -> str:
+    """A phase trying to hold the host: ten minutes, with a child that left its session."""
+    return f"setsid bash -c 'exec -a {marker}-bg sleep 600' & exec -a {marker} sleep 600"
+
+
+def _audit(repo: Path, tmp_path: Path, count: int, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "status.json"
+    with open(out, "w") as fh:
+        done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo),
+                               "--tools", ",".join(f"t{i}" for i in range(count)), "--json",
+                               "-o", str(tmp_path / "out.sarif"), *args], stdout=fh, stderr=subprocess.PIPE,
+                              text=True, timeout=180, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)})
+    assert "Traceback" not in done.stderr, done.stderr
+    return done, (json.loads(out.read_text()) if out.stat().st_size else {})
+
+
+def _budget_run(sarif: Path) -> dict | None:
+    runs = [r for r in json.loads(sarif.read_text())["runs"] if r["tool"]["driver"]["name"] == "sandboy audit"]
+    return runs[0] if runs else None
+
+
+def test_fifty_repository_tools_are_stopped_within_the_budget(tmp_path) -> None:
+    marker = _marker("fifty")
+    repo = _repo(tmp_path, 50, _holding(marker))
+    started = time.monotonic()
+    done, status = _audit(repo, tmp_path, 50, "--budget", "3s")
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert took < 3 + SLACK, took
+    assert _survivors(marker) == []  # host side: the phase and what it setsid'ed are gone
+    tools = status["tools"]
+    assert tools[0]["status"] == "failed" and tools[0]["phases"][0]["outcome"] == "timed_out"
+    assert "the audit's time budget of 3s (--budget) was spent; the tool's tree was killed" in tools[0]["reason"]
+    assert {t["status"] for t in tools[1:]} == {"not_run"} and len(tools) == 50
+    assert tools[1]["reason"] == "the audit's time budget of 3s (--budget) was spent before it started"
+    assert status["budget"] == {"seconds": 3, "spent": True} and status["status"] == 1
+    # the merged log says why the tools are missing: one run of "sandboy audit"
+    said = _budget_run(tmp_path / "out.sarif")
+    invocation = said["invocations"][0]
+    assert invocation["executionSuccessful"] is False and said["results"] == []
+    assert invocation["properties"]["sandboy"]["ended"] == ["t0"]
+    assert invocation["properties"]["sandboy"]["not_run"] == [f"t{i}" for i in range(1, 50)]
+    texts = [n["message"]["text"] for n in invocation["toolExecutionNotifications"]]
+    assert texts[0].startswith("t0: phase phase1: timed_out: the audit's time budget of 3s")
+    assert texts[1].startswith("not run: t1, t2,") and "and 29 more: the audit's time budget" in texts[1]
+    valid = subprocess.run([sys.executable, "-m", "sandboy", "audit", "validate", "--strict", "--github",
+                            str(tmp_path / "out.sarif")], capture_output=True, text=True, timeout=120)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+
+
+def test_the_operators_file_sets_the_budget_and_the_repository_cannot(tmp_path) -> None:
+    marker = _marker("operator")
+    repo = _repo(tmp_path, 3, _holding(marker))
+    ops = tmp_path / "ops.toml"
+    ops.write_text("version = 1\n[run]\nbudget = 3\n")
+    started = time.monotonic()
+    done, status = _audit(repo, tmp_path, 3, "--adapters", str(ops))
+    assert time.monotonic() - started < 3 + SLACK
+    assert done.returncode == 1 and _survivors(marker) == []
+    assert [t["status"] for t in status["tools"]] == ["failed", "not_run", "not_run"]
+    assert f"[run] budget in {ops}" in status["tools"][0]["reason"]
+    # the repository's own file asking for a budget: exit 2, nothing runs
+    other = _repo(tmp_path / "other", 1, "echo ran > {out}/ran; echo '" + EMPTY_SARIF + "'", '[run]\nbudget = "1000h"\n')
+    done, _ = _audit(other, tmp_path, 1)
+    assert done.returncode == 2
+    assert "adapters.toml: run: only an operator file (--adapters FILE) sets the audit's time budget" in done.stderr
+    assert "running confined" not in done.stderr
+
+
+@pytest.mark.parametrize("table, problem", [
+    ('[run]\nbudget = "3x"\n', "run.budget: expected a duration"),
+    ("[run]\nbudget = -5\n", "run.budget: expected a duration from 0"),
+    ("[run]\nbudgte = 5\n", "run.budgte: unknown key (did you mean 'budget'?"),
+    ("[run]\n", "run.budget: missing"),
+    ("run = 5\n", "run: expected a table"),
+])
+def test_a_bad_budget_in_the_operators_file_is_a_clear_error(tmp_path, table, problem) -> None:
+    repo = _repo(tmp_path, 1, "echo ran > {out}/ran; echo '" + EMPTY_SARIF + "'")
+    ops = tmp_path / "ops.toml"
+    ops.write_text(f"version = 1\n{table}")
+    done, _ = _audit(repo, tmp_path, 1, "--adapters", str(ops))
+    assert done.returncode == 2, done.stderr
+    assert f"{ops}: {problem}" in done.stderr
+    assert "running confined" not in done.stderr  # refused before any phase started
+
+
+def test_a_bad_budget_option_is_a_usage_error(tmp_path) -> None:
+    repo = _repo(tmp_path, 1, "true")
+    done, _ = _audit(repo, tmp_path, 1, "--budget", "soon")
+    assert done.returncode == 2 and "argument --budget: expected a duration" in done.stderr
+
+
+def test_twin_tools_within_the_budget_are_unchanged(tmp_path) -> None:
+    repo = _repo(tmp_path, 3, "sleep 0.3; echo '" + EMPTY_SARIF + "'")
+    seen = {}
+    for budget in ("60s", "0", None):
+        args = ("--budget", budget) if budget is not None else ()
+        done, status = _audit(repo, tmp_path, 3, *args)
+        assert done.returncode == 0, done.stderr
+        seen[budget] = [(t["tool"], t["status"], t["reason"], t["results"]) for t in status["tools"]]
+        assert status["budget"]["spent"] is False
+        assert _budget_run(tmp_path / "out.sarif") is None  # nothing to say
+    assert seen["60s"] == seen["0"] == seen[None]
+    assert {s for _, s, _, _ in seen[None]} == {"ran"}
+    assert status["budget"] == {"seconds": 6 * 3600, "spent": False}  # the default
