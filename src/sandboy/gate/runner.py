@@ -285,6 +285,10 @@ class GateRun:
         self.max_output = max_output
         self.ceiling_source = ceiling.source
         self.ceiling = resolve_ceiling(ceiling, gate.repo)
+        from sandboy.gate.repository_links import RepositoryLinks
+
+        # the ceiling's grants, looked up before each step without following the repository's links
+        self.links = RepositoryLinks(self.ceiling, gate.repo)
         self.console = console
         self.log_dir = log_dir
         self.keep_going = keep_going
@@ -351,7 +355,9 @@ class GateRun:
                 continue
             try:
                 with self.stop.preparing():
-                    policy, narrowings = step_policy(step, self.ceiling, self.gate.repo, gate_dir)
+                    ceiling, dropped = self.links.apply()
+                    policy, narrowings = step_policy(step, ceiling, self.gate.repo, gate_dir)
+                    narrowings = dropped + narrowings
             except Interrupted:
                 return True
             except PolicyError as exc:  # e.g. a path the meet cannot resolve; nothing of this step ran
