@@ -35,6 +35,7 @@ Egress (Layer 3) adds its steps through `Tier.add_in_netns` and the `plan_*` hel
 import os
 import time
 
+from sandboy.confine import _libc
 from sandboy.errors import CageError
 from sandboy.policy.resolve import PathSet, is_within, is_within_any
 from sandboy.confine._libc import (
