@@ -10,6 +10,7 @@ is validated again on every load, so the cache saves parsing only and can never 
 See docs/findings.md (imports decide start-up) and docs/performance.md.
 """
 
+import _imp
 import os
 
 from sandboy.errors import PolicyError
@@ -342,11 +343,12 @@ def cache_dir() -> str:
 
 def _cache_path(path: str) -> str:
     # The name only spreads entries out; correctness comes from comparing the stored bytes.
-    # FNV-1a by hand: `zlib` or `hashlib` would be one more import on the start-up path.
-    key = 0xCBF29CE484222325
-    for byte in os.fsencode(os.path.abspath(path)):
-        key = ((key ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return os.path.join(cache_dir(), "policies", f"{key:016x}.marshal")
+    # `_imp.source_hash` is the keyed SipHash that hash-based .pyc files use (PEP 552): built in,
+    # already imported, and the same in every process (PYTHONHASHSEED does not touch it). An FNV-1a
+    # loop in Python on 64-bit integers cost ≈ 3 k instructions a byte: ≈ 0.1 M for a 33-byte path,
+    # a fifth of `sandboy run`'s policy load (docs/performance.md, session 7).
+    key = _imp.source_hash(_CACHE_FORMAT, os.fsencode(os.path.abspath(path)))
+    return os.path.join(cache_dir(), "policies", f"{key.hex()}.marshal")
 
 
 def _cache_get(path: str, raw: bytes):
