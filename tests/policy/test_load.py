@@ -128,6 +128,23 @@ def test_cache_hit_skips_tomllib_and_is_revalidated(tmp_path, monkeypatch):
     assert Policy.load(path).fs.read == ("/etc",) != first.fs.read
 
 
+@pytest.mark.parametrize("sandboy", [None, "", "/c/sb", "rel/sb/"])
+@pytest.mark.parametrize("xdg", [None, "", "/x", "/x/", "/x//", "/", "rel"])
+@pytest.mark.parametrize("home", [None, "", "/", "//", "/root", "/root/", "/h//", "rel"])
+def test_cache_dir_is_the_plain_rule(monkeypatch, sandboy, xdg, home):
+    """`cache_dir` skips expanduser and join where it can (start-up cost); the strings are theirs."""
+    from sandboy.policy import load
+
+    for name, value in (("SANDBOY_CACHE_DIR", sandboy), ("XDG_CACHE_HOME", xdg), ("HOME", home)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    plain = os.environ.get("SANDBOY_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sandboy")
+    assert load.cache_dir() == plain
+
+
 def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
     """A tampered cache entry is validated like a file: bad data is an error, not a grant."""
     import marshal
