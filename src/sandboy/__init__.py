@@ -46,7 +46,8 @@ class BundledSourceLoader(_external.SourceFileLoader):
     else — get_source, get_filename, resource readers — is the source loader's own."""
 
     def __init__(self, fullname: str, path: str, code):
-        super().__init__(fullname, path)
+        self.name = fullname  # what FileLoader.__init__ sets (without super()'s call: per module served)
+        self.path = path
         self.code = code
 
     def get_code(self, fullname):
@@ -66,16 +67,7 @@ class BundleFinder:
         """Whether the module's file is still the one its code was compiled from (for an
         extension module: whether its file is still there)."""
         is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = self.index[fullname]
-        try:
-            st = _os.stat(f"{self.package_dir}/{relative_path}")
-            if not length or (st.st_size, st.st_mtime_ns) == (size, mtime_ns):
-                return True
-            if st.st_size != size:
-                return False
-            source = _read(f"{self.package_dir}/{relative_path}", size + 1)  # + 1: a file that grew since
-            return len(source) == size and _imp.source_hash(_external._RAW_MAGIC_NUMBER, source) == source_hash
-        except OSError:
-            return False
+        return _source_matches(f"{self.package_dir}/{relative_path}", size, mtime_ns, source_hash, length)
 
     def stale(self) -> list[str]:
         """The modules whose source changed since the bundle was written (imported the usual way)."""
@@ -103,10 +95,12 @@ class BundleFinder:
 
     def find_spec(self, fullname, path=None, target=None):
         entry = self.index.get(fullname)
-        if entry is None or not self.source_matches(fullname):
+        if entry is None:
             return None
         is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = entry
         origin = f"{self.package_dir}/{relative_path}"
+        if not _source_matches(origin, size, mtime_ns, source_hash, length):
+            return None
         if not length:  # an extension module, loaded from its own file as importlib would
             spec = _bootstrap.ModuleSpec(fullname, _external.ExtensionFileLoader(fullname, origin), origin=origin,
                                          loader_state=SERVED_FROM_BUNDLE)
@@ -133,6 +127,22 @@ class BundleFinder:
 
 
 _CODE = type(bundle_path.__code__)
+
+
+def _source_matches(path: str, size: int, mtime_ns: int, source_hash: bytes, length: int) -> bool:
+    """Whether the file at `path` is still the source the bundle's code was compiled from: the
+    same size and mtime_ns, else the same size and source hash (PEP 552's check); for an extension
+    module (`length` 0), whether the file is still there."""
+    try:
+        st = _os.stat(path)
+        if not length or (st.st_size, st.st_mtime_ns) == (size, mtime_ns):
+            return True
+        if st.st_size != size:
+            return False
+        source = _read(path, size + 1)  # + 1: a file that grew since
+        return len(source) == size and _imp.source_hash(_external._RAW_MAGIC_NUMBER, source) == source_hash
+    except OSError:
+        return False
 
 
 def _read(path: str, size: int) -> bytes:
