@@ -76,3 +76,25 @@ def test_glob_denies_are_never_reused(cage):
     os.makedirs(cage.work / "sub", exist_ok=True)
     (cage.work / "sub" / "k.pem").write_text("KEY")
     assert cage.run("read", "sub/k.pem", policy=cage.policy(fs={"read": ["."], "deny": ["**/*.pem"]})).out == "EACCES"
+
+
+def test_a_split_directory_is_listed_again_only_when_its_ctime_moved(tmp_path, monkeypatch):
+    """The reuse check (`reuse.Fingerprint`) lists a directory split around a deny only when its
+    inode or ctime moved (an entry added, removed or renamed moves it; no process sets it back):
+    a new entry must still make the cage be built anew."""
+    import time
+
+    from sandboy.confine import reuse
+
+    split = tmp_path / "etc"
+    split.mkdir()
+    (split / "shadow").write_text("x")
+    fingerprint = reuse.Fingerprint((), (str(split),), ((), (), True), ([], [], []))
+    time.sleep(reuse.TICK_NS / 1e9 * 1.5)
+    assert fingerprint.unchanged()  # listed again (too recent to trust), ctime kept as settled
+    listed = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(reuse.os, "listdir", lambda p: listed.append(p) or real_listdir(p))
+    assert fingerprint.unchanged() and listed == []
+    (split / "hosts").write_text("x")
+    assert not fingerprint.unchanged() and listed == [str(split)]

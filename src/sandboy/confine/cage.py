@@ -41,9 +41,9 @@ class Cage:
         for name in ("namespaces", "hygiene", "environment", "egress"):
             if name in compiled:
                 self.enforced.update(compiled[name].enforced)
-        # Set by build() unless the policy has glob denies (matched anew at every launch):
+        # A reuse.Fingerprint, set by build() unless the policy has glob denies (matched anew at
+        # every launch) or the caller runs one command (`reusable=False`):
         self.fingerprint = None
-        self.fingerprint_of = None
         # The namespace tier where the kernel allows it (namespaces.Tier), else None
         self.tier = compiled["namespaces"].outputs.get("tier")
         self.renew_ruleset = None  # under the tier: makes a fresh copy of the ruleset (started())
@@ -106,11 +106,7 @@ class Cage:
     def still_valid(self) -> bool:
         """True when a rebuild now would give the same rules (same inodes behind every policy
         path, same entries in every split directory), so this cage may run the command again."""
-        if self.fingerprint is None:
-            return False
-        from sandboy.confine.reuse import fingerprint
-
-        return fingerprint(*self.fingerprint_of) == self.fingerprint
+        return self.fingerprint is not None and self.fingerprint.unchanged()
 
     @property
     def exec_roots(self) -> list:
@@ -232,10 +228,9 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
     egress = compiled.get("egress")
     # a fallback egress cage holds its own host port: built per run; the namespace mode's is fixed
     if reusable and fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
-        cage.fingerprint_of = (fs["inputs"], tuple(fs["split_dirs"]), fs["protected_args"])
-        from sandboy.confine.reuse import fingerprint  # only where a cage may run again
+        from sandboy.confine.reuse import Fingerprint  # only where a cage may run again
 
-        cage.fingerprint = fingerprint(*cage.fingerprint_of)
+        cage.fingerprint = Fingerprint(fs["inputs"], fs["split_dirs"], fs["protected_args"], job.protected_by_origin())
     return cage
 
 

@@ -173,9 +173,19 @@ def inside(write_roots) -> list:
     root lying inside one of them),
     plus each symlink met on the way to one (replacing a link replaced the file). Nested paths
     are folded into the outermost: a read-only bind of the environment covers its console
-    script."""
+    script. `present(candidates(write_roots))`."""
+    return present(candidates(write_roots))
+
+
+def candidates(write_roots) -> tuple:
+    """The rows `inside` may answer for `write_roots`, before any file system lookup but the write
+    roots' realpaths: ((path, kind, [(realpath, kind, write root)]), ...), one per installation
+    path a write root holds by the string comparisons alone. Nothing here changes while the
+    write roots lead to the same directories, so a compiled cage keeps it for its reuse check
+    (`reuse.Fingerprint`), which then pays only `present`'s lookups (none for the usual write
+    root, which holds no part of the installation)."""
     roots = [os.path.realpath(r) for r in write_roots]
-    found: list = []
+    found = []
     for path, kind, real, links in _resolved():
         # (a row EQUAL to a write root — `fs.write = ["{repo}/src"]` for an editable install, a
         # flat layout's checkout granted whole, a PYTHONPATH entry granted — makes that write
@@ -188,8 +198,17 @@ def inside(write_roots) -> list:
             elif kind in ALL_OURS and is_within(root, real):
                 here.append((root, kind, root))
             here.extend((link, kind, root) for link in links if is_within(link, root))
-        # (string comparisons first: the usual write root holds none of it, and costs no stat)
-        if here and (os.path.lexists(path) or (kind in MADE_IF_MISSING and _made(path))):
+        if here:
+            found.append((path, kind, tuple(here)))
+    return tuple(found)
+
+
+def present(candidates) -> list:
+    """`inside`'s answer from its `candidates`: the rows whose installation path exists now (or
+    was made: MADE_IF_MISSING), nested ones folded into the outermost."""
+    found: list = []
+    for path, kind, here in candidates:
+        if os.path.lexists(path) or (kind in MADE_IF_MISSING and _made(path)):
             found.extend(here)
     found.sort(key=lambda row: len(row[0]))
     kept: list = []

@@ -373,3 +373,65 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
                 links[link] = None
     from_defaults.extend(link for link in links if link not in taken)
     return from_defaults, from_policy
+
+
+def launch_reads(write_roots, explicit, defaults: bool):
+    """What decides `resolve_protected(write_roots, explicit, defaults)`, as two lists of paths:
+    (looked up, read) — each path it looks up (lstat: what is there, which inode; a directory's
+    ctime says whether an entry was added, removed or renamed in it) and each file it reads only
+    for its bytes (stat, symlinks followed). While every one of them shows the same inode, mode,
+    size, mtime and ctime, its answer is the same: `reuse.Fingerprint` checks these stats for a
+    compiled cage run again, instead of the whole resolution (a gate step's reuse check).
+
+    None where more decides it — fs.protect entries, a core.hooksPath or an include named by a
+    config, a symlink on the way to a default path (resolve_protected then follows them): the
+    caller resolves anew. Kept beside resolve_protected on purpose: a lookup added there must be
+    listed here (tests/cage/test_reuse_protected.py compares the two on changed trees)."""
+    if explicit:
+        return None
+    looked_up: list[str] = []
+    read: list[str] = []
+    if not defaults:
+        return looked_up, read
+
+    def down_to(root: str, name: str) -> bool:
+        # every directory on the way from `root` to root/name and that path itself
+        path = os.path.normpath(os.path.join(root, name))
+        if not path.startswith(root + "/"):
+            return False
+        at = root
+        for part in path[len(root) + 1:].split("/"):
+            at = f"{at}/{part}"
+            looked_up.append(at)
+        return True
+
+    for root in dict.fromkeys(os.path.realpath(r) for r in write_roots if os.path.isdir(r)):
+        looked_up.append(root)  # its entries: the default names present, `.git`, a manager's configs
+        for name in _present_defaults(root):
+            down_to(root, name)
+        git_dir = f"{root}/.git"
+        if not os.path.isdir(git_dir) or os.path.islink(git_dir):
+            looked_up.append(git_dir)  # (a symlink here is refused below)
+            continue
+        looked_up += [git_dir, f"{git_dir}/HEAD", f"{git_dir}/config", f"{git_dir}/hooks"]
+        if hooks_paths(root) or included_configs(root):
+            return None
+        # hooks_paths read the operator's global configs too: their bytes, wherever they lead
+        home = os.path.expanduser("~")
+        read += [os.path.join(home, ".gitconfig"),
+                 os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")]
+        hooks = f"{git_dir}/hooks"
+        try:
+            names = sorted(set(os.listdir(hooks)).intersection(GIT_HOOK_NAMES))
+        except OSError:
+            names = []
+        for name in names:
+            read.append(f"{hooks}/{name}")  # a manager's stub: what it names
+            head = _hook_stub(f"{hooks}/{name}")
+            config = _pre_commit_config(head) if PRE_COMMIT_STUB in head else None
+            if config and not down_to(root, config):
+                return None
+            if LEFTHOOK_STUB in head:  # (at the top or in .config/, which the defaults list already)
+                for name in LEFTHOOK_CONFIGS + LEFTHOOK_SCRIPT_DIRS:
+                    down_to(root, name)
+    return list(dict.fromkeys(looked_up)), list(dict.fromkeys(read))
