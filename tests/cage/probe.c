@@ -520,6 +520,9 @@ int main(int argc, char **argv) {
         char c; CHECK(read((int)num(a), &c, 1)); return ok(NULL);
     }
     if (!strcmp(v, "tiocsti")) return tiocsti(argc > 2 ? num(a) : TIOCSTI);
+    if (!strcmp(v, "tiocsetd")) {  /* the line discipline of the terminal on stdin (27: N_NULL) */
+        int disc = (int)num(a); CHECK(ioctl(0, TIOCSETD, &disc)); return ok(NULL);
+    }
     if (!strcmp(v, "tiocgwinsz")) {
         struct winsize w; CHECK(ioctl(0, TIOCGWINSZ, &w)); return ok(NULL);
     }

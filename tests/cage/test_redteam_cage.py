@@ -29,7 +29,7 @@ import sys
 import time
 
 import pytest
-from cagekit import BASE_READ
+from cagekit import SANDBOY, to_toml
 
 from sandboy.confine import namespaces
 
@@ -193,7 +193,6 @@ def test_a_dev_null_handed_in_on_stdio_takes_no_metadata_change(cage, host_devic
             streams = {0: {"stdin": null, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE},
                        1: {"stdin": subprocess.DEVNULL, "stdout": null, "stderr": subprocess.PIPE},
                        2: {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": null}}[fd]
-            from cagekit import SANDBOY, to_toml
 
             (cage.root / "p.toml").write_text(to_toml(py_policy(cage)))
             proc = subprocess.run([SANDBOY, "run", "--policy", str(cage.root / "p.toml"), "--", PY, "-c",
@@ -415,3 +414,25 @@ def test_the_exec_list_does_not_cover_a_memfd_by_design(cage):
     result = cage.run(argv=[PY, "-c", ATTEMPT + MEMFD], policy=policy)
     assert result.rc == 0 and result.out == str(os.geteuid()), result
     assert cage.run(argv=["/usr/bin/id", "-u"], policy=policy).rc == 126  # the exec list itself holds
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "fallback"])
+def test_tiocsetd_is_refused_on_a_pty(cage, probe, tier, monkeypatch):
+    """TIOCSETD on a pty the command holds would load a line discipline's module where the
+    kernel autoloads them (`dev.tty.ldisc_autoload = 1`, the default): n_hdlc, n_gsm, slip...
+    Refused by the filter (EPERM). The twin: the same probe uncaged sets N_NULL (27, built into
+    every kernel) on the same kind of pty, so the kernel alone would allow it."""
+    import pty
+
+    if not tier:
+        monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    master, slave = pty.openpty()
+    try:
+        outside = subprocess.run([probe, "tiocsetd", "27"], stdin=slave, capture_output=True, text=True, timeout=10)
+        assert outside.stdout.strip() == "ok", outside
+        assert cage.run("tiocsetd", 27, tty=True).out == "EPERM"  # its own pty (a terminal on stdin is relayed)
+    finally:
+        os.close(master)
+        os.close(slave)

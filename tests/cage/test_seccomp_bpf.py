@@ -96,7 +96,7 @@ def expected(nr, arch, args, deny, rules) -> int:
         return ENOSYS
     if nr == X86_64["clone"] and any(low[0] & bit for bit in NAMESPACE_BITS):
         return EPERM
-    if nr == X86_64["ioctl"] and low[1] in (0x5412, 0x541C):  # TIOCSTI, TIOCLINUX
+    if nr == X86_64["ioctl"] and low[1] in (0x5412, 0x541C, 0x5423):  # TIOCSTI, TIOCLINUX, TIOCSETD
         return EPERM
     for name, index in SEND_FLAGS_AT.items():
         if nr == X86_64[name] and low[index] & MSG_FASTOPEN_BIT and not rules.tcp_any_protocol:
@@ -170,7 +170,7 @@ interesting_nr = st.sampled_from([X86_64[n] for n in (
     "modify_ldt", "mbind")])
 arg = st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from([
     1, 2, 3, 4, 9, 10, 15, 16, 17, 40, 0x1_00000002, 0x1_0000000A, 1 | 0o4000, 2 | 0o2000000, 5, 0, 6, 17, 132,
-    262, 0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5413, 0x10000000,
+    262, 0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5423, 0x1_00005423, 0x5413, 0x10000000,
     0x40000000, 0x1_00000000, 0o4755, 0o2755, 0o1777, 0o6755, 0o755, 0o100755, 0x1_00000000 | 0o755,
     0x1_00000000 | 0o4755, 0o40000 | 0o2775, *NAMESPACE_BITS]))
 

@@ -59,7 +59,7 @@ def _arg_vectors():
     """Arguments that reach every branch of the argument rules, and their neighbours."""
     vectors = [[0] * 5]
     for index in range(4):
-        for value in (1, 2, 3, 4, 6, 10, 16, 17, 262, 0x5412, 0x541C, 0x5413, 0o4000, 0o2000, 0o1000, 0o6755,
+        for value in (1, 2, 3, 4, 6, 10, 16, 17, 262, 0x5412, 0x541C, 0x5423, 0x5413, 0o4000, 0o2000, 0o1000, 0o6755,
                       MSG_FASTOPEN := 0x20000000, MSG_FASTOPEN | 0x40, 0xFFFFFFFF, 0x1_00000000, *NAMESPACE_BITS):
             vector = [0] * 5
             vector[index] = value

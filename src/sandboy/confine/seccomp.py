@@ -15,7 +15,7 @@ number wins, and the rules are laid out in number order, in ranges a call withou
     nr == each denied call    -> EPERM   (the denylist; SysV IPC unless `ipc.sysv`)
     clone3, openat2           -> ENOSYS  (arguments live in memory BPF cannot read; libc falls back)
     clone: namespace flags    -> EPERM
-    ioctl: TIOCSTI/TIOCLINUX  -> EPERM
+    ioctl: TIOCSTI/TIOCLINUX/TIOCSETD -> EPERM
     socket: family/type/proto -> EPERM unless the policy allows it; netlink: NETLINK_ROUTE only
     socketpair SOCK_DGRAM     -> EPERM while unix sockets are refused
     prlimit64 on another pid  -> EPERM
@@ -140,6 +140,12 @@ CLONE_NS_FLAGS = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000   # NEWNS NE
                   | 0x10000000 | 0x20000000 | 0x40000000)              # NEWUSER NEWPID NEWNET
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
+# TIOCSETD sets a terminal's line discipline. With the kernel's default `dev.tty.ldisc_autoload = 1`
+# (CONFIG_LDISC_AUTOLOAD) an unprivileged process's TIOCSETD on any pty it opens LOADS the
+# discipline's module (n_hdlc, n_gsm, slip, slcan, ppp_async...): code with a long CVE history
+# (CVE-2017-2636 n_hdlc, n_gsm 2023-24) that no build uses, reachable from the cage's private pty
+# just as init_module (denied) would be. pppd, slattach and hciattach need it; a build does not.
+TIOCSETD = 0x5423
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCK_STREAM, SOCK_DGRAM = 1, 2
@@ -375,7 +381,8 @@ def _clone_rules(eperm: int) -> list:
 
 
 def _ioctl_rules(eperm: int) -> list:
-    body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 1, 0), _insn(JEQ_K, TIOCLINUX, 0, 1), RET_K | eperm << 32, _RET_ALLOW]
+    body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 2, 0), _insn(JEQ_K, TIOCLINUX, 1, 0), _insn(JEQ_K, TIOCSETD, 0, 1),
+            RET_K | eperm << 32, _RET_ALLOW]
     return [(syscall_nr("ioctl"), body)]
 
 
