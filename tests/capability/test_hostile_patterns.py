@@ -99,3 +99,23 @@ def test_a_write_root_the_checkout_ships_as_a_symlink_out_is_not_granted(world):
     assert _cli(["policy", "compile"], repo, home).returncode == 0
     _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"], repo, home)
     assert (home / "work/notes.txt").read_text() == "mine\n"  # host side
+
+
+@pytest.mark.parametrize("rel, text, code", [
+    (".claude/settings.json", "[" * 200_000 + "]" * 200_000, 2),
+    (".claude/settings.json", '{"a": ' + "[" * 990 + "]" * 990 + "}", 2),
+    (".codex/config.toml", "a = " + "[" * 200_000 + "]" * 200_000 + "\n", 2),
+    (".codex/config.toml", "a = " + "[" * 300 + "]" * 300 + "\n", 2),  # parsed, then too deep to write
+    (".sandboy/owned.json", "[" * 200_000 + "]" * 200_000, 0),  # Sandboy's own record: started afresh
+])
+def test_a_deeply_nested_file_the_repository_ships_is_an_error_not_a_traceback(tmp_path, rel, text, code):
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / rel).write_text(text)
+    (tmp_path / "owen.policy.toml").write_text('version = 1\ntargets = ["claude", "codex", "sandboy"]\n')
+    for command in ("compile", "check"):
+        run = _cli(["policy", command], tmp_path, tmp_path)
+        assert "Traceback" not in run.stderr and "RecursionError" not in run.stderr, run.stderr[-500:]
+        if command == "compile":
+            assert run.returncode == code, run.stderr
+            if code == 2:
+                assert f"{rel}: nested too deeply" in run.stderr

@@ -85,7 +85,7 @@ class Context:
             self.previous = json.loads(_read_text(OWNED, _inside(root, OWNED)) or "{}")
             if not isinstance(self.previous, dict):
                 self.previous = {}
-        except (PolicyError, ValueError):
+        except (PolicyError, ValueError, RecursionError):  # RecursionError: `[[[[…` nested 200,000 deep
             self.previous = {}  # start afresh; write() refuses a non-regular file there
         self.now = {}
         self.warnings = []

@@ -111,6 +111,8 @@ class Claude(Target):
                 doc = json.loads(text)
             except ValueError as exc:
                 raise PolicyError(SETTINGS, "", f"not valid JSON ({exc}); fix it, then compile again") from None
+            except RecursionError:  # a cloned repository's `[[[[…` (200,000 deep) was a traceback
+                raise PolicyError(SETTINGS, "", "nested too deeply to be a settings file; fix it, then compile again") from None
             if not isinstance(doc, dict):
                 raise PolicyError(SETTINGS, "", "expected a JSON object at the top")
         ctx.own(SETTINGS, merge(doc, wanted(policy), ctx.owned(SETTINGS)))
@@ -124,7 +126,7 @@ class Claude(Target):
         text = ctx.read(SETTINGS)
         try:
             doc = json.loads(text) if text else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}  # not ours to repair; compile for claude reports it
         if not isinstance(doc, dict):
             return {}

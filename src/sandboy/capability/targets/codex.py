@@ -52,6 +52,8 @@ class Codex(Target):
                 doc = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 raise PolicyError(CONFIG, "", f"not valid TOML ({exc}); fix it, then compile again") from None
+            except RecursionError:  # a cloned repository's `a = [[[[…` was a traceback
+                raise PolicyError(CONFIG, "", "nested too deeply to be a Codex configuration; fix it, then compile again") from None
         previous = ctx.owned(CONFIG)
         perms = doc.setdefault("permissions", {})
         if not isinstance(perms, dict):
@@ -73,7 +75,10 @@ class Codex(Target):
                                 f"the [permissions.{policy.codex_profile}] profile is written but not selected")
         ctx.own(CONFIG, owned)
         head = f"# {MARKER} (the [permissions.{policy.codex_profile}] profile)\n"
-        return {CONFIG: head + tomli_w.dumps(doc)}
+        try:
+            return {CONFIG: head + tomli_w.dumps(doc)}
+        except RecursionError:  # tomllib read it, tomli_w's writer recurses deeper per level (300)
+            raise PolicyError(CONFIG, "", "nested too deeply to be a Codex configuration; fix it, then compile again") from None
 
     def retract(self, ctx) -> dict:
         """The policy no longer names Codex: remove the profile Sandboy wrote (and
@@ -84,7 +89,7 @@ class Codex(Target):
 
         try:
             doc = tomllib.loads(ctx.read(CONFIG) or "")
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             return {}
         owned = ctx.owned(CONFIG)
         perms = doc.get("permissions")
@@ -94,7 +99,10 @@ class Codex(Target):
                 doc.pop("permissions")
         if owned.get("default_permissions") and doc.get("default_permissions") == owned.get("profile"):
             doc.pop("default_permissions")
-        return {CONFIG: tomli_w.dumps(doc)}
+        try:
+            return {CONFIG: tomli_w.dumps(doc)}
+        except RecursionError:
+            return {}  # not ours to repair
 
     def fidelity(self, policy) -> list:
         out = []
