@@ -693,3 +693,20 @@ def test_the_gate_started_with_sigchld_ignored_gets_each_steps_code(program, dis
     assert out.returncode == 1, out.stderr[-3000:]
     assert (steps["ok"]["status"], steps["ok"]["returncode"]) == ("passed", 0), steps["ok"]
     assert (steps["three"]["status"], steps["three"]["returncode"]) == ("failed", 3), steps["three"]
+
+
+def test_the_last_capability_search_finds_every_possible_answer_in_few_questions():
+    """hygiene.search_last_cap, asked of a kernel whose prctl accepts 0..last (or nothing): the
+    right answer for every last capability a kernel could have, two questions for the usual one
+    (40 since Linux 5.9) and at most eight for any."""
+    from sandboy.confine import hygiene
+
+    for last in range(-1, 64):
+        asked = []
+
+        def known(cap, last=last, asked=asked):
+            asked.append(cap)
+            return cap <= last
+
+        assert hygiene.search_last_cap(known) == last
+        assert len(asked) <= (2 if last == 40 else 8), (last, asked)
