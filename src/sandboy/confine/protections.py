@@ -203,13 +203,22 @@ def _own_cache_dir() -> str:
 
 
 def _names(mask: int, table: dict) -> list[str]:
-    return [name for name, bit in table.items() if mask & bit]
+    """The names in `table` (name -> one bit, in ascending bit order) of the bits set in `mask`."""
+    by_bit = {bit: name for name, bit in table.items()} if table is not FS_RIGHT_NAMES else _FS_RIGHT_BY_BIT
+    names = []
+    while mask:
+        bit = mask & -mask  # the lowest bit left: ascending, as the table lists them
+        if bit in by_bit:
+            names.append(by_bit[bit])
+        mask ^= bit
+    return names
 
 
 FS_RIGHT_NAMES = {name.lower(): getattr(landlock, name) for name in (
     "EXECUTE", "WRITE_FILE", "READ_FILE", "READ_DIR", "REMOVE_DIR", "REMOVE_FILE", "MAKE_CHAR",
     "MAKE_DIR", "MAKE_REG", "MAKE_SOCK", "MAKE_FIFO", "MAKE_BLOCK", "MAKE_SYM", "REFER",
     "TRUNCATE", "IOCTL_DEV")}
+_FS_RIGHT_BY_BIT = {bit: name for name, bit in FS_RIGHT_NAMES.items()}
 
 
 def _refuse_unwalkable_write_roots(write_roots, source: str) -> None:

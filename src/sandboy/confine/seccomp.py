@@ -224,19 +224,25 @@ def errno_ret(err: int) -> int:
 def native_arch_only(bpf: bytes) -> bool:
     """Does the program start by refusing every architecture but x86_64 and the x32 numbers?
     Read from the program itself, so the status report says what the filter does, not what it
-    was meant to do."""
-    insns = [int.from_bytes(bpf[i:i + 8], "little") for i in range(0, min(len(bpf), 48), 8)]
+    was meant to do: its first six instructions, each compared on the fields that decide
+    (`_ARCH_CHECK`), all at once as one 48-byte number."""
+    return len(bpf) >= 48 and int.from_bytes(bpf[:48], "little") & _ARCH_CHECK_MASK == _ARCH_CHECK_VALUE
 
-    def code(i):
-        return insns[i] & 0xFFFF
 
-    def k(i):
-        return insns[i] >> 32
-
-    return (len(insns) == 6 and code(0) == LD_W_ABS and k(0) == OFF_ARCH and code(1) == JEQ_K
-            and k(1) == AUDIT_ARCH_X86_64 and (insns[1] >> 16) & 0xFF == 1 and code(2) == RET_K
-            and k(2) & 0xFFFF0000 == RET_ERRNO and code(3) == LD_W_ABS and k(3) == OFF_NR
-            and code(4) == JGE_K and k(4) == X32_SYSCALL_BIT and code(5) == RET_K and k(5) & 0xFFFF0000 == RET_ERRNO)
+_CODE, _JT, _K = 0xFFFF, 0xFF << 16, 0xFFFFFFFF << 32
+_ERRNO_ACTION = 0xFFFF0000 << 32  # RET_ERRNO whatever the errno
+# (mask, value) per instruction: A = arch; if A == x86_64 skip one (jt = 1); return ERRNO;
+# A = nr; if A >= x32 bit (else skip one); return ERRNO
+_ARCH_CHECK = (
+    (_CODE | _K, LD_W_ABS | OFF_ARCH << 32),
+    (_CODE | _JT | _K, JEQ_K | 1 << 16 | AUDIT_ARCH_X86_64 << 32),
+    (_CODE | _ERRNO_ACTION, RET_K | RET_ERRNO << 32),
+    (_CODE | _K, LD_W_ABS | OFF_NR << 32),
+    (_CODE | _K, JGE_K | X32_SYSCALL_BIT << 32),
+    (_CODE | _ERRNO_ACTION, RET_K | RET_ERRNO << 32),
+)
+_ARCH_CHECK_MASK = sum(mask << 64 * i for i, (mask, _) in enumerate(_ARCH_CHECK))
+_ARCH_CHECK_VALUE = sum(value << 64 * i for i, (_, value) in enumerate(_ARCH_CHECK))
 
 
 # Rules tested per range of numbers (see `build`): at most this many per range.
