@@ -203,7 +203,8 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
                 split(child, rights, [*denies_below.get(name, ()), *denies_below.get("", ())],
                       [*protects_below.get(name, ()), *protects_below.get("", ())])
 
-    near_denies, near_protects = _near(grants, denies), _near(grants, protects)
+    # no protected path (a policy without write roots): nothing near any grant, no walk for it
+    near_denies, near_protects = _near(grants, denies), (_near(grants, protects) if protects else {})
     for path, rights in grants.items():
         denies_here = near_denies.get(path, denies)
         if is_within_any(path, denies_here):
