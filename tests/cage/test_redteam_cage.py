@@ -436,3 +436,147 @@ def test_tiocsetd_is_refused_on_a_pty(cage, probe, tier, monkeypatch):
     finally:
         os.close(master)
         os.close(slave)
+
+
+FDS = r"""
+held = {}
+for fd in sorted(int(fd) for fd in os.listdir("/proc/self/fd")):
+    try:
+        held[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    except FileNotFoundError:
+        pass  # the listing's own fd, closed by now
+print(json.dumps(held))
+"""
+
+
+@pytest.mark.parametrize("how", ["exec-mode", "api", "supervised", "tty", "egress"])
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "fallback"])
+def test_the_command_holds_no_fd_beyond_stdio(cage, how, tier, monkeypatch):
+    """No fd of Sandboy's reaches the command: the Landlock ruleset, the plan's copies, the
+    error pipe, the relay's pty master, the egress proxy's listener — in every way a run is
+    started: only 0-2."""
+    if not tier:
+        monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    sections = {"limits": {"wall_seconds": 30}} if how == "supervised" else {}
+    if how == "egress":
+        sections["net"] = {"domains": ["example.invalid"]}
+    kwargs = {"via": "cli"} if how == "exec-mode" else {"tty": True} if how == "tty" else {}
+    policy = py_policy(cage, **sections)
+    result = cage.run(argv=[PY, "-c", ATTEMPT + FDS], policy=policy, **kwargs)
+    assert result.rc == 0, result
+    fds = json.loads(result.out.strip().splitlines()[-1])
+    assert sorted(fds) == ["0", "1", "2"], fds
+
+
+def test_the_callers_agent_bus_and_secrets_are_not_passed(cage, monkeypatch):
+    """The caller's SSH agent and session bus (sockets a command could use on the caller's
+    behalf with `net.unix`), its runtime directory, cloud keys, LD_PRELOAD and PYTHONPATH do
+    not reach the command; the default list does (ADR 0007)."""
+    leaks = {"SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/0/bus",
+             "XDG_RUNTIME_DIR": "/run/user/0", "AWS_SECRET_ACCESS_KEY": "k", "GITHUB_TOKEN": "t",
+             "LD_PRELOAD": "", "PYTHONPATH": "/nowhere", "GIT_ASKPASS": "/bin/true"}
+    for name, value in leaks.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    result = py(cage, "print(json.dumps(dict(os.environ)))")
+    env = json.loads(result.out)
+    assert not set(leaks) & set(env), env
+    assert env.get("LANG") == "C.UTF-8" and "PATH" in env, env
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "fallback"])
+def test_a_host_posix_message_queue_is_out_of_reach(cage, tier, monkeypatch):
+    """POSIX message queues (`mq_open`, not SysV: no seccomp rule) of the host, by name: under
+    the tier the IPC namespace has its own mqueue instance (ENOENT), without it Landlock refuses
+    opening a file of the kernel's internal mqueue mount (EACCES); the message stays on the
+    host and no queue is left. Held: a regression probe."""
+    import ctypes
+
+    if not tier:
+        monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    libc = ctypes.CDLL(None, use_errno=True)
+    name = f"/sandboy-redcage-{os.getpid()}-{os.urandom(3).hex()}".encode()
+
+    class Attr(ctypes.Structure):
+        _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                    ("curmsgs", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+
+    libc.mq_open.restype = ctypes.c_int
+    queue = libc.mq_open(name, os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600, ctypes.byref(Attr(0, 4, 64, 0)))
+    if queue < 0:
+        pytest.skip(f"no POSIX message queues here (errno {ctypes.get_errno()})")
+    try:
+        assert libc.mq_send(queue, b"host-secret", 11, 0) == 0
+        code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "def mq(flags):\n"
+                "    if libc.mq_open(sys.argv[1].encode(), flags, 0o600, None) < 0:\n"
+                "        raise OSError(ctypes.get_errno(), '')\n"
+                "print(attempt(lambda: mq(os.O_RDWR | os.O_NONBLOCK)), attempt(lambda: mq(os.O_CREAT | os.O_RDWR)))\n")
+        result = py(cage, code, name.decode())
+        assert result.out.split()[0] == ("ENOENT" if tier else "EACCES"), result
+        assert result.out.split()[1] == "EACCES", result  # no queue made (Landlock: no rule on that mount)
+        buf = ctypes.create_string_buffer(64)
+        assert libc.mq_receive(queue, buf, 64, None) == 11 and buf.value == b"host-secret"
+    finally:
+        os.close(queue)
+        libc.mq_unlink(name)
+
+
+
+LEFTOVER = r"""
+import signal, time
+watcher, out = int(sys.argv[1]), sys.argv[2]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1.0)  # the run has returned by now
+        res = [attempt(lambda: os.kill(watcher, signal.SIGURG)),
+               attempt(lambda: os.killpg(os.getpgid(watcher), signal.SIGURG)),
+               attempt(lambda: os.kill(-1, signal.SIGURG))]
+        with open(out + ".tmp", "w") as fh:
+            fh.write(json.dumps([os.getpid(), res]))
+        os.rename(out + ".tmp", out)
+        os._exit(0)
+    os._exit(0)
+os.wait()
+"""
+
+
+@pytest.mark.without_namespaces
+def test_a_leftover_of_an_unsupervised_run_cannot_signal_the_caller_after_it(cage):
+    """Without the tier an unsupervised run (the API's direct child: no timeout, no hook) leaves
+    a double-forked process behind, by design (docs/threat-model.md). After the run has
+    returned it signals the caller (a process of the same uid blocking and collecting SIGURG),
+    the caller's process group and kill(-1): Landlock's scope refuses the first two (EPERM) and
+    kill(-1) reaches nobody outside the domain; the caller receives nothing."""
+    watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, "2.5"], stdout=subprocess.PIPE, text=True)
+    assert watcher.stdout.readline().strip() == "ready"
+    out = cage.work / "leftover.json"
+    policy = cage.policy(fs={"exec": ["/usr/bin", "/bin"], "write": [str(cage.work)], "protect_defaults": False})
+    from sandboy import Policy, run
+
+    null = os.open(os.devnull, os.O_RDWR)
+    started = time.monotonic()
+    try:
+        result = run([PY, "-c", ATTEMPT + LEFTOVER, str(watcher.pid), str(out)], Policy.from_mapping(policy, "<t>"),
+                     cwd=str(cage.work), stdin=null, stdout=null, stderr=null)  # no timeout: unsupervised
+    finally:
+        os.close(null)
+    assert result.returncode == 0 and time.monotonic() - started < 1.0, result  # returned before the leftover acted
+    assert not out.exists()
+    deadline = time.monotonic() + 10
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid, res = json.loads(out.read_text())
+    try:
+        assert res == ["EPERM", "EPERM", "ok"], res  # kill(-1) returns 0 even where every target refused
+        assert watcher.communicate()[0].strip() == "none"
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
