@@ -38,6 +38,7 @@ SYS_BIND = 49
 SYS_LISTEN = 50
 SYS_SETSOCKOPT = 54
 SYS_CLONE = 56
+SYS_FCNTL = 72
 SYS_KILL = 62
 SYS_CHDIR = 80
 SYS_SETSID = 112
@@ -59,6 +60,7 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 
 
 AT_FDCWD = -100 & 0xFFFFFFFFFFFFFFFF
+F_GETFL = 3
 SIGCHLD = 17
 NR_INIT = -1          # pseudo-call: become the PID namespace's init (see the module docstring)
 REPORT_STATUS = -2    # error-pipe record of the init: (REPORT_STATUS, the command's wait status)

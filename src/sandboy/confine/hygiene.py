@@ -7,6 +7,7 @@ import os
 from sandboy.confine._libc import (
     SYS_CAPSET,
     SYS_CLOSE_RANGE,
+    SYS_FCNTL,
     SYS_PRCTL,
     SYS_PRLIMIT64,
     SYS_RT_SIGACTION,
@@ -56,7 +57,7 @@ def plan_signals() -> list:
     return steps
 
 
-SYS_FCNTL, F_SETFD, FD_CLOEXEC = 72, 2, 1
+F_SETFD, FD_CLOEXEC = 2, 1
 _CLOSE_RANGE_OK = []
 
 
