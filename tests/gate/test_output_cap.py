@@ -131,3 +131,33 @@ def test_the_cli_default_is_the_runners():
     action = next(a for a in parser._actions if a.dest == "max_step_output")
     assert action.default is None  # run_command then passes DEFAULT_MAX_STEP_OUTPUT
     assert f"default {DEFAULT_MAX_STEP_OUTPUT >> 20}M" in action.help
+
+
+def test_all_steps_together_keep_at_most_eight_times_the_step_cap(tmp_path, fake_home):
+    """Session 7: the cap was per step only, so 1,000 steps of `yes | head -c 32M` wrote 32 GB of
+    logs and console. Scaled down (--max-step-output 256K, 12 steps of 256 KiB): the first eight
+    keep everything, the rest keep 64 KiB each (head and tail), every report says so."""
+    from sandboy.gate.capture import GATE_OUTPUT_FACTOR, STEP_OUTPUT_FLOOR
+
+    cap, steps = 256 * 1024, 12
+    gate = "".join(f'[[step]]\nname = "s{i}"\nrun = "echo FIRST-{i}; yes | head -c {cap - 200}; echo LAST-{i}"\n'
+                   for i in range(steps))
+    repo = make_repo(tmp_path, gate)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_gate(repo, "--max-step-output", "256K", "--logs", out / "logs", "--json", out / "r.json",
+                    home=fake_home, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = by_name(json.loads((out / "r.json").read_text()))
+    logs = {i: (out / "logs" / f"s{i}.log").read_bytes() for i in range(steps)}
+    for i in range(steps):
+        assert logs[i].startswith(f"FIRST-{i}\n".encode()) and logs[i].endswith(f"LAST-{i}\n".encode())
+        if i < GATE_OUTPUT_FACTOR:  # twin: within the gate's total, byte for byte
+            assert report[f"s{i}"]["output_dropped"] == 0 and len(logs[i]) == report[f"s{i}"]["output_bytes"]
+        else:
+            assert report[f"s{i}"]["output_dropped"] == report[f"s{i}"]["output_bytes"] - STEP_OUTPUT_FLOOR
+            assert len(logs[i]) <= STEP_OUTPUT_FLOOR + 200
+    total = sum(len(log) for log in logs.values())
+    assert total <= GATE_OUTPUT_FACTOR * cap + (steps - GATE_OUTPUT_FACTOR) * (STEP_OUTPUT_FLOOR + 200), total
+    assert len(proc.stdout.encode()) <= GATE_OUTPUT_FACTOR * cap + steps * (STEP_OUTPUT_FLOOR + 8192)
+    assert f"{GATE_OUTPUT_FACTOR}x it for all steps together" in proc.stdout

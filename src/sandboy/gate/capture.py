@@ -10,6 +10,11 @@ import collections
 TAIL_BYTES = 64 * 1024      # of each step's output kept in memory for the reports
 MAX_LINE = 16 * 1024        # a longer line is cut into pieces, so memory stays bounded
 DEFAULT_MAX_STEP_OUTPUT = 32 << 20  # bytes of a step's output kept in its log, and shown, per step
+# All steps together keep at most GATE_OUTPUT_FACTOR x --max-step-output (256 MiB by default) in
+# their logs and on the console; past that each step keeps STEP_OUTPUT_FLOOR (head and tail).
+# Without it, 1,000 steps of `yes | head -c 32M` wrote 32 GB of logs and console (session 7).
+GATE_OUTPUT_FACTOR = 8
+STEP_OUTPUT_FLOOR = 64 << 10
 
 
 class HeadTail:

@@ -59,7 +59,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logs", metavar="DIR", help="write each step's full output to DIR/<step>.log")
     parser.add_argument("--max-step-output", metavar="SIZE", type=size_type(1024), default=None,
                         help="bytes of each step's output kept in its log and shown (head and tail; "
-                             "the rest is dropped and reported); default 32M")
+                             "the rest is dropped and reported); default 32M; all steps together keep "
+                             "at most 8 times it, then 64K a step")
     parser.add_argument("--budget", metavar="DURATION", type=_budget_type,
                         help="wall time all steps together may take, e.g. 45m, 2h, 5400 (0 = no budget); "
                              "default: the ceiling's [gate] budget, else 6h")

@@ -17,6 +17,7 @@ import sys
 import time
 
 from sandboy.escape import block, clean
+from sandboy.gate.capture import GATE_OUTPUT_FACTOR
 from sandboy.gate.status import Status
 
 _COLOURS = {Status.PASSED: "32", Status.FAILED: "31", Status.TIMED_OUT: "31", Status.KILLED: "31",
@@ -31,7 +32,8 @@ LABELS = {Status.PASSED: "PASSED", Status.FAILED: "FAILED", Status.TIMED_OUT: "T
 def truncation(result) -> str:
     """How much of a step's output was dropped (over --max-step-output), in words."""
     return (f"output truncated: {result.output_dropped:,} of {result.output_bytes:,} bytes dropped "
-            "(the log and the console keep the head and the tail; --max-step-output)")
+            "(the log and the console keep the head and the tail; --max-step-output, and "
+            f"{GATE_OUTPUT_FACTOR}x it for all steps together)")
 
 
 def label(result) -> str:

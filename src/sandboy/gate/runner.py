@@ -19,7 +19,7 @@ import time
 
 from sandboy.confine.result import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, PLANTED, SIGNALED, TIMED_OUT
 from sandboy.errors import EXIT_CAGE, EXIT_INTERRUPTED, EXIT_USAGE, CageError, PolicyError
-from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT, StepOutput
+from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT, GATE_OUTPUT_FACTOR, STEP_OUTPUT_FLOOR, StepOutput
 from sandboy.gate.status import Status
 from sandboy.policy.meet import meet
 from sandboy.policy.resolve import Context, policy_dir, resolve
@@ -283,6 +283,8 @@ class GateRun:
         self.budget = budget
         # bytes of each step's output kept in its log and shown on the console (head and tail)
         self.max_output = max_output
+        # what all the steps together may still keep (capture.GATE_OUTPUT_FACTOR)
+        self.output_left = GATE_OUTPUT_FACTOR * max_output
         self.ceiling_source = ceiling.source
         self.ceiling = resolve_ceiling(ceiling, gate.repo)
         from sandboy.gate.repository_links import RepositoryLinks
@@ -406,7 +408,8 @@ class GateRun:
 
             log_fh = open_output(result.log_path)
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        stream = StepOutput(self.console, step.name, log_fh, self.max_output)
+        stream = StepOutput(self.console, step.name, log_fh,
+                            min(self.max_output, max(self.output_left, STEP_OUTPUT_FLOOR)))
         interrupted = False
         owned = False
         cage = None
@@ -475,6 +478,7 @@ class GateRun:
                 log_fh.close()
             result.tail = bytes(stream.tail)
             result.output_bytes, result.output_dropped = stream.total, stream.dropped
+            self.output_left -= stream.total - stream.dropped
             result.duration = time.monotonic() - started
         result.run_result = outcome
         result.status = _status(outcome)
