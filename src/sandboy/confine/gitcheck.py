@@ -603,6 +603,10 @@ class GitSnapshot:
         record the previous check of the same gate took after ITS run (`GitDirs`, nothing but
         Sandboy runs between two steps): only the roots it did not cover are walked now."""
         roots, files, paths = self.roots, self.files, {}
+        # the write root whose walk reached WALK_BUDGET now: the check after the run would too
+        # (it walks the same way, counting the same entries), so the run is refused before it
+        # starts (GitCheck.start) instead of failing closed after the work was done
+        self.beyond_bound = None
         if carried is not None:
             roots = [root for root in roots if not carried.covers(root)]
             files = [path for path in files if path not in carried.files and not carried.covers(path)]
@@ -610,7 +614,8 @@ class GitSnapshot:
             if not roots and not files:
                 return paths
         census = _Check(self, census=True)
-        census.survey(roots, files, WALK_BUDGET)  # beyond the budget: what was not reached is judged whole
+        if not census.survey(roots, files, WALK_BUDGET):
+            self.beyond_bound = census.cut_at
         paths.update(census.dirs)
         return paths
 
@@ -634,9 +639,11 @@ class GitSnapshot:
     def _new(self, st) -> bool:
         return st.st_ctime_ns >= self.since_ns
 
-    def verify(self, budget: int = WALK_BUDGET) -> list:
+    def verify(self, budget: int | None = None) -> list:
         """Findings, in the order found (empty: nothing planted). Call only once the command
-        and all its processes have ended."""
+        and all its processes have ended. `budget`: entries to walk, WALK_BUDGET (as the
+        launch's census) unless given."""
+        budget = WALK_BUDGET if budget is None else budget
         check = _Check(self)
         for path in self.global_inside:
             check.config(path, False, None, GLOBAL)
@@ -699,6 +706,7 @@ class _Check:
         self.hook_dirs: set = set()  # (realpath, full) looked through: each once, however often named
         self.hooks_by_top: dict = {}  # worktree top -> {core.hooksPath directory its configs name: None}
         self.parse_left = CONFIG_PARSE_BUDGET
+        self.cut_at = None  # the root being walked when the walk reached its budget
 
     def add(self, path, why: str, restore=None) -> None:
         # a set, not `in self.findings`: 20,000 files made in a hooks directory (a tenth of a
@@ -759,6 +767,7 @@ class _Check:
         for root in roots:
             left = self.walk(root, left)
             if left < 0:
+                self.cut_at = root
                 self.add(None, f"{root}: more than {budget:,} entries to look through for repositories; "
                          "not checked to the end, so the run fails closed: grant a narrower fs.write (the "
                          "project, not a whole home or tree), or fs.protect_defaults = false to go without "
@@ -1310,6 +1319,16 @@ def after_run(snap) -> str:
             "(ADR 0019): " + "; ".join(parts))
 
 
+def beyond_bound(root: str, roots: int) -> str:
+    """Why a run is refused at launch: its write roots hold more than the check can walk."""
+    where = (f"{root} holds more than {WALK_BUDGET:,} entries" if roots == 1 else
+             f"the {roots} write roots hold more than {WALK_BUDGET:,} entries together ({root} reached the bound)")
+    return (f"fs.write: {where} to look through for repositories the command could plant; the post-run git "
+            "check (ADR 0019) would stop at that bound AFTER the command ran and fail the run, so it is refused "
+            "before it starts: grant the project's directory (or a cache or output directory), not a whole home "
+            "or tree — or set fs.protect_defaults = false to go without the check and the protected paths")
+
+
 def _cage_scope(cage):
     """The check's Scope for one run of `cage`, or None when the policy turned the protected
     defaults off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is not
@@ -1353,6 +1372,11 @@ class GitCheck:
         # the launch configs and (unless carried) where the git directories are are read now
         carried = self.record.take() if self.record is not None else None
         self.snap = GitSnapshot.at_launch(self.scope, carried)
+        if self.snap is not None and self.snap.beyond_bound is not None:
+            from sandboy.errors import CageError
+
+            root, self.snap = self.snap.beyond_bound, None  # (nothing to check after: nothing runs)
+            raise CageError(beyond_bound(root, len(self.scope.roots)))
         return ()
 
     def started(self, run) -> None:
