@@ -72,6 +72,33 @@ def test_run_start_up_imports_nothing_heavy(policy):
     assert not used & needless, used & needless
 
 
+def test_run_warning_and_error_paths_do_not_import___future__(tmp_path):
+    """`from __future__ import annotations` imports the `__future__` module at run time (≈ 0.59 M
+    instructions, docs/performance.md session 7): the modules a `sandboy run` may print through
+    (`escape`, for a warning or a policy error) or supervise with (`cgroup`) go without it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    warned = tmp_path / "warned.toml"  # a protected path that is not there yet: a launch warning
+    warned.write_text(TRUE_POLICY + f'write = ["{work}"]\nprotect = ["{work}/not-yet"]\n')
+    missing = tmp_path / "missing.toml"  # a policy error before any parse (a parse imports tomllib, which
+    # has __future__ of its own)
+    subprocess.run([SANDBOY, "run", "--policy", str(warned), "--", "/bin/true"], stdin=subprocess.DEVNULL,
+                   capture_output=True, start_new_session=True)  # warm the parse cache
+    for policy, code, said in ((warned, 0, "does not exist"), (missing, 2, "cannot read")):
+        argv = [SANDBOY, "run", "--policy", str(policy), "--", "/bin/true"]
+        proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+        assert proc.returncode == code and said in proc.stderr, proc.stderr[-2000:]
+        used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        assert "sandboy.escape" in used  # the path under test printed through escape
+        assert "__future__" not in used
+    import sandboy.confine.cgroup  # noqa: F401 — the pids cgroup of a supervised run as root
+
+    found = subprocess.run([sys.executable, "-c", "import sys, sandboy.confine.cgroup, sandboy.escape; "
+                            "print('__future__' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False"
+
+
 def test_without_write_roots_nothing_is_protected_and_nothing_is_looked_up(tmp_path):
     """protections.protected_paths skips confine.protected for a policy with no write root;
     the real resolver gives the same (empty) answer for the same inputs, even with a protected
