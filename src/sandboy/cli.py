@@ -188,7 +188,9 @@ def cmd_run(args: RunArgs) -> int:
 def _open_status(args: RunArgs) -> int:
     """`--status-json FILE` / `--status-fd N`: the descriptor, opened before the cage closes,
     written after (`_write_status`)."""
-    import json  # noqa: F401 — imported now: after Landlock the stdlib may no longer be readable
+    # imported now: after Landlock the package may no longer be readable. Not `json`: it imports
+    # `re` and compiles its patterns (≈ 8 ms of CPU, docs/performance.md session 7)
+    from sandboy import json_text  # noqa: F401
 
     if args.status_json:
         return os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -197,14 +199,12 @@ def _open_status(args: RunArgs) -> int:
 
 
 def _write_status(fd: int, enforced, degraded, warnings, source, outcome) -> None:
-    import json
-
-    from sandboy import __version__
+    from sandboy import __version__, json_text
     from sandboy.confine.landlock import abi_version
 
     doc = {"sandboy": __version__, "policy": source, "landlock_abi": abi_version(),
            "enforced": enforced, "degraded": degraded, "warnings": warnings, **outcome}
-    os.write(fd, (json.dumps(doc, indent=2) + "\n").encode())
+    os.write(fd, (json_text.dumps(doc) + "\n").encode())  # json.dumps(doc, indent=2)'s text
 
 
 def _dry_run(policy, args: RunArgs) -> int:
