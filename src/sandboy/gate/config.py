@@ -19,12 +19,15 @@ GATE_DIR = ".007"
 GATE_FILE = "gate.toml"
 DEFAULT_SHELL = ("bash", "-lc")
 MAX_STEPS = 1000
-# fs paths in the steps' policies, counted once for each step that uses them: each is resolved
-# (symlinks followed), met with the ceiling, reported and kept in every report for EACH step.
-# A 1 MiB policy of 100,000 symlinks to `/` named by a step cost 11 s, 20 MB of console, 27 MB
-# of JSON, 20 MB of JUnit and ~160 MB of the gate's memory per step: named by 1,000 steps of a
-# 60 kB gate.toml, that was hours and ~160 GB (session 7). One such policy used once still fits.
-MAX_GATE_POLICY_PATHS = 100_000
+# Entries (list items: fs paths, domains, env names, syscalls...) and text in the steps' policies,
+# counted once for EACH step that uses them: each entry is resolved (symlinks followed), met with
+# the ceiling, reported and kept in every report for every step. A 1 MiB policy of 100,000
+# symlinks to `/` named by a step cost 11 s, 20 MB of console, 27 MB of JSON, 20 MB of JUnit and
+# ~160 MB of the gate's memory per step; one of 38,000 env.set names and 10,000 domains 2.3 MB of
+# JSON and 10,000 narrowings per step: named by 1,000 steps of a 60 kB gate.toml, that was hours
+# and ~160 GB (session 7). One such policy used once still fits.
+MAX_GATE_POLICY_ENTRIES = 100_000
+MAX_GATE_POLICY_TEXT = 32 << 20  # characters of those entries (an env.set value may be long)
 MAX_NAME = 64
 MAX_RUN = 65536
 MAX_TIMEOUT = 7 * 24 * 3600
@@ -243,21 +246,39 @@ def from_data(data: dict, repo: str, src: str) -> Gate:
             raise PolicyError(src, f"step[{i}].name", f"duplicate step name {step.name!r} (names must be unique)")
         seen.add(step.name)
         steps.append(step)
-    _check_policy_paths(src, steps)
+    _check_policy_weight(src, steps)
     return Gate(repo, src, shell, steps)
 
 
-def _check_policy_paths(src: str, steps: list) -> None:
-    """Refuse a gate whose steps together name more than MAX_GATE_POLICY_PATHS fs paths."""
-    total = 0
+def _weight(policy) -> tuple[int, int]:
+    """(entries, characters) of a step policy's lists and tables."""
+    entries = chars = 0
+    for section in (policy.fs, policy.net, policy.seccomp, policy.env):
+        for name in section.__slots__:
+            value = getattr(section, name)
+            if isinstance(value, tuple):
+                entries += len(value)
+                for item in value:  # a string, a port, or an env.set (name, value) pair
+                    chars += sum(len(str(part)) for part in item) if isinstance(item, tuple) else len(str(item))
+    return entries, chars
+
+
+def _check_policy_weight(src: str, steps: list) -> None:
+    """Refuse a gate whose steps' policies together hold more than MAX_GATE_POLICY_ENTRIES entries
+    or MAX_GATE_POLICY_TEXT characters, each policy counted once per step that names it."""
+    weights: dict = {}  # id(policy) -> weight: steps naming one file or table share its Policy
+    entries = chars = 0
     for i, step in enumerate(steps):
         if step.policy is None:
             continue
-        fs = step.policy.fs
-        total += sum(len(getattr(fs, field)) for field in _FS_PATH_KEYS)
-        if total > MAX_GATE_POLICY_PATHS:
+        weight = weights.get(id(step.policy))
+        if weight is None:
+            weight = weights[id(step.policy)] = _weight(step.policy)
+        entries, chars = entries + weight[0], chars + weight[1]
+        if entries > MAX_GATE_POLICY_ENTRIES or chars > MAX_GATE_POLICY_TEXT:
             raise PolicyError(src, f"step[{i}] ({step.name!r}).policy",
-                              f"the steps' policies name {total} fs paths by this step (each counted once per "
-                              f"step that uses it); at most {MAX_GATE_POLICY_PATHS} in a gate: each is resolved, "
-                              "met with the ceiling and reported again for every step; grant directories "
-                              "rather than files, or share fewer large policies between steps")
+                              f"the steps' policies hold {entries} entries ({chars} characters) by this step, "
+                              f"each counted once per step that uses it; at most {MAX_GATE_POLICY_ENTRIES} "
+                              f"entries and {MAX_GATE_POLICY_TEXT} characters in a gate: each entry is resolved, "
+                              "met with the ceiling and reported again for every step; grant directories rather "
+                              "than files, or share fewer large policies between steps")
