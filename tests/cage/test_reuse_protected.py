@@ -45,9 +45,9 @@ class _Resolutions:
         self.calls = 0
         real = protections.protected_paths
 
-        def counted(*args):
+        def counted(*args, **kw):
             self.calls += 1
-            return real(*args)
+            return real(*args, **kw)
 
         monkeypatch.setattr(protections, "protected_paths", counted)
 

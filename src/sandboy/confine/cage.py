@@ -45,6 +45,10 @@ class Cage:
         # A reuse.Fingerprint, set by build() unless the policy has glob denies (matched anew at
         # every launch) or the caller runs one command (`reusable=False`):
         self.fingerprint = None
+        # The hook-manager discoveries the protected paths' resolution just made (build, or a
+        # reuse check that resolved anew), for the next launch's git check to take once
+        # (`protected.discover_managers`): None once taken.
+        self.launch_managers = None
         # The namespace tier where the kernel allows it (namespaces.Tier), else None
         self.tier = compiled["namespaces"].outputs.get("tier")
         self.renew_ruleset = None  # under the tier: makes a fresh copy of the ruleset (started())
@@ -107,7 +111,18 @@ class Cage:
     def still_valid(self) -> bool:
         """True when a rebuild now would give the same rules (same inodes behind every policy
         path, same entries in every split directory), so this cage may run the command again."""
-        return self.fingerprint is not None and self.fingerprint.unchanged()
+        if self.fingerprint is None:
+            return False
+        managers: dict = {}
+        if not self.fingerprint.unchanged(managers):
+            return False
+        self.launch_managers = managers or None
+        return True
+
+    def take_launch_managers(self):
+        """`launch_managers` for this launch's git check; None afterwards (a later run looks anew)."""
+        managers, self.launch_managers = self.launch_managers, None
+        return managers
 
     @property
     def exec_roots(self) -> list:
@@ -251,6 +266,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
     cage = Cage(policy, ctx, abi, compiled, ruleset, warnings, job.protected, job.resolved.fs.exec)
+    cage.launch_managers = job.hook_managers or None
     if cage.tier is not None:
         cage.tier.bind_ruleset(ruleset.fd, fs["handled_fs"])
         cage.renew_ruleset = lambda: landlock.build_ruleset(

@@ -44,7 +44,7 @@ import os
 import stat
 import time
 
-from sandboy.confine.protected import hook_manager_configs, hooks_directory, husky_scripts
+from sandboy.confine.protected import discover_managers, hook_manager_configs, hooks_directory, husky_scripts
 from sandboy.policy.resolve import is_within, is_within_any
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
@@ -528,7 +528,7 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, scope: Scope, since_ns: int, carried=None):
+    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None):
         self.roots = list(scope.roots)
         self.files = list(scope.files)
         self.global_inside = list(scope.globals_inside)
@@ -580,7 +580,8 @@ class GitSnapshot:
                     for path in hooks_paths:
                         self.hooks_launch[path] = _identity(os.path.realpath(path))
                     pythons: list = []
-                    for path in hook_manager_configs(top, [os.path.join(gitdir, "hooks"), *hooks_paths], pythons):
+                    # (the discovery the cage's build made just before, where it made the same one)
+                    for path in discover_managers(top, [os.path.join(gitdir, "hooks"), *hooks_paths], managers, pythons):
                         data = _read_config(path)
                         if data is not None and len(data) <= CONFIG_READ_LIMIT:
                             self.manager_launch[path] = data
@@ -620,14 +621,16 @@ class GitSnapshot:
         return paths
 
     @classmethod
-    def at_launch(cls, scope: Scope, carried=None):
+    def at_launch(cls, scope: Scope, carried=None, managers=None):
         """THE snapshot (the hook's `start` and `snapshot()` both take it here): the coarse
         realtime clock reading file timestamps are taken from, just before the child starts, the
         launch configs and where each git directory is (walked now, or `carried` from the
-        previous step's check: `GitDirs`); None when `scope` holds nothing to check."""
+        previous step's check: `GitDirs`); None when `scope` holds nothing to check. `managers`:
+        the hook-manager discoveries the cage's build (or reuse check) made just before
+        (`Cage.take_launch_managers`), taken instead of looking again where the same was looked at."""
         if not scope:
             return None
-        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried)
+        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried, managers)
 
     def moved(self, gitdir: str, identity) -> bool:
         """Whether git directory `gitdir` (`identity`: its st_dev, st_ino) — or the worktree top
@@ -1371,7 +1374,7 @@ class GitCheck:
         # the scope was looked up when the hook was made (for_cage), just before: only the clock,
         # the launch configs and (unless carried) where the git directories are are read now
         carried = self.record.take() if self.record is not None else None
-        self.snap = GitSnapshot.at_launch(self.scope, carried)
+        self.snap = GitSnapshot.at_launch(self.scope, carried, self.cage.take_launch_managers())
         if self.snap is not None and self.snap.beyond_bound is not None:
             from sandboy.errors import CageError
 

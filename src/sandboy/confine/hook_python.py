@@ -314,11 +314,12 @@ def launch_warning(hook: str, python: str, root: str) -> str:
             + WHY_FIX.replace("<environment>", env))
 
 
-def launch_warnings(write_roots) -> list:
+def launch_warnings(write_roots, managers=None) -> list:
     """At launch (the cage's build): one warning per pre-commit stub of a write root's repository
     whose `INSTALL_PYTHON` lives in an environment inside a write root. One directory read per
-    write root holding a `.git` directory (the stubs are read only where a hook is installed)."""
-    from sandboy.confine.protected import hook_manager_configs, hooks_paths
+    write root holding a `.git` directory (the stubs are read only where a hook is installed),
+    none where the protected paths' resolution made the same discovery (`managers`)."""
+    from sandboy.confine.protected import discover_managers, hooks_paths
     from sandboy.policy.resolve import PathSet, is_within
 
     roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
@@ -328,7 +329,7 @@ def launch_warnings(write_roots) -> list:
         if not os.path.isdir(os.path.join(root, ".git")):
             continue
         pythons: list = []
-        hook_manager_configs(root, [os.path.join(root, ".git", "hooks"), *hooks_paths(root)], pythons)
+        discover_managers(root, [os.path.join(root, ".git", "hooks"), *hooks_paths(root)], managers, pythons)
         for stub, python in dict.fromkeys(pythons):
             env = os.path.realpath(environment(python))
             if within.covers(env):

@@ -265,6 +265,26 @@ def hook_manager_configs(top: str, hooks_dirs, interpreters=None) -> list[str]:
     return found
 
 
+def discovery_key(top: str, hooks_dirs) -> tuple:
+    return top, tuple(dict.fromkeys(hooks_dirs))
+
+
+def discover_managers(top: str, hooks_dirs, managers=None, interpreters=None) -> list:
+    """`hook_manager_configs(top, hooks_dirs, interpreters)`, taken from `managers` where the
+    same discovery was made earlier in this launch (see resolve_protected), else made and put
+    there: the cage's build and the run's launch look once, not once each."""
+    key = discovery_key(top, hooks_dirs)
+    known = managers.get(key) if managers is not None else None
+    if known is None:
+        pythons: list = []
+        known = (hook_manager_configs(top, hooks_dirs, pythons), pythons)
+        if managers is not None:
+            managers[key] = known
+    if interpreters is not None:
+        interpreters.extend(known[1])
+    return list(known[0])
+
+
 _FIRST_COMPONENTS = frozenset(name.split("/", 1)[0] for name in DEFAULT_PROTECTED)
 
 
@@ -310,10 +330,13 @@ def symlinks_on_the_way(path: str, limit: int = 40) -> list[str]:
     return found
 
 
-def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
+def resolve_protected(write_roots, explicit, defaults: bool, managers=None) -> tuple:
     """(from_defaults, from_policy): realpaths of the protected paths that exist now and lie
     inside some write root (elsewhere nothing can write them anyway). `write_roots` and
-    `explicit` are resolved policy paths."""
+    `explicit` are resolved policy paths. `managers`: a dict that gets each hook-manager
+    discovery made here (`discovery_key(top, hooks_dirs)` -> (hook_manager_configs' answer,
+    its interpreters)), for the launch that follows to take instead of discovering again
+    (`hook_python.launch_warnings`, gitcheck's snapshot)."""
     roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
     within = PathSet(roots)  # a step policy may name thousands of write roots and protected paths
 
@@ -350,7 +373,7 @@ def resolve_protected(write_roots, explicit, defaults: bool) -> tuple:
             hooks_dirs = hooks_paths(root)
             # husky's scripts beside its hooks directory are hooks too (see husky_scripts), and
             # what an installed pre-commit or lefthook runs from the worktree
-            managed = hook_manager_configs(root, [os.path.join(root, ".git", "hooks"), *hooks_dirs])
+            managed = discover_managers(root, [os.path.join(root, ".git", "hooks"), *hooks_dirs], managers)
             for hooks in (hooks_dirs + [s for d in hooks_dirs for s in husky_scripts(d)] + included_configs(root)
                           + managed):
                 real = inside_a_root(hooks)

@@ -97,7 +97,7 @@ class Job:
     """What every compiler may read: the policy (as written and resolved), the run's context,
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
-    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected")
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers")
 
     def __init__(self, policy, resolved, ctx, abi, environ, tty=False):
         self.policy = policy
@@ -107,6 +107,9 @@ class Job:
         self.environ = environ
         self.tty = tty  # the command will get a terminal: /dev/tty in the minimal /dev
         self._protected = None
+        # the hook-manager discoveries the protected paths made (protected.discover_managers):
+        # the launch warnings and the first run's git check take them instead of looking again
+        self.hook_managers: dict = {}
 
     def protected_by_origin(self) -> tuple:
         """(from_defaults, from_policy, from_install): realpaths of the protected paths that
@@ -114,7 +117,7 @@ class Job:
         root) rows of Sandboy's own installation (`confine.own_install`); resolved once per job."""
         if self._protected is None:
             fs = self.resolved.fs
-            self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults)
+            self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults, self.hook_managers)
         return self._protected
 
     @property
@@ -129,16 +132,17 @@ class Job:
         return self.policy.strict
 
 
-def protected_paths(write_roots, explicit, defaults: bool) -> tuple:
+def protected_paths(write_roots, explicit, defaults: bool, managers=None) -> tuple:
     """(from_defaults, from_policy, from_install): `confine.protected.resolve_protected`, and
     with the defaults Sandboy's own installation where a write root holds it
     (`confine.own_install.inside`, ADR 0024). Only paths inside a write root: for a policy
-    without one the answer is empty, and `sandboy run` imports neither module."""
+    without one the answer is empty, and `sandboy run` imports neither module. `managers`: see
+    resolve_protected (the hook-manager discoveries, for the launch to take)."""
     if not write_roots:
         return [], [], []
     from sandboy.confine.protected import resolve_protected
 
-    from_defaults, from_policy = resolve_protected(write_roots, explicit, defaults)
+    from_defaults, from_policy = resolve_protected(write_roots, explicit, defaults, managers)
     from_install = []
     if defaults:
         from sandboy.confine.own_install import inside
@@ -291,7 +295,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         # start-up code is judged after the run; said here, with the fix, before anything runs
         from sandboy.confine.hook_python import launch_warnings
 
-        warnings.extend(launch_warnings(fs.write))
+        warnings.extend(launch_warnings(fs.write, job.hook_managers))
     if protected_by_mount:
         protects, protected_by = (), "mount namespace (read-only binds)"
     else:

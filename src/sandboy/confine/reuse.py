@@ -153,15 +153,19 @@ class Fingerprint:
 
             self._install = own_install.candidates(write_roots)
         self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
+        # No stats yet: the first check resolves anew (and takes them, before resolving), so the
+        # build itself pays one resolution, and a cage never reused none more.
         self._watch = self._watched = self._installed = None
-        self._protected_unchanged()  # takes the stats (a change since the build shows at the first reuse)
 
     def _inputs_now(self) -> tuple:
         return tuple(stat_key(p) for p in self.inputs)
 
-    def unchanged(self) -> bool:
-        """True when a rebuild now would give the same rules (see the class)."""
-        return self._inputs_now() == self._input_keys and self._split_unchanged() and self._protected_unchanged()
+    def unchanged(self, managers=None) -> bool:
+        """True when a rebuild now would give the same rules (see the class). `managers`: a dict
+        that gets the hook-manager discoveries where the protected paths were resolved anew
+        (`protected.discover_managers`)."""
+        return (self._inputs_now() == self._input_keys and self._split_unchanged()
+                and self._protected_unchanged(managers))
 
     def _split_unchanged(self) -> bool:
         now = None
@@ -192,7 +196,7 @@ class Fingerprint:
 
         return own_install.present(self._install)
 
-    def _protected_unchanged(self) -> bool:
+    def _protected_unchanged(self, managers=None) -> bool:
         """The protected paths a rebuild would find are those of the build: by the stats of what
         decided them where they are known and settled, else resolved anew (then the stats are
         taken again, BEFORE the resolution, so a change made meanwhile shows at the next check)."""
@@ -210,7 +214,7 @@ class Fingerprint:
         watch = launch_reads(write_roots, explicit, defaults)
         watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
         installed = self._installed_now()
-        if protections.protected_paths(*self.protected_args) != self._protected:
+        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:
             return False
         self._watch = self._watched = None
         if (watch is not None and launch_reads(write_roots, explicit, defaults) == watch
