@@ -44,3 +44,12 @@ def test_examples():
     assert escape.key("read") == "read" and escape.key("a b\n") == '"a b\\n"'
     assert escape.clean("x" * 10, limit=4) == "xxxx… (6 more characters)"
     assert escape.markdown("a|b<script>*") == "a\\|b&lt;script&gt;\\*"
+
+
+def test_key_quotes_as_json_dumps_does():
+    """`key` quotes with sandboy.json_text (no `json` import on the error path): json.dumps's text."""
+    import json
+
+    names = ["a b", "x\ny", "é", "\u202e", "\udcff", "\U0001f600", '"', "\\", "\x1b[31m", "", "::x", "a.b"]
+    for name in names:
+        assert escape.key(name) == (name if escape.key(name) == name else escape.clean(json.dumps(name)))

@@ -103,3 +103,15 @@ def test_status_json_is_written_without_importing_json(tmp_path):
     doc = json.loads(text)
     assert doc["outcome"] == "exec" and doc["enforced"]["landlock"]["fs_rules"]
     assert text == json.dumps(doc, indent=2) + "\n"
+
+
+def test_dry_run_json_is_written_without_importing_json(tmp_path):
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64"]\nexec = ["/usr/bin", "/bin"]\n')
+    argv = [SANDBOY, "run", "--policy", str(policy), "--dry-run", "--json", "--", "/bin/true"]
+    subprocess.run(argv, check=True, capture_output=True)  # warm the parse cache
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "sandboy.json_text" in used and not used & {"json", "re"}
+    assert proc.stdout == json.dumps(json.loads(proc.stdout), indent=2) + "\n"

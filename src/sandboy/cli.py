@@ -212,9 +212,9 @@ def _dry_run(policy, args: RunArgs) -> int:
 
     report = dry_run.report(policy, args.command, cwd=args.cwd, tty=args.tty)
     if args.json:
-        import json
+        from sandboy import json_text
 
-        print(json.dumps(report, indent=2))
+        print(json_text.dumps(report))  # json.dumps(report, indent=2)'s text
     else:
         print(dry_run.describe(report))  # escaped line by line where it is composed
     return 0
