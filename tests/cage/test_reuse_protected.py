@@ -96,9 +96,9 @@ CHANGES = {
     "core.hooksPath set": (True, lambda r, o, h: (r / "githooks").mkdir(),
                            lambda r, o, h: open(r / ".git" / "config", "a").write("\thooksPath = githooks\n"), True),
     "an include added, mtime put back": (
-        True, lambda r, o, h: (r / "shared.gitconfig").write_text("[user]\n"),
+        True, lambda r, o, h: (r / "common.gitconfig").write_text("[user]\n"),
         lambda r, o, h: _keep_mtime(r / ".git" / "config",
-                                    lambda p: open(p, "a").write("[include]\n\tpath = ../shared.gitconfig\n")), True),
+                                    lambda p: open(p, "a").write("[include]\n\tpath = ../common.gitconfig\n")), True),
     "the global config names hooks in the root": (
         True, lambda r, o, h: (r / "githooks").mkdir(),
         lambda r, o, h: (h / ".gitconfig").write_text(f"[core]\n\thooksPath = {r}/githooks\n"), True),
@@ -184,8 +184,8 @@ def test_what_no_short_list_decides_is_resolved_at_every_check(tree, monkeypatch
         (root / "githooks").mkdir()
         (root / ".git" / "config").write_text("[core]\n\thooksPath = githooks\n")
     elif shape == "include":
-        (root / "shared.gitconfig").write_text("")
-        (root / ".git" / "config").write_text("[include]\n\tpath = ../shared.gitconfig\n")
+        (root / "common.gitconfig").write_text("")
+        (root / ".git" / "config").write_text("[include]\n\tpath = ../common.gitconfig\n")
     else:
         (root / "dots").mkdir()
         (root / "dots" / "bashrc").write_text("")
