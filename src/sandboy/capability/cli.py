@@ -117,9 +117,15 @@ def _check(ns) -> int:
     from sandboy.capability import compiler, model
 
     policy = model.load(_policy_path(ns))
-    diffs = compiler.drift(compiler.render(policy, ns.root), ns.root)
+    warnings: list = []
+    diffs = compiler.drift(compiler.render(policy, ns.root, warnings), ns.root)
+    from sandboy.escape import line
+
+    for text in warnings:  # what the files keep that grants more: "match" alone would mislead
+        print(f"sandboy policy: warning: {line(text)}", file=sys.stderr)
     if not diffs:
-        print("generated files match owen.policy.toml")
+        print("generated files match owen.policy.toml" + (
+            f" (but {len(warnings)} warning(s) above: entries kept from the files themselves)" if warnings else ""))
         return 0
     for diff in diffs:
         sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")

@@ -100,6 +100,46 @@ def _empty(node) -> bool:
     return isinstance(node, dict) and all(_empty(v) for v in node.values())
 
 
+# Entries Sandboy keeps from the file it merges into (a cloned repository ships it): lists whose
+# extra values grant more than owen.policy.toml says, settings that widen every tool call, and
+# settings that run commands on the host. Kept (the file is shared), but each one is named in a
+# warning by compile AND check: `check` said "generated files match owen.policy.toml" for a
+# repository whose own settings.json added `Bash(*)`, bypassPermissions and a hook (session 7).
+_WIDENING_LISTS = ("permissions.allow", "permissions.additionalDirectories", "sandbox.filesystem.allowWrite",
+                   "sandbox.network.allowedDomains", "sandbox.excludedCommands")
+_WIDENING_MODES = ("acceptEdits", "bypassPermissions", "dontAsk")
+_RUNS_COMMANDS = ("hooks", "apiKeyHelper", "statusLine", "awsAuthRefresh", "awsCredentialExport", "otelHeadersHelper")
+
+
+def widening(doc: dict, want: dict) -> list:
+    """What `doc` (the merged settings) holds beyond `want` that grants more than the policy."""
+    out = []
+    for key in _WIDENING_LISTS:
+        node, leaf = _node(doc, key, create=False)
+        values = node.get(leaf) if node is not None else None
+        for value in values if isinstance(values, list) else ():
+            if value not in want.get(key, ()):
+                out.append(f"{SETTINGS}: {key} {json.dumps(value, ensure_ascii=False)} is kept from the file, not "
+                           "from owen.policy.toml: it grants more than the policy says")
+    perms = doc.get("permissions")
+    mode = perms.get("defaultMode") if isinstance(perms, dict) else None
+    if mode in _WIDENING_MODES:
+        out.append(f"{SETTINGS}: permissions.defaultMode = {json.dumps(mode)} is kept from the file: tool calls "
+                   "the policy does not allow run without asking")
+    sandbox = doc.get("sandbox")
+    if isinstance(sandbox, dict) and sandbox.get("allowUnsandboxedCommands") is True:
+        out.append(f"{SETTINGS}: sandbox.allowUnsandboxedCommands = true is kept from the file: a command that fails "
+                   "in the sandbox may run outside it")
+    if doc.get("enableAllProjectMcpServers") is True:
+        out.append(f"{SETTINGS}: enableAllProjectMcpServers = true is kept from the file: the repository's MCP "
+                   "servers start without asking")
+    for key in _RUNS_COMMANDS:
+        if doc.get(key):
+            out.append(f"{SETTINGS}: {key} is kept from the file, not from owen.policy.toml: it runs commands on "
+                       "this machine, outside any sandbox; read it before running Claude Code here")
+    return out
+
+
 class Claude(Target):
     name, agent, files = "claude", "Claude Code", (SETTINGS,)
 
@@ -115,7 +155,9 @@ class Claude(Target):
                 raise PolicyError(SETTINGS, "", "nested too deeply to be a settings file; fix it, then compile again") from None
             if not isinstance(doc, dict):
                 raise PolicyError(SETTINGS, "", "expected a JSON object at the top")
-        ctx.own(SETTINGS, merge(doc, wanted(policy), ctx.owned(SETTINGS)))
+        want = wanted(policy)
+        ctx.own(SETTINGS, merge(doc, want, ctx.owned(SETTINGS)))
+        ctx.warnings.extend(widening(doc, want))
         if doc.get("sandbox", {}).get("enabled") is not True:
             ctx.warnings.append(f"{SETTINGS}: sandbox.enabled is set to false by the user: the sandbox "
                                 "settings written there have no effect (the permission rules still apply)")

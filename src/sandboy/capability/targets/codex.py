@@ -66,6 +66,15 @@ class Codex(Target):
         if "sandbox_mode" in doc or "sandbox_workspace_write" in doc:
             ctx.warnings.append(f"{CONFIG}: sandbox_mode / [sandbox_workspace_write] is set, so Codex uses "
                                 "those older settings and IGNORES the permission profile; remove them")
+        # kept from the file (a cloned repository ships it), named so that neither compile nor
+        # check reads as "matches owen.policy.toml" while they widen or run commands (session 7)
+        if doc.get("approval_policy") == "never":
+            ctx.warnings.append(f"{CONFIG}: approval_policy = \"never\" is kept from the file: Codex runs what it "
+                                "decides without asking")
+        for key in ("notify", "mcp_servers"):
+            if doc.get(key):
+                ctx.warnings.append(f"{CONFIG}: {key} is kept from the file, not from owen.policy.toml: it runs "
+                                    "commands on this machine; read it before running Codex here")
         chosen = doc.get("default_permissions")
         if chosen is None or (previous.get("default_permissions") and chosen == old_profile):
             doc["default_permissions"] = policy.codex_profile
