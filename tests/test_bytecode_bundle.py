@@ -91,16 +91,17 @@ RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the 
     "write roots": ('write = ["{tmp}/work"]\n', []),
     "--tty": ("", ["--tty"]),
     "net.domains": ('\n[net]\ndomains = ["example.org"]\n', []),
+    "include": ('', [], 'include = ["system"]\n'),  # (a top-level key: before POLICY's [fs])
 }
 
 
 def run_imports(kind: str, tmp_path: Path) -> set[str]:
     """The package's modules a real `sandboy run` of this kind imports (`-X importtime`), less
     `sandboy` and this module."""
-    extra, options = RUNS[kind]
+    extra, options, *top = RUNS[kind]
     (tmp_path / "work").mkdir(exist_ok=True)
     policy = tmp_path / "p.toml"
-    policy.write_text(POLICY + extra.replace("{tmp}", str(tmp_path)))
+    policy.write_text("".join(top) + POLICY + extra.replace("{tmp}", str(tmp_path)))
     argv = [SANDBOY, "run", "--policy", str(policy), *options, "--", "/bin/true"]
     # the C executor and the namespace tier are on the path (the fallback without the tier adds
     # modules of its own — escape, explain, launch — which are imported the usual way)
