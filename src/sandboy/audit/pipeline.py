@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -92,9 +93,12 @@ def _now() -> str:
 
 def search_path() -> str:
     """PATH for finding tools: the directory of the interpreter running Sandboy first (tools
-    installed beside it, e.g. in its venv), then the caller's PATH."""
+    installed beside it, e.g. in its venv), then the caller's PATH — its absolute entries only:
+    a relative one (`.`, `bin`; an empty one is `.` to a shell) names the directory `audit run`
+    was started in, often the repository under audit, whose own files then stood in for the
+    tools (a FIFO it shipped as `mytool` with mode 0755 hung the run for ever: session 7)."""
     parts = [str(Path(sys.executable).parent), *os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)]
-    return os.pathsep.join(dict.fromkeys(p for p in parts if p))
+    return os.pathsep.join(dict.fromkeys(p for p in parts if p.startswith("/")))
 
 
 def expand(text: str, places: dict[str, str]) -> str:
@@ -126,11 +130,16 @@ def program_dirs(program: str) -> list[str]:
     environment (entry points like semgrep exec binaries shipped in site-packages)."""
     real = os.path.realpath(program)
     dirs = [os.path.dirname(program), os.path.dirname(real)]
-    try:
-        with open(real, "rb") as fh:
-            first = fh.readline(512)
+    first = b""
+    try:  # a regular file only, without blocking (a FIFO on PATH must not hang the run)
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                first = os.read(fd, 512).split(b"\n", 1)[0]
+        finally:
+            os.close(fd)
     except OSError:
-        first = b""
+        pass
     if first.startswith(b"#!"):
         interpreter = first[2:].strip().split(b" ")[0].decode("utf-8", "replace")
         env = os.path.dirname(os.path.dirname(interpreter))
