@@ -108,9 +108,13 @@ def test_a_step_allowed_to_fail_cut_by_the_budget_still_fails_the_gate(tmp_path,
         name = "required"
         run = "true"
         ''')
-    proc, report = run_json(repo, tmp_path, "--budget", "2", home=fake_home)
+    summary = tmp_path / "summary.md"
+    proc, report = run_json(repo, tmp_path, "--budget", "2", home=fake_home, env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert proc.returncode == 1
     assert [s["status"] for s in report["steps"]] == ["timed_out", "over_budget"]
+    markdown = summary.read_text()  # the step summary says it too
+    assert "| required | ⏱️ NOT RUN (BUDGET SPENT) |" in markdown
+    assert "not run: the gate's time budget of 2s (--budget) was spent before it started" in markdown
 
 
 def test_twin_work_within_the_budget_is_unchanged(tmp_path, fake_home) -> None:
