@@ -58,6 +58,12 @@ def which_all(name: str, path_var: str | None) -> list[str]:
     once the first is refused); `path_var` None: PATH unset, the executor's default search."""
     found = []
     for candidate in path_candidates(name, path_var):
+        # Absolute PATH entries only: a relative one (`.`, or an empty entry, which is `.`: a
+        # trailing `:` in PATH) is the working directory, often an untrusted checkout, whose own
+        # `python3 -> ANY/bin/tool` then granted read on ANY (the program's installation prefix):
+        # session 7. A program found there gets no grant from a preset (its exec is refused).
+        if not candidate.startswith("/"):
+            continue
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and candidate not in found:
             found.append(candidate)
     return found
