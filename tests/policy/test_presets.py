@@ -190,3 +190,22 @@ def test_which_all_without_path_searches_the_default_path_not_the_working_direct
     assert found == presets.which_all("python3", "/usr/local/bin:/usr/bin:/bin")
     # the twin: PATH naming the directory finds it
     assert presets.which_all("python3", str(tmp_path)) == [str(planted)]
+
+
+@pytest.mark.parametrize("names", [["system"], ["python"], ["git"], ["node"], ["system", "python", "git", "node"],
+                                   ["python", "system", "python"]])
+def test_expand_is_each_preset_added_in_turn(names, monkeypatch, tmp_path):
+    """`expand` merges the presets' own (already existence-checked) rules instead of checking each
+    path again: the same lists as adding every path of every preset in turn."""
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(sys.executable)}\n")
+    monkeypatch.chdir(tmp_path)
+    env = dict(os.environ, PATH=f"{tmp_path}/none:{os.environ.get('PATH', '')}:/usr/bin/", VIRTUAL_ENV=sys.prefix)
+    plain = presets.Rules()
+    for name in names:
+        rules = presets.python(env) if name == "python" else presets.PRESETS[name](env)
+        for kind in ("read", "exec", "deny"):
+            for path in getattr(rules, kind):
+                plain.add(kind, path)
+    assert presets.expand(names, env) == {"read": plain.read, "exec": plain.exec, "deny": plain.deny}

@@ -1,6 +1,8 @@
 """The one "is this path inside that root" rule, the one `{policy_dir}` rule and the one PATH
 search (policy.resolve)."""
 
+import os
+
 import pytest
 
 from sandboy.policy.model import Policy
@@ -103,3 +105,11 @@ def test_the_tiers_write_roots_of_thousands_of_grants_are_found_in_linear_time()
     top = namespaces.write_roots(grants, None)
     assert time.process_time() - started < 5  # ≈ 0.1 s; the quadratic one: minutes
     assert top == sorted([f"/r/d{i}" for i in range(20000)] + ["/r/d1-x"])
+
+
+@pytest.mark.parametrize("path_var", ["", ":", "/a:/b/:/c//:", "::/x::", "relative:./r/:../up", "/", "//", "a/b/"])
+@pytest.mark.parametrize("name", ["tool", "", "t.sh"])
+def test_path_candidates_joins_as_os_path_join(name, path_var):
+    """Built without os.path.join (its Python ran for every PATH entry of every preset program at
+    each policy load): the same strings."""
+    assert path_candidates(name, path_var) == [os.path.join(d or ".", name) for d in path_var.split(":")]

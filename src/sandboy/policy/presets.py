@@ -52,6 +52,12 @@ class Rules:
         if path and path not in items and (path.startswith("{") or os.path.exists(path)):
             items.append(path)
 
+    def merge(self, other: "Rules") -> None:
+        """`other`'s paths after these, without duplicates (each was checked by `other.add`)."""
+        for kind in ("read", "exec", "deny"):
+            items = getattr(self, kind)
+            items.extend(path for path in dict.fromkeys(getattr(other, kind)) if path not in items)
+
 
 def which_all(name: str, path_var: str | None) -> list[str]:
     """Every `name` on PATH, in order (not only the first: a later one may be what a shell runs
@@ -69,8 +75,9 @@ def which_all(name: str, path_var: str | None) -> list[str]:
     return found
 
 
-def symlink_chain(path: str) -> list[str]:
-    """`path` and every path its symlinks lead to, up to the final file."""
+def symlink_chain(path: str, real: str | None = None) -> list[str]:
+    """`path` and every path its symlinks lead to, up to the final file (`real`: its realpath,
+    when the caller has it already)."""
     chain = [os.path.abspath(path)]
     for _ in range(40):
         current = chain[-1]
@@ -78,7 +85,8 @@ def symlink_chain(path: str) -> list[str]:
             break
         target = os.readlink(current)
         chain.append(os.path.normpath(os.path.join(os.path.dirname(current), target)))
-    real = os.path.realpath(path)
+    if real is None:
+        real = os.path.realpath(path)
     if real not in chain:
         chain.append(real)
     return chain
@@ -95,11 +103,12 @@ def _add_program(rules: Rules, path: str, read_prefix: bool) -> None:
         rules.add("read", root)
         for sub in ("bin", "libexec", "shims", "plugins", "versions"):
             rules.add("exec", os.path.join(root, sub))
-    for hop in symlink_chain(path):
+    real = os.path.realpath(path)  # once: posixpath.realpath walks every component in Python
+    for hop in symlink_chain(path, real):
         rules.add("exec", os.path.dirname(hop))
         rules.add("read", os.path.dirname(hop))
     if read_prefix:
-        prefix = os.path.dirname(os.path.dirname(os.path.realpath(path)))
+        prefix = os.path.dirname(os.path.dirname(real))
         if prefix != "/":
             rules.add("read", prefix)
 
@@ -219,8 +228,5 @@ def expand(names, environ=None, project_venv: bool = True) -> dict:
     environ = os.environ if environ is None else environ
     total = Rules()
     for name in names:
-        rules = python(environ, project_venv) if name == "python" else PRESETS[name](environ)
-        for kind in ("read", "exec", "deny"):
-            for path in getattr(rules, kind):
-                total.add(kind, path)
+        total.merge(python(environ, project_venv) if name == "python" else PRESETS[name](environ))
     return {"read": total.read, "exec": total.exec, "deny": total.deny}

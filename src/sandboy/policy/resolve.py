@@ -87,7 +87,9 @@ def path_candidates(name: str, path_var: str | None) -> list[str]:
     if "/" in name:
         return [name]
     search = DEFAULT_PATH if path_var is None else path_var
-    return [os.path.join(d or ".", name) for d in search.split(":")]
+    # os.path.join(d or ".", name)'s strings (name holds no "/"), without its Python per entry:
+    # the presets search PATH for several programs at every policy load (session 7)
+    return [d + name if d.endswith("/") else f"{d or '.'}/{name}" for d in search.split(":")]
 
 
 def policy_dir(policy, fallback: str) -> str:
