@@ -56,7 +56,7 @@ RUN_PATH_GROUPS = {
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
     # a policy with write roots: protected paths and the post-run git check
     "write roots": ("sandboy.confine.protected", "sandboy.confine.own_install", "sandboy.confine.gitcheck",
-                    "sandboy.confine.hook_python"),
+                    "sandboy.confine.hook_python", "sandboy.confine.path_dirs"),
     # `include = [...]`: the presets, resolved on this machine at every load (a module found by
     # importlib's path finder costs ≈ 0.22 M instructions more than one served here: session 7)
     "include": ("sandboy.policy.presets",),

@@ -97,6 +97,11 @@ SCENARIOS = [
      "\"$PWD\" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
      "printf 'import os\\n' > .venv/lib/python3/site-packages/zz.pth", {},
      lambda r, f: any((p or "").endswith("/.venv/lib/python3/site-packages/zz.pth") for p in _paths(f))),
+    # a directory of the operator's PATH in a write root, without the tier (session 7, ADR 0013)
+    ("a program planted on the operator's PATH", "mkdir bin", "printf '#!/bin/sh\\n' > bin/git",
+     {"path_dirs": ["bin"]}, lambda r, f: f"{r}/bin/git" in _paths(f)),
+    ("a PATH directory replaced by a symlink", "mkdir bin", "mv bin bin-old && mkdir evil && ln -s evil bin",
+     {"path_dirs": ["bin"]}, lambda r, f: f"{r}/bin" in _paths(f)),
 ]
 
 TEMPLATE: list = []  # a repository with one commit, copied for each scenario (cheaper than git init + commit)
@@ -117,7 +122,8 @@ class Planted:
         if setup:
             sh(setup, repo, env)
         time.sleep(0.011)  # a clock tick (the coarse clock's 4 ms) between the set-up and the snapshot
-        self.snap = gitcheck.snapshot([str(repo)], home=env["HOME"])
+        path_dirs = [os.path.realpath(repo / d) for d in self.constants.get("path_dirs", ())]
+        self.snap = gitcheck.snapshot([str(repo)], home=env["HOME"], path_dirs=path_dirs)
         sh(script, repo, env)
         self.repo = os.path.realpath(repo)
 
@@ -130,7 +136,7 @@ class Planted:
     def _judge(self) -> str | None:
         with pytest.MonkeyPatch.context() as mp:
             for key, value in self.constants.items():
-                if key not in ("as", "verify_budget"):
+                if key not in ("as", "verify_budget", "path_dirs"):
                     assert hasattr(gitcheck, key), key
                     mp.setattr(gitcheck, key, value)
             budget = {"budget": self.constants["verify_budget"]} if "verify_budget" in self.constants else {}

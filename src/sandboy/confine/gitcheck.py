@@ -454,9 +454,12 @@ class Scope:
     realpath (`writable`: a `.git` file may lead into any of them), the roots never walked
     (`exclude`: the run's `{tmp}`) and the operator's `home`."""
 
-    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home")
+    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home", "path_dirs")
 
-    def __init__(self, write_roots, exclude=(), home=None):
+    def __init__(self, write_roots, exclude=(), home=None, path_dirs=()):
+        # `path_dirs`: directories of the operator's PATH no mount keeps read-only (confine.path_dirs:
+        # without the namespace tier), judged after the run like a hooks directory
+        self.path_dirs = tuple(path_dirs)
         self.exclude = tuple(os.path.realpath(e) for e in exclude)
         self.home = home if home is not None else os.path.expanduser("~")
         self.roots, self.files = split_roots(write_roots, self.exclude)
@@ -468,15 +471,15 @@ class Scope:
                                if is_within_any(os.path.realpath(p), self.writable)]
 
     def __bool__(self):
-        return bool(self.roots or self.files or self.globals_inside)
+        return bool(self.roots or self.files or self.globals_inside or self.path_dirs)
 
 
-def snapshot(write_roots, exclude=(), home=None):
+def snapshot(write_roots, exclude=(), home=None, path_dirs=()):
     """At launch, before the command starts: a GitSnapshot of `write_roots` (paths), or None
     when no write root is a directory to walk nor reaches the operator's global git config (a
     home directory granted for writing: a `~/.gitconfig` made by the command would configure
     every repository of theirs). `exclude`: roots not to walk (the run's `{tmp}`)."""
-    return GitSnapshot.at_launch(Scope(write_roots, exclude, home))
+    return GitSnapshot.at_launch(Scope(write_roots, exclude, home, path_dirs))
 
 
 def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
@@ -537,6 +540,7 @@ class GitSnapshot:
         self.writable = list(scope.writable)
         self.exclude = frozenset(scope.exclude)
         self.home = scope.home
+        self.path_dirs = {d: _identity(d) for d in scope.path_dirs}  # -> which directory each is at launch
         self.since_ns = since_ns
         if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside):
             # ext2/ext3, ext4 with 128-byte inodes: a ctime is cut to its second, so a file the
@@ -657,6 +661,8 @@ class GitSnapshot:
         for path, entries in self.global_entries:
             check._follow(path, os.path.realpath(path), False, None, None, 0, entries)
         complete = check.survey(self.roots, self.files, budget)
+        for directory, launch in self.path_dirs.items():
+            check.path_programs(directory, launch)
         # what the next step of a gate takes as its launch record (nothing runs between two
         # steps but Sandboy); a walk cut short leaves none: the next launch walks again
         self.after = GitDirs(self.roots, self.files, check.dirs) if complete else None
@@ -1137,6 +1143,31 @@ class _Check:
         for path, why in found:
             self.add(path, f"{why} (its stub: {stub}); {fix}")
 
+    def path_programs(self, directory: str, launch) -> None:
+        """A directory of the operator's PATH that no mount kept read-only (confine.path_dirs,
+        ADR 0013 session 7): every entry made or changed during the run is a program the
+        operator's next command of that name runs (`~/.local/bin/git`) — a finding, as a hook
+        is. The directory swapped for a symlink is one itself; swapped for another directory
+        (`launch`: its identity then), every entry in it is judged (a rename keeps theirs)."""
+        try:
+            st = os.lstat(directory)
+        except OSError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            if self.snap._new(st) and self.writable(os.path.dirname(directory)):
+                self.add(directory, "a directory on the operator's PATH replaced by a symlink during the run "
+                         "(fs.protect_defaults = false gives that away; ADR 0013)")
+            return
+        full = (st.st_dev, st.st_ino) != launch
+        for entry in self._listed(directory):
+            try:
+                est = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (full or self.snap._new(est)) and self.writable(entry.path):
+                self.add(entry.path, "a program on the operator's PATH made or changed during the run: their next "
+                         "command of that name would run it (fs.protect_defaults = false gives that away; ADR 0013)")
+
     def _under_new_directory(self, top: str, path: str) -> bool:
         """Whether a directory between `top` (exclusive) and `path` was made or changed during
         the run."""
@@ -1343,7 +1374,13 @@ def _cage_scope(cage):
         return None
     private = cage.tier is not None and cage.tier.tmp_private
     exclude = (cage.ctx.tmp,) if cage.ctx.tmp and private else ()
-    return Scope(cage.compiled["landlock.fs"].outputs["protected_args"][0], exclude)
+    write, _protect, _defaults, work = cage.compiled["landlock.fs"].outputs["protected_args"]
+    path_dirs = ()
+    if cage.tier is None:  # under the tier they are bound read-only; without it, judged after the run
+        from sandboy.confine.path_dirs import on_path
+
+        path_dirs = [real for _entry, real, _root in on_path(write, work)[0]]
+    return Scope(write, exclude, path_dirs=path_dirs)
 
 
 class GitCheck:

@@ -117,8 +117,15 @@ class Job:
         root) rows of Sandboy's own installation (`confine.own_install`); resolved once per job."""
         if self._protected is None:
             fs = self.resolved.fs
-            self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults, self.hook_managers)
+            self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults, self.work,
+                                              self.hook_managers)
         return self._protected
+
+    @property
+    def work(self) -> tuple:
+        """The run's working directory and repository: a PATH directory inside one is project
+        work (an activated venv's `bin/`), warned about, not protected (`confine.path_dirs`)."""
+        return (self.ctx.cwd, self.ctx.repo)
 
     @property
     def protected(self) -> tuple:
@@ -132,12 +139,14 @@ class Job:
         return self.policy.strict
 
 
-def protected_paths(write_roots, explicit, defaults: bool, managers=None) -> tuple:
+def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=None) -> tuple:
     """(from_defaults, from_policy, from_install): `confine.protected.resolve_protected`, and
-    with the defaults Sandboy's own installation where a write root holds it
-    (`confine.own_install.inside`, ADR 0024). Only paths inside a write root: for a policy
-    without one the answer is empty, and `sandboy run` imports neither module. `managers`: see
-    resolve_protected (the hook-manager discoveries, for the launch to take)."""
+    with the defaults the directories of the operator's PATH a write root holds outside `work`
+    (the run's working directory and repository: `confine.path_dirs`, ADR 0013 session 7) and
+    Sandboy's own installation where a write root holds it (`confine.own_install.inside`, ADR
+    0024). Only paths inside a write root: for a policy without one the answer is empty, and
+    `sandboy run` imports none of these modules. `managers`: see resolve_protected (the
+    hook-manager discoveries, for the launch to take)."""
     if not write_roots:
         return [], [], []
     from sandboy.confine.protected import resolve_protected
@@ -146,8 +155,18 @@ def protected_paths(write_roots, explicit, defaults: bool, managers=None) -> tup
     from_install = []
     if defaults:
         from sandboy.confine.own_install import inside
+        from sandboy.confine.path_dirs import on_path
+        from sandboy.confine.protected import symlinks_on_the_way
 
-        from_install = [row for row in inside(write_roots) if row[0] not in from_defaults and row[0] not in from_policy]
+        taken = set(from_defaults).union(from_policy)
+        for entry, real, root in on_path(write_roots, work)[0]:
+            # the directory, and each symlink on the way inside a write root (`~/bin -> dotfiles/bin`:
+            # replacing the link replaced the directory), like a start-up file
+            for path in (real, *(link for link in symlinks_on_the_way(entry) if is_within(link, root))):
+                if path not in taken:
+                    taken.add(path)
+                    from_defaults.append(path)
+        from_install = [row for row in inside(write_roots) if row[0] not in taken]
     return from_defaults, from_policy, from_install
 
 
@@ -291,6 +310,11 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
 
         warnings.extend(warning(*row) for row in from_install)
     if fs.protect_defaults and fs.write:
+        from sandboy.confine.path_dirs import on_path, protect_warning, warn_warning
+
+        protect, warn = on_path(fs.write, job.work)
+        warnings.extend([protect_warning(entry, root) for entry, _real, root in protect]
+                        + [warn_warning(entry, root) for entry, _real, root in warn])
         # pre-commit's hook running an interpreter a write root holds (ADR 0019, session 7): its
         # start-up code is judged after the run; said here, with the fix, before anything runs
         from sandboy.confine.hook_python import launch_warnings
@@ -332,7 +356,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         rules=rules, handled_fs=handled_fs, grants=grants,
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *fs.protect),
-        protected_args=(fs.write, fs.protect, fs.protect_defaults),
+        protected_args=(fs.write, fs.protect, fs.protect_defaults, job.work),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
 
 

@@ -1,0 +1,103 @@
+"""Directories on the operator's PATH inside a write root (ADR 0013, session 7).
+
+The operator's next command is looked up on the PATH of the shell that started Sandboy. Where a
+directory of that PATH lies inside a write root — `~/.local/bin` or `~/bin` with the home
+granted, an activated `<repo>/.venv/bin`, `node_modules/.bin` — a command can plant `git`,
+`sandboy` or `ls` there, found before the real one: the operator runs it next, with their rights.
+
+Decision: a PATH directory inside a write root but OUTSIDE the run's working directory and
+repository (a home's bin directories, a tool directory) is a start-up place of the host like
+`.bashrc`: part of the default protected set (`fs.protect_defaults`), bound read-only under the
+namespace tier, reported degraded without it — and made first where it is missing, as
+`own_install.MADE_IF_MISSING` does for the user site (a command could make `~/.local/bin` and
+fill it). One INSIDE the working directory or repository (an activated venv's `bin/`,
+`node_modules/.bin`) stays writable — installing console scripts there is ordinary work — and
+is named in a launch warning. The operator's home is never a "working directory" for this: a
+run started from `~` does not make `~/.local/bin` project files.
+
+Only absolute PATH entries: an empty or relative entry names the directory the operator's
+shell is in later, which cannot be known here (ADR 0013 says so).
+"""
+
+import os
+
+from sandboy.policy.resolve import is_within
+
+_RESOLVED: dict = {}  # PATH text -> ((entry, realpath, its ancestors), ...): once per process and PATH
+
+
+def _entries(path_text: str) -> tuple:
+    """The absolute, distinct entries of `path_text` with their realpaths and the set of those
+    realpaths' ancestors and themselves (computed once: a reuse check then needs one set
+    intersection per entry to know that no write root holds it)."""
+    cached = _RESOLVED.get(path_text)
+    if cached is None:
+        seen, rows = set(), []
+        for entry in path_text.split(os.pathsep):
+            if entry.startswith("/") and (entry := os.path.normpath(entry)) not in seen:
+                seen.add(entry)
+                real = os.path.realpath(entry)
+                parts = real.split("/")
+                rows.append((entry, real, frozenset(["/"] + ["/".join(parts[:i]) for i in range(2, len(parts) + 1)])))
+        cached = _RESOLVED[path_text] = tuple(rows)
+    return cached
+
+
+def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
+    """(protect, warn): [(entry, realpath, write root)] of the PATH directories (the process's
+    `PATH`, or `path_text`) inside a write root — `protect` those outside every `work` directory
+    (the run's working directory and repository; not the home), `warn` those inside one. A
+    missing directory to protect is made now (where it cannot be, the command — same uid, fewer
+    rights — cannot make it either). String comparisons only but for the launch's first call:
+    this runs again at every reuse check of a compiled cage."""
+    path_text = os.environ.get("PATH", "") if path_text is None else path_text
+    if not path_text or not write_roots:
+        return [], []
+    roots = [os.path.realpath(r) for r in write_roots]
+    wanted = frozenset(roots)
+    inside = [(entry, real) for entry, real, above in _entries(path_text) if not wanted.isdisjoint(above)]
+    if not inside:
+        return [], []  # the usual case: string lookups only, no further stat
+    home = _home_real(home)
+    works = [w for w in (os.path.realpath(w) for w in work if w) if w not in (home, "/")]
+    protect, warn = [], []
+    for entry, real in inside:
+        root = next(root for root in roots if is_within(real, root))
+        if any(is_within(real, w) for w in works):
+            warn.append((entry, real, root))
+        elif os.path.isdir(real) or _made(real):
+            protect.append((entry, real, root))
+    return protect, warn
+
+
+_HOMES: dict = {}
+
+
+def _home_real(home) -> str:
+    key = home or os.path.expanduser("~")
+    if key not in _HOMES:
+        _HOMES[key] = os.path.realpath(key)
+    return _HOMES[key]
+
+
+def _made(path: str) -> bool:
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    except OSError:
+        return False
+    return True
+
+
+def protect_warning(entry: str, root: str) -> str:
+    return (f"fs: {entry} is on PATH (where the operator's next command is looked up), inside the write root "
+            f"{root}: read-only in the cage, so that a command cannot plant `git`, `sandboy` or `ls` there for the "
+            "host — installing console scripts there (`pip install --user`, `npm install -g` with that prefix) "
+            "fails; fs.protect_defaults = false gives that away (ADR 0013)")
+
+
+def warn_warning(entry: str, root: str) -> str:
+    return (f"fs: {entry} is on PATH (where the operator's next command is looked up) and inside the run's "
+            f"working directory or repository (write root {root}): it stays writable, so a command can leave a "
+            "program there (`git`, `ls`, `sandboy`) that a later command of this shell runs instead of the real "
+            "one — run that shell's next commands with the directory off PATH (deactivate the venv), or "
+            f"fs.protect = [\"{entry}\"] (ADR 0013)")
