@@ -15,4 +15,5 @@ chmod 600 "$home/.ssh/id_ed25519"
 # hostile steps look for the key (a step's own HOME is a private, empty directory).
 mkdir -p "$home/src"
 cp -R "$here" "$home/src/gate-demo"
-HOME=$home "$python" -m sandboy.gate.cli "$home/src/gate-demo" "$@"
+# -P: the directory this is started from is not put first on the import path (ADR 0024, session 7)
+HOME=$home "$python" -P -m sandboy.gate.cli "$home/src/gate-demo" "$@"

@@ -224,3 +224,29 @@ def warning(path: str, kind: str, root: str) -> str:
     return (f"fs: {path} is {WHY[kind]}, inside the write root {root}: read-only in the cage, so that "
             "the next `sandboy` on this host cannot run what the command leaves there "
             "(fs.protect_defaults = false gives that away; ADR 0024)")
+
+
+def first_import_warning(write_roots) -> list:
+    """[warning] where this process imports from a directory inside a write root before the
+    standard library and its installation: `sys.path[0]` of `python -m sandboy`, `python -c` or
+    a script there (the working directory, the script's directory), without `-P` /
+    `PYTHONSAFEPATH` (ADR 0024, session 7). A module the command leaves there — `sandboy/`, or
+    one named like a standard module (`signal.py`, `keyword.py`) — runs at the next such start
+    from that directory, before any Sandboy code: nothing Sandboy could check then. It is not
+    protected (it is the run's working directory, every name in it a possible module) nor
+    judged after the run (any new `.py` named like one of ~300 standard modules — `test.py`,
+    `types.py`, `queue.py` — would be a finding); said, with the fix. [] otherwise (the
+    `sandboy` command's own `bin/` directory is in the installation's prefix)."""
+    if sys.flags.safe_path or not sys.path or sys.path[0] is None:
+        return []
+    first = os.path.realpath(sys.path[0] or os.getcwd())  # '' is the working directory (-c, the REPL)
+    if any(is_within(first, real) for _path, kind, real, _links in _resolved() if kind in ALL_OURS):
+        return []  # one of the installation's own directories: protected with it
+    root = next((r for r in (os.path.realpath(w) for w in write_roots) if is_within(first, r)), None)
+    if root is None:
+        return []
+    return [f"fs: {first} is where the Python running Sandboy imports from first (sys.path[0]: started as "
+            f"`python -m sandboy`, `python -c` or a script there, without -P), inside the write root {root}: a "
+            "module the command leaves there (`sandboy/`, or one named like a standard module: `signal.py`) runs "
+            "at the next such start from that directory, before Sandboy — start Sandboy as the `sandboy` command, "
+            "or `python -P -m sandboy` (PYTHONSAFEPATH=1) (ADR 0024)"]

@@ -315,6 +315,10 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         protect, warn = on_path(fs.write, job.work)
         warnings.extend([protect_warning(entry, root) for entry, _real, root in protect]
                         + [warn_warning(entry, root) for entry, _real, root in warn])
+        # `python -m sandboy` from inside a write root: its sys.path[0] (ADR 0024, session 7)
+        from sandboy.confine.own_install import first_import_warning
+
+        warnings.extend(first_import_warning(fs.write))
         # pre-commit's hook running an interpreter a write root holds (ADR 0019, session 7): its
         # start-up code is judged after the run; said here, with the fix, before anything runs
         from sandboy.confine.hook_python import launch_warnings
