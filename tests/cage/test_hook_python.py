@@ -234,6 +234,22 @@ def test_the_launch_warns_naming_the_fix(tmp_path, env):
     assert hook_python.launch_warnings([str(tmp_path / "other")]) == []
 
 
+@needs_tools
+def test_doctor_says_it_in_that_repository(tmp_path, env):
+    """`sandboy doctor` started in the repository (or below its top) names the stub, the
+    interpreter and the fix before any run; elsewhere it says nothing of it."""
+    from sandboy.confine import doctor
+
+    repo, _site = python_repo(tmp_path, env, tmp_path / "OWN-HOOK")
+    (repo / "src" / "deeper").mkdir()
+    (note,) = doctor.repository_notes(str(repo / "src" / "deeper"))
+    assert note.startswith(f"repository {os.path.realpath(repo)}, if a run may write it: ") and "pipx" in note, note
+    assert doctor.repository_notes(str(tmp_path)) == []
+    done = subprocess.run([os.path.join(VENV_BIN, "sandboy"), "doctor", "--json"], cwd=repo, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "pipx install pre-commit" in done.stdout, done
+
+
 def test_a_stub_names_its_interpreter():
     assert hook_python.stub_python(b"# start templated\nINSTALL_PYTHON=/r/.venv/bin/python\n") == "/r/.venv/bin/python"
     assert hook_python.stub_python(b"INSTALL_PYTHON='/a b/.venv/bin/python'\nARGS=(hook-impl)\n") == \

@@ -66,6 +66,21 @@ def _close_range_probe() -> bool:
     return close_range_cloexec_works()
 
 
+def repository_notes(cwd: str) -> list:
+    """What a run granted the repository `cwd` lies in could leave for the operator's next
+    commit that no protection stops: a pre-commit hook running an interpreter inside it (ADR
+    0019, session 7) — the launch of such a run warns too; here before any run."""
+    top = os.path.realpath(cwd)
+    while not os.path.isdir(os.path.join(top, ".git")):
+        if os.path.dirname(top) == top:
+            return []
+        top = os.path.dirname(top)
+    from sandboy.confine.hook_python import launch_warnings
+
+    return [f"repository {top}, if a run may write it: " + warning.removeprefix("fs: ")
+            for warning in launch_warnings([top])]
+
+
 def check() -> dict:
     from sandboy.confine import landlock
 
@@ -114,6 +129,7 @@ def check() -> dict:
                      "rule for that port only (the same port on any other address stays reachable); strict "
                      "policies are refused (exit 125)" if egress == "landlock-fallback" else
                      "not enforceable here (no network namespace, no Landlock TCP rules): refused (exit 125)"))
+    notes.extend(repository_notes(os.getcwd()))
     import sandboy
 
     finder = sandboy.bundle_finder()
