@@ -235,6 +235,17 @@ def test_the_launch_warns_naming_the_fix(tmp_path, env):
 
 
 @needs_tools
+def test_more_start_up_files_than_the_bound_fail_closed(tmp_path, env, monkeypatch):
+    """Cost bound: the walk of that environment's start-up code stops at ENTRY_BUDGET files and
+    then fails the run closed (a finding without a path), rather than passing it."""
+    repo, site = python_repo(tmp_path, env, tmp_path / "OWN-HOOK")
+    monkeypatch.setattr(hook_python, "ENTRY_BUDGET", 10)
+    snap = snapshot(repo, env)
+    findings = snap.verify()
+    assert [f.path for f in findings] == [None] and "not checked to the end" in findings[0].why, findings
+
+
+@needs_tools
 def test_doctor_says_it_in_that_repository(tmp_path, env):
     """`sandboy doctor` started in the repository (or below its top) names the stub, the
     interpreter and the fix before any run; elsewhere it says nothing of it."""

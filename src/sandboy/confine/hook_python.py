@@ -165,6 +165,17 @@ def _read_small(path: str) -> str:
     return "\n".join(_read_pth(path) or ())
 
 
+def _headers(path: str) -> list:
+    """The header lines of a METADATA file: up to its first blank line (the long description
+    after it can be hundreds of kilobytes)."""
+    lines = []
+    for line in _read_small(path).splitlines():
+        if not line.strip():
+            break
+        lines.append(line)
+    return lines
+
+
 def _closure(dists: dict, start: str) -> list:
     """The `.dist-info` directories of `start` and of every distribution it requires (not for an
     extra), transitively — what `-mpre_commit` may import. Markers are not evaluated: a
@@ -178,7 +189,7 @@ def _closure(dists: dict, start: str) -> list:
             continue
         seen.add(name)
         out.append(dists[name])
-        for line in _read_small(os.path.join(dists[name], "METADATA")).splitlines():
+        for line in _headers(os.path.join(dists[name], "METADATA")):
             match = re.match(_REQUIREMENT, line)
             if match and "extra" not in (match.group(3) or ""):
                 pending.append(_normal(match.group(1)))
@@ -200,25 +211,27 @@ class _Judge:
     def __init__(self, new, writable, full: bool):
         self.new, self.writable, self.full = new, writable, full
         self.found: list = []
+        self.paths: set = set()  # the findings' paths again: a renamed-in environment has thousands
         self.left = ENTRY_BUDGET
 
-    def add(self, path: str, why: str) -> None:
-        if path not in [p for p, _ in self.found]:
+    def add(self, path, why: str) -> None:
+        if path not in self.paths:
+            self.paths.add(path)
             self.found.append((path, why))
 
     def file(self, path: str, why: str, full=False) -> None:
         """A finding where `path` (not followed) was made or changed during the run (or `full`)
         and the command could write it."""
-        self.left -= 1
         if (full or self.full or self.new(path) is not None) and self.writable(path):
             self.add(path, why)
 
-    def tree(self, path: str, why: str, full=False) -> None:
-        """`path` and everything below it (symlinks not followed), bounded."""
-        full = full or self.full or self.new(path) is not None
-        pending = [path]
+    def tree(self, path: str, why: str) -> None:
+        """Every file at or below `path` (symlinks not followed; a directory made or renamed in
+        during the run has everything below it judged: a rename keeps their ctimes), bounded."""
+        pending = [(path, self.full)]
         while pending:
-            current = pending.pop()
+            current, inherited = pending.pop()
+            self.left -= 1
             if self.left < 0:
                 self.add(None, f"{path}: more than {ENTRY_BUDGET:,} files of the interpreter pre-commit's hook "
                          "runs to look through: not checked to the end")
@@ -228,14 +241,10 @@ class _Judge:
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
-                here = full or self.new(current) is not None
-                for name in _names_in(current):
-                    child = os.path.join(current, name)
-                    if here:
-                        self.file(child, why, True)
-                    pending.append(child)
+                here = inherited or self.new(current) is not None
+                pending.extend((os.path.join(current, name), here) for name in _names_in(current))
             else:
-                self.file(current, why, full)
+                self.file(current, why, inherited)
 
 
 def judge(python: str, launch, new, writable, reaches, full: bool = False) -> list:
@@ -290,16 +299,19 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
     dists = _distributions([*sites, *extra])
     tops = set()
     for dist_info in _closure(dists, PACKAGE):
-        tops |= {(os.path.dirname(dist_info), name) for name in _top_level(dist_info)}
+        if reaches(os.path.dirname(dist_info)):  # (its RECORD read only where the command could write)
+            tops |= {(os.path.dirname(dist_info), name) for name in _top_level(dist_info)}
     for site in sites:
         tops |= {(site, name.split(".", 1)[0]) for name in _names_in(site)
                  if name.split(".", 1)[0] in imported and not name.endswith((".pth", ".dist-info"))}
-    for base, name in sorted(tops):
-        if not reaches(base):
-            continue  # (Sandboy's own environment reached through a .pth: nothing the command could write)
-        for path in [os.path.join(base, n) for n in _names_in(base) if n == name or n.split(".", 1)[0] == name]:
+    wanted: dict = {}  # base directory -> the top-level names judged there
+    for base, name in tops:
+        if reaches(base):  # (not Sandboy's own environment reached through a .pth: nothing the command could write)
+            wanted.setdefault(base, set()).add(name)
+    for base, names in sorted(wanted.items()):  # one listing of each directory, however many names
+        for path in sorted(os.path.join(base, n) for n in _names_in(base) if n.split(".", 1)[0] in names):
             j.tree(path, why)
-        for path in _holds(os.path.join(base, "__pycache__"), (name,)):
+        for path in _holds(os.path.join(base, "__pycache__"), names):
             j.file(path, why)
     return j.found
 
