@@ -22,6 +22,7 @@ from sandboy.errors import PolicyError
 DEFAULT_SECONDS = 6 * 3600
 MOST_SECONDS = 30 * 24 * 3600
 UNITS = {"s": 1, "m": 60, "h": 3600}
+SHORTEST = 0.001  # the deadline given when nothing is left: at once, but a deadline
 
 
 def parse(src: str, key: str, value) -> int:
@@ -91,11 +92,13 @@ class Budget:
 
     def bound(self, timeout):
         """(timeout, by_budget): the smaller of `timeout` (seconds or None) and what is left, and
-        whether the budget is the smaller one (a timeout then means the budget ended the work)."""
+        whether the budget is the smaller one (a timeout then means the budget ended the work).
+        Never 0 when the budget binds: to a supervisor a timeout of 0 means none at all, and the
+        budget may run out between the caller's last look and this one (a cage build)."""
         left = self.left()
         if left is None or (timeout and timeout <= left):
             return timeout, False
-        return left, True
+        return max(left, SHORTEST), True
 
     def describe(self) -> str:
         return f"{self.whose} time budget of {text(self.seconds)} ({self.where})"

@@ -212,3 +212,50 @@ def test_sandboy_run_refuses_a_ceilings_gate_table(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sandboy", "run", "--policy", str(policy), "--", "true"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "gate: unknown key" in proc.stderr
+
+
+def test_a_budget_spent_while_a_cage_is_built_lets_nothing_run_past_it(tmp_path, fake_home) -> None:
+    """Deny globs matched against a large working copy make the cage build take a second or
+    more. When the budget ran out meanwhile, what was left was 0 — and a timeout of 0 is no
+    timeout to a supervisor: the step ran its full 20 s and the gate PASSED (found in session 7).
+    Now the step is not started (`over_budget`), or — where the build was quicker than the
+    budget — cut by it (`timed_out`); never run to its end."""
+    repo = make_repo(tmp_path, '''
+        [[step]]
+        name = "globbed"
+        run = "sleep 20; touch ran"
+        policy = "p"
+        [policy.p]
+        version = 1
+        fs.read = ["/usr", "/etc", "/lib", "/lib64", "/bin", "."]
+        fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+        fs.write = ["."]
+        fs.deny = ["**/*.pem", "**/*.key", "**/secret*"]
+        ''')
+    for i in range(300):  # 90,000 files for the globs to look through
+        directory = repo / "tree" / f"d{i}"
+        directory.mkdir(parents=True)
+        for j in range(300):
+            os.close(os.open(directory / f"f{j}.txt", os.O_WRONLY | os.O_CREAT, 0o644))
+    started = time.monotonic()
+    proc, report = run_json(repo, tmp_path, "--budget", "1", home=fake_home)
+    assert time.monotonic() - started < 1 + SLACK + 3  # (+ the build itself, under load)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert report["steps"][0]["status"] in ("over_budget", "timed_out"), report["steps"][0]["description"]
+    assert "time budget of 1s (--budget) was spent" in report["steps"][0]["description"]
+    assert not (repo / "ran").exists()
+
+
+def test_what_is_left_of_a_budget_is_never_a_timeout_of_zero() -> None:
+    from sandboy.budget import SHORTEST, Budget
+
+    spent = Budget(10, "the gate's", "test").start()
+    spent.deadline = time.monotonic() - 1  # ran out between the last look and this one
+    assert spent.exhausted()
+    assert spent.bound(None) == (SHORTEST, True) and spent.bound(3600) == (SHORTEST, True)
+    fresh = Budget(100, "the gate's", "test").start()
+    assert fresh.bound(5) == (5, False)
+    timeout, by_budget = fresh.bound(1000)
+    assert by_budget and 99 < timeout <= 100
+    none = Budget(0, "the gate's", "test").start()
+    assert none.bound(5) == (5, False) and none.bound(None) == (None, False) and not none.exhausted()

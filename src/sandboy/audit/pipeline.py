@@ -397,6 +397,7 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress, 
     for phase in tool.phases:
         if budget is not None and budget.exhausted():  # (a later phase: the earlier ones used it up)
             report.status, report.reason = FAILED, f"phase {phase.name}: not run: {budget.unstarted()}"
+            report.cut_by_budget = True  # (the budget run names it among the tools it ended)
             report.seconds = time.monotonic() - t0
             return report
         progress(f"{tool.name}: {phase.name}: running confined…")

@@ -443,6 +443,11 @@ class GateRun:
                 egress_log = (os.path.splitext(result.log_path)[0] + ".egress.jsonl"
                               if result.log_path and policy.net.egress else None)
                 timeout = step.timeout
+                if self.budget is not None and self.budget.exhausted():
+                    # spent while the cage was built (a deny glob over a large working copy can
+                    # take seconds): the command is not started at all
+                    result.refuse(Status.OVER_BUDGET, self.budget.unstarted())
+                    return False
                 if self.budget is not None:
                     # the step's own deadline (its timeout or the ceiling's wall_seconds, the
                     # smaller), unless what is left of the gate's budget comes first
