@@ -92,9 +92,13 @@ class Hook:
 
 
 def timeout_for(cage, timeout):
-    """The run's deadline in seconds: the caller's timeout or the policy's wall_seconds, the smaller."""
+    """The run's deadline in seconds: the caller's timeout or the policy's wall_seconds, the smaller.
+    A caller's 0 (like None) sets none of its own — the policy's still holds: `timeout=0` used to
+    come back as 0, which every deadline reads as "none", and the run outlived wall_seconds."""
     wall = cage.policy.limits.wall_seconds
-    return wall if wall and (timeout is None or wall < timeout) else timeout
+    if not timeout:
+        return wall or None
+    return wall if wall and wall < timeout else timeout
 
 
 def _refusal(hook, exc: BaseException) -> str:
