@@ -146,3 +146,27 @@ def test_twin_tools_within_the_budget_are_unchanged(tmp_path) -> None:
     assert seen["60s"] == seen["0"] == seen[None]
     assert {s for _, s, _, _ in seen[None]} == {"ran"}
     assert status["budget"] == {"seconds": 6 * 3600, "spent": False}  # the default
+
+
+def test_a_phase_bounded_by_the_budget_says_so_while_it_runs(tmp_path, monkeypatch) -> None:
+    """The live view's heartbeat names the phase's real deadline: what is left of the budget."""
+    from sandboy.audit.toolconfig import Phase
+    from sandboy.budget import Budget
+
+    from sandboy.audit import pipeline
+
+    monkeypatch.setattr(pipeline, "HEARTBEAT_SECONDS", 0.4)
+    places = {name: str(tmp_path / name.strip("{}")) for name in ("{repo}", "{out}", "{home}", "{builtin}")}
+    for place in places.values():
+        os.mkdir(place)
+    phase = Phase("p", ("/bin/sleep", "30"), read=("/usr", "/lib", "/lib64", "/etc", "/bin"), exec=("/usr/bin", "/bin"),
+                  wall_seconds=60)
+    messages: list = []
+    budget = Budget(2, "the audit's", "test").start()
+    started = time.monotonic()
+    report = pipeline.run_phase(phase, places, "/usr/bin:/bin", tmp_path, messages.append, budget=budget)
+    assert time.monotonic() - started < 2 + SLACK
+    assert report.outcome == "timed_out" and report.cut_by_budget and budget.spent
+    assert "the audit's time budget of 2s (test) was spent; the tool's tree was killed" in report.error
+    assert any(m.startswith("p: still running (") and m.endswith("of at most 2 s, what is left of the time budget)")
+               for m in messages), messages

@@ -227,7 +227,8 @@ def run_phase(phase: Phase, places: dict[str, str], path: str, logs: Path,
 
         def beat() -> None:
             while not done.wait(HEARTBEAT_SECONDS):
-                progress(f"{phase.name}: still running ({time.monotonic() - t0:.0f} s of at most {phase.wall_seconds} s)")
+                progress(f"{phase.name}: still running ({time.monotonic() - t0:.0f} s of at most {timeout:.0f} s"
+                         + (", what is left of the time budget)" if by_budget else ")"))
 
         ticker = threading.Thread(target=beat, daemon=True)
         ticker.start()
