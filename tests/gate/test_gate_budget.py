@@ -211,7 +211,8 @@ def test_sandboy_run_refuses_a_ceilings_gate_table(tmp_path) -> None:
     policy.write_text('version = 1\n[gate]\nbudget = "1h"\n')
     proc = subprocess.run([sys.executable, "-m", "sandboy", "run", "--policy", str(policy), "--", "true"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "gate: unknown key" in proc.stderr
+    assert proc.returncode == 2 and f"{policy}: gate: a step policy has no [gate] table" in proc.stderr
+    assert "sandboy gate --ceiling" in proc.stderr
 
 
 def test_a_budget_spent_while_a_cage_is_built_lets_nothing_run_past_it(tmp_path, fake_home) -> None:

@@ -269,6 +269,9 @@ def validate(data, source: str = "<policy>") -> dict:
         if key in ("version", "include"):
             continue
         parser = _SECTION_PARSERS.get(key)
+        if parser is None and key == "gate":  # (a ceiling file's own table: gate/ceiling.py reads it)
+            raise PolicyError(source, "gate", "a step policy has no [gate] table: it belongs to the file given to "
+                              "`sandboy gate --ceiling` (the gate's time budget), which reads it there")
         if parser is None:
             raise PolicyError(source, _keyname(key), unknown_key(key, ["version", "include", *_SECTION_PARSERS]))
         fields[key] = parser(source, value)
