@@ -580,3 +580,43 @@ def test_a_leftover_of_an_unsupervised_run_cannot_signal_the_caller_after_it(cag
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+UNPROTECT = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def call(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), "")
+res = {"unshare": attempt(lambda: call(libc.unshare(0x10000000 | 0x00020000))),  # CLONE_NEWUSER | CLONE_NEWNS
+       "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0]}
+attr = (ctypes.c_uint64 * 4)(0, 1, 0, 0)  # struct mount_attr: attr_clr = MOUNT_ATTR_RDONLY
+res["umount"] = attempt(lambda: call(libc.umount2(b".git/config", 2)))              # MNT_DETACH
+res["setattr"] = attempt(lambda: call(libc.syscall(442, -100, b".git/config", 0, attr, 32)))
+res["remount"] = attempt(lambda: call(libc.mount(None, b".git/config", None, 0x20 | 0x1000, None)))  # MS_REMOUNT|MS_BIND
+res["over"] = attempt(lambda: call(libc.mount(b"none", b".git/hooks", b"tmpfs", 0, None)))
+res["write"] = attempt(lambda: open(".git/config", "a").write("[core]\n\tfsmonitor = planted\n"))
+print(json.dumps(res))
+"""
+
+
+@TIER
+def test_a_nested_user_namespace_cannot_unprotect_a_protected_path(cage):
+    """The cage's user namespace owns its mount namespace; with `seccomp.allow` lifting unshare
+    and the mount calls, the command makes a nested user + mount namespace and holds every
+    capability there (the twin: unshare works, CapEff full). Still: the read-only bind over
+    .git/config cannot be unmounted (locked: EINVAL), made writable (mount_setattr, remount:
+    EPERM, Landlock refuses mount calls), nor covered by a tmpfs over .git/hooks; the host's
+    config bytes are unchanged."""
+    git = cage.work / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "config").write_text("[core]\n\tbare = false\n")
+    policy = cage.policy(fs={"read": ["/proc"], "exec": ["/usr/bin", "/bin"], "write": [str(cage.work)]},
+                         seccomp={"allow": ["unshare", "mount", "umount2", "mount_setattr"]})
+    result = cage.run(argv=[PY, "-c", ATTEMPT + UNPROTECT], policy=policy)
+    facts = json.loads(result.out.strip().splitlines()[-1])
+    assert facts["unshare"] == "ok" and int(facts["caps"], 16) > 0, facts  # the twin: the calls are let through
+    assert {k: facts[k] for k in ("umount", "setattr", "remount", "over", "write")} == {
+        "umount": "EINVAL", "setattr": "EPERM", "remount": "EPERM", "over": "EPERM", "write": "EROFS"}, facts
+    assert (git / "config").read_text() == "[core]\n\tbare = false\n"
+    assert os.listdir(git / "hooks") == []
