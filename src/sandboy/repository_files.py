@@ -108,3 +108,26 @@ def read_resolved(path: str, name: str, limit: int, source: str = "", key: str =
     if data is None:
         raise PolicyError(where, key, f"{name!r}: file is larger than {limit} bytes")
     return path, data
+
+
+REPO_TOKEN = "{repo}"
+_GRANTS = ("read", "exec", "write")
+
+
+def check_repository_grants(policy, repo: str) -> None:
+    """Refuse (OutsideRepository, exit 2) an fs grant spelled `{repo}/...` whose lookup leaves the
+    repository through a symlink in it. `{repo}/x` says "x in the repository": the capability
+    compiler writes `.sandboy/agent.toml`'s paths so (they come from the repository's
+    owen.policy.toml), and a checkout shipping `src -> ~/work` made the write root `src` the
+    operator's ~/work (session 7). A grant meant for the target names it by its own path.
+    Denies and protected paths only narrow: not checked."""
+    fs = policy.fs
+    for field in _GRANTS:
+        for i, raw in enumerate(getattr(fs, field)):
+            if raw == REPO_TOKEN or raw.startswith(REPO_TOKEN + "/"):
+                try:
+                    resolve_inside(repo, raw[len(REPO_TOKEN):].lstrip("/"), policy.source or "", f"fs.{field}[{i}]")
+                except OutsideRepository as exc:
+                    raise PolicyError(exc.source, exc.key, f"{raw!r}: {exc.problem}; if the target is meant, "
+                                      "grant it by its own path (a {repo} path stays inside the "
+                                      "repository)") from None

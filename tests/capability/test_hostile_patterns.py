@@ -82,23 +82,33 @@ def test_twin_a_file_named_beyond_the_bmp_compiles_to_a_readable_agent_policy(tm
     policy = model.load(str(tmp_path / "owen.policy.toml"))
     text = compiler.render(policy, str(tmp_path))[".sandboy/agent.toml"]
     fs = tomllib.loads(text)["fs"]
-    assert fs["deny"] == ["notes-\U0001F600.md"] and fs["protect"][0] == "caf\u00e9.txt"
+    assert fs["deny"] == ["notes-\U0001F600.md"] and fs["protect"][0] == "{repo}/caf\u00e9.txt"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "OPEN (session 7, design call): `sandboy run` resolves a policy's relative paths following every "
-    "symlink, so a checkout shipping `src -> ~/work` makes agent.toml's write root `src` (write.allow "
-    "'/src', a repository path for the canonical policy) the operator's ~/work. Closing it means a rule "
-    "in the cage for paths under the working directory (not followed out of it through a link inside "
-    "it), which also changes operators' own policies: not done by the red team"))
 def test_a_write_root_the_checkout_ships_as_a_symlink_out_is_not_granted(world):
     repo, home = world
     (repo / "src").rmdir()
     (repo / "src").symlink_to(home / "work")  # committed with the repository
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
     assert _cli(["policy", "compile"], repo, home).returncode == 0
-    _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"], repo, home)
+    # agent.toml says `{repo}/src`: "src in the repository", refused when a link leads it out
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"],
+               repo, home)
     assert (home / "work/notes.txt").read_text() == "mine\n"  # host side
+    assert run.returncode == 2 and "fs.write[0]: '{repo}/src'" in run.stderr and "symlink 'src'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_twin_a_write_root_linked_inside_the_checkout_still_works(world):
+    repo, home = world
+    (repo / "src").rmdir()
+    (repo / "real-src").mkdir()
+    (repo / "src").symlink_to("real-src")  # a link that stays inside
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo fine > src/new.txt"], repo, home)
+    assert run.returncode == 0, run.stderr
+    assert (repo / "real-src/new.txt").read_text() == "fine\n"
 
 
 @pytest.mark.parametrize("rel, text, code", [

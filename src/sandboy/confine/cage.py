@@ -261,6 +261,10 @@ def _mkdtemp_without_tempfile(prefix: str) -> str:
 
 
 def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
+    if any(p.startswith("{repo}") for p in (*policy.fs.read, *policy.fs.exec, *policy.fs.write)):
+        from sandboy.repository_files import check_repository_grants  # only such policies pay for it
+
+        check_repository_grants(policy, ctx.repo)  # `{repo}/x` stays inside the repository
     job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
     compiled = protections.compile_all(job)
     warnings = [w for part in compiled.values() for w in part.warnings]

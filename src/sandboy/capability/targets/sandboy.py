@@ -27,6 +27,13 @@ def write_roots(policy) -> tuple:
     return ok, [p for p in policy.write_allow if not p.is_literal()]
 
 
+def in_repo(path: str) -> str:
+    """A repository path as the cage reads "inside the repository": `{repo}/x` is refused at
+    launch when a symlink in the checkout leads it out (`src -> ~/work` made the write root `src`
+    the operator's ~/work: session 7), where a plain `x` would follow the link."""
+    return "{repo}" if path == "." else "{repo}/" + path
+
+
 def _toml_list(values) -> str:
     import json
 
@@ -51,10 +58,10 @@ class SandboyStep(Target):
             f"include = {_toml_list(policy.include)}",
             "",
             "[fs]",
-            'read = ["."]',
-            f"write = {_toml_list([*roots, '{tmp}'])}",
+            'read = ["{repo}"]',
+            f"write = {_toml_list([*map(in_repo, roots), '{tmp}'])}",
             f"deny = {_toml_list(deny_entry(p) for p in policy.read_deny if not p.negated)}      # read.deny: neither readable nor writable",
-            f"protect = {_toml_list(protect)}      # write.deny and the policy files: readable, never writable",
+            f"protect = {_toml_list(map(in_repo, protect))}      # write.deny and the policy files: readable, never writable",
             "",
         ]
         if policy.domains:
@@ -114,4 +121,4 @@ class SandboyStep(Target):
             writable = (True, "inside a write root")
         else:
             writable = (False, "outside every write root")
-        return {"readable": (True, 'fs.read "."'), "indexable": (None, "no index"), "writable": writable}
+        return {"readable": (True, 'fs.read "{repo}"'), "indexable": (None, "no index"), "writable": writable}
