@@ -268,8 +268,8 @@ def test_the_next_step_takes_the_previous_checks_record_and_walks_nothing_more(t
     _, findings = _step(scope, record, "git -C tools/helper commit -q --allow-empty -m one", repo, env)
     assert findings == [] and record.dirs is not None
     walks = []
-    real_walk = gitcheck._Check.walk
-    monkeypatch.setattr(gitcheck._Check, "walk", lambda self, root, left: (walks.append(self.census),
+    real_walk = gitcheck._Walk.walk  # (the census and the check both walk through it)
+    monkeypatch.setattr(gitcheck._Walk, "walk", lambda self, root, left: (walks.append(self.census),
                                                                               real_walk(self, root, left))[1])
     _, findings = _step(scope, record, "git -C tools/helper commit -q --allow-empty -m two && mkdir -p vendor/x && "
                         "mv tests/fixtures/evil vendor/x/.git && " + GITLINK.format(path="vendor/x"), repo, env)

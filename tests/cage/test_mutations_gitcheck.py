@@ -1,10 +1,10 @@
-"""The mutation check for the post-run git check (confine/gitcheck.py, ADR 0019): every place it
-judges something planted — each `add(...)` of a finding in the check, and `is_safe`, which
+"""The mutation check for the post-run git check (confine/gitcheck.py and gitjudge.py, ADR 0019):
+every place it judges something planted — each `add(...)` of a finding in the walk and the check, and `is_safe`, which
 decides what in a config runs a program — is removed in turn, and a plant of that kind must
 then go unnoticed by `verify()` (a scenario below fails).
 
 The mutants are found in the module's source, not listed by hand: each call `self.add(...)` or
-`check.add(...)` in `_Check` and `GitSnapshot.verify` becomes `None`, in a copy of that one
+`check.add(...)` in `gitcheck._Walk`, `gitjudge._Check` and `GitSnapshot.verify` becomes `None`, in a copy of that one
 method compiled from the source and set on the class with pytest's monkeypatch (this test only;
 nothing in production reads a switch). A judgement added to the check tomorrow is mutated the
 day it lands, and one no scenario notices fails this test by name.
@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 
 import pytest
 from gitkit import git_repo, scratch_env, sh
 from mutantkit import call_sites, drop_to, in_child, mutant, on_a_private_tmpfs, report, run_mutants, without_call
 
-from sandboy.confine import gitcheck
+from sandboy.confine import gitcheck, gitjudge
 
 pytestmark = [pytest.mark.mutation]
 
@@ -150,10 +151,12 @@ FINDING_CALL = ("add", ("self", "check"))  # `self.add(...)` / `check.add(...)`:
 
 
 def _mutants() -> list:
+    # (each method compiled with its own module's globals: gitcheck's bounds, gitjudge's is_safe)
     out = [mutant(f"{owner.__name__}.{name}: finding #{i + 1} (line {line})",
-                  owner, name, without_call(owner, name, i, gitcheck, FINDING_CALL))
-           for owner, name, i, line in call_sites((gitcheck._Check, gitcheck.GitSnapshot), FINDING_CALL)]
-    out.append(mutant("is_safe: every config key safe", gitcheck, "is_safe", lambda name, value: True))
+                  owner, name, without_call(owner, name, i, sys.modules[owner.__module__], FINDING_CALL))
+           for owner, name, i, line in call_sites((gitcheck._Walk, gitjudge._Check, gitcheck.GitSnapshot),
+                                                  FINDING_CALL)]
+    out.append(mutant("is_safe: every config key safe", gitjudge, "is_safe", lambda name, value: True))
     # the launch record (session 6): a git directory found where it was not at launch is judged whole
     out.append(mutant("GitSnapshot.moved: every git directory where it was at launch", gitcheck.GitSnapshot, "moved",
                       lambda self, gitdir, identity: False))

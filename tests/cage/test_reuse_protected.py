@@ -208,3 +208,34 @@ def test_an_installation_row_made_in_a_write_root_is_seen(tree, monkeypatch):
     assert fingerprint.unchanged() and resolutions.calls == 0
     script.write_text("#!/bin/sh\n")  # (bin/ is no watched directory: only the row's lookup sees it)
     assert not _same_as_a_rebuild(fingerprint, args)
+
+
+def test_a_path_directory_to_protect_is_resolved_at_every_check(tree, monkeypatch):
+    """A directory of the operator's PATH inside a write root (`~/.local/bin` with the home
+    granted: confine.path_dirs) is not decided by the stats: resolved at each check. Another
+    PATH than the one the stats were taken under resolves anew too."""
+    root, other, home = tree
+    (root / "bin").mkdir()
+    monkeypatch.setenv("PATH", f"{root}/bin:/usr/bin:/bin")
+    args = ([str(root), str(other)], (), True, ())
+    fingerprint = reuse.Fingerprint((), (), args, protections.protected_paths(*args))
+    time.sleep(SETTLE)
+    assert fingerprint.unchanged() and fingerprint._watch is None
+    resolutions = _Resolutions(monkeypatch)
+    assert fingerprint.unchanged() and resolutions.calls == 1
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # none inside a write root: the short way again, once settled
+    assert not fingerprint.unchanged()  # (bin/ is no longer protected: a rebuild would differ)
+
+
+def test_another_path_resolves_anew(tree, monkeypatch):
+    root, other, home = tree
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    fingerprint, args = _recorded([root, other])
+    resolutions = _Resolutions(monkeypatch)
+    assert fingerprint.unchanged() and resolutions.calls == 0
+    (root / "bin").mkdir()
+    time.sleep(SETTLE)
+    assert fingerprint.unchanged() and fingerprint._watch is not None  # (root's ctime moved: stats retaken, settled)
+    resolutions.calls = 0
+    monkeypatch.setenv("PATH", f"{root}/bin:/usr/bin:/bin")
+    assert not _same_as_a_rebuild(fingerprint, args) and resolutions.calls >= 1

@@ -13,7 +13,8 @@
     protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
     own_install.py  Sandboy's own installation, read-only where a write root holds it (ADR 0024)
     gitcheck.py  after a run: git config, hooks or repositories planted for the host's next git
-                 command are found and quarantined (ADR 0019)
+                 command are found and quarantined (ADR 0019) — the launch record and the walk;
+    gitjudge.py  its judgement and quarantine, loaded only when a git directory is to be judged
     _libc.py     runs plans: the C executor `_native.c` (vfork, no Python in the child) or
                  the pure-Python one on `_ctypes`, `_libc_python.py` (ADR 0005)
     launch.py    the API: spawn/run a command, choosing how it is supervised
