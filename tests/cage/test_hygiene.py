@@ -710,3 +710,17 @@ def test_the_last_capability_search_finds_every_possible_answer_in_few_questions
 
         assert hygiene.search_last_cap(known) == last
         assert len(asked) <= (2 if last == 40 else 8), (last, asked)
+
+
+def test_one_reader_of_proc_self_status_answers_both_questions():
+    """_libc.status_masks is the one reader of /proc/self/status (hygiene.has_capabilities,
+    reaping.children_reaped_unseen): the same masks as the file read line by line, and a field
+    the kernel does not print is absent, not zero."""
+    from sandboy.confine import _libc, hygiene, reaping
+
+    with open("/proc/self/status", "rb") as fh:
+        lines = dict(line.rstrip(b"\n").split(b":\t", 1) for line in fh if b":\t" in line)
+    names = (b"SigIgn", b"CapEff", b"CapPrm", b"CapAmb", b"CapInh")
+    assert _libc.status_masks(*names, b"NoSuchField") == {name: int(lines[name], 16) for name in names}
+    assert hygiene.has_capabilities() is any(int(lines[name], 16) for name in names[1:])
+    assert (reaping.children_reaped_unseen() is None) is not bool(int(lines[b"SigIgn"], 16) >> 16 & 1)

@@ -45,15 +45,9 @@ def children_reaped_unseen():
     `signal.getsignal` does not see a disposition native code set. SA_NOCLDWAIT (which only native
     code can set: exec clears it) does the same and is not visible there; the waits catch it
     (`Supervision.exited`)."""
-    fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, 16384)
-    finally:
-        os.close(fd)
-    start = data.find(b"\nSigIgn:\t")
-    if start < 0:
-        return None
-    ignored = int(data[start + 9:data.index(b"\n", start + 9)], 16)
+    from sandboy.confine._libc import status_masks
+
+    ignored = status_masks(b"SigIgn").get(b"SigIgn", 0)
     return SIGCHLD_IGNORED if ignored >> (signal.SIGCHLD - 1) & 1 else None
 
 
