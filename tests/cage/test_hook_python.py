@@ -116,6 +116,14 @@ ATTACKS = {
     "the pre_commit package": ("printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/pre_commit/__init__.py\"",
                                "{site}/pre_commit/__init__.py"),
     "a requirement of pre_commit (cfgv)": ("printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/cfgv.py\"", "{site}/cfgv.py"),
+    # rvsec7: the distribution's own RECORD emptied (what the judge reads to know pre_commit's
+    # files), then the package changed
+    "pre_commit's RECORD emptied": ("for f in \"$SITE\"/pre_commit-*.dist-info/RECORD; do : > \"$f\"; done && "
+                                    "printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/pre_commit/__init__.py\"",
+                                    "{site}/pre_commit/__init__.py"),
+    # rvsec7: pre_commit's METADATA no longer requires cfgv, then cfgv changed
+    "pre_commit's requirements dropped": ("sed -i '/^Requires-Dist/d' \"$SITE\"/pre_commit-*.dist-info/METADATA && "
+                                          "printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/cfgv.py\"", "{site}/cfgv.py"),
     # the interpreter itself swapped for a script
     "the interpreter": ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {pwned}\\nexec {real} \"$@\"\\n' "
                         "> .venv/bin/python && chmod +x .venv/bin/python", "{repo}/.venv/bin/python"),

@@ -151,12 +151,15 @@ def _normal(name: str) -> str:
 
 
 def _distributions(sites) -> dict:
-    """normalised name -> its `.dist-info` directory, over `sites` (first found wins)."""
+    """normalised name -> every `.dist-info` directory of that name, over `sites` (all of them:
+    which one a listing gives first is the command's choice — a `pre_commit-0.dist-info` it
+    makes beside the real one must not stand in for it)."""
     found: dict = {}
     for site in sites:
         for name in _names_in(site):
             if name.endswith(".dist-info"):
-                found.setdefault(_normal(name[:-len(".dist-info")].rsplit("-", 1)[0]), os.path.join(site, name))
+                found.setdefault(_normal(name[:-len(".dist-info")].rsplit("-", 1)[0]), []).append(
+                    os.path.join(site, name))
     return found
 
 
@@ -188,11 +191,12 @@ def _closure(dists: dict, start: str) -> list:
         if name in seen or name not in dists:
             continue
         seen.add(name)
-        out.append(dists[name])
-        for line in _headers(os.path.join(dists[name], "METADATA")):
-            match = re.match(_REQUIREMENT, line)
-            if match and "extra" not in (match.group(3) or ""):
-                pending.append(_normal(match.group(1)))
+        out += dists[name]
+        for dist_info in dists[name]:
+            for line in _headers(os.path.join(dist_info, "METADATA")):
+                match = re.match(_REQUIREMENT, line)
+                if match and "extra" not in (match.group(3) or ""):
+                    pending.append(_normal(match.group(1)))
     return out
 
 
@@ -297,10 +301,21 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
     # the modules old .pth lines import (by name; a new .pth is a finding itself), and the
     # pre_commit distribution with what it requires
     dists = _distributions([*sites, *extra])
-    tops = set()
+    tops = {(site, PACKAGE) for site in sites}  # what `-mpre_commit` runs, whatever a RECORD says
+    whole = []  # directories judged entry by entry: the closure's metadata there changed
     for dist_info in _closure(dists, PACKAGE):
-        if reaches(os.path.dirname(dist_info)):  # (its RECORD read only where the command could write)
-            tops |= {(os.path.dirname(dist_info), name) for name in _top_level(dist_info)}
+        base = os.path.dirname(dist_info)
+        if reaches(base):  # (its RECORD read only where the command could write)
+            tops |= {(base, name) for name in _top_level(dist_info)}
+            # METADATA and RECORD decide what is judged here: read after the run, so a change to
+            # them (requirements dropped, RECORD emptied) is a finding, and their directory is
+            # then judged whole — the files they named before are not known any more
+            before = len(j.found)
+            j.tree(dist_info, why)
+            if len(j.found) > before and base not in whole:
+                whole.append(base)
+    for base in whole:
+        tops |= {(base, name.split(".", 1)[0]) for name in _names_in(base)}
     for site in sites:
         tops |= {(site, name.split(".", 1)[0]) for name in _names_in(site)
                  if name.split(".", 1)[0] in imported and not name.endswith((".pth", ".dist-info"))}
