@@ -979,9 +979,11 @@ def _cage_scope(cage):
     write, _protect, _defaults, work = cage.compiled["landlock.fs"].outputs["protected_args"]
     path_dirs = ()
     if cage.tier is None:  # under the tier they are bound read-only; without it, judged after the run
-        from sandboy.confine.path_dirs import on_path
+        from sandboy.confine.path_dirs import held, on_path
 
-        path_dirs = [real for _entry, real, _root in on_path(write, work)[0]]
+        # the directories and the symlinks on the way to them (a link replaced or repointed is
+        # judged too: `~/bin -> dotfiles/bin`)
+        path_dirs = list(dict.fromkeys(path for row in on_path(write, work)[0] for path in held(*row)))
     return Scope(write, exclude, path_dirs=path_dirs)
 
 

@@ -59,7 +59,9 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
     if not inside:
         return [], []  # the usual case: string lookups only, no further stat
     home = _home_real(home)
-    works = [w for w in (os.path.realpath(w) for w in work if w) if w not in (home, "/")]
+    # a working directory at or above the home (`~`, `/home`, `/`) does not make the home's bin
+    # directories project files
+    works = [w for w in (os.path.realpath(w) for w in work if w) if not is_within(home, w)]
     protect, warn = [], []
     for entry, real in inside:
         root = next(root for root in roots if is_within(real, root))
@@ -68,6 +70,16 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
         elif os.path.isdir(real) or _made(real):
             protect.append((entry, real, root))
     return protect, warn
+
+
+def held(entry: str, real: str, root: str) -> list:
+    """What keeps the PATH directory `entry` (resolving to `real`, inside the write root `root`)
+    the operator's: the directory, and each symlink on the way inside `root` (`~/bin ->
+    dotfiles/bin`: replacing the link replaced the directory) — bound read-only under the tier,
+    judged after the run without it."""
+    from sandboy.confine.protected import symlinks_on_the_way
+
+    return [real, *(link for link in symlinks_on_the_way(entry) if is_within(link, root))]
 
 
 _HOMES: dict = {}

@@ -155,14 +155,11 @@ def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=Non
     from_install = []
     if defaults:
         from sandboy.confine.own_install import inside
-        from sandboy.confine.path_dirs import on_path
-        from sandboy.confine.protected import symlinks_on_the_way
+        from sandboy.confine.path_dirs import held, on_path
 
         taken = set(from_defaults).union(from_policy)
-        for entry, real, root in on_path(write_roots, work)[0]:
-            # the directory, and each symlink on the way inside a write root (`~/bin -> dotfiles/bin`:
-            # replacing the link replaced the directory), like a start-up file
-            for path in (real, *(link for link in symlinks_on_the_way(entry) if is_within(link, root))):
+        for row in on_path(write_roots, work)[0]:
+            for path in held(*row):  # the directory and the symlinks on the way, like a start-up file
                 if path not in taken:
                     taken.add(path)
                     from_defaults.append(path)

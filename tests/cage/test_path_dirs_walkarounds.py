@@ -1,0 +1,71 @@
+"""Walking around the PATH-directory protection (`confine.path_dirs`, ADR 0013 session 7;
+rvsec7's review): the home granted for writing, the run started in a project. Each attack tries
+to leave a `git` that the operator's PATH finds before `/usr/bin/git` without writing INTO the
+protected directory: a parent renamed away and a fresh directory made in its place, a symlinked
+PATH directory's link replaced, the PATH entry spelled with `//` and a trailing slash. Judged from
+the host side: what `shutil.which` finds on the operator's PATH after the run. Under the tier the
+write fails or the run ends 125; without it the post-run check quarantines: 125."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from sandboy.confine import path_dirs
+
+PLANT = "mkdir -p {dir} && printf '#!/bin/sh\\ntouch {pwned}\\n' > {dir}/git && chmod +x {dir}/git"
+
+ATTACKS = {
+    # ~/.local renamed away (the bind of ~/.local/bin goes with it), a fresh ~/.local/bin made
+    "a parent renamed away": ("mv {home}/.local {home}/.local-old && " + PLANT.format(dir="{home}/.local/bin",
+                                                                                     pwned="{pwned}"),
+                              "{home}/.local/bin"),
+    # ~/bin -> dotfiles/bin: the link replaced by a fresh directory
+    "a symlinked PATH directory's link replaced": ("rm {home}/bin && " + PLANT.format(dir="{home}/bin", pwned="{pwned}"),
+                                                   "{home}/bin"),
+    # the link repointed at a directory the command fills
+    "a symlinked PATH directory's link repointed": (PLANT.format(dir="{home}/evil", pwned="{pwned}")
+                                                    + " && ln -sfn evil {home}/bin.new && mv -T {home}/bin.new {home}/bin",
+                                                    "{home}/bin"),
+    # the operator's PATH spells the entry with '//' and a trailing slash
+    "the entry spelled //x/": (PLANT.format(dir="{home}/.local/bin", pwned="{pwned}"), "//{home}/.local/bin/"),
+}
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_the_operators_path_cannot_be_walked_around(cage, tmp_path, monkeypatch, tier, attack):
+    from sandboy.confine import namespaces
+
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("namespace tier unavailable here")
+    home, pwned = tmp_path / "home", tmp_path / "PWNED"
+    (home / ".local/bin").mkdir(parents=True)
+    (home / "dotfiles/bin").mkdir(parents=True)
+    os.symlink("dotfiles/bin", home / "bin")
+    script, entry = ATTACKS[attack]
+    entry = entry.format(home=home)
+    operator_path = f"{entry}:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", operator_path)
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"], "write": [str(home), "."]},
+                         env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(home)}})
+    result = cage.run(argv=["/bin/sh", "-c", script.format(home=home, pwned=pwned)], policy=policy, via="cli",
+                      env={**os.environ})
+    assert "is on PATH" in result.err, result
+    found = shutil.which("git", path=operator_path)
+    assert found == "/usr/bin/git", (found, result)
+    assert result.rc != 0, result
+
+
+def test_a_work_directory_holding_the_home_does_not_make_its_bin_project_files(tmp_path):
+    """Started from the home's parent (or `/`): the home's PATH directories stay protected."""
+    home = tmp_path / "home"
+    (home / ".local/bin").mkdir(parents=True)
+    protect, warn = path_dirs.on_path([str(home)], work=[str(tmp_path)], path_text=f"{home}/.local/bin",
+                                      home=str(home))
+    assert [e for e, _r, _root in protect] == [f"{home}/.local/bin"] and not warn
