@@ -109,35 +109,59 @@ _WIDENING_LISTS = ("permissions.allow", "permissions.additionalDirectories", "sa
                    "sandbox.network.allowedDomains", "sandbox.excludedCommands")
 _WIDENING_MODES = ("acceptEdits", "bypassPermissions", "dontAsk")
 _RUNS_COMMANDS = ("hooks", "apiKeyHelper", "statusLine", "awsAuthRefresh", "awsCredentialExport", "otelHeadersHelper")
+# Claude Code reads this one after settings.json and lets it override (a repository can commit it)
+LOCAL_SETTINGS = ".claude/settings.local.json"
 
 
-def widening(doc: dict, want: dict) -> list:
-    """What `doc` (the merged settings) holds beyond `want` that grants more than the policy."""
+def widening(doc: dict, want: dict, name: str = SETTINGS) -> list:
+    """What `doc` (the settings file `name`) holds beyond `want` that grants more than the policy."""
     out = []
     for key in _WIDENING_LISTS:
         node, leaf = _node(doc, key, create=False)
         values = node.get(leaf) if node is not None else None
         for value in values if isinstance(values, list) else ():
             if value not in want.get(key, ()):
-                out.append(f"{SETTINGS}: {key} {json.dumps(value, ensure_ascii=False)} is kept from the file, not "
+                out.append(f"{name}: {key} {json.dumps(value, ensure_ascii=False)} is kept from the file, not "
                            "from owen.policy.toml: it grants more than the policy says")
     perms = doc.get("permissions")
     mode = perms.get("defaultMode") if isinstance(perms, dict) else None
     if mode in _WIDENING_MODES:
-        out.append(f"{SETTINGS}: permissions.defaultMode = {json.dumps(mode)} is kept from the file: tool calls "
+        out.append(f"{name}: permissions.defaultMode = {json.dumps(mode)} is kept from the file: tool calls "
                    "the policy does not allow run without asking")
     sandbox = doc.get("sandbox")
     if isinstance(sandbox, dict) and sandbox.get("allowUnsandboxedCommands") is True:
-        out.append(f"{SETTINGS}: sandbox.allowUnsandboxedCommands = true is kept from the file: a command that fails "
+        out.append(f"{name}: sandbox.allowUnsandboxedCommands = true is kept from the file: a command that fails "
                    "in the sandbox may run outside it")
     if doc.get("enableAllProjectMcpServers") is True:
-        out.append(f"{SETTINGS}: enableAllProjectMcpServers = true is kept from the file: the repository's MCP "
+        out.append(f"{name}: enableAllProjectMcpServers = true is kept from the file: the repository's MCP "
                    "servers start without asking")
     for key in _RUNS_COMMANDS:
         if doc.get(key):
-            out.append(f"{SETTINGS}: {key} is kept from the file, not from owen.policy.toml: it runs commands on "
+            out.append(f"{name}: {key} is kept from the file, not from owen.policy.toml: it runs commands on "
                        "this machine, outside any sandbox; read it before running Claude Code here")
+    if doc.get("env"):  # NODE_OPTIONS=--require ./x.js runs code in every command; ANTHROPIC_BASE_URL
+        out.append(f"{name}: env is kept from the file, not from owen.policy.toml: it sets the environment "
+                   "of Claude Code and every command it runs (NODE_OPTIONS, ANTHROPIC_BASE_URL...); read it first")
     return out
+
+
+def local_widening(ctx, want: dict) -> list:
+    """`.claude/settings.local.json` in the repository: Claude Code applies it over settings.json,
+    so what it holds can undo what Sandboy wrote there (rvsec7: a committed one with
+    bypassPermissions left `policy check` saying "match")."""
+    text = ctx.read(LOCAL_SETTINGS)
+    if text is None or not text.strip():
+        return []
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        return [f"{LOCAL_SETTINGS}: not a JSON object Sandboy can read, and Claude Code applies that file over "
+                f"{SETTINGS}; remove it or fix it"]
+    return [*widening(doc, want, LOCAL_SETTINGS),
+            f"{LOCAL_SETTINGS} exists: Claude Code applies it over {SETTINGS} (which Sandboy writes), so "
+            "owen.policy.toml holds only where that file agrees; a cloned repository should not ship it"]
 
 
 class Claude(Target):
@@ -158,6 +182,7 @@ class Claude(Target):
         want = wanted(policy)
         ctx.own(SETTINGS, merge(doc, want, ctx.owned(SETTINGS)))
         ctx.warnings.extend(widening(doc, want))
+        ctx.warnings.extend(local_widening(ctx, want))
         if doc.get("sandbox", {}).get("enabled") is not True:
             ctx.warnings.append(f"{SETTINGS}: sandbox.enabled is set to false by the user: the sandbox "
                                 "settings written there have no effect (the permission rules still apply)")

@@ -71,6 +71,12 @@ class Codex(Target):
         if doc.get("approval_policy") == "never":
             ctx.warnings.append(f"{CONFIG}: approval_policy = \"never\" is kept from the file: Codex runs what it "
                                 "decides without asking")
+        profiles = doc.get("profiles")  # `profile = "p"` + [profiles.p]: the same keys, one level down
+        for name, table in (profiles.items() if isinstance(profiles, dict) else ()):
+            if isinstance(table, dict) and (table.get("approval_policy") == "never" or "sandbox_mode" in table):
+                ctx.warnings.append(f"{CONFIG}: [profiles.{name}] sets approval_policy = \"never\" or sandbox_mode, "
+                                    "kept from the file: selected, Codex runs without asking or IGNORES the "
+                                    "permission profile; remove them")
         for key in ("notify", "mcp_servers"):
             if doc.get(key):
                 ctx.warnings.append(f"{CONFIG}: {key} is kept from the file, not from owen.policy.toml: it runs "
