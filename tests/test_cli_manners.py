@@ -229,7 +229,10 @@ def test_print_ceiling_is_a_policy_that_loads(tmp_path):
     # a ceiling file: the step policy plus the gate's own `[gate]` table (its time budget, ADR 0025)
     printed, budget = ceilings.read(str(path))
     builtin = Policy.from_mapping(ceilings.BUILTIN, "b")
-    assert (printed.fs, printed.net, printed.env, printed.limits) == (builtin.fs, builtin.net, builtin.env, builtin.limits)
+    assert (printed.fs, printed.net, printed.env) == (builtin.fs, builtin.net, builtin.env)
+    # the limits, with this host's default memory bound written out (ADR 0027)
+    assert printed.limits == builtin.limits.replace(memory_mib=ceilings.builtin().limits.memory_mib)
+    assert printed.limits.memory_mib > 0
     assert budget == 6 * 3600
 
 

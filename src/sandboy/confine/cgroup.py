@@ -1,4 +1,5 @@
-"""A pids cgroup for `limits.processes` when running as root.
+"""A pids cgroup for `limits.processes` when running as root, and a memory cgroup for a gate
+step's `limits.memory_mib` (`MemoryCgroup`, ADR 0027).
 
 Why: RLIMIT_NPROC does not bind uid 0 at all (the kernel exempts the root user), so as root a
 fork bomb is only stopped by a cgroup's `pids.max`. Ordinary users get RLIMIT_NPROC instead.
@@ -27,6 +28,19 @@ def _own_v2_dir() -> str | None:
                 if line.startswith("0::"):
                     return V2_ROOT + line[3:].strip().rstrip("/")
     except OSError:
+        pass
+    return None
+
+
+def _own_v1_dir(controller: str) -> str | None:
+    """This process's group in the cgroup v1 hierarchy of `controller` ("4:memory:/a/b")."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controller in controllers.split(","):
+                    return os.path.join(V2_ROOT, controller) + path.rstrip("/")
+    except (OSError, ValueError):
         pass
     return None
 
@@ -118,3 +132,156 @@ class PidsCgroup:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+def _write(path: str, value) -> None:
+    with open(path, "w") as fh:
+        fh.write(str(value))
+
+
+def _read_count(path: str, key: str) -> int:
+    """The value of `key` in a flat-keyed cgroup file ("oom_kill 3"), 0 when absent."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class MemoryCgroup:
+    """One run's memory bound (ADR 0027): a fresh group whose processes together — their pages,
+    the page cache and tmpfs files they write — may use at most `mib` MiB, none of it in swap.
+
+    The command joins it itself, as the first step of its plan (`join_step`: a write of "0" to
+    the group's cgroup.procs through an fd opened here), so nothing of it ever runs outside the
+    bound and the supervising process never counts in it. Over the bound the kernel's OOM killer
+    ends a process of the group — never one elsewhere on the host. cgroup v2 kills the whole group
+    together (`memory.oom.group`); cgroup v1 has no such switch, so the supervisor watches
+    `oom_event_fd` (v1's eventfd notification, `cgroup.event_control`) and ends the tree itself.
+    `oom_kills()` says afterwards whether the bound was hit.
+    """
+
+    def __init__(self, path: str, version: int, mib: int):
+        self.path, self.version, self.mib = path, version, mib
+        self.swap_bounded = False
+        self.procs_fd = None      # cgroup.procs, open for writing: the child's join step writes to it
+        self.oom_event_fd = None  # v1: an eventfd the kernel signals at each OOM of the group
+
+    @classmethod
+    def create(cls, mib: int) -> "MemoryCgroup | None":
+        """A fresh group bounded to `mib` MiB, or None where none can be made (not root, no
+        memory controller, not delegated). Nothing is left behind on failure."""
+        name = f"sandboy-{os.getpid()}-{os.urandom(4).hex()}"
+        candidates = []
+        v1 = _own_v1_dir("memory")
+        if v1 and os.path.isfile(os.path.join(v1, "memory.limit_in_bytes")):
+            candidates.append((os.path.join(v1, name), 1))
+        v2 = _own_v2_dir()
+        if v2 and os.path.isfile(os.path.join(V2_ROOT, "cgroup.controllers")):
+            try:
+                with open(os.path.join(v2, "cgroup.subtree_control")) as fh:
+                    if "memory" in fh.read().split():
+                        candidates.append((os.path.join(v2, name), 2))
+            except OSError:
+                pass
+        for path, version in candidates:
+            try:
+                os.mkdir(path, 0o755)
+            except OSError:
+                continue
+            group = cls(path, version, mib)
+            try:
+                group._bound()
+                return group
+            except OSError:
+                group.remove()
+        return None
+
+    def _bound(self) -> None:
+        limit = self.mib << 20
+        if self.version == 2:
+            _write(os.path.join(self.path, "memory.max"), limit)
+            try:
+                _write(os.path.join(self.path, "memory.swap.max"), 0)
+                self.swap_bounded = True
+            except FileNotFoundError:  # no swap accounting: the kernel has no swap to spill to
+                pass
+            _write(os.path.join(self.path, "memory.oom.group"), 1)
+        else:
+            _write(os.path.join(self.path, "memory.limit_in_bytes"), limit)
+            # memory+swap: the same number, so nothing of the group may be swapped out
+            try:
+                _write(os.path.join(self.path, "memory.memsw.limit_in_bytes"), limit)
+                self.swap_bounded = True
+            except FileNotFoundError:  # no swap accounting (swapaccount=0)
+                pass
+            self.oom_event_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            control = os.open(os.path.join(self.path, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _write(os.path.join(self.path, "cgroup.event_control"), f"{self.oom_event_fd} {control}")
+            finally:
+                os.close(control)
+        self.procs_fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+
+    def join_step(self) -> tuple:
+        """The child's plan step that moves it into the group (before anything else it runs)."""
+        from sandboy.confine._libc import SYS_WRITE
+
+        return ("join the memory cgroup", (SYS_WRITE, False, self.procs_fd, b"0", 1))
+
+    def oom_kills(self) -> int:
+        """How many processes of the group the OOM killer ended (its bound was reached)."""
+        if self.version == 2:
+            return _read_count(os.path.join(self.path, "memory.events"), "oom_kill")
+        return _read_count(os.path.join(self.path, "memory.oom_control"), "oom_kill")
+
+    def peak_bytes(self) -> int:
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            with open(os.path.join(self.path, name)) as fh:
+                return int(fh.read())
+        except (OSError, ValueError):
+            return 0
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as fh:
+                return [int(x) for x in fh.read().split()]
+        except OSError:
+            return []
+
+    def remove(self) -> None:
+        for fd in (self.procs_fd, self.oom_event_fd):
+            if fd is not None:
+                os.close(fd)
+        self.procs_fd = self.oom_event_fd = None
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+def memory_default_mib(meminfo: str = "/proc/meminfo") -> int:
+    """The built-in ceiling's `limits.memory_mib` (ADR 0027): half of the host's RAM, at most
+    MEMORY_DEFAULT_CAP_MIB. Half leaves the host, the gate itself and the other half of a CI box
+    room while a step's build still gets what a large JVM or webpack build asks; the cap keeps a
+    step on a big machine from taking what it could never need for a test run."""
+    total_kib = 0
+    try:
+        with open(meminfo) as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    total_kib = int(line.split()[1])
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not total_kib:
+        return MEMORY_DEFAULT_CAP_MIB
+    return max(256, min(MEMORY_DEFAULT_CAP_MIB, total_kib // 1024 // 2))
+
+
+MEMORY_DEFAULT_CAP_MIB = 16384

@@ -46,6 +46,15 @@ def _pids_cgroup_probe() -> None:
     group.remove()
 
 
+def _memory_cgroup_probe() -> None:
+    from sandboy.confine.cgroup import MemoryCgroup
+
+    group = MemoryCgroup.create(64)
+    if group is None:
+        raise OSError("no memory cgroup")
+    group.remove()
+
+
 def _namespace_tier() -> tuple:
     from sandboy.confine import namespaces
 
@@ -98,6 +107,7 @@ def check() -> dict:
         "native_executor": _libc_implementation() == "native",
         "pidfd": hasattr(os, "pidfd_open"),
         "pids_cgroup": _in_child(_pids_cgroup_probe) if root else None,
+        "memory_cgroup": _in_child(_memory_cgroup_probe) if root else False,
         "user_namespaces": _in_child(_userns_probe),
         "namespace_tier": _namespace_tier()[0],
     }
@@ -113,6 +123,10 @@ def check() -> dict:
     if root:
         notes.append("running as root: capabilities are dropped in the cage; limits.processes uses a pids "
                      "cgroup (RLIMIT_NPROC does not bind uid 0)")
+    if not protections["memory_cgroup"]:
+        notes.append("no memory cgroup can be made (needs root and a writable memory controller): a gate "
+                     "step's limits.memory_mib is RLIMIT_AS per process where a policy asks for it, and the "
+                     "built-in ceiling's default memory bound is not enforced (ADR 0027)")
     if not protections["namespace_tier"]:
         from sandboy.confine import namespaces
 

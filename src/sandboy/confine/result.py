@@ -20,6 +20,7 @@ KILLED = "killed"                  # the caller ended the run (kill(), SIGTERM t
 CAGE_ERROR = "cage_error"          # the cage could not be applied: nothing ran (125)
 NOT_FOUND = "not_found"            # the command does not exist inside the cage (127)
 NOT_EXECUTABLE = "not_executable"  # it exists but cannot be executed there (126)
+OUT_OF_MEMORY = "out_of_memory"    # its memory cgroup's bound was reached: the OOM killer ended it (ADR 0027)
 PLANTED = "planted"                # it ran, and left code for the host's next git command (125, ADR 0019)
 # The wait status of a command reaped by someone else (never a real one: those are >= 0).
 STATUS_LOST = -1
@@ -28,7 +29,7 @@ STATUS_LOST_ERROR = ("the command's exit status was lost: its process was reaped
                      "waits for any child) and nothing reported it (there is no namespace init without "
                      "the tier; an init killed from outside reports nothing); keep SIGCHLD at SIG_DFL, "
                      "or let Sandboy supervise the run (spawn(supervise=True))")
-OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE, PLANTED)
+OUTCOMES = (EXITED, SIGNALED, TIMED_OUT, KILLED, CAGE_ERROR, NOT_FOUND, NOT_EXECUTABLE, PLANTED, OUT_OF_MEMORY)
 
 
 class RunResult:

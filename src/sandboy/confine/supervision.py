@@ -43,7 +43,7 @@ import os
 import time
 
 from sandboy.confine import reaping
-from sandboy.confine.result import CAGE_ERROR, KILLED, STATUS_LOST, RunResult, from_child
+from sandboy.confine.result import CAGE_ERROR, KILLED, OUT_OF_MEMORY, STATUS_LOST, RunResult, from_child
 from sandboy.errors import EXIT_CAGE, CageError
 
 PR_SET_PDEATHSIG = 1
@@ -53,6 +53,9 @@ NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind
                   "cgroup could be created; refusing to run without the limit (run it where "
                   "/sys/fs/cgroup is writable — not inside another cage — or with a policy or gate "
                   "ceiling without limits.processes)")
+
+NO_MEMORY_CGROUP = ("limits.memory_mib: no memory cgroup could be created for the run; refusing to run "
+                    "without the bound (run it where /sys/fs/cgroup is writable — not inside another cage)")
 
 
 class Handle:
@@ -158,13 +161,19 @@ class Supervision(Handle):
     `pids_group`: a `PidsCgroup` this process has already joined (the gate's, see cgroup.py):
     a run with `limits.processes` as root then counts inside it; without one such a run gets a
     group of its own that this process joins for the run (refused with 125 where none can be made).
+    `memory_mib`: bound the memory of the run's processes together in a memory cgroup of its own
+    (`cgroup.MemoryCgroup`, ADR 0027; the gate's steps): the command joins it before anything else
+    it runs; where none can be made the run is refused (125). `memory_group` is it while it runs
+    (the gate polls its `oom_event_fd`). After the run, `memory` is {"cgroup_mib", "peak_mib",
+    "oom_kills"} on the result's "enforced", and a run whose group saw the OOM killer ends as
+    `out_of_memory`.
     `ctty`: a pty slave in `stdio` that becomes the command's controlling terminal.
     `exits_after`: this process ends right after the run (a forked supervisor), so hooks can
     leave their threads and sockets to the exit.
     """
 
     def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None, ctty=None,
-                 hooks=(), exits_after: bool = False):
+                 hooks=(), exits_after: bool = False, memory_mib=None):
         self.argv, self.cage, self.stdio, self.ctty = list(argv), cage, stdio, ctty
         self.timeout = timeout_for(cage, timeout)
         self.hooks = HookChain(hooks)
@@ -176,6 +185,8 @@ class Supervision(Handle):
         self.deadline = None
         self.abandoned = False  # see end(deadline=...)
         self._own_group = None  # a per-run pids cgroup this process joined
+        self.memory_mib = memory_mib
+        self.memory_group = None  # the run's MemoryCgroup while it runs
         self.cage_refused = False  # the child reported the cage could not be applied (nothing ran)
         self._first = ()
         self._err_r = None
@@ -238,10 +249,11 @@ class Supervision(Handle):
                             "which get the exit status without changing it")
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         self._enter_pids_group()
+        joins = self._make_memory_group()
         # The command leads a session of its own (`ctty` becomes its controlling terminal) and
         # dies with this process: if the supervisor is killed outright its descendants are still
         # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
-        return (*session_steps(self.ctty),
+        return (*joins, *session_steps(self.ctty),
                 ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
 
     def _fork_failed(self, exc: OSError):
@@ -270,6 +282,30 @@ class Supervision(Handle):
             self._own_group = PidsCgroup.create_and_join(limit + 1)
             if self._own_group is None:
                 raise CageError(NO_PIDS_CGROUP)
+
+    def _make_memory_group(self) -> tuple:
+        if not self.memory_mib:
+            return ()
+        from sandboy.confine.cgroup import MemoryCgroup
+
+        self.memory_group = MemoryCgroup.create(self.memory_mib)
+        if self.memory_group is None:
+            raise CageError(NO_MEMORY_CGROUP)
+        return (self.memory_group.join_step(),)
+
+    def _end_memory_group(self, result: RunResult) -> None:
+        """The tree is gone: what the memory bound saw goes on `result`; the group is removed."""
+        group, self.memory_group = self.memory_group, None
+        kills = group.oom_kills()
+        result.enforced = {**result.enforced, "memory": {
+            "cgroup_mib": group.mib, "swap": "none" if group.swap_bounded else "not accounted",
+            "peak_mib": round(group.peak_bytes() / (1 << 20), 1), "oom_kills": kills}}
+        if kills and result.outcome not in (CAGE_ERROR,):
+            result.outcome = OUT_OF_MEMORY
+            result.error = (f"out of memory: the run's processes together reached limits.memory_mib = "
+                            f"{group.mib} MiB (a memory cgroup); the kernel's OOM killer ended {kills} "
+                            f"of them and the rest of the tree was killed")
+        group.remove()
 
     def _refuse_unstarted(self, why: str):
         """Nothing of the command started: the hooks that started are stopped, CageError."""
@@ -389,5 +425,7 @@ class Supervision(Handle):
             self._own_group.remove()
             self._own_group = None
         result.report_cage(self.cage)
+        if self.memory_group is not None:
+            self._end_memory_group(result)
         self._result = result
         self.hooks.end(self, result, self._refused)

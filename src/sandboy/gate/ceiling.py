@@ -27,6 +27,8 @@ BUILTIN_LIMITS = {
     "processes": 512,        # counted per step (pids cgroup when run as root)
     "open_files": 4096,
     "file_size_mib": 4096,   # largest single file a step may write
+    # memory_mib: set by builtin() from this host's RAM (cgroup.memory_default_mib: half of it,
+    # at most 16 GiB) — the step's processes together, in a memory cgroup (ADR 0027)
 }
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
@@ -68,7 +70,10 @@ def _copied(value):
 def builtin() -> Policy:
     import os
 
+    from sandboy.confine.cgroup import memory_default_mib
+
     data = _copied(BUILTIN)
+    data["limits"]["memory_mib"] = memory_default_mib()
     # Only system paths that exist on this host (e.g. /lib64 or /usr/libexec may be absent).
     for key in ("read", "exec"):
         data["fs"][key] = [p for p in data["fs"][key] if p.startswith("{") or os.path.exists(p)]
@@ -119,8 +124,11 @@ def _policy_part(data):
 def printed() -> dict:
     """The built-in ceiling as `--print-ceiling` writes it: the policy and the gate's budget."""
     from sandboy import budget
+    from sandboy.confine.cgroup import memory_default_mib
 
-    return {**BUILTIN, "gate": {"budget": budget.text(budget.DEFAULT_SECONDS)}}
+    # this host's default memory bound, written out: a ceiling file started from it keeps one
+    return {**BUILTIN, "limits": {**BUILTIN["limits"], "memory_mib": memory_default_mib()},
+            "gate": {"budget": budget.text(budget.DEFAULT_SECONDS)}}
 
 
 def to_toml(data: dict) -> str:

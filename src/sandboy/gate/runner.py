@@ -17,7 +17,16 @@ import os
 import select
 import time
 
-from sandboy.confine.result import EXITED, KILLED, NOT_EXECUTABLE, NOT_FOUND, PLANTED, SIGNALED, TIMED_OUT
+from sandboy.confine.result import (
+    EXITED,
+    KILLED,
+    NOT_EXECUTABLE,
+    NOT_FOUND,
+    OUT_OF_MEMORY,
+    PLANTED,
+    SIGNALED,
+    TIMED_OUT,
+)
 from sandboy.errors import EXIT_CAGE, EXIT_INTERRUPTED, EXIT_USAGE, CageError, PolicyError
 from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT, GATE_OUTPUT_FACTOR, STEP_OUTPUT_FLOOR, StepOutput
 from sandboy.gate.status import Status
@@ -97,6 +106,8 @@ class StepResult:
             return f"timed out: {self.cut_by} (tree killed, exit {self.returncode})"
         if self.status == Status.TIMED_OUT:
             return f"timed out after {self.timeout or '?'}s (tree killed, exit {self.returncode})"
+        if self.status == Status.KILLED and self.run_result.outcome == OUT_OF_MEMORY:
+            return f"killed (exit {self.returncode}): {self.error}"
         if self.status == Status.KILLED:
             return f"killed by signal {self.signal} (exit {self.returncode})"
         if self.status == Status.CAGE_ERROR:
@@ -172,6 +183,7 @@ class CageCache:
         # between them and its cage reused too.
         self.reuse = Reuse(empty_tmp=True)
         self._pids_group = None  # False once creation failed
+        self._memory_cgroups = None  # can this process make memory cgroups? (probed once)
 
     def pids_group(self, policy):
         """As root with `limits.processes`: one pids cgroup that this process joins once, so
@@ -192,6 +204,43 @@ class CageCache:
             if group is None:
                 return None
         return self._pids_group
+
+    def memory_cgroups(self) -> bool:
+        """Can a step's memory be bounded in a cgroup here (ADR 0027)? As root with a writable
+        memory controller; probed once per gate with a group made and removed at once."""
+        if self._memory_cgroups is None:
+            self._memory_cgroups = False
+            if os.geteuid() == 0:
+                from sandboy.confine.cgroup import MemoryCgroup
+
+                group = MemoryCgroup.create(64)
+                if group is not None:
+                    group.remove()
+                    self._memory_cgroups = True
+        return self._memory_cgroups
+
+    def memory_plan(self, policy, builtin_default) -> tuple:
+        """How a step's `limits.memory_mib` is enforced (ADR 0027): (policy for its cage, MiB for
+        its memory cgroup or None, what degraded or None).
+
+        With a memory cgroup the bound is on the step's processes together, and the cage sets no
+        RLIMIT_AS. Without one, a value the step or the operator asked for is kept as it meant
+        before: RLIMIT_AS per process; the built-in ceiling's own default is not (an address-space
+        limit of that size breaks JVMs, Go and V8, which reserve far more than they use), and the
+        step runs without a memory bound — said, never silently."""
+        mib = policy.limits.memory_mib
+        if not mib:
+            return policy, None, None
+        if self.memory_cgroups():
+            return policy.replace(limits=policy.limits.replace(memory_mib=0)), mib, None
+        why = ("no memory cgroup can be made here (not root, or /sys/fs/cgroup's memory controller "
+               "is not writable)")
+        if builtin_default and mib == builtin_default:
+            return (policy.replace(limits=policy.limits.replace(memory_mib=0)), None,
+                    f"limits.memory_mib: the built-in ceiling's {mib} MiB per step is NOT enforced: {why}; "
+                    "a step may use all of the host's memory")
+        return (policy, None, f"limits.memory_mib: {mib} MiB enforced per process (RLIMIT_AS, address "
+                f"space), not on the step's processes together: {why}")
 
     def get(self, policy, tty=False) -> tuple:
         """(cage, owned): a compiled cage for `spawn`; the caller closes it after the step when
@@ -287,6 +336,10 @@ class GateRun:
         self.output_left = GATE_OUTPUT_FACTOR * max_output
         self.ceiling_source = ceiling.source
         self.ceiling = resolve_ceiling(ceiling, gate.repo)
+        from sandboy.gate.ceiling import BUILTIN_SOURCE
+
+        # the built-in ceiling's memory bound, which only a memory cgroup enforces (ADR 0027)
+        self.builtin_memory = ceiling.limits.memory_mib if ceiling.source == BUILTIN_SOURCE else None
         from sandboy.gate.repository_links import RepositoryLinks
 
         # the ceiling's grants, looked up before each step without following the repository's links
@@ -434,8 +487,9 @@ class GateRun:
                     self.console.out.flush()
                     relay = Relay((None, record_fd, None), tty=True, tee=stream.record)
                     stdio, ctty = relay.stdio, relay.ctty
+                cage_policy, memory_mib, memory_degraded = self.cages.memory_plan(policy, self.builtin_memory)
                 with self.stop.preparing():
-                    cage, owned = self.cages.get(policy, tty=ctty is not None)
+                    cage, owned = self.cages.get(cage_policy, tty=ctty is not None)
                 # The gate supervises its steps itself (it is a subreaper): docs/design.md (Gate) says no process
                 # of a step outlives it, including ones that called setsid, and a supervisor process
                 # per step would cost ≈ 2.5 ms (docs/performance.md).
@@ -456,7 +510,8 @@ class GateRun:
                     timeout, by_budget = self.budget.bound(own)
                 proc = Supervision(argv, cage, timeout=timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
-                                   hooks=hooks_for(cage, egress_log, self.git_record)).start()
+                                   hooks=hooks_for(cage, egress_log, self.git_record),
+                                   memory_mib=memory_mib).start()
             except PolicyError as exc:
                 result.refuse(Status.POLICY_ERROR, str(exc))
                 return False
@@ -472,6 +527,8 @@ class GateRun:
             else:
                 interrupted = self._pump(proc, read_fd, stream)
             outcome = proc.wait()
+            if memory_degraded:
+                outcome.degraded.append(memory_degraded)
         finally:
             if relay is not None:
                 relay.close()
@@ -504,6 +561,11 @@ class GateRun:
         poller = select.poll()
         for fd in (read_fd, run.pidfd, self.stop.fd):
             poller.register(fd, select.POLLIN)
+        # cgroup v1: the kernel's OOM killer ends one process of the step; the gate ends the rest
+        # (v2 kills the group together: memory.oom.group). ADR 0027.
+        oom_fd = run.memory_group.oom_event_fd if run.memory_group is not None else None
+        if oom_fd is not None:
+            poller.register(oom_fd, select.POLLIN)
         watching = {read_fd, run.pidfd}
         while watching:
             left = run.time_left()
@@ -511,6 +573,9 @@ class GateRun:
             for fd, _ in poller.poll(wait_ms):
                 if fd == self.stop.fd:
                     self.stop.drain()
+                elif fd == oom_fd:
+                    poller.unregister(fd)
+                    run.end(OUT_OF_MEMORY)
                 elif fd == run.pidfd:
                     # The command exited: end its descendants now, so none holds the pipe open.
                     poller.unregister(fd)
@@ -582,7 +647,7 @@ def _status(outcome) -> str:
         return Status.FAILED
     if outcome.outcome == TIMED_OUT:
         return Status.TIMED_OUT
-    if outcome.outcome in (SIGNALED, KILLED):
+    if outcome.outcome in (SIGNALED, KILLED, OUT_OF_MEMORY):
         return Status.KILLED
     return Status.CAGE_ERROR  # CAGE_ERROR, and PLANTED: the cage did not hold (ADR 0019)
 
