@@ -49,12 +49,16 @@ _EMPTY_SIGSET = bytes(8)
 SIG_SETMASK = 2
 
 
+_SIGNAL_STEPS: list = []  # the same for every run: made once per process (a gate plans one per step)
+
+
 def plan_signals() -> list:
-    # optional: 32 and 33 belong to the C library and may refuse
-    steps = [(f"reset signal {sig}", (SYS_RT_SIGACTION, True, sig, _SIG_DFL_ACTION, None, 8))
-             for sig in range(1, 65) if sig not in _NOT_RESET]
-    steps.append(("unblock signals", (SYS_RT_SIGPROCMASK, False, SIG_SETMASK, _EMPTY_SIGSET, None, 8)))
-    return steps
+    if not _SIGNAL_STEPS:
+        # optional: 32 and 33 belong to the C library and may refuse
+        _SIGNAL_STEPS.extend((f"reset signal {sig}", (SYS_RT_SIGACTION, True, sig, _SIG_DFL_ACTION, None, 8))
+                             for sig in range(1, 65) if sig not in _NOT_RESET)
+        _SIGNAL_STEPS.append(("unblock signals", (SYS_RT_SIGPROCMASK, False, SIG_SETMASK, _EMPTY_SIGSET, None, 8)))
+    return list(_SIGNAL_STEPS)  # a copy: the caller may change its list
 
 
 F_SETFD, FD_CLOEXEC = 2, 1
