@@ -300,11 +300,14 @@ class Supervision(Handle):
         result.enforced = {**result.enforced, "memory": {
             "cgroup_mib": group.mib, "swap": "none" if group.swap_bounded else "not accounted",
             "peak_mib": round(group.peak_bytes() / (1 << 20), 1), "oom_kills": kills}}
-        if kills and result.outcome not in (CAGE_ERROR,):
+        # OUT_OF_MEMORY already: the supervisor ended the tree at the group's OOM event (cgroup
+        # v1), which may come before the kernel's own kill is counted
+        if (kills or result.outcome == OUT_OF_MEMORY) and result.outcome != CAGE_ERROR:
             result.outcome = OUT_OF_MEMORY
+            by = (f"the kernel's OOM killer ended {kills} of them" if kills
+                  else "the group's OOM event was signalled")
             result.error = (f"out of memory: the run's processes together reached limits.memory_mib = "
-                            f"{group.mib} MiB (a memory cgroup); the kernel's OOM killer ended {kills} "
-                            f"of them and the rest of the tree was killed")
+                            f"{group.mib} MiB (a memory cgroup); {by} and the rest of the tree was killed")
         group.remove()
 
     def _refuse_unstarted(self, why: str):
