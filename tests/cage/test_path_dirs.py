@@ -177,3 +177,50 @@ def test_pip_install_into_the_activated_project_venv_works(cage, tmp_path, monke
                       policy=policy, via="cli", env={**os.environ}, timeout=120)
     assert result.rc == 0 and (venv_bin / "demo-venv-tool").exists(), result
     assert f"{venv_bin} is on PATH" in result.err and "stays writable" in result.err, result
+
+
+NPM = shutil.which("npm")
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.skipif(not NPM, reason="needs npm")
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+@pytest.mark.parametrize("case", ["npm install in the project", "npm install -g into the home's prefix"])
+def test_npm_install_with_a_bin(cage, tmp_path, monkeypatch, tier, case):
+    """The twins with the real npm (offline, a local package with a `bin`): installed into the
+    project, its `node_modules/.bin` first on the operator's PATH, it works (warned only);
+    installed with `-g` and the prefix `~/.local` (`~/.local/bin` on the PATH, the home granted),
+    it fails — EROFS under the tier, 125 with the link in quarantine without it — and the
+    launch warning names `fs.protect_defaults = false`."""
+    _tier_or_skip(monkeypatch, tier)
+    home = tmp_path / "home"
+    (home / ".local/bin").mkdir(parents=True)
+    tool = cage.work / "tool"
+    tool.mkdir()
+    (tool / "package.json").write_text('{"name":"demo-tool","version":"1.0.0","bin":{"demo-tool":"cli.js"}}')
+    (tool / "cli.js").write_text('#!/usr/bin/env node\nconsole.log("demo")\n')
+    (cage.work / "package.json").write_text('{"name":"proj","version":"1.0.0"}')
+    project = case == "npm install in the project"
+    bin_dir = cage.work / "node_modules/.bin" if project else home / ".local/bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    npm_env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "npm_config_cache": str(home / ".npm"),
+               "npm_config_update_notifier": "false", "npm_config_audit": "false", "npm_config_fund": "false"}
+    if not project:
+        npm_env["npm_config_prefix"] = str(home / ".local")
+    policy = cage.policy(fs={"read": ["/etc", "/proc", str(cage.work)], "exec": ["/usr/bin", "/bin", "/usr/lib"],
+                             "write": [".", str(home)] if project else [str(home)]},
+                         env={"pass": [], "set": npm_env})
+    argv = [NPM, "install", "--offline", "--install-links", *([] if project else ["-g"]), "./tool"]
+    result = cage.run(argv=argv, policy=policy, via="cli", env={**os.environ}, timeout=120)
+    link = bin_dir / "demo-tool"
+    if project:
+        assert result.rc == 0 and os.path.lexists(link), result
+        assert f"{bin_dir} is on PATH" in result.err and "stays writable" in result.err, result
+    else:
+        assert "fs.protect_defaults = false" in result.err, result
+        if tier == "tier":
+            assert result.rc != 0 and ("EROFS" in result.err or "read-only" in result.err.lower()), result
+        else:
+            assert result.rc == 125 and "a program on the operator's PATH" in result.err, result
+        assert not os.path.lexists(link)
