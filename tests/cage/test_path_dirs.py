@@ -49,8 +49,11 @@ def test_which_path_directories_are_protected_and_which_warned(tmp_path):
     # the home itself as the working directory does not make its bin directories project files
     protect, warn = path_dirs.on_path([str(home)], work=[str(home)], path_text=path, home=str(home))
     assert f"{home}/.local/bin" in [e for e, _r, _root in protect] and not [w for w in warn if ".local" in w[0]]
-    # a write root elsewhere: nothing
+    # a write root elsewhere, or strictly inside a PATH directory: nothing (it can only make its own name)
     assert path_dirs.on_path([str(tmp_path / "elsewhere" / "x")], path_text=path, home=str(home)) == ([], [])
+    # a PATH directory that IS the write root: protected (the write root then read-only, warned)
+    protect, _warn = path_dirs.on_path([str(home / ".local/bin")], work=[str(project)], path_text=path, home=str(home))
+    assert [e for e, _r, _root in protect] == [f"{home}/.local/bin"]
 
 
 @pytest.mark.needs_kernel
