@@ -317,3 +317,35 @@ def test_a_run_cannot_leave_start_up_code_for_pre_commits_interpreter(cage, tmp_
     operators_commit(work, env, "operator")
     assert not pwned.exists(), "the operator's commit ran the command's .pth"
     assert own.exists(), "the operator's own pre-commit hook did not run after the run"
+
+
+@needs_tools
+def test_a_plugin_registered_for_a_requirement_of_pre_commit_is_judged(tmp_path, env):
+    """rvsec7: a new `.dist-info` whose entry_points.txt registers `[virtualenv.activate]`: virtualenv
+    (a requirement of pre_commit) imports every such plugin when pre-commit makes a hook's
+    environment (`INSTALL_PYTHON -mvirtualenv`, on the operator's commit that first needs it)."""
+    pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    snap = snapshot(repo, env)
+    info = os.path.join(site, "evilplug-1.0.dist-info")
+    os.mkdir(info)
+    with open(os.path.join(info, "METADATA"), "w") as fh:
+        fh.write("Metadata-Version: 2.1\nName: evilplug\nVersion: 1.0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as fh:
+        fh.write("[virtualenv.activate]\nevil = evilplug:X\n")
+    with open(os.path.join(site, "evilplug.py"), "w") as fh:
+        fh.write(PLANT.format(pwned=pwned) + "\nclass X: pass\n")
+    findings = snap.verify()
+
+    def pre_commit_makes_an_environment():
+        subprocess.run([str(repo / ".venv/bin/python"), "-mvirtualenv", "--help"], env=env, cwd=repo,
+                       capture_output=True, timeout=120)
+
+    pre_commit_makes_an_environment()
+    assert pwned.exists(), "the attack is not real: virtualenv did not load the plugin"
+    pwned.unlink()
+    assert os.path.join(info, "entry_points.txt") in [f.path for f in findings], findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    pre_commit_makes_an_environment()
+    assert not pwned.exists(), "virtualenv loaded the plugin after the quarantine"

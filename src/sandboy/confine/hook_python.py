@@ -24,7 +24,11 @@ directory than at launch):
 - the modules an executable `.pth` imports (each top-level name of site-packages its lines
   mention: setuptools' `distutils-precedence.pth` imports `_distutils_hack`);
 - the `pre_commit` distribution and every distribution it requires, transitively (their
-  top-level packages and modules as their RECORD lists them, walked whole).
+  top-level packages and modules as their RECORD lists them, walked whole; `pre_commit` by name
+  whatever its RECORD says; their `.dist-info` themselves: a changed METADATA or RECORD — read
+  after the run — has its directory judged entry by entry);
+- an `entry_points.txt` registering a plugin for one of those (`[virtualenv.activate]`: virtualenv
+  imports every such plugin when pre-commit makes a hook's environment).
 Not judged: what pre-commit imports beyond its declared requirements, the standard library
 (outside the environment), the interpreter's shared libraries.
 
@@ -303,7 +307,9 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
     dists = _distributions([*sites, *extra])
     tops = {(site, PACKAGE) for site in sites}  # what `-mpre_commit` runs, whatever a RECORD says
     whole = []  # directories judged entry by entry: the closure's metadata there changed
-    for dist_info in _closure(dists, PACKAGE):
+    closure = _closure(dists, PACKAGE)
+    _plugins(j, sites, {_distribution_name(d) for d in closure}, new, writable, why)
+    for dist_info in closure:
         base = os.path.dirname(dist_info)
         if reaches(base):  # (its RECORD read only where the command could write)
             tops |= {(base, name) for name in _top_level(dist_info)}
@@ -329,6 +335,29 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
         for path in _holds(os.path.join(base, "__pycache__"), names):
             j.file(path, why)
     return j.found
+
+
+def _distribution_name(dist_info: str) -> str:
+    return _normal(os.path.basename(dist_info)[:-len(".dist-info")].rsplit("-", 1)[0])
+
+
+def _plugins(j, sites, closure_names, new, writable, why) -> None:
+    """An `entry_points.txt` made or changed during the run (its `.dist-info` may be new) that
+    registers a plugin in a group of a distribution pre-commit requires (`[virtualenv.activate]`):
+    that distribution imports every such plugin when it runs — virtualenv does, when pre-commit
+    makes a hook's environment with `INSTALL_PYTHON -mvirtualenv` on the operator's commit
+    (rvsec7). A console script's `[console_scripts]` is no one's plugin: `pip install` stays quiet."""
+    for site in sites:
+        for name in _names_in(site):
+            if not name.endswith(".dist-info"):
+                continue
+            dist_info = os.path.join(site, name)
+            path = os.path.join(dist_info, "entry_points.txt")
+            if not (j.full or new(path) is not None or new(dist_info) is not None) or not writable(path):
+                continue
+            groups = [line.strip()[1:-1] for line in _read_pth(path) or () if line.strip().startswith("[")]
+            if any(_normal(group.split(".", 1)[0]) in closure_names for group in groups):
+                j.add(path, f"an entry point plugin for a distribution pre-commit requires ({why})")
 
 
 def launch_warning(hook: str, python: str, root: str) -> str:
