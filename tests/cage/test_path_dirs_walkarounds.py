@@ -3,13 +3,13 @@ rvsec7's review): the home granted for writing, the run started in a project. Ea
 to leave a `git` that the operator's PATH finds before `/usr/bin/git` without writing INTO the
 protected directory: a parent renamed away and a fresh directory made in its place, a symlinked
 PATH directory's link replaced, the PATH entry spelled with `//` and a trailing slash. Judged from
-the host side: what `shutil.which` finds on the operator's PATH after the run. Under the tier the
+the host side: what the operator's bash finds on their PATH after the run. Under the tier the
 write fails or the run ends 125; without it the post-run check quarantines: 125."""
 
 from __future__ import annotations
 
 import os
-import shutil
+import subprocess
 
 import pytest
 
@@ -31,6 +31,8 @@ ATTACKS = {
                                                     "{home}/bin"),
     # the operator's PATH spells the entry with '//' and a trailing slash
     "the entry spelled //x/": (PLANT.format(dir="{home}/.local/bin", pwned="{pwned}"), "//{home}/.local/bin/"),
+    # a literal `~/.local/bin` (`export PATH="~/.local/bin:$PATH"`): bash expands it at each lookup
+    "the entry spelled ~/x (bash)": (PLANT.format(dir="{home}/.local/bin", pwned="{pwned}"), "~/.local/bin"),
 }
 
 
@@ -52,12 +54,15 @@ def test_the_operators_path_cannot_be_walked_around(cage, tmp_path, monkeypatch,
     entry = entry.format(home=home)
     operator_path = f"{entry}:/usr/bin:/bin"
     monkeypatch.setenv("PATH", operator_path)
+    monkeypatch.setenv("HOME", str(home))  # the operator's: `~` in their PATH is theirs
     policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"], "write": [str(home), "."]},
                          env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(home)}})
     result = cage.run(argv=["/bin/sh", "-c", script.format(home=home, pwned=pwned)], policy=policy, via="cli",
                       env={**os.environ})
     assert "is on PATH" in result.err, result
-    found = shutil.which("git", path=operator_path)
+    # what the operator's bash runs next (it expands `~` in PATH; shutil.which does not)
+    found = subprocess.run(["bash", "-c", "command -v git"], env={"PATH": operator_path, "HOME": str(home)},
+                           capture_output=True, text=True).stdout.strip()
     assert found == "/usr/bin/git", (found, result)
     assert result.rc != 0, result
 

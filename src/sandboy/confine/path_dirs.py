@@ -15,8 +15,9 @@ fill it). One INSIDE the working directory or repository (an activated venv's `b
 is named in a launch warning. The operator's home is never a "working directory" for this: a
 run started from `~` does not make `~/.local/bin` project files.
 
-Only absolute PATH entries: an empty or relative entry names the directory the operator's
-shell is in later, which cannot be known here (ADR 0013 says so).
+Only absolute PATH entries (and `~/...`, which bash expands when it looks a command up): an
+empty or relative entry names the directory the operator's shell is in later, which cannot be
+known here (ADR 0013 says so).
 """
 
 import os
@@ -34,6 +35,8 @@ def _entries(path_text: str) -> tuple:
     if cached is None:
         seen, rows = set(), []
         for entry in path_text.split(os.pathsep):
+            if entry.startswith("~"):  # bash expands a literal `~/bin` in PATH (`export PATH="~/bin:$PATH"`)
+                entry = os.path.expanduser(entry)
             if entry.startswith("/") and (entry := os.path.normpath(entry)) not in seen:
                 seen.add(entry)
                 real = os.path.realpath(entry)
