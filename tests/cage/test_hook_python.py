@@ -124,6 +124,11 @@ ATTACKS = {
     # rvsec7: pre_commit's METADATA no longer requires cfgv, then cfgv changed
     "pre_commit's requirements dropped": ("sed -i '/^Requires-Dist/d' \"$SITE\"/pre_commit-*.dist-info/METADATA && "
                                           "printf '\\n%s\\n' \"$PLANT\" >> \"$SITE/cfgv.py\"", "{site}/cfgv.py"),
+    # a path-only .pth sorting before dev-tools.pth: its directory's `identify` (a requirement of
+    # pre-commit, reached through dev-tools.pth) shadows the real one
+    "a path .pth shadowing a requirement": ("mkdir -p shadow/identify && printf '%s\\n' \"$PLANT\" > "
+                                            "shadow/identify/__init__.py && printf '%s/shadow\\n' \"$PWD\" > "
+                                            "\"$SITE/aa_shadow.pth\"", "{site}/aa_shadow.pth"),
     # the interpreter itself swapped for a script
     "the interpreter": ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {pwned}\\nexec {real} \"$@\"\\n' "
                         "> .venv/bin/python && chmod +x .venv/bin/python", "{repo}/.venv/bin/python"),

@@ -17,8 +17,9 @@ the repository (`pipx install pre-commit`), or `fs.protect = [".venv"]`.
 Judged (made or changed during the run; everything where the environment itself is another
 directory than at launch):
 - the interpreter path and `pyvenv.cfg` (`home =` names the standard library it runs);
-- every `.pth` in its site-packages holding an executable line, or naming a directory that holds
-  `sitecustomize`, `usercustomize` or a `pre_commit`;
+- every `.pth` in its site-packages holding an executable line, or adding a directory that holds
+  `sitecustomize`, `usercustomize`, a `pre_commit` or a module another `.pth`'s directory
+  provides (the first in name order shadows the other);
 - `sitecustomize` / `usercustomize` (any suffix, their byte code) in site-packages and in every
   directory a `.pth` adds to the path (an editable install's `src/`);
 - the modules an executable `.pth` imports (each top-level name of site-packages its lines
@@ -148,6 +149,20 @@ def _holds(directory: str, stems) -> list:
     return found
 
 
+def _modules_in(directory: str, cache: dict) -> set:
+    """The top-level module names `directory` provides (modules, byte code, extensions,
+    packages with an `__init__`), listed once per check."""
+    if directory not in cache:
+        names = set()
+        for name in _names_in(directory):
+            if name.endswith((".py", ".pyc", ".so")):
+                names.add(name.split(".", 1)[0])
+            elif os.path.isfile(os.path.join(directory, name, "__init__.py")):
+                names.add(name)
+        cache[directory] = names
+    return cache[directory]
+
+
 def _normal(name: str) -> str:
     import re
 
@@ -274,6 +289,8 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
     for path in dict.fromkeys((python, os.path.realpath(python), os.path.join(env, "pyvenv.cfg"))):
         j.file(path, why)
     extra, imported = [], set()
+    by_pth: dict = {}  # each .pth -> the directories it adds
+    changed_paths: list = []  # path-only .pth files made or changed, not yet findings
     for site in sites:
         for name in sorted(_names_in(site)):
             path = os.path.join(site, name)
@@ -291,13 +308,28 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
             extra += [d for d in dirs if d not in extra]
             code = [line for line in lines if _executable(line)]
             imported.update(w for line in code for w in re.findall(_WORD, line))
+            by_pth[path] = dirs
             if changed and writable(path):
                 if code:
                     j.add(path, f"a .pth file with an import line ({why})")
                 elif any(_holds(d, (*CUSTOMIZE, PACKAGE)) for d in dirs):
                     j.add(path, f"a .pth file adding a directory that holds sitecustomize or pre_commit ({why})")
+                else:
+                    changed_paths.append(path)
         for path in _holds(os.path.join(site, "__pycache__"), CUSTOMIZE):
             j.file(path, why)
+    # A path-only .pth made or changed whose directory holds a module another .pth's directory
+    # provides: `site` appends .pth directories in the .pth files' name order, so one sorting
+    # first shadows it (pre-commit, or a requirement of it, reached through a .pth)
+    modules: dict = {}
+    for path in changed_paths:
+        own = set().union(*(_modules_in(d, modules) for d in by_pth[path]))
+        others = set().union(*(_modules_in(d, modules) for other, dirs in by_pth.items() if other != path
+                               for d in dirs if d not in by_pth[path]))
+        shadowed = sorted(own & others)
+        if shadowed:
+            j.add(path, f"a .pth file adding a directory that holds {', '.join(shadowed[:5])}, also provided "
+                  f"through another .pth (one of them shadows the other) ({why})")
     for directory in extra:  # an editable install's src/: a sitecustomize.py there runs at start
         if reaches(directory):
             for path in _holds(directory, CUSTOMIZE):
