@@ -239,3 +239,18 @@ def test_another_path_resolves_anew(tree, monkeypatch):
     resolutions.calls = 0
     monkeypatch.setenv("PATH", f"{root}/bin:/usr/bin:/bin")
     assert not _same_as_a_rebuild(fingerprint, args) and resolutions.calls >= 1
+
+
+def test_another_home_or_config_home_resolves_anew(tree, tmp_path, monkeypatch):
+    """The operator's global git configs are found through HOME and XDG_CONFIG_HOME: a caller
+    changing them between runs (the API) gets its reuse check resolved anew — here the other
+    home's config names hooks in the root, which become protected."""
+    root, other, home = tree
+    _git_repo(root)
+    (root / "githooks").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "git").mkdir(parents=True)
+    (elsewhere / "git" / "config").write_text(f"[core]\n\thooksPath = {root}/githooks\n")
+    fingerprint, args = _recorded([root, other])
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(elsewhere))
+    assert not _same_as_a_rebuild(fingerprint, args)

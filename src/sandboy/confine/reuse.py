@@ -104,6 +104,14 @@ def _identity(st) -> tuple:
     return st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
+def _environment() -> tuple:
+    """What the protected paths read from the environment, kept with the stats: PATH (the PATH
+    directories: confine.path_dirs), HOME and XDG_CONFIG_HOME (where the operator's global git
+    configs are: protected.hooks_paths, launch_reads). Another value resolves anew."""
+    env = os.environ
+    return env.get("PATH"), env.get("HOME"), env.get("XDG_CONFIG_HOME")
+
+
 def _stats(paths, look) -> tuple:
     out = []
     for path in paths:
@@ -129,7 +137,7 @@ class Fingerprint:
     are the protected paths resolved anew and compared, as a rebuild would."""
 
     __slots__ = ("inputs", "_input_keys", "_split", "protected_args", "_protected", "_install", "_installed",
-                 "_watch", "_watched", "_path_text")
+                 "_watch", "_watched", "_env")
 
     def __init__(self, inputs, split_dirs, protected_args, protected):
         self.inputs = tuple(dict.fromkeys(inputs))  # (a path named by two keys is looked up once)
@@ -155,7 +163,7 @@ class Fingerprint:
         self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
         # No stats yet: the first check resolves anew (and takes them, before resolving), so the
         # build itself pays one resolution, and a cage never reused none more.
-        self._watch = self._watched = self._installed = self._path_text = None
+        self._watch = self._watched = self._installed = self._env = None
 
     def _inputs_now(self) -> tuple:
         return tuple(stat_key(p) for p in self.inputs)
@@ -205,14 +213,14 @@ class Fingerprint:
             return True
         if self._watch is not None:
             looked_up, read = self._watch
-            if (os.environ.get("PATH", "") == self._path_text
+            if (_environment() == self._env
                     and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched
                     and self._installed_now() == self._installed):
                 return True
         from sandboy.confine.protected import launch_reads
 
         now = time.time_ns()
-        path_text = os.environ.get("PATH", "")
+        env = _environment()
         watch = None if self._path_dirs_protected() else launch_reads(write_roots, explicit, defaults)
         watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
         installed = self._installed_now()
@@ -223,7 +231,7 @@ class Fingerprint:
                 and all(st is None or (_settled(st[5], now) and not stat.S_ISLNK(st[2]))
                         for st in watched[:len(watch[0])])
                 and all(st is None or _settled(st[5], now) for st in watched[len(watch[0]):])):
-            self._watch, self._watched, self._installed, self._path_text = watch, watched, installed, path_text
+            self._watch, self._watched, self._installed, self._env = watch, watched, installed, env
         return True
 
     def _path_dirs_protected(self) -> bool:
@@ -231,7 +239,8 @@ class Fingerprint:
         (`confine.path_dirs`): no short list of stats decides those (a symlink on the way to one,
         one made again where missing), so such a cage's protected paths are resolved at each
         check, as before. Where none is (the usual gate: a PATH directory in the repository is
-        the run's own work), the PATH's text is kept with the stats: another PATH resolves anew."""
+        the run's own work), the PATH's text is kept with the stats (`_environment`): another PATH
+        resolves anew."""
         if not self.protected_args[2] or len(self.protected_args) < 4:
             return False
         from sandboy.confine.path_dirs import on_path
