@@ -408,10 +408,9 @@ def launch_warnings(write_roots, managers=None) -> list:
     write root holding a `.git` directory (the stubs are read only where a hook is installed),
     none where the protected paths' resolution made the same discovery (`managers`)."""
     from sandboy.confine.protected import discover_managers, hooks_paths
-    from sandboy.policy.resolve import PathSet, is_within
+    from sandboy.policy.resolve import is_within
 
     roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
-    within = PathSet(roots)
     warnings = []
     for root in roots:
         if not os.path.isdir(os.path.join(root, ".git")):
@@ -420,7 +419,7 @@ def launch_warnings(write_roots, managers=None) -> list:
         discover_managers(root, [os.path.join(root, ".git", "hooks"), *hooks_paths(root)], managers, pythons)
         for stub, python in dict.fromkeys(pythons):
             env = os.path.realpath(environment(python))
-            if within.covers(env):
-                holder = next(r for r in roots if is_within(env, r))
+            holder = next((r for r in roots if is_within(env, r)), None)
+            if holder is not None:
                 warnings.append(launch_warning(stub, python, holder))
     return warnings
