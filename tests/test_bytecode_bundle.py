@@ -92,6 +92,7 @@ RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the 
     "--tty": ("", ["--tty"]),
     "net.domains": ('\n[net]\ndomains = ["example.org"]\n', []),
     "include": ('', [], 'include = ["system"]\n'),  # (a top-level key: before POLICY's [fs])
+    "a warning": ('write = ["{tmp}/work"]\nprotect = ["{tmp}/work/not-yet"]\n', []),  # "... does not exist"
 }
 
 
