@@ -61,3 +61,16 @@ def test_twin_a_tool_in_an_absolute_path_directory_runs(tmp_path):
     run = _audit(repo, tmp_path, f"/usr/bin:/bin:{tools}")
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads((tmp_path / "out.sarif").read_text())["version"] == "2.1.0"
+
+
+def test_a_fifo_found_as_a_program_is_not_read_into_a_hang(tmp_path):
+    """rvsec7: program_dirs reads a found program's `#!` line; a FIFO there (an absolute PATH entry
+    into the checkout: an activated venv's bin/) must not block it. In a child process with a
+    deadline: a blocking open would never return (no writer comes)."""
+    fifo = tmp_path / "bin" / "mytool"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    os.chmod(fifo, 0o755)
+    code = f"from sandboy.audit import pipeline; print(pipeline.program_dirs({str(fifo)!r}))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and str(fifo.parent) in run.stdout, run.stderr
