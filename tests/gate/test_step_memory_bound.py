@@ -2,7 +2,8 @@
 session 7: the built-in ceiling had no memory limit at all, so a hostile step could take all of
 the host's RAM and the OOM killer would pick any victim on the host).
 
-Probe: a step that allocates AND touches 256 MiB under a 64 MiB bound is killed as out of memory;
+Probe: a step that allocates AND touches 256 MiB under a 64 MiB bound is killed as out of memory,
+the whole step together (its shell would sleep on after the hog alone was killed);
 checked from the host side — the report's numbers are what the gate read from the step's group
 (memory.oom_control / memory.events: oom_kill, and the group's peak), and a marked process the
 step left running is gone. Twin: a step that uses 16 MiB passes under the same bound. And the
@@ -27,7 +28,7 @@ ROOT_WITH_CGROUP = os.geteuid() == 0 and MemoryCgroup.create(64) is not None
 for_root = pytest.mark.skipif(not ROOT_WITH_CGROUP, reason="needs root and a writable memory cgroup")
 
 # touches every page: b"x" * n writes n bytes (a bytearray(n) would be calloc'd, never touched)
-HOG = "python3 -c 'import time; b = b\"x\" * (256 << 20); time.sleep(1); print(\"SURVIVED\", len(b))'"
+HOG = "python3 -c 'import time; b = b\"x\" * (256 << 20); time.sleep(1); print(\"SURV\" + \"IVED\", len(b))'"
 SMALL = "python3 -c 'b = b\"x\" * (16 << 20); print(\"USED\", len(b) >> 20)'"
 
 
@@ -38,7 +39,8 @@ def test_a_step_over_its_memory_bound_is_killed_and_reported(tmp_path, fake_home
         [[step]]
         name = "hog"
         policy = "small"
-        run = '''(exec -a {marker} sleep 60) & {HOG}'''
+        run = '''(exec -a {marker} sleep 60) & {HOG}; exec -a {marker} sleep 60'''
+        timeout = 40
 
         [[step]]
         name = "modest"
@@ -60,6 +62,9 @@ def test_a_step_over_its_memory_bound_is_killed_and_reported(tmp_path, fake_home
         assert memory["cgroup_mib"] == 64, memory
         assert memory["peak_mib"] <= 64, memory  # the host's memory was never touched beyond the bound
         assert "SURVIVED" not in proc.stdout + proc.stderr
+        # the whole step died together: not the hog alone, the shell's next command too (cgroup v1:
+        # the gate ends the tree at the group's OOM event; v2: memory.oom.group)
+        assert hog["duration"] < 30, hog
         assert not survivors(marker), "a process of the killed step is still running"
         # the twin, under the same bound
         assert modest["status"] == "passed", modest

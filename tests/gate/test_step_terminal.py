@@ -215,3 +215,29 @@ def test_tty_step_output_stays_out_of_a_json_report_on_stdout(operator, tmp_path
         assert gate.wait(60) == 0
     assert json.loads(report.read_text())["steps"][0]["status"] == "passed"
     assert "shown-on-the-terminal" in operator.watch(2, until=b"shown-on-the-terminal").decode()
+
+
+def test_tty_step_over_its_memory_bound_dies_whole(operator, tmp_path):
+    """An interactive step (`--tty`) that reaches its memory bound (ADR 0027) is killed as a whole
+    — its shell, which would sleep on after the hog alone was killed, too — and says why."""
+    from sandboy.confine.cgroup import MemoryCgroup
+
+    if os.geteuid() != 0 or MemoryCgroup.create(64) is None:
+        pytest.skip("needs root and a writable memory cgroup")
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "hog"
+        policy = "small"
+        run = "python3 -c 'b = bytes(1) * (256 << 20); print(len(b))'; sleep 60"
+        timeout = 40
+
+        [policy.small]
+        version = 1
+        limits.memory_mib = 64
+    """)
+    started = time.monotonic()
+    gate = operator.start([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--tty", "hog"])
+    assert gate.wait(35) == 1
+    screen = operator.watch(2, until=b"gate failed").decode()
+    assert "out of memory" in screen, screen
+    assert time.monotonic() - started < 30

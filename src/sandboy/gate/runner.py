@@ -609,22 +609,29 @@ class GateRun:
         import signal
 
         previous = signal.signal(signal.SIGWINCH, relay.update_window_size)
+        oom_fd = run.memory_group.oom_event_fd if run.memory_group is not None else None  # as in _pump
         try:
             while True:
                 poller = select.poll()
-                for fd in (run.pidfd, self.stop.fd):
+                for fd in (run.pidfd, self.stop.fd) + ((oom_fd,) if oom_fd is not None else ()):
                     poller.register(fd, select.POLLIN)
                 for fd, events in relay.poll_set():
                     poller.register(fd, events)
                 left = run.time_left()
-                exited = False
+                exited = out_of_memory = False
                 for fd, events in poller.poll(250 if left is None else max(0, min(250, int(left * 1000) + 1))):
                     if fd == self.stop.fd:
                         self.stop.drain()
                     elif fd == run.pidfd:
                         exited = True
+                    elif fd == oom_fd:
+                        out_of_memory = True
                     else:
                         relay.service(fd, events)
+                if out_of_memory and not exited:
+                    run.end(OUT_OF_MEMORY)
+                    relay.finish()
+                    return self.stop.requested
                 if exited:
                     run.exited()
                     relay.finish()  # hung up before the sweep: nothing left can use the pty

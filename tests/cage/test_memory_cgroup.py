@@ -1,0 +1,80 @@
+"""A run's memory bound in a memory cgroup of its own (`Supervision(memory_mib=...)`, what the gate
+gives each step; ADR 0027), driven the gate's way: this process supervises. Each scenario runs in
+a forked child (a subreaper with no other children; pytest never becomes one).
+
+Probe: a command that allocates AND touches 256 MiB under a 64 MiB bound ends `out_of_memory`,
+its group's peak read from the host at most the bound, and the group is gone afterwards (no
+process left in it). Twin: 16 MiB under the same bound exits 0 with no OOM kill. The command joins
+the group before it runs anything: the group it reports from /proc/self/cgroup is the bounded one.
+"""
+
+import json
+import os
+
+import pytest
+
+from sandboy.confine.cgroup import MemoryCgroup
+
+ROOT_WITH_CGROUP = os.geteuid() == 0 and MemoryCgroup.create(64) is not None
+pytestmark = pytest.mark.skipif(not ROOT_WITH_CGROUP, reason="needs root and a writable memory cgroup")
+
+POLICY = {"version": 1, "fs": {"read": ["/usr", "/etc", "/proc"], "exec": ["/usr/bin", "/usr/lib", "/bin"]},
+          "env": {"pass": ["PATH"]}}
+HOG = ["/usr/bin/python3", "-c", "import time; b = b'x' * (256 << 20); time.sleep(1); print('SURV' + 'IVED')"]
+SMALL = ["/usr/bin/python3", "-c", "b = b'x' * (16 << 20); print(open('/proc/self/cgroup').read())"]
+
+
+def _supervised(argv, memory_mib) -> dict:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            from sandboy.confine.cage import build
+            from sandboy.confine.supervision import Supervision
+            from sandboy.policy.model import Policy
+
+            out_r, out_w = os.pipe()
+            null = os.open(os.devnull, os.O_RDWR)
+            run = Supervision(argv, build(Policy.from_mapping(POLICY, "test")), stdio=(null, out_w, out_w),
+                              memory_mib=memory_mib).start()
+            os.close(out_w)
+            group_path = run.memory_group.path
+            output = b""
+            while chunk := os.read(out_r, 65536):
+                output += chunk
+            result = run.wait()
+            os.write(w, json.dumps({"outcome": result.outcome, "returncode": result.returncode,
+                                    "error": result.error, "memory": result.enforced.get("memory"),
+                                    "group": group_path, "group_left": os.path.exists(group_path),
+                                    "output": output.decode(errors="replace")}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, data
+    return json.loads(data)
+
+
+def test_a_run_over_its_memory_bound_ends_out_of_memory():
+    got = _supervised(HOG, 64)
+    assert got["outcome"] == "out_of_memory", got
+    assert "out of memory" in got["error"] and "64 MiB" in got["error"], got
+    assert got["memory"]["cgroup_mib"] == 64 and got["memory"]["peak_mib"] <= 64, got
+    assert "SURVIVED" not in got["output"]
+    assert not got["group_left"], "the run's memory group is left behind"
+
+
+def test_a_run_within_its_memory_bound_passes_inside_the_bounded_group():
+    got = _supervised(SMALL, 64)
+    assert (got["outcome"], got["returncode"]) == ("exited", 0), got
+    assert got["memory"]["oom_kills"] == 0 and got["memory"]["peak_mib"] >= 16, got
+    # the command reported the group it ran in: the bounded one (it joined before it ran)
+    assert os.path.basename(got["group"]) in got["output"], got
+    assert not got["group_left"]
