@@ -430,7 +430,7 @@ EQUIVALENT = {
 
 
 def _protection_mutants():
-    from sandboy.confine import gitcheck, hygiene, landlock, protected, protections, seccomp
+    from sandboy.confine import gitcheck, gitjudge, hygiene, landlock, protected, protections, seccomp
 
     def clear(key, value):
         return lambda compiled: compiled.outputs.__setitem__(key, value)
@@ -461,7 +461,8 @@ def _protection_mutants():
          (lambda real: lambda deny, *a, **k: real(set(deny) - {"listen"}, *a, **k))(seccomp.build), _check_listen),
         ("fs.deny", landlock, "expand_denies", lambda denies, warn, budget=None: [], _check_deny),
         ("Sandboy's cache denied", landlock, "expand_denies", _without_cache_deny(), _check_cache_denied),
-        ("git check quarantine", gitcheck, "quarantine", lambda findings, roots, stamp=None: ([], []),
+        # (patched where it lives: gitcheck only forwards the name, and after_run imports it from gitjudge)
+        ("git check quarantine", gitjudge, "quarantine", lambda findings, roots, stamp=None: ([], []),
          _check_git_planted),
         ("signals unblocked", hygiene, "plan_signals", _without_step(hygiene.plan_signals, "unblock signals"),
          _check_unblocked),
