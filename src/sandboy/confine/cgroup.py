@@ -172,22 +172,31 @@ class MemoryCgroup:
         self.oom_event_fd = None  # v1: an eventfd the kernel signals at each OOM of the group
 
     @classmethod
-    def create(cls, mib: int) -> "MemoryCgroup | None":
+    def create(cls, mib: int, pids_max: int = 0) -> "MemoryCgroup | None":
         """A fresh group bounded to `mib` MiB, or None where none can be made (not root, no
-        memory controller, not delegated). Nothing is left behind on failure."""
+        memory controller, not delegated). Nothing is left behind on failure.
+
+        `pids_max`: the run's `limits.processes`. On cgroup v2 there is one hierarchy, so joining
+        this group takes the command out of the gate's pids group: the limit is then written here
+        too. (On v1 the pids hierarchy is separate and the gate's group still counts the run.)
+        The v2 path is not exercised on the development host (cgroup v1)."""
         name = f"sandboy-{os.getpid()}-{os.urandom(4).hex()}"
         candidates = []
         v1 = _own_v1_dir("memory")
         if v1 and os.path.isfile(os.path.join(v1, "memory.limit_in_bytes")):
             candidates.append((os.path.join(v1, name), 1))
         v2 = _own_v2_dir()
+        if v2 and os.path.basename(v2).startswith("sandboy-"):
+            v2 = os.path.dirname(v2)  # inside our own pids group (PidsCgroup): beside it, not in it
+        v2_controllers = []
         if v2 and os.path.isfile(os.path.join(V2_ROOT, "cgroup.controllers")):
             try:
                 with open(os.path.join(v2, "cgroup.subtree_control")) as fh:
-                    if "memory" in fh.read().split():
-                        candidates.append((os.path.join(v2, name), 2))
+                    v2_controllers = fh.read().split()
             except OSError:
                 pass
+            if "memory" in v2_controllers:
+                candidates.append((os.path.join(v2, name), 2))
         for path, version in candidates:
             try:
                 os.mkdir(path, 0o755)
@@ -195,6 +204,10 @@ class MemoryCgroup:
                 continue
             group = cls(path, version, mib)
             try:
+                if version == 2 and pids_max:
+                    if "pids" not in v2_controllers:
+                        raise OSError("no pids controller beside the memory one")
+                    _write(os.path.join(path, "pids.max"), pids_max)
                 group._bound()
                 return group
             except OSError:

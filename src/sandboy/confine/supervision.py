@@ -288,7 +288,8 @@ class Supervision(Handle):
             return ()
         from sandboy.confine.cgroup import MemoryCgroup
 
-        self.memory_group = MemoryCgroup.create(self.memory_mib)
+        limit = self.cage.policy.limits.processes if os.geteuid() == 0 else 0
+        self.memory_group = MemoryCgroup.create(self.memory_mib, limit)
         if self.memory_group is None:
             raise CageError(NO_MEMORY_CGROUP)
         return (self.memory_group.join_step(),)
