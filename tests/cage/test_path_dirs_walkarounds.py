@@ -78,3 +78,36 @@ def test_a_work_directory_holding_the_home_does_not_make_its_bin_project_files(t
     protect, warn = path_dirs.on_path([str(home)], work=[str(tmp_path)], path_text=f"{home}/.local/bin",
                                       home=str(home))
     assert [e for e, _r, _root in protect] == [f"{home}/.local/bin"] and not warn
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.xfail(strict=True, reason="OPEN (rvgate7): a PATH entry whose lexical path passes a symlink inside a "
+                   "write root that leads OUT of it (~/.nix-profile/bin, ~/.nix-profile -> /nix/...) is not held: "
+                   "path_dirs.on_path looks only at the entry's realpath (outside every root), so the link in "
+                   "the home is neither bound nor judged and a step repoints it at a directory it fills")
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_a_path_entry_linked_out_of_the_write_root_cannot_be_repointed(cage, tmp_path, monkeypatch, tier):
+    from sandboy.confine import namespaces
+
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("namespace tier unavailable here")
+    home, pwned = tmp_path / "home", tmp_path / "PWNED"
+    profile = tmp_path / "nix" / "profile"  # outside the write root, as /nix/var/nix/profiles/... is
+    (profile / "bin").mkdir(parents=True)
+    home.mkdir()
+    os.symlink(profile, home / ".nix-profile")
+    operator_path = f"{home}/.nix-profile/bin:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", operator_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))  # (in the home it splits the home)
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"], "write": [str(home), "."]},
+                         env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(home)}})
+    script = (PLANT.format(dir=f"{home}/evil/bin", pwned=pwned)
+              + f" && ln -sfn evil {home}/.np.new && mv -T {home}/.np.new {home}/.nix-profile")
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=policy, via="cli", env={**os.environ})
+    found = subprocess.run(["bash", "-c", "command -v git"], env={"PATH": operator_path, "HOME": str(home)},
+                           capture_output=True, text=True).stdout.strip()
+    assert found == "/usr/bin/git", (found, result)
+    assert result.rc != 0, result
