@@ -106,6 +106,8 @@ PLANT = "open('{pwned}', 'w').close()"
 ATTACKS = {
     # rvgit6's probe: a new .pth with an import line
     "a new .pth": ("printf 'import os; %s\\n' \"$PLANT\" > \"$SITE/zz_planted.pth\"", "{site}/zz_planted.pth"),
+    # rvsec7: site.py execs a line starting "import\t" too
+    "a new .pth, import and a tab": ("printf 'import\\tos; %s\\n' \"$PLANT\" > \"$SITE/zz_tab.pth\"", "{site}/zz_tab.pth"),
     "sitecustomize in site-packages": ("printf '%s\\n' \"$PLANT\" > \"$SITE/sitecustomize.py\"", "{site}/sitecustomize.py"),
     # the editable install's .pth (old) adds src/ to the path: a sitecustomize there runs
     "sitecustomize in an editable install's src/": ("printf '%s\\n' \"$PLANT\" > src/sitecustomize.py",
