@@ -254,3 +254,46 @@ def test_another_home_or_config_home_resolves_anew(tree, tmp_path, monkeypatch):
     fingerprint, args = _recorded([root, other])
     monkeypatch.setenv("XDG_CONFIG_HOME", str(elsewhere))
     assert not _same_as_a_rebuild(fingerprint, args)
+
+
+@pytest.mark.parametrize("pause", [0, 0.002, 0.006, 0.012, 0.03, 0.06])
+@pytest.mark.parametrize("young", [True, False])
+def test_a_change_in_the_same_clock_tick_as_the_last_check_is_seen(tree, pause, young):
+    """(rvgate7) The attacker's timing: pre-commit's config made by renaming a file already in
+    its directory (same entry count: the directory's size stays) right after the check that took
+    the stats — within the same coarse-clock tick (its ctime and mtime then stay too), or past the
+    margin. `young`: the directory changed just before that check (its stats prove nothing yet:
+    they must not be trusted); else it changed long before (trusted, and any later change moves
+    its ctime). The next check must answer as a rebuild: the config protected."""
+    root, other, home = tree
+    _git_repo(root)
+    (root / ".git" / "hooks" / "pre-commit").write_text(_pre_commit_stub("ci/pc.yaml"))
+    (root / "ci").mkdir()
+    fingerprint, args = _recorded([root, other])
+    for round_ in range(5):
+        (root / "ci" / "junk").write_text("repos: []\n")
+        if not young:
+            time.sleep(SETTLE)
+        assert _same_as_a_rebuild(fingerprint, args)  # nothing protected changed yet: resolved, stats retaken
+        assert (fingerprint._watch is not None) is not young  # trusted only where settled
+        time.sleep(pause)
+        os.rename(root / "ci" / "junk", root / "ci" / "pc.yaml")
+        assert not _same_as_a_rebuild(fingerprint, args), round_
+        os.unlink(root / "ci" / "pc.yaml")  # (back to the recorded answer for the next round)
+
+
+def test_a_hook_stub_renamed_into_place_with_the_same_size_and_mtime_is_seen(tree):
+    """(rvgate7) pre-commit's stub replaced by rename with one of the same size and mtime naming
+    another config: the inode and the hooks directory's ctime move, never both kept."""
+    root, other, home = tree
+    _git_repo(root)
+    hooks = root / ".git" / "hooks"
+    (hooks / "pre-commit").write_text(_pre_commit_stub("a.yaml"))
+    (root / "a.yaml").write_text("")
+    (root / "b.yaml").write_text("")
+    fingerprint, args = _recorded([root, other])
+    st = os.stat(hooks / "pre-commit")
+    (root / "stub").write_text(_pre_commit_stub("b.yaml"))
+    os.utime(root / "stub", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.rename(root / "stub", hooks / "pre-commit")
+    assert not _same_as_a_rebuild(fingerprint, args)
