@@ -3,6 +3,7 @@
 what a build's rules depend on in the filesystem. `sandboy run` builds once and never loads this.
 """
 
+import atexit
 import os
 import stat
 import time
@@ -59,6 +60,13 @@ class Reuse:
 
 
 _REUSED = Reuse(limit=8)
+# The API's kept cages are closed when the process ends: under the namespace tier each holds the
+# (empty) host directory behind its `{tmp}`, which nothing else removes — every program calling
+# `sandboy.run` / `launch.spawn` with a `{tmp}` policy (the audit pipeline: one per tool) left one
+# in $TMPDIR per kept cage. A forked child does not own its parent's cages: it forgets them, so
+# its exit cannot remove a directory the parent's next run mounts its tmpfs on.
+atexit.register(_REUSED.close)
+os.register_at_fork(after_in_child=_REUSED.cages.clear)
 
 
 def for_run(policy, cwd=None, repo=None, tty=False) -> tuple:
