@@ -468,10 +468,11 @@ class GateRun:
         cage = None
         relay = None
         by_budget = False  # the step's deadline is what is left of the gate's budget
+        own = None  # the step's own deadline: its timeout or the ceiling's wall_seconds, the smaller
         started = time.monotonic()
         try:
             from sandboy.confine.exec_mode import hooks_for
-            from sandboy.confine.supervision import Supervision
+            from sandboy.confine.supervision import Supervision, timeout_for
 
             try:
                 stdio, ctty = (self._null, write_fd, write_fd), None
@@ -496,6 +497,7 @@ class GateRun:
                 # with net.domains and --logs: the proxy's decisions beside the step's output
                 egress_log = (os.path.splitext(result.log_path)[0] + ".egress.jsonl"
                               if result.log_path and policy.net.egress else None)
+                own = timeout_for(cage, step.timeout)
                 timeout = step.timeout
                 if self.budget is not None and self.budget.exhausted():
                     # spent while the cage was built (a deny glob over a large working copy can
@@ -503,10 +505,7 @@ class GateRun:
                     result.refuse(Status.OVER_BUDGET, self.budget.unstarted())
                     return False
                 if self.budget is not None:
-                    # the step's own deadline (its timeout or the ceiling's wall_seconds, the
-                    # smaller), unless what is left of the gate's budget comes first
-                    wall = policy.limits.wall_seconds
-                    own = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
+                    # the step's own deadline, unless what is left of the gate's budget comes first
                     timeout, by_budget = self.budget.bound(own)
                 proc = Supervision(argv, cage, timeout=timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
@@ -547,9 +546,7 @@ class GateRun:
         if result.status == Status.TIMED_OUT and by_budget:
             result.cut_by = self.budget.cut()
         elif result.status == Status.TIMED_OUT:
-            # the cage's timeout is the smaller of the step's and the ceiling's wall_seconds
-            wall = policy.limits.wall_seconds
-            result.timeout = min(t for t in (step.timeout, wall) if t) if (step.timeout or wall) else None
+            result.timeout = own
         return interrupted
 
 
