@@ -200,3 +200,23 @@ def test_widening_kept_one_step_aside_is_named_too(tmp_path, rel):
     for run in (compiled, checked):
         assert named in run.stderr, run.stderr
     assert "warning(s) above" in checked.stdout
+
+
+@pytest.mark.parametrize("granted", ["/.sandboy", "/owen.policy.toml", "/.claude"])
+def test_a_write_root_holding_the_policy_files_does_not_let_the_agent_loosen_its_next_run(world, granted):
+    """rvsec7: the policy files were protected only where the whole repository was a write root
+    (now a write.allow inside them grants nothing; the cage does not protect a file that is itself a
+    write root):
+    write.allow ["/.sandboy"] (a cloned repository's policy) let the caged agent rewrite
+    .sandboy/agent.toml — its next run's policy. Host side: the files keep their bytes."""
+    repo, home = world
+    (repo / ".claude").mkdir()
+    (repo / ".claude/settings.json").write_text("{}\n")
+    (repo / "owen.policy.toml").write_text(
+        f'version = 1\ntargets = ["sandboy", "claude"]\n[write]\nallow = ["{granted}"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    files = {rel: (repo / rel).read_bytes() for rel in (".sandboy/agent.toml", "owen.policy.toml", ".claude/settings.json")}
+    script = "; ".join(f"echo 'write = [\"{{home}}\"]' >> {rel}" for rel in files) + "; true"
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
+    assert run.returncode == 0, run.stderr
+    assert {rel: (repo / rel).read_bytes() for rel in files} == files, run.stderr

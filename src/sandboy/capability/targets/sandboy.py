@@ -20,11 +20,17 @@ def deny_entry(pattern) -> str:
 
 
 def write_roots(policy) -> tuple:
-    """(granted write roots, patterns that cannot be a write root)."""
+    """(granted write roots, patterns that grant nothing: not literal, or inside the policy files —
+    write.allow ["/.sandboy"] let the caged agent rewrite agent.toml, its next run's policy, and
+    the cage does not protect a file that is itself a write root: rvsec7)."""
     if not policy.write_allow:
         return ["."], []
-    ok = [p.body for p in policy.write_allow if p.is_literal()]
-    return ok, [p for p in policy.write_allow if not p.is_literal()]
+    ok = [p.body for p in policy.write_allow if _grantable(p)]
+    return ok, [p for p in policy.write_allow if not _grantable(p)]
+
+
+def _grantable(pattern) -> bool:
+    return pattern.is_literal() and not any(is_within(pattern.body, own) for own in SELF_PROTECTED)
 
 
 def in_repo(path: str) -> str:
@@ -84,7 +90,10 @@ class SandboyStep(Target):
             elif key == "index.exclude":
                 out.append((key, text, LOST, "not a security rule: the cage has no index, the path stays readable"))
             elif key == "write.allow":
-                if item in not_roots:
+                if item in not_roots and item.is_literal():
+                    out.append((key, text, LOST, "inside the policy files (" + ", ".join(SELF_PROTECTED) + "): "
+                                "never a write root, so a caged agent cannot loosen its next run (stricter than asked)"))
+                elif item in not_roots:
                     out.append((key, text, LOST, "a write root is a literal path; this pattern grants nothing "
                                 "(stricter than asked)"))
                 else:

@@ -1,0 +1,37 @@
+"""fs.protect naming a FILE that is itself a write root (rvsec7's review, open): `write =
+["f.txt"]` + `protect = ["f.txt"]` — the file stays writable, with the tier and without it, while
+the same for a DIRECTORY write root holds (read-only). fs.protect means "readable, never
+writable" (ADR 0013); the capability compiler no longer writes such a pair (a write.allow inside
+the policy files grants nothing), an operator's policy still can."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+@pytest.mark.xfail(strict=True, reason="open (rvsec7): a protected file that is itself a write root stays writable")
+def test_a_protected_file_that_is_a_write_root_stays_read_only(cage, monkeypatch, tier):
+    from sandboy.confine import namespaces
+
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("namespace tier unavailable here")
+    target = cage.work / "f.txt"
+    target.write_text("mine\n")
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"],
+                             "write": [str(target)], "protect": [str(target)]})
+    cage.run(argv=["/bin/sh", "-c", f"echo OWNED >> {target}"], policy=policy, via="cli")
+    assert target.read_text() == "mine\n"  # host side
+
+
+@pytest.mark.needs_kernel
+def test_twin_a_protected_directory_that_is_a_write_root_is_read_only(cage):
+    target = cage.work / "d"
+    target.mkdir()
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"],
+                             "write": [str(target)], "protect": [str(target)]})
+    cage.run(argv=["/bin/sh", "-c", f"touch {target}/new"], policy=policy, via="cli")
+    assert not (target / "new").exists()
