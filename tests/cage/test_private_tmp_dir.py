@@ -102,3 +102,16 @@ def test_no_usable_place_is_a_cage_error(tmp_path, monkeypatch):
     monkeypatch.chdir(ro)
     with pytest.raises(cage.CageError, match="no usable directory"):
         cage._mkdtemp_without_tempfile("sandboy-")
+
+
+def test_a_removed_working_directory_is_passed_over(tmp_path):
+    """The working directory is the last place (as tempfile's); a process whose working directory
+    was removed still gets its {tmp} in $TMPDIR (it raised FileNotFoundError before anything was tried)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    program = ("import os; from sandboy.confine import cage; os.chdir(os.environ['GONE']); "
+               "os.rmdir(os.environ['GONE']); print(cage._mkdtemp_without_tempfile('sandboy-'))")
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path), "GONE": str(gone)})
+    assert proc.returncode == 0, proc.stderr
+    assert _made_in(proc.stdout.strip(), tmp_path)

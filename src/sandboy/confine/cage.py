@@ -244,10 +244,14 @@ def make_private_dir(prefix: str) -> str:
 
 
 def _mkdtemp_without_tempfile(prefix: str) -> str:
-    bases = [os.environ[name] for name in _TMP_ENV if os.environ.get(name)] + list(_TMP_DIRS)
-    bases.append(os.getcwd())
+    # "" stands for the working directory, asked for only when reached: a process whose working
+    # directory was removed still gets its {tmp} in $TMPDIR or /tmp, as tempfile's would
+    bases = [os.environ[name] for name in _TMP_ENV if os.environ.get(name)] + [*_TMP_DIRS, ""]
     for base in bases:
-        base = os.path.abspath(base)
+        try:
+            base = os.path.abspath(base or os.getcwd())
+        except OSError:
+            continue  # the working directory is gone (a relative $TMPDIR with it)
         for _ in range(100):  # a name taken already: another one (48 random bits each)
             path = os.path.join(base, prefix + os.urandom(6).hex())
             try:
