@@ -113,6 +113,7 @@ def cmd_run(args: RunArgs) -> int:
             option = "--status-json" if args.status_json else "--status-fd"
             _err(f"{option} {args.status_json or args.status_fd}: {exc.strerror} (nothing ran)")
             return EXIT_USAGE
+    cage = None
     try:
         policy = Policy.load(args.policy)
         if args.dry_run:
@@ -178,11 +179,21 @@ def cmd_run(args: RunArgs) -> int:
         _exit_without_finalizing = True
         return exec_mode.exec_confined(args.command, cage, on_applied, hooks)
     except PolicyError as exc:
+        _close_refused(cage)
         _err(str(exc))
         return EXIT_USAGE
     except CageError as exc:
+        _close_refused(cage)
         _err(f"cage not applied, command not run: {exc}")
         return EXIT_CAGE
+
+
+def _close_refused(cage) -> None:
+    """A cage built but refused at launch (the git check's bound, a namespace refused...) still
+    has its `{tmp}` host directory to remove: each such run left one in $TMPDIR. (A second close
+    after one on the way out is harmless.)"""
+    if cage is not None:
+        cage.close()
 
 
 def _open_status(args: RunArgs) -> int:

@@ -115,3 +115,23 @@ def test_a_removed_working_directory_is_passed_over(tmp_path):
                           env={**os.environ, "TMPDIR": str(tmp_path), "GONE": str(gone)})
     assert proc.returncode == 0, proc.stderr
     assert _made_in(proc.stdout.strip(), tmp_path)
+
+
+@pytest.mark.parametrize("tier", ["1", "0"])
+def test_a_run_refused_at_launch_removes_its_tmp(tmp_path, tier):
+    """The git check's launch refusal (a write root beyond its walk bound: 125) comes after the
+    cage, and its {tmp} host directory, was made: the refused run left it in $TMPDIR."""
+    home, tmpdir = tmp_path / "home", tmp_path / "T"
+    tmpdir.mkdir()
+    for i in range(300):
+        (home / f"d{i}" / "sub").mkdir(parents=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\nread = ["/"]\nexec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]\n'
+                      f'write = ["{home}", "{{tmp}}"]\n')
+    code = ("import sys\nimport sandboy.confine.gitcheck as g\ng.WALK_BUDGET = 500\n"  # a stand-in for a whole home
+            "from sandboy.cli import finish, main\nsys.exit(finish(main, sys.argv[1:]))\n")
+    env = {**os.environ, "TMPDIR": str(tmpdir), "SANDBOY_NAMESPACES": tier, "SANDBOY_CACHE_DIR": str(tmp_path / "c")}
+    proc = subprocess.run([sys.executable, "-c", code, "run", "--policy", str(policy), "--", "/bin/true"],
+                          capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 125 and "more than 500 entries" in proc.stderr, proc.stderr
+    assert os.listdir(tmpdir) == []
