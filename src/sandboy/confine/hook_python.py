@@ -182,16 +182,11 @@ def _distributions(sites) -> dict:
     return found
 
 
-def _read_small(path: str) -> str:
-    """A distribution's METADATA or RECORD ('' when absent): the same bounded, non-blocking read."""
-    return "\n".join(_read_pth(path) or ())
-
-
 def _headers(path: str) -> list:
     """The header lines of a METADATA file: up to its first blank line (the long description
     after it can be hundreds of kilobytes)."""
     lines = []
-    for line in _read_small(path).splitlines():
+    for line in _read_pth(path) or ():  # (the same bounded, non-blocking read as a .pth)
         if not line.strip():
             break
         lines.append(line)
@@ -223,7 +218,7 @@ def _top_level(dist_info: str) -> set:
     """The top-level names a distribution installed (first components of its RECORD, beside its
     `.dist-info`; not `..`: console scripts in bin/ are not what `-mpre_commit` runs)."""
     names = set()
-    for line in _read_small(os.path.join(dist_info, "RECORD")).splitlines():
+    for line in _read_pth(os.path.join(dist_info, "RECORD")) or ():
         first = line.split(",", 1)[0].split("/", 1)[0]
         if first and first not in ("..", "__pycache__") and not first.endswith((".dist-info", ".data")):
             names.add(first.split(".", 1)[0])  # `cfgv.py`, `_yaml.cpython-311-....so`, `pre_commit`
