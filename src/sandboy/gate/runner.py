@@ -499,10 +499,9 @@ class GateRun:
                               if result.log_path and policy.net.egress else None)
                 own = timeout_for(cage, step.timeout)
                 timeout = step.timeout
-                if self.budget is not None and self.budget.exhausted():
+                if self._over_budget(result):
                     # spent while the cage was built (a deny glob over a large working copy can
                     # take seconds): the command is not started at all
-                    result.refuse(Status.OVER_BUDGET, self.budget.unstarted())
                     return False
                 if self.budget is not None:
                     # the step's own deadline, unless what is left of the gate's budget comes first
