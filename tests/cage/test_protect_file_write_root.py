@@ -1,8 +1,9 @@
-"""fs.protect naming a FILE that is itself a write root (rvsec7's review, open): `write =
-["f.txt"]` + `protect = ["f.txt"]` — the file stays writable, with the tier and without it, while
-the same for a DIRECTORY write root holds (read-only). fs.protect means "readable, never
-writable" (ADR 0013); the capability compiler no longer writes such a pair (a write.allow inside
-the policy files grants nothing), an operator's policy still can."""
+"""fs.protect naming a FILE that is itself a write root (rvsec7's review): `write = ["f.txt"]` +
+`protect = ["f.txt"]` — the file stayed writable, with the tier and without it, while the same
+for a DIRECTORY write root holds (read-only). fs.protect means "readable, never writable" (ADR
+0013) and a protection that cannot be applied is refused: exit 2 naming fs.protect. (The
+capability compiler no longer writes such a pair: a write.allow inside the policy files grants
+nothing.)"""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import pytest
 
 @pytest.mark.needs_kernel
 @pytest.mark.parametrize("tier", ["tier", "no-tier"])
-@pytest.mark.xfail(strict=True, reason="open (rvsec7): a protected file that is itself a write root stays writable")
-def test_a_protected_file_that_is_a_write_root_stays_read_only(cage, monkeypatch, tier):
+def test_a_protected_file_that_is_a_write_root_is_refused(cage, monkeypatch, tier):
     from sandboy.confine import namespaces
 
     if tier == "no-tier":
@@ -23,8 +23,9 @@ def test_a_protected_file_that_is_a_write_root_stays_read_only(cage, monkeypatch
     target.write_text("mine\n")
     policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"],
                              "write": [str(target)], "protect": [str(target)]})
-    cage.run(argv=["/bin/sh", "-c", f"echo OWNED >> {target}"], policy=policy, via="cli")
+    result = cage.run(argv=["/bin/sh", "-c", f"echo OWNED >> {target}"], policy=policy, via="cli")
     assert target.read_text() == "mine\n"  # host side
+    assert result.rc == 2 and "fs.protect" in result.err and "cannot be protected" in result.err, result
 
 
 @pytest.mark.needs_kernel

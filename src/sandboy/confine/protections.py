@@ -295,6 +295,17 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
     denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
+    if fs.protect:
+        # a FILE granted for writing, and in no directory granted for writing, cannot be protected
+        # (the protected set is what lies inside a directory write root: it stayed writable,
+        # rvsec7) — refused, never silently open; inside a directory write root protect wins
+        file_roots = {os.path.realpath(w) for w in fs.write if os.path.isfile(w)}
+        for path in fs.protect if file_roots else ():
+            real = os.path.realpath(path)
+            if real in file_roots and not any(is_within(real, os.path.realpath(w)) for w in fs.write
+                                              if os.path.isdir(w)):
+                raise PolicyError(source, "fs.protect", f"{path} is also granted for writing (fs.write) as a file "
+                                  "of its own, which cannot be protected: drop it from fs.write or from fs.protect")
     for path in fs.protect:
         if not os.path.lexists(path):
             if job.strict:
