@@ -178,6 +178,10 @@ def in_child(fn, before=lambda: None):
             result = {"result": fn()}
         except BaseException:
             result = {"error": traceback.format_exc()}
+        try:  # os._exit runs no atexit: the cages sandboy.run kept here hold {tmp} host directories
+            forget_built_cages()
+        except BaseException:
+            result.setdefault("error", traceback.format_exc())
         data = json.dumps(result).encode()
         while data:
             data = data[os.write(write_end, data):]
