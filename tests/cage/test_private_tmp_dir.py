@@ -135,3 +135,26 @@ def test_a_run_refused_at_launch_removes_its_tmp(tmp_path, tier):
                           capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 125 and "more than 500 entries" in proc.stderr, proc.stderr
     assert os.listdir(tmpdir) == []
+
+
+@pytest.mark.parametrize("tier", ["1", "0"])
+@pytest.mark.parametrize("token", ["{home}", "{cwd}"])
+def test_a_tmpdir_spelled_with_a_placeholder_stays_literal(tmp_path, tier, token):
+    """$TMPDIR = '.../{home}': the {tmp} made in it holds the text '{home}', which must not be
+    expanded again into a grant on the home (or the working directory); the run writes only in
+    its own {tmp} (the twin), which is removed afterwards."""
+    base, home, work = tmp_path / token, tmp_path / "home", tmp_path / "work"
+    for d in (base, home, work):
+        d.mkdir()
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                      'exec = ["/usr", "/bin"]\nwrite = ["{tmp}"]\n')
+    script = 'touch "$TMPDIR/mine" && echo "$TMPDIR"; touch "$0/home-file" "$1/work-file" 2>/dev/null; exit 0'
+    env = {**os.environ, "TMPDIR": str(base), "HOME": str(home), "SANDBOY_NAMESPACES": tier,
+           "SANDBOY_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", script, str(home), str(work)],
+                          capture_output=True, text=True, cwd=work, env=env, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.dirname(proc.stdout.strip()) == str(base)  # made there, the text kept
+    assert os.listdir(home) == [] and os.listdir(work) == []  # host side: no grant on either
+    assert os.listdir(base) == []  # and removed after the run
