@@ -158,3 +158,21 @@ def test_a_tmpdir_spelled_with_a_placeholder_stays_literal(tmp_path, tier, token
     assert os.path.dirname(proc.stdout.strip()) == str(base)  # made there, the text kept
     assert os.listdir(home) == [] and os.listdir(work) == []  # host side: no grant on either
     assert os.listdir(base) == []  # and removed after the run
+
+
+def test_no_usable_place_is_a_cage_error_even_as_root(tmp_path):
+    """The twin of the test above that runs as root too: every place missing (the working
+    directory removed) — a CageError naming them, not an OSError from deep inside."""
+    gone, missing = tmp_path / "gone", tmp_path / "missing"
+    gone.mkdir()
+    program = ("import os; from sandboy.confine import cage\n"
+               "cage._TMP_DIRS = (os.environ['MISSING'],)\n"
+               "os.chdir(os.environ['GONE']); os.rmdir(os.environ['GONE'])\n"
+               "try:\n    cage._mkdtemp_without_tempfile('sandboy-')\n"
+               "except cage.CageError as exc:\n    print('refused:', exc)\n")
+    env = {**os.environ, "TMPDIR": str(missing), "TEMP": str(missing), "TMP": str(missing),
+           "GONE": str(gone), "MISSING": str(missing)}
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("refused: no usable directory for the cage's {tmp}"), proc.stdout
+    assert not missing.exists()
