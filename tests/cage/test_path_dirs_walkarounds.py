@@ -81,12 +81,11 @@ def test_a_work_directory_holding_the_home_does_not_make_its_bin_project_files(t
 
 
 @pytest.mark.needs_kernel
-@pytest.mark.xfail(strict=True, reason="OPEN (rvgate7): a PATH entry whose lexical path passes a symlink inside a "
-                   "write root that leads OUT of it (~/.nix-profile/bin, ~/.nix-profile -> /nix/...) is not held: "
-                   "path_dirs.on_path looks only at the entry's realpath (outside every root), so the link in "
-                   "the home is neither bound nor judged and a step repoints it at a directory it fills")
 @pytest.mark.parametrize("tier", ["tier", "no-tier"])
 def test_a_path_entry_linked_out_of_the_write_root_cannot_be_repointed(cage, tmp_path, monkeypatch, tier):
+    """rvgate7: `~/.nix-profile/bin` on PATH, `~/.nix-profile -> /nix/...` (outside the write
+    root): the link in the home is held — bound as itself under the tier (the rename over it
+    fails), judged after the run without it (repointed: quarantined, 125)."""
     from sandboy.confine import namespaces
 
     if tier == "no-tier":
@@ -111,3 +110,58 @@ def test_a_path_entry_linked_out_of_the_write_root_cannot_be_repointed(cage, tmp
                            capture_output=True, text=True).stdout.strip()
     assert found == "/usr/bin/git", (found, result)
     assert result.rc != 0, result
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_path_entries_linked_out_left_alone_work(cage, tmp_path, monkeypatch, tier):
+    """The twin: a Nix-style link in the home left alone, and a PATH entry through a link that no
+    write root holds (`/opt/tools -> ...`): no finding, the run succeeds — and a program the
+    command writes in its own project still works."""
+    from sandboy.confine import namespaces
+
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    elif not namespaces.availability()[0]:
+        pytest.skip("namespace tier unavailable here")
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    profile = tmp_path / "nix" / "profile"
+    (profile / "bin").mkdir(parents=True)
+    (tmp_path / "tools/bin").mkdir(parents=True)
+    home.mkdir()
+    outside.mkdir()
+    os.symlink(profile, home / ".nix-profile")
+    os.symlink(tmp_path / "tools", outside / "tools")  # a link no write root holds
+    operator_path = f"{home}/.nix-profile/bin:{outside}/tools/bin:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", operator_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    protect, _warn = path_dirs.on_path([str(home)], path_text=operator_path, home=str(home))
+    assert [(e, root) for e, _r, root in protect] == [(f"{home}/.nix-profile/bin", str(home))]
+    assert path_dirs.held(*protect[0]) == [f"{home}/.nix-profile"]  # the link, not the directory outside
+    policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"], "write": [str(home), "."]},
+                         env={"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(home)}})
+    result = cage.run(argv=["/bin/sh", "-c", f"echo work > {home}/notes && test -L {home}/.nix-profile"],
+                      policy=policy, via="cli", env={**os.environ})
+    assert result.rc == 0, result
+    assert (home / "notes").read_text() == "work\n"
+    assert os.readlink(home / ".nix-profile") == str(profile)
+
+
+def test_a_link_repointed_between_two_looks_is_seen(tmp_path):
+    """`_RESOLVED` (per process) does not hide a link repointed between two gate steps: the
+    second look resolves the entry again."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "nix/bin").mkdir(parents=True)
+    (home / "evil/bin").mkdir(parents=True)
+    os.symlink(tmp_path / "nix", home / ".nix-profile")
+    text = f"{home}/.nix-profile/bin"
+    protect, _ = path_dirs.on_path([str(tmp_path / "other")], path_text=text, home=str(home))
+    assert not protect  # no write root holds the link: nothing
+    protect, _ = path_dirs.on_path([str(home)], path_text=text, home=str(home))
+    assert [r for _e, r, _root in protect] == [str(tmp_path / "nix/bin")]
+    os.symlink("evil", home / ".np")
+    os.rename(home / ".np", home / ".nix-profile")  # what a step could do
+    protect, _ = path_dirs.on_path([str(home)], path_text=text, home=str(home))
+    assert [r for _e, r, _root in protect] == [str(home / "evil/bin")]

@@ -319,9 +319,13 @@ class _Check(_Walk):
         except OSError:
             return
         if stat.S_ISLNK(st.st_mode):
-            if self.snap._new(st) and self.writable(os.path.dirname(directory)):
-                self.add(directory, "a directory on the operator's PATH replaced by a symlink during the run "
-                         "(fs.protect_defaults = false gives that away; ADR 0013)")
+            # a symlink on the way to a PATH directory (`~/bin -> dotfiles/bin`, `~/.nix-profile ->
+            # /nix/...`: `held`) repointed — a new link renamed over it — or another one moved in
+            # its place (`launch`: the link's identity then), or the directory swapped for a link
+            if ((self.snap._new(st) or (st.st_dev, st.st_ino) != launch)
+                    and self.writable(os.path.dirname(directory))):
+                self.add(directory, "a directory on the operator's PATH (or a symlink on the way to one) replaced "
+                         "or repointed during the run (fs.protect_defaults = false gives that away; ADR 0013)")
             return
         full = (st.st_dev, st.st_ino) != launch
         for entry in self._listed(directory):

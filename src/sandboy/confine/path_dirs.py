@@ -21,16 +21,40 @@ known here (ADR 0013 says so).
 """
 
 import os
+import stat
 
 from sandboy.policy.resolve import is_within
 
-_RESOLVED: dict = {}  # PATH text -> ((entry, realpath, its ancestors), ...): once per process and PATH
+_RESOLVED: dict = {}  # PATH text -> ((entry, realpath, its ancestors, links on the way), ...): per process
+
+
+def _link_identity(link: str):
+    """(st_dev, st_ino, st_ctime_ns) of the symlink `link` (None: gone or no longer a link). A
+    symlink cannot be changed in place: repointing one makes a new one (a new ctime, even where
+    its inode number is reused), and a rename or hard link of an old one changes its ctime."""
+    try:
+        st = os.lstat(link)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns) if stat.S_ISLNK(st.st_mode) else None
+
+
+def _row(entry: str) -> tuple:
+    from sandboy.confine.protected import symlinks_on_the_way
+
+    real = os.path.realpath(entry)
+    parts = real.split("/")
+    links = tuple((link, _link_identity(link)) for link in symlinks_on_the_way(entry))
+    return entry, real, frozenset(["/"] + ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]), links
 
 
 def _entries(path_text: str) -> tuple:
-    """The absolute, distinct entries of `path_text` with their realpaths and the set of those
-    realpaths' ancestors and themselves (computed once: a reuse check then needs one set
-    intersection per entry to know that no write root holds it)."""
+    """The absolute, distinct entries of `path_text` with their realpaths, the set of those
+    realpaths' ancestors and themselves (a reuse check then needs one set intersection per
+    entry to know that no write root holds it) and the symlinks on the way with their
+    identities. Kept per process, but an entry with a symlink on the way is resolved again when
+    one of its links is another now: in a gate, a link repointed by one step (`~/.nix-profile`)
+    is seen by the next step's launch — one lstat per link (`/bin -> usr/bin`) per look."""
     cached = _RESOLVED.get(path_text)
     if cached is None:
         seen, rows = set(), []
@@ -39,10 +63,10 @@ def _entries(path_text: str) -> tuple:
                 entry = os.path.expanduser(entry)
             if entry.startswith("/") and (entry := os.path.normpath(entry)) not in seen:
                 seen.add(entry)
-                real = os.path.realpath(entry)
-                parts = real.split("/")
-                rows.append((entry, real, frozenset(["/"] + ["/".join(parts[:i]) for i in range(2, len(parts) + 1)])))
+                rows.append(_row(entry))
         cached = _RESOLVED[path_text] = tuple(rows)
+    elif any(_link_identity(link) != identity for row in cached for link, identity in row[3]):
+        cached = _RESOLVED[path_text] = tuple(_row(row[0]) if row[3] else row for row in cached)
     return cached
 
 
@@ -51,14 +75,27 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
     `PATH`, or `path_text`) inside a write root — `protect` those outside every `work` directory
     (the run's working directory and repository; not the home), `warn` those inside one. A
     missing directory to protect is made now (where it cannot be, the command — same uid, fewer
-    rights — cannot make it either). String comparisons only but for the launch's first call:
-    this runs again at every reuse check of a compiled cage."""
+    rights — cannot make it either). An entry reached through a symlink inside a write root
+    that leads out of it (`~/.nix-profile/bin`, `~/.nix-profile -> /nix/var/...`; `~/bin ->
+    /opt/tools/bin`) is one too, `root` then the root holding the link: repointing the link
+    replaces the directory (`held` keeps the link, not the directory outside). String
+    comparisons only but for the launch's first call and an lstat per link on the way: this
+    runs again at every reuse check of a compiled cage."""
     path_text = os.environ.get("PATH", "") if path_text is None else path_text
     if not path_text or not write_roots:
         return [], []
     roots = [os.path.realpath(r) for r in write_roots]
     wanted = frozenset(roots)
-    inside = [(entry, real) for entry, real, above in _entries(path_text) if not wanted.isdisjoint(above)]
+    inside = []  # (entry, real, root, where: the path that lies in the root)
+    for entry, real, above, links in _entries(path_text):
+        if not wanted.isdisjoint(above):
+            inside.append((entry, real, next(root for root in roots if is_within(real, root)), real))
+        else:
+            # a link's path has a real parent (symlinks_on_the_way): string tests against the roots
+            held_link = next(((link, root) for link, _identity in links for root in roots if is_within(link, root)),
+                             None)
+            if held_link is not None:
+                inside.append((entry, real, held_link[1], held_link[0]))
     if not inside:
         return [], []  # the usual case: string lookups only, no further stat
     home = _home_real(home)
@@ -66,11 +103,10 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
     # directories project files
     works = [w for w in (os.path.realpath(w) for w in work if w) if not is_within(home, w)]
     protect, warn = [], []
-    for entry, real in inside:
-        root = next(root for root in roots if is_within(real, root))
-        if any(is_within(real, w) for w in works):
+    for entry, real, root, where in inside:
+        if any(is_within(where, w) for w in works):
             warn.append((entry, real, root))
-        elif os.path.isdir(real) or _made(real):
+        elif where != real or os.path.isdir(real) or _made(real):
             protect.append((entry, real, root))
     return protect, warn
 
@@ -79,10 +115,12 @@ def held(entry: str, real: str, root: str) -> list:
     """What keeps the PATH directory `entry` (resolving to `real`, inside the write root `root`)
     the operator's: the directory, and each symlink on the way inside `root` (`~/bin ->
     dotfiles/bin`: replacing the link replaced the directory) — bound read-only under the tier,
-    judged after the run without it."""
+    judged after the run without it. Where `real` lies outside `root` (the entry linked out of
+    it: `~/.nix-profile/bin`), the links alone: the directory is not the command's to write."""
     from sandboy.confine.protected import symlinks_on_the_way
 
-    return [real, *(link for link in symlinks_on_the_way(entry) if is_within(link, root))]
+    return [*([real] if is_within(real, root) else []),
+            *(link for link in symlinks_on_the_way(entry) if is_within(link, root))]
 
 
 _HOMES: dict = {}
