@@ -110,6 +110,11 @@ def test_a_path_entry_linked_out_of_the_write_root_cannot_be_repointed(cage, tmp
                            capture_output=True, text=True).stdout.strip()
     assert found == "/usr/bin/git", (found, result)
     assert result.rc != 0, result
+    if tier == "tier":  # the link bound as itself: the rename over it failed, the link is the operator's
+        assert os.readlink(home / ".nix-profile") == str(profile), result
+    else:  # repointed, then judged after the run: quarantined
+        assert result.rc == 125 and "repointed" in result.err, result
+    assert not pwned.exists()
 
 
 @pytest.mark.needs_kernel
