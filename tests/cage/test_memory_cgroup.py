@@ -24,7 +24,7 @@ HOG = ["/usr/bin/python3", "-c", "import time; b = b'x' * (256 << 20); time.slee
 SMALL = ["/usr/bin/python3", "-c", "b = b'x' * (16 << 20); print(open('/proc/self/cgroup').read())"]
 
 
-def _supervised(argv, memory_mib) -> dict:
+def _supervised(argv, memory_mib, ballast_mib=0) -> dict:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -37,14 +37,32 @@ def _supervised(argv, memory_mib) -> dict:
 
             out_r, out_w = os.pipe()
             null = os.open(os.devnull, os.O_RDWR)
+            ballast = b"y" * (ballast_mib << 20)  # the supervisor's own memory, touched
             run = Supervision(argv, build(Policy.from_mapping(POLICY, "test")), stdio=(null, out_w, out_w),
                               memory_mib=memory_mib).start()
             os.close(out_w)
             group_path = run.memory_group.path
             output = b""
-            while chunk := os.read(out_r, 65536):
-                output += chunk
+            import select
+
+            # what the gate's pump does (runner._pump): end the tree at the group's OOM event
+            poller = select.poll()
+            poller.register(out_r, select.POLLIN)
+            oom_fd = run.memory_group.oom_event_fd
+            if oom_fd is not None:
+                poller.register(oom_fd, select.POLLIN)
+            open_out = True
+            while open_out:
+                for fd, _ in poller.poll(250):
+                    if fd == oom_fd:
+                        poller.unregister(fd)
+                        run.end("out_of_memory")
+                    elif not (chunk := os.read(out_r, 65536)):
+                        open_out = False
+                    else:
+                        output += chunk
             result = run.wait()
+            assert len(ballast) == ballast_mib << 20
             os.write(w, json.dumps({"outcome": result.outcome, "returncode": result.returncode,
                                     "error": result.error, "memory": result.enforced.get("memory"),
                                     "group": group_path, "group_left": os.path.exists(group_path),
@@ -78,3 +96,4 @@ def test_a_run_within_its_memory_bound_passes_inside_the_bounded_group():
     # the command reported the group it ran in: the bounded one (it joined before it ran)
     assert os.path.basename(got["group"]) in got["output"], got
     assert not got["group_left"]
+

@@ -158,10 +158,10 @@ class MemoryCgroup:
 
     The command joins it itself, as the first step of its plan (`join_step`: a write of "0" to
     the group's cgroup.procs through an fd opened here), so nothing of it ever runs outside the
-    bound and the supervising process never counts in it. Over the bound the kernel's OOM killer
-    ends a process of the group — never one elsewhere on the host. cgroup v2 kills the whole group
-    together (`memory.oom.group`); cgroup v1 has no such switch, so the supervisor watches
-    `oom_event_fd` (v1's eventfd notification, `cgroup.event_control`) and ends the tree itself.
+    bound and the supervising process never counts in it. Over the bound, on cgroup v1 the group's
+    tasks wait (the OOM killer is disabled for it: `memory.oom_control`) and the supervisor, which
+    MUST watch `oom_event_fd` (v1's eventfd notification, `cgroup.event_control`), ends the tree
+    itself; cgroup v2 kills the whole group together (`memory.oom.group`).
     `oom_kills()` says afterwards whether the bound was hit.
     """
 
@@ -238,6 +238,13 @@ class MemoryCgroup:
                 _write(os.path.join(self.path, "cgroup.event_control"), f"{self.oom_event_fd} {control}")
             finally:
                 os.close(control)
+            # The kernel's OOM killer stays out of it: under the namespace tier the PID namespace's
+            # init is in the group and shares the SUPERVISOR's memory (ADR 0021), so its rss is the
+            # gate's and it may be the largest victim — and an OOM kill also SIGKILLs every process
+            # sharing the victim's mm: the gate itself (seen: the supervisor killed). With the
+            # killer disabled the group's tasks wait at the bound and the supervisor, told by the
+            # OOM event, ends the tree with ordinary signals.
+            _write(os.path.join(self.path, "memory.oom_control"), 1)
         self.procs_fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
 
     def join_step(self) -> tuple:
