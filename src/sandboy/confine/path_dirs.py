@@ -64,10 +64,18 @@ def _entries(path_text: str) -> tuple:
             if entry.startswith("/") and (entry := os.path.normpath(entry)) not in seen:
                 seen.add(entry)
                 rows.append(_row(entry))
-        cached = _RESOLVED[path_text] = tuple(rows)
-    elif any(_link_identity(link) != identity for row in cached for link, identity in row[3]):
-        cached = _RESOLVED[path_text] = tuple(_row(row[0]) if row[3] else row for row in cached)
-    return cached
+        cached = _RESOLVED[path_text] = _cached(rows)
+    else:
+        for link, identity in cached[1]:
+            if _link_identity(link) != identity:
+                cached = _RESOLVED[path_text] = _cached([_row(row[0]) if row[3] else row for row in cached[0]])
+                break
+    return cached[0]
+
+
+def _cached(rows: list) -> tuple:
+    """(rows, every (link, identity) of theirs, distinct): what a later look compares."""
+    return tuple(rows), tuple(dict.fromkeys(pair for row in rows for pair in row[3]))
 
 
 def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
@@ -90,7 +98,7 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
     for entry, real, above, links in _entries(path_text):
         if not wanted.isdisjoint(above):
             inside.append((entry, real, next(root for root in roots if is_within(real, root)), real))
-        else:
+        elif links:
             # a link's path has a real parent (symlinks_on_the_way): string tests against the roots
             held_link = next(((link, root) for link, _identity in links for root in roots if is_within(link, root)),
                              None)
