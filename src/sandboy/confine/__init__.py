@@ -12,6 +12,8 @@
     netns_listener.py  egress steps in the cage's network namespace: `lo` up, a listener handed back
     protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
     own_install.py  Sandboy's own installation, read-only where a write root holds it (ADR 0024)
+    path_dirs.py the caller's PATH directories inside a write root: protected, or warned about
+    hook_python.py  the interpreter a pre-commit hook stub runs, where a write root holds it: judged
     gitcheck.py  after a run: git config, hooks or repositories planted for the host's next git
                  command are found and quarantined (ADR 0019) — the launch record and the walk;
     gitjudge.py  its judgement and quarantine, loaded only when a git directory is to be judged
@@ -29,7 +31,7 @@
     result.py    RunResult, the outcome names; a wait status + the child's report -> RunResult
     terminal.py  own session; whether a terminal reaches this process (ADR 0011)
     relay.py     the caller's terminal replaced and relayed, or a fresh pty, in a supervised run
-    cgroup.py    a pids cgroup for `limits.processes` as root
+    cgroup.py    a pids cgroup for `limits.processes` and a gate step's memory cgroup, as root
     cleanup.py   removes what a command left in its private {tmp}
     doctor.py    what this machine can enforce
     dry_run.py   `sandboy run --dry-run`: the cage a policy gets here, built and described, nothing run
