@@ -118,11 +118,7 @@ class PidsCgroup:
             fh.write("0")
 
     def pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as fh:
-                return [int(x) for x in fh.read().split()]
-        except OSError:
-            return []
+        return _members(self.path)
 
     def remove(self) -> None:
         if self._current_fd is not None:
@@ -132,6 +128,15 @@ class PidsCgroup:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+def _members(group: str) -> list[int]:
+    """The pids in a cgroup (its `cgroup.procs`), or none when it is gone."""
+    try:
+        with open(os.path.join(group, "cgroup.procs")) as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
 
 
 def _write(path: str, value) -> None:
@@ -268,11 +273,7 @@ class MemoryCgroup:
             return 0
 
     def pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as fh:
-                return [int(x) for x in fh.read().split()]
-        except OSError:
-            return []
+        return _members(self.path)
 
     def remove(self) -> None:
         for fd in (self.procs_fd, self.oom_event_fd):
