@@ -7,6 +7,12 @@ committed `.venv/bin -> DIR` (or one an earlier step planted) made the ceiling g
 step read a host secret there, with or without a policy of its own; `build -> DIR` let a step
 write DIR. Now such a link is not followed (the grant is dropped, a narrowing says so). Twins: a
 real `.venv/bin` still runs, and the operator's own symlink outside the repository is followed.
+
+What the first tests left unprobed (rvsec7's review; both mutants survived them): a link planted by
+an earlier step in a ceiling write root OUTSIDE the repository (a shared cache the operator lets
+steps write) must not choose what a ceiling exec path there grants; the operator's own ABSOLUTE
+link outside the repository that leads into it is followed into the repository — where a
+repository link then is not followed.
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ from sandboy.gate import ceiling as ceilings
 SECRET = "TOPSECRET-ceiling-link-7"
 
 
-def _ceiling(tmp_path, **fs):
+def _ceiling(tmp_path, write_only=None, **fs):
+    """The built-in ceiling with `fs` entries put first; `write_only` replaces its write roots."""
     data = ceilings._copied(ceilings.BUILTIN)
     for key, extra in fs.items():
-        data["fs"][key] = [*extra, *data["fs"][key]] if key != "write" else extra
+        data["fs"][key] = [*extra, *data["fs"][key]]
+    if write_only is not None:
+        data["fs"]["write"] = write_only
     path = tmp_path / "ceiling.toml"
     path.write_text(ceilings.to_toml(data))
     return path
@@ -118,7 +127,7 @@ def test_a_committed_link_cannot_move_the_ceilings_only_write_root(tmp_path):
     """
     repo = make_repo(tmp_path, gate)
     os.symlink(outside, repo / "build")
-    proc, report = run_json(repo, tmp_path, "--ceiling", _ceiling(tmp_path, write=["{repo}/build", "{tmp}"]))
+    proc, report = run_json(repo, tmp_path, "--ceiling", _ceiling(tmp_path, write_only=["{repo}/build", "{tmp}"]))
     assert "Traceback" not in proc.stderr
     assert sorted(os.listdir(outside)) == []  # host side: nothing written through the link
     assert by_name(report)["write"]["status"] == "failed"
@@ -148,3 +157,43 @@ def test_twin_a_real_venv_bin_and_the_operators_own_link_outside_are_granted(tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "project tool ran" in proc.stdout and "operator tool ran" in proc.stdout
     assert not any(n for s in report["steps"] for n in s["narrowings"])
+
+
+def test_a_link_planted_in_a_ceiling_write_root_outside_the_repository_is_not_followed(tmp_path):
+    host, cache = _secret_dir(tmp_path), tmp_path / "cache"
+    cache.mkdir()
+    gate = f"""
+    [[step]]
+    name = "plant"
+    run = "ln -s {host} {cache}/bin"
+
+    [[step]]
+    name = "steal"
+    run = "cat {cache}/bin/key"
+    allow_failure = true
+    """
+    repo = make_repo(tmp_path, gate)
+    proc, report = run_json(repo, tmp_path, "--ceiling",
+                            _ceiling(tmp_path, write=[str(cache)], exec=[f"{cache}/bin"]))
+    _assert_not_leaked(proc, report)
+    steps = by_name(report)
+    assert steps["plant"]["status"] == "passed" and os.path.islink(cache / "bin")
+    assert steps["steal"]["status"] == "failed"
+
+
+def test_the_operators_absolute_link_into_the_repository_meets_the_repositorys_link(tmp_path):
+    host = _secret_dir(tmp_path)
+    gate = f"""
+    [[step]]
+    name = "steal"
+    run = "cat {tmp_path}/tools/key"
+    allow_failure = true
+    """
+    repo = make_repo(tmp_path, gate)
+    (repo / ".venv").mkdir()
+    os.symlink(host, repo / ".venv" / "bin")  # the repository's
+    os.symlink(str(repo / ".venv" / "bin"), tmp_path / "tools")  # the operator's, absolute, into the repository
+    proc, report = run_json(repo, tmp_path, "--ceiling", _ceiling(tmp_path, exec=[str(tmp_path / "tools")],
+                                                                   read=[str(tmp_path / "tools")]))
+    _assert_not_leaked(proc, report)
+    assert by_name(report)["steal"]["status"] == "failed"
