@@ -26,14 +26,7 @@ from sandboy.confine.cgroup import MemoryCgroup, memory_default_mib
 
 
 
-def _memory_cgroups() -> bool:
-    group = MemoryCgroup.create(64) if os.geteuid() == 0 else None
-    if group is not None:
-        group.remove()
-    return group is not None
-
-
-ROOT_WITH_CGROUP = _memory_cgroups()
+ROOT_WITH_CGROUP = MemoryCgroup.available()
 for_root = pytest.mark.skipif(not ROOT_WITH_CGROUP, reason="needs root and a writable memory cgroup")
 
 # touches every page: b"x" * n writes n bytes (a bytearray(n) would be calloc'd, never touched)

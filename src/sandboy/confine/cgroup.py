@@ -219,6 +219,16 @@ class MemoryCgroup:
                 group.remove()
         return None
 
+    @classmethod
+    def available(cls) -> bool:
+        """Can a run's memory be bounded in a cgroup here? As root with a writable memory
+        controller: probed by a group made and removed at once."""
+        group = cls.create(64) if os.geteuid() == 0 else None
+        if group is None:
+            return False
+        group.remove()
+        return True
+
     def _bound(self) -> None:
         limit = self.mib << 20
         if self.version == 2:

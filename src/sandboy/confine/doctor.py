@@ -49,10 +49,8 @@ def _pids_cgroup_probe() -> None:
 def _memory_cgroup_probe() -> None:
     from sandboy.confine.cgroup import MemoryCgroup
 
-    group = MemoryCgroup.create(64)
-    if group is None:
+    if not MemoryCgroup.available():
         raise OSError("no memory cgroup")
-    group.remove()
 
 
 def _namespace_tier() -> tuple:

@@ -209,14 +209,9 @@ class CageCache:
         """Can a step's memory be bounded in a cgroup here (ADR 0027)? As root with a writable
         memory controller; probed once per gate with a group made and removed at once."""
         if self._memory_cgroups is None:
-            self._memory_cgroups = False
-            if os.geteuid() == 0:
-                from sandboy.confine.cgroup import MemoryCgroup
+            from sandboy.confine.cgroup import MemoryCgroup
 
-                group = MemoryCgroup.create(64)
-                if group is not None:
-                    group.remove()
-                    self._memory_cgroups = True
+            self._memory_cgroups = MemoryCgroup.available()
         return self._memory_cgroups
 
     def memory_plan(self, policy, builtin_default) -> tuple:
