@@ -236,7 +236,8 @@ class MemoryCgroup:
             try:
                 _write(os.path.join(self.path, "memory.swap.max"), 0)
                 self.swap_bounded = True
-            except FileNotFoundError:  # no swap accounting: the kernel has no swap to spill to
+            except FileNotFoundError:  # no swap accounting: a host with swap may then spill the
+                # group into it; reported as swap "not accounted" (enforced.memory)
                 pass
             _write(os.path.join(self.path, "memory.oom.group"), 1)
         else:

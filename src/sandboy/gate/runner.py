@@ -552,8 +552,8 @@ class GateRun:
         poller = select.poll()
         for fd in (read_fd, run.pidfd, self.stop.fd):
             poller.register(fd, select.POLLIN)
-        # cgroup v1: the kernel's OOM killer ends one process of the step; the gate ends the rest
-        # (v2 kills the group together: memory.oom.group). ADR 0027.
+        # cgroup v1: the group's OOM killer is off (its tasks wait at the bound) and its OOM event
+        # tells the gate to end the tree (v2 kills the group together: memory.oom.group). ADR 0027.
         oom_fd = run.memory_group.oom_event_fd if run.memory_group is not None else None
         if oom_fd is not None:
             poller.register(oom_fd, select.POLLIN)
