@@ -366,8 +366,12 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     return Compiled(
         "landlock.fs", (), enforced, degraded, warnings,
         rules=rules, handled_fs=handled_fs, grants=grants,
+        # the policy's spelling of each path AND the path the build resolved it to: the tier
+        # attaches write roots by the resolved path at every run, so a symlink on the way that
+        # was retargeted at the same directory moved away (`mv a b; ln -sfn b link`) kept the
+        # spelling's inode while `a` — now any directory — was attached read-write (session 8)
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
-                *fs.protect),
+                *fs.protect, *grants),
         protected_args=(fs.write, fs.protect, fs.protect_defaults, job.work),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
 

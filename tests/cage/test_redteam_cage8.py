@@ -1,0 +1,131 @@
+"""Session 8's review of the cage from the attacker's side: what sessions 6-7 added (reused
+cages and their fingerprints, the read-only /dev copies and the stdin reopen, the gate step's
+memory and pids cgroups, the init sharing the caller's memory, time budgets), as root and as
+uid 65534, with and without the namespace tier.
+
+One hole was found and closed here (host side checked, with its twin):
+
+- a cage reused by `sandboy.run()` (`reuse.for_run`) attached its write roots by the path the
+  build resolved, while its fingerprint looked at the policy's own spelling. A policy naming a
+  write root through a symlink (`write = ["W/link/t"]`, `link -> a`) keeps its fingerprint when
+  the link is retargeted at the same directory moved away (`mv a b; ln -sfn b link`), and a
+  new `a -> DIR` then made the tier attach DIR/t read-write in the next run: `chmod`, `chown`,
+  `utimensat`, `setxattr` of every file under it, outside every grant (as root: any file of the
+  machine). Now the fingerprint looks at the paths the cage uses too (`reuse.Fingerprint`).
+
+What held is listed, one line each, in docs/threat-model.md ("Session 8 review"); the probes
+below keep it so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from sandboy.confine import namespaces
+
+pytestmark = pytest.mark.needs_kernel
+
+TIER = pytest.mark.skipif(not namespaces.availability()[0],
+                          reason=f"no namespace tier here: {namespaces.availability()[1]}")
+NOBODY = 65534
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
+
+# Run by the API in one process (so the second run of policy B reuses B's cage): B writes
+# W/link/t; A (another policy of the same program: an agent's shell, an earlier tool) writes W
+# and retargets the link; B again tries metadata changes on a file outside every grant; a last
+# B run is the twin (a write through the link lands in the directory it now leads to).
+RETARGET = r"""
+import json, os, sys, tempfile
+from sandboy import Policy, run
+
+base, victim_dir, victim = sys.argv[1:4]
+w = os.path.join(base, "w")
+
+def policy(write):
+    return Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/bin", "/etc"],
+                                                      "exec": ["/usr/bin", "/bin"], "write": write}}, "<probe>")
+
+def sh(script, pol):
+    with tempfile.TemporaryFile() as out:
+        result = run(["/bin/sh", "-c", script], pol, cwd=w, stdout=out.fileno(), stderr=out.fileno(), timeout=30)
+        out.seek(0)
+        return result.returncode, out.read().decode()
+
+b = policy([os.path.join(w, "link", "t")])
+a = policy([w])
+report = {"build": sh("true", b)}
+report["retarget"] = sh(f"mv a b && ln -sfn b link && ln -s {victim_dir} a && echo done", a)
+report["attack"] = sh(f"chmod 0644 {victim}; echo chmod=$?; touch -m -d 2001-01-01 {victim}; echo touch=$?", b)
+report["twin"] = sh("echo twin > link/t/made && echo wrote", b)
+print(json.dumps(report))
+"""
+
+
+def _layout(base) -> tuple:
+    """W/a/t (the write root, named through W/link), and a victim file outside every grant."""
+    w = os.path.join(base, "w")
+    os.makedirs(os.path.join(w, "a", "t"))
+    os.symlink("a", os.path.join(w, "link"))
+    victim_dir = os.path.join(base, "victim")
+    os.makedirs(os.path.join(victim_dir, "t"))
+    victim = os.path.join(victim_dir, "t", "id_rsa")
+    with open(victim, "w") as fh:
+        fh.write("PRIVATE KEY\n")
+    os.chmod(victim, 0o600)
+    os.utime(victim, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    return w, victim_dir, victim
+
+
+def _stamp(path) -> tuple:
+    st = os.stat(path)
+    return stat.S_IMODE(st.st_mode), st.st_uid, st.st_mtime_ns
+
+
+def _check_retarget(report, w, victim, before) -> None:
+    assert report["build"][0] == 0 and report["retarget"] == [0, "done\n"], report
+    assert _stamp(victim) == before, f"a reused cage changed the metadata of a file outside every grant: {report}"
+    assert "chmod=0" not in report["attack"][1] and "touch=0" not in report["attack"][1], report
+    # twin: the policy still works after the retarget — the write lands where the link now leads
+    assert report["twin"] == [0, "wrote\n"], report
+    with open(os.path.join(w, "b", "t", "made")) as fh:
+        assert fh.read() == "twin\n"
+
+
+@TIER
+def test_a_retargeted_link_cannot_make_a_reused_cage_attach_a_host_directory(tmp_path):
+    w, victim_dir, victim = _layout(str(tmp_path))
+    before = _stamp(victim)
+    proc = subprocess.run([sys.executable, "-c", RETARGET, str(tmp_path), victim_dir, victim],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    _check_retarget(json.loads(proc.stdout), w, victim, before)
+
+
+@TIER
+def test_as_an_ordinary_user_a_retargeted_link_cannot_reach_their_own_key(tmp_path):
+    """The same as uid 65534: the victim is that user's own 0600 key, outside every grant."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp("sandboy-cage8-") as base:
+        w, victim_dir, victim = _layout(str(base))
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
+        before = _stamp(victim)
+        proc = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+             "/usr/bin/python3", "-c", RETARGET, str(base), victim_dir, victim],
+            capture_output=True, text=True, timeout=120, cwd=str(base),
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
+                 "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
+        assert proc.returncode == 0, proc.stderr
+        _check_retarget(json.loads(proc.stdout), w, victim, before)
+        shutil.rmtree(os.path.join(str(base), "w"), ignore_errors=True)
