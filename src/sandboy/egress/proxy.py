@@ -44,6 +44,16 @@ MAX_HEADER_BYTES = 64 * 1024
 CONNECT_TIMEOUT = 15.0
 HELLO_TIMEOUT = 30.0
 MAX_CONNECTIONS = 1024
+# The proxy serves from a thread of the process that supervises the run — the gate itself for
+# gate steps — so each connection the caged command opens is an fd of THAT process: a client
+# socket, its upstream, and while a tunnel or a large body is spliced two duplicates and two
+# pipes (8 at most). Session 8 review: a step holding ~1,100 idle connections under the common
+# soft RLIMIT_NOFILE of 1024 took every fd of the gate; its /proc walk then found no process to
+# kill at the step's timeout, and the step outlived it (tests/egress/test_proxy_fd_budget.py).
+# So a proxy takes at most what its process has left, minus a reserve for the supervisor's
+# own work (its /proc walks, cgroup files, logs and reports, the next step's cage).
+FDS_PER_CONNECTION = 8
+RESERVED_FDS = 128
 # A decided tunnel's bytes move socket → pipe → socket with splice(2): no copy into Python, one
 # system call per pipe-full. 1 MiB pipes (F_SETPIPE_SZ; the default 64 KiB when refused).
 SPLICE_PIPE_SIZE = 1 << 20
@@ -76,6 +86,7 @@ class EgressProxy:
         self.log = log or EgressLog()
         self._tasks: set = set()
         self._open: set = set()  # every accepted client socket not yet closed
+        self.max_connections = MAX_CONNECTIONS  # set from the fds left when serving starts
 
     # --- serving ------------------------------------------------------------------------
 
@@ -88,6 +99,7 @@ class EgressProxy:
         moment it exists, and whatever is left at the end is closed."""
         loop = asyncio.get_running_loop()
         listen_sock.setblocking(False)
+        self.max_connections = connection_budget()
         accepting = asyncio.ensure_future(self._accept_loop(loop, listen_sock))
         try:
             await stopped.wait()
@@ -108,7 +120,7 @@ class EgressProxy:
                 await asyncio.sleep(0.05)
                 continue
             self._open.add(sock)
-            if len(self._open) > MAX_CONNECTIONS:
+            if len(self._open) > self.max_connections:  # closed at once: the client sees an EOF
                 self._open.discard(sock)
                 sock.close()
                 continue
@@ -434,6 +446,20 @@ class _Upstream:
             self.conn[1].transport.abort()
             self.conn = None
             self.key = None
+
+
+def connection_budget() -> int:
+    """How many client connections this process can hold without running out of fds: what its
+    soft RLIMIT_NOFILE leaves beyond the fds open now and RESERVED_FDS, FDS_PER_CONNECTION
+    each; at most MAX_CONNECTIONS, at least 1 (a process already short of fds still serves one,
+    as before)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    in_use = len(os.listdir("/proc/self/fd"))
+    return max(1, min(MAX_CONNECTIONS, (soft - in_use - RESERVED_FDS) // FDS_PER_CONNECTION))
 
 
 def _end_to_end(headers) -> list:
