@@ -127,8 +127,14 @@ def _check(ns) -> int:
         print("generated files match owen.policy.toml" + (
             f" (but {len(warnings)} warning(s) above: entries kept from the files themselves)" if warnings else ""))
         return 0
+    # One side of each diff is the file as the repository holds it: in a cloned repository its
+    # bytes are the repository's (terminal escapes, `##[error]` for GitHub's runner), so each
+    # line passes `escape.line` like every other printed text (session 8 review).
     for diff in diffs:
-        sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
+        lines = diff.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        sys.stdout.write("".join(line(text) + "\n" for text in lines))
     print(f"{len(diffs)} generated file(s) drifted from owen.policy.toml: run `sandboy policy compile`",
           file=sys.stderr)
     return 1
