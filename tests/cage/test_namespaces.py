@@ -583,7 +583,7 @@ def test_no_plan_step_acts_on_the_memory_the_child_shares(cage, monkeypatch):
     from sandboy.confine.cage import build
 
     per_task = {_libc.SYS_DUP2, _libc.SYS_MOUNT, _libc.SYS_OPEN_TREE, _libc.SYS_MOVE_MOUNT, _libc.SYS_MOUNT_SETATTR,
-                _libc.SYS_MKDIRAT, _libc.SYS_OPENAT, _libc.SYS_CLOSE, _libc.SYS_SYMLINKAT, _libc.SYS_WRITE,
+                _libc.SYS_MKDIRAT, _libc.SYS_OPENAT, _libc.SYS_OPENAT2, _libc.SYS_CLOSE, _libc.SYS_SYMLINKAT, _libc.SYS_WRITE,
                 _libc.SYS_CHDIR, _libc.SYS_RT_SIGACTION, _libc.SYS_RT_SIGPROCMASK, _libc.SYS_CLOSE_RANGE,
                 _libc.SYS_PRLIMIT64, _libc.SYS_PRCTL, _libc.SYS_CAPSET, _libc.SYS_LANDLOCK_ADD_RULE,
                 _libc.SYS_LANDLOCK_RESTRICT_SELF, _libc.SYS_SECCOMP, _libc.SYS_SETSID, _libc.SYS_IOCTL,

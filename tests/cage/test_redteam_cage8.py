@@ -68,6 +68,37 @@ print(json.dumps(report))
 """
 
 
+# The same with a cage built once and handed to `run` (README: `cage.build(policy)` "gives a cage
+# to reuse across runs"; no fingerprint is looked at then): here the write root is spelled as it
+# is (W/a/t), and A swaps `a` for a link. The prebuilt cage must refuse to run (125) rather than
+# attach the link's target; the first run of the same cage is the twin.
+PREBUILT = r"""
+import json, os, sys, tempfile
+from sandboy import Policy, run
+from sandboy.confine.cage import build
+
+base, victim_dir, victim = sys.argv[1:4]
+w = os.path.join(base, "w")
+
+def policy(write):
+    return Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/bin", "/etc"],
+                                                      "exec": ["/usr/bin", "/bin"], "write": write}}, "<probe>")
+
+def sh(script, pol):
+    with tempfile.TemporaryFile() as out:
+        result = run(["/bin/sh", "-c", script], pol, cwd=w, stdout=out.fileno(), stderr=out.fileno(), timeout=30)
+        out.seek(0)
+        return result.returncode, out.read().decode(), result.error
+
+b = build(policy([os.path.join(w, "a", "t")]), cwd=w)
+report = {"twin": sh("echo twin > a/t/made && echo wrote", b)}
+report["retarget"] = sh(f"mv a b && ln -s {victim_dir} a && echo done", policy([w]))
+report["attack"] = sh(f"chmod 0644 {victim}; echo chmod=$?; touch -m -d 2001-01-01 {victim}; echo touch=$?", b)
+b.close()
+print(json.dumps(report))
+"""
+
+
 def _layout(base) -> tuple:
     """W/a/t (the write root, named through W/link), and a victim file outside every grant."""
     w = os.path.join(base, "w")
@@ -129,3 +160,72 @@ def test_as_an_ordinary_user_a_retargeted_link_cannot_reach_their_own_key(tmp_pa
         assert proc.returncode == 0, proc.stderr
         _check_retarget(json.loads(proc.stdout), w, victim, before)
         shutil.rmtree(os.path.join(str(base), "w"), ignore_errors=True)
+
+
+def _check_prebuilt(report, w, victim, before) -> None:
+    assert report["twin"][:2] == [0, "wrote\n"], report
+    with open(os.path.join(w, "b", "t", "made")) as fh:  # (the twin ran before a was moved to b)
+        assert fh.read() == "twin\n"
+    assert report["retarget"][:2] == [0, "done\n"], report
+    assert _stamp(victim) == before, f"a prebuilt cage changed the metadata of a file outside every grant: {report}"
+    rc, out, error = report["attack"]
+    assert rc == 125 and out == "" and "Too many levels of symbolic links" in error, report
+    assert "write root" in error, report
+
+
+@TIER
+def test_a_prebuilt_cage_refuses_to_attach_a_write_root_through_a_swapped_in_link(tmp_path):
+    w, victim_dir, victim = _layout(str(tmp_path))
+    before = _stamp(victim)
+    proc = subprocess.run([sys.executable, "-c", PREBUILT, str(tmp_path), victim_dir, victim],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    _check_prebuilt(json.loads(proc.stdout), w, victim, before)
+
+
+@TIER
+def test_as_an_ordinary_user_a_prebuilt_cage_refuses_a_swapped_in_link(tmp_path):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp("sandboy-cage8-") as base:
+        w, victim_dir, victim = _layout(str(base))
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
+        before = _stamp(victim)
+        proc = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+             "/usr/bin/python3", "-c", PREBUILT, str(base), victim_dir, victim],
+            capture_output=True, text=True, timeout=120, cwd=str(base),
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
+                 "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
+        assert proc.returncode == 0, proc.stderr
+        _check_prebuilt(json.loads(proc.stdout), w, victim, before)
+
+
+def test_without_openat2_the_followed_write_roots_are_reported(tmp_path, monkeypatch):
+    """Where a filter refuses openat2 the write roots are looked up as before (symlinks followed):
+    said in `degraded`, so `compat.landlock = "strict"` refuses."""
+    from sandboy import Policy
+    from sandboy.confine.cage import build
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    monkeypatch.setattr(namespaces, "_OPENAT2", [False])
+    work = tmp_path / "work"
+    work.mkdir()
+    policy = {"version": 1, "fs": {"read": ["/usr"], "exec": ["/usr/bin"], "write": [str(work)]}}
+    cage = build(Policy.from_mapping(policy, "<test>"), cwd=str(work), reusable=False)
+    try:
+        assert any("openat2 is refused here" in d for d in cage.degraded), cage.degraded
+        assert not any("no symlink on the way" in label for label, _ in cage.tier.plan())
+    finally:
+        cage.close()
+    monkeypatch.setattr(namespaces, "_OPENAT2", [True])
+    cage = build(Policy.from_mapping(policy, "<test>"), cwd=str(work), reusable=False)
+    try:
+        assert not any("openat2" in d for d in cage.degraded), cage.degraded
+        assert any("no symlink on the way" in label for label, _ in cage.tier.plan())
+    finally:
+        cage.close()

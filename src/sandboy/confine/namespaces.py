@@ -18,7 +18,8 @@ locked (a process in it cannot remount them read-write, even with every capabili
 Mount tree, in order (the parent computes every path when the cage is built):
   1. "/" recursively private: nothing done here propagates to the host.
   2. A detached copy (open_tree OPEN_TREE_CLONE) of every write root and of each device node
-     the minimal /dev keeps, with the host's mount flags.
+     the minimal /dev keeps, with the host's mount flags (a write root reached with no symlink
+     followed on the way: see `plan_mounts`).
   3. A new proc for the PID namespace on /proc.
   4. Every mount read-only, recursively (mount_setattr).
   5. A tmpfs /dev with the copied device nodes, a private devpts and a private shm, then /dev
@@ -48,6 +49,7 @@ from sandboy.confine._libc import (
     SYS_MOVE_MOUNT,
     SYS_OPEN_TREE,
     SYS_OPENAT,
+    SYS_OPENAT2,
     SYS_SYMLINKAT,
     SYS_WRITE,
     step_flags,
@@ -66,6 +68,8 @@ OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, AT_SYMLINK_NOFOLLOW = 1, 0o200
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 O_WRONLY, O_CREAT, O_EXCL, O_CLOEXEC = 0o1, 0o100, 0o200, 0o2000000
+MOVE_MOUNT_T_EMPTY_PATH = 0x40
+RESOLVE_NO_SYMLINKS, O_NOFOLLOW = 0x04, 0o400000
 
 # The minimal /dev (docs/design.md, "Step policy": always applied): these nodes, bound from the host; `tty` only on request.
 DEVICES = ("null", "zero", "full", "random", "urandom")
@@ -171,6 +175,8 @@ TIER_RULES = (("/dev", ("READ_DIR",)),
               ("/dev/pts", ("READ_FILE", "READ_DIR", "WRITE_FILE", "IOCTL_DEV")))
 RULESET_RENEW_RUNS = 64
 O_PATH, O_DIRECTORY = 0o10000000, 0o200000
+# struct open_how {flags, mode, resolve}: the path's own file, no symlink followed on the way to it
+NO_SYMLINKS_HOW = u64(O_PATH | O_NOFOLLOW | O_CLOEXEC) + u64(0) + u64(RESOLVE_NO_SYMLINKS)
 # Slots (see _libc): 1.. for the mount tree's copies, the top ones for steps that run alone.
 PROTECT_SLOT, RULE_SLOT, LOOPBACK_SLOT, LISTENER_SLOT = 60, 61, 62, 63
 AT_EMPTY_PATH = 0x1000
@@ -192,7 +198,13 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
         flags |= CLONE_NEWNET
     roots = write_roots(grants, tmp)
     memory = getattr(getattr(policy, "limits", None), "memory_mib", None)
-    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected, memory)
+    exact = openat2_works()
+    if roots and not exact:
+        degraded.append("namespaces: openat2 is refused here, so each write root is looked up by its path, "
+                        "symlinks followed, when a run starts: a directory on the way swapped for a symlink "
+                        "since the cage was built (by a process running meanwhile, or between runs of a "
+                        "prebuilt cage) attaches the link's target read-write instead")
+    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected, memory, exact)
     rules = []  # (path, rights, required, is_dir)
     for path, names in TIER_RULES:
         if tty and path == "/dev/pts":
@@ -365,10 +377,32 @@ def tmpfs_size(memory_mib) -> bytes:
     return b"%dm" % memory_mib if memory_mib else TMP_SIZE_DEFAULT
 
 
-def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> list:
+_OPENAT2: list = []
+
+
+def openat2_works() -> bool:
+    """Can this process (and so the cage's child, before its own filter) call openat2? A
+    container's seccomp filter may refuse it (Sandboy's own answers ENOSYS); asked once."""
+    if not _OPENAT2:
+        try:
+            os.close(_libc.syscall(SYS_OPENAT2, AT_FDCWD, b"/\0", NO_SYMLINKS_HOW, len(NO_SYMLINKS_HOW)))
+            _OPENAT2.append(True)
+        except OSError:
+            _OPENAT2.append(False)
+    return _OPENAT2[0]
+
+
+def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact=True) -> list:
     """The mount tree (module docstring). `roots`: write roots (existing, symlink-resolved);
     `protected`: paths inside them bound read-only over themselves (fs.protect and its
-    defaults: .git/config, .git/hooks, start-up files), skipped if gone by the time a run starts."""
+    defaults: .git/config, .git/hooks, start-up files), skipped if gone by the time a run starts.
+
+    `exact` (openat2 works): each write root is copied from, and attached at, the path the build
+    resolved with no symlink followed on the way (RESOLVE_NO_SYMLINKS): a root's path is a
+    realpath, so a symlink there now was swapped in since the build — between two runs of a
+    prebuilt or reused cage, or by a process running meanwhile — and following it attached the
+    link's target, any directory, read-write (metadata of every file there then changeable,
+    outside every grant: session 8). Such a run is refused (ELOOP, 125) instead."""
     everything_writable = "/" in roots
     devices = DEVICES + (("tty",) if tty else ())
     # Each write root and device is copied into a slot of its own (a /dev/pts with a tty too),
@@ -383,8 +417,18 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
     attach = []
     if not everything_writable:
         for root in roots:
-            steps.append((f"copy write root {root}", (SYS_OPEN_TREE, step_flags(save=slot), AT_FDCWD, _path(root),
-                                                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)))
+            if exact:
+                steps += [
+                    (f"open write root {root} (no symlink on the way)",
+                     (SYS_OPENAT2, step_flags(save=RULE_SLOT), AT_FDCWD, _path(root), NO_SYMLINKS_HOW,
+                      len(NO_SYMLINKS_HOW))),
+                    (f"copy write root {root}", (SYS_OPEN_TREE, step_flags(save=slot), (RULE_SLOT,), b"\0",
+                                                 OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH)),
+                    (f"close write root {root}", (SYS_CLOSE, 0, (RULE_SLOT,))),
+                ]
+            else:
+                steps.append((f"copy write root {root}", (SYS_OPEN_TREE, step_flags(save=slot), AT_FDCWD, _path(root),
+                                                          OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)))
             attach.append((root, slot))
             slot += 1
     dev_slots = []
@@ -439,11 +483,19 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None) -> li
     steps.append(("make /dev read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/dev\0", 0,
                                           _mount_attr(MOUNT_ATTR_RDONLY), 32)))
     for root, from_slot in attach:
-        steps += [
-            (f"attach write root {root}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, _path(root),
-                                           MOVE_MOUNT_F_EMPTY_PATH)),
-            (f"close copy of {root}", (SYS_CLOSE, 0, (from_slot,))),
-        ]
+        if exact:
+            steps += [
+                (f"open the mount point {root} (no symlink on the way)",
+                 (SYS_OPENAT2, step_flags(save=RULE_SLOT), AT_FDCWD, _path(root), NO_SYMLINKS_HOW,
+                  len(NO_SYMLINKS_HOW))),
+                (f"attach write root {root}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", (RULE_SLOT,), b"\0",
+                                               MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)),
+                (f"close the mount point {root}", (SYS_CLOSE, 0, (RULE_SLOT,))),
+            ]
+        else:
+            steps.append((f"attach write root {root}", (SYS_MOVE_MOUNT, 0, (from_slot,), b"\0", AT_FDCWD, _path(root),
+                                                        MOVE_MOUNT_F_EMPTY_PATH)))
+        steps.append((f"close copy of {root}", (SYS_CLOSE, 0, (from_slot,))))
     if tmp:
         steps.append((f"mount a private {tmp}", (SYS_MOUNT, 0, b"tmpfs\0", _path(tmp), b"tmpfs\0",
                                                   MS_NOSUID | MS_NODEV, b"mode=0700,size=" + tmpfs_size(memory_mib) + b"\0")))
