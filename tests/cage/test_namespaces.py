@@ -640,7 +640,7 @@ def test_more_write_roots_than_the_tier_has_slots_is_a_cage_error_not_a_tracebac
     import sandboy
     from sandboy.errors import CageError
 
-    most = namespaces.PROTECT_SLOT - 2 - len(namespaces.DEVICES)
+    most = namespaces.COPY_SLOT_LIMIT - 2 - len(namespaces.DEVICES)
     dirs = [tmp_path / f"w{i}" for i in range(70)]
     for d in dirs:
         d.mkdir()

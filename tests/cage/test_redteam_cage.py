@@ -11,7 +11,8 @@ Two holes were found and closed here, each checked from the host side with its t
   stdin, `sandboy run ... </dev/null` — is the host's mount: `fchmod(0, 0)` through it ignored
   the read-only tree. Now the cage's own node is put there (namespaces.plan_reopen_stdio).
 
-One stays open (strict xfail below): a regular file handed in on fd 0-2 keeps the host's mount.
+A third, found here and closed in session 8: a regular file handed in on fd 0-2 kept the host's
+mount (now reopened on the cage's tree or relayed by the init: tests/cage/test_stdio_files.py).
 
 The other probes below held; each stays as a regression probe. What they try and why they
 hold is in docs/threat-model.md ("Session 7 review").
@@ -224,12 +225,11 @@ def test_without_the_tier_the_fd_handed_in_is_the_hosts(cage, host_devices):
 
 
 @TIER
-@pytest.mark.xfail(strict=True, reason="a regular file handed in on fd 0-2 keeps the host's (writable) mount: "
-                   "its metadata can be changed through the fd; the child cannot reopen it on the cage's "
-                   "read-only tree without a path race and losing the shared offset (docs/threat-model.md)")
 def test_a_regular_file_handed_in_on_stdin_takes_no_metadata_change(cage, tmp_path):
     """`sandboy run ... < ~/.ssh/id_rsa` (or any file of the uid's; as root, any file): the
-    command `fchmod(0, 0644)`s it. Outside every write root, so the tier should refuse."""
+    command `fchmod(0, 0644)`s it. Outside every write root, so the tier refuses: the init
+    reopened it on the cage's read-only tree (ADR 0011, "Session 8"; the full battery is
+    tests/cage/test_stdio_files.py)."""
     secret = tmp_path / "outside" / "id_rsa"
     secret.parent.mkdir()
     secret.write_text("key\n")

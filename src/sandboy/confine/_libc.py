@@ -9,7 +9,10 @@ for a copy of the bytes `template` with that result written at `offset` as a 32-
 inside a struct). A failed step keeps -1 in its slot. The pseudo-call NR_INIT forks:
 the parent becomes the init of a new PID namespace (forwards signals, reaps orphans, reports the
 command's wait status on the error pipe as (REPORT_STATUS, status)), the child runs the rest of
-the plan. This module runs plans. Two implementations, one interface:
+the plan; its arguments (fd0, fd1, fd2, kinds) say what the init does with the caller's fd 0-2
+(`namespaces.StdioHandoff`: carry a reopened file's offset back, relay a pipe to the caller's
+file). The pseudo-call NR_SAME_FILE (fd, st_dev, st_ino) fails with ESTALE unless `fd` is
+that file (a path reopened in the child that no longer leads to the file the caller handed in). This module runs plans. Two implementations, one interface:
 
 - `native`: the C extension `sandboy.confine._native` (built by `pip install` when a compiler is
   there). The child runs the plan and execs without executing any Python: ≈ 0.2 ms instead of
@@ -65,6 +68,7 @@ F_GETFL = 3
 SIGCHLD = 17
 NR_INIT = -1          # pseudo-call: become the PID namespace's init (see the module docstring)
 REPORT_STATUS = -2    # error-pipe record of the init: (REPORT_STATUS, the command's wait status)
+NR_SAME_FILE = -3     # pseudo-call (fd, st_dev, st_ino): fails with ESTALE unless fd is that file
 MAX_SLOTS = 64
 # What an init passes on to the command (as tini does); stop signals are not passed.
 FORWARDED_SIGNALS = (1, 2, 3, 15, 10, 12, 14, 28, 18)  # HUP INT QUIT TERM USR1 USR2 ALRM WINCH CONT

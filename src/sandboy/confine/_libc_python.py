@@ -14,6 +14,7 @@ import _signal  # the C module: `signal` imports enum
 from sandboy.confine._libc import (
     FORWARDED_SIGNALS,
     NR_INIT,
+    NR_SAME_FILE,
     REPORT_STATUS,
     SIGCHLD,
     SYS_CLONE,
@@ -127,12 +128,18 @@ def apply_plan(plan, errpipe: int = -1) -> None:
     slots = {}
     for index, (nr, flags, *args) in enumerate(plan):
         try:
+            args = [_slot_arg(a, slots) if isinstance(a, tuple) else a for a in args]
             if nr == NR_INIT:
                 if errpipe < 0:  # only a forked child may become an init
                     raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-                result = _become_init(errpipe)
+                result = _become_init(errpipe, args)
+            elif nr == NR_SAME_FILE:
+                found = os.fstat(args[0])
+                if (found.st_dev, found.st_ino) != (args[1], args[2]):
+                    raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+                result = 0
             else:
-                result = syscall(nr, *(_slot_arg(a, slots) if isinstance(a, tuple) else a for a in args))
+                result = syscall(nr, *args)
         except OSError as exc:
             if flags >> 8:
                 slots[flags >> 8] = -1
@@ -150,20 +157,55 @@ def _slot_arg(arg: tuple, slots: dict):
     return template[:offset] + s32(slots[slot]) + template[offset + 4:]
 
 
-def _become_init(errpipe: int) -> int:
-    """As `become_init` in _native.c: returns 0 in the child, never in the init."""
+CARRY_OFFSET, RELAY = 1, 2  # NR_INIT's kinds, as namespaces.StdioHandoff and _native.c
+DRAIN_LIMIT = 16 << 20
+SYS_SIGNALFD4 = 289
+WALL = 0x40000000  # __WALL: os has no name for it
+
+
+def _become_init(errpipe: int, args=()) -> int:
+    """As `become_init` in _native.c: returns 0 in the child, never in the init. `args`:
+    NR_INIT's (fd0, fd1, fd2, kinds), what the init does with the caller's fd 0-2."""
+    fds = list(args[:3]) if len(args) >= 4 else [-1, -1, -1]
+    kinds = [(args[3] >> 2 * k) & 3 if len(args) >= 4 else 0 for k in range(3)]
     watched = {*FORWARDED_SIGNALS, SIGCHLD}
     # SIGCHLD to SIG_DFL, as _native.c: ignored, the kernel reaps the command unseen (with a
     # raw rt_sigaction, as there: nothing of Python's own handler table is involved)
     syscall(SYS_RT_SIGACTION, SIGCHLD, bytes(32), 0, 8)
     _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)  # the child unblocks in its plan
+    signals = -1
+    if RELAY in kinds:  # the pipes and the signals waited for at once (see _native.c)
+        mask = sum(1 << (sig - 1) for sig in watched)
+        signals = syscall(SYS_SIGNALFD4, -1, mask.to_bytes(8, "little"), 8, os.O_CLOEXEC)
     child = _clone(SIGCHLD)
     if child == 0:
         return 0
-    os.closerange(0, errpipe)
-    os.closerange(errpipe + 1, 1 << 20)
+    keep = {errpipe, signals} | {k for k in range(3) if kinds[k]} | {fds[k] for k in range(3) if kinds[k]}
+    keep.discard(-1)
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:  # os.closerange(n, n) closes everything from n on (close_range(n, n - 1))
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+    import select  # only in the init, after the command started
+
     while True:
-        signum = _signal.sigwaitinfo(watched).si_signo
+        if signals >= 0:
+            poller = select.poll()
+            poller.register(signals, select.POLLIN)
+            for k in range(3):
+                if kinds[k] == RELAY and fds[k] >= 0:
+                    poller.register(fds[k], select.POLLIN)
+            ready = dict(poller.poll())
+            for k in range(3):
+                if kinds[k] == RELAY and ready.get(fds[k]):
+                    _relay_once(fds, k)
+            if not ready.get(signals, 0) & select.POLLIN:
+                continue
+            signum = int.from_bytes(os.read(signals, 128)[:4], "little")
+        else:
+            signum = _signal.sigwaitinfo(watched).si_signo
         if signum != SIGCHLD:
             try:  # only to a command that left the init's process group (see _native.c)
                 if os.getpgid(child) != os.getpgid(0):
@@ -179,8 +221,58 @@ def _become_init(errpipe: int) -> int:
             if not pid:
                 break
             if pid == child:
-                os.write(errpipe, _record(REPORT_STATUS, status))
-                os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+                _end_run(fds, kinds, errpipe, status)
+
+
+def _relay_once(fds: list, k: int) -> int:
+    """As relay_once in _native.c: bytes copied, 0 for an empty pipe, -1 once the relay is over."""
+    try:
+        data = os.read(fds[k], 65536)
+    except BlockingIOError:
+        return 0
+    except OSError:
+        data = b""
+    try:
+        if data:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(k, view):]
+            return len(data)
+    except OSError:
+        pass
+    os.close(fds[k])
+    fds[k] = -1
+    return -1
+
+
+def _end_run(fds: list, kinds: list, errpipe: int, status: int) -> None:
+    """As end_run in _native.c: end the tree, drain the relays, carry the offsets back, report."""
+    if any(kinds):
+        try:
+            os.kill(-1, 9)
+        except OSError:
+            pass
+        while True:
+            try:
+                os.waitpid(-1, WALL)
+            except ChildProcessError:
+                break
+        for k in range(3):
+            if kinds[k] == RELAY and fds[k] >= 0:
+                os.set_blocking(fds[k], False)
+                drained = 0
+                while drained < DRAIN_LIMIT:
+                    copied = _relay_once(fds, k)
+                    if copied <= 0:
+                        break
+                    drained += copied
+            elif kinds[k] == CARRY_OFFSET:
+                try:
+                    os.lseek(k, os.lseek(fds[k], 0, os.SEEK_CUR), os.SEEK_SET)
+                except OSError:
+                    pass
+    os.write(errpipe, _record(REPORT_STATUS, status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
 def wait_forwarding(pid: int) -> int:

@@ -27,13 +27,17 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +46,7 @@
 #define MAX_SLOTS 64
 #define NR_INIT (-1)
 #define REPORT_STATUS (-2)   /* errpipe record: (REPORT_STATUS, wait status of the command) */
+#define NR_SAME_FILE (-3)    /* pseudo-call (fd, st_dev, st_ino): -ESTALE unless fd is that file */
 
 /* The kernel's x86_64 rt_sigaction struct (not glibc's struct sigaction). */
 struct kernel_sigaction {
@@ -103,6 +108,7 @@ static inline long raw_call(long nr, long a, long b, long c, long d, long e, lon
    as many as runs ever overlapped. */
 #define INIT_STACK_SIZE (64 * 1024)
 #define COMMAND_STACK_SIZE (128 * 1024)
+#define RELAY_BUFFER_SIZE (64 * 1024)  /* the init's copy of a relayed pipe (become_init) */
 #define GUARD_SIZE 4096
 
 enum { SLOT_FREE = 0, SLOT_STARTED = 1, SLOT_RELEASED = 2 };
@@ -111,6 +117,7 @@ typedef struct init_slot {
     int state;  /* the futex word: SLOT_*; atomics only */
     char *init_stack_top;
     char *command_stack_top;
+    char *relay_buffer;  /* RELAY_BUFFER_SIZE bytes, this init's own (not on its stack) */
     struct init_slot *next;
 } init_slot_t;
 
@@ -122,18 +129,20 @@ static init_slot_t *acquire_init_slot(void) {
             __atomic_store_n(&s->state, SLOT_STARTED, __ATOMIC_RELAXED);
             return s;
         }
-    size_t size = GUARD_SIZE + COMMAND_STACK_SIZE + GUARD_SIZE + INIT_STACK_SIZE;
+    size_t size = RELAY_BUFFER_SIZE + GUARD_SIZE + COMMAND_STACK_SIZE + GUARD_SIZE + INIT_STACK_SIZE;
     char *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (base == MAP_FAILED)
         return NULL;
     init_slot_t *s = PyMem_RawCalloc(1, sizeof(*s));
-    if (s == NULL || mprotect(base, GUARD_SIZE, PROT_NONE) < 0 ||
-        mprotect(base + GUARD_SIZE + COMMAND_STACK_SIZE, GUARD_SIZE, PROT_NONE) < 0) {
+    char *stacks = base + RELAY_BUFFER_SIZE;
+    if (s == NULL || mprotect(stacks, GUARD_SIZE, PROT_NONE) < 0 ||
+        mprotect(stacks + GUARD_SIZE + COMMAND_STACK_SIZE, GUARD_SIZE, PROT_NONE) < 0) {
         munmap(base, size);
         PyMem_RawFree(s);
         return NULL;
     }
-    s->command_stack_top = base + GUARD_SIZE + COMMAND_STACK_SIZE;
+    s->relay_buffer = base;
+    s->command_stack_top = stacks + GUARD_SIZE + COMMAND_STACK_SIZE;
     s->init_stack_top = base + size;
     s->state = SLOT_STARTED;
     s->next = init_slots;
@@ -365,17 +374,120 @@ static void forwarding_set(sigset_t *set) {
     sigaddset(set, SIGCHLD);
 }
 
+/* What the init does with the caller's fd 0-2 (namespaces.StdioHandoff; NR_INIT's arguments
+   fd0, fd1, fd2, kinds): 2 bits of `kinds` per fd. CARRY_OFFSET: fd[k] is the file the caller
+   handed in on fd k, reopened on the cage's read-only tree; when the command's tree has ended
+   the caller's offset is set from it. RELAY: fd[k] is the read end of the pipe the command
+   writes to instead of the caller's fd k; the init copies it there while the command runs and
+   drains it once the tree has ended. */
+#define CARRY_OFFSET 1
+#define RELAY 2
+#define DRAIN_LIMIT (16L << 20)  /* after the tree ended: more than any pipe of the command holds */
+
+typedef struct {
+    long kinds;
+    int fd[3];
+    char *buffer;  /* the init slot's relay buffer */
+} handoff_t;
+
+static int kind_of(const handoff_t *h, int k) { return (int)(h->kinds >> (2 * k)) & 3; }
+
+static int write_all(int fd, const char *buf, long n) {
+    while (n > 0) {
+        long w = raw_call(SYS_write, fd, (long)buf, n, 0, 0, 0);
+        if (w == -EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        buf += w;
+        n -= w;
+    }
+    return 0;
+}
+
+/* One read of relay k's pipe, copied to the caller's fd k: the bytes copied, 0 when the pipe
+   is empty (non-blocking), -1 when this relay is over: end of file (every writer closed it),
+   or the caller's file refused a write (ENOSPC, EFBIG, EIO): the pipe is closed then, so the
+   command's next write fails (EPIPE) as a write of its own to that file would have. */
+static long relay_once(handoff_t *h, int k) {
+    long n = raw_call(SYS_read, h->fd[k], (long)h->buffer, RELAY_BUFFER_SIZE, 0, 0, 0);
+    if (n == -EAGAIN || n == -EINTR)
+        return 0;
+    if (n > 0 && write_all(k, h->buffer, n) == 0)
+        return n;
+    raw_call(SYS_close, h->fd[k], 0, 0, 0, 0, 0);
+    h->fd[k] = -1;
+    return -1;
+}
+
+/* Close every fd but those in keep[0..n) (n <= 8). */
+static void close_all_but(int *keep, int n) {
+    for (int i = 1; i < n; i++)  /* insertion sort: a handful */
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    long from = 0;
+    for (int i = 0; i < n; i++) {
+        if (keep[i] < from)
+            continue;  /* a duplicate */
+        if (keep[i] > from)
+            raw_call(SYS_close_range, from, keep[i] - 1, 0, 0, 0, 0);
+        from = keep[i] + 1;
+    }
+    raw_call(SYS_close_range, from, ~0U, 0, 0, 0, 0);
+}
+
+/* The command has exited with `status`: with a handoff, end what is left of its tree first
+   (the init's exit would kill it anyway), so no writer of a relay's pipe and no reader of a
+   reopened file is left; drain each relay, carry each offset back; then report and exit. */
+static void end_run(handoff_t *h, int errpipe, int status) {
+    if (h->kinds) {
+        raw_call(SYS_kill, -1, SIGKILL, 0, 0, 0, 0);  /* every process of the namespace but the init */
+        for (;;) {
+            long r = raw_call(SYS_wait4, -1, 0, __WALL, 0, 0, 0);
+            if (r < 0 && r != -EINTR)
+                break;  /* ECHILD: none left */
+        }
+        for (int k = 0; k < 3; k++) {
+            if (kind_of(h, k) == RELAY && h->fd[k] >= 0) {
+                /* non-blocking: a copy of the write end sent out of the namespace (SCM_RIGHTS)
+                   must not keep the run from ending */
+                raw_call(SYS_fcntl, h->fd[k], F_SETFL, O_NONBLOCK, 0, 0, 0);
+                for (long drained = 0; drained < DRAIN_LIMIT;) {
+                    long n = relay_once(h, k);
+                    if (n <= 0)
+                        break;
+                    drained += n;
+                }
+            } else if (kind_of(h, k) == CARRY_OFFSET) {
+                long offset = raw_call(SYS_lseek, h->fd[k], 0, SEEK_CUR, 0, 0, 0);
+                if (offset >= 0)
+                    raw_call(SYS_lseek, k, offset, SEEK_SET, 0, 0, 0);
+            }
+        }
+    }
+    report(errpipe, REPORT_STATUS, status);
+    raw_call(SYS_exit_group, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), 0, 0, 0, 0, 0);
+}
+
 /* The init of a new PID namespace: fork; the child returns 0 and runs the rest of the plan;
    this process passes signals on to it (when it left the init's process group, which is what
-   every sender signals), reaps every orphan of the namespace, and when the
-   command exits reports its wait status on `errpipe` and exits with its code (pid 1 cannot die
-   of its own signal). Its exit makes the kernel kill whatever is left in the namespace. Only
-   system calls: this runs in a child of a possibly multi-threaded Python process, in that
-   process's memory (CLONE_VM, see `init_slot_t`): once the command has started (the caller
-   runs Python again) only raw calls, which write no errno, and nothing of the plan is read. */
-static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *slots) {
+   every sender signals), reaps every orphan of the namespace, relays the pipes of `args`
+   (NR_INIT's arguments, see handoff_t), and when the command exits reports its wait status on
+   `errpipe` and exits with its code (pid 1 cannot die of its own signal). Its exit makes the
+   kernel kill whatever is left in the namespace. Only system calls: this runs in a child of a
+   possibly multi-threaded Python process, in that process's memory (CLONE_VM, see
+   `init_slot_t`): once the command has started (the caller runs Python again) only raw calls,
+   which write no errno, and nothing of the plan is read. */
+static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *slots, const long *args) {
     if (job->slot == NULL)
         return -EINVAL;  /* an init needs its slot's stacks (fork_exec with clone_flags) */
+    handoff_t h = {args[3] & 0x3f, {(int)args[0], (int)args[1], (int)args[2]}, job->slot->relay_buffer};
+    int relaying = 0;
+    for (int k = 0; k < 3; k++)
+        relaying |= kind_of(&h, k) == RELAY;
     /* SIGCHLD back to SIG_DFL: an ignored SIGCHLD (SIG_IGN survives exec, so a caller started
        with it has it, and neither CLONE_CLEAR_SIGHAND nor default_caught_signals touches an
        ignored signal) makes the kernel reap the init's children itself, and the wait4 below
@@ -385,22 +497,57 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
     sigset_t set;
     forwarding_set(&set);
     raw_call(SYS_rt_sigprocmask, SIG_BLOCK, (long)&set, 0, 8, 0, 0);  /* the command unblocks in its plan */
+    /* With a relay the init waits for its pipes and its signals at once: the signals through a
+       signalfd (made before the command: a failure is this step's) */
+    long sfd = -1;
+    if (relaying) {
+        sfd = raw_call(SYS_signalfd4, -1, (long)&set, 8, SFD_CLOEXEC, 0, 0);
+        if (sfd < 0)
+            return sfd;
+    }
     command_start_t start = {job, errpipe, next, slots};
     long child = clone(command_main, job->slot->command_stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
     if (child < 0)
         return -errno;  /* libc's clone wrapper: read at once (the caller waits on a raw futex) */
     /* The command has exec'd or exited (CLONE_VFORK): from here on nothing of the caller's. */
     release_caller(job->slot);
-    /* Keep nothing of the caller's but the error pipe: the command's stdio and the launcher's
-       fds must not stay open in here. */
-    if (errpipe > 0)
-        raw_call(SYS_close_range, 0, errpipe - 1, 0, 0, 0, 0);
-    raw_call(SYS_close_range, errpipe + 1, ~0U, 0, 0, 0, 0);
+    /* Keep nothing of the caller's but the error pipe and what the handoff needs: the
+       command's stdio and the launcher's fds must not stay open in here. */
+    int keep[8] = {errpipe}, nkeep = 1;
+    if (sfd >= 0)
+        keep[nkeep++] = (int)sfd;
+    for (int k = 0; k < 3; k++)
+        if (kind_of(&h, k)) {
+            keep[nkeep++] = k;
+            keep[nkeep++] = h.fd[k];
+        }
+    close_all_but(keep, nkeep);
     for (;;) {
-        siginfo_t info;
-        long sig = raw_call(SYS_rt_sigtimedwait, (long)&set, (long)&info, 0, 8, 0, 0);
-        if (sig < 0)
-            continue;
+        long sig;
+        if (relaying) {
+            struct pollfd polled[4] = {{(int)sfd, POLLIN, 0}};
+            int relayed[4], n = 1;
+            for (int k = 0; k < 3; k++)
+                if (kind_of(&h, k) == RELAY && h.fd[k] >= 0) {
+                    relayed[n] = k;
+                    polled[n++] = (struct pollfd){h.fd[k], POLLIN, 0};
+                }
+            if (raw_call(SYS_poll, (long)polled, n, -1, 0, 0, 0) < 0)
+                continue;
+            for (int i = 1; i < n; i++)
+                if (polled[i].revents)
+                    relay_once(&h, relayed[i]);
+            struct signalfd_siginfo info;
+            if (!(polled[0].revents & POLLIN) ||
+                raw_call(SYS_read, sfd, (long)&info, sizeof(info), 0, 0, 0) != (long)sizeof(info))
+                continue;
+            sig = info.ssi_signo;
+        } else {
+            siginfo_t info;
+            sig = raw_call(SYS_rt_sigtimedwait, (long)&set, (long)&info, 0, 8, 0, 0);
+            if (sig < 0)
+                continue;
+        }
         if (sig != SIGCHLD) {
             /* Senders signal the init's process group (the command is in it unless it made
                its own); pass a signal on only to a command that left the group. */
@@ -411,13 +558,9 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
         }
         int status;
         long pid;
-        while ((pid = raw_call(SYS_wait4, -1, (long)&status, WNOHANG, 0, 0, 0)) > 0) {
-            if (pid == child) {
-                report(errpipe, REPORT_STATUS, status);
-                raw_call(SYS_exit_group, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                         0, 0, 0, 0, 0);
-            }
-        }
+        while ((pid = raw_call(SYS_wait4, -1, (long)&status, WNOHANG, 0, 0, 0)) > 0)
+            if (pid == child)
+                end_run(&h, errpipe, status);
     }
 }
 
@@ -432,21 +575,26 @@ static Py_ssize_t run_steps(const job_t *job, int errpipe, int may_init, Py_ssiz
     for (Py_ssize_t i = start; i < job->nsteps; i++) {
         const step_t *s = &job->steps[i];
         long r;
+        long a[MAX_ARGS];
+        for (int k = 0; k < MAX_ARGS; k++) {
+            a[k] = (s->from_slot & (1u << k)) ? slots[s->args[k]] : s->args[k];
+            if (s->patch_slot[k]) {
+                int value = (int)slots[s->patch_slot[k]];
+                memcpy(s->owned[k] + s->patch_offset[k], &value, sizeof(value));
+            }
+        }
         if (s->nr == NR_INIT) {
             if (!may_init || errpipe < 0) {
                 *err = EINVAL;  /* only a clone of the caller may become an init */
                 return i;
             }
-            r = become_init(job, errpipe, i + 1, slots);  /* returns only if the clone failed */
+            r = become_init(job, errpipe, i + 1, slots, a);  /* returns only if it could not start the command */
+        } else if (s->nr == NR_SAME_FILE) {
+            struct stat st;
+            r = raw_call(SYS_fstat, a[0], (long)&st, 0, 0, 0, 0);
+            if (r == 0 && ((unsigned long)st.st_dev != (unsigned long)a[1] || (unsigned long)st.st_ino != (unsigned long)a[2]))
+                r = -ESTALE;
         } else {
-            long a[MAX_ARGS];
-            for (int k = 0; k < MAX_ARGS; k++) {
-                a[k] = (s->from_slot & (1u << k)) ? slots[s->args[k]] : s->args[k];
-                if (s->patch_slot[k]) {
-                    int value = (int)slots[s->patch_slot[k]];
-                    memcpy(s->owned[k] + s->patch_offset[k], &value, sizeof(value));
-                }
-            }
             r = raw_call(s->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
         }
         /* raw results: -4095..-1 is -errno (an fd or a pointer-sized result is never in it) */

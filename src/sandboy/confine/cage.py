@@ -75,14 +75,17 @@ class Cage:
         """The namespaces the child is cloned into (0: none, a vfork'd child)."""
         return self.tier.flags if self.tier is not None else 0
 
-    def plan(self, stdio=(None, None, None), in_netns=()) -> list:
+    def plan(self, stdio=(None, None, None), in_netns=(), handoff=None) -> list:
         """The child's system calls for one run: stdio, the namespace tier up to becoming the
         PID namespace's init (`in_netns`: this run's steps in its network namespace, see
-        `namespaces.Tier.plan`), working directory, then the cage."""
+        `namespaces.Tier.plan`; `handoff`: what the tier does with files handed in on fd 0-2,
+        `namespaces.StdioHandoff`, made here without pipes when not given), working directory,
+        then the cage."""
         steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
                  for target, fd in enumerate(stdio) if fd is not None and fd != target]
         if self.tier is not None:
-            steps += self.tier.plan(in_netns) + namespaces.plan_reopen_stdio(stdio)
+            handoff = self.tier.plan_stdio(stdio, pipes=False) if handoff is None else handoff
+            steps += self.tier.plan(in_netns, handoff) + handoff.command_steps
         steps.append((f"enter {self.cwd}", (_libc.SYS_CHDIR, False, os.fsencode(self.cwd) + b"\0")))
         return (steps + hygiene.plan_signals() + hygiene.plan_cloexec() + self._steps
                 + self.ruleset.plan() + self._steps_after_landlock)  # ruleset.plan(): CageError once closed
@@ -168,15 +171,21 @@ class Cage:
         namespaces' init and reports the command's wait status there too (result.from_child
         reads it). Returns the child's pid."""
         paths, args, envp = self.exec_args(argv)
-        plan = [step for _, step in (*first, *self.plan(stdio))]
-        self.started()
+        # CageError: a file on fd 0-2 that cannot be handed in safely (namespaces.StdioHandoff)
+        handoff = self.tier.plan_stdio(stdio) if self.tier is not None else None
         try:
-            return _libc.fork_exec(plan, paths, args, envp, report_fd, self.clone_flags)
-        except OSError as exc:
-            if not self.clone_flags:
-                raise
-            namespaces.forget()  # the kernel refuses the namespaces now: the next build probes again
-            raise CageError(f"cannot apply the cage: clone into new namespaces: {exc.strerror}") from None
+            plan = [step for _, step in (*first, *self.plan(stdio, handoff=handoff))]
+            self.started()
+            try:
+                return _libc.fork_exec(plan, paths, args, envp, report_fd, self.clone_flags)
+            except OSError as exc:
+                if not self.clone_flags:
+                    raise
+                namespaces.forget()  # the kernel refuses the namespaces now: the next build probes again
+                raise CageError(f"cannot apply the cage: clone into new namespaces: {exc.strerror}") from None
+        finally:
+            if handoff is not None:
+                handoff.close()  # fork_exec returns once the command has exec'd: the child holds its own
 
     def close(self, deadline=None) -> bool:
         """In the parent, when no more children will be started from this cage. False when its

@@ -43,6 +43,7 @@ from sandboy.confine._libc import (
     AT_FDCWD,
     NR_INIT,
     SYS_CLOSE,
+    SYS_FCNTL,
     SYS_MKDIRAT,
     SYS_MOUNT,
     SYS_MOUNT_SETATTR,
@@ -113,6 +114,10 @@ class Tier:
     def __init__(self, flags: int, steps: list, enforced: dict, tmp_private: bool, rules=()):
         self.flags = flags
         self.steps = steps
+        # Where a file handed in on fd 0-2 is reopened (`plan_stdio`): right after every mount
+        # became read-only, before /dev, the write roots and {tmp} are mounted over anything.
+        # None when "/" is a write root: nothing is read-only, so nothing needs handing over.
+        self.handoff_at = next((i + 1 for i, (label, _) in enumerate(steps) if label == READ_ONLY_LABEL), None)
         self.enforced = enforced
         self.tmp_private = tmp_private
         self.rules = list(rules)  # Landlock rules the child adds once its mounts exist
@@ -149,12 +154,23 @@ class Tier:
         self.enforced["net"] = True
         self._in_netns.extend(steps)
 
-    def plan(self, in_netns=()) -> list:
+    def plan(self, in_netns=(), handoff=None) -> list:
         """The child's steps, in order, up to and including becoming the init: after them the
         plan continues in the init's child, which runs the cage and execs. `in_netns`: more
-        steps for this run only (e.g. Layer 3's fd channel, whose number changes per run)."""
-        return (self.steps + self._rule_steps + self._in_netns + list(in_netns)
-                + [("become the PID namespace's init", (NR_INIT, 0))])
+        steps for this run only (e.g. Layer 3's fd channel, whose number changes per run);
+        `handoff`: this run's `StdioHandoff` (the init's part of it)."""
+        steps = self.steps
+        init = (NR_INIT, 0)
+        if handoff is not None and self.handoff_at is not None:
+            steps = steps[:self.handoff_at] + handoff.init_steps + steps[self.handoff_at:]
+            init = (NR_INIT, 0, *handoff.init_args)
+        return (steps + self._rule_steps + self._in_netns + list(in_netns)
+                + [("become the PID namespace's init", init)])
+
+    def plan_stdio(self, stdio, pipes: bool = True) -> "StdioHandoff":
+        """This run's `StdioHandoff` (see `plan_stdio`). `pipes=False`: for the labels of a
+        plan only (no pipe is made)."""
+        return plan_stdio(stdio, pipes, self.handoff_at is None)
 
 
 def no_network(net) -> bool:
@@ -179,6 +195,13 @@ O_PATH, O_DIRECTORY = 0o10000000, 0o200000
 NO_SYMLINKS_HOW = u64(O_PATH | O_NOFOLLOW | O_CLOEXEC) + u64(0) + u64(RESOLVE_NO_SYMLINKS)
 # Slots (see _libc): 1.. for the mount tree's copies, the top ones for steps that run alone.
 PROTECT_SLOT, RULE_SLOT, LOOPBACK_SLOT, LISTENER_SLOT = 60, 61, 62, 63
+# A file handed in on fd 0-2 reopened on the cage's tree is kept in its fd's slot until the
+# init takes it (NR_INIT's arguments); OFFSET_SLOT carries the caller's offset in. The mount
+# tree's copies stay below them all.
+HANDOFF_SLOTS = (57, 58, 59)
+OFFSET_SLOT = 56
+COPY_SLOT_LIMIT = OFFSET_SLOT
+READ_ONLY_LABEL = "make every mount read-only"
 AT_EMPTY_PATH = 0x1000
 
 
@@ -236,40 +259,189 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
 # The minimal /dev's nodes by device number (Documentation/admin-guide/devices.txt: char 1:3...).
 _NODES_BY_RDEV = {(1, 3): "null", (1, 5): "zero", (1, 7): "full", (1, 8): "random", (1, 9): "urandom"}
 STDIO_SLOT = PROTECT_SLOT  # free again once the mount tree is built
-O_ACCMODE = 0o3
+O_ACCMODE, O_RDONLY, O_RDWR = 0o3, 0, 2
+O_NOCTTY, O_NONBLOCK = 0o400, 0o4000
+S_IFMT, S_IFCHR, S_IFREG, S_IFIFO = 0o170000, 0o020000, 0o100000, 0o010000
+SEEK_SET, SEEK_CUR = 0, 1
+F_SETFL = 4
+SYS_LSEEK, SYS_KCMP, KCMP_FILE = 8, 312, 0
+# NR_INIT's arguments: (fd 0's, fd 1's, fd 2's descriptor in the init, kinds), 2 bits of
+# kinds per fd (_native.c, become_init): what the init does with that fd of the caller's.
+CARRY_OFFSET = 1  # when the command ends, the caller's offset := the reopened description's
+RELAY = 2         # copy what the command writes into the pipe to the caller's description
 
 
-def plan_reopen_stdio(stdio) -> list:
-    """Steps (run after the mount tree is built) that put the cage's own read-only copy of a
-    device node on each of fd 0-2 that the caller hands in as one of the minimal /dev's nodes.
+class StdioHandoff:
+    """What one run under the tier does with the caller's fd 0-2 (ADR 0011, "Session 8").
+
+    An fd keeps the mount it was opened on: a file the caller hands in (`< ~/.ssh/id_rsa`,
+    `> out.log`) is on the host's read-write mount, which no read-only tree in the cage
+    touches, so `fchmod(0, 0o644)`, `fchown`, `fsetxattr`, `futimens` through it (or through a
+    dup, or a reopen of /proc/self/fd/0) changed the host's file. So:
+
+    - a file (or FIFO) opened for reading is reopened by the init-to-be on the cage's tree,
+      right after every mount became read-only: the same file (st_dev/st_ino checked after the
+      open: a path swapped meanwhile fails the run, never hands another file in), the caller's
+      offset carried in, and — for a file — carried back out when the command ends (the init
+      keeps the reopened description), so `while read l; do sandboy run head -n1; done < list`
+      shares the file as before. fd 0 opened read-write is reopened read-only.
+    - a file (or FIFO) opened for writing becomes a pipe (one for fds sharing a description:
+      `> f 2>&1`); the init copies what comes through it to the caller's description, in order
+      (O_APPEND and the caller's offset are the caller's description's own), and drains it after
+      the command's tree has ended, before it reports the exit status.
+    - a device node of the minimal /dev is replaced by the cage's read-only copy (session 7).
+    - a file nobody can reach by a path any more (st_nlink 0: a shell's here-document, an
+      O_TMPFILE) is left as it is: its metadata concerns nobody.
+
+    `init_steps` run before NR_INIT (`Tier.plan` puts them after the read-only remount),
+    `init_args` are NR_INIT's, `command_steps` run in the command before the cage; `close()`
+    closes the parent's pipe ends once the child has started. Refused (CageError, 125): a file
+    opened for reading whose path no longer leads to it (renamed, in another mount namespace,
+    under /proc): it cannot be reopened, and a relay reading ahead would break the shared offset."""
+
+    def __init__(self):
+        self.init_steps: list = []
+        self.init_args = (-1, -1, -1, 0)
+        self.command_steps: list = []
+        self.parent_fds: list = []
+
+    def close(self) -> None:
+        for fd in self.parent_fds:
+            os.close(fd)
+        self.parent_fds = []
+
+
+def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False) -> StdioHandoff:
+    """The `StdioHandoff` for a child whose fd 0-2 will be `stdio` (None: this process's own).
+    `everything_writable`: "/" is a write root, so the command may change any file's metadata
+    by path anyway: files are left as they are. `pipes=False`: placeholder fds (labels only)."""
+    handoff = StdioHandoff()
+    init_fds, kinds = [-1, -1, -1], 0
+    relays: list = []  # (caller-side fd, pipe write end) of each relay made so far
+    for target in range(3):
+        fd = target if stdio[target] is None else stdio[target]
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue  # nothing there: the command gets nothing there either
+        kind = st.st_mode & S_IFMT
+        if kind == S_IFCHR:
+            handoff.command_steps += _device_steps(target, fd, st)
+            continue
+        if everything_writable or kind not in (S_IFREG, S_IFIFO) or (kind == S_IFREG and st.st_nlink == 0):
+            continue  # a socket (no mount), a tty (relayed by a supervisor), nothing to protect
+        path = _readlink_fd(fd)
+        if kind == S_IFIFO and not path.startswith("/"):
+            continue  # an anonymous pipe ("pipe:[N]"): no file system of anyone's
+        # fcntl(F_GETFL) as a raw call: the `fcntl` module is a shared object to load (≈ 0.19 ms)
+        status = _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL)
+        access = status & O_ACCMODE
+        if access == O_RDONLY or (target == 0 and access == O_RDWR):
+            slot = HANDOFF_SLOTS[target]
+            handoff.init_steps += _reopen_steps(target, path, st, status, slot)
+            handoff.command_steps += [
+                (f"put the reopened file on fd {target}", (_libc.SYS_DUP2, 0, (slot,), target)),
+                (f"close the spare of fd {target}", (SYS_CLOSE, 0, (slot,))),
+            ]
+            if kind == S_IFREG:
+                init_fds[target] = (slot,)
+                kinds |= CARRY_OFFSET << 2 * target
+            continue
+        shared = next((w for other, w in relays if _same_description(other, fd)), None)
+        if shared is None:
+            if pipes:
+                read_end, shared = os.pipe2(os.O_CLOEXEC)
+                handoff.parent_fds += [read_end, shared]
+            else:
+                read_end, shared = -1, -1
+            relays.append((fd, shared))
+            init_fds[target] = read_end
+            kinds |= RELAY << 2 * target
+        handoff.command_steps.append((f"put the relay's pipe on fd {target}", (_libc.SYS_DUP2, 0, shared, target)))
+    handoff.init_args = (*init_fds, kinds)
+    return handoff
+
+
+def _reopen_steps(target: int, path: str, st, status: int, slot: int) -> list:
+    """The init-to-be's steps that open the file handed in on fd `target` (found at `path`,
+    what /proc/self/fd says) again, read-only, on the cage's tree and put the caller's offset
+    on it. CageError where its path no longer leads to it."""
+    path = _path_to(path, st)
+    if path is None:
+        raise CageError(f"fd {target} is a file the cage cannot reopen on its read-only tree (its path no "
+                        f"longer leads to it, or it is under /proc): its metadata could be changed through "
+                        f"the fd; hand it in through a pipe instead (`cat FILE | sandboy run ...`)")
+    fifo = st.st_mode & S_IFMT == S_IFIFO
+    # a FIFO with no writer left would block its opening: O_NONBLOCK, then the caller's flags back
+    flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | (status & O_NONBLOCK) | (O_NONBLOCK if fifo else 0)
+    steps = [
+        (f"reopen fd {target} on the cage's read-only tree", (SYS_OPENAT, step_flags(save=slot), AT_FDCWD,
+                                                              _path(path), flags)),
+        (f"check that fd {target}'s path still leads to the file handed in", (_libc.NR_SAME_FILE, 0, (slot,),
+                                                                              st.st_dev, st.st_ino)),
+    ]
+    if fifo:
+        steps.append((f"give the reopened fd {target} the caller's flags", (SYS_FCNTL, 0, (slot,), F_SETFL,
+                                                                           status & ~O_ACCMODE)))
+    else:
+        steps += [
+            (f"read the caller's offset on fd {target}", (SYS_LSEEK, step_flags(save=OFFSET_SLOT), target, 0, SEEK_CUR)),
+            (f"carry the offset of fd {target} in", (SYS_LSEEK, 0, (slot,), (OFFSET_SLOT,), SEEK_SET)),
+        ]
+    return steps
+
+
+def _readlink_fd(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def _path_to(path: str, st):
+    """`path` if it leads to the file `st` describes now, else None. The child opens it again
+    after the mounts and checks it is the same file (a later swap fails the run)."""
+    if not path.startswith("/") or is_within(path, "/proc"):  # the cage mounts its own /proc
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return path if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino) else None
+
+
+def _same_description(fd_a: int, fd_b: int) -> bool:
+    """Are `fd_a` and `fd_b` one open file description (`> f 2>&1`)? kcmp(2); where it is not
+    there, only the same fd number counts."""
+    if fd_a == fd_b:
+        return True
+    pid = os.getpid()
+    try:
+        return _libc.syscall(SYS_KCMP, pid, pid, KCMP_FILE, fd_a, fd_b) == 0
+    except OSError:
+        return False
+
+
+def _device_steps(target: int, fd: int, st) -> list:
+    """Put the cage's own read-only copy of a device node on fd `target` where the caller
+    hands in one of the minimal /dev's nodes (session 7).
 
     Why: an fd keeps the mount it was opened on. A `/dev/null` opened by the caller (a gate's
     or CI runner's stdin, `sandboy run ... </dev/null`, the relay's stdin) is the host's mount,
     read-write, and metadata calls through it (`fchmod(0, 0)`, `chmod /proc/self/fd/0`,
     `futimens`) ignore the cage's read-only tree: as root the command set the host's /dev/null
     to 000 for every process on the machine. These nodes hold no state, so the cage's own is
-    the same device. (A regular file or FIFO handed in on fd 0-2 keeps the host's mount:
-    docs/threat-model.md, "What it does not stop".)"""
-    steps = []
-    for target, fd in enumerate(stdio):
-        fd = target if fd is None else fd
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            continue  # nothing there: the command gets nothing there either
-        name = _NODES_BY_RDEV.get((os.major(st.st_rdev), os.minor(st.st_rdev))) if st.st_mode & 0o170000 == 0o020000 else None
-        if name is None:
-            continue
-        # fcntl(F_GETFL) as a raw call: the `fcntl` module is a shared object to load (≈ 0.19 ms,
-        # on every run whose stdin or stdout is /dev/null)
-        access = _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL) & O_ACCMODE
-        steps += [
-            (f"open the cage's /dev/{name} for fd {target}", (SYS_OPENAT, step_flags(save=STDIO_SLOT), AT_FDCWD,
-                                                              _path(f"/dev/{name}"), access | O_CLOEXEC)),
-            (f"put the cage's /dev/{name} on fd {target}", (_libc.SYS_DUP2, 0, (STDIO_SLOT,), target)),
-            (f"close the spare /dev/{name}", (SYS_CLOSE, 0, (STDIO_SLOT,))),
-        ]
-    return steps
+    the same device."""
+    name = _NODES_BY_RDEV.get((os.major(st.st_rdev), os.minor(st.st_rdev)))
+    if name is None:
+        return []
+    access = _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL) & O_ACCMODE
+    return [
+        (f"open the cage's /dev/{name} for fd {target}", (SYS_OPENAT, step_flags(save=STDIO_SLOT), AT_FDCWD,
+                                                          _path(f"/dev/{name}"), access | O_CLOEXEC)),
+        (f"put the cage's /dev/{name} on fd {target}", (_libc.SYS_DUP2, 0, (STDIO_SLOT,), target)),
+        (f"close the spare /dev/{name}", (SYS_CLOSE, 0, (STDIO_SLOT,))),
+    ]
 
 
 def plan_landlock_rules(ruleset_fd: int, rules, handled_fs: int) -> list:
@@ -409,9 +581,9 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact
     # all below PROTECT_SLOT: counted before any step is made (step_flags refuses a slot past
     # MAX_SLOTS with a ValueError: 65 write roots were a traceback, not this refusal)
     copies = (0 if everything_writable else len(roots)) + len(devices) + (1 if tty else 0)
-    if 1 + copies >= PROTECT_SLOT:
+    if 1 + copies >= COPY_SLOT_LIMIT:
         raise CageError(f"{len(roots)} write roots: the namespace tier copies at most "
-                        f"{PROTECT_SLOT - 2 - (copies - len(roots))} (merge them into fewer directories)")
+                        f"{COPY_SLOT_LIMIT - 2 - (copies - len(roots))} (merge them into fewer directories)")
     steps = [("make / private", (SYS_MOUNT, 0, None, b"/\0", None, MS_REC | MS_PRIVATE, None))]
     slot = 1
     attach = []
@@ -444,7 +616,7 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact
     steps.append(("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0",
                                   MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)))
     if not everything_writable:
-        steps.append(("make every mount read-only", (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
+        steps.append((READ_ONLY_LABEL, (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
                                                      _mount_attr(MOUNT_ATTR_RDONLY), 32)))
     steps.append(("mount /dev", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev\0", b"tmpfs\0",
                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=0755,size=64k\0")))

@@ -1,0 +1,319 @@
+"""Files handed in on fd 0-2 under the namespace tier (issue 7; ADR 0011, "Session 8").
+
+An fd keeps the mount it was opened on: `sandboy run cmd < ~/.ssh/id_rsa` or `> out.log` gave
+the command an fd on the host's read-write mount, through which fchmod/fchown/fsetxattr/
+futimens changed the host's file whatever the cage's read-only tree said. Now a file opened for
+reading is reopened by the init-to-be on the cage's read-only tree (same file, the caller's
+offset carried in and back out), and a file opened for writing becomes a pipe that the init
+copies to the caller's file (`namespaces.StdioHandoff`).
+
+Probes (as the suite runs: root): every metadata call through fd 0, 1 and 2, through a dup of
+them and through a reopen of /proc/self/fd/N (and chmod by that path), judged on the HOST
+afterwards (mode, owner, xattrs, times, ctime where nothing may touch the file). Twins: `< file`
+read whole, a partial read sharing the offset with the caller (`while read; do sandboy run
+head -n1; done < list`), `> file`, `>> file` between the caller's own writes, `2>&1` order,
+64 MiB of output, exit codes and signals passed through, a background child left writing,
+a here-document, FIFOs, the supervised path. Without the tier nothing changes (the same attack
+through the fd still works there: the probe is real). Both executors (`make test` runs
+tests/cage again with SANDBOY_NATIVE=0; the CLI's subprocesses inherit it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+from cagekit import SANDBOY, to_toml
+
+from sandboy.confine import namespaces
+
+pytestmark = [pytest.mark.needs_kernel,
+              pytest.mark.skipif(not namespaces.availability()[0],
+                                 reason=f"no namespace tier here: {namespaces.availability()[1]}")]
+
+PY = "/usr/bin/python3"
+POLICY = {"version": 1, "fs": {"read": ["/usr", "/etc", "/proc"], "exec": ["/usr/bin", "/bin", "/usr/lib", "/lib",
+                                                                          "/lib64"]}}
+
+# Every metadata call Landlock does not mediate, through fd N, a dup of it and a reopen of
+# /proc/self/fd/N (and chmod/utime by that path). Prints one line per attempt on the fd named
+# by argv[2] (the one not under test).
+PROBE = r"""
+import errno, os, sys
+fd, report = int(sys.argv[1]), int(sys.argv[2])
+def attempt(call):
+    try:
+        call()
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+ways = [("fd", fd), ("dup", os.dup(fd))]
+try:
+    ways.append(("reopen", os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)))
+except OSError as exc:
+    os.write(report, f"reopen open {errno.errorcode[exc.errno]}\n".encode())
+lines = []
+for how, t in ways:
+    for name, call in (("fchmod", lambda: os.fchmod(t, 0o777)),
+                       ("fchown", lambda: os.fchown(t, os.getuid(), os.getgid())),
+                       ("fsetxattr", lambda: os.setxattr(t, "user.sandboy", b"planted")),
+                       ("futimens", lambda: os.utime(t, (1, 1)))):
+        lines.append(f"{how} {name} {attempt(call)}")
+path = f"/proc/self/fd/{fd}"
+lines.append(f"path chmod {attempt(lambda: os.chmod(path, 0o777))}")
+lines.append(f"path utime {attempt(lambda: os.utime(path, (1, 1)))}")
+os.write(report, ("\n".join(lines) + "\n").encode())
+"""
+
+
+@pytest.fixture
+def sb(tmp_path):
+    """Run `script` in a host shell, where `SB` is `sandboy run --policy P --`."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(to_toml(POLICY))
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    sb_cmd = f"{SANDBOY} run --policy {policy} --"
+
+    def run(script: str, timeout=60, policy_text=None, **kwargs):
+        if policy_text is not None:
+            policy.write_text(policy_text)
+        return subprocess.run(["/bin/sh", "-c", script.replace("SB", sb_cmd)], cwd=tmp_path, env=env,
+                              capture_output=True, timeout=timeout, **kwargs)
+    run.sb_cmd = sb_cmd
+    return run
+
+
+def host_state(path) -> tuple:
+    """What no command may change through a handed-in fd: mode, owner, xattrs, ctime."""
+    st = os.stat(path)
+    return stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, sorted(os.listxattr(path)), st.st_ctime_ns
+
+
+def victim(tmp_path, name="secret", text="key\n", mode=0o600):
+    """A file outside every write root (the policy has none)."""
+    path = tmp_path / "outside" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    os.chmod(path, mode)
+    return path
+
+
+# --- probes ----------------------------------------------------------------------------------
+
+def test_a_file_on_stdin_takes_no_metadata_change(sb, tmp_path):
+    secret = victim(tmp_path)
+    before = host_state(secret)
+    done = sb(f"SB {PY} -c '{PROBE}' 0 1 < {secret}")
+    assert done.returncode == 0, done
+    lines = done.stdout.decode().splitlines()
+    # the file is outside fs.read: Landlock refuses its reopen through /proc (EACCES); every
+    # call that reaches it gets EROFS
+    assert lines[0] == "reopen open EACCES", lines
+    assert len(lines) == 11 and all(line.endswith("EROFS") for line in lines[1:]), lines
+    assert host_state(secret) == before
+    assert secret.read_text() == "key\n"
+
+
+@pytest.mark.parametrize("redirect,fd,report", [(">", 1, 2), (">>", 1, 2), ("2>", 2, 1), ("2>>", 2, 1)])
+def test_a_file_on_stdout_or_stderr_takes_no_metadata_change(sb, tmp_path, redirect, fd, report):
+    """Through fd 1/2 the command reaches only the relay's pipe (whose metadata is nobody's):
+    the host file keeps its mode, owner, xattrs and times."""
+    out = victim(tmp_path, "out.log", "", 0o600)
+    mode, uid, gid, xattrs, _ = host_state(out)
+    done = sb(f"SB {PY} -c '{PROBE}' {fd} {report} {redirect} {out}")
+    assert done.returncode == 0, done
+    lines = (done.stdout if report == 1 else done.stderr).decode().splitlines()
+    assert len([line for line in lines if not line.startswith("sandboy:")]) == 14, lines
+    after = host_state(out)
+    assert after[:4] == (mode, uid, gid, xattrs), lines
+    st = os.stat(out)
+    assert st.st_mtime_ns != 1_000_000_000 and st.st_atime_ns != 1_000_000_000, lines
+
+
+def test_stdin_and_stdout_on_the_same_file_opened_read_write(sb, tmp_path):
+    """`<> file >&0`: fd 0 read-write is reopened read-only (a write root would be needed to
+    change the file; stdin is for reading), fd 1 on the same description becomes the relay."""
+    secret = victim(tmp_path, text="abc\n")
+    mode, uid, gid, xattrs, _ = host_state(secret)
+    done = sb(f"SB {PY} -c '{PROBE}' 0 2 <> {secret}")
+    assert done.returncode == 0, done
+    assert host_state(secret)[:4] == (mode, uid, gid, xattrs)
+    assert "fd fchmod EROFS" in done.stderr.decode()
+
+
+def test_the_attack_is_real_without_the_tier(sb, tmp_path):
+    """Without the tier (SANDBOY_NAMESPACES=0: the same file is still on the caller's mount;
+    `degraded` says metadata outside the write roots is no longer prevented) fchmod through
+    fd 0 changes the host's file: the probe above is real. Nothing else changes there."""
+    secret = victim(tmp_path)
+    done = sb(f"SANDBOY_NAMESPACES=0 SB {PY} -c 'import os; os.fchmod(0, 0o640); print(os.readlink(\"/proc/self/fd/1\"))' "
+              f"< {secret} > {tmp_path}/out")
+    assert done.returncode == 0, done
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o640
+    assert (tmp_path / "out").read_text().strip() == str(tmp_path / "out")  # no relay without the tier
+
+
+def test_a_path_swapped_before_the_reopen_fails_the_run(tmp_path, monkeypatch):
+    """The child reopens the path the parent found and checks st_dev/st_ino (NR_SAME_FILE): a
+    path that leads elsewhere by then (here: made to, as a swap between the two would) fails
+    the run (125, naming the check) — another file is never handed in."""
+    import sandboy
+
+    secret = victim(tmp_path)
+    other = victim(tmp_path, "other", "not the key\n", 0o644)
+    monkeypatch.setattr(namespaces, "_path_to", lambda path, st: str(other))
+    out = tmp_path / "out"
+    with open(secret, "rb") as stdin, open(out, "wb") as stdout:
+        result = sandboy.run(["/bin/cat"], sandboy.Policy.from_mapping(POLICY), stdin=stdin.fileno(),
+                             stdout=stdout.fileno())
+    assert result.returncode == 125, result
+    assert "check that fd 0's path still leads to the file handed in" in result.error, result
+    assert out.read_bytes() == b""
+
+
+def test_a_file_that_cannot_be_reopened_is_refused_with_the_fix(sb, tmp_path):
+    """A file under /proc (the cage mounts its own) cannot be reopened on the cage's tree:
+    refused (125) before anything runs, saying to pipe it in."""
+    done = sb(f"SB /bin/cat < /proc/self/status")
+    assert done.returncode == 125, done
+    assert b"hand it in through a pipe instead" in done.stderr, done
+    piped = sb(f"cat /proc/self/status | SB /bin/cat")
+    assert piped.returncode == 0 and b"Name:" in piped.stdout, piped
+
+
+# --- twins -----------------------------------------------------------------------------------
+
+def test_stdin_read_whole_and_shared_offset_with_the_caller(sb, tmp_path):
+    """`< file` read whole; `while read l; do sandboy run head -n1; done < list` shares the
+    file as without Sandboy (head reads a block and seeks back to the end of its line)."""
+    data = "".join(f"line {i}\n" for i in range(200))
+    (tmp_path / "list").write_text(data)
+    whole = sb("SB /bin/cat < list")
+    assert whole.returncode == 0 and whole.stdout.decode() == data, whole
+    loop = 'while read l; do echo "caller: $l"; HEAD -n1; done < list'
+    plain = sb(loop.replace("HEAD", "head"))
+    caged = sb(loop.replace("HEAD", "SB head"))
+    assert caged.returncode == 0, caged
+    assert caged.stdout == plain.stdout and plain.stdout.count(b"caller:") == 100
+
+
+def test_the_offset_is_carried_in_and_back_out_through_the_api(tmp_path):
+    import sandboy
+
+    path = tmp_path / "data"
+    path.write_bytes(b"0123456789abcdef")
+    out = tmp_path / "out"
+    with open(path, "rb", buffering=0) as stdin, open(out, "wb") as stdout:
+        assert stdin.read(2) == b"01"
+        result = sandboy.run([PY, "-c", "import os; os.write(1, os.read(0, 3))"], sandboy.Policy.from_mapping(POLICY),
+                             stdin=stdin.fileno(), stdout=stdout.fileno())
+        assert result.returncode == 0, result
+        assert os.lseek(stdin.fileno(), 0, os.SEEK_CUR) == 5
+        assert stdin.read() == b"56789abcdef"
+    assert out.read_bytes() == b"234"
+
+
+def test_stdout_to_a_file_and_append_between_the_callers_own_writes(sb, tmp_path):
+    done = sb("SB /bin/sh -c 'echo one; echo two' > out; "
+              "{ echo before; SB /bin/sh -c 'echo inside; echo inside2 >&2'; echo after; } >> log 2>&1")
+    assert done.returncode == 0, done
+    assert (tmp_path / "out").read_text() == "one\ntwo\n"
+    assert (tmp_path / "log").read_text() == "before\ninside\ninside2\nafter\n"
+
+
+def test_two_to_one_keeps_the_order_and_two_files_stay_apart(sb, tmp_path):
+    script = "SB /bin/sh -c 'for i in 1 2 3 4 5 6; do echo out$i; echo err$i >&2; done'"
+    done = sb(f"{script} > both 2>&1; {script} > out 2> err")
+    assert done.returncode == 0, done
+    assert (tmp_path / "both").read_text() == "".join(f"out{i}\nerr{i}\n" for i in range(1, 7))
+    assert (tmp_path / "out").read_text() == "".join(f"out{i}\n" for i in range(1, 7))
+    assert (tmp_path / "err").read_text() == "".join(f"err{i}\n" for i in range(1, 7))
+
+
+def test_64_mib_of_output_arrive_whole(sb, tmp_path):
+    done = sb("SB /bin/sh -c 'seq 1 7000000; seq 1 1000 >&2' > big 2> small; seq 1 7000000 > plain", timeout=120)
+    assert done.returncode == 0, done
+    assert os.path.getsize(tmp_path / "big") > 50 << 20
+    digest = [hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() for name in ("big", "plain")]
+    assert digest[0] == digest[1]
+    assert (tmp_path / "small").read_text() == "".join(f"{i}\n" for i in range(1, 1001))
+
+
+def test_exit_codes_and_signals_pass_through_the_relay(sb, tmp_path):
+    done = sb("SB /bin/sh -c 'echo x; exit 7' > out; echo rc=$?; SB /bin/sh -c 'echo y; kill -TERM $$' >> out; echo rc=$?")
+    assert done.stdout.decode().split() == ["rc=7", "rc=143"], done
+    assert (tmp_path / "out").read_text() == "x\ny\n"
+
+
+def test_a_background_child_still_writing_dies_with_the_init(sb, tmp_path):
+    """The command exits while a child of its own keeps writing: the tree ends with the init
+    (as under the tier before), what was written is drained, and after Sandboy returned
+    nothing writes to the caller's file any more."""
+    started = time.monotonic()
+    done = sb("SB /bin/sh -c '(while :; do echo bg; done) & sleep 0.2; echo fg' > out; echo rc=$?")
+    assert done.stdout == b"rc=0\n", done
+    assert time.monotonic() - started < 20
+    size = os.path.getsize(tmp_path / "out")
+    time.sleep(0.5)
+    assert os.path.getsize(tmp_path / "out") == size
+    lines = (tmp_path / "out").read_text().splitlines()
+    assert "fg" in lines and set(lines) <= {"bg", "fg"} and lines.count("bg") > 0
+
+
+def test_a_here_document_and_a_deleted_file_are_read_as_before(sb, tmp_path):
+    """A file nobody can reach by a path (a shell's here-document, a deleted file: st_nlink 0)
+    is passed on as it is: its metadata concerns nobody."""
+    big = "".join(f"here {i}\n" for i in range(20000))  # beyond a pipe's size: bash uses a file
+    (tmp_path / "heredoc.sh").write_text(f"{sb.sb_cmd} /bin/cat <<'EOF'\n{big}EOF\n")
+    done = sb("bash ./heredoc.sh")
+    assert done.returncode == 0 and done.stdout.decode() == big, done
+    gone = victim(tmp_path, "gone", "deleted but open\n")
+    with open(gone, "rb") as stdin:
+        os.unlink(gone)
+        done = sb("SB /bin/cat", stdin=stdin)
+    assert done.returncode == 0 and done.stdout == b"deleted but open\n", done
+
+
+def test_fifos_in_and_out(sb, tmp_path):
+    """A FIFO opened for reading is reopened on the cage's tree (no offset to carry); one
+    opened for writing becomes the relay. Host side: the FIFOs' modes are unchanged."""
+    fifo_in, fifo_out = tmp_path / "in.fifo", tmp_path / "out.fifo"
+    os.mkfifo(fifo_in, 0o600)
+    os.mkfifo(fifo_out, 0o600)
+    got = []
+
+    def feed():
+        with open(fifo_in, "wb") as w:
+            w.write(b"through the fifo\n")
+
+    def drain():
+        with open(fifo_out, "rb") as r:
+            got.append(r.read())
+    threads = [threading.Thread(target=feed), threading.Thread(target=drain)]
+    for t in threads:
+        t.start()
+    done = sb(f"SB {PY} -c 'import os, sys; sys.stdout.write(sys.stdin.read()); sys.stdout.flush(); "
+              f"[os.fchmod(fd, 0o666) for fd in (0, 1)]' < {fifo_in} > {fifo_out}")
+    for t in threads:
+        t.join(10)
+    assert done.returncode in (0, 1), done  # fchmod on fd 0 raises EROFS (exit 1)
+    assert b"EROFS" in done.stderr or b"Read-only" in done.stderr, done
+    assert got == [b"through the fifo\n"]
+    assert stat.S_IMODE(os.stat(fifo_in).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(fifo_out).st_mode) == 0o600
+
+
+def test_a_supervised_run_relays_too(sb, tmp_path):
+    """A run with a deadline is supervised (limits.wall_seconds): the init relays there too."""
+    secret = victim(tmp_path, "out.log", "", 0o600)
+    policy = dict(POLICY, limits={"wall_seconds": 30})
+    done = sb(f"SB {PY} -c 'import os; print(\"hello\"); os.fchmod(1, 0o666)' > {secret}",
+              policy_text=to_toml(policy))
+    assert done.returncode == 0, done
+    assert secret.read_text() == "hello\n"
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
