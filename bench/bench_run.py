@@ -12,8 +12,11 @@ noise hits both sides alike:
   caller size  sandboy.run(["/bin/true"]) from a process with 100 MB more heap vs none (the
             namespace's init shares the caller's memory: ADR 0021)
   workload  du -s /usr (stat of every file) confined  vs  bare
+  stdout to a file  sandboy run -- /bin/true > FILE  vs  > /dev/null (under the tier a file on
+            fd 1 becomes a pipe the init relays: ADR 0011, "Session 8"); 64 MiB written
+            through it  vs  the same command bare
 
-    .venv/bin/python bench/bench_run.py [--rounds N] [--json]
+    .venv/bin/python bench/bench_run.py [--rounds N] [--json] [--only stdout-file]
 """
 
 from __future__ import annotations
@@ -353,11 +356,69 @@ def bench_workload(policy_path: str, rounds: int) -> dict:
     return _interleaved(cases, max(5, rounds // 4))
 
 
+def _time_to(argv, path) -> float:
+    """`argv` with stdout on `path` (opened as a shell's `>` does), no terminal anywhere."""
+    with open(path, "wb") as out:
+        start = time.perf_counter()
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
+                              start_new_session=True)
+        elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(argv)}\n"
+                         + proc.stderr.decode(errors="replace"))
+    return elapsed
+
+
+def bench_stdout_file(policy_path: str, rounds: int, tmp: str) -> dict:
+    """Exec mode with stdout to a file (relayed by the init under the tier) against /dev/null
+    (no relay), and 64 MiB written through the relay against the same command bare."""
+    sandboy = os.path.join(VENV_BIN, "sandboy")
+    out = os.path.join(tmp, "out")
+    run = [sandboy, "run", "--policy", policy_path, "--"]
+    big = ["head", "-c", str(64 << 20), "/dev/zero"]
+    cases = {
+        "sandboy run /bin/true > /dev/null": lambda: _time_to([*run, "/bin/true"], os.devnull),
+        "sandboy run /bin/true > file": lambda: _time_to([*run, "/bin/true"], out),
+        "64 MiB > file, bare": lambda: _time_to(big, out),
+        "64 MiB > file, sandboy run": lambda: _time_to([*run, *big], out),
+    }
+    for fn in cases.values():
+        fn()
+    return _interleaved(cases, rounds)
+
+
+def _stdout_file_ratios(std: dict) -> dict:
+    start_up = std["sandboy run /bin/true > /dev/null"]
+    return {
+        "cli > file / cli > /dev/null": std["sandboy run /bin/true > file"] / start_up,
+        # start-up taken out, as for the workload: what the relay adds to the writing itself
+        "64 MiB relayed / bare (excl. start-up)": (std["64 MiB > file, sandboy run"] - start_up) / std["64 MiB > file, bare"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", choices=["stdout-file"], help="run one section alone")
     args = parser.parse_args()
+
+    if args.only == "stdout-file":
+        with tempfile.TemporaryDirectory() as tmp:
+            policy_path = os.path.join(tmp, "bench.toml")
+            with open(policy_path, "w") as fh:
+                fh.write(POLICY)
+            std = bench_stdout_file(policy_path, args.rounds, tmp)
+        ratios = _stdout_file_ratios(std)
+        if args.json:
+            print(json.dumps({"stdout_file_s": std, "ratios": ratios}, indent=2))
+            return 0
+        print(f"sandboy run, stdout to a file ({args.rounds} rounds, medians, interleaved)")
+        for name, secs in std.items():
+            print(f"    {name:<36} {secs * 1000:8.2f} ms")
+        for name, value in ratios.items():
+            print(f"    {name:<40} {value:6.2f}x")
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         policy_path = os.path.join(tmp, "bench.toml")
@@ -370,6 +431,7 @@ def main() -> int:
         term = bench_terminal(policy_path, args.rounds)
         work = bench_workload(policy_path, args.rounds)
         parts = bench_parts(policy_path, args.rounds)
+        std = bench_stdout_file(policy_path, max(5, args.rounds // 4), tmp)
 
     ratios = {
         "cli / python floor": cli["sandboy run"] / cli["python -c pass"],
@@ -392,20 +454,22 @@ def main() -> int:
         # /bin/true); the target is about the workload under the cage, so that is taken out.
         "workload confined / bare": (work["confined"] - (cli["sandboy run"] - cli["true"])) / work["bare"],
         "workload incl. start-up / bare": work["confined"] / work["bare"],
+        **_stdout_file_ratios(std),
     }
     targets = {"cli / python floor": 1.3, "api / bwrap --unshare-all": 1.0, "api with {tmp} / without": 1.2,
                "workload confined / bare": 1.05}
     if args.json:
         print(json.dumps({"cli_s": cli, "api_s": api, "namespaces_s": spaces, "caller_size_s": callers,
                           "terminal_s": term,
-                          "workload_s": work, "start_up_parts_s": parts, "ratios": ratios,
+                          "workload_s": work, "start_up_parts_s": parts, "stdout_file_s": std, "ratios": ratios,
                           "targets": targets}, indent=2))
         return 0
     print(f"sandboy run benchmark ({args.rounds} rounds, medians, interleaved)")
     for title, table in (("CLI", cli), ("API", api), ("namespaces: /bin/true via the plan executor", spaces),
                          ("API by caller size (medians of 10 runs per process)", callers),
                          ("own session and terminal relay", term), ("workload: du -s /usr", work),
-                         ("start-up parts (medians of rounds/4)", parts)):
+                         ("start-up parts (medians of rounds/4)", parts),
+                         ("stdout to a file (medians of rounds/4)", std)):
         print(f"  {title}")
         for name, secs in table.items():
             print(f"    {name:<36} {secs * 1000:8.2f} ms")

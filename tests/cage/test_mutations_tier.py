@@ -133,7 +133,8 @@ def _mutated(real, kind: str, target):
                           else (label, step) for label, step in tier.steps]
         elif kind == "init":
             whole_plan = tier.plan
-            tier.plan = lambda in_netns=(): [step for step in whole_plan(in_netns) if step[0] != target]
+            tier.plan = lambda in_netns=(), handoff=None: [step for step in whole_plan(in_netns, handoff)
+                                                           if step[0] != target]
         elif kind == "whole":  # the flag, and every step and rule that cannot work without it
             flag, needs_it = WHOLE[target]
             tier.flags &= ~flag
@@ -142,7 +143,8 @@ def _mutated(real, kind: str, target):
                 tier.rules = []  # (they name the private mounts)
             if target == "CLONE_NEWPID":  # no PID namespace: no init of it either
                 whole_plan = tier.plan
-                tier.plan = lambda in_netns=(): [step for step in whole_plan(in_netns) if step[0] != INIT_LABEL]
+                tier.plan = lambda in_netns=(), handoff=None: [step for step in whole_plan(in_netns, handoff)
+                                                               if step[0] != INIT_LABEL]
         elif kind == "size":
             tier.steps = [(label, tuple(SIZE_OPTION.sub(b"", a) if isinstance(a, bytes) else a for a in step)
                            if _key(label, tmp) == target else step) for label, step in tier.steps]

@@ -9,7 +9,7 @@ Two holes were found and closed here, each checked from the host side with its t
   devpts). Now read-only copies (namespaces.plan_mounts).
 - a /dev/null (or zero, full, random, urandom) handed in on fd 0-2 — a gate's or CI runner's
   stdin, `sandboy run ... </dev/null` — is the host's mount: `fchmod(0, 0)` through it ignored
-  the read-only tree. Now the cage's own node is put there (namespaces.plan_reopen_stdio).
+  the read-only tree. Now the cage's own node is put there (namespaces.plan_stdio).
 
 A third, found here and closed in session 8: a regular file handed in on fd 0-2 kept the host's
 mount (now reopened on the cage's tree or relayed by the init: tests/cage/test_stdio_files.py).

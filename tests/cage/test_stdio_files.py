@@ -317,3 +317,143 @@ def test_a_supervised_run_relays_too(sb, tmp_path):
     assert done.returncode == 0, done
     assert secret.read_text() == "hello\n"
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+
+
+def test_from_an_interactive_shell_output_to_a_file_is_relayed_and_the_terminal_too(tmp_path):
+    """`sandboy run make > build.log` typed at a terminal: fd 0 and 2 are the terminal (the
+    supervisor's relay, ADR 0011), fd 1 a file (the init's relay). Both reach their place;
+    the file's metadata stays the host's."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from termkit import Operator
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text(to_toml(POLICY))
+    log = victim(tmp_path, "build.log", "", 0o600)
+    operator = Operator()
+    try:
+        with open(log, "wb") as out:
+            proc = operator.start([SANDBOY, "run", "--policy", str(policy), "--", PY, "-c",
+                                   "import os, sys; print('to the log'); print('to the screen', file=sys.stderr); "
+                                   "os.fchmod(1, 0o666)"],
+                                  stdio=(operator.slave, out.fileno(), operator.slave),
+                                  env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+            assert proc.wait(30) == 0
+        assert b"to the screen" in operator.watch(5, until=b"to the screen")
+    finally:
+        operator.close()
+    assert log.read_text() == "to the log\n"
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+
+
+# --- every part of the handoff earns its place ------------------------------------------------
+
+def _battery(tmp_path) -> list:
+    """Through the API (in this process, so a mutated `plan_stdio` applies): what must hold.
+    Returns the checks that failed."""
+    import sandboy
+
+    policy = sandboy.Policy.from_mapping(POLICY)
+    failed = []
+    secret = victim(tmp_path, "secret", "0123456789", 0o600)
+    out = victim(tmp_path, "out.log", "", 0o600)
+    code = ("import os\n"
+            "for fd in (0, 1):\n"
+            "    try: os.fchmod(fd, 0o666)\n"
+            "    except OSError: pass\n"
+            "os.write(1, os.read(0, 3))\n")
+    with open(secret, "rb", buffering=0) as stdin, open(out, "wb") as stdout:
+        stdin.read(2)
+        result = sandboy.run([PY, "-c", code], policy, stdin=stdin.fileno(), stdout=stdout.fileno())
+        offset = os.lseek(stdin.fileno(), 0, os.SEEK_CUR)
+    if result.returncode != 0:
+        failed.append(f"exit {result.returncode} {result.error}")
+    if stat.S_IMODE(os.stat(secret).st_mode) != 0o600:
+        failed.append("stdin file's mode changed")
+    if stat.S_IMODE(os.stat(out).st_mode) != 0o600:
+        failed.append("stdout file's mode changed")
+    if out.read_bytes() != b"234":
+        failed.append(f"output {out.read_bytes()!r}")
+    if offset != 5:
+        failed.append(f"offset back {offset}")
+    # a swapped path is refused
+    other = victim(tmp_path, "other", "not the key\n", 0o644)
+    real_path_to = namespaces._path_to
+    namespaces._path_to = lambda path, st: str(other)
+    try:
+        with open(secret, "rb") as stdin, open(out, "wb") as stdout:
+            swapped = sandboy.run(["/bin/cat"], policy, stdin=stdin.fileno(), stdout=stdout.fileno())
+    finally:
+        namespaces._path_to = real_path_to
+    if swapped.returncode != 125:
+        failed.append("a swapped path was handed in")
+    # a FIFO whose writer writes late: a blocking read must wait for it
+    fifo = tmp_path / "late.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(reader, True)
+    writer = os.open(fifo, os.O_WRONLY)
+    timer = threading.Timer(0.3, lambda: (os.write(writer, b"late\n"), os.close(writer)))
+    timer.start()
+    try:
+        with open(out, "wb") as stdout:
+            late = sandboy.run([PY, "-c", "import os; os.write(1, os.read(0, 5))"], policy, stdin=reader,
+                               stdout=stdout.fileno())
+    finally:
+        timer.join()
+        os.close(reader)
+    if late.returncode != 0 or out.read_bytes() != b"late\n":
+        failed.append(f"fifo {late.returncode} {out.read_bytes()!r}")
+    for path in (secret, out):  # put back whatever a mutant let through
+        os.chmod(path, 0o600)
+    return failed
+
+
+def test_every_handoff_step_and_init_kind_has_a_check_that_fails_without_it(tmp_path, monkeypatch):
+    """Mutants: each step the handoff plans (but the `close` of an O_CLOEXEC spare) removed,
+    and each of NR_INIT's kinds cleared, one at a time; each must fail `_battery`."""
+    real = namespaces.plan_stdio
+    seen_steps, seen_kinds = set(), set()
+
+    def recording(stdio, pipes=True, everything_writable=False):
+        handoff = real(stdio, pipes, everything_writable)
+        seen_steps.update(label for label, _ in handoff.init_steps + handoff.command_steps
+                          if not label.startswith("close "))
+        kinds = handoff.init_args[3]
+        seen_kinds.update((k, (kinds >> 2 * k) & 3) for k in range(3) if (kinds >> 2 * k) & 3)
+        return handoff
+
+    monkeypatch.setattr(namespaces, "plan_stdio", recording)
+    (tmp_path / "baseline").mkdir()
+    assert _battery(tmp_path / "baseline") == []
+    assert seen_kinds == {(0, namespaces.CARRY_OFFSET), (1, namespaces.RELAY)}
+    assert len(seen_steps) >= 7, seen_steps
+
+    def without_step(target):
+        def plan_stdio(stdio, pipes=True, everything_writable=False):
+            handoff = real(stdio, pipes, everything_writable)
+            handoff.init_steps = [s for s in handoff.init_steps if s[0] != target]
+            handoff.command_steps = [s for s in handoff.command_steps if s[0] != target]
+            return handoff
+        return plan_stdio
+
+    def without_kind(k, kind):
+        def plan_stdio(stdio, pipes=True, everything_writable=False):
+            handoff = real(stdio, pipes, everything_writable)
+            *fds, kinds = handoff.init_args
+            handoff.init_args = (*fds, kinds & ~(kind << 2 * k))
+            return handoff
+        return plan_stdio
+
+    mutants = [(f"step {label}", without_step(label)) for label in sorted(seen_steps)]
+    mutants += [(f"kind {kind} of fd {k}", without_kind(k, kind)) for k, kind in sorted(seen_kinds)]
+    survivors = []
+    for i, (name, mutant) in enumerate(mutants):
+        monkeypatch.setattr(namespaces, "plan_stdio", mutant)
+        work = tmp_path / f"m{i}"
+        work.mkdir()
+        if not _battery(work):
+            survivors.append(name)
+    assert survivors == []

@@ -91,7 +91,8 @@ FORCE_OFF_ENV = "SANDBOY_NAMESPACES"  # "0": behave as if the kernel refused nam
 # What each namespace prevents, for the exact list of what is lost when they are unavailable.
 LOST_WITHOUT = {
     "mount": "chmod/chown/utimensat/setxattr on files the uid owns outside the write roots (Landlock "
-             "does not mediate metadata; as root that includes every root-owned file)",
+             "does not mediate metadata; as root that includes every root-owned file), also through a file "
+             "handed in on fd 0-2",
     "dev": "raw block devices and other terminals of the same uid under any granted /dev path",
     "ipc": "host SysV IPC segments, queues and semaphores (refused by seccomp unless ipc.sysv = true)",
     "pid": "host processes under a granted /proc (/proc/PID/cmdline of every host process)",
@@ -114,10 +115,6 @@ class Tier:
     def __init__(self, flags: int, steps: list, enforced: dict, tmp_private: bool, rules=()):
         self.flags = flags
         self.steps = steps
-        # Where a file handed in on fd 0-2 is reopened (`plan_stdio`): right after every mount
-        # became read-only, before /dev, the write roots and {tmp} are mounted over anything.
-        # None when "/" is a write root: nothing is read-only, so nothing needs handing over.
-        self.handoff_at = next((i + 1 for i, (label, _) in enumerate(steps) if label == READ_ONLY_LABEL), None)
         self.enforced = enforced
         self.tmp_private = tmp_private
         self.rules = list(rules)  # Landlock rules the child adds once its mounts exist
@@ -161,8 +158,9 @@ class Tier:
         `handoff`: this run's `StdioHandoff` (the init's part of it)."""
         steps = self.steps
         init = (NR_INIT, 0)
-        if handoff is not None and self.handoff_at is not None:
-            steps = steps[:self.handoff_at] + handoff.init_steps + steps[self.handoff_at:]
+        at = self._handoff_at()
+        if handoff is not None and at is not None:
+            steps = steps[:at] + handoff.init_steps + steps[at:]
             init = (NR_INIT, 0, *handoff.init_args)
         return (steps + self._rule_steps + self._in_netns + list(in_netns)
                 + [("become the PID namespace's init", init)])
@@ -170,7 +168,13 @@ class Tier:
     def plan_stdio(self, stdio, pipes: bool = True) -> "StdioHandoff":
         """This run's `StdioHandoff` (see `plan_stdio`). `pipes=False`: for the labels of a
         plan only (no pipe is made)."""
-        return plan_stdio(stdio, pipes, self.handoff_at is None)
+        return plan_stdio(stdio, pipes, self._handoff_at() is None)
+
+    def _handoff_at(self):
+        """Where a file handed in on fd 0-2 is reopened (`plan_stdio`): right after every mount
+        became read-only, before /dev, the write roots and {tmp} are mounted over anything.
+        None when "/" is a write root: nothing is read-only, so nothing needs handing over."""
+        return next((i + 1 for i, (label, _) in enumerate(self.steps) if label == READ_ONLY_LABEL), None)
 
 
 def no_network(net) -> bool:
