@@ -19,11 +19,12 @@ import sys
 from sandboy.errors import CageError
 
 
-def hooks_for(cage, egress_log=None, git_record=None) -> list:
+def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None) -> list:
     """The supervision hooks every run of `cage` gets, whoever runs it (the CLI, the API, the
     gate): the one list. Each is checked cheaply before its module is imported. `git_record`:
     the gate's `gitcheck.LaunchRecord`, carrying where the git directories are from one step's
-    check to the next step's launch (ADR 0019, session 6)."""
+    check to the next step's launch (ADR 0019, session 6). `egress_log_bytes`: the bound of the
+    egress decision log (None: egress.log.MAX_LOG_BYTES; the gate gives a step's output cap)."""
     hooks = []
     policy = cage.policy
     # Any write root may get a repository planted in it. A policy writing only to `{tmp}` keeps
@@ -44,7 +45,7 @@ def hooks_for(cage, egress_log=None, git_record=None) -> list:
     if policy.net.egress:
         from sandboy.egress.session import EgressSession
 
-        session = EgressSession.for_cage(cage, egress_log)
+        session = EgressSession.for_cage(cage, egress_log, egress_log_bytes)
         if session is not None:
             hooks.append(session)
     return hooks

@@ -44,7 +44,7 @@ def preload() -> None:
 class EgressSession(Hook):
     name = "egress proxy"
 
-    def __init__(self, cage, log_path=None):
+    def __init__(self, cage, log_path=None, log_bytes=None):
         from sandboy.egress.rules import Rules
 
         part = cage.compiled["egress"]
@@ -53,16 +53,26 @@ class EgressSession(Hook):
         self._listener = part.outputs.get("listener")
         self.rules = Rules.from_policy(cage.policy)
         self.log_path = log_path
+        self.log_bytes = log_bytes  # the decision log's bound (None: log.MAX_LOG_BYTES)
         self.service = None
         self.summary = None
         self._channel = self._child_end = None
 
     @classmethod
-    def for_cage(cls, cage, log_path=None):
+    def for_cage(cls, cage, log_path=None, log_bytes=None):
         compiled = getattr(cage, "compiled", {}).get("egress")
         if compiled is None or not compiled.outputs:
             return None
-        return cls(cage, log_path)
+        return cls(cage, log_path, log_bytes)
+
+    def _open_log(self):
+        """The decision log (bounded: log.py), or None without a log file (the service then keeps
+        a file-less one for the counters)."""
+        if self.log_path is None:
+            return None
+        from sandboy.egress.log import EgressLog
+
+        return EgressLog(self.log_path, self.log_bytes)
 
     def child_steps(self) -> list:
         """(label, step) pairs the child runs first, right after clone(2), inside its new user +
@@ -126,14 +136,14 @@ class EgressSession(Hook):
         if self.mode == MODE_NAMESPACE:
             self._close_child_side()  # now only the child holds it: its exit ends the receive
             channel, self._channel = self._channel, None
-            self.service = ProxyService(self.rules, log_path=self.log_path, channel=channel).start(wait)
+            self.service = ProxyService(self.rules, channel=channel, log=self._open_log()).start(wait)
         else:
             import _socket
             import os
 
             # the cage keeps its own; this one the service closes
             listener = _socket.socket(fileno=os.dup(self._listener.fileno()))
-            self.service = ProxyService(self.rules, listener, self.log_path).start(wait)
+            self.service = ProxyService(self.rules, listener, log=self._open_log()).start(wait)
 
     def serve_on_demand(self) -> None:
         """`serve()` for the supervisor (a process of its own; call it from its main thread
@@ -157,10 +167,7 @@ class EgressSession(Hook):
             # shared with the caller's copy, which outlives this process. Served at once.
             self.serve(wait=False)
             return
-        if self.log_path is not None:  # else the service makes its (file-less) log when it starts
-            from sandboy.egress.log import EgressLog
-
-            self._log = EgressLog(self.log_path)
+        self._log = self._open_log()  # else the service makes its (file-less) log when it starts
         self._close_child_side()  # now only the child holds it: its exit ends the receive
         signal.signal(signal.SIGIO, self._on_sigio)
         _signal_when_readable(self._channel.fileno())

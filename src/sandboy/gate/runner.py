@@ -456,8 +456,11 @@ class GateRun:
 
             log_fh = open_output(result.log_path)
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        stream = StepOutput(self.console, step.name, log_fh,
-                            min(self.max_output, max(self.output_left, STEP_OUTPUT_FLOOR)))
+        # the step's output cap; its egress decision log (--logs) is bounded by the same, and
+        # both count against what all steps together may keep (session 8 review)
+        output_cap = min(self.max_output, max(self.output_left, STEP_OUTPUT_FLOOR))
+        stream = StepOutput(self.console, step.name, log_fh, output_cap)
+        egress_log = None
         interrupted = False
         owned = False
         cage = None
@@ -503,7 +506,7 @@ class GateRun:
                     timeout, by_budget = self.budget.bound(own)
                 proc = Supervision(argv, cage, timeout=timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
-                                   hooks=hooks_for(cage, egress_log, self.git_record),
+                                   hooks=hooks_for(cage, egress_log, self.git_record, output_cap),
                                    memory_mib=memory_mib).start()
             except PolicyError as exc:
                 result.refuse(Status.POLICY_ERROR, str(exc))
@@ -534,6 +537,11 @@ class GateRun:
             result.tail = bytes(stream.tail)
             result.output_bytes, result.output_dropped = stream.total, stream.dropped
             self.output_left -= stream.total - stream.dropped
+            if egress_log is not None:
+                try:
+                    self.output_left -= os.lstat(egress_log).st_size
+                except OSError:
+                    pass  # no client came: no log was written
             result.duration = time.monotonic() - started
         result.run_result = outcome
         result.status = _status(outcome)
