@@ -25,6 +25,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -229,3 +230,143 @@ def test_without_openat2_the_followed_write_roots_are_reported(tmp_path, monkeyp
         assert any("no symlink on the way" in label for label, _ in cage.tier.plan())
     finally:
         cage.close()
+
+
+# --- held: a gate step and its memory and pids cgroups ---------------------------------------
+
+# Run by a gate step: raise its own memory bound, turn its OOM handling back on, leave for the
+# parent group (memory and pids); then allocate 96 MiB under a 64 MiB bound, which only a raised
+# bound would let through.
+CGROUP_STEP = r"""
+import errno, json, os
+def attempt(path, data):
+    try:
+        with open(path, "w") as fh:
+            fh.write(data)
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+before = open("/proc/self/cgroup").read()
+rows = [line.split(":", 2) for line in before.splitlines()]
+memory = [path for _, names, path in rows if "memory" in names.split(",")]
+pids = [path for _, names, path in rows if "pids" in names.split(",")]
+if memory:  # cgroup v1
+    group, names = "/sys/fs/cgroup/memory" + memory[0], ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.oom_control")
+else:
+    group, names = "/sys/fs/cgroup" + [path for n, _, path in rows if n == "0"][0], ("memory.max", "memory.swap.max", "memory.oom.group", "pids.max")
+out = {name: attempt(os.path.join(group, name), "0" if "oom" in name else str(1 << 40)) for name in names}
+out["leave"] = attempt(os.path.join(os.path.dirname(group), "cgroup.procs"), str(os.getpid()))
+if pids and memory:
+    out["leave pids"] = attempt("/sys/fs/cgroup/pids" + os.path.dirname(pids[0]) + "/cgroup.procs", str(os.getpid()))
+out["moved"] = open("/proc/self/cgroup").read() != before
+print("RESULT " + json.dumps(out), flush=True)
+hog = b"x" * (96 << 20)
+print("SURV" + "IVED", len(hog))
+"""
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "fallback"])
+def test_a_gate_step_cannot_raise_leave_or_rearm_its_cgroups(tmp_path, tier):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gate"))
+    from gatekit import by_name, make_repo, run_json
+
+    from sandboy.confine.cgroup import MemoryCgroup
+
+    if not MemoryCgroup.available():
+        pytest.skip("needs root and a writable memory cgroup")
+    if tier and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "cgroups"
+        policy = "small"
+        run = "python3 step.py"
+        timeout = 60
+
+        [policy.small]
+        version = 1
+        fs.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "."]
+        fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+        limits.memory_mib = 64
+        limits.processes = 20
+    """, files={"step.py": CGROUP_STEP})
+    home = tmp_path / "home"
+    home.mkdir()
+    proc, report = run_json(repo, tmp_path, home=home, env={} if tier else {"SANDBOY_NAMESPACES": "0"})
+    step = by_name(report)["cgroups"]
+    line = next((l for l in step["output_tail"].splitlines() if "RESULT " in l), None)
+    assert line is not None, (step["status"], step.get("error"), step["output_tail"])
+    result = json.loads(line.split("RESULT ", 1)[1])
+    refused = "EROFS" if tier else "EACCES"
+    assert result.pop("moved") is False, result
+    assert set(result.values()) == {refused}, result
+    # host side: the bound was not raised — the 96 MiB the step then took ended it, as out of memory
+    assert "SURVIVED" not in step["output_tail"], step
+    assert step["status"] == "killed" and "out of memory" in step["error"], step
+    memory = step["enforced"]["memory"]
+    assert memory["cgroup_mib"] == 64 and memory["peak_mib"] <= 64, memory
+
+
+# --- held: leftovers racing the sweep ---------------------------------------------------------
+
+# Chains of processes that each fork and exit at once: every process lives for one fork, so a
+# sweep's /proc walk finds pids already gone and misses the ones born since. Each chain stops by
+# itself after `seconds` (the shared machine is never left with a runaway).
+RACER = r"""
+import os, sys, time
+marker, seconds, chains = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+end = time.time() + seconds
+for _ in range(chains - 1):
+    if os.fork() == 0:
+        break
+while time.time() < end:
+    if os.fork():
+        os._exit(0)
+"""
+
+
+def _racers(marker: str) -> list:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("identity", ["root", "nobody"])
+def test_chains_of_forking_leftovers_do_not_outlive_a_supervised_run(tmp_path, identity):
+    """Without the tier (the sweep walks /proc; under it the PID namespace ends everything): 60
+    chains forking as fast as they can, the command itself gone at once. The run returns and no
+    process of it is left (host /proc), as root and as uid 65534."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import userkit
+
+    if identity == "nobody":
+        userkit.skip_unless_nobody_can_run()
+    marker = f"sandboy-racer-{os.urandom(4).hex()}"
+    with userkit.world_readable_tmp("sandboy-cage8-") as base:
+        (base / "racer.py").write_text(RACER)
+        (base / "policy.toml").write_text(
+            'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "%s"]\nexec = ["/usr/bin", "/bin"]\n'
+            '[limits]\nwall_seconds = 20\n' % base)
+        argv = ["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(base / "policy.toml"), "--",
+                "/usr/bin/python3", str(base / "racer.py"), marker, "15", "60"]
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base), "SANDBOY_NAMESPACES": "0",
+               "SANDBOY_CACHE_DIR": str(base / "cache")}
+        if identity == "nobody":
+            argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=str(base))
+            assert proc.returncode == 0, proc.stderr
+            time.sleep(0.5)
+            assert _racers(marker) == [], "a process of the run outlived it"
+        finally:
+            for pid in _racers(marker):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
