@@ -161,10 +161,12 @@ class Supervision(Handle):
     `pids_group`: a `PidsCgroup` this process has already joined (the gate's, see cgroup.py):
     a run with `limits.processes` as root then counts inside it; without one such a run gets a
     group of its own that this process joins for the run (refused with 125 where none can be made).
-    `memory_mib`: bound the memory of the run's processes together in a memory cgroup of its own
+    `memory_mib`: bound the memory of the run's processes together in a memory cgroup
     (`cgroup.MemoryCgroup`, ADR 0027; the gate's steps): the command joins it before anything else
     it runs; where none can be made the run is refused (125). `memory_group` is it while it runs
-    (the gate polls its `oom_event_fd`). After the run, `memory` is {"cgroup_mib", "peak_mib",
+    (the gate polls its `oom_event_fd`). `memory_cgroups`: a `cgroup.MemoryCgroups` the group comes
+    from and goes back to (the gate's: one group reused by its steps while each leaves it empty);
+    without one the run gets a group of its own, removed after it. After the run, `memory` is {"cgroup_mib", "peak_mib",
     "oom_kills"} on the result's "enforced", and a run whose group saw the OOM killer ends as
     `out_of_memory`.
     `ctty`: a pty slave in `stdio` that becomes the command's controlling terminal.
@@ -173,7 +175,7 @@ class Supervision(Handle):
     """
 
     def __init__(self, argv, cage, timeout=None, stdio=(None, None, None), pids_group=None, ctty=None,
-                 hooks=(), exits_after: bool = False, memory_mib=None):
+                 hooks=(), exits_after: bool = False, memory_mib=None, memory_cgroups=None):
         self.argv, self.cage, self.stdio, self.ctty = list(argv), cage, stdio, ctty
         self.timeout = timeout_for(cage, timeout)
         self.hooks = HookChain(hooks)
@@ -186,6 +188,7 @@ class Supervision(Handle):
         self.abandoned = False  # see end(deadline=...)
         self._own_group = None  # a per-run pids cgroup this process joined
         self.memory_mib = memory_mib
+        self.memory_cgroups = memory_cgroups
         self.memory_group = None  # the run's MemoryCgroup while it runs
         self.cage_refused = False  # the child reported the cage could not be applied (nothing ran)
         self._first = ()
@@ -286,16 +289,19 @@ class Supervision(Handle):
     def _make_memory_group(self) -> tuple:
         if not self.memory_mib:
             return ()
-        from sandboy.confine.cgroup import MemoryCgroup
+        from sandboy.confine.cgroup import MemoryCgroups
 
+        if self.memory_cgroups is None:
+            self.memory_cgroups = MemoryCgroups(keep=False)
         limit = self.cage.policy.limits.processes if os.geteuid() == 0 else 0
-        self.memory_group = MemoryCgroup.create(self.memory_mib, limit)
+        self.memory_group = self.memory_cgroups.take(self.memory_mib, limit)
         if self.memory_group is None:
             raise CageError(NO_MEMORY_CGROUP)
         return (self.memory_group.join_step(),)
 
     def _end_memory_group(self, result: RunResult) -> None:
-        """The tree is gone: what the memory bound saw goes on `result`; the group is removed."""
+        """The tree is gone: what the memory bound saw goes on `result`; the group goes back
+        (kept for the next run only if nothing of this one is left in it: MemoryCgroup.reusable)."""
         group, self.memory_group = self.memory_group, None
         kills = group.oom_kills()
         result.enforced = {**result.enforced, "memory": {
@@ -309,7 +315,7 @@ class Supervision(Handle):
                   else "the group's OOM event was signalled")
             result.error = (f"out of memory: the run's processes together reached limits.memory_mib = "
                             f"{group.mib} MiB (a memory cgroup); {by} and the rest of the tree was killed")
-        group.remove()
+        self.memory_cgroups.give_back(group)
 
     def _refuse_unstarted(self, why: str):
         """Nothing of the command started: the hooks that started are stopped, CageError."""

@@ -184,6 +184,11 @@ class CageCache:
         self.reuse = Reuse(empty_tmp=True)
         self._pids_group = None  # False once creation failed
         self._memory_cgroups = None  # can this process make memory cgroups? (probed once)
+        # where each step's memory group comes from: one group reused while each step leaves it
+        # empty (ADR 0027, session 8), as the pids group is joined once per gate
+        from sandboy.confine.cgroup import MemoryCgroups
+
+        self.memory_groups = MemoryCgroups()
 
     def pids_group(self, policy):
         """As root with `limits.processes`: one pids cgroup that this process joins once, so
@@ -207,11 +212,9 @@ class CageCache:
 
     def memory_cgroups(self) -> bool:
         """Can a step's memory be bounded in a cgroup here (ADR 0027)? As root with a writable
-        memory controller; probed once per gate with a group made and removed at once."""
+        memory controller; probed once per gate with a group made, then kept for the first step."""
         if self._memory_cgroups is None:
-            from sandboy.confine.cgroup import MemoryCgroup
-
-            self._memory_cgroups = MemoryCgroup.available()
+            self._memory_cgroups = self.memory_groups.available()
         return self._memory_cgroups
 
     def memory_plan(self, policy, builtin_default) -> tuple:
@@ -248,6 +251,7 @@ class CageCache:
     def close(self, deadline=None) -> list:
         """Close every cage; returns the `{tmp}` directories left behind (see Cage.close)."""
         left = self.reuse.close(deadline)
+        self.memory_groups.close()
         if self._pids_group:
             try:
                 self._pids_group.leave()
@@ -507,7 +511,7 @@ class GateRun:
                 proc = Supervision(argv, cage, timeout=timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
                                    hooks=hooks_for(cage, egress_log, self.git_record, output_cap),
-                                   memory_mib=memory_mib).start()
+                                   memory_mib=memory_mib, memory_cgroups=self.cages.memory_groups).start()
             except PolicyError as exc:
                 result.refuse(Status.POLICY_ERROR, str(exc))
                 return False
