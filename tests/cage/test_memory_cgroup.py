@@ -99,3 +99,29 @@ def test_a_run_within_its_memory_bound_passes_inside_the_bounded_group():
     assert os.path.basename(got["group"]) in got["output"], got
     assert not got["group_left"]
 
+
+
+def test_swap_left_unaccounted_on_a_host_with_swap_is_said_as_degraded(tmp_path):
+    """Where the kernel does not account swap in memory cgroups (v1 swapaccount=0: no
+    memory.memsw.*; v2 cgroup.memory=noswap: no memory.swap.max) a step may spill past its bound
+    into swap: said as degraded when the host has swap, not when it has none. This host accounts
+    swap (the group's own flag says so, read from the kernel); the unaccounted case is the same
+    group with the flag as such a kernel leaves it."""
+    from sandboy.confine.cgroup import host_has_swap, swap_degraded
+
+    swaps = tmp_path / "swaps"
+    swaps.write_text("Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n")
+    assert not host_has_swap(str(swaps))
+    swaps.write_text(swaps.read_text() + "/swapfile                               file\t\t1048572\t\t0\t\t-2\n")
+    assert host_has_swap(str(swaps))
+    assert not host_has_swap(str(tmp_path / "absent"))
+    group = MemoryCgroup.create(64)
+    try:
+        assert group.swap_bounded, "this host's memory cgroups account swap (memory.memsw.limit_in_bytes)"
+        assert swap_degraded(group, has_swap=True) is None
+        group.swap_bounded = False
+        assert swap_degraded(group, has_swap=False) is None
+        said = swap_degraded(group, has_swap=True)
+        assert "swap is not accounted" in said and "64 MiB" in said, said
+    finally:
+        group.remove()

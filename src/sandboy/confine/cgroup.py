@@ -425,6 +425,26 @@ class MemoryCgroups:
             self._kept = None
 
 
+def host_has_swap(swaps: str = "/proc/swaps") -> bool:
+    """Is a swap device or file in use on the host (a line below /proc/swaps's header)?"""
+    try:
+        with open(swaps) as fh:
+            return len(fh.read().splitlines()) > 1
+    except OSError:
+        return False
+
+
+def swap_degraded(group: "MemoryCgroup", has_swap: bool) -> str | None:
+    """What a run's memory bound lacks where the kernel does not account swap in memory cgroups
+    (v1 booted with swapaccount=0: no memory.memsw.*; v2 with cgroup.memory=noswap: no
+    memory.swap.max) and the host has swap to spill to; None where swap is bounded or there is none."""
+    if group.swap_bounded or not has_swap:
+        return None
+    return (f"limits.memory_mib: swap is not accounted in this host's memory cgroups (swapaccount=0 or "
+            f"cgroup.memory=noswap) and the host has swap: the run's processes may spill past their "
+            f"{group.mib} MiB into swap (the bound holds for what stays in RAM)")
+
+
 def memory_default_mib(meminfo: str = "/proc/meminfo") -> int:
     """The built-in ceiling's `limits.memory_mib` (ADR 0027): half of the host's RAM, at most
     MEMORY_DEFAULT_CAP_MIB. Half leaves the host, the gate itself and the other half of a CI box

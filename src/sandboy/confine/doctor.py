@@ -53,6 +53,19 @@ def _memory_cgroup_probe() -> None:
         raise OSError("no memory cgroup")
 
 
+def _memory_swap_probe() -> None:
+    from sandboy.confine.cgroup import MemoryCgroup
+
+    group = MemoryCgroup.create(64)
+    if group is None:
+        raise OSError("no memory cgroup")
+    try:
+        if not group.swap_bounded:
+            raise OSError("swap is not accounted")
+    finally:
+        group.remove()
+
+
 def _namespace_tier() -> tuple:
     from sandboy.confine import namespaces
 
@@ -106,6 +119,8 @@ def check() -> dict:
         "pidfd": hasattr(os, "pidfd_open"),
         "pids_cgroup": _in_child(_pids_cgroup_probe) if root else None,
         "memory_cgroup": _in_child(_memory_cgroup_probe) if root else False,
+        # swap accounted in memory cgroups: a step's bound then covers swap too (ADR 0027)
+        "memory_cgroup_swap": _in_child(_memory_swap_probe) if root else False,
         "user_namespaces": _in_child(_userns_probe),
         "namespace_tier": _namespace_tier()[0],
     }
@@ -125,6 +140,13 @@ def check() -> dict:
         notes.append("no memory cgroup can be made (needs root and a writable memory controller): a gate "
                      "step's limits.memory_mib is RLIMIT_AS per process where a policy asks for it, and the "
                      "built-in ceiling's default memory bound is not enforced (ADR 0027)")
+    if protections["memory_cgroup"] and not protections["memory_cgroup_swap"]:
+        from sandboy.confine.cgroup import host_has_swap
+
+        if host_has_swap():
+            notes.append("swap is not accounted in memory cgroups here (swapaccount=0 or "
+                         "cgroup.memory=noswap) and the host has swap: a gate step may spill past its "
+                         "limits.memory_mib into swap (ADR 0027)")
     if not protections["namespace_tier"]:
         from sandboy.confine import namespaces
 

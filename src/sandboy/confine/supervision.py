@@ -302,11 +302,16 @@ class Supervision(Handle):
     def _end_memory_group(self, result: RunResult) -> None:
         """The tree is gone: what the memory bound saw goes on `result`; the group goes back
         (kept for the next run only if nothing of this one is left in it: MemoryCgroup.reusable)."""
+        from sandboy.confine.cgroup import host_has_swap, swap_degraded
+
         group, self.memory_group = self.memory_group, None
         kills = group.oom_kills()
         result.enforced = {**result.enforced, "memory": {
             "cgroup_mib": group.mib, "swap": "none" if group.swap_bounded else "not accounted",
             "peak_mib": round(group.peak_bytes() / (1 << 20), 1), "oom_kills": kills}}
+        unbounded_swap = None if group.swap_bounded else swap_degraded(group, host_has_swap())
+        if unbounded_swap:
+            result.degraded.append(unbounded_swap)
         # OUT_OF_MEMORY already: the supervisor ended the tree at the group's OOM event (cgroup
         # v1), which may come before the kernel's own kill is counted
         if (kills or result.outcome == OUT_OF_MEMORY) and result.outcome != CAGE_ERROR:
