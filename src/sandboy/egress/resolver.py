@@ -9,10 +9,22 @@ the proxy connects to an address it checked.
 style map consulted before getaddrinfo — for tests, which point made-up names at 127.0.0.1, and
 for air-gapped mirrors. It adds no permission: the names still need a `net.domains` entry and
 the addresses a `net.private` range when they are not global.
+
+Each lookup runs in a thread of its own that nobody waits for, not in asyncio's default
+executor: getaddrinfo blocks for as long as the host's resolver configuration says when a name
+server does not answer (glibc: 5 s x 2 attempts per server), the caged command chooses the names
+(any under an allowed `*.suffix`), and `asyncio.run` joins that executor when the proxy stops —
+a gate step with a 2 s timeout asking for 12 such names ended after 10.4 s (session 8 review;
+tests/egress/test_resolver_stall.py). A lookup still running when the proxy stops ends on its
+own and its answer is dropped. At most MAX_LOOKUPS run at once per proxy; others wait (and are
+cancelled with the connection that asked).
 """
 
+import _thread
 import os
 import socket
+
+MAX_LOOKUPS = 8  # threads in getaddrinfo at once, per proxy
 
 
 def load_hosts_map(path):
@@ -34,6 +46,7 @@ class Resolver:
             path = os.environ.get("SANDBOY_EGRESS_HOSTS")
             hosts = load_hosts_map(path) if path else {}
         self.hosts = hosts
+        self._slots = None  # an asyncio.Semaphore of MAX_LOOKUPS, made in the proxy's loop
 
     async def resolve(self, loop, host: str, is_ip: bool) -> list:
         """Addresses for `host` (already normalized by rules.normalize_host), in answer order."""
@@ -41,9 +54,47 @@ class Resolver:
             return [host]
         if host in self.hosts:
             return list(self.hosts[host])
-        infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        infos = await self._getaddrinfo(loop, host)
         seen = []
         for family, _, _, _, sockaddr in infos:
             if family in (socket.AF_INET, socket.AF_INET6) and sockaddr[0] not in seen:
                 seen.append(sockaddr[0])
         return seen
+
+    async def _getaddrinfo(self, loop, host: str) -> list:
+        """getaddrinfo in a thread nobody joins (module docstring); OSError as it raises it."""
+        import asyncio
+
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(MAX_LOOKUPS)
+        await self._slots.acquire()
+        answer = loop.create_future()
+
+        def done(infos, error) -> None:  # in the loop's thread
+            self._slots.release()  # held until the thread is done, so threads stay bounded
+            if answer.done():  # the connection that asked was cancelled meanwhile
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(infos)
+
+        def lookup() -> None:  # in the lookup's thread
+            infos, error = None, None
+            try:
+                infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            except OSError as exc:
+                error = exc
+            except BaseException as exc:  # never lost: the connection waiting on it fails
+                error = OSError(f"lookup failed: {exc!r}")
+            try:
+                loop.call_soon_threadsafe(done, infos, error)
+            except RuntimeError:
+                pass  # the proxy has stopped and its loop is closed: nobody wants the answer
+
+        try:
+            _thread.start_new_thread(lookup, ())
+        except BaseException:
+            self._slots.release()
+            raise
+        return await answer

@@ -1,0 +1,114 @@
+"""A name lookup the caged command starts cannot hold its supervisor past the run's end.
+
+The proxy resolves names on the host with getaddrinfo, which blocks for as long as the host's
+resolver configuration says (glibc: 5 s x 2 attempts per name server) when a name server does
+not answer — and the command chooses the names (any under an allowed `*.suffix`, in a zone whose
+servers never answer). Session 8 review: the lookups ran in asyncio's default executor, which the
+proxy's `asyncio.run` joins when it stops: a gate step with a 2 s timeout asking for 12 such names
+ended after 10.4 s (every lookup running at the stop finished first), and so would the gate's
+budget and ^C. Here the host's resolver is a name server that never answers, in a private mount
+namespace of the gate (`/etc/resolv.conf` bound over there only)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from sandboy.egress.resolver import Resolver
+from sandboy.gate import ceiling as ceilings
+
+ASK = r"""
+import os, socket, sys, threading, time
+host, port = os.environ["http_proxy"].split("//")[1].rsplit(":", 1)
+def ask(i):
+    try:
+        s = socket.create_connection((host, int(port)))
+        s.sendall(f"CONNECT n{i}.slow.test:443 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        s.recv(100)
+    except OSError:
+        pass
+for i in range(int(sys.argv[1])):
+    threading.Thread(target=ask, args=(i,), daemon=True).start()
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def silent_name_server():
+    """A UDP socket on 127.53.X.Y:53 that reads queries and never answers; its address."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(20):
+        address = f"127.53.{random.randrange(1, 255)}.{random.randrange(1, 255)}"
+        try:
+            sock.bind((address, 53))
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no free 127.53.x.y:53")
+    stop = threading.Event()
+
+    def swallow():
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                sock.recvfrom(4096)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=swallow, daemon=True)
+    thread.start()
+    yield address
+    stop.set()
+    thread.join(5)
+    sock.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds /etc/resolv.conf in a private mount namespace (root)")
+def test_a_step_asking_for_names_no_server_answers_ends_at_its_timeout(tmp_path, silent_name_server):
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / "ask.py").write_text(ASK)
+    (repo / ".007" / "gate.toml").write_text(
+        '[[step]]\nname = "dns"\npolicy = "p"\ntimeout = "2s"\nrun = "python3 ask.py 12"\n'
+        '[policy.p]\nversion = 1\nnet.domains = ["*.slow.test:443"]\n')
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": ["*.test:443"]}}))
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {silent_name_server}\n")  # glibc's defaults: timeout 5, attempts 2
+    gate = [sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling)]
+    script = f'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
+    started = time.monotonic()
+    # --propagation private: the bind stays in this namespace (COMMON.md), never on the host
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                           str(resolv), *gate], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+    took = time.monotonic() - started
+    assert "dns: TIMED OUT" in proc.stdout, (proc.stdout, proc.stderr)
+    assert took < 7, (took, proc.stdout[-1500:])  # 10.4 s before: the lookups were joined
+
+
+def test_twin_names_still_resolve_through_getaddrinfo():
+    """The lookup still asks the host's resolver (here /etc/hosts' localhost) and still stops at
+    nothing but its answer."""
+
+    async def lookup():
+        return await Resolver({}).resolve(asyncio.get_running_loop(), "localhost", False)
+
+    assert "127.0.0.1" in asyncio.run(lookup())
+
+
+def test_a_lookup_that_fails_is_an_oserror():
+    async def lookup():
+        return await Resolver({}).resolve(asyncio.get_running_loop(), "no-such-name.invalid", False)
+
+    with pytest.raises(OSError):
+        asyncio.run(lookup())
