@@ -13,6 +13,8 @@
     protected.py which paths inside a write root stay read-only (.git/config, hooks...; ADR 0013)
     own_install.py  Sandboy's own installation, read-only where a write root holds it (ADR 0024)
     path_dirs.py the caller's PATH directories inside a write root: protected, or warned about
+    path_prefixes.py  what the programs in those directories load (a pyenv version, an nvm node's
+                 lib, the user site): read-only like Sandboy's own installation (ADR 0013)
     hook_python.py  the interpreter a pre-commit hook stub runs, where a write root holds it: judged
     gitcheck.py  after a run: git config, hooks or repositories planted for the host's next git
                  command are found and quarantined (ADR 0019) — the launch record and the walk;

@@ -23,7 +23,7 @@ import os
 import site
 import sys
 
-from sandboy.policy.resolve import is_within, is_within_any
+from sandboy.policy.resolve import PathSet, is_within, is_within_any
 
 # Why each kind of path is protected: the launch warning names it.
 WHY = {
@@ -177,16 +177,21 @@ def inside(write_roots) -> list:
     return present(candidates(write_roots))
 
 
-def candidates(write_roots) -> tuple:
+def candidates(write_roots, resolved=None, all_ours=ALL_OURS) -> tuple:
     """The rows `inside` may answer for `write_roots`, before any file system lookup but the write
     roots' realpaths: ((path, kind, [(realpath, kind, write root)]), ...), one per installation
     path a write root holds by the string comparisons alone. Nothing here changes while the
     write roots lead to the same directories, so a compiled cage keeps it for its reuse check
     (`reuse.Fingerprint`), which then pays only `present`'s lookups (none for the usual write
-    root, which holds no part of the installation)."""
+    root, which holds no part of the installation).
+
+    `resolved`: other rows of the same shape as `_resolved()`'s, (path, kind, realpath, symlinks
+    on the way), with `all_ours` the kinds whose whole tree is theirs: the installations the
+    programs on the operator's PATH load (`confine.path_prefixes`, ADR 0013 session 8) are
+    answered by the same rules as Sandboy's own."""
     roots = [os.path.realpath(r) for r in write_roots]
     found = []
-    for path, kind, real, links in _resolved():
+    for path, kind, real, links in (_resolved() if resolved is None else resolved):
         # (a row EQUAL to a write root — `fs.write = ["{repo}/src"]` for an editable install, a
         # flat layout's checkout granted whole, a PYTHONPATH entry granted — makes that write
         # root read-only whole, warning said: the interpreter imports `sitecustomize` and any
@@ -195,7 +200,7 @@ def candidates(write_roots) -> tuple:
         for root in roots:
             if is_within(real, root):
                 here.append((real, kind, root))
-            elif kind in ALL_OURS and is_within(root, real):
+            elif kind in all_ours and is_within(root, real):
                 here.append((root, kind, root))
             here.extend((link, kind, root) for link in links if is_within(link, root))
         if here:
@@ -203,19 +208,21 @@ def candidates(write_roots) -> tuple:
     return tuple(found)
 
 
-def present(candidates) -> list:
+def present(candidates, made_if_missing=MADE_IF_MISSING) -> list:
     """`inside`'s answer from its `candidates`: the rows whose installation path exists now (or
-    was made: MADE_IF_MISSING), nested ones folded into the outermost."""
+    was made: the kinds in `made_if_missing`), nested ones folded into the outermost."""
     found: list = []
     for path, kind, here in candidates:
-        if os.path.lexists(path) or (kind in MADE_IF_MISSING and _made(path)):
+        if os.path.lexists(path) or (kind in made_if_missing and _made(path)):
             found.extend(here)
     found.sort(key=lambda row: len(row[0]))
     kept: list = []
+    outer = PathSet()  # (a set of the kept paths: the rows of many pipx environments, ADR 0013 session 8)
     for row in found:
         # anything under a directory bound read-only (a symlink too) cannot be changed anyway
-        if not any(is_within(row[0], k[0]) for k in kept):
+        if not outer.covers(row[0]):
             kept.append(row)
+            outer.add(row[0])
     return kept
 
 

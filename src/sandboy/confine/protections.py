@@ -97,7 +97,7 @@ class Job:
     """What every compiler may read: the policy (as written and resolved), the run's context,
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
-    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers")
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers", "notes")
 
     def __init__(self, policy, resolved, ctx, abi, environ, tty=False):
         self.policy = policy
@@ -110,15 +110,17 @@ class Job:
         # the hook-manager discoveries the protected paths made (protected.discover_managers):
         # the launch warnings and the first run's git check take them instead of looking again
         self.hook_managers: dict = {}
+        self.notes: list = []  # launch warnings of the protected paths' resolution (protected_paths)
 
     def protected_by_origin(self) -> tuple:
         """(from_defaults, from_policy, from_install): realpaths of the protected paths that
         exist now inside a write root (`confine.protected`), the last as (path, kind, write
-        root) rows of Sandboy's own installation (`confine.own_install`); resolved once per job."""
+        root) rows of installations' code — Sandboy's own (`confine.own_install`) and what the
+        programs on the operator's PATH load (`confine.path_prefixes`); resolved once per job."""
         if self._protected is None:
             fs = self.resolved.fs
             self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults, self.work,
-                                              self.hook_managers)
+                                              self.hook_managers, self.notes)
         return self._protected
 
     @property
@@ -139,14 +141,16 @@ class Job:
         return self.policy.strict
 
 
-def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=None) -> tuple:
+def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=None, notes=None) -> tuple:
     """(from_defaults, from_policy, from_install): `confine.protected.resolve_protected`, and
     with the defaults the directories of the operator's PATH a write root holds outside `work`
     (the run's working directory and repository: `confine.path_dirs`, ADR 0013 session 7) and
-    Sandboy's own installation where a write root holds it (`confine.own_install.inside`, ADR
-    0024). Only paths inside a write root: for a policy without one the answer is empty, and
-    `sandboy run` imports none of these modules. `managers`: see resolve_protected (the
-    hook-manager discoveries, for the launch to take)."""
+    the installations' code a write root holds — Sandboy's own (`confine.own_install.inside`,
+    ADR 0024) and what the programs in those PATH directories load (`confine.path_prefixes`,
+    ADR 0013 session 8), both as (path, kind, write root) rows. Only paths inside a write root:
+    for a policy without one the answer is empty, and `sandboy run` imports none of these
+    modules. `managers`: see resolve_protected (the hook-manager discoveries, for the launch to
+    take); `notes`: a list that gets launch warnings of what was left writable as project work."""
     if not write_roots:
         return [], [], []
     from sandboy.confine.protected import resolve_protected
@@ -158,12 +162,20 @@ def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=Non
         from sandboy.confine.path_dirs import held, on_path
 
         taken = set(from_defaults).union(from_policy)
-        for row in on_path(write_roots, work)[0]:
+        path_rows = on_path(write_roots, work)[0]
+        for row in path_rows:
             for path in held(*row):  # the directory and the symlinks on the way, like a start-up file
                 if path not in taken:
                     taken.add(path)
                     from_defaults.append(path)
         from_install = [row for row in inside(write_roots) if row[0] not in taken]
+        if path_rows:
+            # what the programs there load: a pyenv version's standard library, an nvm node's
+            # lib/node_modules, the user site (`confine.path_prefixes`, ADR 0013 session 8)
+            from sandboy.confine.path_prefixes import inside as loaded_by_path
+
+            from_install += [row for row in loaded_by_path(write_roots, path_rows, work, notes=notes)
+                             if row[0] not in taken]
     return from_defaults, from_policy, from_install
 
 
@@ -314,9 +326,16 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
             warnings.append(f"fs.protect: {path} does not exist; a step may create it")
     from_defaults, from_policy, from_install = job.protected_by_origin()
     if from_install:
-        from sandboy.confine.own_install import warning
+        from sandboy.confine.own_install import WHY, warning
 
-        warnings.extend(warning(*row) for row in from_install)
+        for row in from_install:
+            if row[1] in WHY:
+                warnings.append(warning(*row))
+            else:  # what a program on the operator's PATH loads (ADR 0013, session 8)
+                from sandboy.confine.path_prefixes import warning as path_warning
+
+                warnings.append(path_warning(*row))
+    warnings.extend(job.notes)
     if fs.protect_defaults and fs.write:
         from sandboy.confine.path_dirs import on_path, protect_warning, warn_warning
 

@@ -1,0 +1,219 @@
+"""What the programs on the operator's PATH load, where a write root holds it (ADR 0013, session 8).
+
+`confine.path_dirs` keeps a PATH directory inside a write root read-only (`~/.local/bin`,
+`~/.pyenv/shims`): no `git` can be planted there. What the programs found there load lives
+beside it in the same home, and was writable: a pyenv version's standard library
+(`~/.pyenv/versions/3.11.7/lib/python3.11/os.py`, run by every `python` through the shims), an
+nvm node's `lib/node_modules` (npm itself), the user site `~/.local/lib/python3.X/site-packages`
+(a `.pth` there runs at every start of that Python), a pipx tool's environment its
+`~/.local/bin` link leads to. A command whose policy may write the home planted code the
+operator's next (often root) `python`, `node` or `npm` ran.
+
+Decision — for each PATH directory `path_dirs.on_path` protects (outside the run's working
+directory and repository), what its programs load, where a write root holds it:
+- a version manager's tree: a PATH directory whose real path passes a component in
+  `MANAGER_TREES` below the write root (`~/.pyenv/shims`, `~/.nvm/versions/node/v20/bin`,
+  `~/.asdf/installs/python/3.12/bin`, `~/.rustup/toolchains/x/bin`,
+  `~/.sdkman/candidates/java/current/bin`) protects the manager's root WHOLE (its interpreters,
+  plugins, hooks and the script a start-up file sources: `nvm.sh`, `sdkman-init.sh`): the root
+  is the directory holding that component, taken where its name starts with a dot or it holds a
+  `shims` directory (the managers' own layouts; a project's `versions/` is no manager). A PATH
+  directory holding `rustup` (its proxies: `~/.cargo/bin/cargo`) protects `RUSTUP_HOME`
+  (`~/.rustup`), the toolchains they run;
+- otherwise an installation prefix: a PATH directory `<P>/bin` (or `sbin`) protects `<P>`'s
+  `CODE_DIRS` that exist (`lib`, `lib64`, `libexec`, `include`, a venv's `pyvenv.cfg`): not
+  `share` (`~/.local/share` is where programs keep their data). The Python user base
+  (`PYTHONUSERBASE`, else `~/.local`) gets its `lib` made when missing, as `own_install` makes
+  the running interpreter's user site: every Python on the host reads
+  `<user base>/lib/pythonX.Y/site-packages` unasked;
+- a program there that is a symlink into another place a write root holds (pipx:
+  `~/.local/bin/black -> ~/.local/share/pipx/venvs/black/bin/black`; `~/bin/node ->
+  ~/opt/node/bin/node`): the prefix (or manager root) of the directory it leads to by the same
+  two rules, or the file itself where that directory is no `bin`; the symlinks on the way inside
+  a write root as themselves. Followed `LINK_DEPTH` levels (the pipx environment's
+  `bin/python` leads to a pyenv version).
+
+Enforced like Sandboy's own installation (ADR 0024): read-only binds under the namespace tier,
+a Landlock read-only split without it — refused, never merely reported: nothing a build makes
+lives in another installation's code, and a post-run look at a standard library would be a walk
+of thousands of files. Rows come back in `own_install`'s shape and through its rules
+(`candidates`/`present`: a write root inside one is protected itself, nested rows folded), so
+there is one notion of an installation's paths. A row holding the run's working directory or
+repository (or inside one) is project work: left writable, said in a note.
+"""
+
+import os
+
+from sandboy.confine.landlock import existing_realpath
+from sandboy.policy.resolve import is_within
+
+CODE_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libexec", "include", "pyvenv.cfg")
+MANAGER_TREES = frozenset({"shims", "versions", "installs", "toolchains", "candidates"})
+LINK_DEPTH = 2
+
+PREFIX = "PATH prefix"
+USER_BASE = "PATH user base"
+MANAGER = "PATH version manager"
+TARGET = "PATH link target"
+KINDS = frozenset({PREFIX, USER_BASE, MANAGER, TARGET})
+WHY = {
+    PREFIX: "code the programs of a directory on the operator's PATH load (its installation prefix: a Python's "
+            "standard library and site-packages, node's lib/node_modules, libexec helpers)",
+    USER_BASE: "the Python user base's library beside a directory on the operator's PATH (every Python on the host "
+               "runs the .pth files of its lib/pythonX.Y/site-packages)",
+    MANAGER: "the version manager behind a directory on the operator's PATH (the interpreters and tools its shims "
+             "or proxies run, their libraries, plugins and hooks, the script a start-up file sources)",
+    TARGET: "what a program on the operator's PATH links to (or a symlink on the way there)",
+}
+
+
+def _manager_root(real: str, root: str, home: str):
+    """The version manager's root a directory `real` (a realpath inside the write root `root`)
+    belongs to, or None (see the module's decision): a realpath, but for RUSTUP_HOME (as named)."""
+    parts = real[len(root):].strip("/").split("/") if real != root else []
+    at = root
+    for part in parts:
+        if part in MANAGER_TREES and at != root and (os.path.basename(at).startswith(".")
+                                                    or os.path.isdir(f"{at}/shims")):
+            return at
+        at = f"{at}/{part}"
+    if os.path.lexists(f"{real}/rustup"):
+        return os.path.abspath(os.environ.get("RUSTUP_HOME") or os.path.join(home, ".rustup"))
+    return None
+
+
+def _code_of(bin_dir: str, root: str, home: str, user_base: str) -> list:
+    """[(path, kind, real)] of what the programs in `bin_dir` (a realpath inside `root`) load;
+    `real`: the path is known to be a realpath (no lookup left to make), else it is resolved."""
+    manager = _manager_root(bin_dir, root, home)
+    if manager is not None:
+        return [(manager, MANAGER, is_within(bin_dir, manager))]
+    if os.path.basename(bin_dir) not in ("bin", "sbin"):
+        return []
+    prefix = os.path.dirname(bin_dir)
+    found = []
+    try:  # one listing, not a lookup per name (a home with many pipx environments: many prefixes)
+        with os.scandir(prefix) as entries:
+            for entry in entries:
+                if entry.name in CODE_DIRS:
+                    found.append((entry.path, USER_BASE if prefix == user_base and entry.name == "lib" else PREFIX,
+                                  not entry.is_symlink()))
+    except OSError:
+        return found
+    if prefix == user_base and not any(kind == USER_BASE for _path, kind, _real in found):
+        found.append((f"{prefix}/lib", USER_BASE, True))  # missing: `present` makes it
+    return found
+
+
+def _linked(bin_dir: str, roots: list) -> list:
+    """[(program, target, links)] of the symlinks in `bin_dir` (a realpath) whose target (a
+    realpath) lies in a write root outside `bin_dir` itself (`python3 -> python3.11` beside it is
+    the same installation); `links`: the symlinks met on the way after the program itself."""
+    from sandboy.confine.protected import symlinks_on_the_way
+
+    found = []
+    try:
+        with os.scandir(bin_dir) as entries:
+            programs = [entry.path for entry in entries if entry.is_symlink()]
+    except OSError:
+        return found
+    for program in programs:
+        target = existing_realpath(program)
+        if target is None or os.path.dirname(target) == bin_dir or not any(is_within(target, r) for r in roots):
+            continue
+        try:
+            text = os.readlink(program)
+        except OSError:
+            continue
+        # Most links (pipx's `../share/pipx/venvs/black/bin/black`) lead straight to their target:
+        # the text, past leading `..` from the real `bin_dir`, names the real path itself — no
+        # other link on the way, and no walk of every component to find none
+        parts = [part for part in text.split("/") if part not in ("", ".")]
+        while parts and parts[0] == "..":
+            parts.pop(0)
+        direct = ".." not in parts and os.path.normpath(os.path.join(bin_dir, text)) == target
+        found.append((program, target, () if direct else tuple(symlinks_on_the_way(program)[1:])))
+    return found
+
+
+def _resolved(path: str, kind: str, real: bool) -> tuple:
+    """`own_install`'s row (path, kind, realpath, symlinks on the way) for `path`, or None where it
+    does not exist. `real`: `path` is known to be a realpath (see _code_of)."""
+    from sandboy.confine.protected import symlinks_on_the_way
+
+    if real:
+        return path, kind, path, ()
+    resolved = existing_realpath(path)
+    if resolved is None:
+        return None
+    return path, kind, resolved, tuple(symlinks_on_the_way(path))
+
+
+def inside(write_roots, protected_dirs, work=(), home=None, notes=None) -> list:
+    """[(realpath, kind, write root)] of what the programs in `protected_dirs` (`path_dirs.on_path`'s
+    protect rows: (entry, realpath, write root)) load, that a write root holds and exists now
+    (the user base's `lib` made where missing): `own_install.inside`'s shape, answered by its
+    rules. `notes` (a list) gets a launch warning per such path left writable because it holds
+    the run's working directory or repository, or lies inside one."""
+    from sandboy.confine.own_install import candidates, present
+
+    if not protected_dirs:
+        return []
+    home = os.path.realpath(home or os.path.expanduser("~"))
+    user_base = os.path.realpath(os.environ.get("PYTHONUSERBASE") or os.path.join(home, ".local"))
+    roots = [os.path.realpath(r) for r in write_roots]
+    wanted: dict = {}  # path -> (kind, whether it is a realpath), in order
+    links: dict = {}  # symlinks on the way to a linked program's target, inside a write root
+    pending = [(real, root, LINK_DEPTH) for _entry, real, root in protected_dirs if is_within(real, root)]
+    seen: set = set()
+    managers: list = []  # the version managers' roots found so far (each taken whole)
+    while pending:
+        bin_dir, root, depth = pending.pop(0)
+        if bin_dir in seen:
+            continue
+        seen.add(bin_dir)
+        for path, kind, real in _code_of(bin_dir, root, home, user_base):
+            wanted.setdefault(path, (kind, real))
+            if kind == MANAGER:
+                managers.append(path)
+        if depth == 0:
+            continue
+        for program, target, on_the_way in _linked(bin_dir, roots):
+            if any(is_within(target, p) for p in managers):
+                continue  # (a manager's root is taken whole)
+            target_root = next(r for r in roots if is_within(target, r))
+            for link in on_the_way:
+                if any(is_within(link, r) for r in roots):
+                    links.setdefault(link, TARGET)
+            parent = os.path.dirname(target)
+            if os.path.basename(parent) in ("bin", "sbin") or _manager_root(parent, target_root, home):
+                pending.append((parent, target_root, depth - 1))
+            else:
+                wanted.setdefault(target, (TARGET, True))
+    works = [w for w in (os.path.realpath(w) for w in work if w) if not is_within(home, w)]
+    resolved = [row for row in (_resolved(path, kind, real) for path, (kind, real) in wanted.items())
+                if row is not None]
+    resolved += [(link, kind, link, ()) for link, kind in links.items()]  # the link as itself
+    kept = []
+    for row in resolved:
+        real = row[2]
+        project = next((w for w in works if is_within(w, real) or is_within(real, w)), None)
+        if project is None:
+            kept.append(row)
+        elif notes is not None:
+            notes.append(project_note(real, row[1], project))
+    return present(candidates(write_roots, tuple(kept), KINDS), made_if_missing=frozenset({USER_BASE}))
+
+
+def warning(path: str, kind: str, root: str) -> str:
+    """The launch warning for one protected path."""
+    return (f"fs: {path} is {WHY[kind]}, inside the write root {root}: read-only in the cage, so that the "
+            "operator's next `python`, `node` or other program found on their PATH cannot run what the command "
+            "leaves there — installing into it (`pip install --user`, `npm install -g`, a new interpreter "
+            "version) fails; fs.protect_defaults = false gives that away (ADR 0013)")
+
+
+def project_note(path: str, kind: str, work: str) -> str:
+    return (f"fs: {path} is {WHY[kind]}, and holds or lies in the run's working directory or repository {work}: "
+            "it stays writable (project work), so a command can change what that program runs next — "
+            f"fs.protect = [\"{path}\"] keeps it read-only (ADR 0013)")

@@ -1,0 +1,202 @@
+"""What the programs on the operator's PATH load, with the home writable (ADR 0013, session 8;
+`confine.path_prefixes`).
+
+The PATH directories inside a write root are read-only since session 7 (`test_path_dirs.py`);
+what the programs found there load from the same home was not: a pyenv version's `os.py`
+(reached through `~/.pyenv/shims`), an nvm node's `lib/node_modules`, a `.pth` in the user site
+beside `~/.local/bin`, a pipx tool's environment. Each probe runs the real `sandboy run` (the
+home a temporary directory, HOME and PATH set for the run) as root and as uid 65534, under the
+namespace tier and with it forced off, and judges from the host side: bytes unchanged, planted
+file absent. Twins: the command still writes ordinary files in that home; with
+`fs.protect_defaults = false` every one of the writes goes through (the protection is what
+refuses).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cagekit import SANDBOY, to_toml
+from sandboy.confine import path_prefixes
+from sandboy.confine.protections import protected_paths
+
+NOBODY = 65534
+OS_PY = ".pyenv/versions/3.11.7/lib/python3.11/os.py"
+INDEX_JS = ".nvm/versions/node/v20.11.0/lib/node_modules/x/index.js"
+EVIL_PTH = ".local/lib/python3.11/site-packages/evil.pth"
+PIPX_INIT = ".local/share/pipx/venvs/black/lib/python3.11/site-packages/black/__init__.py"
+ORIGINAL = {OS_PY: "# the standard library\n", INDEX_JS: "module.exports = 1\n",
+            PIPX_INIT: "# black\n"}
+
+
+def _home(home) -> str:
+    """A home with a pyenv root, an nvm node, `~/.local` and a pipx tool; returns the operator's PATH."""
+    for directory in (".pyenv/shims", ".pyenv/libexec", ".pyenv/versions/3.11.7/bin",
+                      ".nvm/versions/node/v20.11.0/bin", ".nvm/versions/node/v20.11.0/lib/node_modules/x",
+                      ".local/bin", ".local/lib/python3.11/site-packages", ".local/share/other",
+                      ".local/share/pipx/venvs/black/bin", ".local/share/pipx/venvs/black/lib/python3.11/"
+                      "site-packages/black", "proj"):
+        (home / directory).mkdir(parents=True, exist_ok=True)
+    for name, text in ORIGINAL.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    (home / ".pyenv/shims/python").write_text('#!/bin/sh\nexec "$HOME/.pyenv/libexec/pyenv" exec python "$@"\n')
+    (home / ".pyenv/versions/3.11.7/bin/python3.11").write_text("")
+    (home / ".local/share/pipx/venvs/black/pyvenv.cfg").write_text(f"home = {home}/.pyenv/versions/3.11.7/bin\n")
+    (home / ".local/share/pipx/venvs/black/bin/black").write_text("#!/usr/bin/python3\n")
+    os.symlink(f"{home}/.pyenv/versions/3.11.7/bin/python3.11", home / ".local/share/pipx/venvs/black/bin/python")
+    os.symlink("../share/pipx/venvs/black/bin/black", home / ".local/bin/black")
+    (home / "notes.txt").write_text("notes\n")
+    return f"{home}/.pyenv/shims:{home}/.nvm/versions/node/v20.11.0/bin:{home}/.local/bin:/usr/bin:/bin"
+
+
+ATTACK = ("echo 'import evil' >> $H/{os_py}; echo 'evil()' > $H/{index_js}; "
+          "echo 'import os; os.system(\"id\")' > $H/{evil_pth}; echo 'import evil' >> $H/{pipx}; "
+          "echo more >> $H/notes.txt; echo work > $H/proj/out.txt; echo data > $H/.local/share/other/data; "
+          "touch $H/new-at-the-top; echo DONE").format(os_py=OS_PY, index_js=INDEX_JS, evil_pth=EVIL_PTH,
+                                                       pipx=PIPX_INIT)
+
+
+def _run(home, base, user: str, tier: str, defaults: bool = True):
+    """`sandboy run` of ATTACK with the home granted, started from `~/proj` with the operator's PATH."""
+    operator_path = _home(home)
+    fs = {"read": ["/usr", "/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"], "write": [str(home)]}
+    if not defaults:
+        fs["protect_defaults"] = False
+    policy = base / "policy.toml"
+    policy.write_text(to_toml({"version": 1, "fs": fs,
+                               "env": {"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(home),
+                                                           "H": str(home)}}}))
+    os.chmod(policy, 0o644)
+    env = {"PATH": operator_path, "HOME": str(home), "SANDBOY_CACHE_DIR": str(base / "cache")}
+    if tier == "no-tier":
+        env["SANDBOY_NAMESPACES"] = "0"
+    argv = ["run", "--policy", str(policy), "--", "/bin/sh", "-c", ATTACK]
+    if user == "root":
+        argv = [SANDBOY, *argv]
+    else:
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
+        src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
+        env["PYTHONPATH"] = src
+        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+                "/usr/bin/python3", "-P", "-m", "sandboy", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=home / "proj", env=env, timeout=60)
+
+
+@pytest.fixture(params=["root", "nobody"])
+def base(request, tmp_path):
+    if request.param == "root":
+        yield "root", tmp_path
+        return
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from userkit import skip_unless_nobody_can_run, world_readable_tmp
+
+    skip_unless_nobody_can_run()
+    with world_readable_tmp("sandboy-prefixes-") as tmp:
+        yield "nobody", tmp
+
+
+def _tier_or_skip(tier):
+    from sandboy.confine import namespaces
+
+    if tier == "tier" and not namespaces.availability()[0]:
+        pytest.skip("namespace tier unavailable here")
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, tier):
+    """The home granted, PATH = pyenv's shims, an nvm node's bin, ~/.local/bin: the command's
+    writes to the pyenv version's `os.py`, the nvm node's `lib/node_modules/x/index.js`, a new
+    `evil.pth` in the user site and the pipx tool's package (its link in ~/.local/bin) are
+    refused — EROFS under the tier, EACCES from the Landlock split without it. Host side: the
+    bytes are unchanged and no `.pth` exists. Twins in the same run: an existing file of the home,
+    a new file in a directory of the home and in `~/.local/share` are written."""
+    user, where = base
+    _tier_or_skip(tier)
+    home = where / "home"
+    result = _run(home, where, user, tier)
+    assert "DONE" in result.stdout and result.returncode == 0, result
+    for name, text in ORIGINAL.items():
+        assert (home / name).read_text() == text, name
+    assert not (home / EVIL_PTH).exists()
+    refused = "Read-only file system" if tier == "tier" else "Permission denied"
+    assert result.stderr.count(refused) >= 4, result.stderr
+    assert f"fs: {home}/.pyenv is the version manager" in result.stderr and "fs.protect_defaults = false" in \
+        result.stderr, result.stderr
+    # the twins: ordinary work in that home
+    assert (home / "notes.txt").read_text() == "notes\nmore\n"
+    assert (home / "proj/out.txt").read_text() == "work\n"
+    assert (home / ".local/share/other/data").read_text() == "data\n"
+    # the cost without the tier, said in ADR 0013: the home takes no new entry at its top
+    # (a Landlock split of the home around the protected directories)
+    assert (home / "new-at-the-top").exists() == (tier == "tier")
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_opted_out_every_write_goes_through(base, tier):
+    """The mutation twin: the same run with `fs.protect_defaults = false` changes all four —
+    so the protection is what refused them above, not the file modes or the policy."""
+    user, where = base
+    _tier_or_skip(tier)
+    home = where / "home"
+    result = _run(home, where, user, tier, defaults=False)
+    assert "DONE" in result.stdout and result.returncode == 0, result
+    for name, text in ORIGINAL.items():
+        assert (home / name).read_text() != text, name
+    assert (home / EVIL_PTH).exists()
+    assert "version manager" not in result.stderr, result.stderr
+
+
+def test_which_paths_the_programs_on_path_load(tmp_path, monkeypatch):
+    """The rules, without a kernel: a shims directory and a `versions/` tree of a dot-directory
+    give the manager's root whole; `<P>/bin` gives P's code directories that exist (not
+    `share`); the user base's `lib` is made when missing; a pipx link gives its environment,
+    followed to the pyenv version its `bin/python` leads to (inside the pyenv root, taken
+    whole); a project's own `versions/bin` is no manager."""
+    home = tmp_path / "home"
+    operator_path = _home(home)
+    import shutil
+
+    shutil.rmtree(home / ".local/lib")
+    (home / "tools/versions/1/bin").mkdir(parents=True)  # not a dot-directory, no shims: a prefix
+    (home / "tools/versions/1/lib").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("PYTHONUSERBASE", raising=False)
+    monkeypatch.setenv("PATH", f"{operator_path}:{home}/tools/versions/1/bin")
+    notes: list = []
+    _defaults, _policy, install = protected_paths([str(home)], [], True, (str(home / "proj"), None), notes=notes)
+    mine = {path: kind for path, kind, _root in install if kind in path_prefixes.KINDS}
+    assert mine == {f"{home}/.pyenv": path_prefixes.MANAGER, f"{home}/.nvm": path_prefixes.MANAGER,
+                    f"{home}/.local/lib": path_prefixes.USER_BASE,
+                    f"{home}/.local/share/pipx/venvs/black/bin": path_prefixes.PREFIX,
+                    f"{home}/.local/share/pipx/venvs/black/lib": path_prefixes.PREFIX,
+                    f"{home}/.local/share/pipx/venvs/black/pyvenv.cfg": path_prefixes.PREFIX,
+                    f"{home}/tools/versions/1/lib": path_prefixes.PREFIX}, mine
+    assert (home / ".local/lib").is_dir(), "the user base's lib, missing at launch, is made"
+    assert notes == []
+    # opted out: nothing of it
+    assert protected_paths([str(home)], [], False, (str(home / "proj"), None))[2] == []
+    # a write root that holds no PATH directory: nothing of it (the usual run)
+    assert not [row for row in protected_paths([str(home / "proj")], [], True, (str(home / "proj"), None))[2]
+                if row[1] in path_prefixes.KINDS]
+
+
+def test_a_prefix_holding_the_working_directory_stays_writable_with_a_note(tmp_path, monkeypatch):
+    """Run from inside `~/.local/lib/mytool` (the operator works on it): that code directory is
+    project work — not protected, a note says so and how to protect it."""
+    home = tmp_path / "home"
+    (home / ".local/bin").mkdir(parents=True)
+    (home / ".local/lib/mytool").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", f"{home}/.local/bin:/usr/bin")
+    monkeypatch.delenv("PYTHONUSERBASE", raising=False)
+    notes: list = []
+    install = protected_paths([str(home)], [], True, (str(home / ".local/lib/mytool"), None), notes=notes)[2]
+    assert not [row for row in install if row[1] in path_prefixes.KINDS]
+    assert len(notes) == 1 and f"{home}/.local/lib" in notes[0] and "stays writable" in notes[0], notes
