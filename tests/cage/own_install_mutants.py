@@ -129,7 +129,7 @@ def main():
             ("an import path entry that is a write root left writable", own_install, "inside",
              _inside_skipping_a_row_equal_to_a_write_root),
             ("not added to the protected paths", protections, "protected_paths",
-             lambda write, explicit, defaults, work=(), managers=None:
+             lambda write, explicit, defaults, work=(), managers=None, notes=None:
              (*protected.resolve_protected(write, explicit, defaults, managers), [])),
         ]]
     outcome = run_mutants(mutants, judge, budget_seconds=float(ARGS.get("budget", 90)))

@@ -29,8 +29,10 @@ OS_PY = ".pyenv/versions/3.11.7/lib/python3.11/os.py"
 INDEX_JS = ".nvm/versions/node/v20.11.0/lib/node_modules/x/index.js"
 EVIL_PTH = ".local/lib/python3.11/site-packages/evil.pth"
 PIPX_INIT = ".local/share/pipx/venvs/black/lib/python3.11/site-packages/black/__init__.py"
+PYENV = ".pyenv/libexec/pyenv"  # what every shim execs
+NVM_SH = ".nvm/nvm.sh"  # what the operator's .bashrc sources
 ORIGINAL = {OS_PY: "# the standard library\n", INDEX_JS: "module.exports = 1\n",
-            PIPX_INIT: "# black\n"}
+            PIPX_INIT: "# black\n", PYENV: "#!/usr/bin/env bash\n", NVM_SH: "nvm() { :; }\n"}
 
 
 def _home(home) -> str:
@@ -56,9 +58,10 @@ def _home(home) -> str:
 
 ATTACK = ("echo 'import evil' >> $H/{os_py}; echo 'evil()' > $H/{index_js}; "
           "echo 'import os; os.system(\"id\")' > $H/{evil_pth}; echo 'import evil' >> $H/{pipx}; "
+          "echo evil >> $H/{pyenv}; echo evil >> $H/{nvm_sh}; "
           "echo more >> $H/notes.txt; echo work > $H/proj/out.txt; echo data > $H/.local/share/other/data; "
           "touch $H/new-at-the-top; echo DONE").format(os_py=OS_PY, index_js=INDEX_JS, evil_pth=EVIL_PTH,
-                                                       pipx=PIPX_INIT)
+                                                       pipx=PIPX_INIT, pyenv=PYENV, nvm_sh=NVM_SH)
 
 
 def _run(home, base, user: str, tier: str, defaults: bool = True):
@@ -112,8 +115,8 @@ def _tier_or_skip(tier):
 def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, tier):
     """The home granted, PATH = pyenv's shims, an nvm node's bin, ~/.local/bin: the command's
     writes to the pyenv version's `os.py`, the nvm node's `lib/node_modules/x/index.js`, a new
-    `evil.pth` in the user site and the pipx tool's package (its link in ~/.local/bin) are
-    refused — EROFS under the tier, EACCES from the Landlock split without it. Host side: the
+    `evil.pth` in the user site, the pipx tool's package (its link in ~/.local/bin), pyenv's own
+    script every shim execs and the `nvm.sh` a start-up file sources are refused — EROFS under the tier, EACCES from the Landlock split without it. Host side: the
     bytes are unchanged and no `.pth` exists. Twins in the same run: an existing file of the home,
     a new file in a directory of the home and in `~/.local/share` are written."""
     user, where = base
@@ -125,7 +128,7 @@ def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, 
         assert (home / name).read_text() == text, name
     assert not (home / EVIL_PTH).exists()
     refused = "Read-only file system" if tier == "tier" else "Permission denied"
-    assert result.stderr.count(refused) >= 4, result.stderr
+    assert result.stderr.count(refused) >= 6, result.stderr
     assert f"fs: {home}/.pyenv is the version manager" in result.stderr and "fs.protect_defaults = false" in \
         result.stderr, result.stderr
     # the twins: ordinary work in that home
@@ -140,7 +143,7 @@ def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, 
 @pytest.mark.needs_kernel
 @pytest.mark.parametrize("tier", ["tier", "no-tier"])
 def test_opted_out_every_write_goes_through(base, tier):
-    """The mutation twin: the same run with `fs.protect_defaults = false` changes all four —
+    """The mutation twin: the same run with `fs.protect_defaults = false` changes all six —
     so the protection is what refused them above, not the file modes or the policy."""
     user, where = base
     _tier_or_skip(tier)
@@ -200,3 +203,59 @@ def test_a_prefix_holding_the_working_directory_stays_writable_with_a_note(tmp_p
     install = protected_paths([str(home)], [], True, (str(home / ".local/lib/mytool"), None), notes=notes)[2]
     assert not [row for row in install if row[1] in path_prefixes.KINDS]
     assert len(notes) == 1 and f"{home}/.local/lib" in notes[0] and "stays writable" in notes[0], notes
+
+
+# --- every rule proven necessary (tests/cage/mutantkit.py) ------------------------------------
+
+
+def _attack_in_process(where) -> list:
+    """ATTACK through the API in this process (where a mutant's patches apply), in a fresh home
+    under `where`: the protected files the command changed (host side)."""
+    from sandboy import Policy, run
+
+    home = where / "home"
+    operator_path = _home(home)
+    os.environ["PATH"], os.environ["HOME"] = operator_path, str(home)
+    policy = {"version": 1, "fs": {"read": ["/usr", "/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"],
+                                   "write": [str(home)]},
+              "env": {"pass": [], "set": {"PATH": "/usr/bin:/bin", "HOME": str(home), "H": str(home)}}}
+    with open(os.devnull, "wb") as null:
+        result = run(["/bin/sh", "-c", ATTACK], Policy.from_mapping(policy, "<test>"), cwd=str(home / "proj"),
+                     stdout=null.fileno(), stderr=null.fileno(), timeout=60)
+    assert result.returncode == 0, result
+    changed = [name for name, text in ORIGINAL.items() if (home / name).read_text() != text]
+    return changed + ([EVIL_PTH] if (home / EVIL_PTH).exists() else [])
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_every_rule_has_a_write_that_succeeds_without_it(tmp_path, monkeypatch, tier):
+    """Each rule of `path_prefixes` taken out in turn (monkeypatch, this process): the probe's
+    attack run through the API must change a protected file for each — the version managers'
+    roots (pyenv's script the shims exec, `nvm.sh`), a prefix's code directories (the pipx
+    package), the links followed (the pipx environment is reached only through one), the wiring
+    into the protected paths (all of it)."""
+    import itertools
+
+    from mutantkit import mutant, report, run_mutants
+
+    _tier_or_skip(tier)
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the test: the attack sets both
+    monkeypatch.setenv("HOME", os.environ.get("HOME", "/"))
+    homes = itertools.count()
+
+    def judge(one):
+        changed = _attack_in_process(tmp_path / f"h{next(homes)}")
+        return f"the attack changed {changed}" if changed else None
+
+    mutants = [
+        mutant("a version manager's root", path_prefixes, "_manager_root", lambda real, root, home: None),
+        mutant("a prefix's code directories", path_prefixes, "CODE_DIRS", ()),
+        mutant("links followed into other prefixes", path_prefixes, "_linked", lambda bin_dir, roots: []),
+        mutant("not added to the protected paths", path_prefixes, "inside", lambda *args, **kwargs: []),
+    ]
+    # (intact, before and after: `judge(None)` — the intact code lets no write through)
+    report(run_mutants(mutants, judge, budget_seconds=120), "path prefix mutants")

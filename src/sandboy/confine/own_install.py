@@ -177,7 +177,7 @@ def inside(write_roots) -> list:
     return present(candidates(write_roots))
 
 
-def candidates(write_roots, resolved=None, all_ours=ALL_OURS) -> tuple:
+def candidates(write_roots, resolved=None, all_ours=None) -> tuple:
     """The rows `inside` may answer for `write_roots`, before any file system lookup but the write
     roots' realpaths: ((path, kind, [(realpath, kind, write root)]), ...), one per installation
     path a write root holds by the string comparisons alone. Nothing here changes while the
@@ -190,6 +190,7 @@ def candidates(write_roots, resolved=None, all_ours=ALL_OURS) -> tuple:
     programs on the operator's PATH load (`confine.path_prefixes`, ADR 0013 session 8) are
     answered by the same rules as Sandboy's own."""
     roots = [os.path.realpath(r) for r in write_roots]
+    all_ours = ALL_OURS if all_ours is None else all_ours  # (read at call time: the mutation check sets it)
     found = []
     for path, kind, real, links in (_resolved() if resolved is None else resolved):
         # (a row EQUAL to a write root — `fs.write = ["{repo}/src"]` for an editable install, a
@@ -208,9 +209,10 @@ def candidates(write_roots, resolved=None, all_ours=ALL_OURS) -> tuple:
     return tuple(found)
 
 
-def present(candidates, made_if_missing=MADE_IF_MISSING) -> list:
+def present(candidates, made_if_missing=None) -> list:
     """`inside`'s answer from its `candidates`: the rows whose installation path exists now (or
     was made: the kinds in `made_if_missing`), nested ones folded into the outermost."""
+    made_if_missing = MADE_IF_MISSING if made_if_missing is None else made_if_missing
     found: list = []
     for path, kind, here in candidates:
         if os.path.lexists(path) or (kind in made_if_missing and _made(path)):
