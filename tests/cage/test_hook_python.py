@@ -356,3 +356,119 @@ def test_a_plugin_registered_for_a_requirement_of_pre_commit_is_judged(tmp_path,
     assert moved and not failed, (moved, failed)
     pre_commit_makes_an_environment()
     assert not pwned.exists(), "virtualenv loaded the plugin after the quarantine"
+
+
+# --- the METADATA headers: what the closure follows (session 8, readfold) ----------------------
+
+
+def _long_description(site, dist_prefix, size):
+    """pre_commit's METADATA (or another's) grown to `size` bytes by a long description after its
+    header block, as a package with a huge README has: the headers themselves unchanged."""
+    # pre-commit's other requirements (dev-tools.pth) reached through links in a directory that
+    # holds no second pre_commit nor cfgv: the closure knows of cfgv only from this METADATA
+    devlib = os.path.join(os.path.dirname(site), "devlib")
+    os.mkdir(devlib)
+    for name in os.listdir(PURELIB):
+        if not name.startswith(("pre_commit", "cfgv")):
+            os.symlink(os.path.join(PURELIB, name), os.path.join(devlib, name))
+    with open(os.path.join(site, "dev-tools.pth"), "w") as fh:
+        fh.write(devlib + "\n")
+    (metadata,) = glob.glob(os.path.join(site, f"{dist_prefix}-*.dist-info", "METADATA"))
+    with open(metadata, "rb") as fh:
+        data = fh.read()
+    head, _, body = data.partition(b"\n\n")
+    with open(metadata, "wb") as fh:
+        fh.write(head + b"\n\n" + body + b"\n" + b"A long README line, repeated.\n" * (size // 30))
+    return metadata
+
+
+@needs_tools
+def test_a_huge_metadata_does_not_hide_a_requirement_of_pre_commit(tmp_path, env):
+    """The attacker's side: pre_commit's METADATA is over 1 MiB (a long description after its
+    headers) and unchanged during the run; the command edits `cfgv.py`, a requirement named in
+    those headers. The check read METADATA whole, up to 1 MiB, so a larger one gave no headers,
+    cfgv was not in the closure, and the operator's next commit ran the command's code. Now the
+    headers are read up to their end only: cfgv is followed and its change found."""
+    pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    metadata = _long_description(site, "pre_commit", 3 << 20)
+    assert os.path.getsize(metadata) > 2 * hook_python.PTH_READ_LIMIT
+    snap = snapshot(repo, env)
+    with open(os.path.join(site, "cfgv.py"), "a") as fh:
+        fh.write("\n" + PLANT.format(pwned=pwned) + "\n")
+    findings = snap.verify()
+    operators_commit(repo, env, "attack")
+    assert pwned.exists(), "the attack is not real: the operator's commit did not run cfgv.py"
+    pwned.unlink()
+    assert os.path.join(site, "cfgv.py") in [f.path for f in findings], findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    operators_commit(repo, env, "after")
+    assert not pwned.exists(), "the operator's commit ran cfgv.py after the quarantine"
+
+
+@needs_tools
+def test_a_huge_metadata_left_alone_and_pip_install_are_not_flagged(tmp_path, env):
+    """The twin: the same 3 MiB METADATA, unchanged, and the real pip installing a plain wheel
+    into that `.venv` during the run: nothing flagged, the operator's own hook still runs."""
+    own = tmp_path / "OWN-HOOK"
+    repo, site = python_repo(tmp_path, env, own)
+    _long_description(site, "pre_commit", 3 << 20)
+    (tmp_path / "wheels").mkdir()
+    snap = snapshot(repo, env)
+    assert pip_install(repo / ".venv/bin/python", make_wheel(tmp_path / "wheels", "demo")).returncode == 0
+    assert snap.verify() == []
+    assert operators_commit(repo, env, "after").returncode == 0 and own.exists()
+
+
+def test_the_headers_end_at_the_first_empty_line_only(tmp_path):
+    """A header's continuation line holding only blanks (setuptools writes `License:` with the
+    licence's text so, blank lines indented: Sandboy's own METADATA) does not end the headers —
+    the email parser importlib.metadata uses reads on to the first EMPTY line; stopping there
+    left every `Requires-Dist` after it unfollowed. Line ends as written (CRLF too)."""
+    path = tmp_path / "METADATA"
+    path.write_bytes(b"Metadata-Version: 2.4\r\nName: x\nLicense: MIT\n        \n        text\n"
+                     b"Requires-Dist: cfgv\n\nRequires-Dist: not-a-header\n")
+    assert hook_python._headers(str(path))[-1] == "Requires-Dist: cfgv"
+    path.write_bytes(b"Name: x\r\nRequires-Dist: cfgv\r\n\r\nbody\n")
+    assert hook_python._headers(str(path)) == ["Name: x", "Requires-Dist: cfgv"]
+    path.write_bytes(b"Name: x\nRequires-Dist: cfgv\n")  # headers alone, no body
+    assert hook_python._headers(str(path)) == ["Name: x", "Requires-Dist: cfgv"]
+    assert hook_python._headers(str(tmp_path / "missing")) == []  # a .dist-info without one: nothing required
+
+
+@needs_tools
+@pytest.mark.parametrize("absurd", ["a header block over the bound", "a FIFO", "a RECORD over the bound",
+                                    "more distributions than the bound"])
+def test_an_absurd_header_block_in_the_closure_fails_closed(tmp_path, env, monkeypatch, absurd):
+    """Where the headers cannot be read to their end — a header block larger than
+    HEADER_READ_LIMIT (no empty line within it; real ones are under 10 KiB here), a METADATA that
+    is no regular file — what that distribution requires is not known: the check fails closed
+    (a finding without a path, naming the file), rather than leave its requirements unjudged.
+    So for a RECORD it cannot read (what the distribution installed), and for a closure larger
+    than MAX_DISTRIBUTIONS (the walk stopped there, silently, before)."""
+    repo, site = python_repo(tmp_path, env, tmp_path / "OWN-HOOK")
+    (metadata,) = glob.glob(os.path.join(site, "cfgv-*.dist-info", "METADATA"))
+    if absurd == "more distributions than the bound":
+        monkeypatch.setattr(hook_python, "MAX_DISTRIBUTIONS", 1)
+        findings = snapshot(repo, env).verify()
+        assert [f.path for f in findings] == [None] and "more than 1 distributions" in findings[0].why, findings
+        return
+    if absurd == "a RECORD over the bound":
+        metadata = os.path.join(os.path.dirname(metadata), "RECORD")
+        with open(metadata, "a") as fh:
+            fh.write("cfgv_padding.py,,\n" * (hook_python.PTH_READ_LIMIT // 16))
+        findings = snapshot(repo, env).verify()
+        assert [f.path for f in findings] == [None], findings
+        assert metadata in findings[0].why and "not checked to the end" in findings[0].why, findings[0].why
+        return
+    os.unlink(metadata)
+    if absurd == "a FIFO":
+        os.mkfifo(metadata)
+    else:
+        with open(metadata, "wb") as fh:
+            fh.write(b"Name: cfgv\n" + b"X-Padding: " + b"x" * hook_python.HEADER_READ_LIMIT + b"\n\nbody\n")
+    snap = snapshot(repo, env)
+    findings = snap.verify()
+    assert [f.path for f in findings] == [None], findings
+    assert metadata in findings[0].why and "not checked to the end" in findings[0].why, findings[0].why

@@ -30,6 +30,11 @@ directory than at launch):
   after the run — has its directory judged entry by entry);
 - an `entry_points.txt` registering a plugin for one of those (`[virtualenv.activate]`: virtualenv
   imports every such plugin when pre-commit makes a hook's environment).
+What the closure follows is read with care (session 8): a METADATA's headers up to their first
+empty line only (the long description after it can be megabytes), a RECORD whole; where either
+cannot be read — no regular file, a header block over HEADER_READ_LIMIT, a RECORD over
+PTH_READ_LIMIT — or the closure exceeds MAX_DISTRIBUTIONS, the run fails closed (a finding
+without a path), as beyond ENTRY_BUDGET.
 Not judged: what pre-commit imports beyond its declared requirements, the standard library
 (outside the environment), the interpreter's shared libraries.
 
@@ -40,6 +45,7 @@ import os
 import stat
 
 PTH_READ_LIMIT = 1 << 20       # bytes of one .pth file read (site.py reads any size; fail closed beyond)
+HEADER_READ_LIMIT = 256 << 10  # bytes of a METADATA's header block (under 10 KiB measured here; fail closed beyond)
 ENTRY_BUDGET = 50_000          # files looked at per environment; beyond it the run fails closed
 MAX_DISTRIBUTIONS = 200        # pre_commit's requirement closure (about 10 in practice)
 CUSTOMIZE = ("sitecustomize", "usercustomize")
@@ -103,23 +109,16 @@ def identities(python: str) -> tuple:
     return (_identity(env), *((site, _identity(site)) for site in site_dirs(python)))
 
 
-def _read_pth(path: str):
-    """The lines of a `.pth` file (regular files only, never blocking), or None."""
+def _read_lines(path: str, limit: int = PTH_READ_LIMIT):
+    """The lines of a `.pth` file (or RECORD, entry_points.txt): a regular file only, never
+    blocking, symlinks followed as site.py does; None when it is anything else or over `limit`."""
+    from sandboy.regular_files import read_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        data = read_regular(path, limit, follow_link=True)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, PTH_READ_LIMIT + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > PTH_READ_LIMIT:
-        return None
-    return data.decode("utf-8", "replace").splitlines()
+    return None if data is None else data.decode("utf-8", "replace").splitlines()
 
 
 def _executable(line: str) -> bool:
@@ -182,43 +181,77 @@ def _distributions(sites) -> dict:
     return found
 
 
-def _headers(path: str) -> list:
-    """The header lines of a METADATA file: up to its first blank line (the long description
-    after it can be hundreds of kilobytes)."""
-    lines = []
-    for line in _read_pth(path) or ():  # (the same bounded, non-blocking read as a .pth)
-        if not line.strip():
-            break
-        lines.append(line)
-    return lines
+def _headers(path: str):
+    """The header lines of a METADATA file, up to the first EMPTY line: the long description
+    after it can be megabytes (a whole METADATA read against a bound gave no headers at all for
+    one over it: its requirements went unjudged). Empty, not blank: a continuation line holding
+    only blanks (setuptools' `License:` with the licence's text) belongs to the headers, as for
+    the email parser importlib.metadata reads them with. [] when there is no METADATA; None when
+    the headers cannot be known — not a regular file, unreadable, or no empty line within
+    HEADER_READ_LIMIT bytes (the caller fails closed)."""
+    from sandboy.regular_files import read_regular
+
+    try:
+        data = read_regular(path, HEADER_READ_LIMIT, follow_link=True, head=True)
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    lines = data.split(b"\n")
+    complete = len(data) < HEADER_READ_LIMIT
+    if not complete:
+        lines.pop()  # cut at the bound: the last piece is no whole line
+    for at, line in enumerate(lines):
+        if line in (b"", b"\r"):
+            return [raw.rstrip(b"\r").decode("utf-8", "replace") for raw in lines[:at]]
+    if complete:  # headers alone, read to the end of the file
+        return [raw.rstrip(b"\r").decode("utf-8", "replace") for raw in lines]
+    return None
 
 
-def _closure(dists: dict, start: str) -> list:
-    """The `.dist-info` directories of `start` and of every distribution it requires (not for an
-    extra), transitively — what `-mpre_commit` may import. Markers are not evaluated: a
-    requirement for another platform or Python is judged too (fails closed)."""
+def _closure(dists: dict, start: str) -> tuple:
+    """(the `.dist-info` directories of `start` and of every distribution it requires (not for
+    an extra), transitively — what `-mpre_commit` may import; what stopped the walk: a METADATA
+    whose headers cannot be known, more than MAX_DISTRIBUTIONS — the caller fails closed).
+    Markers are not evaluated: a requirement for another platform or Python is judged too
+    (fails closed)."""
     import re
 
-    pending, seen, out = [_normal(start)], set(), []
-    while pending and len(out) < MAX_DISTRIBUTIONS:
+    pending, seen, out, unknown = [_normal(start)], set(), [], []
+    while pending:
         name = pending.pop()
         if name in seen or name not in dists:
             continue
+        if len(out) >= MAX_DISTRIBUTIONS:
+            unknown.append(f"more than {MAX_DISTRIBUTIONS} distributions in pre-commit's requirements")
+            break
         seen.add(name)
         out += dists[name]
         for dist_info in dists[name]:
-            for line in _headers(os.path.join(dist_info, "METADATA")):
+            metadata = os.path.join(dist_info, "METADATA")
+            headers = _headers(metadata)
+            if headers is None:
+                unknown.append(f"{metadata}: no regular file with a header block within "
+                               f"{HEADER_READ_LIMIT >> 10} KiB, so what it requires is not known")
+                continue
+            for line in headers:
                 match = re.match(_REQUIREMENT, line)
                 if match and "extra" not in (match.group(3) or ""):
                     pending.append(_normal(match.group(1)))
-    return out
+    return out, unknown
 
 
-def _top_level(dist_info: str) -> set:
+def _top_level(dist_info: str):
     """The top-level names a distribution installed (first components of its RECORD, beside its
-    `.dist-info`; not `..`: console scripts in bin/ are not what `-mpre_commit` runs)."""
+    `.dist-info`; not `..`: console scripts in bin/ are not what `-mpre_commit` runs); None
+    where a RECORD is there but cannot be read (not a regular file, over PTH_READ_LIMIT: the
+    caller fails closed — its files are not known)."""
+    record = os.path.join(dist_info, "RECORD")
+    lines = _read_lines(record)
+    if lines is None and os.path.lexists(record):
+        return None
     names = set()
-    for line in _read_pth(os.path.join(dist_info, "RECORD")) or ():
+    for line in lines or ():
         first = line.split(",", 1)[0].split("/", 1)[0]
         if first and first not in ("..", "__pycache__") and not first.endswith((".dist-info", ".data")):
             names.add(first.split(".", 1)[0])  # `cfgv.py`, `_yaml.cpython-311-....so`, `pre_commit`
@@ -293,7 +326,7 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
                 if name.split(".", 1)[0] in CUSTOMIZE:
                     j.tree(path, why)
                 continue
-            lines = _read_pth(path)
+            lines = _read_lines(path)
             changed = full or new(path) is not None
             if lines is None:
                 if changed and writable(path):
@@ -334,12 +367,20 @@ def judge(python: str, launch, new, writable, reaches, full: bool = False) -> li
     dists = _distributions([*sites, *extra])
     tops = {(site, PACKAGE) for site in sites}  # what `-mpre_commit` runs, whatever a RECORD says
     whole = []  # directories judged entry by entry: the closure's metadata there changed
-    closure = _closure(dists, PACKAGE)
+    closure, unknown = _closure(dists, PACKAGE)
+    for reason in unknown:  # (fails closed, like the entry budget: a finding without a path)
+        j.add(None, f"{reason}: the start-up code of {python}, the interpreter pre-commit's hook runs, "
+              "not checked to the end")
     _plugins(j, sites, {_distribution_name(d) for d in closure}, new, writable, why)
     for dist_info in closure:
         base = os.path.dirname(dist_info)
         if reaches(base):  # (its RECORD read only where the command could write)
-            tops |= {(base, name) for name in _top_level(dist_info)}
+            names = _top_level(dist_info)
+            if names is None:
+                j.add(None, f"{dist_info}/RECORD: no regular file within {PTH_READ_LIMIT >> 20} MiB, so what it "
+                      f"installed is not known: the start-up code of {python}, the interpreter pre-commit's "
+                      "hook runs, not checked to the end")
+            tops |= {(base, name) for name in names or ()}
             # METADATA and RECORD decide what is judged here: read after the run, so a change to
             # them (requirements dropped, RECORD emptied) is a finding, and their directory is
             # then judged whole — the files they named before are not known any more
@@ -382,7 +423,7 @@ def _plugins(j, sites, closure_names, new, writable, why) -> None:
             path = os.path.join(dist_info, "entry_points.txt")
             if not (j.full or new(path) is not None or new(dist_info) is not None) or not writable(path):
                 continue
-            groups = [line.strip()[1:-1] for line in _read_pth(path) or () if line.strip().startswith("[")]
+            groups = [line.strip()[1:-1] for line in _read_lines(path) or () if line.strip().startswith("[")]
             if any(_normal(group.split(".", 1)[0]) in closure_names for group in groups):
                 j.add(path, f"an entry point plugin for a distribution pre-commit requires ({why})")
 
