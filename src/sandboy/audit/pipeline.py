@@ -485,6 +485,9 @@ def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: P
 BUDGET_NOTICES = 20  # tools named one by one in the budget run's notifications; all are in its properties
 
 
+BUDGET_RUN_ID = "sandboy-audit/budget/"  # never a tool's: theirs are `sandboy/<tool>/`
+
+
 def budget_run(reports: list[ToolReport], budget) -> dict[str, Any] | None:
     """A SARIF log of one run, tool "sandboy audit", saying what the time budget ended and what it
     left unstarted (None when it did neither): a failed or unstarted tool has no run of its own, so
@@ -509,7 +512,11 @@ def budget_run(reports: list[ToolReport], budget) -> dict[str, Any] | None:
                                        "not_run": [r.tool for r in unstarted]}},
         }],
         "results": [],
-        "automationDetails": {"id": "sandboy/budget/"},
+        # Not `sandboy/…`: that is the tools' namespace (`sandboy/<tool>/`, set for every tool's
+        # runs), and a repository's tool named `budget` whose SARIF calls its driver "sandboy
+        # audit" had this run's tool and category, so the merge folded this run into the
+        # repository's (session 8 review; tests/audit/test_budget_run_identity.py).
+        "automationDetails": {"id": BUDGET_RUN_ID},
     }
     return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION, "runs": [run]}
 
