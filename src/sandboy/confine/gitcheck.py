@@ -686,12 +686,44 @@ class GitDirs:
 class LaunchRecord:
     """Carries `GitDirs` from one run's check to the next run's launch, for runs that follow each
     other with nothing but Sandboy in between (a gate's steps: `GateRun`). `take` empties it, so
-    a run whose check does not end (stopped, abandoned) leaves the next one to walk again."""
+    a run whose check does not end (stopped, abandoned) leaves the next one to walk again.
 
-    __slots__ = ("dirs",)
+    It also keeps each cage's `Scope` (`scope_for`) where no run can change what the Scope
+    resolved: `reach` (set by the gate) holds every directory a run of the gate may write in."""
 
-    def __init__(self):
+    __slots__ = ("dirs", "reach", "_scopes")
+
+    def __init__(self, reach=None):
         self.dirs = None
+        self.reach = reach  # realpaths (and as written) of every write root of the runs, or None
+        import weakref  # (the gate's: not on `sandboy run`'s path)
+
+        # cage -> its Scope, kept only where no run can change it; a cage closed after its step
+        # (one that could not be shared) takes its entry with it
+        self._scopes = weakref.WeakKeyDictionary()
+
+    def scope_for(self, cage):
+        """The check's Scope for a run of `cage` (None: no check), made once per cage where no run
+        can change any lookup it made — each write root, the run's `{tmp}` and the operator's
+        global configs resolve through no directory inside `reach` or the cage's own write roots
+        (`resolve.lookup_changeable`; the built-in ceiling's `{repo}` is an entry of the directory
+        above the repository) — else made again for every run, as before (session 8: ≈ 0.3 ms a
+        step). Under the namespace tier only: without it the Scope also holds the operator's PATH
+        directories, which have their own per-look check (path_dirs). A cage the gate rebuilt (its
+        reuse fingerprint saw a change) is another cage, with a Scope of its own."""
+        scope = self._scopes.get(cage)
+        if scope is not None:
+            return scope
+        scope = _cage_scope(cage)
+        if scope is not None and self.reach is not None and cage.tier is not None:
+            from sandboy.policy.resolve import lookup_changeable
+
+            write = cage.compiled["landlock.fs"].outputs["protected_args"][0]
+            reach = (*self.reach, *scope.writable)
+            if not any(lookup_changeable(path, reach) for path in (*write, *scope.exclude,
+                                                                   *global_configs(scope.home))):
+                self._scopes[cage] = scope
+        return scope
 
     def take(self):
         dirs, self.dirs = self.dirs, None
@@ -1008,7 +1040,7 @@ class GitCheck:
         `LaunchRecord` the caller keeps across runs that follow each other with nothing else
         writing their roots in between (a gate's steps): this run's launch walk is then the
         previous check's (session 6: only the first step walks before it starts)."""
-        scope = _cage_scope(cage)
+        scope = record.scope_for(cage) if record is not None else _cage_scope(cage)
         return cls(cage, scope, record) if scope else None
 
     def start(self, run) -> tuple:

@@ -357,7 +357,7 @@ class GateRun:
         # where the git directories are, from one step's post-run check to the next step's
         # launch: nothing but the gate runs between two steps, so only the first walks before
         # it starts (ADR 0019, session 6)
-        self.git_record = LaunchRecord()
+        self.git_record = LaunchRecord(reach=self.links.roots)  # every step writes only inside these
         self._null = None  # /dev/null, open while run() runs
         if log_dir is not None:
             taken: set = set()

@@ -53,6 +53,40 @@ def is_within_any(path: str, roots) -> bool:
     return any(is_within(path, root) for root in roots)
 
 
+def lookup_changeable(path: str, roots, max_links: int = 40) -> bool:
+    """Could a process that writes only inside `roots` (realpaths or normalized paths) change
+    what `path` resolves to? True when the lookup of `path` — symlinks followed, as the kernel
+    follows them — reads an entry of a directory inside one of `roots`: only there can a process
+    writing inside `roots` make, remove, rename or replace a name (a root itself is an entry of
+    its parent, outside it). A lookup that reads no such directory resolves the same for as long
+    as nothing else writes: the gate's steps, between which only the gate runs."""
+    pending = [part for part in path.split("/") if part not in ("", ".")][::-1]
+    current, links = "/", 0
+    while pending:
+        part = pending.pop()
+        if part == "..":
+            current = os.path.dirname(current)  # its entry in a directory not inside `roots`
+            continue
+        if is_within_any(current, roots):
+            return True
+        candidate = os.path.join(current, part)
+        try:
+            mode = os.lstat(candidate).st_mode
+        except OSError:
+            return False  # missing in a directory no such process can write: stays missing
+        if (mode & 0o170000) != 0o120000:  # not a symlink
+            current = candidate
+            continue
+        links += 1
+        if links > max_links:
+            return True  # (ELOOP for the kernel; not worth a proof)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            current = "/"
+        pending.extend(part for part in target.split("/")[::-1] if part not in ("", "."))
+    return False
+
+
 class PathSet:
     """Roots that many paths are tested against: `covers(path)` answers `is_within_any(path,
     roots)` by looking its parent directories up in a set, not by comparing it with every root —
