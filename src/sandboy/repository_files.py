@@ -11,7 +11,8 @@ chosen that way was named in the SARIF), `.007 -> /root/x` read `/root/x/adapter
 lstats, stats or opens a path outside the repository: a link whose target leaves it (absolute,
 or through `..`) is refused whether or not the target exists, so the refusal tells nothing.
 Links that stay inside work as before. `read_inside` is the one read of such a file: a regular
-file only (a FIFO would hang the reader), opened without following a last symlink, bounded.
+file only (a FIFO would hang the reader), opened without following a last symlink, bounded
+(`regular_files.read_regular`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import stat
 
 from sandboy.errors import PolicyError
-from sandboy.policy.load import read_fd_bounded
+from sandboy.regular_files import NotRegularFile, read_regular
 
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup (ELOOP)
 
@@ -94,17 +95,13 @@ def read_resolved(path: str, name: str, limit: int, source: str = "", key: str =
     path first: the gate keys its policy files by it)."""
     where = source or path
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        data = read_regular(path, limit)  # the last component not followed (resolve_inside did)
     except FileNotFoundError:
         return None
+    except NotRegularFile:
+        raise PolicyError(where, key, f"{name!r} is not a regular file") from None
     except OSError as exc:
         raise PolicyError(where, key, f"{name!r}: cannot read: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PolicyError(where, key, f"{name!r} is not a regular file")
-        data = read_fd_bounded(fd, limit)
-    finally:
-        os.close(fd)
     if data is None:
         raise PolicyError(where, key, f"{name!r}: file is larger than {limit} bytes")
     return path, data

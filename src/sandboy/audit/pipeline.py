@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -130,16 +129,12 @@ def program_dirs(program: str) -> list[str]:
     environment (entry points like semgrep exec binaries shipped in site-packages)."""
     real = os.path.realpath(program)
     dirs = [os.path.dirname(program), os.path.dirname(real)]
-    first = b""
+    from sandboy.regular_files import read_regular
+
     try:  # a regular file only, without blocking (a FIFO on PATH must not hang the run)
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                first = os.read(fd, 512).split(b"\n", 1)[0]
-        finally:
-            os.close(fd)
+        first = read_regular(real, 512, follow_link=True, head=True).split(b"\n", 1)[0]
     except OSError:
-        pass
+        first = b""
     if first.startswith(b"#!"):
         interpreter = first[2:].strip().split(b" ")[0].decode("utf-8", "replace")
         env = os.path.dirname(os.path.dirname(interpreter))
