@@ -334,15 +334,17 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False) -> 
             continue
         if everything_writable or kind not in (S_IFREG, S_IFIFO) or (kind == S_IFREG and st.st_nlink == 0):
             continue  # a socket (no mount), a tty (relayed by a supervisor), nothing to protect
-        path = _readlink_fd(fd)
-        if kind == S_IFIFO and not path.startswith("/"):
-            continue  # an anonymous pipe ("pipe:[N]"): no file system of anyone's
         # fcntl(F_GETFL) as a raw call: the `fcntl` module is a shared object to load (≈ 0.19 ms)
         status = _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL)
         access = status & O_ACCMODE
-        if access == O_RDONLY or (target == 0 and access == O_RDWR):
+        reading = access == O_RDONLY or (target == 0 and access == O_RDWR)
+        # the path: to reopen a file read, and to tell a named FIFO from a pipe ("pipe:[N]")
+        path = _readlink_fd(fd) if reading or kind == S_IFIFO else ""
+        if kind == S_IFIFO and not path.startswith("/"):
+            continue  # an anonymous pipe: no file system of anyone's
+        if reading:
             slot = HANDOFF_SLOTS[target]
-            handoff.init_steps += _reopen_steps(target, path, st, status, slot)
+            handoff.init_steps += _reopen_steps(target, path, st, status, slot, refuse=pipes)
             handoff.command_steps += [
                 (f"put the reopened file on fd {target}", (_libc.SYS_DUP2, 0, (slot,), target)),
                 (f"close the spare of fd {target}", (SYS_CLOSE, 0, (slot,))),
@@ -366,11 +368,15 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False) -> 
     return handoff
 
 
-def _reopen_steps(target: int, path: str, st, status: int, slot: int) -> list:
+def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bool = True) -> list:
     """The init-to-be's steps that open the file handed in on fd `target` (found at `path`,
     what /proc/self/fd says) again, read-only, on the cage's tree and put the caller's offset
-    on it. CageError where its path no longer leads to it."""
-    path = _path_to(path, st)
+    on it. CageError where its path no longer leads to it (`refuse=False`, for a plan's labels
+    after the run: the steps as they were, whatever the path says now)."""
+    found = _path_to(path, st)
+    if found is None and not refuse:
+        found = path
+    path = found
     if path is None:
         raise CageError(f"fd {target} is a file the cage cannot reopen on its read-only tree (its path no "
                         f"longer leads to it, or it is under /proc): its metadata could be changed through "
