@@ -457,3 +457,48 @@ def test_every_handoff_step_and_init_kind_has_a_check_that_fails_without_it(tmp_
         if not _battery(work):
             survivors.append(name)
     assert survivors == []
+
+
+def test_as_an_ordinary_user_their_key_and_log_take_no_metadata_change():
+    """uid 65534 (unprivileged user namespace): `sandboy run ... < key > log 2>&1` with the
+    user's own 0600 key and log outside every grant; fchmod/futimens through fd 0 and 1 leave
+    both as they were (host side), and the command's output is in the log."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import userkit
+
+    import sandboy as package
+
+    userkit.skip_unless_nobody_can_run()
+    src = os.path.dirname(os.path.dirname(os.path.abspath(package.__file__)))
+    nobody = 65534
+    with userkit.world_readable_tmp("sandboy-stdio-") as base:
+        key, log = base / "key", base / "log"
+        key.write_text("private\n")
+        log.write_text("")
+        (base / "policy.toml").write_text(to_toml(POLICY))
+        for path in (key, log):
+            os.chmod(path, 0o600)
+        shutil.chown(key, nobody, nobody)
+        shutil.chown(log, nobody, nobody)
+        before = [host_state(key), host_state(log)[:4]]
+        code = ("import os, sys\n"
+                "for fd in (0, 1):\n"
+                "    for call in (lambda: os.fchmod(fd, 0o666), lambda: os.utime(fd, (1, 1))):\n"
+                "        try: call()\n"
+                "        except OSError as exc: print(fd, exc.strerror, file=sys.stderr)\n"
+                "print(sys.stdin.read().strip())\n")
+        script = (f"/usr/bin/python3 -m sandboy run --policy policy.toml -- {PY} -c \"$CODE\" < key > log 2>&1; "
+                  "echo rc=$?")
+        proc = subprocess.run(["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+                               "--inh-caps=-all", "/bin/sh", "-c", script], capture_output=True, text=True,
+                              timeout=120, cwd=str(base),
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base), "CODE": code,
+                                   "SANDBOY_CACHE_DIR": str(base / "cache")})
+        assert proc.stdout == "rc=0\n", (proc, log.read_text())
+        assert [host_state(key), host_state(log)[:4]] == before, log.read_text()
+        assert os.stat(log).st_mtime_ns != 1_000_000_000
+        assert log.read_text().splitlines()[-1] == "private", log.read_text()
+        assert "0 Read-only file system" in log.read_text()
