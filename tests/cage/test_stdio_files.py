@@ -146,6 +146,31 @@ def test_stdin_and_stdout_on_the_same_file_opened_read_write(sb, tmp_path):
     assert "fd fchmod EROFS" in done.stderr.decode()
 
 
+def test_a_directory_on_stdin_takes_no_metadata_change(tmp_path):
+    """A directory handed in on fd 0 (through the API: `sandboy run` itself, a Python program,
+    does not start with a directory on its stdin): reopened like a file (O_DIRECTORY); the
+    listing through fd 0 still works (twin)."""
+    import sandboy
+
+    secret = victim(tmp_path)
+    before = host_state(secret.parent)
+    out = tmp_path / "out"
+    # (Python will not start with a directory on fd 0 either: the shell moves it to fd 3 first)
+    code = PROBE + "print(os.listdir(fd))"
+    fd = os.open(secret.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with open(out, "wb") as stdout:
+            result = sandboy.run(["/bin/sh", "-c", f'exec 3<&0 </dev/null; exec {PY} -c "$0" 3 1', code],
+                                 sandboy.Policy.from_mapping(POLICY), stdin=fd, stdout=stdout.fileno())
+    finally:
+        os.close(fd)
+    lines = out.read_text().splitlines()
+    assert result.returncode == 0, (result, lines)
+    assert lines[-1] == "['secret']", lines
+    assert all(line.endswith("EROFS") for line in lines[1:-1]), lines
+    assert host_state(secret.parent) == before
+
+
 def test_the_attack_is_real_without_the_tier(sb, tmp_path):
     """Without the tier (SANDBOY_NAMESPACES=0: the same file is still on the caller's mount;
     `degraded` says metadata outside the write roots is no longer prevented) fchmod through
@@ -179,10 +204,10 @@ def test_a_path_swapped_before_the_reopen_fails_the_run(tmp_path, monkeypatch):
 def test_a_file_that_cannot_be_reopened_is_refused_with_the_fix(sb, tmp_path):
     """A file under /proc (the cage mounts its own) cannot be reopened on the cage's tree:
     refused (125) before anything runs, saying to pipe it in."""
-    done = sb(f"SB /bin/cat < /proc/self/status")
+    done = sb("SB /bin/cat < /proc/self/status")
     assert done.returncode == 125, done
     assert b"hand it in through a pipe instead" in done.stderr, done
-    piped = sb(f"cat /proc/self/status | SB /bin/cat")
+    piped = sb("cat /proc/self/status | SB /bin/cat")
     assert piped.returncode == 0 and b"Name:" in piped.stdout, piped
 
 

@@ -175,6 +175,8 @@ def _become_init(errpipe: int, args=()) -> int:
     _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)  # the child unblocks in its plan
     signals = -1
     if RELAY in kinds:  # the pipes and the signals waited for at once (see _native.c)
+        import select  # before the command starts: a failure is this step's
+
         mask = sum(1 << (sig - 1) for sig in watched)
         signals = syscall(SYS_SIGNALFD4, -1, mask.to_bytes(8, "little"), 8, os.O_CLOEXEC)
     child = _clone(SIGCHLD)
@@ -188,8 +190,6 @@ def _become_init(errpipe: int, args=()) -> int:
             os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
-    import select  # only in the init, after the command started
-
     while True:
         if signals >= 0:
             poller = select.poll()

@@ -265,7 +265,7 @@ _NODES_BY_RDEV = {(1, 3): "null", (1, 5): "zero", (1, 7): "full", (1, 8): "rando
 STDIO_SLOT = PROTECT_SLOT  # free again once the mount tree is built
 O_ACCMODE, O_RDONLY, O_RDWR = 0o3, 0, 2
 O_NOCTTY, O_NONBLOCK = 0o400, 0o4000
-S_IFMT, S_IFCHR, S_IFREG, S_IFIFO = 0o170000, 0o020000, 0o100000, 0o010000
+S_IFMT, S_IFCHR, S_IFREG, S_IFIFO, S_IFDIR = 0o170000, 0o020000, 0o100000, 0o010000, 0o040000
 SEEK_SET, SEEK_CUR = 0, 1
 F_SETFL = 4
 SYS_LSEEK, SYS_KCMP, KCMP_FILE = 8, 312, 0
@@ -283,7 +283,7 @@ class StdioHandoff:
     touches, so `fchmod(0, 0o644)`, `fchown`, `fsetxattr`, `futimens` through it (or through a
     dup, or a reopen of /proc/self/fd/0) changed the host's file. So:
 
-    - a file (or FIFO) opened for reading is reopened by the init-to-be on the cage's tree,
+    - a file (or FIFO, or directory) opened for reading is reopened by the init-to-be on the cage's tree,
       right after every mount became read-only: the same file (st_dev/st_ino checked after the
       open: a path swapped meanwhile fails the run, never hands another file in), the caller's
       offset carried in, and — for a file — carried back out when the command ends (the init
@@ -332,7 +332,7 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False) -> 
         if kind == S_IFCHR:
             handoff.command_steps += _device_steps(target, fd, st)
             continue
-        if everything_writable or kind not in (S_IFREG, S_IFIFO) or (kind == S_IFREG and st.st_nlink == 0):
+        if everything_writable or kind not in (S_IFREG, S_IFIFO, S_IFDIR) or (kind == S_IFREG and st.st_nlink == 0):
             continue  # a socket (no mount), a tty (relayed by a supervisor), nothing to protect
         # fcntl(F_GETFL) as a raw call: the `fcntl` module is a shared object to load (≈ 0.19 ms)
         status = _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL)
@@ -381,9 +381,11 @@ def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bo
         raise CageError(f"fd {target} is a file the cage cannot reopen on its read-only tree (its path no "
                         f"longer leads to it, or it is under /proc): its metadata could be changed through "
                         f"the fd; hand it in through a pipe instead (`cat FILE | sandboy run ...`)")
-    fifo = st.st_mode & S_IFMT == S_IFIFO
+    kind = st.st_mode & S_IFMT
+    fifo = kind == S_IFIFO
     # a FIFO with no writer left would block its opening: O_NONBLOCK, then the caller's flags back
-    flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | (status & O_NONBLOCK) | (O_NONBLOCK if fifo else 0)
+    flags = (O_RDONLY | O_CLOEXEC | O_NOCTTY | (status & O_NONBLOCK) | (O_NONBLOCK if fifo else 0)
+             | (O_DIRECTORY if kind == S_IFDIR else 0))
     steps = [
         (f"reopen fd {target} on the cage's read-only tree", (SYS_OPENAT, step_flags(save=slot), AT_FDCWD,
                                                               _path(path), flags)),
@@ -393,7 +395,7 @@ def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bo
     if fifo:
         steps.append((f"give the reopened fd {target} the caller's flags", (SYS_FCNTL, 0, (slot,), F_SETFL,
                                                                            status & ~O_ACCMODE)))
-    else:
+    elif kind == S_IFREG:  # (a directory's position is an opaque cookie: it starts over)
         steps += [
             (f"read the caller's offset on fd {target}", (SYS_LSEEK, step_flags(save=OFFSET_SLOT), target, 0, SEEK_CUR)),
             (f"carry the offset of fd {target} in", (SYS_LSEEK, 0, (slot,), (OFFSET_SLOT,), SEEK_SET)),
