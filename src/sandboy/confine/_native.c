@@ -17,7 +17,9 @@
  * written at `offset` as a 32-bit int (an fd inside a struct: landlock_add_rule's). A failed
  * step keeps -1 in its slot, so an optional step using it fails too (EBADF). nr
  * NR_INIT is not a system call: the process forks, the parent becomes the init of its PID
- * namespace (become_init) and the child runs the rest of the plan.
+ * namespace (become_init) and the child runs the rest of the plan; its arguments (fd0, fd1, fd2,
+ * kinds) say what the init does with the caller's fd 0-2 (handoff_t). NR_SAME_FILE (fd, st_dev,
+ * st_ino) is not one either: it fails with ESTALE unless `fd` is that file.
  *
  * The child only makes system calls and writes to a pipe: nothing that allocates or locks, so it
  * is safe after fork() in a multi-threaded parent, and in the caller's own memory: a namespace's
