@@ -94,6 +94,9 @@ class Resolver:
 
         try:
             _thread.start_new_thread(lookup, ())
+        except RuntimeError as exc:  # no thread to be had (a pids cgroup the command filled)
+            self._slots.release()
+            raise OSError(f"cannot start a name lookup: {exc}") from None
         except BaseException:
             self._slots.release()
             raise
