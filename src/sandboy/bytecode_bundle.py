@@ -56,6 +56,7 @@ RUN_PATH_GROUPS = {
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
     # a policy with write roots: protected paths and the post-run git check
     "write roots": ("sandboy.confine.protected", "sandboy.confine.own_install", "sandboy.confine.gitcheck",
+                    "sandboy.confine.kernel_mounts",
                     "sandboy.confine.hook_python", "sandboy.confine.path_dirs"),
     # a warning or an error to print (`sandboy: warning: ...`, a policy error): the escaping every
     # printed line goes through (0.80 -> 0.56 M instructions to import from here: session 7)

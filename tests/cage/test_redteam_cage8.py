@@ -370,3 +370,128 @@ def test_chains_of_forking_leftovers_do_not_outlive_a_supervised_run(tmp_path, i
                     os.kill(pid, 9)
                 except OSError:
                     pass
+
+
+# --- a write root holding a mount of the kernel's own file systems ---------------------------
+
+def _in_private_mount_namespace(setup: str, argv: list, env: dict) -> subprocess.CompletedProcess:
+    """`setup` (shell, e.g. a proc mounted inside a write root), then argv, in a mount namespace
+    of their own made private first: nothing mounted here reaches the host's mount table."""
+    script = 'mount --make-rprivate / && ' + setup + ' && exec "$@"'
+    return subprocess.run(["unshare", "-m", "/bin/sh", "-c", script, "sh", *argv],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+KERNEL_MOUNTS = {
+    # a chroot's /proc (debootstrap, mock, a container's rootfs): as root the command wrote the
+    # host's sysctls (kernel.core_pattern runs a program as root on the next crash) and
+    # /proc/sysrq-trigger; the probe writes a sysctl's own value back, harmless either way
+    "proc": ("mount -t proc proc {mp}", "v=$(cat {mp}/sys/fs/lease-break-time) && "
+                                       "echo $v > {mp}/sys/fs/lease-break-time && touch {marker}"),
+    # a chroot's /dev bound from the host: raw block devices, read and written as root (the probe
+    # reads a loop device the test attached to a file holding a secret)
+    "devtmpfs": ("mount --bind /dev {mp}", "grep -q {secret} {mp}/{disk} && touch {marker}"),
+    # a chroot's /sys: the kernel's and drivers' settings (uevent_helper runs a program as root
+    # where it is built in); the probe writes a KSM setting's own value back
+    "sysfs": ("mount -t sysfs sysfs {mp}", "v=$(cat {mp}/kernel/mm/ksm/sleep_millisecs) && "
+                                         "echo $v > {mp}/kernel/mm/ksm/sleep_millisecs && touch {marker}"),
+}
+
+
+SECRET = "TOPSECRET-on-a-loop-device-8"
+
+
+def _loop_device(tmp_path):
+    """A loop device (its name under /dev) attached to a file holding SECRET, or None."""
+    image = tmp_path / "image"
+    image.write_bytes(SECRET.encode() + b"\0" * (1 << 20))
+    proc = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True, text=True)
+    return os.path.basename(proc.stdout.strip()) if proc.returncode == 0 else None
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "fallback"])
+@pytest.mark.parametrize("fstype", sorted(KERNEL_MOUNTS))
+def test_a_write_root_holding_a_kernel_file_system_is_refused(tmp_path, fstype, tier):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root (and unshare) to mount inside a write root")
+    if tier and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    root = tmp_path / "chroot"
+    mp = root / "mnt"
+    mp.mkdir(parents=True)
+    marker = root / "GOT-THROUGH"
+    made = root / "made-by-the-twin"
+    disk = _loop_device(tmp_path) if fstype == "devtmpfs" else None
+    if fstype == "devtmpfs" and not disk:
+        pytest.skip("no loop device can be attached here")
+    try:
+        _kernel_mount_probe(tmp_path, root, mp, marker, made, fstype, tier, disk)
+    finally:
+        if disk:
+            subprocess.run(["losetup", "-d", f"/dev/{disk}"], capture_output=True)
+
+
+def _kernel_mount_probe(tmp_path, root, mp, marker, made, fstype, tier, disk):
+    mount, attack = KERNEL_MOUNTS[fstype]
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "{root}"]\nexec = ["/usr/bin", "/bin"]\n'
+        f'write = ["{root}"]\n')
+    env = {**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache"), "SANDBOY_NAMESPACES": "1" if tier else "0"}
+    script = attack.format(mp=mp, marker=marker, disk=disk, secret=SECRET)
+    run = [os.path.join(os.path.dirname(sys.executable), "sandboy"), "run", "--policy", str(policy), "--",
+           "/bin/sh", "-c", script]
+    proc = _in_private_mount_namespace(mount.format(mp=mp), run, env)
+    assert not marker.exists(), f"the command reached the host's kernel through {fstype} in a write root: {proc.stderr}"
+    assert proc.returncode == 125, (proc.returncode, proc.stderr)
+    assert str(mp) in proc.stderr and fstype in proc.stderr, proc.stderr
+    # twin: without the mount the same policy runs, and writes its write root
+    run[-1] = f"touch {made}"
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and made.exists(), proc.stderr
+
+
+# Run in a private mount namespace: a cage built (or first run through `sandboy.run`, then kept)
+# while the write root holds no such mount; proc is mounted there afterwards (as mock does between
+# the steps of a chroot build); the next run must not get it.
+MOUNTED_LATER = r"""
+import json, os, subprocess, sys, tempfile
+from sandboy import Policy, run
+from sandboy.confine.cage import build
+from sandboy.errors import CageError
+
+root, marker, how = sys.argv[1:4]
+policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/bin", "/etc"],
+                                                    "exec": ["/usr/bin", "/bin"], "write": [root]}}, "<probe>")
+attack = (f"v=$(cat {root}/mnt/sys/fs/lease-break-time) && echo $v > {root}/mnt/sys/fs/lease-break-time "
+          f"&& touch {marker}")
+cage = build(policy, cwd=root) if how == "prebuilt" else policy
+
+def sh(script):
+    try:
+        result = run(["/bin/sh", "-c", script], cage, cwd=root, timeout=30)
+    except CageError as exc:
+        return 125, str(exc)
+    return result.returncode, result.error or ""
+
+report = {"twin": sh(f"touch {root}/made")}
+subprocess.run(["mount", "-t", "proc", "proc", f"{root}/mnt"], check=True)
+report["attack"] = sh(attack)
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("how", ["prebuilt", "reused"])
+def test_a_kernel_file_system_mounted_after_the_build_is_refused_too(tmp_path, how):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root (and unshare) to mount inside a write root")
+    root = tmp_path / "chroot"
+    (root / "mnt").mkdir(parents=True)
+    marker = root / "GOT-THROUGH"
+    proc = _in_private_mount_namespace("true", [sys.executable, "-c", MOUNTED_LATER, str(root), str(marker), how],
+                                       {**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["twin"][0] == 0 and (root / "made").exists(), report
+    assert not marker.exists(), f"the command wrote a host sysctl through a proc mounted since the build: {report}"
+    assert report["attack"][0] == 125 and "proc" in report["attack"][1], report

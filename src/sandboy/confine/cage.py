@@ -114,13 +114,32 @@ class Cage:
     def still_valid(self) -> bool:
         """True when a rebuild now would give the same rules (same inodes behind every policy
         path, same entries in every split directory), so this cage may run the command again."""
-        if self.fingerprint is None:
+        if self.fingerprint is None or not self.kernel_mounts_absent():
             return False
         managers: dict = {}
         if not self.fingerprint.unchanged(managers):
             return False
         self.launch_managers = managers or None
         return True
+
+    def kernel_mounts_absent(self) -> bool:
+        """No mount of the kernel's own file systems (proc, sysfs, devtmpfs...) has appeared below
+        a write root since the build (see `kernel_mounts`; the build refused one there)."""
+        roots = self.compiled["landlock.fs"].outputs.get("mount_roots")
+        if not roots:
+            return True
+        from sandboy.confine import kernel_mounts
+
+        return not kernel_mounts.below(roots)
+
+    def check_kernel_mounts(self) -> None:
+        """CageError (125) where `kernel_mounts_absent` is not so: before a run of a cage the
+        caller built and hands to `run` (no fingerprint is looked at then)."""
+        roots = self.compiled["landlock.fs"].outputs.get("mount_roots")
+        if roots:
+            from sandboy.confine import kernel_mounts
+
+            kernel_mounts.refuse(roots, self.policy.source)
 
     def take_launch_managers(self):
         """`launch_managers` for this launch's git check; None afterwards (a later run looks anew)."""

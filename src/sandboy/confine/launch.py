@@ -130,6 +130,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
         raise ValueError("argv must name a command")
     if isinstance(policy, Cage):
         cage, owns = policy, False
+        cage.check_kernel_mounts()  # a prebuilt cage: nothing else looks at what is mounted since
     else:
         from sandboy.confine.reuse import for_run  # not on the CLI's path: it hands over its cage
 

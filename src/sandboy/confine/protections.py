@@ -269,6 +269,16 @@ def _refuse_unwalkable_write_roots(write_roots, source: str) -> None:
                               "fs.protect_defaults = false (then no protected paths and no git check)")
 
 
+def _write_roots_to_watch(grants: dict) -> tuple:
+    """The write grants below which no mount of the kernel's own file systems may be
+    (`kernel_mounts`); /dev and /proc are the namespace tier's own (see there)."""
+    from sandboy.confine.namespaces import PRIVATE_TREES
+    from sandboy.policy.resolve import is_within_any
+
+    return tuple(path for path, rights in grants.items()
+                 if rights & landlock.WRITE & ~landlock.READ and not is_within_any(path, PRIVATE_TREES))
+
+
 def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     """Filesystem rules: the policy's grants split around its denies (and, unless a mount
     namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
@@ -290,6 +300,11 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                 warnings.append(f"fs.{key}: {path} does not exist; skipped")
                 continue
             grants[real] = grants.get(real, 0) | rights
+    mount_roots = _write_roots_to_watch(grants)
+    if mount_roots:
+        from sandboy.confine import kernel_mounts
+
+        kernel_mounts.refuse(mount_roots, source)
     for path, rights in landlock.DEVICE_GRANTS:
         if os.path.exists(path):
             grants[path] = grants.get(path, 0) | rights
@@ -392,7 +407,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *fs.protect, *grants),
         protected_args=(fs.write, fs.protect, fs.protect_defaults, job.work),
-        split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny))
+        split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny), mount_roots=mount_roots)
 
 
 def _inet_asked(net) -> bool:

@@ -1,0 +1,82 @@
+"""Mounts of the kernel's own file systems below a write root, which a cage refuses.
+
+Why: Landlock grants a write root with everything beneath it, other mounts included, and the
+namespace tier copies a write root with its submounts (read-write where the host has them so).
+A chroot or container root filesystem being built often holds the host's `/proc`, `/sys` or
+`/dev` (debootstrap, mock, a bind for a build): as root — capabilities dropped, still uid 0 —
+the command then wrote the host's sysctls through `<root>/proc/sys` (`kernel.core_pattern`
+runs a program as root at the next crash), `<root>/proc/sysrq-trigger`, driver and kernel
+settings through `<root>/sys`, cgroup limits, and raw block devices through a bound `/dev`:
+writing those needs uid 0 and the file's mode, no capability (session 8 red team). Only a path
+strictly below a write root is refused: a grant of such a mount itself (`write = ["/proc"]`,
+`/` with the defaults opted out) is the policy's explicit choice, and /dev and /proc are the
+namespace tier's own (replaced by private ones; without the tier a grant there is reported in
+`degraded`).
+"""
+
+from sandboy.errors import CageError
+from sandboy.policy.resolve import is_within
+
+# File systems whose files are the kernel's own interfaces (settings, devices, cgroups, ...).
+KERNEL_FILE_SYSTEMS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs",
+    "configfs", "bpf", "binfmt_misc", "pstore", "efivarfs", "fusectl", "mqueue", "rpc_pipefs", "nfsd",
+    "selinuxfs", "smackfs",
+})
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: spaces, tabs, newlines and backslashes are written as \\ooo."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def below(roots, mountinfo: str = "/proc/self/mountinfo") -> list:
+    """[(mount point, file system type)] of kernel file systems mounted strictly below one of
+    `roots` (realpaths), as this process sees its mount table."""
+    roots = [r for r in roots if r != "/"]
+    if not roots:
+        return []
+    try:
+        with open(mountinfo, "rb") as fh:
+            text = fh.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        try:
+            fstype = fields[fields.index("-", 6) + 1]
+        except (ValueError, IndexError):
+            continue
+        if fstype not in KERNEL_FILE_SYSTEMS:
+            continue
+        point = _unescape(fields[4])
+        if any(point != root and is_within(point, root) for root in roots):
+            found.append((point, fstype))
+    return found
+
+
+def refuse(roots, source: str) -> None:
+    """CageError (125) naming the first kernel file system mounted below one of `roots`. Asked
+    when a cage is built, before a reused one runs again (`Cage.still_valid`) and before each
+    run of a cage the caller built (`launch.spawn`): the tier copies a write root with the
+    submounts it has when a run starts, so one mounted since the build (mock mounts a chroot's
+    /proc between its steps) must be met there too."""
+    found = below(roots)
+    if found:
+        point, fstype = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise CageError(f"{source}: fs.write: {point} is a mount of the kernel's {fstype} file system inside a "
+                        f"write root{more}: a command there could change the host's kernel settings or devices "
+                        "(as root: sysctls, sysrq-trigger, raw disks). Grant the directories beside it instead, "
+                        "or unmount it before the run")
