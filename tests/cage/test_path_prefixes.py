@@ -157,11 +157,12 @@ def test_opted_out_every_write_goes_through(base, tier):
 
 
 def test_which_paths_the_programs_on_path_load(tmp_path, monkeypatch):
-    """The rules, without a kernel: a shims directory and a `versions/` tree of a dot-directory
-    give the manager's root whole; `<P>/bin` gives P's code directories that exist (not
-    `share`); the user base's `lib` is made when missing; a pipx link gives its environment,
-    followed to the pyenv version its `bin/python` leads to (inside the pyenv root, taken
-    whole); a project's own `versions/bin` is no manager."""
+    """The rules, without a kernel: a shims directory and a `versions/` (`installs/`,
+    `candidates/` through sdkman's `current` link) tree of a dot-directory give the manager's root
+    whole, and rustup's proxies `~/.rustup`; `<P>/bin` gives P's code directories that exist (not
+    `share`), a Go root whole; the user base's `lib` is made when missing; a pipx link gives its
+    environment, followed to the pyenv version its `bin/python` leads to (inside the pyenv root,
+    taken whole); a project's own `versions/bin` is no manager."""
     home = tmp_path / "home"
     operator_path = _home(home)
     import shutil
@@ -169,9 +170,18 @@ def test_which_paths_the_programs_on_path_load(tmp_path, monkeypatch):
     shutil.rmtree(home / ".local/lib")
     (home / "tools/versions/1/bin").mkdir(parents=True)  # not a dot-directory, no shims: a prefix
     (home / "tools/versions/1/lib").mkdir()
+    for directory in (".cargo/bin", ".rustup/toolchains/stable/bin", ".sdkman/candidates/java/17/bin",
+                      ".asdf/installs/ruby/3.3.0/bin", "sdk/go1.22/bin", "sdk/go1.22/src", "sdk/go1.22/pkg"):
+        (home / directory).mkdir(parents=True)
+    (home / ".cargo/bin/rustup").write_text("")  # rustup's proxies: ~/.rustup's toolchains
+    (home / "sdk/go1.22/VERSION").write_text("go1.22\n")
+    os.symlink("17", home / ".sdkman/candidates/java/current")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("PYTHONUSERBASE", raising=False)
-    monkeypatch.setenv("PATH", f"{operator_path}:{home}/tools/versions/1/bin")
+    monkeypatch.delenv("RUSTUP_HOME", raising=False)
+    monkeypatch.setenv("PATH", f"{operator_path}:{home}/tools/versions/1/bin:{home}/.cargo/bin:"
+                               f"{home}/.sdkman/candidates/java/current/bin:{home}/.asdf/installs/ruby/3.3.0/bin:"
+                               f"{home}/sdk/go1.22/bin")
     notes: list = []
     _defaults, _policy, install = protected_paths([str(home)], [], True, (str(home / "proj"), None), notes=notes)
     mine = {path: kind for path, kind, _root in install if kind in path_prefixes.KINDS}
@@ -180,7 +190,9 @@ def test_which_paths_the_programs_on_path_load(tmp_path, monkeypatch):
                     f"{home}/.local/share/pipx/venvs/black/bin": path_prefixes.PREFIX,
                     f"{home}/.local/share/pipx/venvs/black/lib": path_prefixes.PREFIX,
                     f"{home}/.local/share/pipx/venvs/black/pyvenv.cfg": path_prefixes.PREFIX,
-                    f"{home}/tools/versions/1/lib": path_prefixes.PREFIX}, mine
+                    f"{home}/tools/versions/1/lib": path_prefixes.PREFIX,
+                    f"{home}/.rustup": path_prefixes.MANAGER, f"{home}/.sdkman": path_prefixes.MANAGER,
+                    f"{home}/.asdf": path_prefixes.MANAGER, f"{home}/sdk/go1.22": path_prefixes.PREFIX}, mine
     assert (home / ".local/lib").is_dir(), "the user base's lib, missing at launch, is made"
     assert notes == []
     # opted out: nothing of it

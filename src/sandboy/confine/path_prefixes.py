@@ -22,7 +22,8 @@ directory and repository), what its programs load, where a write root holds it:
   (`~/.rustup`), the toolchains they run;
 - otherwise an installation prefix: a PATH directory `<P>/bin` (or `sbin`) protects `<P>`'s
   `CODE_DIRS` that exist (`lib`, `lib64`, `libexec`, `include`, a venv's `pyvenv.cfg`): not
-  `share` (`~/.local/share` is where programs keep their data). The Python user base
+  `share` (`~/.local/share` is where programs keep their data); a Go toolchain's root
+  (`VERSION`, `src`, `pkg`) whole: its `src/` is compiled into every binary. The Python user base
   (`PYTHONUSERBASE`, else `~/.local`) gets its `lib` made when missing, as `own_install` makes
   the running interpreter's user site: every Python on the host reads
   `<user base>/lib/pythonX.Y/site-packages` unasked;
@@ -49,6 +50,7 @@ from sandboy.policy.resolve import is_within
 
 CODE_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libexec", "include", "pyvenv.cfg")
 MANAGER_TREES = frozenset({"shims", "versions", "installs", "toolchains", "candidates"})
+GO_ROOT = frozenset({"VERSION", "src", "pkg", "bin"})  # a GOROOT (`~/sdk/go1.22`, golang.org/dl): taken whole
 LINK_DEPTH = 2
 
 PREFIX = "PATH prefix"
@@ -91,15 +93,18 @@ def _code_of(bin_dir: str, root: str, home: str, user_base: str) -> list:
     if os.path.basename(bin_dir) not in ("bin", "sbin"):
         return []
     prefix = os.path.dirname(bin_dir)
-    found = []
+    found, names = [], set()
     try:  # one listing, not a lookup per name (a home with many pipx environments: many prefixes)
         with os.scandir(prefix) as entries:
             for entry in entries:
+                names.add(entry.name)
                 if entry.name in CODE_DIRS:
                     found.append((entry.path, USER_BASE if prefix == user_base and entry.name == "lib" else PREFIX,
                                   not entry.is_symlink()))
     except OSError:
         return found
+    if GO_ROOT <= names:
+        return [(prefix, PREFIX, True)]  # a Go toolchain: `src/` is compiled into every binary, `pkg/tool` compiles
     if prefix == user_base and not any(kind == USER_BASE for _path, kind, _real in found):
         found.append((f"{prefix}/lib", USER_BASE, True))  # missing: `present` makes it
     return found
