@@ -154,6 +154,12 @@ def _resolved(path: str, kind: str, real: bool) -> tuple:
     return path, kind, resolved, tuple(symlinks_on_the_way(path))
 
 
+def _real(path: str) -> str:
+    """`os.path.realpath`, asked of the kernel where the path exists (`landlock.existing_realpath`:
+    one open and one readlink, not an lstat per component in Python)."""
+    return existing_realpath(path) or os.path.realpath(path)
+
+
 def inside(write_roots, protected_dirs, work=(), home=None, notes=None) -> list:
     """[(realpath, kind, write root)] of what the programs in `protected_dirs` (`path_dirs.on_path`'s
     protect rows: (entry, realpath, write root)) load, that a write root holds and exists now
@@ -164,9 +170,9 @@ def inside(write_roots, protected_dirs, work=(), home=None, notes=None) -> list:
 
     if not protected_dirs:
         return []
-    home = os.path.realpath(home or os.path.expanduser("~"))
-    user_base = os.path.realpath(os.environ.get("PYTHONUSERBASE") or os.path.join(home, ".local"))
-    roots = [os.path.realpath(r) for r in write_roots]
+    home = _real(home or os.path.expanduser("~"))
+    user_base = _real(os.environ.get("PYTHONUSERBASE") or os.path.join(home, ".local"))
+    roots = [_real(r) for r in write_roots]
     wanted: dict = {}  # path -> (kind, whether it is a realpath), in order
     links: dict = {}  # symlinks on the way to a linked program's target, inside a write root
     pending = [(real, root, LINK_DEPTH) for _entry, real, root in protected_dirs if is_within(real, root)]
@@ -195,7 +201,7 @@ def inside(write_roots, protected_dirs, work=(), home=None, notes=None) -> list:
                 pending.append((parent, target_root, depth - 1))
             else:
                 wanted.setdefault(target, (TARGET, True))
-    works = [w for w in (os.path.realpath(w) for w in work if w) if not is_within(home, w)]
+    works = [w for w in (_real(w) for w in work if w) if not is_within(home, w)]
     resolved = [row for row in (_resolved(path, kind, real) for path, (kind, real) in wanted.items())
                 if row is not None]
     resolved += [(link, kind, link, ()) for link, kind in links.items()]  # the link as itself
