@@ -31,8 +31,10 @@ EVIL_PTH = ".local/lib/python3.11/site-packages/evil.pth"
 PIPX_INIT = ".local/share/pipx/venvs/black/lib/python3.11/site-packages/black/__init__.py"
 PYENV = ".pyenv/libexec/pyenv"  # what every shim execs
 NVM_SH = ".nvm/nvm.sh"  # what the operator's .bashrc sources
+VENV_TOOL = "venvs/tool/lib/python3.11/site-packages/tool.py"  # run by ~/.local/bin/tool's `#!`
 ORIGINAL = {OS_PY: "# the standard library\n", INDEX_JS: "module.exports = 1\n",
-            PIPX_INIT: "# black\n", PYENV: "#!/usr/bin/env bash\n", NVM_SH: "nvm() { :; }\n"}
+            PIPX_INIT: "# black\n", PYENV: "#!/usr/bin/env bash\n", NVM_SH: "nvm() { :; }\n",
+            VENV_TOOL: "# tool\n"}
 
 
 def _home(home) -> str:
@@ -52,16 +54,21 @@ def _home(home) -> str:
     (home / ".local/share/pipx/venvs/black/bin/black").write_text("#!/usr/bin/python3\n")
     os.symlink(f"{home}/.pyenv/versions/3.11.7/bin/python3.11", home / ".local/share/pipx/venvs/black/bin/python")
     os.symlink("../share/pipx/venvs/black/bin/black", home / ".local/bin/black")
+    # a script whose `#!` names a venv's python (itself a link out of the home, to /usr/bin)
+    (home / "venvs/tool/bin").mkdir(parents=True)
+    os.symlink("/usr/bin/python3", home / "venvs/tool/bin/python")
+    (home / "venvs/tool/pyvenv.cfg").write_text("home = /usr/bin\n")
+    (home / ".local/bin/tool").write_text(f"#!{home}/venvs/tool/bin/python\nimport tool\n")
     (home / "notes.txt").write_text("notes\n")
     return f"{home}/.pyenv/shims:{home}/.nvm/versions/node/v20.11.0/bin:{home}/.local/bin:/usr/bin:/bin"
 
 
 ATTACK = ("echo 'import evil' >> $H/{os_py}; echo 'evil()' > $H/{index_js}; "
           "echo 'import os; os.system(\"id\")' > $H/{evil_pth}; echo 'import evil' >> $H/{pipx}; "
-          "echo evil >> $H/{pyenv}; echo evil >> $H/{nvm_sh}; "
+          "echo evil >> $H/{pyenv}; echo evil >> $H/{nvm_sh}; echo 'import evil' >> $H/{venv_tool}; "
           "echo more >> $H/notes.txt; echo work > $H/proj/out.txt; echo data > $H/.local/share/other/data; "
           "touch $H/new-at-the-top; echo DONE").format(os_py=OS_PY, index_js=INDEX_JS, evil_pth=EVIL_PTH,
-                                                       pipx=PIPX_INIT, pyenv=PYENV, nvm_sh=NVM_SH)
+                                                       pipx=PIPX_INIT, pyenv=PYENV, nvm_sh=NVM_SH, venv_tool=VENV_TOOL)
 
 
 def _run(home, base, user: str, tier: str, defaults: bool = True):
@@ -116,7 +123,8 @@ def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, 
     """The home granted, PATH = pyenv's shims, an nvm node's bin, ~/.local/bin: the command's
     writes to the pyenv version's `os.py`, the nvm node's `lib/node_modules/x/index.js`, a new
     `evil.pth` in the user site, the pipx tool's package (its link in ~/.local/bin), pyenv's own
-    script every shim execs and the `nvm.sh` a start-up file sources are refused — EROFS under the tier, EACCES from the Landlock split without it. Host side: the
+    script every shim execs, the `nvm.sh` a start-up file sources and the venv module a
+    `~/.local/bin` script's `#!` interpreter imports are refused — EROFS under the tier, EACCES from the Landlock split without it. Host side: the
     bytes are unchanged and no `.pth` exists. Twins in the same run: an existing file of the home,
     a new file in a directory of the home and in `~/.local/share` are written."""
     user, where = base
@@ -128,7 +136,7 @@ def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, 
         assert (home / name).read_text() == text, name
     assert not (home / EVIL_PTH).exists()
     refused = "Read-only file system" if tier == "tier" else "Permission denied"
-    assert result.stderr.count(refused) >= 6, result.stderr
+    assert result.stderr.count(refused) >= 7, result.stderr
     assert f"fs: {home}/.pyenv is the version manager" in result.stderr and "fs.protect_defaults = false" in \
         result.stderr, result.stderr
     # the twins: ordinary work in that home
@@ -143,7 +151,7 @@ def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, 
 @pytest.mark.needs_kernel
 @pytest.mark.parametrize("tier", ["tier", "no-tier"])
 def test_opted_out_every_write_goes_through(base, tier):
-    """The mutation twin: the same run with `fs.protect_defaults = false` changes all six —
+    """The mutation twin: the same run with `fs.protect_defaults = false` changes all seven —
     so the protection is what refused them above, not the file modes or the policy."""
     user, where = base
     _tier_or_skip(tier)
@@ -190,6 +198,8 @@ def test_which_paths_the_programs_on_path_load(tmp_path, monkeypatch):
                     f"{home}/.local/share/pipx/venvs/black/bin": path_prefixes.PREFIX,
                     f"{home}/.local/share/pipx/venvs/black/lib": path_prefixes.PREFIX,
                     f"{home}/.local/share/pipx/venvs/black/pyvenv.cfg": path_prefixes.PREFIX,
+                    f"{home}/venvs/tool/bin": path_prefixes.PREFIX, f"{home}/venvs/tool/lib": path_prefixes.PREFIX,
+                    f"{home}/venvs/tool/pyvenv.cfg": path_prefixes.PREFIX,
                     f"{home}/tools/versions/1/lib": path_prefixes.PREFIX,
                     f"{home}/.rustup": path_prefixes.MANAGER, f"{home}/.sdkman": path_prefixes.MANAGER,
                     f"{home}/.asdf": path_prefixes.MANAGER, f"{home}/sdk/go1.22": path_prefixes.PREFIX}, mine
@@ -266,7 +276,9 @@ def test_every_rule_has_a_write_that_succeeds_without_it(tmp_path, monkeypatch, 
     mutants = [
         mutant("a version manager's root", path_prefixes, "_manager_root", lambda real, root, home: None),
         mutant("a prefix's code directories", path_prefixes, "CODE_DIRS", ()),
-        mutant("links followed into other prefixes", path_prefixes, "_linked", lambda bin_dir, roots: []),
+        mutant("links and #! lines followed into other prefixes", path_prefixes, "_leads_to",
+               lambda bin_dir, roots, scripts: []),
+        mutant("#! lines not read", path_prefixes, "_interpreter", lambda script: None),
         mutant("not added to the protected paths", path_prefixes, "inside", lambda *args, **kwargs: []),
     ]
     # (intact, before and after: `judge(None)` — the intact code lets no write through)

@@ -32,7 +32,9 @@ directory and repository), what its programs load, where a write root holds it:
   ~/opt/node/bin/node`): the prefix (or manager root) of the directory it leads to by the same
   two rules, or the file itself where that directory is no `bin`; the symlinks on the way inside
   a write root as themselves. Followed `LINK_DEPTH` levels (the pipx environment's
-  `bin/python` leads to a pyenv version).
+  `bin/python` leads to a pyenv version). A script there whose `#!` names an interpreter in a
+  write root (`pip install --user` run by a venv's or a pyenv version's Python) leads to that
+  interpreter's directory the same way — where its name lies (the venv) and where it resolves.
 
 Enforced like Sandboy's own installation (ADR 0024): read-only binds under the namespace tier,
 a Landlock read-only split without it — refused, never merely reported: nothing a build makes
@@ -44,6 +46,7 @@ repository (or inside one) is project work: left writable, said in a note.
 """
 
 import os
+import stat
 
 from sandboy.confine.landlock import existing_realpath
 from sandboy.policy.resolve import is_within
@@ -52,6 +55,7 @@ CODE_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libexec", "include", "pyve
 MANAGER_TREES = frozenset({"shims", "versions", "installs", "toolchains", "candidates"})
 GO_ROOT = frozenset({"VERSION", "src", "pkg", "bin"})  # a GOROOT (`~/sdk/go1.22`, golang.org/dl): taken whole
 LINK_DEPTH = 2
+MAX_SCRIPTS = 512  # `#!` lines read per PATH directory (one open and read each)
 
 PREFIX = "PATH prefix"
 USER_BASE = "PATH user base"
@@ -110,35 +114,80 @@ def _code_of(bin_dir: str, root: str, home: str, user_base: str) -> list:
     return found
 
 
-def _linked(bin_dir: str, roots: list) -> list:
-    """[(program, target, links)] of the symlinks in `bin_dir` (a realpath) whose target (a
-    realpath) lies in a write root outside `bin_dir` itself (`python3 -> python3.11` beside it is
-    the same installation); `links`: the symlinks met on the way after the program itself."""
+def _leads_to(bin_dir: str, roots: list, scripts: bool) -> list:
+    """[(target, links)] of what the programs in `bin_dir` (a realpath) lead to in a write root,
+    outside `bin_dir` itself (`python3 -> python3.11` beside it is the same installation):
+    `target` a realpath of a file whose directory the rules then look at, `links` the symlinks
+    met on the way (after the program itself). A symlink leads to its target; with `scripts`, a
+    regular file's `#!` interpreter (`pip install --user` run by a pyenv or venv Python writes
+    `#!/home/u/.pyenv/versions/3.11.7/bin/python3.11`) leads to it twice: where its name lies
+    (a venv's `bin/python`) and where it resolves to (the interpreter the venv was made from).
+    At most MAX_SCRIPTS `#!` lines per directory."""
     from sandboy.confine.protected import symlinks_on_the_way
 
     found = []
     try:
         with os.scandir(bin_dir) as entries:
-            programs = [entry.path for entry in entries if entry.is_symlink()]
+            programs = [(entry.path, entry.is_symlink()) for entry in entries]
     except OSError:
         return found
-    for program in programs:
-        target = existing_realpath(program)
-        if target is None or os.path.dirname(target) == bin_dir or not any(is_within(target, r) for r in roots):
-            continue
-        try:
-            text = os.readlink(program)
-        except OSError:
-            continue
-        # Most links (pipx's `../share/pipx/venvs/black/bin/black`) lead straight to their target:
-        # the text, past leading `..` from the real `bin_dir`, names the real path itself — no
-        # other link on the way, and no walk of every component to find none
-        parts = [part for part in text.split("/") if part not in ("", ".")]
-        while parts and parts[0] == "..":
-            parts.pop(0)
-        direct = ".." not in parts and os.path.normpath(os.path.join(bin_dir, text)) == target
-        found.append((program, target, () if direct else tuple(symlinks_on_the_way(program)[1:])))
+
+    def inside_a_root(target):
+        return (target is not None and os.path.dirname(target) != bin_dir
+                and any(is_within(target, r) for r in roots))
+
+    read = 0
+    for program, is_link in programs:
+        if is_link:
+            target = existing_realpath(program)
+            if not inside_a_root(target):
+                continue
+            try:
+                text = os.readlink(program)
+            except OSError:
+                continue
+            # Most links (pipx's `../share/pipx/venvs/black/bin/black`) lead straight to their
+            # target: the text, past leading `..` from the real `bin_dir`, names the real path
+            # itself — no other link on the way, and no walk of every component to find none
+            parts = [part for part in text.split("/") if part not in ("", ".")]
+            while parts and parts[0] == "..":
+                parts.pop(0)
+            direct = ".." not in parts and os.path.normpath(os.path.join(bin_dir, text)) == target
+            found.append((target, () if direct else tuple(symlinks_on_the_way(program)[1:])))
+        elif scripts and read < MAX_SCRIPTS:
+            read += 1
+            interpreter = _interpreter(program)
+            if interpreter is None:
+                continue
+            named = os.path.join(_real(os.path.dirname(interpreter)), os.path.basename(interpreter))
+            target = existing_realpath(interpreter)
+            links = () if target == interpreter else tuple(symlinks_on_the_way(interpreter))
+            for one in dict.fromkeys((named, target)):
+                if inside_a_root(one):
+                    found.append((one, links))
     return found
+
+
+def _interpreter(script: str):
+    """The absolute interpreter a regular file's `#!` line names (not `/usr/bin/env`'s argument:
+    that one is looked up on PATH, whose directories have their own rules), or None. Never
+    blocks: a FIFO or device named like a program is not read (as `protected._hook_stub`)."""
+    try:
+        fd = os.open(script, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    if not words or not words[0].startswith(b"/"):
+        return None
+    return os.path.normpath(os.fsdecode(words[0]))
 
 
 def _resolved(path: str, kind: str, real: bool) -> tuple:
@@ -189,7 +238,7 @@ def inside(write_roots, protected_dirs, work=(), home=None, notes=None) -> list:
                 managers.append(path)
         if depth == 0:
             continue
-        for program, target, on_the_way in _linked(bin_dir, roots):
+        for target, on_the_way in _leads_to(bin_dir, roots, scripts=depth == LINK_DEPTH):
             if any(is_within(target, p) for p in managers):
                 continue  # (a manager's root is taken whole)
             target_root = next(r for r in roots if is_within(target, r))
