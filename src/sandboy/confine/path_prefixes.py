@@ -46,7 +46,6 @@ repository (or inside one) is project work: left writable, said in a note.
 """
 
 import os
-import stat
 
 from sandboy.confine.landlock import existing_realpath
 from sandboy.policy.resolve import is_within
@@ -171,17 +170,13 @@ def _leads_to(bin_dir: str, roots: list, scripts: bool) -> list:
 def _interpreter(script: str):
     """The absolute interpreter a regular file's `#!` line names (not `/usr/bin/env`'s argument:
     that one is looked up on PATH, whose directories have their own rules), or None. Never
-    blocks: a FIFO or device named like a program is not read (as `protected._hook_stub`)."""
+    blocks: a FIFO or device named like a program is not read (`regular_files.read_regular`)."""
+    from sandboy.regular_files import read_regular
+
     try:
-        fd = os.open(script, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
+        head = read_regular(script, 256, head=True)
     except OSError:
         return None
-    try:
-        head = os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        head = b""
-    finally:
-        os.close(fd)
     if not head.startswith(b"#!"):
         return None
     words = head[2:].split(b"\n", 1)[0].split()
