@@ -68,6 +68,21 @@ def block(text) -> str:
     return "\n".join(line(part) for part in str(text).split("\n"))
 
 
+# What json.dumps leaves raw (it escapes C0 only, and with ensure_ascii=False nothing beyond):
+# DEL, C1 (U+009B is CSI to an 8-bit terminal), the line separators and the bidi controls. In JSON
+# text these stand only inside strings, where `\uXXXX` is the same character to a parser.
+_JSON_ESCAPES: dict[int, str] = {c: f"\\u{c:04x}" for c in _ESCAPES if c >= 0x7F}
+
+
+def json_output(text: str) -> str:
+    """JSON text about to be written where a person or GitHub's runner reads it (stdout): the
+    same values to any JSON parser, but none of the characters above raw and no `##[` (the
+    runner's legacy workflow-command syntax, read anywhere in a line; `##\\u005b` parses as
+    `##[`). `::` cannot start a line of JSON text. Files (`-o`, reports) keep json.dumps' bytes."""
+    text = text.translate(_JSON_ESCAPES)
+    return text.replace("##[", "##\\u005b") if "##[" in text else text
+
+
 _BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -92,4 +107,4 @@ def markdown(text) -> str:
     return escaped
 
 
-__all__ = ["clean", "line", "block", "key", "markdown"]
+__all__ = ["clean", "line", "block", "key", "markdown", "json_output"]

@@ -163,12 +163,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     write_output(args.output, result.text)
     prov = result.provenance
     if args.json:
-        print(json.dumps({"output": args.output, "results": result.results, "chars": len(result.text),
+        from sandboy.escape import json_output  # the warnings quote the log
+
+        print(json_output(json.dumps({"output": args.output, "results": result.results, "chars": len(result.text),
                           "adapter": prov.adapter, "adapter_version": prov.adapter_version,
                           "component_sha256": prov.component_sha256, "fuel_used": prov.fuel_used,
                           "guest_ms": round(prov.duration_ms, 3), "total_ms": round(result.seconds * 1000, 3),
                           "warnings": [str(p) for p in result.warnings]},
-                         indent=2))
+                         indent=2)))
     elif not args.quiet:
         print(f"sandboy audit: {clean(prov.adapter)}: {result.results} result(s) -> {clean(args.output or 'stdout')} "
               f"({len(result.text):,} chars, guest {prov.duration_ms:.0f} ms, fuel {prov.fuel_used:,}, "
@@ -218,7 +220,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     reports = [_validate_one(Path(f), args.github, args.max_input_bytes, args.strict) for f in args.files]
     if args.json:
-        print(json.dumps({"files": reports, "valid": all(r["valid"] for r in reports)}, indent=2))
+        from sandboy.escape import json_output  # problems quote the file's keys and values
+
+        print(json_output(json.dumps({"files": reports, "valid": all(r["valid"] for r in reports)}, indent=2)))
     else:
         for rep in reports:
             verdict = "valid" if rep["valid"] else "INVALID"

@@ -66,7 +66,9 @@ def write_output(path: str | None, text: str) -> None:
 
     out = output_path(path)
     if out is None:
-        sys.stdout.write(text)
+        from sandboy.escape import json_output  # a log's messages: nothing raw for a terminal or the runner
+
+        sys.stdout.write(json_output(text))
         sys.stdout.flush()
         return
     try:
@@ -113,9 +115,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         _say("no tool ran: none of the selected tools is installed here (see the table)")
         status = 1 if names else status
     if args.json:
-        print(json.dumps({"tools": [r.as_dict() for r in reports], "output": args.output,
-                          "merge": report.as_dict() if report else None, "budget": budget.as_dict(),
-                          "status": status}, indent=2))
+        from sandboy.escape import json_output  # the tools' stderr tails
+
+        print(json_output(json.dumps({"tools": [r.as_dict() for r in reports], "output": args.output,
+                                      "merge": report.as_dict() if report else None, "budget": budget.as_dict(),
+                                      "status": status}, indent=2)))
     elif not args.quiet:
         print(pipeline.status_table(reports), file=sys.stderr)
         for note in (report.notices if report else []):
@@ -148,7 +152,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
                                      args.github)
     write_output(args.output, text)
     if args.json:
-        print(json.dumps({**report.as_dict(), "output_bytes": len(text.encode())}, indent=2), file=sys.stderr if not args.output else sys.stdout)
+        from sandboy.escape import json_output
+
+        print(json_output(json.dumps({**report.as_dict(), "output_bytes": len(text.encode())}, indent=2)),
+              file=sys.stderr if not args.output else sys.stdout)
     elif not args.quiet:
         _say(f"merged {report.inputs} file(s): {report.runs_in} run(s) -> {report.runs_out}, {report.results_in} result(s) -> "
              f"{report.results_out} ({report.duplicates} duplicate(s) dropped, {report.fingerprints_added} fingerprint(s) added), "
@@ -171,7 +178,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.output:
         write_output(args.output, diff.render(out))
     if args.json:
-        print(json.dumps(summary.as_dict()), file=sys.stdout if args.output else sys.stderr)
+        from sandboy.escape import json_output
+
+        print(json_output(json.dumps(summary.as_dict())), file=sys.stdout if args.output else sys.stderr)
     elif not args.quiet:
         _say(f"{summary.new} new, {summary.unchanged} unchanged, {summary.absent} absent (baseline {args.baseline})")
     return 1 if args.fail_on == "new" and summary.new else 0

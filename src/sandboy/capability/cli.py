@@ -97,10 +97,11 @@ def _compile(ns) -> int:
     skipped = sorted(rel for rel, text in files.items() if text is None)
     removed = sorted(rel for rel, text in files.items() if text == compiler.REMOVE)
     if ns.json:
-        json.dump({"written": sorted(set(written) - set(removed)), "removed": removed,
-                   "unchanged": sorted(set(files) - set(written) - set(skipped) - set(removed)),
-                   "not_written": skipped, "warnings": warnings, "fidelity": rows}, sys.stdout, indent=2)
-        print()
+        from sandboy.escape import json_output  # warnings quote the repository's own settings
+
+        print(json_output(json.dumps({"written": sorted(set(written) - set(removed)), "removed": removed,
+                                      "unchanged": sorted(set(files) - set(written) - set(skipped) - set(removed)),
+                                      "not_written": skipped, "warnings": warnings, "fidelity": rows}, indent=2)))
         return 0
     for rel in written:
         print(f"{'removed' if rel in removed else 'wrote'} {rel}")
@@ -151,9 +152,10 @@ def _explain(ns) -> int:
         return EXIT_USAGE
     result = explain.explain(policy, rel)
     if ns.json:
-        json.dump({"path": rel, "targets": {t: {k: {"allowed": v[0], "why": v[1]} for k, v in d.items()}
-                                            for t, d in result.items()}}, sys.stdout, indent=2)
-        print()
+        from sandboy.escape import json_output
+
+        print(json_output(json.dumps({"path": rel, "targets": {t: {k: {"allowed": v[0], "why": v[1]} for k, v in d.items()}
+                                                               for t, d in result.items()}}, indent=2)))
         return 0
     from sandboy.escape import clean
 

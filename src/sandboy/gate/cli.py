@@ -104,7 +104,9 @@ def _write_json(path: str, data: dict, writer) -> None:
     if path == "-":
         import json
 
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        from sandboy.escape import json_output  # steps' output tails: no `##[` for GitHub's runner
+
+        sys.stdout.write(json_output(json.dumps(data, indent=2)) + "\n")
     else:
         writer(path, data)
 
