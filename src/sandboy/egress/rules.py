@@ -233,7 +233,7 @@ class Rules:
             ip = _embedded_ipv4(ip) or ip
         if any(ip.version == net.version and ip in net for net in self.private):
             return None
-        if ip.is_global and not ip.is_multicast and not (ip.version == 6 and ip in ipaddress.ip_network(_LOCAL_NAT64)):
+        if ip.is_global and not ip.is_multicast and not (ip.version == 6 and _never_global(ip)):
             return None
         kind = ("loopback" if ip.is_loopback else "link-local (cloud metadata lives here)" if ip.is_link_local
                 else "unspecified" if ip.is_unspecified else "multicast" if ip.is_multicast
@@ -246,10 +246,20 @@ class Rules:
 # global, so `64:ff9b::a9fe:a9fe` (169.254.169.254 through a NAT64 gateway) or `64:ff9b::a00:1`
 # (10.0.0.1) in an allowed name's AAAA answer passed the check. 6to4 and Teredo carry theirs in
 # `sixtofour` / `teredo`.
-_NAT64 = ("64:ff9b::/96", "::/96")
-# RFC 8215 local-use NAT64: the operator chooses where the IPv4 bits sit, so no address can be
-# read out of it; never global (Python 3.11 says it is).
+# Session 8: RFC 2765's IPv4-translated `::ffff:0:0:0/96` (SIIT) carries one the same way.
+_NAT64 = ("64:ff9b::/96", "::/96", "::ffff:0:0:0/96")
+# Never global, though Python 3.11 says they are: RFC 8215 local-use NAT64 (the operator chooses
+# where the IPv4 bits sit, so no address can be read out of it), the deprecated site-local
+# fec0::/10 (RFC 3879: Linux still routes it as ordinary unicast where configured), the
+# documentation prefix 3fff::/20 (RFC 9637) and SRv6 SIDs 5f00::/16 (RFC 9602). Session 8.
 _LOCAL_NAT64 = "64:ff9b:1::/48"
+_NEVER_GLOBAL_V6 = (_LOCAL_NAT64, "fec0::/10", "3fff::/20", "5f00::/16")
+
+
+def _never_global(ip) -> bool:
+    import ipaddress
+
+    return any(ip in ipaddress.ip_network(prefix) for prefix in _NEVER_GLOBAL_V6)
 
 
 def _embedded_ipv4(ip):
