@@ -59,3 +59,17 @@ def test_dumps_encodes_shared_objects_once_and_gives_the_same_text():
     assert dumps({"version": 1, "steps": []}) == json.dumps({"version": 1, "steps": []}, **COMPACT)
     after = {"steps": steps[:1], "error": "late key"}
     assert dumps(after) == json.dumps(after, **COMPACT)
+
+
+def test_a_steps_copy_of_shared_rules_with_its_own_key_gives_the_same_text():
+    """A step's `enforced` is the cage's dict copied with the step's `memory` added: its values
+    are the shared objects, its `memory` its own; nested dicts, lists, None, floats, escapes."""
+    base = {"landlock": {"abi": 7, "rules": [["/usr", "read"]] * 3}, "seccomp": None,
+            "env": {"set": {"HOME": "caf\u00e9 \"x\"\n"}}, "limits": {"wall_seconds": 1.5, "n": [1, 2.5]}}
+    steps = [{"name": f"s{i}", "enforced": {**base, "memory": {"cgroup_mib": 64, "peak_mib": 0.1 * i}}}
+             for i in range(4)]
+    steps.append({"name": "plain", "enforced": base})
+    steps.append({"name": "empty", "enforced": {}})
+    steps.append({"name": "list", "enforced": [base, base]})
+    data = {"version": 1, "steps": steps}
+    assert dumps(data) == json.dumps(data, **COMPACT)
