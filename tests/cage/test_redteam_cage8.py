@@ -13,6 +13,15 @@ One hole was found and closed here (host side checked, with its twin):
   `utimensat`, `setxattr` of every file under it, outside every grant (as root: any file of the
   machine). Now the fingerprint looks at the paths the cage uses too (`reuse.Fingerprint`).
 
+Two more, closed here too:
+
+- a write root holding a mount of the kernel's own file systems (a chroot's /proc, /sys, a
+  bound /dev): Landlock grants beneath mount points and the tier copies submounts, so as root
+  the command wrote the host's sysctls and KSM settings and read a raw (loop) disk, tier and
+  fallback. Now refused, 125 (`confine/kernel_mounts.py`), at build, reuse and prebuilt runs.
+- device nodes outside /dev under a read grant (a chroot's nodes made on disk): a raw disk read
+  as root under the tier. Now every mount but the minimal /dev's is nodev.
+
 What held is listed, one line each, in docs/threat-model.md ("Session 8 review"); the probes
 below keep it so.
 """
@@ -495,3 +504,38 @@ def test_a_kernel_file_system_mounted_after_the_build_is_refused_too(tmp_path, h
     assert report["twin"][0] == 0 and (root / "made").exists(), report
     assert not marker.exists(), f"the command wrote a host sysctl through a proc mounted since the build: {report}"
     assert report["attack"][0] == 125 and "proc" in report["attack"][1], report
+
+
+@pytest.mark.parametrize("tier", [True, False], ids=["tier", "fallback (open, shown)"])
+def test_a_device_node_under_a_read_grant_opens_nothing_under_the_tier(tmp_path, tier):
+    """A chroot's device nodes made on disk (debootstrap's mknod) under a READ grant: as root the
+    command read a raw block device there (here a loop device holding a secret, its node made
+    by the test). Under the tier every mount but the minimal /dev's is nodev: EACCES. Without
+    the tier it still reads (docs/threat-model.md, "What it does not stop"): shown, so the
+    probe is real."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a device node")
+    if tier and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    loop = _loop_device(tmp_path)
+    if not loop:
+        pytest.skip("no loop device can be attached here")
+    try:
+        chroot = tmp_path / "chroot" / "dev"
+        chroot.mkdir(parents=True)
+        rdev = os.stat(f"/dev/{loop}").st_rdev
+        os.mknod(chroot / "disk", 0o600 | stat.S_IFBLK, rdev)
+        policy = tmp_path / "policy.toml"
+        policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "%s"]\n'
+                          'exec = ["/usr/bin", "/bin"]\n' % (tmp_path / "chroot"))
+        env = {**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache"), "SANDBOY_NAMESPACES": "1" if tier else "0"}
+        proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sandboy"), "run", "--policy",
+                               str(policy), "--", "/bin/sh", "-c", f"head -c 64 {chroot}/disk; echo; cat /dev/null && echo twin"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        if tier:
+            assert SECRET not in proc.stdout and "Permission denied" in proc.stderr, (proc.stdout, proc.stderr)
+        else:
+            assert SECRET in proc.stdout, (proc.stdout, proc.stderr)
+        assert "twin" in proc.stdout, proc.stderr  # the cage's own /dev still works
+    finally:
+        subprocess.run(["losetup", "-d", f"/dev/{loop}"], capture_output=True)

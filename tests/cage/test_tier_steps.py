@@ -124,6 +124,8 @@ fact("full")(lambda: attempt(lambda: write("/dev/full", "x")))
 fact("random")(lambda: [len(open("/dev/random", "rb").read(4)), len(open("/dev/urandom", "rb").read(4))])
 fact("links")(lambda: {n: os.readlink(f"/dev/{n}") for n in ("fd", "stdin", "stdout", "stderr", "ptmx")})
 fact("pts")(lambda: sorted(os.listdir("/dev/pts")))
+# a device node outside the minimal /dev (here a null device in the write root): nodev everywhere
+fact("device node")(lambda: attempt(lambda: open("node", "rb").read()))
 
 @fact("pty")
 def _():
@@ -200,6 +202,9 @@ class Bench:
         self.secret = self.outside / "secret"
         self.work = base / "work"
         os.chmod(base, 0o755)
+        # a null device made by root (the bench is), linked into each fresh work tree
+        self.null_node = base / "null-node"
+        os.mknod(self.null_node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         self.reset()
         self.host_shm = f"sandboy-tier-shm-{os.getpid()}-{id(self):x}"
         with open(f"/dev/shm/{self.host_shm}", "w") as fh:
@@ -281,6 +286,7 @@ class Bench:
             "links": {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
                       "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"},
             "pts": ["ptmx"],
+            "device node": "EACCES",
             "pty": [True, "ping"],
             "shm": False,
             "posix shm": "hello",
@@ -305,7 +311,7 @@ class Bench:
         assert os.listdir(self.work / ".git" / "hooks") == []
         assert (self.work / "conf" / "deep" / "settings.ini").read_text() == "safe = 1\n"
         assert (self.work / "conf" / "deep" / "new").read_text() == "new\n"
-        assert sorted(os.listdir(self.work)) == [".bashrc", ".dotfiles", ".git", "conf", "made"]
+        assert sorted(os.listdir(self.work)) == [".bashrc", ".dotfiles", ".git", "conf", "made", "node"]
         assert os.readlink(self.work / ".bashrc") == ".dotfiles/bashrc"
         assert (self.work / ".dotfiles" / "bashrc").read_text() == "# start-up\n"
         assert self._sysv("sysv-show") == "ok tier-secret"
@@ -323,6 +329,7 @@ class Bench:
         (self.work / ".dotfiles").mkdir()  # a start-up file kept by a dotfile manager (stow, chezmoi)
         (self.work / ".dotfiles" / "bashrc").write_text("# start-up\n")
         os.symlink(".dotfiles/bashrc", self.work / ".bashrc")
+        os.link(self.null_node, self.work / "node")  # (a link: the battery as uid 65534 resets the tree too)
         self.outside.mkdir(exist_ok=True)
         self.secret.write_text("secret\n")
         os.chmod(self.secret, 0o600)

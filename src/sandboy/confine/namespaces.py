@@ -67,7 +67,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, AT_SYMLINK_NOFOLLOW = 1, 0o2000000, 0x8000, 0x100
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
-MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NODEV = 0x1, 0x4
 O_WRONLY, O_CREAT, O_EXCL, O_CLOEXEC = 0o1, 0o100, 0o200, 0o2000000
 MOVE_MOUNT_T_EMPTY_PATH = 0x40
 RESOLVE_NO_SYMLINKS, O_NOFOLLOW = 0x04, 0o400000
@@ -613,6 +613,10 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact
             else:
                 steps.append((f"copy write root {root}", (SYS_OPEN_TREE, step_flags(save=slot), AT_FDCWD, _path(root),
                                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)))
+            # a device node in a write root opens nothing either (the same as every other mount)
+            steps.append((f"make the copy of write root {root} nodev",
+                          (SYS_MOUNT_SETATTR, 0, (slot,), b"\0", AT_EMPTY_PATH | AT_RECURSIVE,
+                           _mount_attr(MOUNT_ATTR_NODEV), 32)))
             attach.append((root, slot))
             slot += 1
     dev_slots = []
@@ -628,8 +632,11 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact
     steps.append(("mount /proc", (SYS_MOUNT, 0, b"proc\0", b"/proc\0", b"proc\0",
                                   MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)))
     if not everything_writable:
+        # nodev too: the only device nodes a cage opens are its minimal /dev's (own mounts, made
+        # below); a chroot's bound /dev or the nodes debootstrap made on disk under a read grant
+        # were raw disks and other terminals by another path (session 8)
         steps.append((READ_ONLY_LABEL, (SYS_MOUNT_SETATTR, 0, AT_FDCWD, b"/\0", AT_RECURSIVE,
-                                                     _mount_attr(MOUNT_ATTR_RDONLY), 32)))
+                                        _mount_attr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV), 32)))
     steps.append(("mount /dev", (SYS_MOUNT, 0, b"tmpfs\0", b"/dev\0", b"tmpfs\0",
                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=0755,size=64k\0")))
     for name in ("pts", "shm"):
