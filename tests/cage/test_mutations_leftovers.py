@@ -164,7 +164,7 @@ def _without_deadline(real):
 
 def _mutants():
     out = [mutant(*row) for row in [
-        ("the sweep of the tree", reaping, "sweep", lambda cgroup=None, deadline=None: True),
+        ("the sweep of the tree", reaping, "sweep", lambda cgroup=None, deadline=None, spare=None: True),
         ("the supervisor as child subreaper", _libc, "prctl", _without_subreaper(_libc.prctl)),
         # the step stays (the plan's shape is unchanged) but asks the kernel for nothing
         ("the command's death signal", supervision, "PR_SET_PDEATHSIG", PR_GET_DUMPABLE),

@@ -11,27 +11,91 @@ import os
 import time
 
 
-def descendants() -> set[int]:
-    """Every process below this one, walking /proc/<pid>/task/<tid>/children."""
+# What /proc says when the process or task we were about to read has ended meanwhile (ENOENT,
+# ESRCH; exception classes, not `errno`: the run path imports no more than it uses): skipped.
+# Anything else (EMFILE, ENFILE, ENOMEM, ...) says nothing about the tree: never "no child".
+GONE = (FileNotFoundError, ProcessLookupError)
+
+# How often a sweep that could not read the tree looks again while it waits (seconds).
+UNREAD_POLL_SECONDS = 0.02
+
+
+class TreeUnreadable(OSError):
+    """The process tree below this one could not be read (this process out of fds, the system
+    out of files, ...): which processes live there is unknown — which is not "none"."""
+
+
+class SpareFd:
+    """One file descriptor a supervisor holds from before its run starts, given back for the
+    /proc walk when the process (or the system) has none left: a step that exhausted its
+    supervisor's fds (through the egress proxy) made the walk find "no child" and the timeout
+    kill nothing (session 8). The walk needs one fd at a time. Opening it raises OSError where
+    none is left even now (the run could not be supervised anyway)."""
+
+    def __init__(self):
+        self.fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+
+    def release(self) -> bool:
+        """Close it so the walk can use its slot; False when there is none to give."""
+        if self.fd is None:
+            return False
+        os.close(self.fd)
+        self.fd = None
+        return True
+
+    def restore(self) -> None:
+        """Hold one again if a slot is free (another thread may have taken it: the next walk
+        then fails closed)."""
+        if self.fd is None:
+            try:
+                self.fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.release()
+
+
+def _walk() -> set[int]:
     found: set[int] = set()
     todo = [os.getpid()]
     while todo:
         pid = todo.pop()
         try:
             tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+        except GONE:
+            if pid == os.getpid():
+                raise
             continue
         for tid in tasks:
             try:
                 with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                     kids = [int(x) for x in fh.read().split()]
-            except OSError:
+            except GONE:
                 continue
             for kid in kids:
                 if kid not in found:
                     found.add(kid)
                     todo.append(kid)
     return found
+
+
+def descendants(spare: SpareFd | None = None) -> set[int]:
+    """Every process below this one, walking /proc/<pid>/task/<tid>/children. A process that
+    ends during the walk is skipped; any other failure to read raises TreeUnreadable — after
+    one more walk with `spare`'s slot, when the first failed for want of an fd or anything else."""
+    try:
+        return _walk()
+    except OSError as exc:
+        first = exc
+    if spare is None or not spare.release():
+        raise TreeUnreadable(first.errno, f"cannot read the process tree in /proc: {first.strerror}")
+    try:
+        return _walk()
+    except OSError as exc:
+        raise TreeUnreadable(exc.errno, f"cannot read the process tree in /proc: {exc.strerror}") from None
+    finally:
+        spare.restore()
 
 
 SIGCHLD_IGNORED = ("this process ignores SIGCHLD (SIG_IGN, perhaps inherited: an ignored signal survives "
@@ -51,9 +115,24 @@ def children_reaped_unseen():
     return SIGCHLD_IGNORED if ignored >> (signal.SIGCHLD - 1) & 1 else None
 
 
-def kill_pass(cgroup=None) -> None:
-    """SIGKILL every descendant found now (and every member of `cgroup` but this process)."""
-    pids = descendants()
+def kill_pass(cgroup=None, spare: SpareFd | None = None, leader: int | None = None) -> bool:
+    """SIGKILL every descendant found now (and every member of `cgroup` but this process).
+    True when the whole tree was seen. When it could not be read (TreeUnreadable), fail closed
+    with what is known without /proc: `leader` — the command, a session and process-group
+    leader, NOT yet reaped (so neither its pid nor its group id can have been reused) — and its
+    process group are killed (under the namespace tier the leader is the namespace's init: its
+    death ends every process inside), and False says more may live."""
+    seen = True
+    try:
+        pids = descendants(spare)
+    except TreeUnreadable:
+        seen, pids = False, set()
+        if leader is not None:
+            pids.add(leader)
+            try:
+                os.killpg(leader, signal.SIGKILL)
+            except ProcessLookupError:  # not (yet) its own group's leader
+                pass
     if cgroup is not None:
         pids.update(cgroup.pids())
     pids.discard(os.getpid())  # a supervisor sits in its own per-run group
@@ -62,6 +141,7 @@ def kill_pass(cgroup=None) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    return seen
 
 
 def wait_until(pid: int, deadline=None):
@@ -79,15 +159,23 @@ def wait_until(pid: int, deadline=None):
         time.sleep(0.005)
 
 
-def sweep(cgroup=None, deadline=None) -> bool:
+def sweep(cgroup=None, deadline=None, spare: SpareFd | None = None) -> bool:
     """SIGKILL and reap until no descendant is left. Orphans come back to us (subreaper), so
     each round sees the ones the previous round's deaths released. `deadline` (time.monotonic()):
-    give up reaping then and return False (everything found has been sent SIGKILL)."""
+    give up reaping then and return False (everything found has been sent SIGKILL). The end is
+    "no child left to wait for" (ECHILD), never "the walk found none": a round that could not
+    read the tree (TreeUnreadable) waits a moment and walks again."""
     while True:
-        kill_pass(cgroup)
+        seen = kill_pass(cgroup, spare)
+        wait = deadline
+        if not seen:
+            soon = time.monotonic() + UNREAD_POLL_SECONDS
+            wait = soon if deadline is None else min(deadline, soon)
         try:
-            if wait_until(-1, deadline) is None:
-                return False
+            if wait_until(-1, wait) is None:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                continue
             # Reap the whole batch before walking /proc again: one walk per reaped child made the
             # sweep quadratic (2,000 processes took 26 s past a 3 s timeout).
             while os.waitpid(-1, os.WNOHANG)[0]:

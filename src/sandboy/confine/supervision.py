@@ -198,6 +198,7 @@ class Supervision(Handle):
         self._ended = False
         self._result = None
         self._refused = None    # why a started hook refused the run
+        self._spare = None      # reaping.SpareFd: the /proc walk's fd when none is left
 
     # --- start ---------------------------------------------------------------------------------
 
@@ -242,6 +243,11 @@ class Supervision(Handle):
         from sandboy.confine.terminal import session_steps
 
         self.cage.check_open()  # a closed cage: refused before anything else
+        try:
+            self._spare = reaping.SpareFd()
+        except OSError as exc:
+            raise CageError(f"cannot supervise a run here: no file descriptor left ({exc.strerror}); "
+                            "ending its tree needs one") from None
         unseen = reaping.children_reaped_unseen()
         if unseen:
             # Not ours to change: the disposition is the whole process's (its threads, its other
@@ -381,7 +387,7 @@ class Supervision(Handle):
         if self._ended:
             return
         if self._status is None:
-            reaping.kill_pass(self._own_group)
+            reaping.kill_pass(self._own_group, self._spare, leader=self.pid)  # unreaped: its pid is its own
             try:
                 self._status = reaping.wait_until(self.pid, deadline)
             except ChildProcessError:  # reaped, its status lost to an interrupting signal
@@ -393,7 +399,7 @@ class Supervision(Handle):
                 return
         if before_sweep is not None:
             before_sweep()
-        if not self._ends_its_tree() and not reaping.sweep(self._own_group, deadline):
+        if not self._ends_its_tree() and not reaping.sweep(self._own_group, deadline, self._spare):
             self.abandoned = True
         self._ended = True
 
@@ -439,6 +445,9 @@ class Supervision(Handle):
                 pass
             self._own_group.remove()
             self._own_group = None
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         result.report_cage(self.cage)
         if self.memory_group is not None:
             self._end_memory_group(result)
