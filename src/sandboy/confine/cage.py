@@ -15,7 +15,7 @@ import sys
 
 from sandboy.confine import _libc, hygiene, landlock, namespaces, protections
 from sandboy.errors import CageError
-from sandboy.policy.resolve import Context, path_candidates, policy_dir, resolve, uses_tmp
+from sandboy.policy.resolve import Context, path_candidates, policy_dir, resolve, unfollowable, uses_tmp
 
 
 class Cage:
@@ -298,7 +298,10 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
 
         check_repository_grants(policy, ctx.repo)  # `{repo}/x` stays inside the repository
     job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
-    compiled = protections.compile_all(job)
+    try:
+        compiled = protections.compile_all(job)
+    except OSError as exc:  # a path's symlink cannot be read (resolve.unfollowable): name it
+        raise unfollowable(exc, policy.source, job.resolved.fs) or exc from None
     warnings = [w for part in compiled.values() for w in part.warnings]
     fs, net = compiled["landlock.fs"].outputs, compiled["landlock.net"].outputs
     try:

@@ -121,6 +121,7 @@ def run_command(args) -> int:
     from sandboy.gate.outputs import check_outside, check_writable
     from sandboy.gate.capture import DEFAULT_MAX_STEP_OUTPUT
     from sandboy.gate.runner import GateRun, StopRequest, resolve_ceiling
+    from sandboy.policy.resolve import unfollowable
 
     if args.print_ceiling:
         sys.stdout.write(f"# The built-in ceiling of `sandboy gate` (docs/gate.md). Edit and pass with --ceiling FILE.\n"
@@ -129,9 +130,13 @@ def run_command(args) -> int:
     try:
         gate = config.load(args.repo)
         ceiling, budget_seconds = ceilings.read(args.ceiling)
-        check_outside({"--logs": args.logs, "--junit": args.junit, "--json": args.json_path,
-                       "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")},
-                      [gate.repo, *resolve_ceiling(ceiling, gate.repo).fs.write], source="arguments")
+        resolved = resolve_ceiling(ceiling, gate.repo)
+        try:
+            check_outside({"--logs": args.logs, "--junit": args.junit, "--json": args.json_path,
+                           "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")},
+                          [gate.repo, *resolved.fs.write], source="arguments")
+        except OSError as exc:  # a write root's symlink cannot be read (resolve.unfollowable)
+            raise unfollowable(exc, ceiling.source, resolved.fs) or exc from None
         check_writable({"--junit": args.junit, "--json": args.json_path,
                         "$GITHUB_STEP_SUMMARY": os.environ.get("GITHUB_STEP_SUMMARY")}, log_dir=args.logs)
     except PolicyError as exc:
@@ -162,6 +167,8 @@ def run_command(args) -> int:
                          interactive=args.interactive, max_output=max_output, budget=budget).run()
     except OSError as exc:  # e.g. --logs not writable
         return _fail(args, f"{exc.filename or ''}: {exc.strerror}", EXIT_USAGE)
+    except PolicyError as exc:  # the ceiling's grants looked up (repository_links)
+        return _fail(args, str(exc), EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself
         sys.stderr.write("sandboy gate: interrupted\n")
         return EXIT_INTERRUPTED

@@ -26,7 +26,7 @@ import os
 import stat
 
 from sandboy.policy.meet import Narrowing
-from sandboy.policy.resolve import TMP_TOKEN, is_within_any, lookup_changeable
+from sandboy.policy.resolve import TMP_TOKEN, is_within_any, lookup_changeable, unfollowable
 
 _GRANTS = ("read", "exec", "write")
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup (ELOOP)
@@ -71,6 +71,12 @@ class RepositoryLinks:
 
     def __init__(self, ceiling, repo: str):
         self.ceiling = ceiling
+        try:
+            self._watch(ceiling, repo)
+        except OSError as exc:  # a grant's symlink cannot be read: name the ceiling's entry
+            raise unfollowable(exc, ceiling.source, ceiling.fs) or exc from None
+
+    def _watch(self, ceiling, repo: str) -> None:
         roots = {os.path.realpath(repo)}
         for root in ceiling.fs.write:
             if not root.startswith(TMP_TOKEN):
@@ -97,7 +103,7 @@ class RepositoryLinks:
         write root, one Narrowing per grant dropped); the ceiling object itself when none is."""
         dropped: dict = {}
         narrowings = []
-        for right, path, link in self._links():
+        for right, path, link in self._checked_links():
             dropped.setdefault(right, set()).add(path)
             narrowings.append(Narrowing(
                 "fs", right, path,
@@ -109,6 +115,13 @@ class RepositoryLinks:
         fs = self.ceiling.fs
         kept = {right: tuple(p for p in getattr(fs, right) if p not in paths) for right, paths in dropped.items()}
         return self.ceiling.replace(fs=fs.replace(**kept)), narrowings
+
+    def _checked_links(self):
+        """`_links()`, a grant whose symlink cannot be read named as the ceiling's policy error."""
+        try:
+            yield from self._links()
+        except OSError as exc:
+            raise unfollowable(exc, self.ceiling.source, self.ceiling.fs) or exc from None
 
     def _links(self):
         """(right, path, link) of each grant whose lookup passes through a symlink inside a root now."""

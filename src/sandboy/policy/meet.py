@@ -19,7 +19,7 @@ import os
 
 from sandboy.policy.model import (LIMIT_KEYS, SECTIONS, Compat, EnvRules, FsRules, IpcRules, Limits, NetRules, Policy,
                                   SeccompRules)
-from sandboy.policy.resolve import TMP_TOKEN, is_glob, is_within
+from sandboy.policy.resolve import TMP_TOKEN, is_glob, is_within, unfollowable
 
 
 
@@ -275,7 +275,11 @@ def meet(step: Policy, ceiling: Policy) -> tuple:
     fields = {}
     for name in SECTIONS:
         if name in step.sections:
-            fields[name] = _MEETS[name](getattr(step, name), getattr(ceiling, name), narrowings)
+            try:
+                fields[name] = _MEETS[name](getattr(step, name), getattr(ceiling, name), narrowings)
+            except OSError as exc:  # a path's symlink cannot be read (fs): say whose and which
+                raise (unfollowable(exc, ceiling.source, ceiling.fs) or unfollowable(exc, step.source, step.fs)
+                       or exc) from None
         else:
             fields[name] = getattr(ceiling, name)
     policy = Policy(version=1, sections=frozenset(SECTIONS), source=f"{step.source} under {ceiling.source}", **fields)

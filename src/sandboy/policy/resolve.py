@@ -169,3 +169,25 @@ def resolve(policy, ctx: Context):
     new_fs = fs.replace(read=paths(fs.read), exec=paths(fs.exec), write=paths(fs.write), deny=paths(fs.deny),
                         protect=paths(fs.protect))
     return policy.replace(fs=new_fs)
+
+
+def unfollowable(exc: OSError, source: str, fs) -> "PolicyError | None":
+    """The policy error for `exc` when it was raised following the symlinks of one of `fs`'s
+    paths (resolved, `policy.resolve`): os.path.realpath raises where readlink fails — the
+    /proc/PID/root of a process this one may not trace (EACCES) — and the meet and the cage build
+    follow every grant, deny and protect path. Names `source`, the key, the path and the fix;
+    None when no path of `fs` lies at or under `exc.filename` (then `exc` is something else).
+    Asked only after a failure: nothing is resolved twice on the way that works."""
+    from sandboy.errors import PolicyError
+
+    link = exc.filename
+    if not isinstance(link, str) or not link.startswith("/"):
+        return None
+    for key in ("read", "exec", "write", "deny", "protect"):
+        for path in getattr(fs, key):
+            if is_within(path, link):
+                return PolicyError(source, f"fs.{key}", f"{path!r}: cannot follow {link}: {exc.strerror} (a "
+                                   "symlink this process may not read, such as /proc/PID/root of a process it "
+                                   "cannot trace), so what the entry would grant or hide is unknown; name the "
+                                   "path it leads to instead, or remove the entry")
+    return None
