@@ -170,3 +170,51 @@ def test_a_phase_bounded_by_the_budget_says_so_while_it_runs(tmp_path, monkeypat
     assert "the audit's time budget of 2s (test) was spent; the tool's tree was killed" in report.error
     assert any(m.startswith("p: still running (") and m.endswith("of at most 2 s, what is left of the time budget)")
                for m in messages), messages
+
+
+def _big_sarif(path: Path, results: int) -> None:
+    """A valid SARIF log of `results` results: the passthrough adapter (a guest in WebAssembly)
+    takes ≈ 0.2 ms a result here, so its conversion is Sandboy's own work of seconds."""
+    one = {"ruleId": "R1", "message": {"text": "m"},
+           "locations": [{"physicalLocation": {"artifactLocation": {"uri": "a.py"}, "region": {"startLine": 1}}}]}
+    doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "big", "rules": [{"id": "R1"}]}},
+                                         "results": [one] * results}]}
+    path.write_text(json.dumps(doc))
+
+
+def _converting_repo(tmp_path: Path, results: int) -> Path:
+    """t0: a quick tool; t1: a quick phase whose output takes the adapter long to convert."""
+    repo = _repo(tmp_path, 1, "echo '" + EMPTY_SARIF + "'")
+    _big_sarif(repo / "big.sarif", results)
+    with open(repo / ".007" / "adapters.toml", "a") as fh:
+        fh.write('[tools.t1]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+                 '[[tools.t1.phases]]\ninclude = ["system"]\nargv = ["cat", "{repo}/big.sarif"]\n')
+    return repo
+
+
+def test_a_conversion_past_the_budget_is_cut_at_the_budget(tmp_path) -> None:
+    """Session 8: the budget bounded the phases only; an adapter's conversion (its own deadline
+    120 s) ran on past it. 90,000 results take the adapter ≈ 20 s here; the budget is 4 s."""
+    repo = _converting_repo(tmp_path, 90_000)
+    started = time.monotonic()
+    done, status = _audit(repo, tmp_path, 2, "--budget", "4s")
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert took < 4 + SLACK, f"{took:.1f} s for a 4 s budget"
+    t0, t1 = status["tools"]
+    assert t0["status"] == "ran" and t1["status"] == "failed", status["tools"]
+    assert t1["phases"][0]["outcome"] == "exited", t1  # the phase itself finished in time
+    assert t1["reason"].startswith("adapter passthrough: timed_out: the audit's time budget of 4s (--budget) "
+                                   "was spent"), t1["reason"]
+    said = _budget_run(tmp_path / "out.sarif")
+    assert said["invocations"][0]["properties"]["sandboy"]["ended"] == ["t1"]
+
+
+def test_twin_a_budget_that_suffices_leaves_the_conversion_alone(tmp_path) -> None:
+    repo = _converting_repo(tmp_path, 2_000)
+    seen = {}
+    for budget in ("120s", "0"):
+        done, status = _audit(repo, tmp_path, 2, "--budget", budget)
+        assert done.returncode == 0, done.stderr
+        seen[budget] = [(t["status"], t["results"]) for t in status["tools"]]
+    assert seen["120s"] == seen["0"] == [("ran", 0), ("ran", 2_000)], seen

@@ -360,8 +360,9 @@ def _symlink_on_the_way(inside: Path, path: Path) -> bool:
 
 
 def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress, budget=None) -> ToolReport:
+    from sandboy.audit import host
     from sandboy.audit.convert import ConvertRequest, convert
-    from sandboy.audit.errors import AuditError
+    from sandboy.audit.errors import AuditError, DeadlineExceeded
     from sandboy.audit.registry import TOOLS
 
     from sandboy.repository_files import OutsideRepository
@@ -423,10 +424,29 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress, 
                                                 "host's rights)")
         report.seconds = time.monotonic() - t0
         return report
+    # The conversion is Sandboy's own work, but the budget bounds it as it bounds a phase: not
+    # started once nothing is left, and given at most what is left (its own deadline otherwise;
+    # session 8: a 120 s conversion ran on past a spent budget)
+    deadline, by_budget = host.DEFAULT_DEADLINE_SECONDS, False
+    if budget is not None:
+        if budget.exhausted():
+            report.status, report.reason = FAILED, f"adapter {tool.adapter}: not run: {budget.unstarted()}"
+            report.cut_by_budget = True
+            report.seconds = time.monotonic() - t0
+            return report
+        deadline, by_budget = budget.bound(deadline)
     progress(f"{tool.name}: converting with adapter {tool.adapter}…")
     name = tool.name if TOOLS.get(tool.name) == tool.adapter else tool.adapter
     try:
-        converted = convert(ConvertRequest(tool=name, artifacts=[(tool.artifact, source)]), progress)
+        converted = convert(ConvertRequest(tool=name, artifacts=[(tool.artifact, source)],
+                                           deadline_seconds=deadline), progress)
+    except DeadlineExceeded as exc:
+        report.status, report.reason = FAILED, f"adapter {tool.adapter}: {exc}"
+        if by_budget:
+            report.reason = f"adapter {tool.adapter}: timed_out: {budget.cut()}; the conversion was stopped"
+            report.cut_by_budget = True
+        report.seconds = time.monotonic() - t0
+        return report
     except AuditError as exc:
         report.status, report.reason = FAILED, f"adapter {tool.adapter}: {exc}"
         report.seconds = time.monotonic() - t0
