@@ -527,3 +527,52 @@ def test_as_an_ordinary_user_their_key_and_log_take_no_metadata_change():
         assert os.stat(log).st_mtime_ns != 1_000_000_000
         assert log.read_text().splitlines()[-1] == "private", log.read_text()
         assert "0 Read-only file system" in log.read_text()
+
+
+GRAB = r"""
+import ctypes, errno, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(*args):
+    r = libc.syscall(*[ctypes.c_long(a) for a in args])
+    return r if r >= 0 else errno.errorcode[ctypes.get_errno()]
+pidfd = call(434, 1, 0)                       # pidfd_open(the init)
+got = [call(438, pidfd, n, 0) if isinstance(pidfd, int) else pidfd for n in range(6)]  # pidfd_getfd
+links = []
+for n in range(6):
+    try:
+        links.append(os.readlink(f"/proc/1/fd/{n}"))
+    except OSError as exc:
+        links.append(errno.errorcode[exc.errno])
+print(json.dumps([pidfd, got, links]), flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_the_command_cannot_take_the_callers_fds_from_the_init(sb, tmp_path):
+    """The init now holds the caller's own descriptions (fd 0 to carry the offset back, fd 1 to
+    relay to): the command must not get them from it — pidfd_getfd is refused (seccomp, and
+    Landlock's ptrace scope: the init is outside the command's domain), /proc/1/fd is not there
+    (hidepid). Host side: the init really holds the file (so the attempt had a target), and the
+    file's mode is unchanged."""
+    secret = victim(tmp_path)
+    out = victim(tmp_path, "out.log", "", 0o600)
+    proc = subprocess.Popen(["/bin/sh", "-c", f"exec {sb.sb_cmd} {PY} -c \"$GRAB\" 3 < {secret} > {out}"],
+                            cwd=tmp_path, env=dict(os.environ, GRAB=GRAB,
+                                                   SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+    try:
+        deadline = time.monotonic() + 20
+        while not out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as fh:
+            init = int(fh.read().split()[0])
+        held = {os.readlink(f"/proc/{init}/fd/{n}") for n in os.listdir(f"/proc/{init}/fd")}
+    finally:
+        assert proc.wait(30) == 0
+    assert str(secret) in held and str(out) in held, held
+    import json
+
+    pidfd, got, links = json.loads(out.read_text())
+    assert all(result in ("EPERM", "EACCES") for result in got), (pidfd, got)  # no fd came back
+    assert links == ["ENOENT"] * 6, links
+    assert host_state(secret)[:4] == (0o600, os.getuid(), os.getgid(), [])
