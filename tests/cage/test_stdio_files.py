@@ -211,6 +211,17 @@ def test_a_file_that_cannot_be_reopened_is_refused_with_the_fix(sb, tmp_path):
     assert piped.returncode == 0 and b"Name:" in piped.stdout, piped
 
 
+def test_dry_run_says_what_happens_to_each_fd(sb, tmp_path):
+    (tmp_path / "list").write_text("a\n")
+    dry = sb.sb_cmd.replace(" run ", " run --dry-run ")
+    done = sb(f"{dry} /bin/true < list > out 2>&1; cat out; {dry} /bin/true < /proc/self/status")
+    text = done.stdout.decode()
+    assert ("stdio: fd 0: reopened read-only on the cage's tree, offset shared with the caller; "
+            "fd 1: a pipe the init copies to the caller's file; fd 2: a pipe the init copies to the caller's file"
+            in text), text
+    assert "stdio: refused: fd 0 is a file the cage cannot reopen" in text, text
+
+
 # --- twins -----------------------------------------------------------------------------------
 
 def test_stdin_read_whole_and_shared_offset_with_the_caller(sb, tmp_path):
@@ -442,8 +453,8 @@ def test_every_handoff_step_and_init_kind_has_a_check_that_fails_without_it(tmp_
     real = namespaces.plan_stdio
     seen_steps, seen_kinds = set(), set()
 
-    def recording(stdio, pipes=True, everything_writable=False):
-        handoff = real(stdio, pipes, everything_writable)
+    def recording(stdio, pipes=True, everything_writable=False, refuse=None):
+        handoff = real(stdio, pipes, everything_writable, refuse)
         seen_steps.update(label for label, _ in handoff.init_steps + handoff.command_steps
                           if not label.startswith("close "))
         kinds = handoff.init_args[3]
@@ -457,16 +468,16 @@ def test_every_handoff_step_and_init_kind_has_a_check_that_fails_without_it(tmp_
     assert len(seen_steps) >= 7, seen_steps
 
     def without_step(target):
-        def plan_stdio(stdio, pipes=True, everything_writable=False):
-            handoff = real(stdio, pipes, everything_writable)
+        def plan_stdio(stdio, pipes=True, everything_writable=False, refuse=None):
+            handoff = real(stdio, pipes, everything_writable, refuse)
             handoff.init_steps = [s for s in handoff.init_steps if s[0] != target]
             handoff.command_steps = [s for s in handoff.command_steps if s[0] != target]
             return handoff
         return plan_stdio
 
     def without_kind(k, kind):
-        def plan_stdio(stdio, pipes=True, everything_writable=False):
-            handoff = real(stdio, pipes, everything_writable)
+        def plan_stdio(stdio, pipes=True, everything_writable=False, refuse=None):
+            handoff = real(stdio, pipes, everything_writable, refuse)
             *fds, kinds = handoff.init_args
             handoff.init_args = (*fds, kinds & ~(kind << 2 * k))
             return handoff

@@ -16,6 +16,8 @@ def report(policy, command: list, cwd=None, tty: bool = False) -> dict:
         out = cage.report()
         out["supervised"] = supervisor_needed(cage, tty=tty, in_place=True, hooks=hooks_for(cage)) is not None
         out["terminal"] = describe_terminal(tty)
+        if cage.tier is not None:  # files on fd 0-2: reopened or relayed (ADR 0011, "Session 8")
+            out["stdio"] = cage.tier.describe_stdio()
         out["command"] = command
         # What would fail at exec time with a bare 126: PATH entries and interpreter symlinks
         # outside fs.exec, and the command itself.
@@ -54,6 +56,8 @@ def describe(report: dict) -> str:
     lines.append(f"limits: {enf['limits'] or 'none'}; capabilities: {enf['capabilities']}")
     if "terminal" in report:
         lines.append(f"terminal: {report['terminal']}")
+    if "stdio" in report:
+        lines.append(f"stdio: {report['stdio']}")
     ns = enf.get("namespaces") or {}
     if ns.get("mount"):
         kinds = [name for name in ("user", "mount", "ipc", "pid", "net") if ns.get(name)]

@@ -170,6 +170,27 @@ class Tier:
         plan only (no pipe is made)."""
         return plan_stdio(stdio, pipes, self._handoff_at() is None)
 
+    def describe_stdio(self, stdio=(None, None, None)) -> str:
+        """What a run would do with `stdio` (None: this process's fd 0-2), for --dry-run."""
+        try:
+            handoff = plan_stdio(stdio, False, self._handoff_at() is None, refuse=True)
+        except CageError as exc:
+            return f"refused: {exc}"
+        kinds = handoff.init_args[3]
+        said = []
+        for label, _ in handoff.command_steps:
+            if not label.startswith("put "):
+                continue
+            target = int(label.rsplit(" ", 1)[1])
+            if label.startswith("put the cage's /dev/"):
+                said.append(f"fd {target}: the cage's own {label.split()[3]}")
+            elif label.startswith("put the reopened file"):
+                said.append(f"fd {target}: reopened read-only on the cage's tree"
+                            + (", offset shared with the caller" if kinds >> 2 * target & CARRY_OFFSET else ""))
+            elif label.startswith("put the relay's pipe"):
+                said.append(f"fd {target}: a pipe the init copies to the caller's file")
+        return "; ".join(said) or "as handed in"
+
     def _handoff_at(self):
         """Where a file handed in on fd 0-2 is reopened (`plan_stdio`): right after every mount
         became read-only, before /dev, the write roots and {tmp} are mounted over anything.
@@ -315,10 +336,12 @@ class StdioHandoff:
         self.parent_fds = []
 
 
-def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False) -> StdioHandoff:
+def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False, refuse=None) -> StdioHandoff:
     """The `StdioHandoff` for a child whose fd 0-2 will be `stdio` (None: this process's own).
     `everything_writable`: "/" is a write root, so the command may change any file's metadata
-    by path anyway: files are left as they are. `pipes=False`: placeholder fds (labels only)."""
+    by path anyway: files are left as they are. `pipes=False`: placeholder fds (labels only).
+    `refuse` (default: `pipes`): CageError for a file that cannot be handed in safely."""
+    refuse = pipes if refuse is None else refuse
     handoff = StdioHandoff()
     init_fds, kinds = [-1, -1, -1], 0
     relays: list = []  # (caller-side fd, pipe write end) of each relay made so far
@@ -344,7 +367,7 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False) -> 
             continue  # an anonymous pipe: no file system of anyone's
         if reading:
             slot = HANDOFF_SLOTS[target]
-            handoff.init_steps += _reopen_steps(target, path, st, status, slot, refuse=pipes)
+            handoff.init_steps += _reopen_steps(target, path, st, status, slot, refuse)
             handoff.command_steps += [
                 (f"put the reopened file on fd {target}", (_libc.SYS_DUP2, 0, (slot,), target)),
                 (f"close the spare of fd {target}", (SYS_CLOSE, 0, (slot,))),
