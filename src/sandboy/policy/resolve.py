@@ -80,7 +80,10 @@ def lookup_changeable(path: str, roots, max_links: int = 40) -> bool:
         links += 1
         if links > max_links:
             return True  # (ELOOP for the kernel; not worth a proof)
-        target = os.readlink(candidate)
+        try:
+            target = os.readlink(candidate)
+        except OSError:
+            return True  # a link we may not read (/proc/1/root): no proof, so looked up each time
         if target.startswith("/"):
             current = "/"
         pending.extend(part for part in target.split("/")[::-1] if part not in ("", "."))
