@@ -135,12 +135,12 @@ def parse_entry(value: str) -> Entry:
         ip = _ip(host)
         if ip is None or ip.version != 6:
             raise EntryError(f"not an IPv6 literal inside [...]: {value!r}")
-        return Entry(text, str(ip), False, True, ports)
+        return Entry(text, _as_compared(ip), False, True, ports)
     if text.count(":") > 1:  # a bare IPv6 literal: no port possible
         ip = _ip(text)
         if ip is None:
             raise EntryError(f"not an IP literal: {value!r} (IPv6 with a port: [addr]:port)")
-        return Entry(text, str(ip), False, True, ports)
+        return Entry(text, _as_compared(ip), False, True, ports)
     host, port = split_authority(text, value)
     if port is not None:
         ports = (port,)
@@ -156,6 +156,13 @@ def parse_entry(value: str) -> Entry:
         return Entry(text, str(ip), False, True, ports)
     check_name(name, value)
     return Entry(text, name, wildcard, False, ports)
+
+
+def _as_compared(ip) -> str:
+    """An entry's IP literal as `normalize_host` spells what a client sends: an IPv4-mapped IPv6
+    address is its IPv4 address. Session 8: a deny entry `[::ffff:10.0.0.1]` never matched (the
+    client's `[::ffff:10.0.0.1]` and `10.0.0.1` both compare as `10.0.0.1`), nor an allow one."""
+    return str(ip.ipv4_mapped) if ip.version == 6 and ip.ipv4_mapped is not None else str(ip)
 
 
 def normalize_host(host: str):
