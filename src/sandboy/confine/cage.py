@@ -52,6 +52,7 @@ class Cage:
         # The namespace tier where the kernel allows it (namespaces.Tier), else None
         self.tier = compiled["namespaces"].outputs.get("tier")
         self.renew_ruleset = None  # under the tier: makes a fresh copy of the ruleset (started())
+        self._mounts_seen = None  # kernel_mounts.generation() when the write roots were last looked below
         self._runs = 0
         # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
         # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
@@ -124,22 +125,28 @@ class Cage:
 
     def kernel_mounts_absent(self) -> bool:
         """No mount of the kernel's own file systems (proc, sysfs, devtmpfs...) has appeared below
-        a write root since the build (see `kernel_mounts`; the build refused one there)."""
+        a write root since the build (see `kernel_mounts`; the build refused one there). The
+        table is read again only when it may have changed since this cage last looked."""
         roots = self.compiled["landlock.fs"].outputs.get("mount_roots")
         if not roots:
             return True
         from sandboy.confine import kernel_mounts
 
-        return not kernel_mounts.below(roots)
+        now = kernel_mounts.generation()
+        if now >= 0 and now == self._mounts_seen:
+            return True
+        if kernel_mounts.below(roots):
+            return False
+        self._mounts_seen = now
+        return True
 
     def check_kernel_mounts(self) -> None:
         """CageError (125) where `kernel_mounts_absent` is not so: before a run of a cage the
         caller built and hands to `run` (no fingerprint is looked at then)."""
-        roots = self.compiled["landlock.fs"].outputs.get("mount_roots")
-        if roots:
+        if not self.kernel_mounts_absent():
             from sandboy.confine import kernel_mounts
 
-            kernel_mounts.refuse(roots, self.policy.source)
+            kernel_mounts.refuse(self.compiled["landlock.fs"].outputs["mount_roots"], self.policy.source)
 
     def take_launch_managers(self):
         """`launch_managers` for this launch's git check; None afterwards (a later run looks anew)."""

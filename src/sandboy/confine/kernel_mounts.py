@@ -14,6 +14,8 @@ namespace tier's own (replaced by private ones; without the tier a grant there i
 `degraded`).
 """
 
+import os
+
 from sandboy.errors import CageError
 from sandboy.policy.resolve import is_within
 
@@ -47,9 +49,17 @@ def below(roots, mountinfo: str = "/proc/self/mountinfo") -> list:
     if not roots:
         return []
     try:
-        with open(mountinfo, "rb") as fh:
-            text = fh.read().decode("utf-8", "surrogateescape")
+        fd = os.open(mountinfo, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = b"".join(iter(lambda: os.read(fd, 65536), b""))
+        finally:
+            os.close(fd)
     except OSError:
+        return []
+    text = data.decode("utf-8", "surrogateescape")
+    # The usual answer at once: no mount point below any root (a mount point follows a space; a
+    # root holding a character mountinfo escapes is looked for line by line)
+    if all(not any(c in r for c in " \t\n\\") and f" {r}/" not in text for r in roots):
         return []
     found = []
     for line in text.splitlines():
@@ -80,3 +90,35 @@ def refuse(roots, source: str) -> None:
                         f"write root{more}: a command there could change the host's kernel settings or devices "
                         "(as root: sysctls, sysrq-trigger, raw disks). Grant the directories beside it instead, "
                         "or unmount it before the run")
+
+
+# Whether the mount table may have changed, without reading it: poll(2) on an open mountinfo
+# says POLLPRI once for each change of the mount namespace since the file's last look (the
+# kernel's `mounts_poll`). One fd per process; `generation()` counts what it reported, so every
+# cage compares against the count it last checked at (≈ 1 µs against ≈ 75 µs for a read of
+# mountinfo per reuse of a cage).
+_WATCH: list = []  # [fd, generation]
+
+
+def generation() -> int:
+    """A number that changes whenever the mount table may have changed since it was last asked."""
+    import select
+
+    if not _WATCH:
+        try:
+            fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return -1  # no way to watch: callers look every time (see Cage.kernel_mounts_absent)
+        _WATCH.extend([fd, 0])
+    poller = select.poll()
+    poller.register(_WATCH[0], select.POLLPRI)
+    if poller.poll(0):
+        _WATCH[1] += 1
+    return _WATCH[1]
+
+
+def _forget_after_fork() -> None:
+    _WATCH.clear()  # (the fd is the parent's open file: its change state is shared; take a new one)
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
