@@ -85,9 +85,12 @@ def sandboy_run(pkg: Path, tmp_path: Path, *python_options: str) -> subprocess.C
                           stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-EXEC_MODE = bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cage"]
+# exec mode from a cached plan (ADR 0028): the same run again; a miss (or the cache off) builds
+EXEC_MODE = bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cached run"]
+EXEC_MODE_BUILT = EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"]
 RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the groups are for
     "exec mode": ("", []),
+    "exec mode, plan cache off": ("", []),
     "write roots": ('write = ["{tmp}/work"]\n', []),
     "--tty": ("", ["--tty"]),
     "net.domains": ('\n[net]\ndomains = ["example.org"]\n', []),
@@ -107,12 +110,16 @@ def run_imports(kind: str, tmp_path: Path) -> set[str]:
     # the C executor and the namespace tier are on the path (the fallback without the tier adds
     # modules of its own — escape, explain, launch — which are imported the usual way)
     env = {k: v for k, v in os.environ.items() if k not in ("SANDBOY_NATIVE", "SANDBOY_NAMESPACES")}
-    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, start_new_session=True, env=env)  # warm the parse cache
+    env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cache")
+    if kind.endswith("plan cache off"):
+        env["SANDBOY_PLAN_CACHE"] = "0"
+    # warms the parse cache and, for a run it keeps, the plan cache (stdio as in the measured run)
+    subprocess.run(argv, check=True, capture_output=True, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     assert proc.returncode == 0, proc.stderr
     used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "sandboy.confine.cage" in used  # the measurement works
+    assert "sandboy.cli" in used  # the measurement works
     return {name for name in used if name.startswith("sandboy.")} - {"sandboy.bytecode_bundle"}
 
 
@@ -125,8 +132,11 @@ def tier() -> None:
                     "which the bundle does not hold")
 
 
-def test_exec_mode_imports_exactly_the_cli_and_cage_groups(tier, tmp_path):
+def test_exec_mode_imports_exactly_the_cli_and_cached_run_groups(tier, tmp_path):
+    """A run from a cached plan imports no compiler; with the plan cache off (or on a miss) the
+    cage group comes too."""
     assert run_imports("exec mode", tmp_path) == set(EXEC_MODE)
+    assert run_imports("exec mode, plan cache off", tmp_path) == set(EXEC_MODE_BUILT)
 
 
 def test_every_listed_module_is_imported_by_some_run_and_no_run_imports_another(tier, tmp_path):
@@ -146,7 +156,7 @@ def test_sandboy_run_is_served_from_the_bundle(package, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     served = {line.split("'")[1] for line in proc.stderr.splitlines()
               if line.startswith("import 'sandboy") and "BundledSourceLoader" in line}
-    assert served == set(EXEC_MODE) - {"sandboy.confine._native"}
+    assert served == set(EXEC_MODE_BUILT) - {"sandboy.confine._native"}  # (a first run: the plan cache misses)
     assert "import 'sandboy.confine._native'" in proc.stderr
     assert probe(package)["served"] == sorted(bytecode_bundle.RUN_PATH_MODULES)
     script = ("import sys; from sandboy.cli import main; import sandboy.confine.cage; "

@@ -39,18 +39,19 @@ import _imp
 from sandboy import BUNDLE_FORMAT, bundle_path
 
 # What `sandboy run` imports, besides `sandboy` itself (which installs the finder), in groups of modules imported together. tests/test_bytecode_bundle.py fails if exec mode imports
-# anything but "cli" + "cage", if any run imports a module not listed, or if a listed module is
+# anything but "cli" + "cached run" (+ "cage" on a plan cache miss), if any run imports a module not listed, or if a listed module is
 # imported by none, so the list cannot drift. The C executor is an extension module: no code of it
 # is kept, the bundle only remembers its file, which saves importlib listing the directory.
 RUN_PATH_GROUPS = {
     # every `sandboy` command
     "cli": ("sandboy.errors", "sandboy.cli"),
-    # the cage and exec mode: imported together by `sandboy run`, the gate, doctor and the API
-    "cage": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine.hygiene", "sandboy.policy",
-             "sandboy.policy.resolve", "sandboy.confine.landlock", "sandboy.confine.namespaces",
-             "sandboy.confine.seccomp", "sandboy.confine.protections", "sandboy.confine.cage",
-             "sandboy.confine.exec_mode", "sandboy.confine.terminal", "sandboy.policy.load", "sandboy.policy.model",
-             "sandboy.confine._native"),
+    # exec mode with a cached plan (ADR 0028): what a hit imports, and a miss first
+    "cached run": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native", "sandboy.policy",
+                   "sandboy.policy.resolve", "sandboy.confine.landlock", "sandboy.confine.fingerprint",
+                   "sandboy.confine.terminal", "sandboy.confine.exec_mode", "sandboy.confine.plan_cache"),
+    # the cage's build: imported together by `sandboy run` (a miss), the gate, doctor and the API
+    "cage": ("sandboy.confine.hygiene", "sandboy.confine.namespaces", "sandboy.confine.seccomp",
+             "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load", "sandboy.policy.model"),
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),

@@ -87,11 +87,6 @@ def cmd_run(args: RunArgs) -> int:
     # and exec mode then only waits and leaves by os._exit. Re-enabled before a supervised run,
     # which may last (terminal relay, egress proxy).
     gc.disable()
-    from sandboy.confine import cage as cagemod
-    from sandboy.confine import exec_mode
-    from sandboy.confine.terminal import has_controlling_terminal
-    from sandboy.policy.model import Policy
-
     if not args.command and not args.dry_run:  # (argparse's run: the fast path sends none here)
         _err("run: no command given (put it after --), or use --dry-run")
         return EXIT_USAGE
@@ -113,22 +108,37 @@ def cmd_run(args: RunArgs) -> int:
             option = "--status-json" if args.status_json else "--status-fd"
             _err(f"{option} {args.status_json or args.status_fd}: {exc.strerror} (nothing ran)")
             return EXIT_USAGE
+    # Exec mode may run a plan built by an earlier `sandboy run` with the same inputs (ADR 0028):
+    # before the compilers are even imported. None: this run is not one the plan cache keeps.
+    cached = said = None
+    if args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None
+                             or args.egress_log):
+        from sandboy.confine import plan_cache
+
+        if plan_cache.enabled():
+            cached = plan_cache
+            hit = plan_cache.lookup(args.policy, args.cwd)
+            if hit is not None:
+                _say_notes(hit, args.command[0])
+                said = True
+                code = hit.run(args.command)  # None: it did not start (nothing ran): build anew
+                if code is not None:
+                    _exit_without_finalizing = True
+                    return code
+    from sandboy.confine import cage as cagemod
+    from sandboy.confine import exec_mode
+    from sandboy.confine.terminal import has_controlling_terminal
+    from sandboy.policy.model import Policy
+
     cage = None
     try:
         policy = Policy.load(args.policy)
         if args.dry_run:
             return _dry_run(policy, args)
-        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=False)  # one run: no fingerprint
-        for line in cage.degraded:
-            _err(f"degraded: {line}")
-        for line in cage.warnings:
-            _err(f"warning: {line}")
-        if "/" not in args.command[0]:  # a PATH search only: a path names one file, nothing is skipped
-            from sandboy.confine import explain  # before the cage: it may not be readable inside
-
-            skipped = explain.skipped(args.command[0], cage)
-            if skipped:
-                _err(f"warning: {skipped}")
+        # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
+        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=cached is not None)
+        if not said:
+            _say_notes(cage, args.command[0])
         hooks = exec_mode.hooks_for(cage, args.egress_log)  # the git check, the egress proxy
         terminal = has_controlling_terminal()  # probed once: the decision and the signals below
         if exec_mode.supervisor_needed(cage, tty=args.tty, in_place=True, controlling_terminal=terminal, hooks=hooks):
@@ -177,7 +187,11 @@ def cmd_run(args: RunArgs) -> int:
                              {"outcome": result.outcome, "returncode": result.returncode, "error": result.error})
 
         _exit_without_finalizing = True
-        return exec_mode.exec_confined(args.command, cage, on_applied, hooks)
+        pending = cached and cached.entry_for(cage, args.policy, args.cwd, hooks)  # before the ruleset closes
+        code = exec_mode.exec_confined(args.command, cage, on_applied, hooks)
+        if pending:
+            cached.store(pending)  # once the command has run: its start waited for nothing
+        return code
     except PolicyError as exc:
         _close_refused(cage)
         _err(str(exc))
@@ -186,6 +200,21 @@ def cmd_run(args: RunArgs) -> int:
         _close_refused(cage)
         _err(f"cage not applied, command not run: {exc}")
         return EXIT_CAGE
+
+
+def _say_notes(cage, argv0: str) -> None:
+    """What degraded, the build's warnings, and a PATH search that skips a refused match: said
+    before the command runs, the same for a built cage and a cached plan."""
+    for line in cage.degraded:
+        _err(f"degraded: {line}")
+    for line in cage.warnings:
+        _err(f"warning: {line}")
+    if "/" not in argv0:  # a PATH search only: a path names one file, nothing is skipped
+        from sandboy.confine import explain  # before the cage: it may not be readable inside
+
+        skipped = explain.skipped(argv0, cage)
+        if skipped:
+            _err(f"warning: {skipped}")
 
 
 def _close_refused(cage) -> None:

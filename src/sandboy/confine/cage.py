@@ -15,7 +15,7 @@ import sys
 
 from sandboy.confine import _libc, hygiene, landlock, namespaces, protections
 from sandboy.errors import CageError
-from sandboy.policy.resolve import Context, path_candidates, policy_dir, resolve, unfollowable, uses_tmp
+from sandboy.policy.resolve import Context, exec_args, policy_dir, resolve, unfollowable, uses_tmp
 
 
 class Cage:
@@ -42,7 +42,7 @@ class Cage:
         for name in ("namespaces", "hygiene", "environment", "egress"):
             if name in compiled:
                 self.enforced.update(compiled[name].enforced)
-        # A reuse.Fingerprint, set by build() unless the policy has glob denies (matched anew at
+        # A fingerprint.Fingerprint, set by build() unless the policy has glob denies (matched anew at
         # every launch) or the caller runs one command (`reusable=False`):
         self.fingerprint = None
         # The hook-manager discoveries the protected paths' resolution just made (build, or a
@@ -165,12 +165,7 @@ class Cage:
     def exec_args(self, argv) -> tuple:
         """(candidate paths, argv, envp) as bytes: PATH is searched inside the cage, by the
         child, as execvp(3) would, so a directory the cage refuses is skipped like a miss."""
-        paths = [os.fsencode(p) for p in path_candidates(os.fsdecode(argv[0]), self.env.get("PATH"))]
-        envp = [os.fsencode(f"{k}={v}") for k, v in self.env.items()]
-        args = [os.fsencode(a) for a in argv]
-        if any(b"\0" in item for item in (*paths, *args, *envp)):
-            raise ValueError("argv and environment must not contain NUL bytes")
-        return paths, args, envp
+        return exec_args(argv, self.env)
 
     def describe_failure(self, index: int, err: int, stdio=(None, None, None), first=()) -> str:
         """Name the plan step a child reported as failed; `first`: (label, step) pairs the
@@ -326,7 +321,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
     egress = compiled.get("egress")
     # a fallback egress cage holds its own host port: built per run; the namespace mode's is fixed
     if reusable and fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
-        from sandboy.confine.reuse import Fingerprint  # only where a cage may run again
+        from sandboy.confine.fingerprint import Fingerprint  # only where a cage may run again
 
         cage.fingerprint = Fingerprint(fs["inputs"], fs["split_dirs"], fs["protected_args"], job.protected_by_origin())
     return cage

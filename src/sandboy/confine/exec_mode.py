@@ -144,20 +144,8 @@ def _wait_in_namespace(argv, cage, on_applied):
     """Exec mode under the namespace tier: start the init, wait for it in C. The command's exit
     status is passed through, and its death by a signal repeated on this process."""
     from sandboy.confine import _libc
-    from sandboy.confine.terminal import session_steps
 
-    first = session_steps()
-    held = _hold_forwarded_signals()
-    try:
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            pid = cage.start_child(argv, (None, None, None), err_w, first)
-        finally:
-            os.close(err_w)
-        status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
-    finally:
-        _release(held)
-    report = _libc.read_all(err_r)
+    status, report, first = start_and_wait(argv, cage)
     failed, reported = _libc.read_child_report(report)
     if failed is not None:  # the start failed: say why (before close: the message names a plan step)
         from sandboy.confine.result import CAGE_ERROR, from_child
@@ -171,9 +159,38 @@ def _wait_in_namespace(argv, cage, on_applied):
         _say(result.error)
         return result.returncode
     cage.close()
-    status = status if reported is None else reported
     if on_applied is not None:
         on_applied()
+    return exit_like(status if reported is None else reported)
+
+
+def start_and_wait(argv, cage) -> tuple:
+    """(wait status, the child's report, the session steps it ran first): start `cage`'s init
+    (`cage.start_child`: a built Cage, or a cached plan's, plan_cache.CachedPlan) in a session of
+    its own and wait for it in C, the forwarded signals held until the wait takes them."""
+    from sandboy.confine import _libc
+    from sandboy.confine.terminal import session_steps
+
+    first = session_steps()
+    held = _hold_forwarded_signals()
+    try:
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = cage.start_child(argv, (None, None, None), err_w, first)
+        except BaseException:
+            os.close(err_r)
+            raise
+        finally:
+            os.close(err_w)
+        status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
+    finally:
+        _release(held)
+    return status, _libc.read_all(err_r), first
+
+
+def exit_like(status: int) -> int:
+    """`sandboy run`'s exit for the command's wait status: its exit code passed through, its
+    death by a signal repeated on this process (128 + the signal where that fails)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         die_like(sig)

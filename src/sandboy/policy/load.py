@@ -14,6 +14,7 @@ import _imp
 import os
 
 from sandboy.errors import PolicyError
+from sandboy.policy.resolve import cache_dir  # noqa: F401  (THE rule; callers import it from here too)
 
 # The policy's sections and keys, shared with the records (`policy.model` imports them from
 # here). Not a module of their own: model and load are both on every `sandboy run`'s path, and a
@@ -331,28 +332,6 @@ def read_fd_bounded(fd: int, limit: int) -> bytes | None:
         if total > limit:
             return None
         chunks.append(chunk)
-
-
-def cache_dir() -> str:
-    """Sandboy's cache directory: the policy parse cache and the audit adapters' components
-    (`audit.build.cache_dir`) both live under it, and the cage denies it to every command (ADR 0006).
-    The one place this rule is written."""
-    # The same strings as os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(
-    # os.path.expanduser("~"), ".cache"), "sandboy") (tests/policy/test_load.py compares them), at
-    # half its cost: a `sandboy run` asks three times (the parse cache, the cage's deny of it, the
-    # namespace note), and expanduser and join are ≈ 25 k instructions of Python (session 7).
-    environ = os.environ
-    base = environ.get("SANDBOY_CACHE_DIR")
-    if base:
-        return base
-    xdg = environ.get("XDG_CACHE_HOME")
-    if not xdg:
-        home = environ.get("HOME")
-        if home is None:  # expanduser asks the password database
-            xdg = os.path.join(os.path.expanduser("~"), ".cache")
-        else:  # expanduser("~") is $HOME without trailing slashes, or "/"
-            xdg = home.rstrip("/") + "/.cache"
-    return xdg + "sandboy" if xdg.endswith("/") else xdg + "/sandboy"
 
 
 def _cache_path(path: str) -> str:

@@ -129,6 +129,19 @@ def path_candidates(name: str, path_var: str | None) -> list[str]:
     return [d + name if d.endswith("/") else f"{d or '.'}/{name}" for d in search.split(":")]
 
 
+def exec_args(argv, env: dict) -> tuple:
+    """(candidate paths, argv, envp) as bytes for the executor (`_libc.fork_exec`/`exec_first`):
+    PATH (the command's, from `env`) is searched inside the cage, by the child, as execvp(3)
+    would, so a directory the cage refuses is skipped like a miss. `Cage.exec_args` and a cached
+    plan's (`plan_cache`) both call this."""
+    paths = [os.fsencode(p) for p in path_candidates(os.fsdecode(argv[0]), env.get("PATH"))]
+    envp = [os.fsencode(f"{k}={v}") for k, v in env.items()]
+    args = [os.fsencode(a) for a in argv]
+    if any(b"\0" in item for item in (*paths, *args, *envp)):
+        raise ValueError("argv and environment must not contain NUL bytes")
+    return paths, args, envp
+
+
 def policy_dir(policy, fallback: str) -> str:
     """`{policy_dir}` for a policy: the directory of the file it was loaded from, or
     `fallback` for a policy that has no file (built-in, from a mapping, a gate step's table)."""
@@ -194,3 +207,27 @@ def unfollowable(exc: OSError, source: str, fs) -> "PolicyError | None":
                                    "cannot trace), so what the entry would grant or hide is unknown; name the "
                                    "path it leads to instead, or remove the entry")
     return None
+
+
+def cache_dir() -> str:
+    """Sandboy's cache directory: the policy parse cache, `sandboy run`'s plan cache (ADR 0028) and
+    the audit adapters' components (`audit.build.cache_dir`) live under it, and the cage denies it
+    to every command (ADR 0006). The one place this rule is written (here, beside the other paths
+    a run resolves, so the plan cache finds it without importing the policy loader;
+    `policy.load.cache_dir` is the same function)."""
+    # The same strings as os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(
+    # os.path.expanduser("~"), ".cache"), "sandboy") (tests/policy/test_load.py compares them), at
+    # half its cost: a `sandboy run` asks three times (the parse cache, the cage's deny of it, the
+    # namespace note), and expanduser and join are ≈ 25 k instructions of Python (session 7).
+    environ = os.environ
+    base = environ.get("SANDBOY_CACHE_DIR")
+    if base:
+        return base
+    xdg = environ.get("XDG_CACHE_HOME")
+    if not xdg:
+        home = environ.get("HOME")
+        if home is None:  # expanduser asks the password database
+            xdg = os.path.join(os.path.expanduser("~"), ".cache")
+        else:  # expanduser("~") is $HOME without trailing slashes, or "/"
+            xdg = home.rstrip("/") + "/.cache"
+    return xdg + "sandboy" if xdg.endswith("/") else xdg + "/sandboy"

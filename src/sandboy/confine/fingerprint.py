@@ -1,0 +1,201 @@
+"""What a compiled cage's rules depend on in the file system, and the check that a rebuild would
+still give the same (`Fingerprint`): THE notion of "is this compiled cage still what a build now
+would give" behind `reuse.Reuse` (the API's and the gate's kept cages) and `plan_cache` (`sandboy
+run`'s compiled plans kept across invocations, ADR 0028). Its own module, stdlib only at import, so
+a cached `sandboy run` can check a fingerprint without importing the compilers (the protected
+paths' resolution, its slow way, imports them when it is needed).
+"""
+
+import os
+import stat
+import time
+
+
+def stat_key(path: str):
+    try:
+        st = os.stat(path)  # follows symlinks, as the rules do
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mode
+
+
+# How long after a change its ctime may still be taken by another change: file timestamps come
+# from the kernel's coarse clock (a tick: at most 10 ms), or are cut to whole seconds (ext3, ext4
+# with 128-byte inodes). A stat whose ctime is more recent than that, when it is taken, proves
+# nothing yet: the check then looks again the long way.
+TICK_NS = 50_000_000
+SECOND_NS = 1_000_000_000
+
+
+def _settled(ctime_ns: int, now_ns: int) -> bool:
+    """Whether a later change of the inode must show in its ctime (see TICK_NS)."""
+    margin = 2 * SECOND_NS if ctime_ns % SECOND_NS == 0 else TICK_NS
+    return ctime_ns < now_ns - margin
+
+
+def _identity(st) -> tuple:
+    """What a change of an inode changes: which inode, its type, size and times. No process can
+    set a ctime back (utimensat sets atime and mtime; the clock needs CAP_SYS_TIME), and
+    writing, creating, removing or renaming an entry, chmod and link() each update one."""
+    return st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _environment() -> tuple:
+    """What the protected paths read from the environment, kept with the stats: PATH (the PATH
+    directories: confine.path_dirs), HOME and XDG_CONFIG_HOME (where the operator's global git
+    configs are: protected.hooks_paths, launch_reads). Another value resolves anew."""
+    env = os.environ
+    return env.get("PATH"), env.get("HOME"), env.get("XDG_CONFIG_HOME")
+
+
+def _stats(paths, look) -> tuple:
+    out = []
+    for path in paths:
+        try:
+            out.append(_identity(look(path)))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+class Fingerprint:
+    """What a compiled cage's rules depend on in the file system (`inputs`: the inode each policy
+    path leads to, or that it is missing; `split_dirs`: the entries of each directory split
+    around a deny; the protected paths that exist now: a `.bashrc` made since must be
+    protected), and the check that a rebuild would still give the same (`unchanged`).
+
+    The check runs before every reuse (each step of a gate), so it looks only at what shows a
+    change: a split directory's inode and ctime (listed again only when they moved), and the
+    stats of what decided the protected paths (`protected.launch_reads`) plus the lookups of
+    Sandboy's own installation rows a write root may hold (`own_install.candidates`, made once).
+    Only when one of those moved, or was too recent to prove anything (TICK_NS), or where no
+    short list decides them (`launch_reads` is None: fs.protect entries, a core.hooksPath...),
+    are the protected paths resolved anew and compared, as a rebuild would."""
+
+    __slots__ = ("inputs", "_input_keys", "_split", "protected_args", "_protected", "_install", "_installed",
+                 "_watch", "_watched", "_env")
+
+    def __init__(self, inputs, split_dirs, protected_args, protected):
+        self.inputs = tuple(dict.fromkeys(inputs))  # (a path named by two keys is looked up once)
+        self._input_keys = self._inputs_now()
+        now = time.time_ns()
+        self._split = []  # [directory, stat_key, listing, identity settled at `now` or None]
+        for directory in split_dirs:
+            try:
+                st = os.stat(directory)
+                listing = tuple(os.listdir(directory))
+            except OSError:
+                self._split.append([directory, None, (), None])
+                continue
+            ident = (st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns)
+            self._split.append([directory, ident[:3], listing, ident if _settled(st.st_ctime_ns, now) else None])
+        self.protected_args = tuple(protected_args)
+        write_roots = protected_args[0]
+        self._install = None
+        if write_roots and protected_args[2]:
+            from sandboy.confine import own_install
+
+            self._install = own_install.candidates(write_roots)
+        self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
+        # No stats yet: the first check resolves anew (and takes them, before resolving), so the
+        # build itself pays one resolution, and a cage never reused none more.
+        self._watch = self._watched = self._installed = self._env = None
+
+    def state(self) -> tuple:
+        """Everything this fingerprint holds, as plain values (tuples, lists, strings, numbers,
+        None) that `marshal` can write: a plan cache entry keeps it (`from_state` makes it again)."""
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    @classmethod
+    def from_state(cls, state: tuple) -> "Fingerprint":
+        """The fingerprint `state()` described (in another process). TypeError/ValueError for a
+        state of another shape."""
+        if type(state) is not tuple or len(state) != len(cls.__slots__):
+            raise ValueError("not a fingerprint's state")
+        fingerprint = cls.__new__(cls)
+        for name, value in zip(cls.__slots__, state):
+            setattr(fingerprint, name, value)
+        return fingerprint
+
+    def _inputs_now(self) -> tuple:
+        return tuple(stat_key(p) for p in self.inputs)
+
+    def unchanged(self, managers=None) -> bool:
+        """True when a rebuild now would give the same rules (see the class). `managers`: a dict
+        that gets the hook-manager discoveries where the protected paths were resolved anew
+        (`protected.discover_managers`)."""
+        return (self._inputs_now() == self._input_keys and self._split_unchanged()
+                and self._protected_unchanged(managers))
+
+    def _split_unchanged(self) -> bool:
+        now = None
+        for entry in self._split:
+            directory, key, listing, settled = entry
+            try:
+                st = os.stat(directory)
+            except OSError:
+                if key is not None:
+                    return False
+                continue
+            ident = (st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns)
+            if ident == settled:
+                continue  # no entry added, removed or renamed there since it was listed
+            now = now or time.time_ns()
+            try:
+                if ident[:3] != key or tuple(os.listdir(directory)) != listing:
+                    return False  # (unsorted: an unchanged directory lists in the same order)
+            except OSError:
+                return False
+            entry[3] = ident if _settled(st.st_ctime_ns, now) else None
+        return True
+
+    def _installed_now(self):
+        if self._install is None:
+            return None
+        from sandboy.confine import own_install
+
+        return own_install.present(self._install)
+
+    def _protected_unchanged(self, managers=None) -> bool:
+        """The protected paths a rebuild would find are those of the build: by the stats of what
+        decided them where they are known and settled, else resolved anew (then the stats are
+        taken again, BEFORE the resolution, so a change made meanwhile shows at the next check)."""
+        write_roots, explicit, defaults = self.protected_args[:3]
+        if not write_roots:
+            return True
+        if self._watch is not None:
+            looked_up, read = self._watch
+            if (_environment() == self._env
+                    and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched
+                    and self._installed_now() == self._installed):
+                return True
+        from sandboy.confine import protections
+        from sandboy.confine.protected import launch_reads
+
+        now = time.time_ns()
+        env = _environment()
+        watch = None if self._path_dirs_protected() else launch_reads(write_roots, explicit, defaults)
+        watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
+        installed = self._installed_now()
+        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:
+            return False
+        self._watch = self._watched = None
+        if (watch is not None and launch_reads(write_roots, explicit, defaults) == watch
+                and all(st is None or (_settled(st[5], now) and not stat.S_ISLNK(st[2]))
+                        for st in watched[:len(watch[0])])
+                and all(st is None or _settled(st[5], now) for st in watched[len(watch[0]):])):
+            self._watch, self._watched, self._installed, self._env = watch, watched, installed, env
+        return True
+
+    def _path_dirs_protected(self) -> bool:
+        """Whether directories of the operator's PATH are protected inside the write roots
+        (`confine.path_dirs`): no short list of stats decides those (a symlink on the way to one,
+        one made again where missing), so such a cage's protected paths are resolved at each
+        check, as before. Where none is (the usual gate: a PATH directory in the repository is
+        the run's own work), the PATH's text is kept with the stats (`_environment`): another PATH
+        resolves anew."""
+        if not self.protected_args[2] or len(self.protected_args) < 4:
+            return False
+        from sandboy.confine.path_dirs import on_path
+
+        return bool(on_path(self.protected_args[0], self.protected_args[3])[0])

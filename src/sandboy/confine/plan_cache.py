@@ -1,0 +1,340 @@
+"""`sandboy run`'s compiled plans kept across invocations (exec mode; ADR 0028).
+
+An agent's shell runs `sandboy run --policy P -- cmd` hundreds of times with the same policy, and
+each run loaded the policy, imported the compilers (≈ 18 modules) and built the same cage again:
+most of the CLI's start-up over the interpreter's own (docs/performance.md). A run that exec mode
+may take as it is (no hooks, no supervisor, the namespace tier) writes what it built into an
+entry in Sandboy's cache directory, which no cage can reach (ADR 0006); a later run whose inputs
+are all the same runs the stored plan instead of building one:
+
+  - the KEY, compared value for value (the file name is only a hash of some of it): the policy
+    file's bytes and path, the working directory, every environment variable, the real and
+    effective uid/gid and groups, the kernel (uname) and its Landlock ABI, the interpreter, the
+    `sandboy` package it runs from, and the shape of fd 0-2 (what `namespaces.plan_reopen_stdio`
+    decides from);
+  - the CODE that built the plan: the identity (device, inode, size, mtime, ctime) of the file of
+    every module loaded when it was built (Sandboy's, the C executor, the standard library's);
+  - the FILE SYSTEM the rules were decided from: the build's `fingerprint.Fingerprint`, THE check
+    `Reuse` trusts for the API's and the gate's kept cages (the inode behind every policy path,
+    the entries of every directory split around a deny).
+
+What differs from process to process is made again on a hit: the Landlock ruleset (filled from
+the stored rules in this process: a rule that cannot be added as before is a miss) and the
+address of the seccomp program in the plan's `sock_fprog`. A plan whose start fails is never
+explained from the cache: nothing ran, and the caller builds the cage anew and runs that (so a
+kernel that refuses the namespaces now, or a command not found, is reported as a build would). Anything unexpected about an entry — not a regular file, not ours, writable by others,
+too large, truncated, garbage — is a miss, never an error.
+
+`SANDBOY_PLAN_CACHE=0` turns it off (no entry read or written).
+"""
+
+import _imp
+import marshal
+import os
+import sys
+
+from sandboy.confine import _libc
+from sandboy.confine.fingerprint import Fingerprint
+from sandboy.policy.resolve import cache_dir, exec_args
+
+DISABLE_ENV = "SANDBOY_PLAN_CACHE"
+FORMAT = "sandboy plan cache 1"
+_NAME_KEY = 0x53424F59504C414E  # the SipHash key of entries' file names ("SBOYPLAN")
+MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
+MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
+_S_IFMT, _S_IFCHR, _S_IFIFO, _S_IFSOCK = 0o170000, 0o020000, 0o010000, 0o140000
+
+
+def enabled() -> bool:
+    """May this process read and write plan cache entries? Not with `SANDBOY_PLAN_CACHE=0`, and
+    only with the C executor (whose plans the entries hold)."""
+    return os.environ.get(DISABLE_ENV, "1") != "0" and _libc.IMPLEMENTATION == "native"
+
+
+def directory() -> str:
+    """Where the entries live: `plans/` in Sandboy's cache directory (`sandboy doctor` says it)."""
+    return os.path.join(cache_dir(), "plans")
+
+
+def _entry_name(policy_arg: str, cwd: str) -> str:
+    # Only spreads entries out (one per policy file and working directory, for this uid):
+    # whether an entry applies is decided by comparing its whole key
+    name = f"{os.geteuid()}\0{os.path.abspath(policy_arg)}\0{cwd}".encode("utf-8", "surrogateescape")
+    return _imp.source_hash(_NAME_KEY, name).hex() + ".plan"
+
+
+def _stdio_shape():
+    """What the plan depends on of fd 0-2, or None where a run may not be cached: per fd None
+    (closed), a character device with its rdev and access mode (`namespaces.plan_reopen_stdio`
+    puts the cage's own copy of /dev/null & co. there), an anonymous pipe, or a socket. A regular
+    file, a directory, a named FIFO is never cached: what the cage does for those is not this
+    shape (the command gets them through its own steps)."""
+    shape = []
+    for fd in (0, 1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            shape.append(None)
+            continue
+        kind = st.st_mode & _S_IFMT
+        if kind == _S_IFCHR:
+            shape.append((kind, st.st_rdev, _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL) & 0o3))
+        elif kind == _S_IFSOCK:
+            shape.append((kind,))
+        elif kind == _S_IFIFO and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+            shape.append((kind,))
+        else:
+            return None
+    return tuple(shape)
+
+
+def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
+    """Every input of the build that is not a file the fingerprint watches (see the module)."""
+    from sandboy.confine.landlock import abi_version
+
+    return (FORMAT, sys.version, sys.executable, os.path.dirname(os.path.dirname(__file__)),
+            policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
+            os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()),
+            dict(os.environ), tuple(os.uname()), abi_version(), stdio_shape)
+
+
+def _read_policy(policy_arg: str):
+    try:
+        fd = os.open(policy_arg, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_POLICY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= MAX_POLICY_BYTES else None
+
+
+def _code_identities() -> tuple:
+    """(file, identity) of every module loaded in this process that has a file: the code that
+    built the plan (a hit compares them, so an edit of any of them is a miss)."""
+    out = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if type(path) is str:
+            try:
+                out.append((path, _identity(os.stat(path))))
+            except OSError:
+                continue
+    return tuple(sorted(set(out)))
+
+
+def _identity(st) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _code_unchanged(identities) -> bool:
+    for path, identity in identities:
+        try:
+            if _identity(os.stat(path)) != identity:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _open_entry(path: str):
+    """The entry's bytes, or None: only a regular file we own, that no one else may write, of a
+    bounded size, reached without a symlink, in a directory of ours no one else may write."""
+    try:
+        dirfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(dirfd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dirfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dirfd)
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & _S_IFMT != 0o100000 or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                or st.st_size > MAX_ENTRY_BYTES):
+            return None
+        data = os.read(fd, st.st_size + 1)
+        return data if len(data) == st.st_size else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class CachedPlan:
+    """A stored plan made ready to run in this process (`lookup`): what exec mode needs of a Cage
+    (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
+
+    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive):
+        self.plan = plan
+        self.clone_flags = clone_flags
+        self.env = env
+        self.degraded = degraded
+        self.warnings = warnings
+        self._exec_paths = exec_paths
+        self._ruleset_fd = ruleset_fd
+        self._keepalive = keepalive  # the seccomp program the plan's sock_fprog points at
+        self.start_failed = False
+
+    @property
+    def exec_roots(self) -> list:
+        """As `Cage.exec_roots` (for `explain.skipped`)."""
+        return [os.path.realpath(p) for p in self._exec_paths if not p.startswith("{")]
+
+    def start_child(self, argv, stdio, report_fd: int, first=()) -> int:
+        """As `Cage.start_child` for exec mode (stdio: this process's own)."""
+        paths, args, envp = exec_args(argv, self.env)
+        try:
+            return _libc.fork_exec([step for _, step in first] + self.plan, paths, args, envp, report_fd,
+                                   self.clone_flags)
+        except OSError:
+            self.start_failed = True  # the kernel refuses the namespaces now: a build says why
+            raise
+
+    def close(self) -> None:
+        if self._ruleset_fd >= 0:
+            os.close(self._ruleset_fd)
+            self._ruleset_fd = -1
+
+    def run(self, argv):
+        """Exec mode with this plan: the command's exit code (or this process ends by its signal),
+        or None where the start failed before the command ran (the caller builds anew)."""
+        from sandboy.confine import exec_mode
+
+        try:
+            status, report, _ = exec_mode.start_and_wait(argv, self)
+        except OSError:
+            if not self.start_failed:
+                raise
+            status = report = None
+        finally:
+            self.close()
+        failed, reported = _libc.read_child_report(report) if report is not None else (True, None)
+        if failed is not None:
+            return None
+        return exec_mode.exit_like(status if reported is None else reported)
+
+
+def lookup(policy_arg: str, cwd_arg=None):
+    """The stored plan for this run, ready to start, or None (a miss: build the cage)."""
+    cwd = os.path.abspath(cwd_arg or os.getcwd())
+    path = os.path.join(directory(), _entry_name(policy_arg, cwd))
+    data = _open_entry(path)
+    if data is None:
+        return None
+    try:
+        entry = marshal.loads(data)
+        (form, key, code, fingerprint, plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded,
+         warnings, exec_paths) = entry
+        if form != FORMAT:
+            return None
+        policy_bytes = _read_policy(policy_arg)
+        shape = _stdio_shape()
+        if policy_bytes is None or shape is None or key != _key(policy_arg, policy_bytes, cwd, shape):
+            return None
+        if not _code_unchanged(code) or not Fingerprint.from_state(fingerprint).unchanged():
+            return None
+        from sandboy.confine import terminal
+
+        if not terminal.exec_in_place_possible():  # what supervisor_needed asks of this process
+            return None
+        return _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths)
+    except Exception:  # an entry of another shape, garbage that unmarshalled: a miss, never an error
+        return None
+
+
+def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths):
+    """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
+    where the plan names the ruleset) and the seccomp program's address in its sock_fprog."""
+    from sandboy.confine.landlock import build_ruleset
+
+    abi, rules, handled_fs, handled_net, connect_ports, bind_ports, scoped = ruleset
+    differs = []  # a rule the build added that cannot be added now: the rebuild differs
+    built = build_ruleset(abi, rules, handled_fs, handled_net, connect_ports, bind_ports, scoped, differs.append)
+    if differs:
+        built.close()
+        return None
+    plan = list(plan)
+    for i in ruleset_at:
+        step = plan[i]
+        plan[i] = (*step[:2], built.fd, *step[3:])
+    keepalive, address = _libc.pointer_to(bpf)
+    step = plan[seccomp_at]
+    plan[seccomp_at] = (*step[:4], step[4][:8] + address.to_bytes(8, "little"), *step[5:])
+    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive)
+
+
+def entry_for(cage, policy_arg: str, cwd_arg, hooks):
+    """What a later run may take instead of building `cage` (`store` writes it once this run has
+    started), or None where this run may not be cached: exec mode under the namespace tier with no
+    hooks, a fingerprint (no glob denies), a policy with no write root, `{tmp}`, `include` or
+    `[net]` egress, fd 0-2 of a cached shape. Call it before the cage runs (the ruleset is open)."""
+    from sandboy.policy.resolve import uses_tmp
+
+    policy = cage.policy
+    # `include`: the presets are resolved on this machine at every load (which programs exist,
+    # where they lead), inputs no key holds; the loader imports them only for such a policy
+    if (hooks or cage.tier is None or cage.fingerprint is None or policy.fs.write or uses_tmp(policy)
+            or "sandboy.policy.presets" in sys.modules or policy.net.egress or "HOME" not in os.environ):
+        return None
+    shape = _stdio_shape()
+    policy_bytes = _read_policy(policy_arg)
+    if shape is None or policy_bytes is None:
+        return None
+    plan = [step for _, step in cage.plan()]
+    fd = cage.ruleset.fd
+    ruleset_at = tuple(i for i, step in enumerate(plan)
+                       if step[0] in (_libc.SYS_LANDLOCK_ADD_RULE, _libc.SYS_LANDLOCK_RESTRICT_SELF) and step[2] == fd)
+    seccomp_at = [i for i, step in enumerate(plan) if step[0] == _libc.SYS_SECCOMP]
+    bpf = cage.compiled["seccomp"].outputs["bpf"]
+    # the plan's one pointer: struct sock_fprog {u16 len; 6 bytes padding; filter *}, at this process's bpf
+    fprog = (len(bpf) // 8).to_bytes(2, "little") + bytes(6) + _libc.pointer_to(bpf)[1].to_bytes(8, "little")
+    if not ruleset_at or len(seccomp_at) != 1 or plan[seccomp_at[0]][4] != fprog:
+        return None
+    fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
+    cwd = os.path.abspath(cwd_arg or os.getcwd())
+    entry = (FORMAT, _key(policy_arg, policy_bytes, cwd, shape), None, cage.fingerprint.state(), tuple(plan),
+             ruleset_at, seccomp_at[0], bpf,
+             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
+              tuple(net["bind_ports"]), net["scoped"]),
+             cage.clone_flags, dict(cage.env), tuple(cage.degraded), tuple(cage.warnings), cage._exec_paths)
+    return os.path.join(directory(), _entry_name(policy_arg, cwd)), entry
+
+
+def store(pending) -> None:
+    """Write `entry_for`'s entry (atomically: a reader sees the old entry, the new one or none),
+    with the identities of the code loaded now. A cache that cannot be written only costs speed."""
+    path, entry = pending
+    entry = (*entry[:2], _code_identities(), *entry[3:])
+    try:
+        data = marshal.dumps(entry)
+    except ValueError:  # a value marshal cannot write (nothing on the cached path has one)
+        return
+    if len(data) > MAX_ENTRY_BYTES:
+        return
+    folder = os.path.dirname(path)
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
