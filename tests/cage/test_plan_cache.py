@@ -1,0 +1,420 @@
+"""`sandboy run`'s plan cache (ADR 0028), from the attacker's side and the operator's.
+
+Every run here is a real `sandboy run` on the real kernel, with its own cache directory
+(SANDBOY_CACHE_DIR in the test's temporary directory) and stdio of a shape the cache keeps (stdin
+/dev/null, stdout and stderr pipes). Whether a run came from a cached plan is seen from outside:
+`-X importtime` lists the modules it imported, and a run from a cached plan imports no compiler
+(`sandboy.confine.cage`).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandboy.confine import namespaces
+
+pytestmark = pytest.mark.needs_kernel
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+BASE = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"{read}]\nexec = ["/usr/bin", "/bin"]\n{more}'
+
+
+@pytest.fixture
+def tier():
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+
+
+class Runner:
+    def __init__(self, tmp_path: Path):
+        self.tmp = tmp_path
+        self.cache = tmp_path / "cache"
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("SANDBOY_NATIVE", "SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE")}
+        self.env["SANDBOY_CACHE_DIR"] = str(self.cache)
+        self.cwd = tmp_path / "work"
+        self.cwd.mkdir()
+        self.policy = tmp_path / "p.toml"
+
+    def write_policy(self, read: str = "", more: str = "") -> None:
+        self.policy.write_text(BASE.format(read=read, more=more))
+
+    def run(self, *argv, env=None, cwd=None, stdin=subprocess.DEVNULL, options=()) -> subprocess.CompletedProcess:
+        """A real `sandboy run`; `.hit` says whether it ran a cached plan (no compiler imported)."""
+        proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(self.policy),
+                               *options, "--", *argv],
+                              capture_output=True, text=True, stdin=stdin, start_new_session=True,
+                              env=dict(self.env, **(env or {})), cwd=cwd or self.cwd)
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "sandboy.cli" in imported, proc.stderr  # the measurement works
+        proc.hit = "sandboy.confine.cage" not in imported
+        proc.err = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+        assert "Traceback" not in proc.err, proc.err
+        return proc
+
+    def entries(self) -> list[Path]:
+        plans = self.cache / "plans"
+        return sorted(plans.iterdir()) if plans.is_dir() else []
+
+
+@pytest.fixture
+def runner(tmp_path, tier) -> Runner:
+    return Runner(tmp_path)
+
+
+PROBES = r'''
+for what in 'cat /etc/hostname' 'ls /root' 'cat $SECRET' 'touch $PLANT' 'touch $PWD/x' 'id -u' \
+            'cat /proc/1/cmdline' 'kill -0 1'; do
+  if sh -c "$what" >/dev/null 2>&1; then echo "$what: ok"; else echo "$what: refused"; fi
+done
+'''
+
+
+def test_a_cached_plan_confines_as_the_built_cage(runner, tmp_path):
+    """The same probes (a granted read, a host directory, a file outside the grants, writes,
+    the network, the PID namespace) give the same answers from the built cage and the plan it
+    kept; nothing was planted on the host."""
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    plant = tmp_path / "planted"
+    runner.write_policy(more='[env]\npass = ["SECRET", "PLANT", "PATH"]\n')
+    env = {"SECRET": str(secret), "PLANT": str(plant)}
+    built = runner.run("/bin/sh", "-c", PROBES, env=env)
+    assert not built.hit and len(runner.entries()) == 1
+    cached = runner.run("/bin/sh", "-c", PROBES, env=env)
+    assert cached.hit
+    assert (cached.returncode, cached.stdout) == (built.returncode, built.stdout)
+    assert "cat /etc/hostname: ok" in cached.stdout
+    for refused in ("ls /root", "cat $SECRET", "touch $PLANT", "touch $PWD/x"):
+        assert f"{refused}: refused" in cached.stdout.splitlines(), (refused, cached.stdout)
+    assert not plant.exists() and not (runner.cwd / "x").exists()
+
+
+def test_the_exit_status_and_a_signal_pass_through_a_cached_plan(runner):
+    runner.write_policy()
+    runner.run("/bin/true")
+    code = runner.run("/bin/sh", "-c", "exit 7")
+    assert code.hit and code.returncode == 7
+    killed = runner.run("/bin/sh", "-c", "kill -TERM $$")
+    assert killed.hit and killed.returncode == -15  # this process ended by the command's signal
+
+
+def test_a_command_that_cannot_start_is_reported_as_a_build_would(runner):
+    """A cached plan whose start fails never explains it: nothing ran, the cage is built and run
+    again, and its message and exit code are the built cage's."""
+    runner.write_policy()
+    runner.run("/bin/true")
+    missing = runner.run("no-such-command-anywhere")
+    assert missing.returncode == 127 and not missing.hit
+    assert missing.err.count("no-such-command-anywhere") == 1, missing.err
+    refused = runner.run("/sbin/ldconfig")  # not in fs.exec
+    assert refused.returncode == 126 and not refused.hit
+
+
+def entry_applies(runner, *argv, **kwargs):
+    """Run twice; the second run's (hit, stdout)."""
+    runner.run(*argv, **kwargs)
+    second = runner.run(*argv, **kwargs)
+    return second
+
+
+def test_a_policy_edit_is_a_miss_and_the_new_rule_holds(runner, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a").write_text("A")
+    (data / "b").write_text("B")
+    runner.write_policy(read=f', "{data}"')
+    assert entry_applies(runner, "/bin/cat", str(data / "b")).stdout == "B"
+    runner.write_policy(read=f', "{data}"', more=f'deny = ["{data}/b"]\n')
+    after = runner.run("/bin/cat", str(data / "b"))
+    assert not after.hit and after.returncode != 0 and "Permission denied" in after.err
+    again = runner.run("/bin/cat", str(data / "b"))
+    assert again.hit and again.returncode != 0
+
+
+def test_a_denied_path_made_since_is_a_miss_and_refused(runner, tmp_path):
+    """The fingerprint: a deny naming a file that did not exist when the plan was kept. A
+    rebuild splits the directory around it; the kept plan granted the whole directory."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a").write_text("A")
+    runner.write_policy(read=f', "{data}"', more=f'deny = ["{data}/secret"]\n')
+    first = entry_applies(runner, "/bin/cat", str(data / "a"))
+    assert first.hit and first.stdout == "A"
+    (data / "secret").write_text("S")
+    after = runner.run("/bin/cat", str(data / "secret"))
+    assert not after.hit and after.returncode != 0 and after.stdout == ""
+    assert runner.run("/bin/cat", str(data / "secret")).stdout == ""
+
+
+def test_a_file_added_to_a_split_directory_is_a_miss(runner, tmp_path):
+    """A directory split around a deny grants its entries one by one: one added since is a
+    miss, and the rebuild grants it (a kept plan would refuse it)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a").write_text("A")
+    (data / "secret").write_text("S")
+    runner.write_policy(read=f', "{data}"', more=f'deny = ["{data}/secret"]\n')
+    assert entry_applies(runner, "/bin/cat", str(data / "a")).hit
+    (data / "new").write_text("N")
+    after = runner.run("/bin/cat", str(data / "new"))
+    assert not after.hit and after.stdout == "N"
+
+
+def test_the_environment_the_working_directory_and_stdio_are_keys(runner, tmp_path):
+    runner.write_policy(more='[env]\npass = ["FOO"]\n')
+    show = ("/bin/sh", "-c", 'echo "$FOO $PWD"')
+    assert entry_applies(runner, *show, env={"FOO": "1"}).stdout == f"1 {runner.cwd}\n"
+    changed = runner.run(*show, env={"FOO": "2"})
+    assert not changed.hit and changed.stdout == f"2 {runner.cwd}\n"
+    unrelated = runner.run(*show, env={"FOO": "2", "UNRELATED": "x"})  # all of the environment is the key
+    assert not unrelated.hit
+    other = tmp_path / "other"
+    other.mkdir()
+    moved = runner.run(*show, env={"FOO": "2", "UNRELATED": "x"}, cwd=other)
+    assert not moved.hit and moved.stdout == f"2 {other}\n"
+    assert runner.run(*show, env={"FOO": "2", "UNRELATED": "x"}, cwd=other).hit
+    # stdin a pipe instead of /dev/null: the cage puts its own /dev/null only on the latter
+    piped = runner.run(*show, env={"FOO": "2", "UNRELATED": "x"}, cwd=other, stdin=subprocess.PIPE)
+    assert not piped.hit and piped.returncode == 0
+    off = runner.run(*show, env={"FOO": "2", "UNRELATED": "x", "SANDBOY_NAMESPACES": "0"}, cwd=other)
+    assert not off.hit  # (the fallback without the tier is never kept)
+
+
+def test_the_code_that_built_it_is_a_key(runner, tmp_path):
+    """A copy of the package: an edit of a compiler the cached run never imports is a miss."""
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    runner.env["PYTHONPATH"] = str(tree)
+    runner.write_policy()
+    assert entry_applies(runner, "/bin/true").hit
+    seccomp = tree / "sandboy" / "confine" / "seccomp.py"
+    seccomp.write_text(seccomp.read_text() + "\n# edited\n")
+    assert not runner.run("/bin/true").hit
+    assert runner.run("/bin/true").hit
+
+
+def test_what_is_never_kept(runner, tmp_path):
+    """Write roots, `{tmp}`, `include`, glob denies, the egress proxy, --status-json, --dry-run,
+    a regular file on fd 1, SANDBOY_PLAN_CACHE=0: no entry is written."""
+    (tmp_path / "w").mkdir()
+    for more in (f'write = ["{tmp_path}/w"]\n', 'write = ["{tmp}"]\n', f'deny = ["{tmp_path}/*.key"]\n',
+                 '[net]\ndomains = ["example.org"]\n'):
+        runner.write_policy(more=more)
+        runner.run("/bin/true")
+        assert runner.entries() == [], more
+    runner.policy.write_text('version = 1\ninclude = ["system"]\n')
+    runner.run("/bin/true")
+    assert runner.entries() == []
+    runner.write_policy()
+    runner.run("/bin/true", options=("--status-json", str(tmp_path / "s.json")))
+    runner.run("/bin/true", env={"SANDBOY_PLAN_CACHE": "0"})
+    with open(tmp_path / "out", "w") as out:
+        subprocess.run([SANDBOY, "run", "--policy", str(runner.policy), "--", "/bin/true"], stdout=out,
+                       stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd, check=True)
+    assert runner.entries() == []
+    runner.run("/bin/true")
+    assert len(runner.entries()) == 1
+    assert not runner.run("/bin/true", env={"SANDBOY_PLAN_CACHE": "0"}).hit
+
+
+def _make_entry(runner) -> Path:
+    runner.write_policy()
+    assert entry_applies(runner, "/bin/true").hit
+    (entry,) = runner.entries()
+    return entry
+
+
+CONFINED = ("/bin/sh", "-c", "ls /root >/dev/null 2>&1 && echo open || echo refused")
+
+
+@pytest.mark.parametrize("damage", ["foreign owner", "group writable", "world writable", "symlink", "huge",
+                                    "truncated", "garbage", "empty", "a directory", "dir group writable",
+                                    "another format"])
+def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
+    import marshal
+
+    if damage == "foreign owner" and os.geteuid() != 0:
+        pytest.skip("giving a file away needs root")
+    entry = _make_entry(runner)
+    good = entry.read_bytes()
+    if damage == "foreign owner":
+        os.chown(entry, 65534, 65534)
+    elif damage == "group writable":
+        entry.chmod(0o620)
+    elif damage == "world writable":
+        entry.chmod(0o602)
+    elif damage == "symlink":
+        target = entry.with_name("elsewhere")
+        target.write_bytes(good)
+        entry.unlink()
+        entry.symlink_to(target.name)
+    elif damage == "huge":
+        entry.write_bytes(good + bytes(5 << 20))
+    elif damage == "truncated":
+        entry.write_bytes(good[: len(good) // 2])
+    elif damage == "garbage":
+        entry.write_bytes(os.urandom(len(good)))
+    elif damage == "empty":
+        entry.write_bytes(b"")
+    elif damage == "a directory":
+        entry.unlink()
+        entry.mkdir()
+    elif damage == "dir group writable":
+        entry.parent.chmod(0o770)
+    elif damage == "another format":
+        entry.write_bytes(marshal.dumps(("another format", *marshal.loads(good)[1:])))
+    proc = runner.run(*CONFINED)
+    assert not proc.hit, damage
+    assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.err
+
+
+def test_a_forged_plan_in_a_foreign_entry_is_not_run(runner, tmp_path):
+    """An entry whose plan has no Landlock and no seccomp step, owned by another uid: not run."""
+    import marshal
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a file away needs root")
+    entry = _make_entry(runner)
+    data = list(marshal.loads(entry.read_bytes()))
+    plan = [step for step in data[4] if step[0] not in (446, 317)]
+    data[4], data[5] = tuple(plan), ()
+    entry.write_bytes(marshal.dumps(tuple(data)))
+    os.chown(entry, 65534, 65534)
+    proc = runner.run(*CONFINED)
+    assert not proc.hit and proc.stdout == "refused\n"
+
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "no tier"])
+def test_a_cage_cannot_write_replace_or_plant_the_cache(tmp_path, tier, tier_on):
+    """The cache directory inside a write root (a writable $HOME, where it lives by default): a
+    caged command cannot write an entry, replace one, plant one where none is, link one in, or
+    move the directory away — checked from the host side."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SANDBOY_NATIVE", "SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "SANDBOY_CACHE_DIR",
+                        "XDG_CACHE_HOME")}
+    env["HOME"] = str(home)
+    keep = tmp_path / "keep.toml"
+    keep.write_text(BASE.format(read="", more=""))
+    for _ in range(2):
+        subprocess.run([SANDBOY, "run", "--policy", str(keep), "--", "/bin/true"], capture_output=True,
+                       stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, check=True)
+    plans = home / ".cache" / "sandboy" / "plans"
+    (entry,) = plans.iterdir()
+    before = (entry.read_bytes(), entry.stat().st_ino)
+    attack = tmp_path / "attack.toml"
+    attack.write_text(BASE.format(read="", more=f'write = ["{home}"]\n'))
+    script = f'''
+p={plans}; e={entry}
+echo forged > "$e" && echo wrote
+echo forged > "$p/planted.plan" && echo planted
+ln -s /etc/passwd "$p/linked.plan" && echo linked
+mv "$e" "$p/moved" && echo renamed
+rm -f "$e" && echo removed
+mv {home}/.cache/sandboy {home}/.cache/gone && echo moved-dir
+mv {home}/.cache {home}/.cache-gone && echo moved-parent
+mkdir -p {home}/x && echo forged > {home}/x/e && mv {home}/x/e "$e" && echo replaced
+true
+'''
+    run_env = dict(env) if tier_on else dict(env, SANDBOY_NAMESPACES="0")
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(attack), "--", "/bin/sh", "-c", script],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, env=run_env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "", proc.stdout  # every attempt refused
+    assert sorted(p.name for p in plans.iterdir()) == [entry.name]
+    assert (entry.read_bytes(), entry.stat().st_ino) == before
+    assert (home / ".cache" / "sandboy").is_dir() and not (home / ".cache-gone").exists()
+
+
+def test_concurrent_runs_never_read_a_half_written_entry(runner):
+    """Twelve runs at once, all missing and writing the same entry (rename over it), then twelve
+    reading it while six more rewrite it (a changed environment keeps them missing): every run is
+    confined and exits 0, and no temporary file is left."""
+    runner.write_policy()
+    def start(env=None):
+        return subprocess.Popen([SANDBOY, "run", "--policy", str(runner.policy), "--", *CONFINED],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, env=dict(runner.env, **(env or {})), cwd=runner.cwd)
+    for batch in ([start() for _ in range(12)],
+                  [start() for _ in range(12)] + [start({"X": str(i)}) for i in range(6)]):
+        for proc in batch:
+            out, err = proc.communicate(timeout=120)
+            assert (proc.returncode, out) == (0, "refused\n"), err
+            assert "Traceback" not in err
+    assert [p.suffix for p in runner.entries()] == [".plan"]
+    runner.run(*CONFINED)  # (the last writer may have been one of the other environment's)
+    assert runner.run(*CONFINED).hit
+
+
+KEY_CHECK = r'''
+import os, sys
+from sandboy.confine import landlock, plan_cache
+policy = sys.argv[1]
+
+def applies():
+    hit = plan_cache.lookup(policy)
+    if hit is not None:
+        hit.close()
+    return hit is not None
+
+real = {"getgroups": os.getgroups, "getegid": os.getegid, "getuid": os.getuid, "uname": os.uname}
+out = {"as written": applies()}
+for name, fake in (("getgroups", lambda: real["getgroups"]() + [4242]), ("getegid", lambda: 4242),
+                   ("getuid", lambda: 4242), ("uname", lambda: tuple(real["uname"]())[:2] + ("9.9.9-other",) + tuple(real["uname"]())[3:])):
+    setattr(os, name, fake)
+    out[name] = applies()
+    setattr(os, name, real[name])
+abi = landlock.abi_version
+landlock.abi_version = lambda: abi() - 1
+out["landlock abi"] = applies()
+landlock.abi_version = abi
+version, sys.version = sys.version, sys.version + " (another build)"
+out["interpreter"] = applies()
+sys.version = version
+executable, sys.executable = sys.executable, "/usr/bin/python3"
+out["interpreter path"] = applies()
+sys.executable = executable
+out["again"] = applies()
+print(out)
+'''
+
+
+def test_ids_the_kernel_and_the_interpreter_are_keys(runner):
+    """The key's process-wide inputs, each changed in a process that otherwise matches the run
+    that kept the plan (same environment, directory and stdio): groups, gid, uid, the kernel's
+    release, its Landlock ABI, the interpreter. (A real other uid or kernel cannot be had in a
+    test; the entry and the comparison are real.)"""
+    runner.write_policy()
+    runner.run("/bin/true")
+    proc = subprocess.run([sys.executable, "-c", KEY_CHECK, str(runner.policy)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str({"as written": True, "getgroups": False, "getegid": False, "getuid": False,
+                                       "uname": False, "landlock abi": False, "interpreter": False,
+                                       "interpreter path": False, "again": True})
+
+
+def test_another_users_run_neither_reads_nor_writes_the_entries(runner, tmp_path):
+    """The plans directory is the uid's own (0700): a run as another user with the same cache
+    directory setting misses and runs confined (its build cannot make or use the directory)."""
+    if os.geteuid() != 0:
+        pytest.skip("running as another user needs root")
+    runner.write_policy()
+    assert entry_applies(runner, "/bin/true").hit
+    for path in (tmp_path, runner.cwd, runner.policy):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(tmp_path.parent, 0o755)
+    before = {p.name: p.stat().st_ino for p in runner.entries()}
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SANDBOY, "run", "--policy",
+                           str(runner.policy), "--", *CONFINED], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd)
+    assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.stderr
+    assert {p.name: p.stat().st_ino for p in runner.entries()} == before
