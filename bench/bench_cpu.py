@@ -19,7 +19,9 @@ e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_
 
 Cases (medians of N rounds):
   floor        python -c pass (same venv)
-  run CLI      sandboy run --policy P -- /bin/true                 (/ floor)
+  run CLI      sandboy run --policy P -- /bin/true                 (/ floor): from its cached plan
+               (ADR 0028: the warm-up run keeps it), and as a plan cache miss (another
+               environment variable each run: the key differs, the cage is built, the entry written)
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -98,9 +100,13 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
         return lambda: (cpu_of([py, "-c", API_LOOP, policy, str(mb), str(API_RUNS)], env)
                         - cpu_of([py, "-c", API_LOOP, policy, str(mb), "0"], env)) / API_RUNS
 
+    run_cli = [py, "-c", "from sandboy.cli import entry; entry()", "run", "--policy", policy, "--", "/bin/true"]
+    misses = iter(range(1 << 30))
     return {
-        f"run CLI{label}": lambda: cpu_of([py, "-c", "from sandboy.cli import entry; entry()", "run", "--policy",
-                                           policy, "--", "/bin/true"], env),
+        f"run CLI{label}": lambda: cpu_of(run_cli, env),
+        # ADR 0028: another environment each time, so the plan cache misses, builds and writes
+        # its entry (a tree without the cache simply builds)
+        f"run CLI, plan cache miss{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_BENCH_MISS=str(next(misses)))),
         f"API, small caller{label}": api(0),
         f"API, caller +100 MB{label}": api(100),
         f"gate, per step{label}": lambda: cpu_of([py, "-m", "sandboy.gate.cli", repo, "--json",
@@ -161,6 +167,7 @@ def main() -> int:
     for label in ("", " (before)") if args.before else ("",):
         if f"run CLI{label}" in med:
             print(f"    run CLI / floor{label:<21} {med[f'run CLI{label}'] / med['floor']:6.2f}x")
+            print(f"    run CLI, plan cache miss / floor{label:<4} {med[f'run CLI, plan cache miss{label}'] / med['floor']:6.2f}x")
         if args.only is None and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")

@@ -47,10 +47,10 @@ RUN_PATH_GROUPS = {
     "cli": ("sandboy.errors", "sandboy.cli"),
     # exec mode with a cached plan (ADR 0028): what a hit imports, and a miss first
     "cached run": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native", "sandboy.policy",
-                   "sandboy.policy.resolve", "sandboy.confine.landlock", "sandboy.confine.fingerprint",
+                   "sandboy.policy.resolve", "sandboy.confine.ruleset", "sandboy.confine.fingerprint",
                    "sandboy.confine.terminal", "sandboy.confine.exec_mode", "sandboy.confine.plan_cache"),
     # the cage's build: imported together by `sandboy run` (a miss), the gate, doctor and the API
-    "cage": ("sandboy.confine.hygiene", "sandboy.confine.namespaces", "sandboy.confine.seccomp",
+    "cage": ("sandboy.confine.hygiene", "sandboy.confine.landlock", "sandboy.confine.namespaces", "sandboy.confine.seccomp",
              "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load", "sandboy.policy.model"),
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",

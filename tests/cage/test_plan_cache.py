@@ -356,7 +356,7 @@ def test_concurrent_runs_never_read_a_half_written_entry(runner):
 
 KEY_CHECK = r'''
 import os, sys
-from sandboy.confine import landlock, plan_cache
+from sandboy.confine import plan_cache, ruleset
 policy = sys.argv[1]
 
 def applies():
@@ -372,10 +372,10 @@ for name, fake in (("getgroups", lambda: real["getgroups"]() + [4242]), ("getegi
     setattr(os, name, fake)
     out[name] = applies()
     setattr(os, name, real[name])
-abi = landlock.abi_version
-landlock.abi_version = lambda: abi() - 1
+abi = ruleset.abi_version
+ruleset.abi_version = lambda: abi() - 1
 out["landlock abi"] = applies()
-landlock.abi_version = abi
+ruleset.abi_version = abi
 version, sys.version = sys.version, sys.version + " (another build)"
 out["interpreter"] = applies()
 sys.version = version

@@ -175,6 +175,8 @@ def check() -> dict:
     elif bundle["stale"]:
         notes.append("changed since the byte-code bundle was written, imported the usual way: "
                      + ", ".join(bundle["stale"]) + " (`make compile` rewrites the bundle)")
+    from sandboy.confine import plan_cache
+
     return {
         "kernel": os.uname().release,
         "landlock_abi": abi,
@@ -183,6 +185,8 @@ def check() -> dict:
         "cage_available": abi >= 1 and protections["seccomp_filter"],
         "egress": egress,
         "bytecode_bundle": bundle,
+        # ADR 0028: where `sandboy run` keeps compiled plans, or None where it keeps none
+        "plan_cache": plan_cache.directory() if plan_cache.enabled() else None,
         "notes": notes,
     }
 
@@ -204,5 +208,7 @@ def render(result: dict) -> str:
     if bundle:
         lines.append(f"start-up: {bundle['modules'] - len(bundle['stale'])} of {bundle['modules']} run-path modules "
                      f"served from {bundle['path']}")
+    if "plan_cache" in result:
+        lines.append("plan cache (sandboy run): " + (result["plan_cache"] or f"off ({'SANDBOY_PLAN_CACHE=0' if os.environ.get('SANDBOY_PLAN_CACHE') == '0' else 'no C executor'})"))
     lines.extend(f"note: {n}" for n in result["notes"])
     return "\n".join(lines)

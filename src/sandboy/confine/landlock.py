@@ -5,53 +5,47 @@ access still denies REFER implicitly (docs/findings.md, landrun PR #56).
 
 The ruleset is created and filled in the parent (`build_ruleset`); the child only calls
 `landlock_restrict_self` on the inherited fd, so the API pays the path walking once per policy.
+The ruleset itself and the kernel's numbers live in `ruleset.py` (a cached `sandboy run` fills one
+without this module: ADR 0028); they are reachable from here as before.
 """
 
 import os
-import stat
 
-from sandboy.errors import CageError
 from sandboy.policy.resolve import is_glob, is_within_any
-from sandboy.confine._libc import (
-    AT_FDCWD,
-    SYS_LANDLOCK_ADD_RULE,
-    SYS_LANDLOCK_CREATE_RULESET,
+from sandboy.confine.ruleset import (  # noqa: F401  (this module's interface, as before the split)
+    CREATE_RULESET_VERSION,
+    EXECUTE,
+    FILE_RIGHTS,
+    IOCTL_DEV,
+    MAKE_BLOCK,
+    MAKE_CHAR,
+    MAKE_DIR,
+    MAKE_FIFO,
+    MAKE_REG,
+    MAKE_SOCK,
+    MAKE_SYM,
+    NET_BIND_TCP,
+    NET_CONNECT_TCP,
+    READ_DIR,
+    READ_FILE,
+    REFER,
+    REMOVE_DIR,
+    REMOVE_FILE,
+    RESOLVE_NO_SYMLINKS,
+    RULE_NET_PORT,
+    RULE_PATH_BENEATH,
+    SCOPE_ABSTRACT_UNIX_SOCKET,
+    SCOPE_SIGNAL,
     SYS_LANDLOCK_RESTRICT_SELF,
-    s32,
-    syscall,
-    u64,
+    SYS_OPENAT2,
+    TRUNCATE,
+    WRITE_FILE,
+    Ruleset,
+    _add_path_rule,
+    _open_rule_path,
+    abi_version,
+    build_ruleset,
 )
-
-# Filesystem access rights (uapi/linux/landlock.h). Debian 12's 6.1 headers stop at ABI 2,
-# so they are defined here (docs/findings.md).
-EXECUTE = 1 << 0
-WRITE_FILE = 1 << 1
-READ_FILE = 1 << 2
-READ_DIR = 1 << 3
-REMOVE_DIR = 1 << 4
-REMOVE_FILE = 1 << 5
-MAKE_CHAR = 1 << 6
-MAKE_DIR = 1 << 7
-MAKE_REG = 1 << 8
-MAKE_SOCK = 1 << 9
-MAKE_FIFO = 1 << 10
-MAKE_BLOCK = 1 << 11
-MAKE_SYM = 1 << 12
-REFER = 1 << 13          # ABI 2
-TRUNCATE = 1 << 14       # ABI 3
-IOCTL_DEV = 1 << 15      # ABI 5
-
-NET_BIND_TCP = 1 << 0    # ABI 4
-NET_CONNECT_TCP = 1 << 1
-
-SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0   # ABI 6
-SCOPE_SIGNAL = 1 << 1
-
-RULE_PATH_BENEATH = 1
-RULE_NET_PORT = 2
-CREATE_RULESET_VERSION = 1 << 0
-
-FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
 
 READ = READ_FILE | READ_DIR
 EXEC = READ | EXECUTE
@@ -71,20 +65,6 @@ DEVICE_GRANTS = (
     ("/dev/urandom", READ_FILE),
 )
 ELF_INTERPRETERS = ("/lib64/ld-linux-x86-64.so.2",)
-
-
-# The kernel's structs, packed by hand (x86_64, little-endian):
-#   landlock_path_beneath_attr  { u64 allowed_access; s32 parent_fd; } __attribute__((packed))
-#   landlock_net_port_attr      { u64 allowed_access; u64 port; }
-#   landlock_ruleset_attr       { u64 handled_access_fs; u64 handled_access_net; u64 scoped; }
-
-
-def abi_version() -> int:
-    """0 when Landlock is unavailable (not built, not enabled, or blocked by a filter)."""
-    try:
-        return syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
-    except OSError:
-        return 0
 
 
 _O_PATH = 0o10000000
@@ -248,98 +228,3 @@ def _near(paths, roots) -> dict[str, list[str]]:
                     found.append(path[:i])
                 i = path.find("/", i + 1)
     return near
-
-
-class Ruleset:
-    """An open Landlock ruleset fd, filled in the parent and applied in the child."""
-
-    def __init__(self, fd: int, abi: int):
-        self.fd = fd
-        self.abi = abi
-
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def plan(self) -> list:
-        """The child's step: enforce the ruleset on itself (inherited fd, closed at exec).
-
-        Made per launch, from this object: once closed, the fd number may already belong to
-        another ruleset (a closed cage ran with a wider cage's rules), so a closed ruleset
-        refuses to be planned."""
-        if self.fd < 0:
-            raise CageError("this cage was closed (its Landlock ruleset fd is released); build a new one")
-        return [("landlock_restrict_self", (SYS_LANDLOCK_RESTRICT_SELF, False, self.fd, 0))]
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_ports, bind_ports,
-                  scoped: int, warn) -> Ruleset:
-    size = 8 if abi < 4 else 16 if abi < 6 else 24  # older kernels reject fields they lack
-    attr = (u64(handled_fs) + u64(handled_net) + u64(scoped))[:size]
-    fd = syscall(SYS_LANDLOCK_CREATE_RULESET, attr, size, 0)
-    try:
-        for path, rights in rules:
-            _add_path_rule(fd, path, rights & handled_fs, warn)
-        for ports, right in ((connect_ports, NET_CONNECT_TCP), (bind_ports, NET_BIND_TCP)):
-            for port in ports:
-                syscall(SYS_LANDLOCK_ADD_RULE, fd, RULE_NET_PORT, u64(right) + u64(port), 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    return Ruleset(fd, abi)
-
-
-SYS_OPENAT2 = 437
-RESOLVE_NO_SYMLINKS = 0x04
-# struct open_how {flags, mode, resolve}: the rule path's file itself (a symlink there is opened as
-# the link, and refused below), and no symlink followed on the way to it
-_RULE_PATH_HOW = u64(os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC) + u64(0) + u64(RESOLVE_NO_SYMLINKS)
-
-
-def _open_rule_path(path: str) -> int:
-    """An O_PATH fd of `path` reached without following any symlink. Every rule path is a
-    realpath or an entry found by the deny split, so none of its components is a symlink: one
-    that is now was swapped in since the path was checked (a directory above the rule path
-    renamed and replaced by a link to /host), and must not lead the rule to its target (ELOOP).
-    openat2 where a filter refuses it (Sandboy's own answers ENOSYS): component by component."""
-    try:
-        return syscall(SYS_OPENAT2, AT_FDCWD, os.fsencode(path) + b"\0", _RULE_PATH_HOW, len(_RULE_PATH_HOW))
-    except OSError as exc:
-        import errno
-
-        if exc.errno not in (errno.ENOSYS, errno.EPERM):  # openat2 refused by a seccomp filter
-            raise
-    *parents, last = path.split("/")
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parents:
-            if name:  # O_NOFOLLOW | O_DIRECTORY: a symlink here is ENOTDIR
-                fd, above = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd), fd
-                os.close(above)
-        return os.open(last or ".", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
-def _add_path_rule(ruleset_fd: int, path: str, rights: int, warn) -> None:
-    try:
-        fd = _open_rule_path(path)
-    except OSError as exc:
-        warn(f"fs: {path}: {exc.strerror}; not granted")
-        return
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISLNK(mode):
-            warn(f"fs: {path} became a symlink while the rules were built; not granted")
-            return
-        if not stat.S_ISDIR(mode):
-            rights &= FILE_RIGHTS  # directory-only rights on a file are EINVAL
-        if rights:
-            syscall(SYS_LANDLOCK_ADD_RULE, ruleset_fd, RULE_PATH_BENEATH, u64(rights) + s32(fd), 0)
-    finally:
-        os.close(fd)

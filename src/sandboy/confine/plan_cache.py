@@ -43,6 +43,7 @@ _NAME_KEY = 0x53424F59504C414E  # the SipHash key of entries' file names ("SBOYP
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
 _S_IFMT, _S_IFCHR, _S_IFIFO, _S_IFSOCK = 0o170000, 0o020000, 0o010000, 0o140000
+_PACKAGE = os.path.dirname(os.path.dirname(__file__))  # the `sandboy` package this process runs
 
 
 def enabled() -> bool:
@@ -90,9 +91,9 @@ def _stdio_shape():
 
 def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
     """Every input of the build that is not a file the fingerprint watches (see the module)."""
-    from sandboy.confine.landlock import abi_version
+    from sandboy.confine.ruleset import abi_version
 
-    return (FORMAT, sys.version, sys.executable, os.path.dirname(os.path.dirname(__file__)),
+    return (FORMAT, sys.version, sys.executable, _PACKAGE,
             policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
             os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()),
             dict(os.environ), tuple(os.uname()), abi_version(), stdio_shape)
@@ -113,12 +114,14 @@ def _read_policy(policy_arg: str):
 
 
 def _code_identities() -> tuple:
-    """(file, identity) of every module loaded in this process that has a file: the code that
-    built the plan (a hit compares them, so an edit of any of them is a miss)."""
+    """(file, identity) of every module of Sandboy loaded in this process, the C executor among
+    them: the code that built the plan (a hit compares them, so an edit of any of them is a
+    miss). The interpreter and its standard library are the key's `sys.version` and
+    `sys.executable`."""
     out = []
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if type(path) is str:
+        if type(path) is str and path.startswith(_PACKAGE + "/"):
             try:
                 out.append((path, _identity(os.stat(path))))
             except OSError:
@@ -255,7 +258,7 @@ def lookup(policy_arg: str, cwd_arg=None):
 def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
     where the plan names the ruleset) and the seccomp program's address in its sock_fprog."""
-    from sandboy.confine.landlock import build_ruleset
+    from sandboy.confine.ruleset import build_ruleset
 
     abi, rules, handled_fs, handled_net, connect_ports, bind_ports, scoped = ruleset
     differs = []  # a rule the build added that cannot be added now: the rebuild differs
