@@ -418,3 +418,19 @@ def test_another_users_run_neither_reads_nor_writes_the_entries(runner, tmp_path
                           stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd)
     assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.stderr
     assert {p.name: p.stat().st_ino for p in runner.entries()} == before
+
+
+def test_a_file_on_stdin_is_never_run_from_a_kept_plan(runner, tmp_path):
+    """The tier reopens a file handed in on fd 0 for the file it is (namespaces.StdioHandoff):
+    with an entry kept for /dev/null on stdin, a run reading a file misses, reads it, and keeps
+    nothing for it."""
+    runner.write_policy(read=f', "{tmp_path}"')
+    assert entry_applies(runner, "/bin/cat").hit
+    (entry,) = runner.entries()
+    kept = entry.stat().st_ino
+    data = tmp_path / "input"
+    data.write_text("from a file\n")
+    with open(data) as stdin:
+        proc = runner.run("/bin/cat", stdin=stdin)
+    assert not proc.hit and proc.stdout == "from a file\n"
+    assert entry.stat().st_ino == kept

@@ -10,7 +10,7 @@ are all the same runs the stored plan instead of building one:
   - the KEY, compared value for value (the file name is only a hash of some of it): the policy
     file's bytes and path, the working directory, every environment variable, the real and
     effective uid/gid and groups, the kernel (uname) and its Landlock ABI, the interpreter, the
-    `sandboy` package it runs from, and the shape of fd 0-2 (what `namespaces.plan_reopen_stdio`
+    `sandboy` package it runs from, and the shape of fd 0-2 (what `namespaces.plan_stdio`
     decides from);
   - the CODE that built the plan: the identity (device, inode, size, mtime, ctime) of the file of
     every module loaded when it was built (Sandboy's, the C executor, the standard library's);
@@ -66,10 +66,10 @@ def _entry_name(policy_arg: str, cwd: str) -> str:
 
 def _stdio_shape():
     """What the plan depends on of fd 0-2, or None where a run may not be cached: per fd None
-    (closed), a character device with its rdev and access mode (`namespaces.plan_reopen_stdio`
-    puts the cage's own copy of /dev/null & co. there), an anonymous pipe, or a socket. A regular
-    file, a directory, a named FIFO is never cached: what the cage does for those is not this
-    shape (the command gets them through its own steps)."""
+    (closed), a character device with its rdev and access mode (`namespaces.plan_stdio` puts the
+    cage's own copy of /dev/null & co. there), an anonymous pipe, or a socket (nothing done for
+    those). A regular file, a named FIFO, anything else is never cached: the tier reopens or
+    relays those per run, for the file they are (`namespaces.StdioHandoff`)."""
     shape = []
     for fd in (0, 1, 2):
         try:
@@ -293,7 +293,12 @@ def entry_for(cage, policy_arg: str, cwd_arg, hooks):
     policy_bytes = _read_policy(policy_arg)
     if shape is None or policy_bytes is None:
         return None
-    plan = [step for _, step in cage.plan()]
+    # and asked of the tier itself: fd 0-2 need nothing of this run's own (a file reopened or
+    # relayed by the init: namespaces.StdioHandoff), only what the shape decides
+    handoff = cage.tier.plan_stdio((None, None, None), pipes=False)
+    if handoff.init_steps or handoff.parent_fds or handoff.init_args != (-1, -1, -1, 0):
+        return None
+    plan = [step for _, step in cage.plan(handoff=handoff)]
     fd = cage.ruleset.fd
     ruleset_at = tuple(i for i, step in enumerate(plan)
                        if step[0] in (_libc.SYS_LANDLOCK_ADD_RULE, _libc.SYS_LANDLOCK_RESTRICT_SELF) and step[2] == fd)
