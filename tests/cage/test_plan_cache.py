@@ -236,7 +236,7 @@ CONFINED = ("/bin/sh", "-c", "ls /root >/dev/null 2>&1 && echo open || echo refu
 
 @pytest.mark.parametrize("damage", ["foreign owner", "group writable", "world writable", "symlink", "huge",
                                     "truncated", "garbage", "empty", "a directory", "dir group writable",
-                                    "another format"])
+                                    "another format", "a garbled plan", "a garbled rule"])
 def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
     import marshal
 
@@ -270,8 +270,16 @@ def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
         entry.parent.chmod(0o770)
     elif damage == "another format":
         entry.write_bytes(marshal.dumps(("another format", *marshal.loads(good)[1:])))
+    elif damage in ("a garbled plan", "a garbled rule"):  # the key still matches: the executor refuses it
+        data = list(marshal.loads(good))
+        if damage == "a garbled plan":
+            data[4] = (("not a system call",), *data[4][1:])
+        else:
+            abi, rules, *rest = data[8]
+            data[8] = (abi, (("/usr", "not rights"),), *rest)
+        entry.write_bytes(marshal.dumps(tuple(data)))
     proc = runner.run(*CONFINED)
-    assert not proc.hit, damage
+    assert not proc.hit, damage  # (a garbled plan is read and tried: the executor refuses it, then a build)
     assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.err
 
 

@@ -195,12 +195,14 @@ class CachedPlan:
 
     def start_child(self, argv, stdio, report_fd: int, first=()) -> int:
         """As `Cage.start_child` for exec mode (stdio: this process's own)."""
-        paths, args, envp = exec_args(argv, self.env)
         try:
+            paths, args, envp = exec_args(argv, self.env)
             return _libc.fork_exec([step for _, step in first] + self.plan, paths, args, envp, report_fd,
                                    self.clone_flags)
-        except OSError:
-            self.start_failed = True  # the kernel refuses the namespaces now: a build says why
+        except Exception:
+            # nothing started (the kernel refuses the namespaces now, an argument the executor
+            # refuses, a plan it cannot read): the build runs instead and says why, if anything
+            self.start_failed = True
             raise
 
     def close(self) -> None:
@@ -215,13 +217,13 @@ class CachedPlan:
 
         try:
             status, report, _ = exec_mode.start_and_wait(argv, self)
-        except OSError:
+        except Exception:
             if not self.start_failed:
                 raise
-            status = report = None
+            return None
         finally:
             self.close()
-        failed, reported = _libc.read_child_report(report) if report is not None else (True, None)
+        failed, reported = _libc.read_child_report(report)
         if failed is not None:
             return None
         return exec_mode.exit_like(status if reported is None else reported)
@@ -229,12 +231,11 @@ class CachedPlan:
 
 def lookup(policy_arg: str, cwd_arg=None):
     """The stored plan for this run, ready to start, or None (a miss: build the cage)."""
-    cwd = os.path.abspath(cwd_arg or os.getcwd())
-    path = os.path.join(directory(), _entry_name(policy_arg, cwd))
-    data = _open_entry(path)
-    if data is None:
-        return None
     try:
+        cwd = os.path.abspath(cwd_arg or os.getcwd())
+        data = _open_entry(os.path.join(directory(), _entry_name(policy_arg, cwd)))
+        if data is None:
+            return None
         entry = marshal.loads(data)
         (form, key, code, fingerprint, plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded,
          warnings, exec_paths) = entry
@@ -251,8 +252,8 @@ def lookup(policy_arg: str, cwd_arg=None):
         if not terminal.exec_in_place_possible():  # what supervisor_needed asks of this process
             return None
         return _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths)
-    except Exception:  # an entry of another shape, garbage that unmarshalled: a miss, never an error
-        return None
+    except Exception:  # an entry of another shape, garbage that unmarshalled, a working directory
+        return None    # gone: a miss, never an error (the build says what is wrong, if anything)
 
 
 def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths):
@@ -277,6 +278,14 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
 
 
 def entry_for(cage, policy_arg: str, cwd_arg, hooks):
+    """See `_entry_for`; None also where making the entry failed: a cache never fails a run."""
+    try:
+        return _entry_for(cage, policy_arg, cwd_arg, hooks)
+    except Exception:
+        return None
+
+
+def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     """What a later run may take instead of building `cage` (`store` writes it once this run has
     started), or None where this run may not be cached: exec mode under the namespace tier with no
     hooks, a fingerprint (no glob denies), a policy with no write root, `{tmp}`, `include` or
