@@ -1,8 +1,12 @@
 """Layer 2: confine one command with unprivileged kernel primitives, then execve it.
 
     cage.py      compiles a policy once, in the parent, into a plan of raw system calls
-    reuse.py     when a compiled cage may run another command (API, gate), and its fingerprint
+    reuse.py     when a compiled cage may run another command (API, gate)
+    fingerprint.py  what a compiled cage's rules depend on in the file system, and the check
+                 that a rebuild would give the same (reuse and plan_cache)
+    plan_cache.py  `sandboy run`'s compiled plans kept across invocations (exec mode; ADR 0028)
     landlock.py  filesystem, TCP-port and scope rules (Landlock ABI 1..7), deny splitting
+    ruleset.py   the Landlock ruleset fd, made and filled in the parent, and the kernel's numbers
     deny_globs.py  `fs.deny` globs matched at launch, within a budget (only for a policy with one)
     seccomp.py   a hand-built classic-BPF filter (why not libseccomp: ADR 0003)
     protections.py  the table of every protection and one compiler per protection (ADR 0008)
