@@ -224,6 +224,20 @@ def test_what_is_never_kept(runner, tmp_path):
     assert not runner.run("/bin/true", env={"SANDBOY_PLAN_CACHE": "0"}).hit
 
 
+def unpack(entry: Path) -> tuple[list, list]:
+    """An entry's (head, body): (FORMAT, key, code, fingerprint) and the plan's part."""
+    import marshal
+
+    *head, body = marshal.loads(entry.read_bytes())
+    return head, list(marshal.loads(body))
+
+
+def pack(entry: Path, head, body) -> None:
+    import marshal
+
+    entry.write_bytes(marshal.dumps((*head, marshal.dumps(tuple(body)))))
+
+
 def _make_entry(runner) -> Path:
     runner.write_policy()
     assert entry_applies(runner, "/bin/true").hit
@@ -271,13 +285,13 @@ def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
     elif damage == "another format":
         entry.write_bytes(marshal.dumps(("another format", *marshal.loads(good)[1:])))
     elif damage in ("a garbled plan", "a garbled rule"):  # the key still matches: the executor refuses it
-        data = list(marshal.loads(good))
+        head, body = unpack(entry)
         if damage == "a garbled plan":
-            data[4] = (("not a system call",), *data[4][1:])
+            body[0] = (("not a system call",), *body[0][1:])
         else:
-            abi, rules, *rest = data[8]
-            data[8] = (abi, (("/usr", "not rights"),), *rest)
-        entry.write_bytes(marshal.dumps(tuple(data)))
+            abi, rules, *rest = body[4]
+            body[4] = (abi, (("/usr", "not rights"),), *rest)
+        pack(entry, head, body)
     proc = runner.run(*CONFINED)
     assert not proc.hit, damage  # (a garbled plan is read and tried: the executor refuses it, then a build)
     assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.err
@@ -285,15 +299,12 @@ def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
 
 def test_a_forged_plan_in_a_foreign_entry_is_not_run(runner, tmp_path):
     """An entry whose plan has no Landlock and no seccomp step, owned by another uid: not run."""
-    import marshal
-
     if os.geteuid() != 0:
         pytest.skip("giving a file away needs root")
     entry = _make_entry(runner)
-    data = list(marshal.loads(entry.read_bytes()))
-    plan = [step for step in data[4] if step[0] not in (446, 317)]
-    data[4], data[5] = tuple(plan), ()
-    entry.write_bytes(marshal.dumps(tuple(data)))
+    head, body = unpack(entry)
+    body[0], body[1] = tuple(step for step in body[0] if step[0] not in (446, 317)), ()
+    pack(entry, head, body)
     os.chown(entry, 65534, 65534)
     proc = runner.run(*CONFINED)
     assert not proc.hit and proc.stdout == "refused\n"

@@ -236,9 +236,8 @@ def lookup(policy_arg: str, cwd_arg=None):
         data = _open_entry(os.path.join(directory(), _entry_name(policy_arg, cwd)))
         if data is None:
             return None
-        entry = marshal.loads(data)
-        (form, key, code, fingerprint, plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded,
-         warnings, exec_paths) = entry
+        # the key first, the plan (most of the bytes) unmarshalled only for an entry that applies
+        form, key, code, fingerprint, body = marshal.loads(data)
         if form != FORMAT:
             return None
         policy_bytes = _read_policy(policy_arg)
@@ -251,7 +250,7 @@ def lookup(policy_arg: str, cwd_arg=None):
 
         if not terminal.exec_in_place_possible():  # what supervisor_needed asks of this process
             return None
-        return _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths)
+        return _ready(*marshal.loads(body))
     except Exception:  # an entry of another shape, garbage that unmarshalled, a working directory
         return None    # gone: a miss, never an error (the build says what is wrong, if anything)
 
@@ -319,21 +318,20 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
         return None
     fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
     cwd = os.path.abspath(cwd_arg or os.getcwd())
-    entry = (FORMAT, _key(policy_arg, policy_bytes, cwd, shape), None, cage.fingerprint.state(), tuple(plan),
-             ruleset_at, seccomp_at[0], bpf,
-             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
-              tuple(net["bind_ports"]), net["scoped"]),
-             cage.clone_flags, dict(cage.env), tuple(cage.degraded), tuple(cage.warnings), cage._exec_paths)
-    return os.path.join(directory(), _entry_name(policy_arg, cwd)), entry
+    body = (tuple(plan), ruleset_at, seccomp_at[0], bpf,
+            (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
+             tuple(net["bind_ports"]), net["scoped"]),
+            cage.clone_flags, dict(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths))
+    head = (FORMAT, _key(policy_arg, policy_bytes, cwd, shape), cage.fingerprint.state())
+    return os.path.join(directory(), _entry_name(policy_arg, cwd)), head, body
 
 
 def store(pending) -> None:
     """Write `entry_for`'s entry (atomically: a reader sees the old entry, the new one or none),
     with the identities of the code loaded now. A cache that cannot be written only costs speed."""
-    path, entry = pending
-    entry = (*entry[:2], _code_identities(), *entry[3:])
-    try:
-        data = marshal.dumps(entry)
+    path, (form, key, fingerprint), body = pending
+    try:  # (FORMAT, key, code, fingerprint, the rest marshalled on its own: see `lookup`)
+        data = marshal.dumps((form, key, _code_identities(), fingerprint, marshal.dumps(body)))
     except ValueError:  # a value marshal cannot write (nothing on the cached path has one)
         return
     if len(data) > MAX_ENTRY_BYTES:
