@@ -59,13 +59,22 @@ def _home(home) -> str:
     os.symlink("/usr/bin/python3", home / "venvs/tool/bin/python")
     (home / "venvs/tool/pyvenv.cfg").write_text("home = /usr/bin\n")
     (home / ".local/bin/tool").write_text(f"#!{home}/venvs/tool/bin/python\nimport tool\n")
+    # `~/bin/node -> ~/opt/current/bin/node`, `~/opt/current -> node-v20`: the link on the way too
+    (home / "opt/node-v20/bin").mkdir(parents=True)
+    (home / "opt/node-v20/lib").mkdir()
+    (home / "opt/node-v20/bin/node").write_text("")
+    os.symlink("node-v20", home / "opt/current")
+    (home / "bin").mkdir()
+    os.symlink(f"{home}/opt/current/bin/node", home / "bin/node")
     (home / "notes.txt").write_text("notes\n")
-    return f"{home}/.pyenv/shims:{home}/.nvm/versions/node/v20.11.0/bin:{home}/.local/bin:/usr/bin:/bin"
+    return (f"{home}/.pyenv/shims:{home}/.nvm/versions/node/v20.11.0/bin:{home}/.local/bin:{home}/bin:"
+            "/usr/bin:/bin")
 
 
 ATTACK = ("echo 'import evil' >> $H/{os_py}; echo 'evil()' > $H/{index_js}; "
           "echo 'import os; os.system(\"id\")' > $H/{evil_pth}; echo 'import evil' >> $H/{pipx}; "
           "echo evil >> $H/{pyenv}; echo evil >> $H/{nvm_sh}; echo 'import evil' >> $H/{venv_tool}; "
+          "mkdir -p $H/opt/evil/bin; ln -sfn evil $H/opt/current; "
           "echo more >> $H/notes.txt; echo work > $H/proj/out.txt; echo data > $H/.local/share/other/data; "
           "touch $H/new-at-the-top; echo DONE").format(os_py=OS_PY, index_js=INDEX_JS, evil_pth=EVIL_PTH,
                                                        pipx=PIPX_INIT, pyenv=PYENV, nvm_sh=NVM_SH, venv_tool=VENV_TOOL)
@@ -135,6 +144,7 @@ def test_a_run_granted_the_home_cannot_change_what_the_path_programs_load(base, 
     for name, text in ORIGINAL.items():
         assert (home / name).read_text() == text, name
     assert not (home / EVIL_PTH).exists()
+    assert os.readlink(home / "opt/current") == "node-v20"  # the link on the way to ~/bin/node's target
     refused = "Read-only file system" if tier == "tier" else "Permission denied"
     assert result.stderr.count(refused) >= 7, result.stderr
     assert f"fs: {home}/.pyenv is the version manager" in result.stderr and "fs.protect_defaults = false" in \
@@ -161,6 +171,7 @@ def test_opted_out_every_write_goes_through(base, tier):
     for name, text in ORIGINAL.items():
         assert (home / name).read_text() != text, name
     assert (home / EVIL_PTH).exists()
+    assert os.readlink(home / "opt/current") == "evil"
     assert "version manager" not in result.stderr, result.stderr
 
 
@@ -200,6 +211,8 @@ def test_which_paths_the_programs_on_path_load(tmp_path, monkeypatch):
                     f"{home}/.local/share/pipx/venvs/black/pyvenv.cfg": path_prefixes.PREFIX,
                     f"{home}/venvs/tool/bin": path_prefixes.PREFIX, f"{home}/venvs/tool/lib": path_prefixes.PREFIX,
                     f"{home}/venvs/tool/pyvenv.cfg": path_prefixes.PREFIX,
+                    f"{home}/opt/current": path_prefixes.TARGET, f"{home}/opt/node-v20/bin": path_prefixes.PREFIX,
+                    f"{home}/opt/node-v20/lib": path_prefixes.PREFIX,
                     f"{home}/tools/versions/1/lib": path_prefixes.PREFIX,
                     f"{home}/.rustup": path_prefixes.MANAGER, f"{home}/.sdkman": path_prefixes.MANAGER,
                     f"{home}/.asdf": path_prefixes.MANAGER, f"{home}/sdk/go1.22": path_prefixes.PREFIX}, mine
@@ -246,7 +259,8 @@ def _attack_in_process(where) -> list:
                      stdout=null.fileno(), stderr=null.fileno(), timeout=60)
     assert result.returncode == 0, result
     changed = [name for name, text in ORIGINAL.items() if (home / name).read_text() != text]
-    return changed + ([EVIL_PTH] if (home / EVIL_PTH).exists() else [])
+    return (changed + ([EVIL_PTH] if (home / EVIL_PTH).exists() else [])
+            + (["opt/current"] if os.readlink(home / "opt/current") != "node-v20" else []))
 
 
 @pytest.mark.needs_kernel

@@ -234,12 +234,12 @@ def inside(write_roots, protected_dirs, work=(), home=None, notes=None) -> list:
         if depth == 0:
             continue
         for target, on_the_way in _leads_to(bin_dir, roots, scripts=depth == LINK_DEPTH):
+            for link in on_the_way:  # (`~/bin/python -> ~/current -> ~/.pyenv/...`: `~/current` too)
+                if any(is_within(link, r) for r in roots):
+                    links.setdefault(link, TARGET)
             if any(is_within(target, p) for p in managers):
                 continue  # (a manager's root is taken whole)
             target_root = next(r for r in roots if is_within(target, r))
-            for link in on_the_way:
-                if any(is_within(link, r) for r in roots):
-                    links.setdefault(link, TARGET)
             parent = os.path.dirname(target)
             if os.path.basename(parent) in ("bin", "sbin") or _manager_root(parent, target_root, home):
                 pending.append((parent, target_root, depth - 1))
