@@ -458,7 +458,10 @@ def connection_budget() -> int:
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
-    in_use = len(os.listdir("/proc/self/fd"))
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no fd left even to look (EMFILE): serve one connection at a time
+        return 1
     return max(1, min(MAX_CONNECTIONS, (soft - in_use - RESERVED_FDS) // FDS_PER_CONNECTION))
 
 
