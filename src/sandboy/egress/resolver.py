@@ -47,6 +47,7 @@ class Resolver:
             hosts = load_hosts_map(path) if path else {}
         self.hosts = hosts
         self._slots = None  # an asyncio.Semaphore of MAX_LOOKUPS, made in the proxy's loop
+        self._slots_loop = None
 
     async def resolve(self, loop, host: str, is_ip: bool) -> list:
         """Addresses for `host` (already normalized by rules.normalize_host), in answer order."""
@@ -65,8 +66,8 @@ class Resolver:
         """getaddrinfo in a thread nobody joins (module docstring); OSError as it raises it."""
         import asyncio
 
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(MAX_LOOKUPS)
+        if self._slots is None or self._slots_loop is not loop:  # a Semaphore is bound to one loop
+            self._slots, self._slots_loop = asyncio.Semaphore(MAX_LOOKUPS), loop
         await self._slots.acquire()
         answer = loop.create_future()
 
