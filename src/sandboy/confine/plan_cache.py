@@ -89,14 +89,20 @@ def _stdio_shape():
     return tuple(shape)
 
 
+def _environment() -> dict:
+    """The whole environment, as the bytes the process has: os.environ's own dict (a copy of it,
+    at C speed: `dict(os.environ)` decodes every name and value in Python, ≈ 0.1 ms a run)."""
+    data = getattr(os.environ, "_data", None)
+    return dict(data) if type(data) is dict else {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
+
+
 def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
     """Every input of the build that is not a file the fingerprint watches (see the module)."""
     from sandboy.confine.ruleset import abi_version
 
-    return (FORMAT, sys.version, sys.executable, _PACKAGE,
-            policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
-            os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()),
-            dict(os.environ), tuple(os.uname()), abi_version(), stdio_shape)
+    return (FORMAT, sys.version, sys.executable, _PACKAGE, policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
+            os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()), _environment(),
+            tuple(os.uname()), abi_version(), stdio_shape)
 
 
 def _read_policy(policy_arg: str):
@@ -347,7 +353,14 @@ def store(pending) -> None:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        # Not a rename over the old entry: ext4 then starts writing the new file's blocks at once
+        # (auto_da_alloc, ≈ 0.2 ms); removing it first costs ≈ 0.04 ms. Meanwhile a reader finds
+        # no entry (a miss); a writer racing us renames over ours (whole files either way).
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.rename(tmp, path)
     except OSError:
         try:
             os.unlink(tmp)
