@@ -161,6 +161,16 @@ def test_doctor_json_reports_this_kernel():
     assert proc.returncode == (0 if report["cage_available"] else 1)
 
 
+def test_doctor_says_where_the_plan_cache_is(tmp_path):
+    """ADR 0028: the directory `sandboy run` keeps plans in, or that it keeps none."""
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path))
+    env.pop("SANDBOY_NATIVE", None)
+    on = json.loads(subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True, env=env).stdout)
+    assert on["plan_cache"] == str(tmp_path / "plans")
+    off = subprocess.run([SANDBOY, "doctor"], capture_output=True, text=True, env=dict(env, SANDBOY_PLAN_CACHE="0"))
+    assert "plan cache (sandboy run): off (SANDBOY_PLAN_CACHE=0)" in off.stdout
+
+
 def test_dry_run_json_shows_rules_and_runs_nothing(policy, tmp_path):
     marker = tmp_path / "ran"
     proc = subprocess.run([SANDBOY, "run", "--policy", policy, "--dry-run", "--json", "--", "touch", str(marker)],
