@@ -101,9 +101,11 @@ def search_path() -> str:
 
 
 def expand(text: str, places: dict[str, str]) -> str:
-    for key, value in places.items():
-        text = text.replace(key, value)
-    return text
+    """`text` with the places' placeholders (`{repo}`, `{out}`, ...) replaced in one pass: a
+    repository in a directory named `{home}` stays that directory (`policy.resolve.substitute`)."""
+    from sandboy.policy.resolve import substitute
+
+    return substitute(text, lambda name: places.get("{" + name + "}"))
 
 
 def missing_reason(tool: Tool, repo: Path, path: str) -> str | None:

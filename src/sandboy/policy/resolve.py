@@ -1,6 +1,8 @@
 """Turn policy paths as written into absolute paths for one run.
 
-Placeholders: {cwd} {home} {tmp} {policy_dir} {repo}; a relative path is under {cwd}.
+Placeholders: {cwd} {home} {tmp} {policy_dir} {repo}; a relative path is under {cwd}. They are
+replaced in one pass over the text as written, and not in a path written absolute: a directory
+may be named `{home}`, and a policy the gate resolved is resolved again in the cage (session 8).
 `{tmp}` is a private directory made per run; a context without one keeps the literal `{tmp}`
 prefix so that two policies (a step and its ceiling) can still be compared path by path.
 """
@@ -23,14 +25,45 @@ class Context:
         self.policy_dir = policy_dir or self.cwd
         self.repo = repo or self.cwd
 
+    def value(self, name: str):
+        """The value of the placeholder `{name}`; None for no such placeholder or `{tmp}` not made."""
+        return getattr(self, name) if name in Context.__slots__ else None
+
+
+def substitute(text: str, value_of) -> str:
+    """`text` with each `{name}` for which `value_of(name)` gives a value replaced by it, in ONE
+    pass over the text as written: a value is never looked at again, so a directory literally
+    named `{home}` (a working directory, a repository, a policy file's directory) stays that name
+    — replacing the names one after the other replaced a later name inside an earlier one's
+    value. A `{name}` without a value (`{tmp}` not made yet) is kept as written."""
+    at = text.find("{")
+    if at < 0:
+        return text
+    out, done = [], 0
+    while at >= 0:
+        end = text.find("}", at)
+        if end < 0:
+            break
+        value = value_of(text[at + 1:end])
+        if value is None:
+            at = text.find("{", at + 1)
+            continue
+        out += (text[done:at], value)
+        done = end + 1
+        at = text.find("{", done)
+    out.append(text[done:])
+    return "".join(out)
+
 
 def expand(raw: str, ctx: Context) -> str:
-    out = raw
-    for name in ("cwd", "home", "policy_dir", "repo"):
-        out = out.replace("{" + name + "}", getattr(ctx, name))
-    if ctx.tmp is not None:
-        out = out.replace(TMP_TOKEN, ctx.tmp)
-    elif TMP_TOKEN in out:
+    """`raw`, a policy path, made absolute and normalized for this run. A path written absolute
+    is taken as written: its placeholder text, if any, is a directory's name — and a policy the
+    gate or `audit run` resolved once (with `{tmp}` kept) comes here again in the cage, where a
+    repository in `/w/{home}` became `/w/` + the home at that second pass."""
+    if raw.startswith("/"):
+        return os.path.normpath(raw)
+    out = substitute(raw, ctx.value)
+    if ctx.tmp is None and TMP_TOKEN in raw and TMP_TOKEN in out:
         # Keep the token as an absolute-looking anchor: "{tmp}/x" stays "{tmp}/x".
         return os.path.normpath(out) if out.startswith(TMP_TOKEN) else out
     if not out.startswith("/"):
@@ -164,13 +197,8 @@ def uses_tmp(policy) -> bool:
 
 def expand_value(raw: str, ctx: Context) -> str:
     """An `env.set` value with its placeholders replaced (`HOME = "{tmp}"`); unlike a path it is
-    not made absolute or normalized: it is any string."""
-    out = raw
-    for name in ("cwd", "home", "policy_dir", "repo", "tmp"):
-        value = getattr(ctx, name)
-        if value is not None:
-            out = out.replace("{" + name + "}", value)
-    return out
+    not made absolute or normalized: it is any string. One pass, as for a path (`substitute`)."""
+    return substitute(raw, ctx.value)
 
 
 def resolve(policy, ctx: Context):
