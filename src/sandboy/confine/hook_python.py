@@ -93,18 +93,12 @@ def site_dirs(python: str) -> list:
     return found
 
 
-def _identity(path: str):
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def identities(python: str) -> tuple:
     """At launch: which directories the environment and its site-packages are (st_dev, st_ino).
     An environment renamed into place afterwards (`mv .venv old && mv tests/fx/venv .venv`, a
     tracked fixture whose files all keep their old ctime) is another: then judged whole."""
+    from sandboy.confine.gitcheck import _identity  # (the git check's: loaded whenever this runs)
+
     env = environment(python)
     return (_identity(env), *((site, _identity(site)) for site in site_dirs(python)))
 
