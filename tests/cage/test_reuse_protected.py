@@ -297,3 +297,18 @@ def test_a_hook_stub_renamed_into_place_with_the_same_size_and_mtime_is_seen(tre
     os.utime(root / "stub", ns=(st.st_atime_ns, st.st_mtime_ns))
     os.rename(root / "stub", hooks / "pre-commit")
     assert not _same_as_a_rebuild(fingerprint, args)
+
+
+def test_a_write_root_of_slash_lists_the_directories_down_to_a_default(monkeypatch):
+    """launch_reads' walk down to a default path tested "inside the root" by `root + "/"`: for
+    the write root "/" that is "//", so nothing below it was listed — a `.config/git/config`
+    made inside a `/.config` that existed at launch changed no stat the reuse check looked at.
+    Now `is_within` (the project's one rule) decides, and "/" lists its way down like any root."""
+    from sandboy.confine import protected
+
+    monkeypatch.setattr(protected, "_present_defaults", lambda root: [".config/git/config"])
+    looked_up, _read = protected.launch_reads(["/"], (), True)
+    assert ["/.config", "/.config/git", "/.config/git/config"] == [p for p in looked_up if p.startswith("/.config")]
+    looked_up, _read = protected.launch_reads(["/usr"], (), True)  # any other root: as before
+    assert ["/usr/.config", "/usr/.config/git", "/usr/.config/git/config"] == \
+        [p for p in looked_up if p.startswith("/usr/.config")]

@@ -16,7 +16,7 @@ would stop git writing `index.lock`; see ADR 0013).
 import os
 import stat
 
-from sandboy.policy.resolve import PathSet
+from sandboy.policy.resolve import PathSet, is_within
 
 # Relative to each write root. Each entry is something a host program reads and acts on by
 # itself, so a write there is code run outside the cage later. Kept to files/directories that
@@ -418,12 +418,13 @@ def launch_reads(write_roots, explicit, defaults: bool):
         return looked_up, read
 
     def down_to(root: str, name: str) -> bool:
-        # every directory on the way from `root` to root/name and that path itself
+        # every directory on the way from `root` to root/name and that path itself (a write root
+        # "/" too: its entries were never listed — `root + "/"` is "//")
         path = os.path.normpath(os.path.join(root, name))
-        if not path.startswith(root + "/"):
+        if path == root or not is_within(path, root):
             return False
-        at = root
-        for part in path[len(root) + 1:].split("/"):
+        at = root.rstrip("/")
+        for part in path[len(at) + 1:].split("/"):
             at = f"{at}/{part}"
             looked_up.append(at)
         return True
