@@ -447,6 +447,7 @@ def _battery(tmp_path) -> list:
     return failed
 
 
+@pytest.mark.mutation
 def test_every_handoff_step_and_init_kind_has_a_check_that_fails_without_it(tmp_path, monkeypatch):
     """Mutants: each step the handoff plans (but the `close` of an O_CLOEXEC spare) removed,
     and each of NR_INIT's kinds cleared, one at a time; each must fail `_battery`."""
