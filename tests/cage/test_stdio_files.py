@@ -136,14 +136,20 @@ def test_a_file_on_stdout_or_stderr_takes_no_metadata_change(sb, tmp_path, redir
 
 
 def test_stdin_and_stdout_on_the_same_file_opened_read_write(sb, tmp_path):
-    """`<> file >&0`: fd 0 read-write is reopened read-only (a write root would be needed to
-    change the file; stdin is for reading), fd 1 on the same description becomes the relay."""
+    """`<> file`: fd 0 read-write is reopened read-only (stdin is for reading; writing to fd 0
+    then fails with EBADF)."""
     secret = victim(tmp_path, text="abc\n")
     mode, uid, gid, xattrs, _ = host_state(secret)
     done = sb(f"SB {PY} -c '{PROBE}' 0 2 <> {secret}")
     assert done.returncode == 0, done
     assert host_state(secret)[:4] == (mode, uid, gid, xattrs)
     assert "fd fchmod EROFS" in done.stderr.decode()
+    # one description both read and written (`<> f >&0`) cannot be split into a reopened
+    # reader and a relayed writer sharing one offset: refused, saying how to hand it in
+    (tmp_path / "rw").write_text("abc\n")
+    done = sb("SB /bin/sh -c 'read l; echo \"got $l\"' <> rw >&0")
+    assert done.returncode == 125, done
+    assert b"one file opened read-write" in done.stderr and (tmp_path / "rw").read_text() == "abc\n", done
 
 
 def test_a_directory_on_stdin_takes_no_metadata_change(tmp_path):

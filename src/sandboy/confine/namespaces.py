@@ -387,6 +387,14 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False, ref
             init_fds[target] = read_end
             kinds |= RELAY << 2 * target
         handoff.command_steps.append((f"put the relay's pipe on fd {target}", (_libc.SYS_DUP2, 0, shared, target)))
+    if refuse and kinds & CARRY_OFFSET and any(_same_description(0 if stdio[0] is None else stdio[0], fd)
+                                               for fd, _ in relays):
+        # `<> f >&0`: one description read (reopened: an offset of its own) and written (relayed
+        # at the caller's offset): the two cannot stay one offset, and the writes would land
+        # where the command did not put them
+        raise CageError("fd 0 and a later fd are one file opened read-write: the cage reopens what the command "
+                        "reads and relays what it writes, which cannot share one offset; hand them in "
+                        "separately (`< FILE >> FILE`) or through pipes")
     handoff.init_args = (*init_fds, kinds)
     return handoff
 
