@@ -297,3 +297,46 @@ def test_every_rule_has_a_write_that_succeeds_without_it(tmp_path, monkeypatch, 
     ]
     # (intact, before and after: `judge(None)` — the intact code lets no write through)
     report(run_mutants(mutants, judge, budget_seconds=120), "path prefix mutants")
+
+
+@pytest.mark.needs_kernel
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_a_user_site_missing_at_launch_cannot_be_made_with_a_pth(tmp_path, monkeypatch, tier):
+    """`~/.local/bin` on PATH, no `~/.local/lib` yet: every Python on the host would read a
+    `site-packages` the command makes there. Sandboy makes `~/.local/lib` at launch and protects
+    it: the command's `mkdir -p ~/.local/lib/python3.11/site-packages` and `.pth` fail (host side:
+    no `.pth`). Mutant: without the making (own_install._made answering False) the `.pth` is
+    planted — the making is what refuses."""
+    from sandboy import Policy, run
+    from sandboy.confine import own_install
+
+    _tier_or_skip(tier)
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYTHONUSERBASE", raising=False)
+
+    def attack(home):
+        (home / ".local/bin").mkdir(parents=True)
+        (home / "proj").mkdir()
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("PATH", f"{home}/.local/bin:/usr/bin:/bin")
+        policy = {"version": 1, "fs": {"read": ["/usr", "/etc"], "exec": ["/usr/bin", "/bin"], "write": [str(home)]},
+                  "env": {"pass": [], "set": {"PATH": "/usr/bin:/bin", "H": str(home)}}}
+        with open(os.devnull, "wb") as null:
+            result = run(["/bin/sh", "-c", "mkdir -p $H/.local/lib/python3.11/site-packages && "
+                          "echo 'import os' > $H/.local/lib/python3.11/site-packages/evil.pth; exit 0"],
+                         Policy.from_mapping(policy, "<test>"), cwd=str(home / "proj"), stdout=null.fileno(),
+                         stderr=null.fileno(), timeout=60)
+        assert result.returncode == 0, result
+        return (home / ".local/lib/python3.11/site-packages/evil.pth").exists()
+
+    from mutantkit import forget_built_cages
+
+    forget_built_cages()
+    assert not attack(tmp_path / "home"), "a .pth was planted in a user site made during the run"
+    assert (tmp_path / "home/.local/lib").is_dir()
+    forget_built_cages()
+    monkeypatch.setattr(own_install, "_made", lambda path: False)
+    assert attack(tmp_path / "mutant"), "the mutant (nothing made) should let the .pth through"
+    forget_built_cages()
