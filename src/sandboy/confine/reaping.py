@@ -131,7 +131,7 @@ def kill_pass(cgroup=None, spare: SpareFd | None = None, leader: int | None = No
             pids.add(leader)
             try:
                 os.killpg(leader, signal.SIGKILL)
-            except ProcessLookupError:  # not (yet) its own group's leader
+            except (ProcessLookupError, PermissionError):  # not (yet) its group's leader; none we may signal
                 pass
     if cgroup is not None:
         pids.update(cgroup.pids())
