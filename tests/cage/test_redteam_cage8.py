@@ -539,3 +539,31 @@ def test_a_device_node_under_a_read_grant_opens_nothing_under_the_tier(tmp_path,
         assert "twin" in proc.stdout, proc.stderr  # the cage's own /dev still works
     finally:
         subprocess.run(["losetup", "-d", f"/dev/{loop}"], capture_output=True)
+
+
+def test_as_an_ordinary_user_a_write_root_holding_a_kernel_file_system_is_refused(tmp_path):
+    """The refusal does not depend on the uid (as uid 65534 a bound /dev/pts there would be the
+    user's other terminals): the same chroot with a proc inside, `sandboy run` as 65534."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    if not shutil.which("unshare"):
+        pytest.skip("needs unshare")
+    with userkit.world_readable_tmp("sandboy-cage8-") as base:
+        root = base / "chroot"
+        (root / "mnt").mkdir(parents=True)
+        policy = base / "policy.toml"
+        policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "%s"]\n'
+                          'exec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % (root, root))
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
+        run = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+               "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+               f"ls {root}/mnt/1 > /dev/null && touch {root}/GOT-THROUGH"]
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base), "SANDBOY_CACHE_DIR": str(base / "cache")}
+        proc = _in_private_mount_namespace(f"mount -t proc proc {root}/mnt", run, env)
+        assert proc.returncode == 125 and f"{root}/mnt" in proc.stderr and "proc" in proc.stderr, proc.stderr
+        assert not (root / "GOT-THROUGH").exists()
+        # twin: the same policy, no mount
+        proc = subprocess.run([*run[:-1], f"touch {root}/made"], capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 0 and (root / "made").exists(), proc.stderr
