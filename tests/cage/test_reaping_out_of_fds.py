@@ -196,3 +196,51 @@ def test_a_walk_out_of_fds_says_the_tree_is_unknown_never_empty():
 
     assert got["without"] == f"unreadable:{errno.EMFILE}", got
     assert got["with"] == [got["kid"]] and got["spare_back"], got
+
+
+@pytest.mark.parametrize("free", [0, 1, 2])
+def test_a_supervisor_with_no_fd_left_refuses_the_run_before_starting_it(tmp_path, free):
+    """Nothing can be started that could not be ended: with no fd for the spare, start() is a
+    CageError (125) naming why, and no command ran (host side: its file was not made)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import resource
+
+            from sandboy import CageError, Policy
+            from sandboy.confine.cage import build
+            from sandboy.confine.supervision import Supervision
+
+            policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/etc", "/lib", "/lib64"],
+                                          "exec": ["/usr/bin", "/bin"], "write": [str(tmp_path)]}}, "<probe>")
+            cage = build(policy, cwd=str(tmp_path))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+            fillers = []
+            while True:
+                try:
+                    fillers.append(os.open("/dev/null", os.O_RDONLY))
+                except OSError:
+                    break
+            for _ in range(free):  # 1: the status read works, the spare takes it; 2: the pipe fails
+                os.close(fillers.pop())
+            try:
+                Supervision(["/usr/bin/touch", str(tmp_path / "ran")], cage).start()
+                said = "started"
+            except CageError as exc:
+                said = str(exc)
+            except Exception as exc:  # noqa: BLE001 - reported: anything but a CageError fails the test
+                said = f"{type(exc).__name__}: {exc}"
+            for fd in fillers:
+                os.close(fd)
+            os.write(w, said.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    said = os.read(r, 4096).decode()
+    os.close(r)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert said.startswith("cannot supervise a run here: "), said  # a CageError, not a bare OSError
+    assert not (tmp_path / "ran").exists()

@@ -211,7 +211,10 @@ class Supervision(Handle):
         except CageError as exc:
             self._refuse_unstarted(str(exc))
         self._first = first
-        self._err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self._err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:  # no fd left (EMFILE/ENFILE): a refusal, the started hooks stopped
+            self._refuse_unstarted(f"cannot supervise a run here: {exc.strerror}")
         try:
             self.pid = self.cage.start_child(self.argv, self.stdio, err_w, first)
         except CageError as exc:
@@ -244,11 +247,9 @@ class Supervision(Handle):
 
         self.cage.check_open()  # a closed cage: refused before anything else
         try:
-            self._spare = reaping.SpareFd()
-        except OSError as exc:
-            raise CageError(f"cannot supervise a run here: no file descriptor left ({exc.strerror}); "
-                            "ending its tree needs one") from None
-        unseen = reaping.children_reaped_unseen()
+            unseen = reaping.children_reaped_unseen()
+        except OSError as exc:  # /proc/self/status unreadable: no fd left, most likely
+            raise CageError(f"cannot supervise a run here: {exc.strerror}") from None
         if unseen:
             # Not ours to change: the disposition is the whole process's (its threads, its other
             # children, a library that ignores SIGCHLD on purpose). sandboy.run/spawn get the
@@ -256,6 +257,12 @@ class Supervision(Handle):
             raise CageError(f"cannot supervise a run here: {unseen}; set SIGCHLD to SIG_DFL before "
                             "supervising runs in this process, or run them with sandboy.run/spawn, "
                             "which get the exit status without changing it")
+        # taken last of the checks (the status read above needs an fd of its own, for a moment)
+        try:
+            self._spare = reaping.SpareFd()
+        except OSError as exc:
+            raise CageError(f"cannot supervise a run here: no file descriptor left ({exc.strerror}); "
+                            "ending its tree needs one") from None
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         self._enter_pids_group()
         joins = self._make_memory_group()
