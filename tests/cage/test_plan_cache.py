@@ -238,6 +238,17 @@ def pack(entry: Path, head, body) -> None:
     entry.write_bytes(marshal.dumps((*head, marshal.dumps(tuple(body)))))
 
 
+def forge_without_landlock(entry: Path) -> None:
+    """The entry's plan without its landlock_restrict_self step, otherwise valid (the key still
+    matches; the seccomp step's position follows): run, it would leave the command unconfined
+    by Landlock."""
+    head, body = unpack(entry)
+    plan = tuple(step for step in body[0] if step[0] != 446)
+    body[0], body[1] = plan, tuple(i for i, step in enumerate(plan) if step[0] == 445)
+    body[2] = next(i for i, step in enumerate(plan) if step[0] == 317)
+    pack(entry, head, body)
+
+
 def _make_entry(runner) -> Path:
     runner.write_policy()
     assert entry_applies(runner, "/bin/true").hit
@@ -298,13 +309,12 @@ def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
 
 
 def test_a_forged_plan_in_a_foreign_entry_is_not_run(runner, tmp_path):
-    """An entry whose plan has no Landlock and no seccomp step, owned by another uid: not run."""
+    """An entry whose plan does not enforce Landlock, owned by another uid: not run (the mutant of
+    the owner check below runs it: the command then lists /root)."""
     if os.geteuid() != 0:
         pytest.skip("giving a file away needs root")
     entry = _make_entry(runner)
-    head, body = unpack(entry)
-    body[0], body[1] = tuple(step for step in body[0] if step[0] not in (446, 317)), ()
-    pack(entry, head, body)
+    forge_without_landlock(entry)
     os.chown(entry, 65534, 65534)
     proc = runner.run(*CONFINED)
     assert not proc.hit and proc.stdout == "refused\n"
@@ -453,3 +463,50 @@ def test_a_file_on_stdin_is_never_run_from_a_kept_plan(runner, tmp_path):
         proc = runner.run("/bin/cat", stdin=stdin)
     assert not proc.hit and proc.stdout == "from a file\n"
     assert entry.stat().st_ino == kept
+
+
+# Each check of a hit, taken out of a copy of the package: the probe above that covers it must
+# then see the wrong behaviour (else the probe could not fail). (source text, replacement)
+MUTANTS = {
+    "the key": ("key != _key(policy_arg, policy_bytes, cwd, shape)", "False"),
+    "the fingerprint": ("not Fingerprint.from_state(fingerprint).unchanged()", "False"),
+    "the code": ("not _code_unchanged(code)", "False"),
+    "the owner": ("st.st_mode & _S_IFMT != 0o100000 or st.st_uid != os.geteuid() or", "st.st_mode & _S_IFMT != 0o100000 or"),
+}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_each_check_of_a_hit_has_a_probe_that_fails_without_it(runner, tmp_path, mutant):
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    source = tree / "sandboy" / "confine" / "plan_cache.py"
+    text, replacement = MUTANTS[mutant]
+    assert source.read_text().count(text) == 1, mutant
+    source.write_text(source.read_text().replace(text, replacement))
+    runner.env["PYTHONPATH"] = str(tree)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a").write_text("A")
+    if mutant == "the key":  # test_the_environment_..._are_keys: a passed variable's new value
+        runner.write_policy(more='[env]\npass = ["FOO"]\n')
+        assert entry_applies(runner, "/bin/sh", "-c", 'echo "$FOO"', env={"FOO": "1"}).hit
+        assert runner.run("/bin/sh", "-c", 'echo "$FOO"', env={"FOO": "2"}).stdout == "1\n"  # stale
+    elif mutant == "the fingerprint":  # test_a_denied_path_made_since_is_a_miss_and_refused
+        runner.write_policy(read=f', "{data}"', more=f'deny = ["{data}/secret"]\n')
+        assert entry_applies(runner, "/bin/cat", str(data / "a")).hit
+        (data / "secret").write_text("S")
+        assert runner.run("/bin/cat", str(data / "secret")).stdout == "S"  # the denied file read
+    elif mutant == "the code":  # test_the_code_that_built_it_is_a_key
+        runner.write_policy()
+        assert entry_applies(runner, "/bin/true").hit
+        seccomp = tree / "sandboy" / "confine" / "seccomp.py"
+        seccomp.write_text(seccomp.read_text() + "\n# edited\n")
+        assert runner.run("/bin/true").hit  # the old code's plan
+    else:  # test_a_forged_plan_in_a_foreign_entry_is_not_run
+        if os.geteuid() != 0:
+            pytest.skip("giving a file away needs root")
+        entry = _make_entry(runner)
+        forge_without_landlock(entry)
+        os.chown(entry, 65534, 65534)
+        assert runner.run(*CONFINED).stdout == "open\n"  # the forged plan ran: no Landlock
