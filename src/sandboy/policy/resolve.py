@@ -219,7 +219,7 @@ def unfollowable(exc: OSError, source: str, fs):
     """The policy error for `exc` when it was raised following the symlinks of one of `fs`'s
     paths (resolved, `policy.resolve`): os.path.realpath raises where readlink fails — the
     /proc/PID/root of a process this one may not trace (EACCES) — and the meet and the cage build
-    follow every grant, deny and protect path. Names `source`, the key, the path and the fix;
+    follow every grant, deny and protect path. Names `source`, the key, the path and the fix:
     A `sandboy.errors.PolicyError`, or None when no path of `fs` lies at or under `exc.filename`
     (then `exc` is something else).
     Asked only after a failure: nothing is resolved twice on the way that works."""
