@@ -187,6 +187,8 @@ class Tier:
             elif label.startswith("put the reopened file"):
                 said.append(f"fd {target}: reopened read-only on the cage's tree"
                             + (", offset shared with the caller" if kinds >> 2 * target & CARRY_OFFSET else ""))
+            elif label.startswith("put the reopened FIFO"):
+                said.append(f"fd {target}: the FIFO reopened for writing on the cage's read-only tree")
             elif label.startswith("put the relay's pipe"):
                 said.append(f"fd {target}: a pipe the init copies to the caller's file")
         return "; ".join(said) or "as handed in"
@@ -310,7 +312,10 @@ class StdioHandoff:
       offset carried in, and — for a file — carried back out when the command ends (the init
       keeps the reopened description), so `while read l; do sandboy run head -n1; done < list`
       shares the file as before. fd 0 opened read-write is reopened read-only.
-    - a file (or FIFO) opened for writing becomes a pipe (one for fds sharing a description:
+    - a named FIFO opened for writing is reopened too, with the caller's access (opening a FIFO
+      writes nothing to the file system): a relay's blocking write to a reader that stalls
+      held the init for ever, deaf to the signals that should end the run.
+    - a file opened for writing becomes a pipe (one for fds sharing a description:
       `> f 2>&1`); the init copies what comes through it to the caller's description, in order
       (O_APPEND and the caller's offset are the caller's description's own), and drains it after
       the command's tree has ended, before it reports the exit status.
@@ -365,11 +370,16 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False, ref
         path = _readlink_fd(fd) if reading or kind == S_IFIFO else ""
         if kind == S_IFIFO and not path.startswith("/"):
             continue  # an anonymous pipe: no file system of anyone's
-        if reading:
+        # a named FIFO written is reopened too (the open of a FIFO writes nothing to the file
+        # system, so the read-only tree allows it): relayed, the init's blocking write to a
+        # reader that stalls held it for ever, deaf to the signals that should end the run
+        if reading or kind == S_IFIFO:
             slot = HANDOFF_SLOTS[target]
-            handoff.init_steps += _reopen_steps(target, path, st, status, slot, refuse)
+            handoff.init_steps += _reopen_steps(target, path, st, status, slot, refuse,
+                                                O_RDONLY if reading else access)
+            what = "file" if reading else "FIFO (written)"
             handoff.command_steps += [
-                (f"put the reopened file on fd {target}", (_libc.SYS_DUP2, 0, (slot,), target)),
+                (f"put the reopened {what} on fd {target}", (_libc.SYS_DUP2, 0, (slot,), target)),
                 (f"close the spare of fd {target}", (SYS_CLOSE, 0, (slot,))),
             ]
             if kind == S_IFREG:
@@ -399,10 +409,11 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False, ref
     return handoff
 
 
-def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bool = True) -> list:
+def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bool = True,
+                  access: int = O_RDONLY) -> list:
     """The init-to-be's steps that open the file handed in on fd `target` (found at `path`,
-    what /proc/self/fd says) again, read-only, on the cage's tree and put the caller's offset
-    on it. CageError where its path no longer leads to it (`refuse=False`, for a plan's labels
+    what /proc/self/fd says) again, with `access` (read-only but for a FIFO written), on the
+    cage's tree and put the caller's offset on it. CageError where its path no longer leads to it (`refuse=False`, for a plan's labels
     after the run: the steps as they were, whatever the path says now)."""
     found = _path_to(path, st)
     if found is None and not refuse:
@@ -414,8 +425,9 @@ def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bo
                         f"the fd; hand it in through a pipe instead (`cat FILE | sandboy run ...`)")
     kind = st.st_mode & S_IFMT
     fifo = kind == S_IFIFO
-    # a FIFO with no writer left would block its opening: O_NONBLOCK, then the caller's flags back
-    flags = (O_RDONLY | O_CLOEXEC | O_NOCTTY | (status & O_NONBLOCK) | (O_NONBLOCK if fifo else 0)
+    # a FIFO with no writer left would block its opening for reading (for writing: ENXIO with
+    # no reader left, the run fails): O_NONBLOCK, then the caller's flags back
+    flags = (access | O_CLOEXEC | O_NOCTTY | (status & O_NONBLOCK) | (O_NONBLOCK if fifo else 0)
              | (O_DIRECTORY if kind == S_IFDIR else 0))
     steps = [
         (f"reopen fd {target} on the cage's read-only tree", (SYS_OPENAT, step_flags(save=slot), AT_FDCWD,
