@@ -15,7 +15,6 @@ checked against the upstream test vectors
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import unquote
@@ -104,28 +103,15 @@ def hash_file(path: Path) -> list[str] | None:
     that turns out larger than MAX_SOURCE_BYTES is not hashed; no size is trusted before the
     read), the last component not followed if it became a symlink since source_path resolved it,
     and nothing but a regular file read (a FIFO planted in the tree must not block the merge)."""
+    from sandboy.regular_files import read_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = read_regular(str(path), MAX_SOURCE_BYTES)
     except OSError:
         return None
-    chunks: list[bytes] = []
-    total = 0
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        while total <= MAX_SOURCE_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_SOURCE_BYTES + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError:
+    if data is None:
         return None
-    finally:
-        os.close(fd)
-    if total > MAX_SOURCE_BYTES:
-        return None
-    return line_hashes(b"".join(chunks).decode("utf-8", "replace"))
+    return line_hashes(data.decode("utf-8", "replace"))
 
 
 def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> Path | None:

@@ -37,27 +37,18 @@ def _read_text(rel: str, path: str):
     symlink: a FIFO the repository ships at `.cursorignore` or `.claude/settings.json` hung
     `policy compile` and `check` (no writer ever comes), a directory there ended it with
     "cannot write the output". At most MAX_READ bytes (generated files are small)."""
-    import stat
+    from sandboy.regular_files import NotRegularFile, read_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = read_regular(path, MAX_READ)
     except FileNotFoundError:
         return None
+    except NotRegularFile:
+        raise PolicyError(rel, "", "is not a regular file (a FIFO, a device, a directory...): "
+                          "remove it, compile writes a plain file there") from None
     except OSError as exc:
         raise PolicyError(rel, "", f"cannot read: {exc.strerror}; replace it with a plain file") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PolicyError(rel, "", "is not a regular file (a FIFO, a device, a directory...): "
-                              "remove it, compile writes a plain file there")
-        data = os.read(fd, MAX_READ + 1)
-        while len(data) <= MAX_READ:
-            more = os.read(fd, MAX_READ + 1 - len(data))
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(fd)
-    if len(data) > MAX_READ:
+    if data is None:
         raise PolicyError(rel, "", f"is larger than {MAX_READ} bytes: not a file compile generates or merges into")
     try:
         return data.decode("utf-8")
