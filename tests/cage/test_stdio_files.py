@@ -20,6 +20,7 @@ tests/cage again with SANDBOY_NATIVE=0; the CLI's subprocesses inherit it).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -627,3 +628,28 @@ def test_a_stalled_fifo_reader_does_not_keep_sigterm_from_ending_the_run(sb, tmp
         os.close(reader)  # the init's write fails (EPIPE): the run ends whatever happened
         proc.wait(30)
     assert ended is not None, "sandboy run still running 10 s after SIGTERM"
+
+
+def test_only_pid_1_of_a_new_pid_namespace_becomes_an_init():
+    """The init's end of a run with a handoff is kill(-1, SIGKILL): every process it may signal
+    — inside a new PID namespace the command's tree, outside it (as root) the whole machine. So
+    NR_INIT refuses (EINVAL, nothing started) unless its process is pid 1 of a new namespace;
+    here a plan cloned into a user namespace only (no CLONE_NEWPID), kinds 0, so a missing
+    check starts the command instead of killing anything. Twin: the same plan with CLONE_NEWPID."""
+    from sandboy.confine import _libc
+
+    def start(flags):
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = _libc.fork_exec([(_libc.NR_INIT, 0, -1, -1, -1, 0)], [b"/bin/true"], [b"/bin/true"], [],
+                                  write_end, flags)
+        finally:
+            os.close(write_end)
+        report = _libc.read_all(read_end)
+        _, status = os.waitpid(pid, 0)
+        return _libc.read_child_report(report), os.waitstatus_to_exitcode(status)
+
+    (error, status), code = start(namespaces.CLONE_NEWUSER)
+    assert (error, status, code) == ((0, errno.EINVAL), None, 125)
+    (error, status), code = start(namespaces.CLONE_NEWUSER | namespaces.CLONE_NEWPID)
+    assert (error, status, code) == (None, 0, 0)

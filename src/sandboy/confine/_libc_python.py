@@ -130,7 +130,9 @@ def apply_plan(plan, errpipe: int = -1) -> None:
         try:
             args = [_slot_arg(a, slots) if isinstance(a, tuple) else a for a in args]
             if nr == NR_INIT:
-                if errpipe < 0:  # only a forked child may become an init
+                # only a forked child, pid 1 of a new PID namespace (_end_run's kill(-1) must
+                # never reach the host's processes), may become an init
+                if errpipe < 0 or os.getpid() != 1:
                     raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
                 result = _become_init(errpipe, args)
             elif nr == NR_SAME_FILE:

@@ -486,6 +486,8 @@ static void end_run(handoff_t *h, int errpipe, int status) {
 static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *slots, const long *args) {
     if (job->slot == NULL)
         return -EINVAL;  /* an init needs its slot's stacks (fork_exec with clone_flags) */
+    if (raw_call(SYS_getpid, 0, 0, 0, 0, 0, 0) != 1)
+        return -EINVAL;  /* only pid 1 of a new PID namespace: end_run's kill(-1) must never reach the host's */
     handoff_t h = {args[3] & 0x3f, {(int)args[0], (int)args[1], (int)args[2]}, job->slot->relay_buffer};
     int relaying = 0;
     for (int k = 0; k < 3; k++)
