@@ -125,3 +125,28 @@ def test_swap_left_unaccounted_on_a_host_with_swap_is_said_as_degraded(tmp_path)
         assert "swap is not accounted" in said and "64 MiB" in said, said
     finally:
         group.remove()
+
+
+def test_a_reused_v2_group_takes_each_runs_own_process_limit(tmp_path):
+    """cgroup v2: joining the memory group takes a step out of the gate's pids group, so the group's
+    pids.max IS the step's `limits.processes` — and the gate reuses the group (MemoryCgroups). A step
+    without a limit after one with `processes = 8` must get "max", not the 8 its predecessor left
+    (it failed to fork). This host is cgroup v1, so the v2 group is a directory holding the files
+    begin() reads and writes, as the kernel's cgroupfs shows them: what is checked is what begin()
+    writes, not the kernel's enforcement of it."""
+    for name, text in (("memory.current", "0\n"), ("memory.max", "max\n"), ("memory.peak", "0\n"),
+                       ("memory.events", "oom_kill 0\n"), ("pids.max", "max\n")):
+        (tmp_path / name).write_text(text)
+    group = MemoryCgroup(str(tmp_path), 2, 64)
+    group.peak_resettable = False  # (a plain file cannot be reset the kernel's way)
+    pids = tmp_path / "pids.max"
+    shown = "max"  # what the kernel's pids.max shows: the last value written to it
+    try:
+        for asked, expected in ((0, "max"), (8, "8"), (8, "8"), (0, "max"), (50, "50"), (0, "max")):
+            pids.write_text("")  # what begin() writes this time, if anything
+            group.begin(64, asked)
+            shown = pids.read_text() or shown
+            assert shown == expected, (asked, shown)
+    finally:
+        for fd in group._fds.values():
+            os.close(fd)

@@ -294,8 +294,10 @@ class MemoryCgroup:
                 pass
         self.baseline = self.usage_bytes()
         self._set_limit((mib << 20) + self.baseline)
-        if self.version == 2 and pids_max and pids_max != self._pids_max:
-            os.pwrite(self._fd("pids.max", os.O_WRONLY), str(pids_max).encode(), 0)
+        # v2: the run's own process limit, "max" for a run without one (a reused group still holds
+        # the limit of an earlier step that had one: a build step after `processes = 8` failed to fork)
+        if self.version == 2 and pids_max != (self._pids_max or 0):
+            os.pwrite(self._fd("pids.max", os.O_WRONLY), str(pids_max).encode() if pids_max else b"max", 0)
             self._pids_max = pids_max
         if self.version == 2:
             if self.peak_resettable:
