@@ -187,10 +187,11 @@ def cmd_run(args: RunArgs) -> int:
                              {"outcome": result.outcome, "returncode": result.returncode, "error": result.error})
 
         _exit_without_finalizing = True
-        pending = cached and cached.entry_for(cage, args.policy, args.cwd, hooks)  # before the ruleset closes
         code = exec_mode.exec_confined(args.command, cage, on_applied, hooks)
-        if pending:
-            cached.store(pending)  # once the command has run: its start waited for nothing
+        if cached is not None:  # once the command has run: its start waited for nothing
+            pending = cached.entry_for(cage, args.policy, args.cwd, hooks)
+            if pending is not None:
+                cached.store(pending)
         return code
     except PolicyError as exc:
         _close_refused(cage)

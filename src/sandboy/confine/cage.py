@@ -54,6 +54,7 @@ class Cage:
         self.renew_ruleset = None  # under the tier: makes a fresh copy of the ruleset (started())
         self._mounts_seen = None  # kernel_mounts.generation() when the write roots were last looked below
         self._runs = 0
+        self.launched = None  # (ruleset fd, plan) of the last child started: see start_child
         # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
         # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
         # The ruleset's step is not stored: `plan()` asks the ruleset for it at each launch, so
@@ -196,6 +197,9 @@ class Cage:
         handoff = self.tier.plan_stdio(stdio) if self.tier is not None else None
         try:
             plan = [step for _, step in (*first, *self.plan(stdio, handoff=handoff))]
+            # what the last child ran of this cage's own plan, and the ruleset fd it names: a
+            # `sandboy run` plan cache entry is made of it (plan_cache.entry_for, ADR 0028)
+            self.launched = (self.ruleset.fd, plan[len(first):])
             self.started()
             try:
                 return _libc.fork_exec(plan, paths, args, envp, report_fd, self.clone_flags)

@@ -283,7 +283,8 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
 
 
 def entry_for(cage, policy_arg: str, cwd_arg, hooks):
-    """See `_entry_for`; None also where making the entry failed: a cache never fails a run."""
+    """See `_entry_for`; None also where making the entry failed: a cache never fails a run.
+    Asked once the command has run (`cage.launched`: the plan its child ran)."""
     try:
         return _entry_for(cage, policy_arg, cwd_arg, hooks)
     except Exception:
@@ -294,7 +295,7 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     """What a later run may take instead of building `cage` (`store` writes it once this run has
     started), or None where this run may not be cached: exec mode under the namespace tier with no
     hooks, a fingerprint (no glob denies), a policy with no write root, `{tmp}`, `include` or
-    `[net]` egress, fd 0-2 of a cached shape. Call it before the cage runs (the ruleset is open)."""
+    `[net]` egress, fd 0-2 of a cached shape."""
     from sandboy.policy.resolve import uses_tmp
 
     policy = cage.policy
@@ -310,10 +311,9 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     # and asked of the tier itself: fd 0-2 need nothing of this run's own (a file reopened or
     # relayed by the init: namespaces.StdioHandoff), only what the shape decides
     handoff = cage.tier.plan_stdio((None, None, None), pipes=False)
-    if handoff.init_steps or handoff.parent_fds or handoff.init_args != (-1, -1, -1, 0):
+    if handoff.init_steps or handoff.parent_fds or handoff.init_args != (-1, -1, -1, 0) or cage.launched is None:
         return None
-    plan = [step for _, step in cage.plan(handoff=handoff)]
-    fd = cage.ruleset.fd
+    fd, plan = cage.launched  # the plan the run's child ran (the launch made it: not asked again)
     ruleset_at = tuple(i for i, step in enumerate(plan)
                        if step[0] in (_libc.SYS_LANDLOCK_ADD_RULE, _libc.SYS_LANDLOCK_RESTRICT_SELF) and step[2] == fd)
     seccomp_at = [i for i, step in enumerate(plan) if step[0] == _libc.SYS_SECCOMP]
