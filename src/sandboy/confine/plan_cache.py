@@ -304,6 +304,12 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     if (hooks or cage.tier is None or cage.fingerprint is None or policy.fs.write or uses_tmp(policy)
             or "sandboy.policy.presets" in sys.modules or policy.net.egress or "HOME" not in os.environ):
         return None
+    from sandboy.confine.hygiene import close_range_cloexec_works
+
+    # Where close_range is refused, the plan marks close-on-exec the fds THIS process has open
+    # (hygiene.plan_cloexec's fallback): an fd another caller hands in would reach its command
+    if not close_range_cloexec_works():
+        return None
     shape = _stdio_shape()
     policy_bytes = _read_policy(policy_arg)
     if shape is None or policy_bytes is None:
