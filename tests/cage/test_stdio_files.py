@@ -653,3 +653,21 @@ def test_only_pid_1_of_a_new_pid_namespace_becomes_an_init():
     assert (error, status, code) == ((0, errno.EINVAL), None, 125)
     (error, status), code = start(namespaces.CLONE_NEWUSER | namespaces.CLONE_NEWPID)
     assert (error, status, code) == (None, 0, 0)
+
+
+def test_limits_file_size_still_bounds_a_relayed_file(sb, tmp_path):
+    """limits.file_size_mib is the command's RLIMIT_FSIZE; with stdout/stderr relayed the init
+    writes the caller's file, so the bound is the init's too (`Tier.relay_limits`: the audit's
+    phase logs rely on it, 256 MiB). Without it 5 MB reached a file under a 1 MiB limit. Host
+    side: the file stops at the limit, the command does not succeed; twin: under the limit
+    everything arrives."""
+    policy = to_toml(dict(POLICY, limits={"file_size_mib": 1}))
+    done = sb("SB /bin/sh -c 'head -c 5000000 /dev/zero; head -c 5000000 /dev/zero >&2' > out 2> err; echo rc=$?",
+              policy_text=policy)
+    assert done.stdout != b"rc=0\n", done
+    assert os.path.getsize(tmp_path / "out") == 1 << 20
+    assert os.path.getsize(tmp_path / "err") <= 1 << 20
+    done = sb("SB /bin/sh -c 'head -c 1000000 /dev/zero; head -c 1000000 /dev/zero >&2' > out 2> err; echo rc=$?",
+              policy_text=policy)
+    assert done.stdout == b"rc=0\n", done
+    assert os.path.getsize(tmp_path / "out") == os.path.getsize(tmp_path / "err") == 1000000

@@ -120,6 +120,9 @@ class Tier:
         self.rules = list(rules)  # Landlock rules the child adds once its mounts exist
         self._rule_steps: list = []
         self._in_netns: list = []
+        # Steps for the init-to-be of a run that relays a file (`StdioHandoff`): the init, not
+        # the command, writes that file, so the command's limits.file_size_mib must bind it too
+        self.relay_limits: list = []
 
     @property
     def labels(self) -> set:
@@ -159,10 +162,13 @@ class Tier:
         steps = self.steps
         init = (NR_INIT, 0)
         at = self._handoff_at()
+        relaying = []
         if handoff is not None and at is not None:
             steps = steps[:at] + handoff.init_steps + steps[at:]
             init = (NR_INIT, 0, *handoff.init_args)
-        return (steps + self._rule_steps + self._in_netns + list(in_netns)
+            if handoff.init_args[3] & RELAY_KINDS:
+                relaying = self.relay_limits
+        return (steps + self._rule_steps + self._in_netns + list(in_netns) + relaying
                 + [("become the PID namespace's init", init)])
 
     def plan_stdio(self, stdio, pipes: bool = True) -> "StdioHandoff":
@@ -280,7 +286,16 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
         "pid": True,
         "net": bool(flags & CLONE_NEWNET),
     }
-    return Tier(flags, steps, enforced, bool(tmp), rules)
+    tier = Tier(flags, steps, enforced, bool(tmp), rules)
+    limits = getattr(policy, "limits", None)
+    if getattr(limits, "file_size_mib", None):
+        from sandboy.confine import hygiene
+
+        # the relay's writes to the caller's file are bounded as the command's own were (EFBIG:
+        # the relay ends, the command's next write fails)
+        tier.relay_limits = [(f"{label} (the init's relay)", step) for label, step in hygiene.plan_rlimits(limits)
+                             if label == "limits.file_size_mib"]
+    return tier
 
 
 # The minimal /dev's nodes by device number (Documentation/admin-guide/devices.txt: char 1:3...).
@@ -296,6 +311,7 @@ SYS_LSEEK, SYS_KCMP, KCMP_FILE = 8, 312, 0
 # kinds per fd (_native.c, become_init): what the init does with that fd of the caller's.
 CARRY_OFFSET = 1  # when the command ends, the caller's offset := the reopened description's
 RELAY = 2         # copy what the command writes into the pipe to the caller's description
+RELAY_KINDS = RELAY | RELAY << 2 | RELAY << 4
 
 
 class StdioHandoff:
