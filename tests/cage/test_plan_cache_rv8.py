@@ -129,9 +129,6 @@ def test_an_entry_of_a_split_directory_swapped_for_a_symlink_does_not_lead_a_kep
         assert "SECRET-7f3a" not in after.stdout and after.returncode != 0, (after.hit, after.err)
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN (coord 20:27 to plancache): an entry keeps os.environ whole as its key "
-                   "and the command's environment values (CachedPlan env): every token of the operator's "
-                   "environment is written to <cache>/plans/*.plan")
 def test_no_environment_value_is_written_at_rest(setup):
     """An entry holds no value of the operator's environment (a token in it would sit in
     ~/.cache for backups, NFS homes and disk images to keep): neither one the policy passes to

@@ -8,7 +8,8 @@ entry in Sandboy's cache directory, which no cage can reach (ADR 0006); a later 
 are all the same runs the stored plan instead of building one:
 
   - the KEY, compared value for value (the file name is only a hash of some of it): the policy
-    file's bytes and path, the working directory, every environment variable, the real and
+    file's bytes and path, the working directory, every environment variable (as a digest: no
+    value of the environment is written, the command's own refer to it by name), the real and
     effective uid/gid and groups, the kernel (uname) and its Landlock ABI, the interpreter, the
     `sandboy` package it runs from, and the shape of fd 0-2 (what `namespaces.plan_stdio`
     decides from);
@@ -38,8 +39,9 @@ from sandboy.confine.fingerprint import Fingerprint
 from sandboy.policy.resolve import cache_dir, exec_args
 
 DISABLE_ENV = "SANDBOY_PLAN_CACHE"
-FORMAT = "sandboy plan cache 1"
+FORMAT = "sandboy plan cache 2"  # 2: no environment value in an entry
 _NAME_KEY = 0x53424F59504C414E  # the SipHash key of entries' file names ("SBOYPLAN")
+_ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
 _S_IFMT, _S_IFCHR, _S_IFIFO, _S_IFSOCK = 0o170000, 0o020000, 0o010000, 0o140000
@@ -89,11 +91,25 @@ def _stdio_shape():
     return tuple(shape)
 
 
-def _environment() -> dict:
-    """The whole environment, as the bytes the process has: os.environ's own dict (a copy of it,
-    at C speed: `dict(os.environ)` decodes every name and value in Python, ≈ 0.1 ms a run)."""
+def _environment() -> bytes:
+    """The whole environment, as a 128-bit digest of the bytes the process has (os.environ's own
+    dict: `dict(os.environ)` decodes every name and value in Python, ≈ 0.1 ms a run) — never the
+    values: an entry sits on disk, and the environment holds the operator's tokens. Two keyed
+    SipHashes (the .pyc's, built in): the invoker is trusted, so collision resistance against
+    them is not the point; a change of any name or value shows."""
     data = getattr(os.environ, "_data", None)
-    return dict(data) if type(data) is dict else {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
+    items = data.items() if type(data) is dict else ((os.fsencode(k), os.fsencode(v)) for k, v in os.environ.items())
+    blob = marshal.dumps(tuple(sorted(items)), 2)  # version 2: no back-references, the same bytes for the same pairs
+    return _imp.source_hash(_ENV_KEYS[0], blob) + _imp.source_hash(_ENV_KEYS[1], blob)
+
+
+def _env_by_name(env: dict) -> dict:
+    """The command's environment as an entry keeps it: a value the same as the operator's
+    variable of that name as None (taken from os.environ at the hit, which the key's digest
+    proves the same), so no value of the operator's environment is written; what the policy
+    set is kept as is (it is in the policy file already)."""
+    environ = os.environ
+    return {name: None if environ.get(name) == value else value for name, value in env.items()}
 
 
 def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
@@ -279,6 +295,8 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     keepalive, address = _libc.pointer_to(bpf)
     step = plan[seccomp_at]
     plan[seccomp_at] = (*step[:4], step[4][:8] + address.to_bytes(8, "little"), *step[5:])
+    environ = os.environ
+    env = {name: environ[name] if value is None else value for name, value in env.items()}
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive)
 
 
@@ -333,7 +351,7 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     body = (tuple(plan), ruleset_at, seccomp_at[0], bpf,
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
-            cage.clone_flags, dict(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths))
+            cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths))
     head = (FORMAT, _key(policy_arg, policy_bytes, cwd, shape), cage.fingerprint.state())
     return os.path.join(directory(), _entry_name(policy_arg, cwd)), head, body
 
