@@ -103,3 +103,32 @@ def test_a_gate_steps_egress_log_is_bounded_by_its_output_cap(tmp_path):
     assert made > len(lines), (made, len(lines))  # the probe made more decisions than the bound holds
     assert lines[-1]["decision"] == "log_full", lines[-1]
     assert step["egress"]["refused_hosts"] == [f"{NAME.decode()}:443"]
+
+
+def test_a_logs_directory_used_again_holds_one_runs_decisions_within_the_cap(tmp_path):
+    """The proxy appends to its log; the gate's step log is truncated at each run. A --logs
+    directory used for a second gate run grew the step's .egress.jsonl by a whole cap per run (and
+    the second run's output budget was charged the first run's lines): each run's file is its own."""
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / "spam.py").write_text(SPAM)
+    (repo / ".007" / "gate.toml").write_text(
+        '[[step]]\nname = "spam"\npolicy = "p"\n'
+        f'run = "python3 spam.py 1.5 {SOCKS_REQUEST.hex()}"\n'
+        '[policy.p]\nversion = 1\nnet.domains = ["allowed.test"]\n')
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": ["*.test"]}}))
+    logs = tmp_path / "logs"
+    egress_log = logs / "spam.egress.jsonl"
+    for run in range(2):
+        report = tmp_path / f"report{run}.json"
+        proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
+                               "--logs", str(logs), "--json", str(report), "--max-step-output", "64K"],
+                              capture_output=True, text=True, timeout=180,
+                              env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+        step = json.loads(report.read_text())["steps"][0]
+        assert step["status"] == "passed", (step, proc.stdout[-2000:])
+        assert egress_log.stat().st_size <= 64 << 10, (run, egress_log.stat().st_size)
+        lines = _lines(egress_log)
+        assert lines[-1]["decision"] == "log_full", lines[-1]
+        assert [line["decision"] for line in lines].count("log_full") == 1, run  # one run's lines

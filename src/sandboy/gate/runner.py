@@ -499,6 +499,11 @@ class GateRun:
                 # with net.domains and --logs: the proxy's decisions beside the step's output
                 egress_log = (os.path.splitext(result.log_path)[0] + ".egress.jsonl"
                               if result.log_path and policy.net.egress else None)
+                if egress_log is not None:  # this run's decisions only, as the step's log (truncated):
+                    try:  # the proxy appends, so a --logs directory used again grew by a cap a run
+                        os.unlink(egress_log)  # (and the output budget was charged the old lines)
+                    except FileNotFoundError:
+                        pass
                 own = timeout_for(cage, step.timeout)
                 timeout = step.timeout
                 if self._over_budget(result):
