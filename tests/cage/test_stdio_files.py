@@ -671,3 +671,18 @@ def test_limits_file_size_still_bounds_a_relayed_file(sb, tmp_path):
               policy_text=policy)
     assert done.stdout == b"rc=0\n", done
     assert os.path.getsize(tmp_path / "out") == os.path.getsize(tmp_path / "err") == 1000000
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root hands in another user's file")
+@pytest.mark.xfail(strict=True, reason="rvsec8: the reopen runs in the cage's user namespace, which maps only the "
+                                       "caller's uid: root loses CAP_DAC_OVERRIDE over a file of another uid, so "
+                                       "`sandboy run cat < /home/u/notes` (a 0600 file of uid 65534 here; a CI "
+                                       "container job's checkout is another uid's) is refused 125 'reopen fd 0 ...: "
+                                       "Permission denied' with no fix named — it ran at 79857ce")
+def test_root_hands_in_another_users_private_file(sb, tmp_path):
+    """Twin of the handoff's probes: a legitimate root run reading a file root may read."""
+    path = victim(tmp_path, "notes", "theirs\n", 0o600)
+    os.chown(path, 65534, 65534)
+    os.chmod(path.parent, 0o755)
+    done = sb(f"SB /bin/cat < {path}")
+    assert (done.returncode, done.stdout) == (0, b"theirs\n"), done
