@@ -691,7 +691,7 @@ class LaunchRecord:
     It also keeps each cage's `Scope` (`scope_for`) where no run can change what the Scope
     resolved: `reach` (set by the gate) holds every directory a run of the gate may write in."""
 
-    __slots__ = ("dirs", "reach", "_scopes")
+    __slots__ = ("dirs", "reach", "_scopes", "_per_run")
 
     def __init__(self, reach=None):
         self.dirs = None
@@ -701,6 +701,9 @@ class LaunchRecord:
         # cage -> its Scope, kept only where no run can change it; a cage closed after its step
         # (one that could not be shared) takes its entry with it
         self._scopes = weakref.WeakKeyDictionary()
+        # cages one of whose lookups a run could change: their Scope is made for every run, and
+        # the lookups are not judged again (a verdict that only ever costs a fresh Scope)
+        self._per_run = weakref.WeakSet()
 
     def scope_for(self, cage):
         """The check's Scope for a run of `cage` (None: no check), made once per cage where no run
@@ -715,7 +718,7 @@ class LaunchRecord:
         if scope is not None:
             return scope
         scope = _cage_scope(cage)
-        if scope is not None and self.reach is not None and cage.tier is not None:
+        if scope is not None and self.reach is not None and cage.tier is not None and cage not in self._per_run:
             from sandboy.policy.resolve import lookup_changeable
 
             write = cage.compiled["landlock.fs"].outputs["protected_args"][0]
@@ -723,6 +726,8 @@ class LaunchRecord:
             if not any(lookup_changeable(path, reach) for path in (*write, *scope.exclude,
                                                                    *global_configs(scope.home))):
                 self._scopes[cage] = scope
+            else:
+                self._per_run.add(cage)
         return scope
 
     def take(self):
