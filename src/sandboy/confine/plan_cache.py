@@ -13,8 +13,9 @@ are all the same runs the stored plan instead of building one:
     effective uid/gid and groups, the kernel (uname) and its Landlock ABI, the interpreter, the
     `sandboy` package it runs from, and the shape of fd 0-2 (what `namespaces.plan_stdio`
     decides from);
-  - the CODE that built the plan: the identity (device, inode, size, mtime, ctime) of the file of
-    every module loaded when it was built (Sandboy's, the C executor, the standard library's);
+  - the CODE that built the plan: the identity (device, inode, mode, size, mtime, ctime) of the
+    file of every module of Sandboy loaded when it was built, the C executor among them (the
+    standard library only by the interpreter in the key);
   - the FILE SYSTEM the rules were decided from: the build's `fingerprint.Fingerprint`, THE check
     `Reuse` trusts for the API's and the gate's kept cages (the inode behind every policy path,
     the entries of every directory split around a deny).
@@ -35,7 +36,7 @@ import os
 import sys
 
 from sandboy.confine import _libc
-from sandboy.confine.fingerprint import Fingerprint
+from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
 from sandboy.policy.resolve import cache_dir, exec_args
 
 DISABLE_ENV = "SANDBOY_PLAN_CACHE"
@@ -149,10 +150,6 @@ def _code_identities() -> tuple:
             except OSError:
                 continue
     return tuple(sorted(set(out)))
-
-
-def _identity(st) -> tuple:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _code_unchanged(identities) -> bool:
