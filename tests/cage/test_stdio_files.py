@@ -674,11 +674,6 @@ def test_limits_file_size_still_bounds_a_relayed_file(sb, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root hands in another user's file")
-@pytest.mark.xfail(strict=True, reason="rvsec8: the reopen runs in the cage's user namespace, which maps only the "
-                                       "caller's uid: root loses CAP_DAC_OVERRIDE over a file of another uid, so "
-                                       "`sandboy run cat < /home/u/notes` (a 0600 file of uid 65534 here; a CI "
-                                       "container job's checkout is another uid's) is refused 125 'reopen fd 0 ...: "
-                                       "Permission denied' with no fix named — it ran at 79857ce")
 def test_root_hands_in_another_users_private_file(sb, tmp_path):
     """Twin of the handoff's probes: a legitimate root run reading a file root may read."""
     path = victim(tmp_path, "notes", "theirs\n", 0o600)
@@ -686,3 +681,36 @@ def test_root_hands_in_another_users_private_file(sb, tmp_path):
     os.chmod(path.parent, 0o755)
     done = sb(f"SB /bin/cat < {path}")
     assert (done.returncode, done.stdout) == (0, b"theirs\n"), done
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a file of another uid handed in")
+def test_another_users_file_kept_on_stdin_takes_no_metadata_change(sb, tmp_path):
+    """The twin above keeps another uid's private file on the caller's fd (a reopen inside the
+    cage's user namespace, which maps the caller's uid alone, could not read it). The command
+    gets no metadata change through it either: it has neither the owner's rights nor a
+    capability over an unmapped uid, and the file grants no write to group or others."""
+    path = victim(tmp_path, "notes", "theirs\n", 0o640)
+    os.chown(path, 65534, 65534)
+    before = host_state(path)
+    done = sb(f"SB {PY} -c '{PROBE}' 0 1 < {path}")
+    assert done.returncode == 0, done
+    lines = done.stdout.decode().splitlines()
+    assert len(lines) >= 10 and not any(line.endswith(" ok") for line in lines), lines
+    assert host_state(path) == before
+    assert path.read_text() == "theirs\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a file of another uid handed in")
+def test_another_users_group_writable_file_is_still_reopened(sb, tmp_path):
+    """A file of another uid that group or others may write is reopened as the caller's own
+    are (with write permission the command could set its times or user xattrs through an fd
+    on the host's mount)."""
+    path = victim(tmp_path, "shared", "ours\n", 0o664)
+    os.chown(path, 65534, 65534)
+    before = host_state(path)
+    done = sb(f"SB {PY} -c '{PROBE}' 0 1 < {path}")
+    assert done.returncode == 0, done
+    lines = done.stdout.decode().splitlines()
+    assert lines[1:] and all(line.endswith(("EROFS", "EPERM", "EACCES")) for line in lines[1:]), lines
+    assert any(line.endswith("EROFS") for line in lines), lines
+    assert host_state(path) == before

@@ -382,6 +382,13 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False, ref
         status = _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL)
         access = status & O_ACCMODE
         reading = access == O_RDONLY or (target == 0 and access == O_RDWR)
+        if reading and st.st_uid != os.geteuid() and not st.st_mode & 0o022:
+            # Another uid's file, writable by its owner only: the cage's user namespace maps the
+            # caller's uid alone, so the command has neither the owner's rights nor a capability
+            # over it (chmod, chown, ACLs: EPERM; user xattrs and times: no write permission)
+            # and the host's mount gives it nothing more. Reopened, it could not be read at all:
+            # root handing in another user's private file lost its read override (rvsec8).
+            continue
         # the path: to reopen a file read, and to tell a named FIFO from a pipe ("pipe:[N]")
         path = _readlink_fd(fd) if reading or kind == S_IFIFO else ""
         if kind == S_IFIFO and not path.startswith("/"):
