@@ -44,7 +44,8 @@ def _unescape(field: str) -> str:
 
 def below(roots, mountinfo: str = "/proc/self/mountinfo") -> list:
     """[(mount point, file system type)] of kernel file systems mounted strictly below one of
-    `roots` (realpaths), as this process sees its mount table."""
+    `roots` (realpaths), as this process sees its mount table. CageError where the table cannot
+    be read."""
     roots = [r for r in roots if r != "/"]
     if not roots:
         return []
@@ -54,8 +55,10 @@ def below(roots, mountinfo: str = "/proc/self/mountinfo") -> list:
             data = b"".join(iter(lambda: os.read(fd, 65536), b""))
         finally:
             os.close(fd)
-    except OSError:
-        return []
+    except OSError as exc:
+        # fail closed: an unread table would pass every mount below the roots (rvsec8)
+        raise CageError(f"cannot read {mountinfo} to look for the kernel's file systems below the write roots "
+                        f"({exc.strerror}); refusing rather than running unchecked") from None
     text = data.decode("utf-8", "surrogateescape")
     # The usual answer at once: no mount point below any root (a mount point follows a space; a
     # root holding a character mountinfo escapes is looked for line by line)
