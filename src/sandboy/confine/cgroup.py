@@ -383,8 +383,10 @@ class MemoryCgroup:
             pass
 
 
-# What an earlier run may leave charged to a reused group (at most an eighth of its bound): the
-# next run may use that much more than its bound where the kernel reclaims it. A `true` step under
+# What an earlier run may leave charged to a reused group (at most an eighth of its bound, and
+# 8 MiB): the next run's bound is set above it, so the next run may use up to that much more than
+# its bound — by reclaim of page cache, or by deleting what the earlier run left in a tmpfs it can
+# write (tmpfs pages are not reclaimable without swap; rvgate8). A `true` step under
 # the namespace tier leaves ≈ 0.36 MiB (kernel objects, cache), so ≈ 20 steps share one group.
 RESIDUE_MAX = 8 << 20
 
