@@ -17,6 +17,9 @@ import pytest
 
 from sandboy.confine import namespaces
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
+from userkit import world_readable_tmp  # noqa: E402
+
 pytestmark = pytest.mark.needs_kernel
 
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
@@ -431,22 +434,23 @@ def test_ids_the_kernel_and_the_interpreter_are_keys(runner):
                                        "interpreter path": False, "again": True})
 
 
-def test_another_users_run_neither_reads_nor_writes_the_entries(runner, tmp_path):
+def test_another_users_run_neither_reads_nor_writes_the_entries(tier):
     """The plans directory is the uid's own (0700): a run as another user with the same cache
-    directory setting misses and runs confined (its build cannot make or use the directory)."""
-    if os.geteuid() != 0:
-        pytest.skip("running as another user needs root")
-    runner.write_policy()
-    assert entry_applies(runner, "/bin/true").hit
-    for path in (tmp_path, runner.cwd, runner.policy):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    os.chmod(tmp_path.parent, 0o755)
-    before = {p.name: p.stat().st_ino for p in runner.entries()}
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SANDBOY, "run", "--policy",
-                           str(runner.policy), "--", *CONFINED], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd)
-    assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.stderr
-    assert {p.name: p.stat().st_ino for p in runner.entries()} == before
+    directory setting misses and runs confined (its build cannot make or use the directory).
+    In a directory uid 65534 can reach (not pytest's tmp_path: /tmp/pytest-of-root is 0700)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("running as another user needs root and setpriv")
+    with world_readable_tmp("sandboy-plan-cache-") as base:
+        runner = Runner(base)
+        os.chmod(runner.cwd, 0o755)
+        runner.write_policy()
+        assert entry_applies(runner, "/bin/true").hit
+        before = {p.name: p.stat().st_ino for p in runner.entries()}
+        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SANDBOY, "run",
+                               "--policy", str(runner.policy), "--", *CONFINED], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd)
+        assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.stderr
+        assert {p.name: p.stat().st_ino for p in runner.entries()} == before
 
 
 def test_a_file_on_stdin_is_never_run_from_a_kept_plan(runner, tmp_path):
