@@ -135,6 +135,8 @@ def cmd_run(args: RunArgs) -> int:
         policy = Policy.load(args.policy)
         if args.dry_run:
             return _dry_run(policy, args)
+        if cached is not None and not cached.may_keep(policy):
+            cached = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
         cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=cached is not None)
         if not said:

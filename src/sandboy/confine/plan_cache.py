@@ -297,6 +297,18 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive)
 
 
+def may_keep(policy) -> bool:
+    """Whether a run of `policy` may be kept at all, asked of the loaded policy before the build
+    (so a policy never kept costs no fingerprint): no write root, `{tmp}`, `include` or `[net]`
+    egress, and $HOME set."""
+    from sandboy.policy.resolve import uses_tmp
+
+    # `include`: the presets are resolved on this machine at every load (which programs exist,
+    # where they lead), inputs no key holds; the loader imports them only for such a policy
+    return not (policy.fs.write or uses_tmp(policy) or "sandboy.policy.presets" in sys.modules
+                or policy.net.egress or "HOME" not in os.environ)
+
+
 def entry_for(cage, policy_arg: str, cwd_arg, hooks):
     """See `_entry_for`; None also where making the entry failed: a cache never fails a run.
     Asked once the command has run (`cage.launched`: the plan its child ran)."""
@@ -311,13 +323,7 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     started), or None where this run may not be cached: exec mode under the namespace tier with no
     hooks, a fingerprint (no glob denies), a policy with no write root, `{tmp}`, `include` or
     `[net]` egress, fd 0-2 of a cached shape."""
-    from sandboy.policy.resolve import uses_tmp
-
-    policy = cage.policy
-    # `include`: the presets are resolved on this machine at every load (which programs exist,
-    # where they lead), inputs no key holds; the loader imports them only for such a policy
-    if (hooks or cage.tier is None or cage.fingerprint is None or policy.fs.write or uses_tmp(policy)
-            or "sandboy.policy.presets" in sys.modules or policy.net.egress or "HOME" not in os.environ):
+    if hooks or cage.tier is None or cage.fingerprint is None or not may_keep(cage.policy):
         return None
     from sandboy.confine.hygiene import close_range_cloexec_works
 
