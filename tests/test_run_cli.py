@@ -52,10 +52,12 @@ def _imported_modules(argv) -> set[str]:
 
 
 @pytest.mark.parametrize("path", ["built", "cached plan"])
-def test_run_start_up_imports_nothing_heavy(policy, path):
+def test_run_start_up_imports_nothing_heavy(policy, path, tmp_path, monkeypatch):
     """`sandboy run` must not pull in re, tomllib, argparse, json, enum... (docs/performance.md),
     whether it builds the cage or runs a plan an earlier run kept (ADR 0028; the warm-up run has
-    the measured run's stdio then, so its entry applies)."""
+    the measured run's stdio then, so its entry applies). A cache directory of the test's own:
+    an entry an earlier session left for the same policy path would turn "built" into a hit."""
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     if path == "built":
         subprocess.run([SANDBOY, "run", "--policy", policy, "--", "/bin/true"], check=True)  # warm the parse cache
     else:
