@@ -7,6 +7,7 @@ would."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,18 @@ def test_no_environment_value_is_written_at_rest(setup):
         data = entry.read_bytes()
         for marker in (passed, other):
             assert marker.encode() not in data, (entry, marker)
+
+
+def test_a_fifo_put_where_a_kept_policy_was_is_the_loaders_error_not_a_hang(tmp_path):
+    """rvcache8: the cache read the policy with a blocking open — a FIFO replacing a policy file
+    that had an entry hung `sandboy run` for ever. Now: a miss, and the loader's exit 2."""
+    from sandboy.confine import plan_cache
+
+    fifo = tmp_path / "p.toml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    assert plan_cache._read_policy(str(fifo)) is None
+    assert time.monotonic() - started < 5
+    policy = tmp_path / "q.toml"
+    policy.write_text("version = 1\n")
+    assert plan_cache._read_policy(str(policy)) == b"version = 1\n"

@@ -34,6 +34,7 @@ import _imp
 import marshal
 import os
 import sys
+from stat import S_ISREG  # (os imports stat: nothing to load)
 
 from sandboy.confine import _libc
 from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
@@ -123,11 +124,18 @@ def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
 
 
 def _read_policy(policy_arg: str):
+    """The policy file's bytes, or None (a miss: the loader then says what is wrong). A regular
+    file only, opened non-blocking: a FIFO put where the policy was hung the run (rvcache8), and
+    opening a device may act on it; stat first, then the opened file checked again."""
     try:
-        fd = os.open(policy_arg, os.O_RDONLY | os.O_CLOEXEC)
+        if not S_ISREG(os.stat(policy_arg).st_mode):
+            return None
+        fd = os.open(policy_arg, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            return None
         data = os.read(fd, MAX_POLICY_BYTES + 1)
     except OSError:
         return None
