@@ -297,6 +297,18 @@ def finish(main_function, argv=None) -> int:
     import _signal  # not `signal`: it imports enum
 
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    if sys.stdout is None or sys.stderr is None or sys.stdin is None:
+        # started with fd 0-2 closed: /dev/null there before anything opens a descriptor that a
+        # run's dup2 onto 0-2 would replace (hygiene.hold_free_stdio), and sys.std* on it
+        from sandboy.confine.hygiene import hold_free_stdio
+
+        try:
+            hold_free_stdio()
+        except CageError:
+            return EXIT_CAGE  # no stderr to say it on: fd 2 is among the closed
+        for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(fd, mode, closefd=False))
     try:
         code = main_function(argv)
         sys.stdout.flush()  # here, not at interpreter exit, where a failure prints "Exception ignored"

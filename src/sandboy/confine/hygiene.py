@@ -188,3 +188,32 @@ def has_capabilities() -> bool:
     from sandboy.confine._libc import status_masks
 
     return any(status_masks(b"CapEff", b"CapPrm", b"CapAmb", b"CapInh").values())
+
+
+def hold_free_stdio() -> list:
+    """/dev/null on each of fd 0-2 this process has closed; the fds it opened (the API closes
+    them once the run has started; the CLI keeps them: it becomes the command or its supervisor).
+    Every descriptor a run makes (the ruleset, the error and report pipes, the supervisor's)
+    would otherwise take the lowest free number, a fd 0-2,
+    where the child's plan redirects the command's stdio by dup2 and replaces it: a ruleset
+    gone ("File descriptor in bad state"), the child's report written into the caller's file.
+    So a command whose caller had no fd 0-2 gets /dev/null there, as a daemon's does. None
+    free is the common case: three fstat calls."""
+    held = []
+    for target in range(3):
+        try:
+            os.fstat(target)
+            continue
+        except OSError:
+            pass
+        try:
+            fd = os.open("/dev/null", os.O_RDWR)
+        except OSError as exc:
+            for opened in held:
+                os.close(opened)
+            from sandboy.errors import CageError
+
+            raise CageError(f"fd {target} is closed and /dev/null cannot take its place: {exc.strerror}; "
+                            "open fd 0-2 before running a command") from None
+        held.append(fd)
+    return held

@@ -124,10 +124,23 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     `builtin_hooks`: the run's own hooks when the caller has made them already with
     `exec_mode.hooks_for(cage, egress_log)` (the CLI, which decided with them); None makes them.
     """
-    from sandboy.confine.cage import Cage
-
     if not argv:
         raise ValueError("argv must name a command")
+    from sandboy.confine.hygiene import hold_free_stdio
+
+    held = hold_free_stdio()
+    try:
+        return _spawn(argv, policy, cwd, repo, timeout, (stdin, stdout, stderr), supervise, pids_group, tty,
+                      egress_log, hooks, builtin_hooks)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _spawn(argv, policy, cwd, repo, timeout, stdio, supervise, pids_group, tty, egress_log, hooks,
+           builtin_hooks) -> Handle:
+    from sandboy.confine.cage import Cage
+
     if isinstance(policy, Cage):
         cage, owns = policy, False
         cage.check_kernel_mounts()  # a prebuilt cage: nothing else looks at what is mounted since
@@ -143,7 +156,6 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
             cage.close()
         raise
     timeout = timeout_for(cage, timeout)
-    stdio = (stdin, stdout, stderr)
     all_hooks = [*(hooks_for(cage, egress_log) if builtin_hooks is None else builtin_hooks), *hooks]
     needed = supervisor_needed(cage, timeout=timeout, tty=tty, stdio=stdio, hooks=all_hooks)
     if supervise is None:
