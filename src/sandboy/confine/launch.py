@@ -107,6 +107,7 @@ def spawn(argv, policy, cwd=None, repo=None, timeout=None, stdin=None, stdout=No
     None) is never passed on: stdin becomes /dev/null, stdout/stderr a pipe the supervisor
     copies to the terminal while the command runs (see terminal.py). `tty=True`: the command
     gets a fresh pseudo-terminal instead, relayed to the caller's fds and hung up at its end.
+    A fd 0–2 the caller has closed (and passes no fd for) is /dev/null for the command (ADR 0011).
 
     `supervise`: None decides by need (`exec_mode.supervisor_needed`: a timeout,
     `limits.wall_seconds`, `limits.processes` as root, a `{tmp}` to remove, `net.domains`, a
