@@ -150,3 +150,65 @@ def test_a_reused_v2_group_takes_each_runs_own_process_limit(tmp_path):
     finally:
         for fd in group._fds.values():
             os.close(fd)
+
+def _members_while_running(tier: bool) -> dict:
+    """Host side, while a supervised command runs: the group's members, the supervisor's direct
+    child (under the tier the PID namespace's init, which shares the supervisor's memory: ADR 0021),
+    and each member's parent."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            if not tier:
+                os.environ["SANDBOY_NAMESPACES"] = "0"
+            from sandboy.confine.cage import build
+            from sandboy.confine.supervision import Supervision
+            from sandboy.policy.model import Policy
+
+            null = os.open(os.devnull, os.O_RDWR)
+            cage = build(Policy.from_mapping(POLICY, "test"))
+            run = Supervision(["/bin/sleep", "30"], cage, stdio=(null, null, null), memory_mib=64).start()
+            try:  # start() returns once the command has exec'd: it is in its group by now
+                with open(os.path.join(run.memory_group.path, "cgroup.procs")) as f:
+                    members = [int(line) for line in f.read().split()]
+                parents = {}
+                for member in members:
+                    with open(f"/proc/{member}/stat") as f:
+                        parents[member] = int(f.read().rsplit(")", 1)[1].split()[1])
+            finally:
+                run.kill()
+                result = run.wait()
+            os.write(w, json.dumps({"tier": cage.tier is not None, "child": run.pid, "members": members,
+                                    "parents": parents, "outcome": result.outcome}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, data
+    return json.loads(data)
+
+
+def test_under_the_tier_the_command_is_in_the_group_and_the_init_is_not():
+    # On cgroup v2 a group OOM kill also kills every process sharing the victim's memory: were the
+    # init a member, it would take the supervisor (the gate) with it (ADR 0027).
+    got = _members_while_running(tier=True)
+    if not got["tier"]:
+        pytest.skip("the namespace tier is not available here")
+    assert got["members"], got
+    assert got["child"] not in got["members"], f"the init (the supervisor's child) is in the group: {got}"
+    assert {got["parents"][str(m)] for m in got["members"]} == {got["child"]}, got  # the init's child: the command
+    assert got["outcome"] == "killed", got
+
+
+def test_without_the_tier_the_supervisors_child_is_the_member():
+    got = _members_while_running(tier=False)
+    assert not got["tier"], got
+    assert got["members"] == [got["child"]], got
+    assert got["outcome"] == "killed", got

@@ -168,10 +168,10 @@ class Cage:
         child, as execvp(3) would, so a directory the cage refuses is skipped like a miss."""
         return exec_args(argv, self.env)
 
-    def describe_failure(self, index: int, err: int, stdio=(None, None, None), first=()) -> str:
-        """Name the plan step a child reported as failed; `first`: (label, step) pairs the
-        launcher ran before the cage's own plan."""
-        labels = [label for label, _ in (*first, *self.plan(stdio))]
+    def describe_failure(self, index: int, err: int, stdio=(None, None, None), first=(), in_command=()) -> str:
+        """Name the plan step a child reported as failed; `first`, `in_command`: (label, step)
+        pairs the launcher added to the cage's own plan (see `start_child`)."""
+        labels = [label for label, _ in self.child_plan(self.plan(stdio), first, in_command)]
         label = labels[index] if 0 <= index < len(labels) else f"step {index}"
         return f"cannot apply the cage: {label}: {os.strerror(err)}"
 
@@ -186,9 +186,24 @@ class Cage:
         except OSError as exc:
             raise CageError(self.describe_failure(exc.filename, exc.errno)) from None
 
-    def start_child(self, argv, stdio, report_fd: int, first=()) -> int:
+    def child_plan(self, own: list, first=(), in_command=()) -> list:
+        """The (label, step) pairs a child of `start_child` runs, this cage's plan being `own`:
+        `first`, then `own`, with `in_command` run by the command's own process before anything
+        else it runs: under the namespace tier right after the init forks it (the step after
+        NR_INIT), so the init, which shares the caller's memory (ADR 0021), never runs them; without
+        the tier (the child is the command) before `first`. The memory cgroup's join goes there:
+        on cgroup v2 a group OOM kill reaching the init would kill the caller too (ADR 0027)."""
+        if not in_command:
+            return [*first, *own]
+        if self.tier is None:
+            return [*in_command, *first, *own]
+        at = next(i for i, (_, step) in enumerate(own) if step[0] == _libc.NR_INIT) + 1
+        return [*first, *own[:at], *in_command, *own[at:]]
+
+    def start_child(self, argv, stdio, report_fd: int, first=(), in_command=()) -> int:
         """Fork a child that runs `first` ((label, step) pairs: its session, a supervision
-        hook's steps), then this cage's plan, then execs `argv` (see `_libc`). A failed step or
+        hook's steps), then this cage's plan, then execs `argv` (see `_libc`); `in_command`:
+        steps of the command's own process, never the init's (see `child_plan`). A failed step or
         exec is reported on `report_fd`, and under the namespace tier the child is the new
         namespaces' init and reports the command's wait status there too (result.from_child
         reads it). Returns the child's pid."""
@@ -196,10 +211,11 @@ class Cage:
         # CageError: a file on fd 0-2 that cannot be handed in safely (namespaces.StdioHandoff)
         handoff = self.tier.plan_stdio(stdio) if self.tier is not None else None
         try:
-            plan = [step for _, step in (*first, *self.plan(stdio, handoff=handoff))]
+            own = self.plan(stdio, handoff=handoff)
+            plan = [step for _, step in self.child_plan(own, first, in_command)]
             # what the last child ran of this cage's own plan, and the ruleset fd it names: a
             # `sandboy run` plan cache entry is made of it (plan_cache.entry_for, ADR 0028)
-            self.launched = (self.ruleset.fd, plan[len(first):])
+            self.launched = (self.ruleset.fd, [step for _, step in own])
             self.started()
             try:
                 return _libc.fork_exec(plan, paths, args, envp, report_fd, self.clone_flags)

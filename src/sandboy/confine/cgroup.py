@@ -322,7 +322,8 @@ class MemoryCgroup:
         self._limit = limit
 
     def join_step(self) -> tuple:
-        """The child's plan step that moves it into the group (before anything else it runs)."""
+        """The plan step that moves the command's process into the group, before anything else it
+        runs; under the namespace tier after the init forks it, never in the init (Cage.child_plan)."""
         from sandboy.confine._libc import SYS_WRITE
 
         return ("join the memory cgroup", (SYS_WRITE, False, self.procs_fd, b"0", 1))

@@ -112,7 +112,7 @@ class RunResult:
                 f"error={self.error!r})")
 
 
-def child_message(argv, cage, stdio, data: bytes, first=()) -> tuple:
+def child_message(argv, cage, stdio, data: bytes, first=(), in_command=()) -> tuple:
     """(message, status) from the child's error pipe: the message is "cage:<text>" /
     "exec:<code>:<text>" / ""; the status is the command's wait status as the namespace's init
     reported it (None without the tier: the caller's own wait status is the command's)."""
@@ -123,14 +123,14 @@ def child_message(argv, cage, stdio, data: bytes, first=()) -> tuple:
         return "", status
     index, err = error
     if index >= 0 and cage.tier is not None:
-        labels = [label for label, _ in (*first, *cage.plan(stdio))]
+        labels = [label for label, _ in cage.child_plan(cage.plan(stdio), first, in_command)]
         # the kernel refused the tier after all: probe anew
         if index < len(labels) and labels[index] in cage.tier.labels:
             from sandboy.confine.namespaces import forget
 
             forget()
     if index >= 0:
-        return "cage:" + cage.describe_failure(index, err, stdio, first), status
+        return "cage:" + cage.describe_failure(index, err, stdio, first, in_command), status
     reason = ""
     import errno  # only for a failed exec: not on a supervised `sandboy run`'s path (≈ 0.05 ms)
 
@@ -160,10 +160,11 @@ def classify(status: int, message: str, outcome=None) -> RunResult:
     return RunResult(code, EXITED)
 
 
-def from_child(status: int, report: bytes, argv, cage, stdio=(None, None, None), first=(), outcome=None) -> RunResult:
+def from_child(status: int, report: bytes, argv, cage, stdio=(None, None, None), first=(), outcome=None,
+               in_command=()) -> RunResult:
     """The RunResult of a child started by `Cage.start_child`: its wait status (as its parent
     reaped it), what it wrote on its error pipe, and `outcome` as in `classify`."""
-    message, reported = child_message(argv, cage, stdio, report, first)
+    message, reported = child_message(argv, cage, stdio, report, first, in_command)
     if reported is None and status == STATUS_LOST:
         if outcome is not None:  # ended by its supervision (killed, timed out): SIGKILL is what it got
             status = signal.SIGKILL

@@ -192,6 +192,7 @@ class Supervision(Handle):
         self.memory_group = None  # the run's MemoryCgroup while it runs
         self.cage_refused = False  # the child reported the cage could not be applied (nothing ran)
         self._first = ()
+        self._in_command = ()   # the memory cgroup's join: the command's own step (Cage.child_plan)
         self._err_r = None
         self._status = None
         self._outcome = None
@@ -216,7 +217,9 @@ class Supervision(Handle):
         except OSError as exc:  # no fd left (EMFILE/ENFILE): a refusal, the started hooks stopped
             self._refuse_unstarted(f"cannot supervise a run here: {exc.strerror}")
         try:
-            self.pid = self.cage.start_child(self.argv, self.stdio, err_w, first)
+            # only when there is one: a cached plan (plan_cache.CachedPlan) takes no such steps
+            more = {"in_command": self._in_command} if self._in_command else {}
+            self.pid = self.cage.start_child(self.argv, self.stdio, err_w, first, **more)
         except CageError as exc:
             self._refuse_unstarted(str(exc))
         except OSError as exc:
@@ -265,11 +268,11 @@ class Supervision(Handle):
                             "ending its tree needs one") from None
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         self._enter_pids_group()
-        joins = self._make_memory_group()
+        self._in_command = self._make_memory_group()
         # The command leads a session of its own (`ctty` becomes its controlling terminal) and
         # dies with this process: if the supervisor is killed outright its descendants are still
         # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
-        return (*joins, *session_steps(self.ctty),
+        return (*session_steps(self.ctty),
                 ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
 
     def _fork_failed(self, exc: OSError):
@@ -430,7 +433,7 @@ class Supervision(Handle):
             from sandboy.confine._libc import read_all
 
             result = from_child(self._status, read_all(self._err_r), self.argv, self.cage, self.stdio,
-                                self._first, self._outcome)
+                                self._first, self._outcome, self._in_command)
             result.duration = time.monotonic() - self.started
             self.cage_refused = result.outcome == CAGE_ERROR
             self._finish(result)
