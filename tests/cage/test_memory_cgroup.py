@@ -6,6 +6,9 @@ Probe: a command that allocates AND touches 256 MiB under a 64 MiB bound ends `o
 its group's peak read from the host at most the bound, and the group is gone afterwards (no
 process left in it). Twin: 16 MiB under the same bound exits 0 with no OOM kill. The command joins
 the group before it runs anything: the group it reports from /proc/self/cgroup is the bounded one.
+Under the namespace tier the init (the supervisor's direct child, sharing its memory) is never a
+member, only the command it forks (a v2 group OOM kill would otherwise take the supervisor: ADR
+0027); without the tier the direct child is the member. A refused join is named by its label.
 """
 
 import json
@@ -170,9 +173,18 @@ def _members_while_running(tier: bool) -> dict:
             null = os.open(os.devnull, os.O_RDWR)
             cage = build(Policy.from_mapping(POLICY, "test"))
             run = Supervision(["/bin/sleep", "30"], cage, stdio=(null, null, null), memory_mib=64).start()
-            try:  # start() returns once the command has exec'd: it is in its group by now
-                with open(os.path.join(run.memory_group.path, "cgroup.procs")) as f:
-                    members = [int(line) for line in f.read().split()]
+            try:
+                # the C executor returns once the command has exec'd, the Python one (SANDBOY_NATIVE=0)
+                # at the fork: wait for the join
+                import time
+
+                deadline = time.monotonic() + 10
+                while True:
+                    with open(os.path.join(run.memory_group.path, "cgroup.procs")) as f:
+                        members = [int(line) for line in f.read().split()]
+                    if members or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
                 parents = {}
                 for member in members:
                     with open(f"/proc/{member}/stat") as f:
@@ -212,3 +224,28 @@ def test_without_the_tier_the_supervisors_child_is_the_member():
     assert not got["tier"], got
     assert got["members"] == [got["child"]], got
     assert got["outcome"] == "killed", got
+
+
+def test_a_refused_join_is_named_by_its_label(tmp_path):
+    # the join's place in the plan differs with the tier (Cage.child_plan): the failed step's index
+    # must still name it, not a neighbour
+    from sandboy.confine import _libc
+    from sandboy.confine.cage import build
+    from sandboy.confine.result import from_child
+    from sandboy.policy.model import Policy
+
+    cage = build(Policy.from_mapping(POLICY, "test"))
+    read_only = os.open(tmp_path / "f", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC)  # a write to it: EBADF
+    join = (("join the memory cgroup", (_libc.SYS_WRITE, False, read_only, b"0", 1)),)
+    first = (("die with the supervisor", (_libc.SYS_PRCTL, False, 1, 9)),)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = cage.start_child(["/bin/true"], (None, None, None), err_w, first, in_command=join)
+    finally:
+        os.close(err_w)
+        os.close(read_only)
+    _, status = os.waitpid(pid, 0)
+    result = from_child(status, _libc.read_all(err_r), ["/bin/true"], cage, first=first, in_command=join)
+    cage.close()
+    assert result.outcome == "cage_error", result
+    assert "join the memory cgroup: Bad file descriptor" in result.error, result
