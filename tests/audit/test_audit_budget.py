@@ -194,17 +194,26 @@ def _converting_repo(tmp_path: Path, results: int) -> Path:
 
 def test_a_conversion_past_the_budget_is_cut_at_the_budget(tmp_path) -> None:
     """Session 8: the budget bounded the phases only; an adapter's conversion (its own deadline
-    120 s) ran on past it. 90,000 results take the adapter ≈ 20 s here; the budget is 4 s."""
-    repo = _converting_repo(tmp_path, 90_000)
+    120 s) ran on past it. 99,000 results (under --max-results; more would pass the guest's
+    default 256 MiB) take the adapter 2-20 s here depending on load; the budget is 2 s. Always:
+    the run ends within the budget and SLACK. Where the conversion still finished before its
+    deadline (a fast machine) there was nothing to cut: skipped, not passed (a quiet CI machine
+    converted 90,000 in 3.6 s inside the former 4 s budget and failed the old assertion)."""
+    repo = _converting_repo(tmp_path, 99_000)
     started = time.monotonic()
-    done, status = _audit(repo, tmp_path, 2, "--budget", "4s")
+    done, status = _audit(repo, tmp_path, 2, "--budget", "2s")
     took = time.monotonic() - started
-    assert done.returncode == 1, done.stderr
-    assert took < 4 + SLACK, f"{took:.1f} s for a 4 s budget"
+    assert took < 2 + SLACK, f"{took:.1f} s for a 2 s budget"
     t0, t1 = status["tools"]
+    if t1["status"] == "ran":
+        # (the adapter's load and the merge are outside the conversion's deadline: the run may
+        # still end past 2 s, within SLACK, as asserted above)
+        pytest.skip(f"the conversion finished before its deadline (what was left of the budget) here; "
+                    f"the run took {took:.1f} s: nothing to cut")
+    assert done.returncode == 1, done.stderr
     assert t0["status"] == "ran" and t1["status"] == "failed", status["tools"]
     assert t1["phases"][0]["outcome"] == "exited", t1  # the phase itself finished in time
-    assert t1["reason"].startswith("adapter passthrough: timed_out: the audit's time budget of 4s (--budget) "
+    assert t1["reason"].startswith("adapter passthrough: timed_out: the audit's time budget of 2s (--budget) "
                                    "was spent"), t1["reason"]
     said = _budget_run(tmp_path / "out.sarif")
     assert said["invocations"][0]["properties"]["sandboy"]["ended"] == ["t1"]
