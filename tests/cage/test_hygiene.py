@@ -558,7 +558,15 @@ if sys.argv[1] == "SIG_IGN after the start":
 if sys.argv[1].startswith("the caller reaps"):  # as a child watcher of the caller's (waitpid(-1) in a loop) may
     os.waitpid(handle.pid, 0)
 result = handle.wait()
-left = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if pid == handle.pid]
+def running(pid):
+    # an exited process the kernel reaps by itself (SA_NOCLDWAIT) may still be listed for a
+    # moment after wait() saw ECHILD: only one not yet dead (state other than Z or X) is left
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+left = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if pid == handle.pid and running(pid)]
 print(json.dumps({"outcome": result.outcome, "code": result.returncode, "error": result.error, "left": left}))
 """
 
