@@ -1,0 +1,157 @@
+"""Session 9 review of the cage from the attacker's side: what session 8 added — the plan cache
+(ADR 0028), the stdio handoff (ADR 0011, "Session 8"), the kernel-mount refusal, the gate's
+memory cgroup per step. Every run is a real `sandboy run` (or API run) on the real kernel; each
+probe checks from the host side what the command reached, and has a twin where the legitimate
+use shares its path. What held is listed in docs/threat-model.md ("Session 9 review of the cage").
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandboy.confine import namespaces
+
+pytestmark = pytest.mark.needs_kernel
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+PACKAGE = Path(namespaces.__file__).resolve().parents[1]  # src/sandboy
+POLICY = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "{data}"]\nexec = ["/usr/bin", "/bin"]\n'
+
+
+@pytest.fixture
+def tier():
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+
+
+def _env(tmp_path: Path, **more) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SANDBOY_NATIVE", "SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "PYTHONPATH")}
+    env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cache")
+    env.update(more)
+    return env
+
+
+def _argv(policy: Path, *command) -> list:
+    # -X importtime: a run from a kept plan imports no compiler (`sandboy.confine.cage`)
+    return [sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--", *command]
+
+
+def _hit(stderr: str) -> bool:
+    imported = {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+    assert "sandboy.cli" in imported, stderr  # the measurement works
+    return "sandboy.confine.cage" not in imported
+
+
+def _run(policy: Path, *command, env, cwd) -> subprocess.CompletedProcess:
+    """A real `sandboy run` with stdio of a shape the plan cache keeps (stdin and stdout pipes)."""
+    proc = subprocess.run(_argv(policy, *command), stdin=subprocess.PIPE, capture_output=True, text=True,
+                          env=env, cwd=cwd, start_new_session=True, timeout=60)
+    proc.hit = _hit(proc.stderr)
+    return proc
+
+
+def _run_while(policy: Path, during, *, env, cwd) -> subprocess.CompletedProcess:
+    """A building `sandboy run` whose command says "ready" once it runs (the cage is built) and
+    waits for a line on stdin; `during()` runs in between. The plan cache then writes its entry."""
+    proc = subprocess.Popen(_argv(policy, "/bin/sh", "-c", "echo ready; read line; echo done"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=cwd, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        during()
+        out, err = proc.communicate("go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and out == "done\n", err
+    assert not _hit(err)
+    return proc
+
+
+# --- the plan cache: what the key is read from ------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="redcage9: the plan cache's key (the policy's bytes) is read after the "
+                   "command ran, the plan before it: a policy edited during a building run is stored with the "
+                   "old policy's plan, and every later run of the new policy runs it (a new deny not applied)")
+def test_a_policy_edited_while_its_first_run_runs_is_not_kept_with_the_old_plan(tmp_path, tier):
+    """The operator tightens a policy (a deny) while an agent's command runs under it. A rebuild
+    of the new policy refuses the secret; a run of the new policy must never be served the plan
+    built from the old one."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "secret").write_text("S3CRET")
+    (data / "public").write_text("PUBLIC")
+    work = tmp_path / "work"
+    work.mkdir()
+    policy = tmp_path / "p.toml"
+    policy.write_text(POLICY.format(data=data))
+    env = _env(tmp_path)
+
+    def tighten():
+        policy.write_text(POLICY.format(data=data) + f'deny = ["{data}/secret"]\n')
+
+    _run_while(policy, tighten, env=env, cwd=work)
+    after = _run(policy, "/bin/cat", str(data / "secret"), env=env, cwd=work)
+    assert "S3CRET" not in after.stdout, f"the new policy's deny was not applied (hit={after.hit})"
+    assert after.returncode != 0
+    # twin: the new policy is kept and served once built from it
+    _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
+    twin = _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
+    assert twin.hit and twin.stdout == "PUBLIC"
+    assert _run(policy, "/bin/cat", str(data / "secret"), env=env, cwd=work).stdout == ""
+
+
+@pytest.mark.xfail(strict=True, reason="redcage9: the code identities of an entry are taken after the command "
+                   "ran: Sandboy upgraded (its files replaced) during a building run stores the old code's plan "
+                   "under the new code's identities, and the new code then runs it")
+def test_sandboy_upgraded_while_a_run_builds_does_not_keep_the_old_codes_plan(tmp_path, tier):
+    """A copy of the package stands for an installed Sandboy whose version (the 'old' one)
+    granted a directory it should not have; `pip install -U` replaces it while an agent's
+    command runs. The next run under the new code must confine as the new code builds."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "public").write_text("PUBLIC")
+    secret_dir = tmp_path / "secret"
+    secret_dir.mkdir()
+    (secret_dir / "key").write_text("S3CRET")
+    tree = tmp_path / "tree"
+    shutil.copytree(PACKAGE, tree / "sandboy", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for so in PACKAGE.joinpath("confine").glob("*.so"):
+        shutil.copy2(so, tree / "sandboy" / "confine" / so.name)
+    protections = tree / "sandboy" / "confine" / "protections.py"
+    fixed = protections.read_text()
+    anchor = "    mount_roots = _write_roots_to_watch(grants)\n"
+    assert anchor in fixed
+    # the "old" version's bug: a read grant of a directory the policy never named
+    protections.write_text(fixed.replace(anchor, f"    grants[{str(secret_dir)!r}] = landlock.READ\n" + anchor))
+    work = tmp_path / "work"
+    work.mkdir()
+    policy = tmp_path / "p.toml"
+    policy.write_text(POLICY.format(data=data))
+    env = _env(tmp_path, PYTHONPATH=str(tree))
+    old = _run(policy, "/bin/cat", str(secret_dir / "key"), env=SANDBOY_NO_CACHE(env), cwd=work)
+    assert old.stdout == "S3CRET"  # the old code's bug is real
+
+    def upgrade():  # the new version's file, written as an installer writes it (a new inode)
+        fresh = protections.with_suffix(".new")
+        fresh.write_text(fixed)
+        os.replace(fresh, protections)
+
+    _run_while(policy, upgrade, env=env, cwd=work)
+    after = _run(policy, "/bin/cat", str(secret_dir / "key"), env=env, cwd=work)
+    assert after.stdout == "", f"the old code's plan ran under the new code (hit={after.hit})"
+    # twin: the new code's own plan is kept and served
+    _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
+    twin = _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
+    assert twin.hit and twin.stdout == "PUBLIC"
+
+
+def SANDBOY_NO_CACHE(env: dict) -> dict:  # noqa: N802 (reads as the variable it sets)
+    return dict(env, SANDBOY_PLAN_CACHE="0")
