@@ -21,7 +21,9 @@ Cases (medians of N rounds):
   floor        python -c pass (same venv)
   run CLI      sandboy run --policy P -- /bin/true                 (/ floor): from its cached plan
                (ADR 0028: the warm-up run keeps it), and as a plan cache miss (another
-               environment variable each run: the key differs, the cage is built, the entry written)
+               environment variable each run: the key differs, the cage is built, the entry written),
+               as a policy's first run (no entry under its name), with the cache turned off
+               (SANDBOY_PLAN_CACHE=0), and with stdout on a regular file (a run never kept)
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -59,7 +61,7 @@ GATE_STEPS = 100
 PERF = shutil.which("perf")
 
 
-def cpu_of(argv, env=None, cwd=None) -> float:
+def cpu_of(argv, env=None, cwd=None, stdout=subprocess.DEVNULL) -> float:
     """Seconds of CPU (user + system) that `argv` and all its descendants used: `perf stat`'s
     task-clock, which counts every descendant (bwrap's monitor does not wait for its child, so
     getrusage(RUSAGE_CHILDREN), the fallback without perf, misses bwrap's sandboxed work)."""
@@ -68,7 +70,7 @@ def cpu_of(argv, env=None, cwd=None) -> float:
         os.close(fd)
         argv = [PERF, "stat", "-x", ",", "-e", "task-clock", "-o", out, "--", *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
                           stderr=subprocess.PIPE, start_new_session=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -100,6 +102,12 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
         return lambda: (cpu_of([py, "-c", API_LOOP, policy, str(mb), str(API_RUNS)], env)
                         - cpu_of([py, "-c", API_LOOP, policy, str(mb), "0"], env)) / API_RUNS
 
+    # each tree its own policy file (the same text): the entry's name is of the policy's path, so
+    # two trees with a plan cache would otherwise replace each other's entry (every "hit" a miss)
+    tag = label.strip(" ()").replace(" ", "-")
+    if tag:
+        shutil.copyfile(policy, policy[:-len(".toml")] + f"-{tag}.toml")
+        policy = policy[:-len(".toml")] + f"-{tag}.toml"
     run_cli = [py, "-c", "from sandboy.cli import entry; entry()", "run", "--policy", policy, "--", "/bin/true"]
     # the misses keep their own entry (another policy file of the same text: another entry name),
     # so they never overwrite the one the hits read
@@ -107,11 +115,32 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
     shutil.copyfile(policy, miss_policy)
     run_miss = [*run_cli[:5], miss_policy, *run_cli[6:]]
     misses = iter(range(1 << 30))
+    first = os.path.join(home, f"first-{tag}")
+
+    first_env = dict(env, SANDBOY_CACHE_DIR=first + "-cache")  # (inside `base`: removed with it)
+    shutil.copyfile(policy, first + ".toml")
+
+    def first_run():
+        # no entry for this run yet (a policy's first run, or the first in this directory): its
+        # cache directory emptied of plans after each run (the policy's parse stays cached)
+        try:
+            return cpu_of([*run_cli[:5], first + ".toml", *run_cli[6:]], first_env)
+        finally:
+            shutil.rmtree(os.path.join(first + "-cache", "plans"), ignore_errors=True)
+
+    def to_a_file():
+        # stdout on a regular file: a run the plan cache never keeps (the init reopens or relays it)
+        with open(first + ".out", "wb") as out:
+            return cpu_of(run_cli, env, stdout=out)
+
     return {
         f"run CLI{label}": lambda: cpu_of(run_cli, env),
         # ADR 0028: another environment each time, so the plan cache misses, builds and writes
         # its entry (a tree without the cache simply builds)
         f"run CLI, plan cache miss{label}": lambda: cpu_of(run_miss, dict(env, SANDBOY_BENCH_MISS=str(next(misses)))),
+        f"run CLI, first run{label}": first_run,
+        f"run CLI, cache off{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_PLAN_CACHE="0")),
+        f"run CLI, stdout a file{label}": to_a_file,
         f"API, small caller{label}": api(0),
         f"API, caller +100 MB{label}": api(100),
         f"gate, per step{label}": lambda: cpu_of([py, "-m", "sandboy.gate.cli", repo, "--json",
@@ -119,10 +148,18 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
     }
 
 
+def before_labels(trees: list) -> list:
+    """(label, absolute path) of each --before tree: " (before)" for one, " (before N)" for more."""
+    if len(trees) == 1:
+        return [(" (before)", os.path.abspath(trees[0]))]
+    return [(f" (before {i})", os.path.abspath(src)) for i, src in enumerate(trees, 1)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--before", metavar="SRC", help="a `sandboy` source tree to compare with (see --help)")
+    parser.add_argument("--before", metavar="SRC", action="append", default=[],
+                        help="a `sandboy` source tree to compare with (see --help); may be given twice or more")
     parser.add_argument("--only", choices=("cli", "gate"),
                         help="cli: only the floor and `sandboy run` (no API, gate, bwrap); "
                              "gate: only plain bash, isolated bwrap and the gate")
@@ -153,7 +190,7 @@ def main() -> int:
         if args.only == "gate":
             del cases["floor"], cases["bwrap --unshare-all"]
         wanted = {None: "", "cli": "run CLI", "gate": "gate, per step"}[args.only]
-        trees = [("", SRC)] + ([(" (before)", os.path.abspath(args.before))] if args.before else [])
+        trees = [("", SRC)] + before_labels(args.before)
         for label, src in trees:
             chosen = cases_for(label, src, policy, repo, home)
             cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)})
@@ -169,10 +206,13 @@ def main() -> int:
     for name, secs in med.items():
         print(f"  {name:<36} {secs * 1000:8.2f} ms")
     print("  ratios")
-    for label in ("", " (before)") if args.before else ("",):
-        if f"run CLI{label}" in med:
-            print(f"    run CLI / floor{label:<21} {med[f'run CLI{label}'] / med['floor']:6.2f}x")
-            print(f"    run CLI, plan cache miss / floor{label:<4} {med[f'run CLI, plan cache miss{label}'] / med['floor']:6.2f}x")
+    for label, src in before_labels(args.before):
+        print(f"  {label.strip()}: {src}")
+    for label, _ in [("", SRC)] + before_labels(args.before):
+        for case in ("run CLI", "run CLI, plan cache miss", "run CLI, first run", "run CLI, cache off",
+                     "run CLI, stdout a file"):
+            if f"{case}{label}" in med:
+                print(f"    {case + ' / floor' + label:<46} {med[f'{case}{label}'] / med['floor']:6.2f}x")
         if args.only is None and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")

@@ -109,15 +109,14 @@ def cmd_run(args: RunArgs) -> int:
             _err(f"{option} {args.status_json or args.status_fd}: {exc.strerror} (nothing ran)")
             return EXIT_USAGE
     # Exec mode may run a plan built by an earlier `sandboy run` with the same inputs (ADR 0028):
-    # before the compilers are even imported. None: this run is not one the plan cache keeps.
-    cached = said = None
+    # before the compilers are even imported. `miss`: the inputs of a build the cache may keep.
+    miss = said = None
     if args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None
                              or args.egress_log):
         from sandboy.confine import plan_cache
 
         if plan_cache.enabled():
-            cached = plan_cache
-            hit = plan_cache.lookup(args.policy, args.cwd)
+            hit, miss = plan_cache.consult(args.policy, args.cwd)
             if hit is not None:
                 _say_notes(hit, args.command[0])
                 said = True
@@ -132,13 +131,16 @@ def cmd_run(args: RunArgs) -> int:
 
     cage = None
     try:
-        policy = Policy.load(args.policy)
+        # (the bytes the plan cache read: its entry is keyed with exactly what was parsed)
+        policy = Policy.load(args.policy, raw=None if miss is None else miss.policy_bytes)
         if args.dry_run:
             return _dry_run(policy, args)
-        if cached is not None and not cached.may_keep(policy):
-            cached = None  # never kept: no fingerprint to compute, no entry to make
+        if miss is not None and not miss.keeps(policy):
+            miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
-        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=cached is not None)
+        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None)
+        if miss is not None:
+            miss.built(cage)  # the code that built it: taken before the command runs
         if not said:
             _say_notes(cage, args.command[0])
         hooks = exec_mode.hooks_for(cage, args.egress_log)  # the git check, the egress proxy
@@ -190,10 +192,8 @@ def cmd_run(args: RunArgs) -> int:
 
         _exit_without_finalizing = True
         code = exec_mode.exec_confined(args.command, cage, on_applied, hooks)
-        if cached is not None:  # once the command has run: its start waited for nothing
-            pending = cached.entry_for(cage, args.policy, args.cwd, hooks)
-            if pending is not None:
-                cached.store(pending)
+        if miss is not None:  # once the command has run: its start waited for nothing
+            miss.store(cage, hooks)
         return code
     except PolicyError as exc:
         _close_refused(cage)

@@ -472,7 +472,7 @@ def test_a_file_on_stdin_is_never_run_from_a_kept_plan(runner, tmp_path):
 # Each check of a hit, taken out of a copy of the package: the probe above that covers it must
 # then see the wrong behaviour (else the probe could not fail). (source text, replacement)
 MUTANTS = {
-    "the key": ("key != _key(policy_arg, policy_bytes, cwd, shape)", "False"),
+    "the key": ("key != miss.key", "False"),
     "the fingerprint": ("not Fingerprint.from_state(fingerprint).unchanged()", "False"),
     "the code": ("not _code_unchanged(code)", "False"),
     "the owner": ("st.st_mode & _S_IFMT != 0o100000 or st.st_uid != os.geteuid() or", "st.st_mode & _S_IFMT != 0o100000 or"),

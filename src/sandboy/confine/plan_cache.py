@@ -134,14 +134,17 @@ def _read_policy(policy_arg: str):
     except OSError:
         return None
     try:
-        if not S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode) or st.st_size > MAX_POLICY_BYTES:
             return None
-        data = os.read(fd, MAX_POLICY_BYTES + 1)
+        # its size + 1: a short read of a regular file is its end (a read of the bound itself
+        # made a 1 MiB buffer: ≈ 14 µs); a file that grew since the fstat is a miss
+        data = os.read(fd, st.st_size + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return data if len(data) <= MAX_POLICY_BYTES else None
+    return data if len(data) <= st.st_size else None
 
 
 def _code_identities() -> tuple:
@@ -256,20 +259,37 @@ class CachedPlan:
         return exec_mode.exit_like(status if reported is None else reported)
 
 
+def consult(policy_arg: str, cwd_arg=None) -> tuple:
+    """(the stored plan for this run, ready to start, or None; a `Miss` where a cage built for this
+    run may be kept, or None). What a run the cache never keeps pays is kept small: fd 0-2 are
+    looked at first (a file there: no entry opened, no policy read twice), and the key is computed
+    only where an entry exists to compare it with (else once the cage is built: `Miss.built`)."""
+    try:
+        shape = _stdio_shape()
+        if shape is None:
+            return None, None  # a file or named FIFO on fd 0-2: never kept (see _stdio_shape)
+        policy_bytes = _read_policy(policy_arg)
+        if policy_bytes is None:
+            return None, None  # not a readable regular file: the loader says what is wrong
+        miss = Miss(policy_arg, os.path.abspath(cwd_arg or os.getcwd()), policy_bytes, shape)
+        data = _open_entry(miss.path)
+        return (None if data is None else _applies(data, miss)), miss
+    except Exception:  # a working directory gone, a cache directory we may not read: a miss,
+        return None, None  # never an error (the build says what is wrong, if anything)
+
+
 def lookup(policy_arg: str, cwd_arg=None):
     """The stored plan for this run, ready to start, or None (a miss: build the cage)."""
+    return consult(policy_arg, cwd_arg)[0]
+
+
+def _applies(data: bytes, miss: "Miss"):
+    """The entry `data` made ready to run, or None where it does not apply to this run."""
     try:
-        cwd = os.path.abspath(cwd_arg or os.getcwd())
-        data = _open_entry(os.path.join(directory(), _entry_name(policy_arg, cwd)))
-        if data is None:
-            return None
         # the key first, the plan (most of the bytes) unmarshalled only for an entry that applies
         form, key, code, fingerprint, body = marshal.loads(data)
-        if form != FORMAT:
-            return None
-        policy_bytes = _read_policy(policy_arg)
-        shape = _stdio_shape()
-        if policy_bytes is None or shape is None or key != _key(policy_arg, policy_bytes, cwd, shape):
+        miss.key = _key(miss.policy_arg, miss.policy_bytes, miss.cwd, miss.shape)
+        if form != FORMAT or key != miss.key:
             return None
         if not _code_unchanged(code) or not Fingerprint.from_state(fingerprint).unchanged():
             return None
@@ -278,8 +298,51 @@ def lookup(policy_arg: str, cwd_arg=None):
         if not terminal.exec_in_place_possible():  # what supervisor_needed asks of this process
             return None
         return _ready(*marshal.loads(body))
-    except Exception:  # an entry of another shape, garbage that unmarshalled, a working directory
-        return None    # gone: a miss, never an error (the build says what is wrong, if anything)
+    except Exception:  # an entry of another shape, garbage that unmarshalled: a miss, never an error
+        return None
+
+
+class Miss:
+    """A run the plan cache may keep once its cage is built (`consult`): the inputs of the build
+    that are read from files, taken BEFORE the command runs, so that an entry never pairs a plan
+    with inputs it was not built from — the policy's bytes (read once: the build parses exactly
+    these, `Policy.load(path, raw=miss.policy_bytes)`; read again after the run, an edit made
+    while the command ran keyed the new bytes to the old plan, and every later run of the edited
+    policy ran the old one: redcage9), fd 0-2's shape, the key, and the identities of the code
+    that built it (`built`, before the command runs). The rest of the key is this process's own
+    (ids, environment, kernel), the same before and after."""
+
+    __slots__ = ("policy_arg", "cwd", "policy_bytes", "shape", "path", "kept", "key", "code")
+
+    def __init__(self, policy_arg: str, cwd: str, policy_bytes: bytes, shape: tuple):
+        self.policy_arg, self.cwd, self.policy_bytes, self.shape = policy_arg, cwd, policy_bytes, shape
+        self.path = os.path.join(directory(), _entry_name(policy_arg, cwd))
+        self.kept = False
+        self.key = self.code = None
+
+    def keeps(self, policy) -> bool:
+        """Whether a cage built from `policy` may be kept at all (`may_keep`), asked before the
+        build: a policy never kept costs no fingerprint, no key, no code identities."""
+        self.kept = may_keep(policy)
+        return self.kept
+
+    def built(self, cage) -> None:
+        """Called once `cage` is built, before its command runs: the key (where no entry made
+        `consult` compute it) and the identities of the code loaded now, the code that built
+        it (an upgrade of Sandboy while the command runs is then a miss for the next run)."""
+        if self.key is None:
+            self.key = _key(self.policy_arg, self.policy_bytes, self.cwd, self.shape)
+        self.code = _code_identities()
+
+    def store(self, cage, hooks) -> None:
+        """Once the command has run: the entry for `cage` written, where this run may be kept
+        (`_entry_for`). A cache never fails a run: anything that goes wrong only costs speed."""
+        try:
+            pending = _entry_for(cage, self, hooks)
+        except Exception:
+            return
+        if pending is not None:
+            store(pending)
 
 
 def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths):
@@ -317,31 +380,19 @@ def may_keep(policy) -> bool:
                 or policy.net.egress or "HOME" not in os.environ)
 
 
-def entry_for(cage, policy_arg: str, cwd_arg, hooks):
-    """See `_entry_for`; None also where making the entry failed: a cache never fails a run.
-    Asked once the command has run (`cage.launched`: the plan its child ran)."""
-    try:
-        return _entry_for(cage, policy_arg, cwd_arg, hooks)
-    except Exception:
-        return None
-
-
-def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
-    """What a later run may take instead of building `cage` (`store` writes it once this run has
-    started), or None where this run may not be cached: exec mode under the namespace tier with no
-    hooks, a fingerprint (no glob denies), a policy with no write root, `{tmp}`, `include` or
-    `[net]` egress, fd 0-2 of a cached shape."""
-    if hooks or cage.tier is None or cage.fingerprint is None or not may_keep(cage.policy):
+def _entry_for(cage, miss: Miss, hooks):
+    """What a later run may take instead of building `cage`, or None where this run may not be
+    cached: exec mode under the namespace tier with no hooks, a fingerprint (no glob denies), a
+    policy `Miss.keeps` (asked before the build), fd 0-2 of a cached shape (`consult`). Asked once
+    the command has run (`cage.launched`: the plan its child ran); everything it is keyed on was
+    taken before (`Miss`)."""
+    if hooks or not miss.kept or miss.code is None or cage.tier is None or cage.fingerprint is None:
         return None
     from sandboy.confine.hygiene import close_range_cloexec_works
 
     # Where close_range is refused, the plan marks close-on-exec the fds THIS process has open
     # (hygiene.plan_cloexec's fallback): an fd another caller hands in would reach its command
     if not close_range_cloexec_works():
-        return None
-    shape = _stdio_shape()
-    policy_bytes = _read_policy(policy_arg)
-    if shape is None or policy_bytes is None:
         return None
     # and asked of the tier itself: fd 0-2 need nothing of this run's own (a file reopened or
     # relayed by the init: namespaces.StdioHandoff), only what the shape decides
@@ -358,21 +409,19 @@ def _entry_for(cage, policy_arg: str, cwd_arg, hooks):
     if not ruleset_at or len(seccomp_at) != 1 or plan[seccomp_at[0]][4] != fprog:
         return None
     fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
-    cwd = os.path.abspath(cwd_arg or os.getcwd())
     body = (tuple(plan), ruleset_at, seccomp_at[0], bpf,
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths))
-    head = (FORMAT, _key(policy_arg, policy_bytes, cwd, shape), cage.fingerprint.state())
-    return os.path.join(directory(), _entry_name(policy_arg, cwd)), head, body
+    return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state()), body
 
 
 def store(pending) -> None:
-    """Write `entry_for`'s entry (atomically: a reader sees the old entry, the new one or none),
-    with the identities of the code loaded now. A cache that cannot be written only costs speed."""
-    path, (form, key, fingerprint), body = pending
-    try:  # (FORMAT, key, code, fingerprint, the rest marshalled on its own: see `lookup`)
-        data = marshal.dumps((form, key, _code_identities(), fingerprint, marshal.dumps(body)))
+    """Write `_entry_for`'s entry (atomically: a reader sees the old entry, the new one or none).
+    A cache that cannot be written only costs speed."""
+    path, head, body = pending
+    try:  # (FORMAT, key, code, fingerprint, the rest marshalled on its own: see `_applies`)
+        data = marshal.dumps((*head, marshal.dumps(body)))
     except ValueError:  # a value marshal cannot write (nothing on the cached path has one)
         return
     if len(data) > MAX_ENTRY_BYTES:

@@ -401,10 +401,12 @@ def parse_cached(path: str, raw: bytes, check) -> dict:
     return data
 
 
-def read_table(path: str, use_cache: bool = True) -> dict:
+def read_table(path: str, use_cache: bool = True, raw: bytes | None = None) -> dict:
     """The file's TOML table, parsed or from the cache. The caller validates it again
-    (`Policy.load`): a cached table saves parsing only and can never widen a policy."""
-    raw = read_bounded(path)
+    (`Policy.load`): a cached table saves parsing only and can never widen a policy. `raw`: the
+    file's bytes, where the caller read them already (at most MAX_POLICY_BYTES)."""
+    if raw is None:
+        raw = read_bounded(path)
     if not use_cache:
         from sandboy.policy.toml_file import parse_toml
 

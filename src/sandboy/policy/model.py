@@ -134,14 +134,16 @@ class Policy(_Record):
         return self.compat.landlock == "strict"
 
     @classmethod
-    def load(cls, path, use_cache: bool = True) -> "Policy":
-        """Load and validate a policy file; raises `PolicyError` naming file, key and fix."""
+    def load(cls, path, use_cache: bool = True, raw: bytes | None = None) -> "Policy":
+        """Load and validate a policy file; raises `PolicyError` naming file, key and fix. `raw`:
+        the file's bytes where the caller has read them already (`sandboy run`'s plan cache keys
+        its entry with exactly the bytes the build parsed: plan_cache.Miss)."""
         import os
 
         from sandboy.policy.load import read_table
 
         path = os.fspath(path)
-        return cls.from_mapping(read_table(path, use_cache), path)
+        return cls.from_mapping(read_table(path, use_cache, raw), path)
 
     @classmethod
     def from_mapping(cls, data: dict, source: str = "<policy>") -> "Policy":
