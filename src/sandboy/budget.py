@@ -33,10 +33,13 @@ def parse(src: str, key: str, value) -> int:
         seconds = value
     elif isinstance(value, str):
         text = value.strip()
+        # more digits than any budget has are out of range below: int() of 5,000 digits raised
+        # ValueError, a traceback instead of the error naming the key (session 9)
+        number = lambda digits: int(digits) if len(digits) <= 20 else MOST_SECONDS + 1  # noqa: E731
         if text.isascii() and text.isdigit():
-            seconds = int(text)
+            seconds = number(text)
         elif len(text) >= 2 and text[-1] in UNITS and text[:-1].isascii() and text[:-1].isdigit():
-            seconds = int(text[:-1]) * UNITS[text[-1]]
+            seconds = number(text[:-1]) * UNITS[text[-1]]
     if seconds is None:
         raise PolicyError(src, key, f"expected a duration: seconds as an integer or a string like \"90s\", "
                           f"\"30m\", \"6h\" (0 = no budget), got {value!r:.60}")

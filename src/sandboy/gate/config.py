@@ -31,6 +31,7 @@ MAX_GATE_POLICY_TEXT = 32 << 20  # characters of those entries (an env.set value
 MAX_NAME = 64
 MAX_RUN = 65536
 MAX_TIMEOUT = 7 * 24 * 3600
+_MAX_DIGITS = 16  # of a timeout string: "604800s" is 7
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 _TOP_KEYS = ("gate", "step", "policy")
 _GATE_KEYS = ("shell",)
@@ -66,13 +67,15 @@ def parse_timeout(src: str, key: str, value) -> int:
         seconds = value
     elif isinstance(value, str) and len(value) >= 2 and value[-1] in _UNITS and value[:-1].isascii() \
             and value[:-1].isdigit():
-        seconds = int(value[:-1]) * _UNITS[value[-1]]
+        # more digits than any timeout has: out of range below, without int() of 5,000 digits
+        # (a ValueError traceback and exit 1 — "a step failed" — instead of exit 2; session 9)
+        seconds = int(value[:-1]) * _UNITS[value[-1]] if len(value) <= _MAX_DIGITS else MAX_TIMEOUT + 1
     else:
         raise PolicyError(src, key, f"expected seconds as an integer or a string like \"90s\", \"10m\", \"1h\"; "
                           f"got {value!r}" if isinstance(value, (str, int)) else
                           f"expected seconds as an integer or a string like \"10m\", got {kind_of(value)}")
     if not 0 < seconds <= MAX_TIMEOUT:
-        raise PolicyError(src, key, f"expected a timeout between 1 second and 7 days, got {value!r}")
+        raise PolicyError(src, key, f"expected a timeout between 1 second and 7 days, got {value!r:.60}")
     return seconds
 
 
