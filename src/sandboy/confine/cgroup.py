@@ -149,9 +149,9 @@ class MemoryCgroup:
     page cache and tmpfs files they write — may use at most `mib` MiB more than the group held
     when the run began (`begin`), none of it in swap.
 
-    The command joins it itself, as the first step of its plan (`join_step`: a write of "0" to
-    the group's cgroup.procs through an fd opened here), so nothing of it ever runs outside the
-    bound and the supervising process never counts in it. Over the bound, on cgroup v1 the group's
+    The command joins it itself, as the first step of its plan (`join_step`: a write of "0"
+    through an fd opened here — v1's `tasks`, v2's `cgroup.procs`, see `_join_file`), so nothing of
+    it ever runs outside the bound and the supervising process never counts in it. Over the bound, on cgroup v1 the group's
     tasks wait (the OOM killer is disabled for it: `memory.oom_control`) and the supervisor, which
     MUST watch `oom_event_fd` (v1's eventfd notification, `cgroup.event_control`), ends the tree
     itself; cgroup v2 kills the whole group together (`memory.oom.group`).
@@ -169,7 +169,7 @@ class MemoryCgroup:
     def __init__(self, path: str, version: int, mib: int):
         self.path, self.version, self.mib = path, version, mib
         self.swap_bounded = False
-        self.procs_fd = None      # cgroup.procs, open for writing: the child's join step writes to it
+        self.join_fd = None       # `_join_file`, open for writing: the child's join step writes to it
         self.oom_event_fd = None  # v1: an eventfd the kernel signals at each OOM of the group
         self.baseline = 0         # bytes the group held when the run began (an earlier run's residue)
         self._limit = None        # the bound last written, bytes
@@ -280,7 +280,22 @@ class MemoryCgroup:
             # killer disabled the group's tasks wait at the bound and the supervisor, told by the
             # OOM event, ends the tree with ordinary signals.
             _write(os.path.join(self.path, "memory.oom_control"), 1)
-        self.procs_fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        self.join_fd = os.open(os.path.join(self.path, self._join_file()), os.O_WRONLY | os.O_CLOEXEC)
+
+    def _join_file(self) -> str:
+        """The file the command's join step writes "0" to. cgroup v1: `tasks`, which moves the
+        calling THREAD; `cgroup.procs` moves its whole thread group and for that takes the global
+        cgroup_threadgroup_rwsem for writing (cgroup_procs_write_start), whose first writer after
+        a quiet spell waits a full RCU grace period (rcu_sync_enter): ≈ 10 ms of wall clock here,
+        on a step lasting a few — the kernel skips that lock for a thread moving itself, as
+        nothing can exec or exit under it. Moving the thread is moving the process: the join is
+        the first step of the command's own process (Cage.child_plan), which has one thread
+        then (the init's CLONE_VM|CLONE_VFORK child, a vfork'd child without the tier, a fork
+        under the Python executor: none is made with CLONE_THREAD, and no step before the join
+        starts one), and every thread or process it makes later is born in the group.
+        docs/performance.md, "Session 9". cgroup v2 has no `tasks`, and its `cgroup.threads`
+        refuses a move to another domain group (the memory controller is not threaded)."""
+        return "tasks" if self.version == 1 else "cgroup.procs"
 
     def begin(self, mib: int, pids_max: int = 0) -> None:
         """Before a run (the group holds no process): the run may use `mib` MiB on top of what
@@ -326,7 +341,7 @@ class MemoryCgroup:
         runs; under the namespace tier after the init forks it, never in the init (Cage.child_plan)."""
         from sandboy.confine._libc import SYS_WRITE
 
-        return ("join the memory cgroup", (SYS_WRITE, False, self.procs_fd, b"0", 1))
+        return ("join the memory cgroup", (SYS_WRITE, False, self.join_fd, b"0", 1))
 
     def usage_bytes(self) -> int:
         return self._read_int("memory.current" if self.version == 2 else "memory.usage_in_bytes")
@@ -362,7 +377,7 @@ class MemoryCgroup:
         process is in it (nothing of a run may reach the next), not where the peak cannot be reset
         (v2 before Linux 6.12), and not when the run left more than a small residue (files its
         processes wrote into the page cache or a tmpfs stay charged here): a fresh group then."""
-        if not self.peak_resettable or self.procs_fd is None or self.pids():
+        if not self.peak_resettable or self.join_fd is None or self.pids():
             return False
         try:
             return self.usage_bytes() <= min(RESIDUE_MAX, (self.mib << 20) // 8)
@@ -373,10 +388,10 @@ class MemoryCgroup:
         return _members(self.path)
 
     def remove(self) -> None:
-        for fd in (self.procs_fd, self.oom_event_fd, *self._fds.values()):
+        for fd in (self.join_fd, self.oom_event_fd, *self._fds.values()):
             if fd is not None:
                 os.close(fd)
-        self.procs_fd = self.oom_event_fd = None
+        self.join_fd = self.oom_event_fd = None
         self._fds = {}
         try:
             os.rmdir(self.path)
