@@ -83,8 +83,7 @@ class Cage:
         `namespaces.Tier.plan`; `handoff`: what the tier does with files handed in on fd 0-2,
         `namespaces.StdioHandoff`, made here without pipes when not given), working directory,
         then the cage."""
-        steps = [(f"redirect fd {target}", (_libc.SYS_DUP2, False, fd, target))
-                 for target, fd in enumerate(stdio) if fd is not None and fd != target]
+        steps = hygiene.plan_redirects(stdio)
         if self.tier is not None:
             handoff = self.tier.plan_stdio(stdio, pipes=False) if handoff is None else handoff
             steps += self.tier.plan(in_netns, handoff) + handoff.command_steps

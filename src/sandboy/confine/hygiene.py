@@ -6,12 +6,15 @@ import os
 
 from sandboy.confine._libc import (
     SYS_CAPSET,
+    SYS_CLOSE,
     SYS_CLOSE_RANGE,
+    SYS_DUP2,
     SYS_FCNTL,
     SYS_PRCTL,
     SYS_PRLIMIT64,
     SYS_RT_SIGACTION,
     SYS_RT_SIGPROCMASK,
+    step_flags,
     u32,
     u64,
 )
@@ -62,6 +65,32 @@ def plan_signals() -> list:
 
 
 F_SETFD, FD_CLOEXEC = 2, 1
+F_DUPFD_CLOEXEC = 1030
+# Plan slots holding a redirect's source while fd 0-2 are replaced (`plan_redirects`); free again
+# before the namespace tier's steps, which use the same numbers (namespaces.HANDOFF_SLOTS).
+REDIRECT_SLOTS = (57, 58, 59)
+
+
+def plan_redirects(stdio) -> list:
+    """The child's steps that put `stdio[t]` (a caller's fd; None: fd t as it is) on fd t, as
+    ONE parallel assignment. One dup2 after another replaced a source that is itself one of fd
+    0-2 before a later redirect read it: `stdin=1, stdout=0` gave the command the caller's fd 1
+    on both. So a source that is also a target is first copied above fd 2 (F_DUPFD_CLOEXEC, into
+    a slot), the redirects read the copies, and the copies are closed. Only those sources pay
+    the two extra steps; `stdin=f, stdout=g` with f, g >= 3 is one dup2 each, as before."""
+    moves = [(target, fd) for target, fd in enumerate(stdio) if fd is not None and fd != target]
+    targets = {target for target, _ in moves}
+    copies: dict = {}  # source fd -> the slot holding its copy
+    steps = []
+    for _, fd in moves:
+        if fd in targets and fd not in copies:
+            copies[fd] = REDIRECT_SLOTS[len(copies)]
+            steps.append((f"copy fd {fd} above fd 2 before it is replaced",
+                          (SYS_FCNTL, step_flags(save=copies[fd]), fd, F_DUPFD_CLOEXEC, 3)))
+    steps += [(f"redirect fd {target}", (SYS_DUP2, False, (copies[fd],) if fd in copies else fd, target))
+              for target, fd in moves]
+    steps += [(f"close the copy of fd {fd}", (SYS_CLOSE, False, (slot,))) for fd, slot in copies.items()]
+    return steps
 _CLOSE_RANGE_OK = []
 
 

@@ -231,7 +231,7 @@ PROTECT_SLOT, RULE_SLOT, LOOPBACK_SLOT, LISTENER_SLOT = 60, 61, 62, 63
 # A file handed in on fd 0-2 reopened on the cage's tree is kept in its fd's slot until the
 # init takes it (NR_INIT's arguments); OFFSET_SLOT carries the caller's offset in. The mount
 # tree's copies stay below them all.
-HANDOFF_SLOTS = (57, 58, 59)
+HANDOFF_SLOTS = (57, 58, 59)  # also hygiene.REDIRECT_SLOTS, free again by the time these are used
 OFFSET_SLOT = 56
 COPY_SLOT_LIMIT = OFFSET_SLOT
 READ_ONLY_LABEL = "make every mount read-only"
