@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`make bench`: every benchmark, one after another, each printing ratios against baselines
-measured in the same run. Pass `--only run|cpu|tier|gate|audit|egress|merge|gitcheck` to pick one."""
+measured in the same run. Pass `--only run|cpu|tier|workload|gate|audit|egress|merge|gitcheck` to pick one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = {"run": "bench_run.py", "cpu": "bench_cpu.py", "tier": "bench_tier_parts.py", "gate": "bench_gate.py",
+BENCHES = {"run": "bench_run.py", "cpu": "bench_cpu.py", "tier": "bench_tier_parts.py", "workload": "bench_workload.py",
+           "gate": "bench_gate.py",
            "audit": "bench_audit.py", "egress": "bench_egress.py", "merge": "bench_merge.py", "gitcheck": "bench_gitcheck.py"}
 
 
