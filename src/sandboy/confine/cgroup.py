@@ -93,6 +93,9 @@ class PidsCgroup:
         return group
 
     def join(self, pid: int = 0) -> None:
+        if pid == 0:
+            _move_self(self.path)
+            return
         with open(os.path.join(self.path, "cgroup.procs"), "w") as fh:
             fh.write(str(pid))
 
@@ -113,9 +116,7 @@ class PidsCgroup:
 
     def leave(self) -> None:
         """Move this process back to the parent cgroup, so the group can be removed."""
-        parent = os.path.dirname(self.path)
-        with open(os.path.join(parent, "cgroup.procs"), "w") as fh:
-            fh.write("0")
+        _move_self(os.path.dirname(self.path))
 
     def pids(self) -> list[int]:
         return _members(self.path)
@@ -128,6 +129,20 @@ class PidsCgroup:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+def _move_self(group: str) -> None:
+    """Move this process into `group` (a cgroup directory). Through cgroup v1's `tasks` where
+    this process has one thread: a thread moving itself is moved without the kernel's global
+    cgroup_threadgroup_rwsem, whose first writer after a quiet spell waits a whole RCU grace
+    period (≈ 10 ms of wall clock here; docs/performance.md, "Session 9"), and with one thread
+    the thread is the process. One thread is a fact no other thread can change meanwhile: there is
+    none to start one. Otherwise (threads, or v2, which has no `tasks`) through `cgroup.procs`,
+    the whole thread group at once."""
+    tasks = os.path.join(group, "tasks")
+    name = tasks if os.path.isfile(tasks) and len(os.listdir("/proc/self/task")) == 1 else os.path.join(group, "cgroup.procs")
+    with open(name, "w") as fh:
+        fh.write("0")
 
 
 def _members(group: str) -> list[int]:
