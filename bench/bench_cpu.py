@@ -24,6 +24,9 @@ Cases (medians of N rounds):
                environment variable each run: the key differs, the cage is built, the entry written),
                as a policy's first run (no entry under its name), with the cache turned off
                (SANDBOY_PLAN_CACHE=0), and with stdout on a regular file (a run never kept)
+  write root   `sandboy run` with `[fs] write = ["{cwd}"]` (an agent editing its repository: the
+               protected paths and the post-run git check come with it), run in a git repository
+               and in a directory outside one: from its cached plan and as a miss (as above)
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -93,7 +96,7 @@ def with_src(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src)
 
 
-def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
+def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dirs=None) -> dict:
     env = with_src(src)
     py = sys.executable
 
@@ -133,6 +136,19 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
         with open(first + ".out", "wb") as out:
             return cpu_of(run_cli, env, stdout=out)
 
+    write_cases = {}
+    for where, (write_policy, cwd) in (write_dirs or {}).items():
+        # `[fs] write = ["{cwd}"]`, the policy an agent that edits its repository uses: the
+        # protected paths (ADR 0013) and the post-run git check (ADR 0019) come with it; each
+        # tree its own policy files (see `tag`), hits and misses their own
+        own = write_policy[:-len(".toml")] + (f"-{tag}" if tag else "")
+        shutil.copyfile(write_policy, own + ".toml")
+        shutil.copyfile(write_policy, own + "-miss.toml")
+        argv = [*run_cli[:5], own + ".toml", *run_cli[6:]]
+        argv_miss = [*run_cli[:5], own + "-miss.toml", *run_cli[6:]]
+        write_cases[f"run CLI, write root {where}{label}"] = lambda argv=argv, cwd=cwd: cpu_of(argv, env, cwd)
+        write_cases[f"run CLI, write root {where}, miss{label}"] = (
+            lambda argv=argv_miss, cwd=cwd: cpu_of(argv, dict(env, SANDBOY_BENCH_MISS=str(next(misses))), cwd))
     return {
         f"run CLI{label}": lambda: cpu_of(run_cli, env),
         # ADR 0028: another environment each time, so the plan cache misses, builds and writes
@@ -141,6 +157,7 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str) -> dict:
         f"run CLI, first run{label}": first_run,
         f"run CLI, cache off{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_PLAN_CACHE="0")),
         f"run CLI, stdout a file{label}": to_a_file,
+        **write_cases,
         f"API, small caller{label}": api(0),
         f"API, caller +100 MB{label}": api(100),
         f"gate, per step{label}": lambda: cpu_of([py, "-m", "sandboy.gate.cli", repo, "--json",
@@ -175,6 +192,23 @@ def main() -> int:
             fh.write("".join(f'[[step]]\nname = "s{i}"\nrun = "true"\n' for i in range(GATE_STEPS)))
         home = os.path.join(base, "home")
         os.mkdir(home)
+        write_dirs = {}
+        if args.only != "gate":
+            # a write root of the working directory, in a git repository and outside one
+            write_policy = os.path.join(base, "write.toml")
+            with open(write_policy, "w") as fh:
+                fh.write(POLICY + 'write = ["{cwd}"]\n')
+            for where, git in (("(git repo)", True), ("(no repo)", False)):
+                work = os.path.join(base, "work-repo" if git else "work-plain")
+                os.mkdir(work)
+                with open(os.path.join(work, "README"), "w") as fh:
+                    fh.write("a file\n")
+                if git:
+                    subprocess.run(["git", "init", "-q", work], check=True)
+                # one policy file per directory: each its own plan cache entries
+                own = write_policy[:-len(".toml")] + ("-repo" if git else "-plain") + ".toml"
+                shutil.copyfile(write_policy, own)
+                write_dirs[where] = (own, work)
         plain_env = dict(os.environ, HOME=home)
         cases = {
             "floor": lambda: cpu_of([sys.executable, "-c", "pass"]),
@@ -192,7 +226,7 @@ def main() -> int:
         wanted = {None: "", "cli": "run CLI", "gate": "gate, per step"}[args.only]
         trees = [("", SRC)] + before_labels(args.before)
         for label, src in trees:
-            chosen = cases_for(label, src, policy, repo, home)
+            chosen = cases_for(label, src, policy, repo, home, write_dirs)
             cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)})
         for fn in cases.values():  # warm caches (policy parse cache, page cache)
             fn()
@@ -213,6 +247,10 @@ def main() -> int:
                      "run CLI, stdout a file"):
             if f"{case}{label}" in med:
                 print(f"    {case + ' / floor' + label:<46} {med[f'{case}{label}'] / med['floor']:6.2f}x")
+        for name in med:
+            if name.startswith("run CLI, write root") and name.endswith(label) and (label or "(before" not in name):
+                what = name[len("run CLI, "):len(name) - len(label)] + " / floor" + label
+                print(f"    {what:<46} {med[name] / med['floor']:6.2f}x")
         if args.only is None and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")

@@ -92,6 +92,7 @@ RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the 
     "exec mode": ("", []),
     "exec mode, plan cache off": ("", []),
     "write roots": ('write = ["{tmp}/work"]\n', []),
+    "write roots, a repository": ('write = ["{tmp}/repo"]\n', []),  # (the git check judges it)
     "--tty": ("", ["--tty"]),
     "net.domains": ('\n[net]\ndomains = ["example.org"]\n', []),
     "include": ('', [], 'include = ["system"]\n'),  # (a top-level key: before POLICY's [fs])
@@ -104,6 +105,8 @@ def run_imports(kind: str, tmp_path: Path) -> set[str]:
     `sandboy` and this module."""
     extra, options, *top = RUNS[kind]
     (tmp_path / "work").mkdir(exist_ok=True)
+    (tmp_path / "repo" / ".git" / "hooks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     policy = tmp_path / "p.toml"
     policy.write_text("".join(top) + POLICY + extra.replace("{tmp}", str(tmp_path)))
     argv = [SANDBOY, "run", "--policy", str(policy), *options, "--", "/bin/true"]

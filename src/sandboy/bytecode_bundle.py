@@ -55,9 +55,13 @@ RUN_PATH_GROUPS = {
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
-    # a policy with write roots: protected paths and the post-run git check
-    "write roots": ("sandboy.confine.protected", "sandboy.confine.own_install", "sandboy.confine.gitcheck",
-                    "sandboy.confine.kernel_mounts",
+    # a policy with write roots: the post-run git check and the protected paths' names, what a
+    # plan cache hit of such a policy imports too (ADR 0028, session 9)
+    "git check": ("sandboy.confine.protected", "sandboy.confine.gitcheck"),
+    # its judgement: a write root holding a repository (or one made by the run)
+    "git judgement": ("sandboy.confine.gitjudge",),
+    # the build's other modules for write roots: the protected paths' resolution
+    "write roots": ("sandboy.confine.own_install", "sandboy.confine.kernel_mounts",
                     "sandboy.confine.hook_python", "sandboy.confine.path_dirs"),
     # a warning or an error to print (`sandboy: warning: ...`, a policy error): the escaping every
     # printed line goes through (0.80 -> 0.56 M instructions to import from here: session 7)

@@ -164,14 +164,28 @@ def _wait_in_namespace(argv, cage, on_applied):
     return exit_like(status if reported is None else reported)
 
 
-def start_and_wait(argv, cage) -> tuple:
+def die_with_the_supervisor() -> tuple:
+    """The (label, step) a supervised child runs first: it dies (SIGKILL) when the process
+    supervising it does, whose checks after the run could then never run (supervision.py; a
+    cached plan's run with the git check, plan_cache.CachedPlan)."""
+    from sandboy.confine._libc import SYS_PRCTL
+
+    return ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, SIGKILL))
+
+
+PR_SET_PDEATHSIG, SIGKILL = 1, 9  # Linux (`signal` imports enum)
+
+
+def start_and_wait(argv, cage, supervised: bool = False) -> tuple:
     """(wait status, the child's report, the session steps it ran first): start `cage`'s init
     (`cage.start_child`: a built Cage, or a cached plan's, plan_cache.CachedPlan) in a session of
-    its own and wait for it in C, the forwarded signals held until the wait takes them."""
+    its own and wait for it in C, the forwarded signals held until the wait takes them.
+    `supervised`: this process checks after the run (the git check), so the child dies with it,
+    as under `Supervision`."""
     from sandboy.confine import _libc
     from sandboy.confine.terminal import session_steps
 
-    first = session_steps()
+    first = session_steps() + ((die_with_the_supervisor(),) if supervised else ())
     held = _hold_forwarded_signals()
     try:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)

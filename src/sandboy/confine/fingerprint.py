@@ -120,12 +120,20 @@ class Fingerprint:
     def _inputs_now(self) -> tuple:
         return tuple(stat_key(p) for p in self.inputs)
 
-    def unchanged(self, managers=None) -> bool:
+    def unchanged(self, managers=None, resolve=True) -> bool:
         """True when a rebuild now would give the same rules (see the class). `managers`: a dict
         that gets the hook-manager discoveries where the protected paths were resolved anew
-        (`protected.discover_managers`)."""
+        (`protected.discover_managers`). `resolve=False`: False instead of resolving them anew
+        where the stats do not settle it (a plan cache hit, which imports no compiler: the
+        miss builds, and its entry takes the stats again)."""
         return (self._inputs_now() == self._input_keys and self._split_unchanged()
-                and self._protected_unchanged(managers))
+                and self._protected_unchanged(managers, resolve))
+
+    def protected_settled(self) -> bool:
+        """Whether the protected paths are decided by stats alone at the next check (`unchanged`
+        has resolved them and found `launch_reads` settled), or there are none to decide (no
+        write root): what a plan cache entry needs to be checked without the compilers."""
+        return not self.protected_args[0] or self._watch is not None
 
     def _split_unchanged(self) -> bool:
         now = None
@@ -152,11 +160,13 @@ class Fingerprint:
     def _installed_now(self):
         if self._install is None:
             return None
+        if not self._install:  # no row of the installation in a write root (the usual one): no
+            return []          # lookup to make, and a plan cache hit imports no own_install
         from sandboy.confine import own_install
 
         return own_install.present(self._install)
 
-    def _protected_unchanged(self, managers=None) -> bool:
+    def _protected_unchanged(self, managers=None, resolve=True) -> bool:
         """The protected paths a rebuild would find are those of the build: by the stats of what
         decided them where they are known and settled, else resolved anew (then the stats are
         taken again, BEFORE the resolution, so a change made meanwhile shows at the next check)."""
@@ -169,6 +179,8 @@ class Fingerprint:
                     and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched
                     and self._installed_now() == self._installed):
                 return True
+        if not resolve:
+            return False
         from sandboy.confine import protections
         from sandboy.confine.protected import launch_reads
 

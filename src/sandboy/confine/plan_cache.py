@@ -41,7 +41,7 @@ from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's ch
 from sandboy.policy.resolve import cache_dir, exec_args
 
 DISABLE_ENV = "SANDBOY_PLAN_CACHE"
-FORMAT = "sandboy plan cache 2"  # 2: no environment value in an entry
+FORMAT = "sandboy plan cache 3"  # 2: no environment value in an entry; 3: write roots (their git check)
 _NAME_KEY = 0x53424F59504C414E  # the SipHash key of entries' file names ("SBOYPLAN")
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
@@ -120,7 +120,13 @@ def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
 
     return (FORMAT, sys.version, sys.executable, _PACKAGE, policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
             os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()), _environment(),
-            tuple(os.uname()), abi_version(), stdio_shape)
+            tuple(os.uname()), abi_version(), stdio_shape, _first_import())
+
+
+def _first_import():
+    """Where this interpreter imports from first (`sys.path[0]`, unless -P): a write root holding
+    it gets the build's warning (`own_install.first_import_warning`), said again on a hit."""
+    return None if sys.flags.safe_path or not sys.path else sys.path[0]
 
 
 def _read_policy(policy_arg: str):
@@ -207,7 +213,7 @@ class CachedPlan:
     """A stored plan made ready to run in this process (`lookup`): what exec mode needs of a Cage
     (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
 
-    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive):
+    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_write=None):
         self.plan = plan
         self.clone_flags = clone_flags
         self.env = env
@@ -216,6 +222,9 @@ class CachedPlan:
         self._exec_paths = exec_paths
         self._ruleset_fd = ruleset_fd
         self._keepalive = keepalive  # the seccomp program the plan's sock_fprog points at
+        # the write roots the post-run git check walks (ADR 0019), as the build's `_cage_scope`
+        # gives them; None: the policy brings no check
+        self._git_write = git_write
         self.start_failed = False
 
     @property
@@ -242,11 +251,23 @@ class CachedPlan:
 
     def run(self, argv):
         """Exec mode with this plan: the command's exit code (or this process ends by its signal),
-        or None where the start failed before the command ran (the caller builds anew)."""
+        or None where the start failed before the command ran (the caller builds anew). With
+        write roots, the post-run git check around it as the build's run has it (`GitCheck`
+        under `exec_mode._supervise_in_namespace`): the snapshot just before the child starts,
+        the verdict once the namespace's init — and with it every process of the run — has
+        ended; a finding fails the run (125) with the build's message."""
         from sandboy.confine import exec_mode
 
+        snap = None
+        if self._git_write is not None:
+            from sandboy.confine.gitcheck import GitSnapshot, Scope
+
+            snap = GitSnapshot.at_launch(Scope(self._git_write))
+            if snap is not None and snap.beyond_bound is not None:
+                self.close()
+                return None  # refused before it starts: the build says so, in its words
         try:
-            status, report, _ = exec_mode.start_and_wait(argv, self)
+            status, report, _ = exec_mode.start_and_wait(argv, self, supervised=snap is not None)
         except Exception:
             if not self.start_failed:
                 raise
@@ -255,7 +276,19 @@ class CachedPlan:
             self.close()
         failed, reported = _libc.read_child_report(report)
         if failed is not None:
-            return None
+            return None  # (nothing ran: nothing to check)
+        if snap is not None:
+            from sandboy.confine.gitcheck import after_run
+
+            try:
+                message = after_run(snap)
+            except Exception as exc:  # a check that could not run did not pass (HookChain.stop)
+                message = f"git check: {exc}"
+            if message:
+                exec_mode._say(message)
+                from sandboy.errors import EXIT_CAGE
+
+                return EXIT_CAGE
         return exec_mode.exit_like(status if reported is None else reported)
 
 
@@ -291,7 +324,7 @@ def _applies(data: bytes, miss: "Miss"):
         miss.key = _key(miss.policy_arg, miss.policy_bytes, miss.cwd, miss.shape)
         if form != FORMAT or key != miss.key:
             return None
-        if not _code_unchanged(code) or not Fingerprint.from_state(fingerprint).unchanged():
+        if not _code_unchanged(code) or not Fingerprint.from_state(fingerprint).unchanged(resolve=False):
             return None
         from sandboy.confine import terminal
 
@@ -345,7 +378,7 @@ class Miss:
             store(pending)
 
 
-def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths):
+def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_write):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
     where the plan names the ruleset) and the seccomp program's address in its sock_fprog."""
     from sandboy.confine.ruleset import build_ruleset
@@ -365,18 +398,19 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     plan[seccomp_at] = (*step[:4], step[4][:8] + address.to_bytes(8, "little"), *step[5:])
     environ = os.environ
     env = {name: environ[name] if value is None else value for name, value in env.items()}
-    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive)
+    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_write)
 
 
 def may_keep(policy) -> bool:
     """Whether a run of `policy` may be kept at all, asked of the loaded policy before the build
-    (so a policy never kept costs no fingerprint): no write root, `{tmp}`, `include` or `[net]`
-    egress, and $HOME set."""
+    (so a policy never kept costs no fingerprint): no `{tmp}`, `include` or `[net]` egress, and
+    $HOME set. Write roots are kept: the protected paths are the fingerprint's (checked by their
+    stats on a hit), the post-run git check runs on a hit too (`CachedPlan.run`)."""
     from sandboy.policy.resolve import uses_tmp
 
     # `include`: the presets are resolved on this machine at every load (which programs exist,
     # where they lead), inputs no key holds; the loader imports them only for such a policy
-    return not (policy.fs.write or uses_tmp(policy) or "sandboy.policy.presets" in sys.modules
+    return not (uses_tmp(policy) or "sandboy.policy.presets" in sys.modules
                 or policy.net.egress or "HOME" not in os.environ)
 
 
@@ -386,7 +420,10 @@ def _entry_for(cage, miss: Miss, hooks):
     policy `Miss.keeps` (asked before the build), fd 0-2 of a cached shape (`consult`). Asked once
     the command has run (`cage.launched`: the plan its child ran); everything it is keyed on was
     taken before (`Miss`)."""
-    if hooks or not miss.kept or miss.code is None or cage.tier is None or cage.fingerprint is None:
+    if not miss.kept or miss.code is None or cage.tier is None or cage.fingerprint is None:
+        return None
+    git_write = _git_write(cage, hooks)
+    if git_write is False:
         return None
     from sandboy.confine.hygiene import close_range_cloexec_works
 
@@ -398,6 +435,15 @@ def _entry_for(cage, miss: Miss, hooks):
     # relayed by the init: namespaces.StdioHandoff), only what the shape decides
     handoff = cage.tier.plan_stdio((None, None, None), pipes=False)
     if handoff.init_steps or handoff.parent_fds or handoff.init_args != (-1, -1, -1, 0) or cage.launched is None:
+        return None
+    # The protected paths (write roots): resolved again now, after the run — a command that
+    # changed what decides them (made a `.bashrc`, `git init`, a hooks path) gets the rebuild's
+    # protection next time — and kept only where the stats of what decides them, taken before
+    # that resolution, settle it: a hit then checks them without the compilers
+    # (`Fingerprint.unchanged(resolve=False)`); the plan's protected set is the build's, equal
+    # to what a rebuild finds now
+    if cage.fingerprint.protected_args[0] and not (cage.fingerprint.unchanged()
+                                                    and cage.fingerprint.protected_settled()):
         return None
     fd, plan = cage.launched  # the plan the run's child ran (the launch made it: not asked again)
     ruleset_at = tuple(i for i, step in enumerate(plan)
@@ -412,8 +458,24 @@ def _entry_for(cage, miss: Miss, hooks):
     body = (tuple(plan), ruleset_at, seccomp_at[0], bpf,
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
-            cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths))
+            cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
+            git_write)
     return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state()), body
+
+
+def _git_write(cage, hooks):
+    """The write roots a hit's git check walks (None: no check), or False where this run's hooks
+    are not only the git check `exec_mode.hooks_for` made for it (the only hook a hit runs)."""
+    policy = cage.policy
+    if not (policy.fs.protect_defaults and policy.fs.write):  # `gitcheck._cage_scope`'s rule
+        return False if hooks else None
+    from sandboy.confine.gitcheck import GitCheck  # (imported already: `hooks_for` asked it)
+
+    if any(type(hook) is not GitCheck or hook.record is not None for hook in hooks):
+        return False
+    # `_cage_scope`'s roots: no `{tmp}` to leave out (never kept), no PATH directories to judge
+    # (the tier binds them read-only; a run without the tier is never kept)
+    return tuple(cage.compiled["landlock.fs"].outputs["protected_args"][0])
 
 
 def store(pending) -> None:

@@ -46,7 +46,7 @@ from sandboy.confine import reaping
 from sandboy.confine.result import CAGE_ERROR, KILLED, OUT_OF_MEMORY, STATUS_LOST, RunResult, from_child
 from sandboy.errors import EXIT_CAGE, CageError
 
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG = 1  # (the command's death signal: exec_mode.die_with_the_supervisor)
 PR_SET_CHILD_SUBREAPER = 36
 
 NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
@@ -245,7 +245,7 @@ class Supervision(Handle):
     def _prepare(self) -> tuple:
         """Before the hooks start: make this process the run's supervisor; the (label, step)
         pairs the child runs first. CageError refuses the run."""
-        from sandboy.confine._libc import SYS_PRCTL, prctl
+        from sandboy.confine._libc import prctl
         from sandboy.confine.terminal import session_steps
 
         self.cage.check_open()  # a closed cage: refused before anything else
@@ -272,8 +272,9 @@ class Supervision(Handle):
         # The command leads a session of its own (`ctty` becomes its controlling terminal) and
         # dies with this process: if the supervisor is killed outright its descendants are still
         # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
-        return (*session_steps(self.ctty),
-                ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, signal.SIGKILL)))
+        from sandboy.confine.exec_mode import die_with_the_supervisor
+
+        return (*session_steps(self.ctty), die_with_the_supervisor())
 
     def _fork_failed(self, exc: OSError):
         self._refuse_unstarted(f"fork failed: {exc.strerror}")
