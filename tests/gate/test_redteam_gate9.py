@@ -53,3 +53,54 @@ def test_a_ceiling_budget_of_thousands_of_digits_is_a_usage_error(tmp_path, fake
     ceiling.write_text(printed.replace('budget = "6h"', 'budget = "30m"'))  # twin
     twin = run_gate(repo, "--ceiling", ceiling, home=fake_home)
     assert twin.returncode == 0, twin.stdout + twin.stderr
+
+
+def _parse_junit(path):
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    from gatekit import ROOT
+
+    xmlschema.XMLSchema(str(ROOT / "tests" / "gate" / "junit.xsd")).validate(str(path))
+    return ET.parse(path)
+
+
+def test_a_step_printing_xml_noncharacters_leaves_a_readable_junit_report(tmp_path, fake_home):
+    # U+FFFE / U+FFFF are not XML characters: printed by a step (or quoted from a step policy's
+    # path in a narrowing), they made the JUnit file "not well-formed" for every CI reader
+    repo = make_repo(tmp_path, r"""
+        [[step]]
+        name = "noisy"
+        run = "printf 'before \\357\\277\\276 \\357\\277\\277 after\\n'; exit 3"
+        policy = "p"
+
+        [policy.p]
+        version = 1
+        fs.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "."]
+        fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+        fs.write = ["/x\uffff"]
+    """)
+    junit = tmp_path / "junit.xml"
+    proc = run_gate(repo, "--junit", junit, home=fake_home)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    raw = junit.read_bytes()
+    assert b"\xef\xbf\xbe" not in raw and b"\xef\xbf\xbf" not in raw
+    tree = _parse_junit(junit)
+    text = "".join(e.text or "" for e in tree.iter("system-out"))
+    assert "before \\ufffe \\uffff after" in text  # shown escaped, not dropped
+    assert "x\\uffff" in text  # the narrowing that quotes the path
+    assert tree.find(".//failure") is not None  # still reads as the failure it was
+
+
+def test_twin_ordinary_non_ascii_output_is_kept_as_it_is_in_junit(tmp_path, fake_home):
+    repo = make_repo(tmp_path, r"""
+        [[step]]
+        name = "s"
+        run = "printf 'caf\\303\\251 \\342\\234\\223 \\360\\237\\231\\202\\n'"
+    """)
+    junit = tmp_path / "junit.xml"
+    proc = run_gate(repo, "--junit", junit, home=fake_home)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = "".join(e.text or "" for e in _parse_junit(junit).iter("system-out"))
+    assert "café ✓ 🙂" in text

@@ -171,7 +171,22 @@ def to_junit(gate_result) -> bytes:
         out += _tail_text(s)
         if out:
             ET.SubElement(case, "system-out").text = _xml_text(out)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return _xml_characters(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+
+
+# U+FFFE and U+FFFF are not XML 1.0 characters, even escaped ("&#xFFFF;" is not well-formed
+# either), and `escape.clean` leaves them (nothing but an XML parser minds them): a step printing
+# them (or a step policy path holding one, quoted in a narrowing) made the whole JUnit file
+# unreadable to every CI reader — "not well-formed (invalid token)" (session 9). Their UTF-8
+# bytes appear nowhere else, so the serialized report is mended in one place, every field at once.
+_XML_NONCHARACTERS = ((b"\xef\xbf\xbe", b"\\ufffe"), (b"\xef\xbf\xbf", b"\\uffff"))
+
+
+def _xml_characters(xml: bytes) -> bytes:
+    for raw, shown in _XML_NONCHARACTERS:
+        if raw in xml:
+            xml = xml.replace(raw, shown)
+    return xml
 
 
 # --- Markdown --------------------------------------------------------------------------
