@@ -151,3 +151,68 @@ def test_sandboy_upgraded_while_a_run_builds_does_not_keep_the_old_codes_plan(tm
 
 def SANDBOY_NO_CACHE(env: dict) -> dict:  # noqa: N802 (reads as the variable it sets)
     return dict(env, SANDBOY_PLAN_CACHE="0")
+
+
+def _inotify_open_of(directory: Path):
+    """An inotify fd that reports the next open(2) of `directory` itself (IN_OPEN): the build's
+    listing of a directory it splits. O_PATH opens (realpath's) report nothing."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    assert fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(directory), 0x20) >= 0  # IN_OPEN
+    return fd
+
+
+def _create_on_open(fd: int, directory_event_then, fired: list) -> None:
+    import struct
+
+    while not fired:
+        buf = os.read(fd, 4096)
+        off = 0
+        while off < len(buf):
+            _wd, _mask, _cookie, length = struct.unpack_from("iIII", buf, off)
+            off += 16 + length
+            if length == 0:  # the watched directory itself was opened
+                directory_event_then()
+                fired.append(True)
+                return
+
+
+def test_a_deny_file_made_while_the_cage_is_built_is_not_granted_by_a_kept_plan(tmp_path, tier):
+    """The build decides the denies (a deny naming no file splits nothing), THEN lists the
+    directories it splits, compiles the rest and takes the fingerprint. A secret written in
+    between (here the moment the build lists a split directory: the cache's parent, which every
+    cage denies inside a read grant) was granted by the kept plan while the fingerprint said it
+    existed: every later run hit and read it (7 runs in 8 here); a rebuild denies it. Three tries:
+    none may read it."""
+    import threading
+
+    for attempt in range(3):
+        root = tmp_path / f"try{attempt}"
+        split, data, work = root / "g", root / "data", root / "work"
+        for d in (split / "cache", data, work):
+            d.mkdir(parents=True)
+        (data / "public").write_text("PUBLIC")
+        policy = root / "p.toml"
+        policy.write_text(POLICY.format(data=data).replace(f'"{data}"', f'"{split}", "{data}"')
+                          + f'deny = ["{data}/secret"]\n')
+        env = _env(tmp_path, SANDBOY_CACHE_DIR=str(split / "cache"))
+        fd = _inotify_open_of(split)
+        fired: list = []
+        racer = threading.Thread(target=_create_on_open, args=(fd, lambda: (data / "secret").write_text("S3CRET"), fired),
+                                 daemon=True)
+        racer.start()
+        try:
+            first = _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
+            racer.join(10)
+        finally:
+            os.close(fd)
+        assert fired and first.stdout == "PUBLIC" and not first.hit, first.stderr
+        after = _run(policy, "/bin/cat", str(data / "secret"), env=env, cwd=work)
+        assert "S3CRET" not in after.stdout, f"try {attempt}: a kept plan granted the deny made during its build"
+        assert after.returncode != 0
+        # twin: the rebuild's plan is kept and served, the deny applied, the rest readable
+        again = _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
+        assert again.hit and again.stdout == "PUBLIC"
+        assert _run(policy, "/bin/cat", str(data / "secret"), env=env, cwd=work).stdout == ""

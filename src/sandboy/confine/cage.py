@@ -319,6 +319,11 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
 
         check_repository_grants(policy, ctx.repo)  # `{repo}/x` stays inside the repository
     job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
+    before = None
+    if reusable:  # the policy's paths as they were before any rule was decided (Fingerprint's `before`)
+        from sandboy.confine.fingerprint import stats_before
+
+        before = stats_before(job.resolved.fs)
     try:
         compiled = protections.compile_all(job)
     except OSError as exc:  # a path's symlink cannot be read (resolve.unfollowable): name it
@@ -342,7 +347,8 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
     if reusable and fs["reusable"] and (egress is None or egress.outputs.get("listener") is None):
         from sandboy.confine.fingerprint import Fingerprint  # only where a cage may run again
 
-        cage.fingerprint = Fingerprint(fs["inputs"], fs["split_dirs"], fs["protected_args"], job.protected_by_origin())
+        cage.fingerprint = Fingerprint(fs["inputs"], fs["split_dirs"], fs["protected_args"], job.protected_by_origin(),
+                                       before)
     return cage
 
 

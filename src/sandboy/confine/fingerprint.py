@@ -58,6 +58,12 @@ def _stats(paths, look) -> tuple:
     return tuple(out)
 
 
+def stats_before(fs) -> dict:
+    """{path: stat_key} of a resolved policy's own paths, taken before its rules are decided (see
+    `Fingerprint`'s `before`): what a fingerprint then holds for them instead of later stats."""
+    return {path: stat_key(path) for path in (*fs.read, *fs.exec, *fs.write, *fs.deny, *fs.protect)}
+
+
 class Fingerprint:
     """What a compiled cage's rules depend on in the file system (`inputs`: the inode each policy
     path leads to, or that it is missing; `split_dirs`: the entries of each directory split
@@ -75,9 +81,15 @@ class Fingerprint:
     __slots__ = ("inputs", "_input_keys", "_split", "protected_args", "_protected", "_install", "_installed",
                  "_watch", "_watched", "_env")
 
-    def __init__(self, inputs, split_dirs, protected_args, protected):
+    def __init__(self, inputs, split_dirs, protected_args, protected, before=None):
         self.inputs = tuple(dict.fromkeys(inputs))  # (a path named by two keys is looked up once)
-        self._input_keys = self._inputs_now()
+        # `before`: {path: stat_key} of the policy's own paths taken BEFORE the rules were decided
+        # (`stats_before`). A fingerprint taken after them described a deny file made while the
+        # cage was built (absent for `expand_denies`, present now): the rules granted it and every
+        # later check said "unchanged" (redcage9). Stats older than every decision make any change
+        # since show at the next check.
+        self._input_keys = (self._inputs_now() if before is None else
+                            tuple(before[p] if p in before else stat_key(p) for p in self.inputs))
         now = time.time_ns()
         self._split = []  # [directory, stat_key, listing, identity settled at `now` or None]
         for directory in split_dirs:
