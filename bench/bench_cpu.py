@@ -142,7 +142,8 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         # protected paths (ADR 0013) and the post-run git check (ADR 0019) come with it; each
         # tree its own policy files (see `tag`), hits and misses their own
         own = write_policy[:-len(".toml")] + (f"-{tag}" if tag else "")
-        shutil.copyfile(write_policy, own + ".toml")
+        if tag:
+            shutil.copyfile(write_policy, own + ".toml")
         shutil.copyfile(write_policy, own + "-miss.toml")
         argv = [*run_cli[:5], own + ".toml", *run_cli[6:]]
         argv_miss = [*run_cli[:5], own + "-miss.toml", *run_cli[6:]]

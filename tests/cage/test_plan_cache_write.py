@@ -264,3 +264,24 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
                               cwd=runner.cwd)
         assert proc.returncode == 0 and "sys.path[0]" not in proc.stderr  # the console script's plan, unwarned
 
+
+
+def test_a_hooks_path_set_since_is_never_kept_and_its_hooks_protected(runner):
+    """`core.hooksPath` added to the repository's config on the host since the entry was kept:
+    its stats differ (a miss), the rebuild protects the hooks directory it names, and no entry
+    is kept for it — no short list of stats decides the protected paths then
+    (`protected.launch_reads` is None), so every run builds, as a reuse check resolves anew."""
+    make_repository(runner.cwd)
+    hooks = runner.cwd / "tools" / "githooks"
+    hooks.mkdir(parents=True)
+    settle()
+    plant = ("/bin/sh", "-c", "echo evil > tools/githooks/pre-commit")
+    assert entry_applies(runner, "/bin/true").hit
+    (kept,) = runner.entries()
+    with open(runner.cwd / ".git" / "config", "a") as config:
+        config.write("\thooksPath = tools/githooks\n")  # (in the [core] section make_repository wrote)
+    settle()
+    for _ in range(2):
+        proc = runner.run(*plant)
+        assert not proc.hit and proc.returncode != 0 and not (hooks / "pre-commit").exists(), proc.err
+    assert runner.entries() == [kept]  # the old entry stays (a miss each time), none for this shape
