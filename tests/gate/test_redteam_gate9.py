@@ -104,3 +104,47 @@ def test_twin_ordinary_non_ascii_output_is_kept_as_it_is_in_junit(tmp_path, fake
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = "".join(e.text or "" for e in _parse_junit(junit).iter("system-out"))
     assert "café ✓ 🙂" in text
+
+
+def _console_tail(stdout: str, name: str) -> list:
+    """The step's output lines the console showed when the step ended (its tail)."""
+    marker = f"step {name}: "
+    lines = stdout.splitlines()
+    at = next(i for i, text in enumerate(lines) if text.startswith(f"!! {marker}") and "lines follow" in text)
+    return [text for text in lines[at + 1:] if text.startswith(f"[{name}] ")]
+
+
+def test_a_step_printing_empty_lines_gets_a_tail_of_bounded_lines_not_millions(tmp_path, fake_home):
+    # Each console line held for the tail cost the gate a tuple and a bytes object (≈ 100 bytes,
+    # outside the step's memory cgroup) and a render + write when the step ended: `yes ''` under
+    # the default cap held 3.4 million lines, 333 MB of the gate, and the gate ran 36 s past
+    # `--budget 90` rendering them. Scaled down: a 1 MiB cap (512 KiB tail).
+    from sandboy.gate.capture import HELD_LINE_COST
+
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "s"
+        run = "yes '' | head -n 400000; echo LAST"
+    """)
+    proc = run_gate(repo, "--max-step-output", "1M", home=fake_home, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    tail = _console_tail(proc.stdout, "s")
+    assert tail[-1] == "[s] LAST"
+    # before: 512 KiB / 5 characters a line = 104,857 lines held and shown
+    assert len(tail) <= (512 << 10) // HELD_LINE_COST + 1, len(tail)
+    assert "lines (about " in proc.stdout  # the dropped lines still said, in characters as printed
+    dropped = int(proc.stdout.split("lines (about ")[1].split(" characters")[0].replace(",", ""))
+    assert dropped < 400_000 * 5  # counted as printed (5 a line), not as charged
+
+
+def test_twin_long_lines_still_get_a_tail_of_the_caps_characters(tmp_path, fake_home):
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "s"
+        run = "yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx | head -n 20000; echo LAST"
+    """)
+    proc = run_gate(repo, "--max-step-output", "1M", home=fake_home, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    tail = _console_tail(proc.stdout, "s")
+    assert tail[-1] == "[s] LAST"
+    assert sum(len(text) + 1 for text in tail) >= 0.9 * (512 << 10)  # as before: the tail's characters

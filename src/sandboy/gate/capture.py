@@ -15,6 +15,14 @@ DEFAULT_MAX_STEP_OUTPUT = 32 << 20  # bytes of a step's output kept in its log, 
 # Without it, 1,000 steps of `yes | head -c 32M` wrote 32 GB of logs and console (session 7).
 GATE_OUTPUT_FACTOR = 8
 STEP_OUTPUT_FLOOR = 64 << 10
+# What one console line held for the tail costs the gate beyond its characters: a tuple and a
+# bytes object (≈ 100 bytes of the gate's memory, outside the step's memory cgroup) and, when the
+# step ends, a render and a write of its own. A step printing empty lines (`yes ''`) filled the
+# default 16 MiB tail with 3.4 million of them: 333 MB of the gate's memory, and 36 s of rendering
+# AFTER its budget had ended it (`--budget 90`: the gate ended at 126 s; session 9). So a held
+# line counts at least this many characters against the tail (what is shown is still measured in
+# characters, as rendered).
+HELD_LINE_COST = 80
 
 
 class HeadTail:
@@ -31,17 +39,20 @@ class HeadTail:
         self.dropped = 0        # units
         self.dropped_items = 0
 
-    def take(self, item, size: int) -> bool:
-        """True: pass `item` on now (head). False: held for the tail (or later dropped)."""
+    def take(self, item, size: int, weight: int | None = None) -> bool:
+        """True: pass `item` on now (head). False: held for the tail (or later dropped).
+        `weight`: what holding it costs against `tail_limit`, when more than `size` (the units
+        it is counted as when dropped)."""
         if size <= self.head_left:
             self.head_left -= size
             return True
         self.head_left = 0  # the head is over: what follows goes to the tail, in order
-        self.held.append((item, size))
-        self.held_size += size
-        while self.held and self.held_size - self.held[0][1] >= self.tail_limit:
-            _, first = self.held.popleft()
-            self.held_size -= first
+        weight = size if weight is None else max(size, weight)
+        self.held.append((item, size, weight))
+        self.held_size += weight
+        while self.held and self.held_size - self.held[0][2] >= self.tail_limit:
+            _, first, first_weight = self.held.popleft()
+            self.held_size -= first_weight
             self.dropped += first
             self.dropped_items += 1
         return False
@@ -63,7 +74,7 @@ class HeadTail:
         return self.dropped + max(0, self.held_size - self.tail_limit)
 
     def _release(self) -> list:
-        items = [item for item, _ in self.held]
+        items = [item for item, _, _ in self.held]
         self.held.clear()
         self.held_size = 0
         return items
@@ -142,7 +153,7 @@ class StepOutput:
                 self.console.write_output(text)
                 return
         else:  # held raw, rendered only if it ends up in the tail (a flood costs a deque append a line)
-            cap.take(line, len(line) + len(self.name) + 4)
+            cap.take(line, len(line) + len(self.name) + 4, HELD_LINE_COST)
         if not self.cap_noted:
             self.cap_noted = True
             half = cap.tail_limit
