@@ -216,3 +216,44 @@ def test_a_deny_file_made_while_the_cage_is_built_is_not_granted_by_a_kept_plan(
         again = _run(policy, "/bin/cat", str(data / "public"), env=env, cwd=work)
         assert again.hit and again.stdout == "PUBLIC"
         assert _run(policy, "/bin/cat", str(data / "secret"), env=env, cwd=work).stdout == ""
+
+
+# --- the plan cache with write roots (session 9: 30df51b keeps write-root policies) ----------
+
+# In a private mount namespace of its own (nothing mounted here reaches the host's table): a
+# write-root policy run twice (the second run keeps the plan: its stats settled), then proc
+# mounted inside the write root — as mock mounts a chroot's /proc between the steps of a build —
+# then the attack: a host sysctl's own value written back through it, a marker if it worked.
+KERNEL_MOUNT_AFTER_THE_ENTRY = r"""
+mount --make-rprivate / || exit 97
+cd "$WORK" || exit 97
+sleep 2.2  # the write root's ctime settles (fingerprint.TICK_NS; whole-second file systems: 2 s)
+# (stdout a pipe in every run: fd 0-2's shape is part of the key)
+for i in 1 2; do "$SANDBOY" run --policy "$POLICY" -- /bin/touch "$ROOT/made" </dev/null 2>&1 | cat >/dev/null; done
+ls "$SANDBOY_CACHE_DIR/plans" | grep -q . || exit 99
+mount -t proc proc "$ROOT/mnt" || exit 97
+"$SANDBOY" run --policy "$POLICY" -- /bin/sh -c \
+  'v=$(cat "$0/mnt/sys/fs/lease-break-time") && echo "$v" > "$0/mnt/sys/fs/lease-break-time" && touch "$0/GOT-THROUGH"' \
+  "$ROOT" </dev/null 2>&1 | cat
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="redcage9: a plan-cache hit of a write-root policy (30df51b) does not look "
+                   "for kernel file systems mounted below its write roots since the entry was kept: the tier "
+                   "copies the root with its submounts, and as root the command wrote a host sysctl (the build "
+                   "refuses it, 125, before anything runs)")
+def test_a_kernel_file_system_mounted_below_a_kept_write_root_is_refused_on_a_hit(tmp_path, tier):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root (and unshare) to mount inside a write root")
+    root, work = tmp_path / "chroot", tmp_path / "work"
+    (root / "mnt").mkdir(parents=True)
+    work.mkdir()
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "{root}"]\n'
+                      f'exec = ["/usr/bin", "/bin"]\nwrite = ["{root}"]\n')
+    env = _env(tmp_path, SANDBOY=SANDBOY, POLICY=str(policy), ROOT=str(root), WORK=str(work))
+    proc = subprocess.run(["unshare", "-m", "/bin/sh", "-c", KERNEL_MOUNT_AFTER_THE_ENTRY], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and (root / "made").exists(), (proc.returncode, proc.stdout, proc.stderr)  # twin
+    assert not (root / "GOT-THROUGH").exists(), f"a kept plan let the command write a host sysctl: {proc.stdout}"
+    assert "proc file system inside a write root" in proc.stdout, proc.stdout  # the build's refusal, said
