@@ -206,6 +206,9 @@ def supervise(argv, cage, timeout, stdio, hooks, pids_group=None, tty=False) -> 
     return run.wait()
 
 
+_MOST_MS_A_POLL = 86_400_000
+
+
 def _wait_until_exit(run, relay=None) -> bool:
     """Wait until the command exits (True, reaped) or its deadline passes (False). With a
     `relay` (relay.Relay), its fds are serviced meanwhile."""
@@ -219,7 +222,10 @@ def _wait_until_exit(run, relay=None) -> bool:
         for fd, events in relay.poll_set() if relay is not None else ():
             poller.register(fd, events)
         left = run.time_left()
-        ready = poller.poll(None if left is None else max(1, int(left * 1000))) if left is None or left > 0 else []
+        # at most a day a poll: poll(2) takes an int of ms, and a policy's `limits.wall_seconds` of
+        # 25 days or more raised OverflowError here ("the sandboy supervisor died"; session 9)
+        ready = (poller.poll(None if left is None else max(1, min(int(left * 1000), _MOST_MS_A_POLL)))
+                 if left is None or left > 0 else [])
         for fd, events in ready:
             if fd == run.pidfd:
                 return run.exited(block=True)

@@ -240,9 +240,18 @@ def _env(src, value) -> dict:
     return out
 
 
+# The most processes the kernel can have (PID_MAX_LIMIT on 64-bit); a pids cgroup refuses a
+# larger `pids.max` (EINVAL), which as root read as "no pids cgroup could be created" (session 9).
+MAX_PROCESSES = 1 << 22
+
+
 def _limits(src, value) -> dict:
     t = checked_table(src, "limits", value, LIMIT_KEYS)
-    return {k: _count(src, f"limits.{k}", v) for k, v in t.items()}
+    out = {k: _count(src, f"limits.{k}", v) for k, v in t.items()}
+    if out.get("processes", 0) > MAX_PROCESSES:
+        raise PolicyError(src, "limits.processes", f"{out['processes']} is more than the kernel can run "
+                          f"({MAX_PROCESSES:,} processes): use at most {MAX_PROCESSES}, or 0 for no limit")
+    return out
 
 
 def _compat(src, value) -> dict:
