@@ -257,3 +257,59 @@ def test_a_kernel_file_system_mounted_below_a_kept_write_root_is_refused_on_a_hi
     assert proc.returncode == 0 and (root / "made").exists(), (proc.returncode, proc.stdout, proc.stderr)  # twin
     assert not (root / "GOT-THROUGH").exists(), f"a kept plan let the command write a host sysctl: {proc.stdout}"
     assert "proc file system inside a write root" in proc.stdout, proc.stdout  # the build's refusal, said
+
+
+# --- kernel_mounts: the mount table watched is the caller's CURRENT mount namespace ----------
+
+# A caller of the API (a chroot builder using Sandboy as a library, as mock would) runs a cage,
+# then enters a mount namespace of its own (unshare, made private at once: nothing reaches the
+# host's table) and mounts proc inside the cage's write root before the next run.
+NAMESPACE_SWITCH = r"""
+import ctypes, json, subprocess, sys
+from sandboy import Policy, run
+from sandboy.confine.cage import build
+from sandboy.errors import CageError
+
+root, how = sys.argv[1:3]
+policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/bin", "/etc"],
+                                                    "exec": ["/usr/bin", "/bin"], "write": [root]}}, "<probe>")
+cage = build(policy, cwd=root) if how == "prebuilt" else policy
+
+def sh(script):
+    try:
+        result = run(["/bin/sh", "-c", script], cage, cwd=root, timeout=30)
+    except CageError as exc:
+        return 125, str(exc)
+    return result.returncode, result.error or ""
+
+report = {"twin": sh(f"touch {root}/made")}
+if ctypes.CDLL(None, use_errno=True).unshare(0x00020000) != 0:  # CLONE_NEWNS
+    sys.exit(97)
+subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+subprocess.run(["mount", "-t", "proc", "proc", f"{root}/mnt"], check=True)
+report["attack"] = sh(f"v=$(cat {root}/mnt/sys/fs/lease-break-time) && echo $v > {root}/mnt/sys/fs/lease-break-time "
+                      f"&& touch {root}/GOT-THROUGH")
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("how", ["prebuilt", "reused"])
+def test_a_kernel_file_system_mounted_in_a_mount_namespace_the_caller_entered_is_refused(tmp_path, how):
+    """`kernel_mounts.generation()` polls ONE mountinfo fd for changes; it was the mount namespace
+    the process had when it first asked. After the caller's unshare(CLONE_NEWNS) the fd saw no
+    change, so a cage the caller built was not looked at again: proc mounted below its write
+    root in the new namespace was copied in with the root, and as root the command wrote a host
+    sysctl (its own value back; a marker if it worked)."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to make a mount namespace and mount in it")
+    root = tmp_path / "chroot"
+    (root / "mnt").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-c", NAMESPACE_SWITCH, str(root), how], capture_output=True, text=True,
+                          timeout=120, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = json.loads(proc.stdout)
+    assert report["twin"][0] == 0 and (root / "made").exists(), report
+    assert not (root / "GOT-THROUGH").exists(), f"a host sysctl was written through a proc in the write root: {report}"
+    assert report["attack"][0] == 125 and "proc file system inside a write root" in report["attack"][1], report

@@ -99,20 +99,38 @@ def refuse(roots, source: str) -> None:
 # says POLLPRI once for each change of the mount namespace since the file's last look (the
 # kernel's `mounts_poll`). One fd per process; `generation()` counts what it reported, so every
 # cage compares against the count it last checked at (≈ 1 µs against ≈ 75 µs for a read of
-# mountinfo per reuse of a cage).
-_WATCH: list = []  # [fd, generation]
+# mountinfo per reuse of a cage). The fd watches the mount namespace the process had when it was
+# opened: a caller that enters another one (unshare, setns: a chroot builder) is watched anew
+# there — the old fd saw nothing of the new namespace's mounts, and a proc mounted below a
+# prebuilt cage's write root in it was copied into the next run (redcage9).
+_WATCH = [-1, 0, -1]  # [the fd or -1, the generation (only ever grows), the mount namespace's inode]
+
+
+def _mount_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return -1
 
 
 def generation() -> int:
-    """A number that changes whenever the mount table may have changed since it was last asked."""
+    """A number that changes whenever the mount table may have changed since it was last asked;
+    -1 where it cannot be watched (callers then look every time: Cage.kernel_mounts_absent)."""
     import select
 
-    if not _WATCH:
+    namespace = _mount_namespace()
+    if namespace < 0:
+        return -1
+    if _WATCH[0] >= 0 and namespace != _WATCH[2]:
+        os.close(_WATCH[0])  # another mount namespace: watched anew, and every cage looks again
+        _WATCH[0] = -1
+    if _WATCH[0] < 0:
         try:
             fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            return -1  # no way to watch: callers look every time (see Cage.kernel_mounts_absent)
-        _WATCH.extend([fd, 0])
+            return -1
+        _WATCH[0], _WATCH[2] = fd, namespace
+        _WATCH[1] += 1  # a new watch knows nothing of the changes before it
     poller = select.poll()
     poller.register(_WATCH[0], select.POLLPRI)
     if poller.poll(0):
@@ -121,7 +139,9 @@ def generation() -> int:
 
 
 def _forget_after_fork() -> None:
-    _WATCH.clear()  # (the fd is the parent's open file: its change state is shared; take a new one)
+    # (the fd is the parent's open file: its change state is shared; the child takes a new one)
+    _WATCH[0] = -1
+    _WATCH[1] += 1
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
