@@ -149,7 +149,7 @@ def fuzz_files(tmp_path_factory) -> dict[str, str]:
 @given(words=st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=6)), max_size=7))
 def test_no_argument_list_reaches_a_traceback(words, fuzz_files, tmp_path):
     argv = [fuzz_files.get(w, w) for w in words if "\x00" not in w]
-    env = dict(os.environ, SANDBOY_CACHE_DIR=str(REPO / ".cache" / "sandboy-test"))
+    env = dict(os.environ)  # (the suite's own SANDBOY_CACHE_DIR: tests/conftest.py)
     env.pop("SANDBOY_DEBUG", None)
     proc = subprocess.run([SANDBOY, *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           cwd=tmp_path, timeout=300, env=env)

@@ -112,7 +112,7 @@ def test_a_documented_command_block_works_as_written(block, scratch, tmp_path):
         lines += [command, 'echo "__docs_rc__ $?" >&2']
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "GITHUB_STEP_SUMMARY")}
     # As a reader who followed the quick start (`. .venv/bin/activate`): the venv's bin on PATH.
-    env.update(HOME=str(tmp_path), SANDBOY_CACHE_DIR=str(REPO / ".cache" / "sandboy-test"),
+    env.update(HOME=str(tmp_path), SANDBOY_CACHE_DIR=os.environ["SANDBOY_CACHE_DIR"],  # the suite's (tests/conftest.py)
                PATH=f"{scratch / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     proc = subprocess.run(["bash", "-c", "\n".join(lines)], cwd=scratch, capture_output=True, text=True,
                           env=env, timeout=900, stdin=subprocess.DEVNULL)

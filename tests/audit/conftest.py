@@ -1,14 +1,14 @@
 """Shared fixtures for the audit tests: real samples, real components, one build each.
 
-Builds (componentize-py, ~10 s) and native compiles (~10 s) are cached in
-<repo>/.cache/sandboy-test (gitignored) keyed on source hash and component
-hash, so only the first run on a machine pays for them; every test in a
-session shares one loaded component per adapter.
+Builds (componentize-py, ~10 s to minutes) and native compiles (~10 s) are cached in the
+operator's Sandboy cache (`components/`, `cwasm/`), keyed on source hash and component hash,
+which the suite's private cache directory links to (tests/conftest.py): only the first run on a
+machine pays for them, whichever checkout runs it; every test in a session shares one loaded
+component per adapter.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,9 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 # Real tool output, with its sources and licences in tests/data/samples/README.md.
 SAMPLES = REPO / "tests" / "data" / "samples"
 GUESTS = Path(__file__).resolve().parent / "guests"
-
-# Set before any sandboy.audit module reads it (they read it per call, but be early anyway).
-os.environ.setdefault("SANDBOY_CACHE_DIR", str(REPO / ".cache" / "sandboy-test"))
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,8 @@ def _audit(repo: Path, tmp_path: Path, count: int, *args: str) -> tuple[subproce
         done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo),
                                "--tools", ",".join(f"t{i}" for i in range(count)), "--json",
                                "-o", str(tmp_path / "out.sarif"), *args], stdout=fh, stderr=subprocess.PIPE,
-                              text=True, timeout=180, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)})
+                              text=True, timeout=180, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path),
+                                                                  "SANDBOY_CACHE_DIR": os.environ["SANDBOY_CACHE_DIR"]})
     assert "Traceback" not in done.stderr, done.stderr
     return done, (json.loads(out.read_text()) if out.stat().st_size else {})
 

@@ -31,7 +31,7 @@ def _audit(repo: Path, tmp_path: Path, path: str) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", ".", "--tools=t", "--json",
                            "-o", str(tmp_path / "out.sarif")], cwd=repo, capture_output=True, text=True,
                           timeout=60, env={"PATH": path, "TMPDIR": str(tmp_path),
-                                                   **{k: os.environ[k] for k in ("HOME", "PYTHONPATH") if k in os.environ}})
+                                                   **{k: os.environ[k] for k in ("HOME", "PYTHONPATH", "SANDBOY_CACHE_DIR") if k in os.environ}})
 
 
 def test_a_fifo_the_repository_ships_on_a_relative_path_entry_neither_runs_nor_hangs(tmp_path):

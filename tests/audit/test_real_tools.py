@@ -118,7 +118,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 
 def to_sarif(tool: str, report: Path) -> tuple[dict[str, Any], str]:
-    """The real adapter component (built on first use, cached in .cache/sandboy-test)."""
+    """The real adapter component (built on first use, cached with the shared components: tests/conftest.py)."""
     result = convert(ConvertRequest(tool=tool, artifacts=[(report.name, report)]),
                      progress=lambda m: print(m, file=sys.stderr, flush=True))
     found = sarif.problems(result.doc) + github_problems(result.doc, result.text.encode())

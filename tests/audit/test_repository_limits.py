@@ -9,6 +9,7 @@ in `--adapters FILE`), before anything runs."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,8 @@ def _repo(tmp_path: Path, phase_extra: str, script: str = "echo ran > {out}/ran"
 def _audit(repo: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sandboy", "audit", "run", str(repo), "--tools=t", "--json",
                            "-o", str(tmp_path / "out.sarif"), *args], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)})
+                          env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path),
+                               "SANDBOY_CACHE_DIR": os.environ["SANDBOY_CACHE_DIR"]})  # the suite's (tests/conftest.py)
 
 
 def test_the_repository_limits_are_the_gates_step_ceiling() -> None:

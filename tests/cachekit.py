@@ -1,0 +1,57 @@
+"""The suite's private Sandboy cache directory: made by tests/conftest.py before any test module
+is imported, checked by tests/test_suite_cache.py and at the session's end (see tests/conftest.py
+for why and what is shared)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+SHARED = ("components", "cwasm", "timings")
+STATE: dict = {}  # real, private, before: set by prepare()
+
+
+def prepare() -> None:
+    from sandboy.policy.resolve import cache_dir
+
+    real = cache_dir()  # the operator's: SANDBOY_CACHE_DIR, XDG_CACHE_HOME or ~/.cache (as Sandboy decides)
+    os.makedirs(real, mode=0o700, exist_ok=True)
+    for name in SHARED:
+        os.makedirs(os.path.join(real, name), mode=0o700, exist_ok=True)
+    parent = os.path.dirname(os.path.abspath(real))
+    try:
+        private = tempfile.mkdtemp(prefix="sandboy-test-cache-", dir=parent)  # 0700
+    except OSError:  # the real cache's parent is not ours to write: anywhere private will do
+        private = tempfile.mkdtemp(prefix="sandboy-test-cache-")
+    for name in SHARED:
+        os.symlink(os.path.join(real, name), os.path.join(private, name))
+    STATE.update(real=real, private=private, before=_listing(real))
+    os.environ["SANDBOY_CACHE_DIR"] = private
+
+
+def _listing(cache: str) -> dict:
+    seen = {}
+    for name in ("plans", "policies"):
+        try:
+            seen[name] = set(os.listdir(os.path.join(cache, name)))
+        except OSError:
+            seen[name] = set()
+    return seen
+
+
+def new_entries_naming(markers: list[bytes]) -> list[str]:
+    """Entries added to the REAL cache's plans/ and policies/ since the suite started that name
+    one of `markers` (this session's base temporary directory, this checkout): another
+    engineer's run on the same machine adds entries too, and those are not ours."""
+    found = []
+    real = STATE["real"]
+    for name, before in _listing(real).items():
+        for entry in sorted(before - STATE["before"][name]):
+            try:
+                with open(os.path.join(real, name, entry), "rb") as fh:
+                    data = fh.read(8 << 20)
+            except OSError:
+                continue
+            if any(marker in data for marker in markers):
+                found.append(os.path.join(real, name, entry))
+    return found
