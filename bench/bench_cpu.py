@@ -145,8 +145,11 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         if tag:
             shutil.copyfile(write_policy, own + ".toml")
         shutil.copyfile(write_policy, own + "-miss.toml")
-        argv = [*run_cli[:5], own + ".toml", *run_cli[6:]]
-        argv_miss = [*run_cli[:5], own + "-miss.toml", *run_cli[6:]]
+        # -P: `python -c` run in the write root would import from it first, which the build warns
+        # about (own_install.first_import_warning: printed each run); the `sandboy` command's
+        # sys.path[0] is its bin directory
+        argv = [py, "-P", *run_cli[1:5], own + ".toml", *run_cli[6:]]
+        argv_miss = [py, "-P", *run_cli[1:5], own + "-miss.toml", *run_cli[6:]]
         write_cases[f"run CLI, write root {where}{label}"] = lambda argv=argv, cwd=cwd: cpu_of(argv, env, cwd)
         write_cases[f"run CLI, write root {where}, miss{label}"] = (
             lambda argv=argv_miss, cwd=cwd: cpu_of(argv, dict(env, SANDBOY_BENCH_MISS=str(next(misses))), cwd))

@@ -285,3 +285,32 @@ def test_a_hooks_path_set_since_is_never_kept_and_its_hooks_protected(runner):
         proc = runner.run(*plant)
         assert not proc.hit and proc.returncode != 0 and not (hooks / "pre-commit").exists(), proc.err
     assert runner.entries() == [kept]  # the old entry stays (a miss each time), none for this shape
+
+
+def test_a_hit_cannot_swap_the_repository_away_from_its_binds(runner):
+    """The command tries to move the protected `.git` away (taking its read-only binds with it)
+    and put a git directory of its own, `core.fsmonitor` in its config, in its place: from the
+    kept plan as from a build the move is refused (a directory holding mount points: EBUSY), and
+    the host keeps the same `.git` (inode) and config bytes."""
+    make_repository(runner.cwd)
+    settle()
+    dot_git, config = runner.cwd / ".git", runner.cwd / ".git" / "config"
+    launch = (dot_git.stat().st_ino, config.read_bytes())
+    swap = ("mv .git .git-old && mkdir -p .git/hooks && echo 'ref: refs/heads/main' > .git/HEAD && "
+            "printf '[core]\\n\\tfsmonitor = /tmp/evil\\n' > .git/config")
+    built = runner.run("/bin/sh", "-c", swap, env={"SANDBOY_PLAN_CACHE": "0"})
+    assert entry_applies(runner, "/bin/true").hit
+    cached = runner.run("/bin/sh", "-c", swap)
+    assert cached.hit and cached.returncode == built.returncode != 0, (cached.err, built.err)
+    assert "busy" in cached.err
+    assert (dot_git.stat().st_ino, config.read_bytes()) == launch and not (runner.cwd / ".git-old").exists()
+
+
+def test_exit_codes_and_signals_pass_through_a_write_root_hit(runner):
+    make_repository(runner.cwd)
+    settle()
+    assert entry_applies(runner, "/bin/true").hit
+    code = runner.run("/bin/sh", "-c", "exit 7")
+    assert code.hit and code.returncode == 7 and code.err == ""
+    killed = runner.run("/bin/sh", "-c", "kill -TERM $$")
+    assert killed.hit and killed.returncode == -15, killed.err
