@@ -57,12 +57,11 @@ RUN_PATH_GROUPS = {
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
     # a policy with write roots: the post-run git check and the protected paths' names, what a
     # plan cache hit of such a policy imports too (ADR 0028, session 9)
-    "git check": ("sandboy.confine.protected", "sandboy.confine.gitcheck"),
+    "git check": ("sandboy.confine.protected", "sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts"),
     # its judgement: a write root holding a repository (or one made by the run)
     "git judgement": ("sandboy.confine.gitjudge",),
     # the build's other modules for write roots: the protected paths' resolution
-    "write roots": ("sandboy.confine.own_install", "sandboy.confine.kernel_mounts",
-                    "sandboy.confine.hook_python", "sandboy.confine.path_dirs"),
+    "write roots": ("sandboy.confine.own_install", "sandboy.confine.hook_python", "sandboy.confine.path_dirs"),
     # a warning or an error to print (`sandboy: warning: ...`, a policy error): the escaping every
     # printed line goes through (0.80 -> 0.56 M instructions to import from here: session 7)
     "messages": ("sandboy.escape",),

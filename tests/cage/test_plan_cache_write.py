@@ -230,6 +230,7 @@ MUTANTS = {
     "the git check on a hit": ("plan_cache.py", "snap = GitSnapshot.at_launch(Scope(self._git_write))",
                                "snap = None"),
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
+    "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
 }
 
 
@@ -256,6 +257,22 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
         planted = runner.run("/bin/sh", "-c", NESTED_PLANT)
         assert planted.hit and planted.returncode == 0  # nothing checked: the repository stays
         assert (runner.cwd / "sub" / ".git" / "config").exists()
+    elif mutant == "the kernel mounts below a write root":
+        # test_redteam_cage9.py::test_a_kernel_file_system_mounted_below_a_kept_write_root_is_refused_on_a_hit
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            pytest.skip("needs root (and unshare) to mount inside a write root")
+        from test_redteam_cage9 import KERNEL_MOUNT_AFTER_THE_ENTRY
+
+        root = tmp_path / "chroot"
+        (root / "mnt").mkdir(parents=True)
+        runner.policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "{root}"]\n'
+                                 f'exec = ["/usr/bin", "/bin"]\nwrite = ["{root}"]\n')
+        env = dict(runner.env, SANDBOY=str(Path(sys.executable).parent / "sandboy"), POLICY=str(runner.policy),
+                   ROOT=str(root), WORK=str(runner.cwd))
+        proc = subprocess.run(["unshare", "-m", "/bin/sh", "-c", KERNEL_MOUNT_AFTER_THE_ENTRY], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        assert (root / "GOT-THROUGH").exists(), proc.stdout  # the kept plan let the host sysctl be written
     else:  # test_where_the_interpreter_imports_from_first_is_a_key
         assert entry_applies(runner, "/bin/true").hit
         argv = [sys.executable, "-c", "from sandboy.cli import entry; entry()", "run", "--policy",

@@ -238,10 +238,6 @@ mount -t proc proc "$ROOT/mnt" || exit 97
 """
 
 
-@pytest.mark.xfail(strict=True, reason="redcage9: a plan-cache hit of a write-root policy (30df51b) does not look "
-                   "for kernel file systems mounted below its write roots since the entry was kept: the tier "
-                   "copies the root with its submounts, and as root the command wrote a host sysctl (the build "
-                   "refuses it, 125, before anything runs)")
 def test_a_kernel_file_system_mounted_below_a_kept_write_root_is_refused_on_a_hit(tmp_path, tier):
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root (and unshare) to mount inside a write root")

@@ -378,9 +378,19 @@ class Miss:
             store(pending)
 
 
-def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_write):
+def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_write,
+           mount_roots):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
-    where the plan names the ruleset) and the seccomp program's address in its sock_fprog."""
+    where the plan names the ruleset) and the seccomp program's address in its sock_fprog. None
+    where a kernel file system is mounted below a write root now (`kernel_mounts`: the tier copies
+    a write root with its submounts; the build refuses such a root, 125, and says why — so the
+    miss does: mock mounts a chroot's /proc between its steps, redcage9), as `Cage.still_valid`
+    asks before a reuse."""
+    if mount_roots:
+        from sandboy.confine.kernel_mounts import below
+
+        if below(mount_roots):  # (CageError where the table cannot be read: a miss too)
+            return None
     from sandboy.confine.ruleset import build_ruleset
 
     abi, rules, handled_fs, handled_net, connect_ports, bind_ports, scoped = ruleset
@@ -459,7 +469,7 @@ def _entry_for(cage, miss: Miss, hooks):
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
-            git_write)
+            git_write, tuple(fs.get("mount_roots") or ()))
     return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state()), body
 
 
