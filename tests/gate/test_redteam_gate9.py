@@ -5,6 +5,14 @@ a twin proving the legitimate use still works); docs/threat-model.md, "Session 9
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
 from gatekit import by_name, make_repo, run_gate, run_json
 
 HUGE = "9" * 5000  # beyond Python's 4,300-digit int() limit
@@ -148,3 +156,54 @@ def test_twin_long_lines_still_get_a_tail_of_the_caps_characters(tmp_path, fake_
     tail = _console_tail(proc.stdout, "s")
     assert tail[-1] == "[s] LAST"
     assert sum(len(text) + 1 for text in tail) >= 0.9 * (512 << 10)  # as before: the tail's characters
+
+
+FILLER = r"""
+    [[step]]
+    name = "s"
+    run = "(exec -a {marker} sleep 300) & echo $! > leftover.pid; head -c 400000 /dev/zero | tr '\\000' x; echo; sleep 2; echo END"
+"""
+
+
+@pytest.mark.parametrize("namespaces", ["1", "0"], ids=["tier", "forced-off"])
+def test_a_step_filling_the_logs_file_system_does_not_unwind_the_gate(tmp_path, fake_home, namespaces):
+    # A step may fill the file system its write root shares with --logs (a CI runner's workspace
+    # and $RUNNER_TEMP). The log write's ENOSPC unwound the gate out of its pump: exit 2 ("policy
+    # error") within 2 s, only an error --json, and without the namespace tier the step's
+    # background process outlived the gate. Here --logs is a 256 KiB tmpfs in a private mount
+    # namespace (never the host's mounts) and the step prints 400 kB.
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) for a private tmpfs")
+    marker = f"ri9-left-{os.urandom(4).hex()}"
+    repo = make_repo(tmp_path, FILLER.format(marker=marker))
+    logs, report = tmp_path / "logs", tmp_path / "report.json"
+    logs.mkdir()
+    environ = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    environ.update(HOME=str(fake_home), SANDBOY_NAMESPACES=namespaces)
+    script = 'mount -t tmpfs -o size=256k tmpfs "$1" && shift && exec "$@"'
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(logs),
+                           sys.executable, "-m", "sandboy.gate.cli", str(repo), "--logs", str(logs / "l"),
+                           "--json", str(report)], capture_output=True, text=True, env=environ, timeout=120)
+    pid = int((repo / "leftover.pid").read_text())
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            alive = fh.read().startswith(marker.encode())
+    except FileNotFoundError:
+        alive = False
+    if alive:
+        os.kill(pid, 9)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not alive, "the step's background process outlived the gate"
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "step s: its log could not be written (No space left on device)" in proc.stdout
+    step = by_name(json.loads(report.read_text()))["s"]
+    assert step["status"] == "passed" and step["output_tail"].endswith("END\n")
+
+
+def test_twin_a_log_with_room_keeps_every_byte(tmp_path, fake_home):
+    repo = make_repo(tmp_path, FILLER.format(marker=f"ri9-left-{os.urandom(4).hex()}"))
+    proc = run_gate(repo, "--logs", tmp_path / "logs", home=fake_home)
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "logs" / "s.log").read_bytes()
+    assert log == b"x" * 400000 + b"\nEND\n"
+    assert "could not be written" not in proc.stdout

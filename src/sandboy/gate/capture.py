@@ -119,6 +119,7 @@ class StepOutput:
         self.log_cap = HeadTail(limit)    # of those bytes, kept in the log
         self.console_cap = HeadTail(limit)  # console text, in characters
         self.cap_noted = False
+        self.log_error = None  # the OSError that ended the log (a full disk), if one did
 
     @property
     def dropped(self) -> int:
@@ -129,8 +130,8 @@ class StepOutput:
         """Into the log and the tail only (an interactive step's output goes to the terminal as is)."""
         self.total += len(chunk)
         head = self.log_cap.take_bytes(chunk)
-        if head and self.log_fh is not None:
-            self.log_fh.write(head)
+        if head:
+            self._log(head)
         self.tail += chunk
         if len(self.tail) > TAIL_BYTES:
             del self.tail[: len(self.tail) - TAIL_BYTES]
@@ -174,11 +175,33 @@ class StepOutput:
         for text in texts:
             self.console.write_output(text)
         keep = self.log_cap.tail_bytes()
-        if self.log_fh is not None and self.log_cap.dropped:
-            self.log_fh.write(f"\n[sandboy gate: {self.log_cap.dropped:,} bytes of output dropped here "
-                              f"(--max-step-output); the last {len(keep):,} bytes follow]\n".encode())
-        if self.log_fh is not None:
-            self.log_fh.write(keep)
+        if self.log_cap.dropped:
+            self._log(f"\n[sandboy gate: {self.log_cap.dropped:,} bytes of output dropped here "
+                      f"(--max-step-output); the last {len(keep):,} bytes follow]\n".encode())
+        self._log(keep, flush=True)
+
+    def _log(self, data: bytes, flush: bool = False) -> None:
+        """Into the step's log. A write that fails ends the log, said once on the console, and
+        nothing else: the step may fill the file system its write root shares with `--logs` (a CI
+        runner's workspace and its temp directory), and the ENOSPC raised here unwound the gate
+        out of its pump — exit 2 and no reports, and without the namespace tier the step's
+        processes outlived the gate (session 9)."""
+        if self.log_fh is None:
+            return
+        try:
+            if data:
+                self.log_fh.write(data)
+            if flush:  # what is buffered fails here, not in the runner's close
+                self.log_fh.flush()
+        except OSError as exc:
+            self.log_error = exc
+            fh, self.log_fh = self.log_fh, None
+            try:
+                fh.close()  # (flushes again: the buffered bytes are lost either way)
+            except OSError:
+                pass
+            self.console.note(f"step {self.name}: its log could not be written ({exc.strerror or exc}); "
+                              "the rest of its output is not logged")
 
 
 def _mib(n: int) -> str:
