@@ -62,12 +62,15 @@ class BundleFinder:
         self.identity = identity  # the bundle file the index was read from: (st_dev, st_ino, size, mtime_ns, ctime_ns)
         self.index = index
         self.groups = {}  # offset -> the group's code objects, once one of its modules was imported
+        # origin -> os.stat of the file of each module served, taken when it was checked: the
+        # identity of the code this process runs (plan_cache's code identities, without a stat more)
+        self.stats = {}
 
     def source_matches(self, fullname: str) -> bool:
         """Whether the module's file is still the one its code was compiled from (for an
         extension module: whether its file is still there)."""
         is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = self.index[fullname]
-        return _source_matches(f"{self.package_dir}/{relative_path}", size, mtime_ns, source_hash, length)
+        return _source_matches(f"{self.package_dir}/{relative_path}", size, mtime_ns, source_hash, length) is not None
 
     def stale(self) -> list[str]:
         """The modules whose source changed since the bundle was written (imported the usual way)."""
@@ -99,8 +102,10 @@ class BundleFinder:
             return None
         is_package, relative_path, size, mtime_ns, source_hash, offset, length, position = entry
         origin = f"{self.package_dir}/{relative_path}"
-        if not _source_matches(origin, size, mtime_ns, source_hash, length):
+        st = _source_matches(origin, size, mtime_ns, source_hash, length)
+        if st is None:
             return None
+        self.stats[origin] = st
         if not length:  # an extension module, loaded from its own file as importlib would
             spec = _bootstrap.ModuleSpec(fullname, _external.ExtensionFileLoader(fullname, origin), origin=origin,
                                          loader_state=SERVED_FROM_BUNDLE)
@@ -129,20 +134,20 @@ class BundleFinder:
 _CODE = type(bundle_path.__code__)
 
 
-def _source_matches(path: str, size: int, mtime_ns: int, source_hash: bytes, length: int) -> bool:
-    """Whether the file at `path` is still the source the bundle's code was compiled from: the
-    same size and mtime_ns, else the same size and source hash (PEP 552's check); for an extension
-    module (`length` 0), whether the file is still there."""
+def _source_matches(path: str, size: int, mtime_ns: int, source_hash: bytes, length: int):
+    """The file at `path`'s stat if it is still the source the bundle's code was compiled from
+    (the same size and mtime_ns, else the same size and source hash: PEP 552's check; for an
+    extension module, `length` 0, if the file is still there), else None."""
     try:
         st = _os.stat(path)
         if not length or (st.st_size, st.st_mtime_ns) == (size, mtime_ns):
-            return True
+            return st
         if st.st_size != size:
-            return False
+            return None
         source = _read(path, size + 1)  # + 1: a file that grew since
-        return len(source) == size and _imp.source_hash(_external._RAW_MAGIC_NUMBER, source) == source_hash
+        return st if len(source) == size and _imp.source_hash(_external._RAW_MAGIC_NUMBER, source) == source_hash else None
     except OSError:
-        return False
+        return None
 
 
 def _read(path: str, size: int) -> bytes:

@@ -55,6 +55,7 @@ class Cage:
         self._mounts_seen = None  # kernel_mounts.generation() when the write roots were last looked below
         self._runs = 0
         self.launched = None  # (ruleset fd, plan) of the last child started: see start_child
+        self.launched_stdio_per_run = True  # whether its fd 0-2 took anything of that run's own
         # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
         # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
         # The ruleset's step is not stored: `plan()` asks the ruleset for it at each launch, so
@@ -213,8 +214,10 @@ class Cage:
             own = self.plan(stdio, handoff=handoff)
             plan = [step for _, step in self.child_plan(own, first, in_command)]
             # what the last child ran of this cage's own plan, and the ruleset fd it names: a
-            # `sandboy run` plan cache entry is made of it (plan_cache.entry_for, ADR 0028)
+            # `sandboy run` plan cache entry is made of it (plan_cache._entry_for, ADR 0028) —
+            # never of one whose fd 0-2 needed this run's own (a file reopened or relayed)
             self.launched = (self.ruleset.fd, [step for _, step in own])
+            self.launched_stdio_per_run = handoff is not None and handoff.per_run()
             self.started()
             try:
                 return _libc.fork_exec(plan, paths, args, envp, report_fd, self.clone_flags)

@@ -351,6 +351,11 @@ class StdioHandoff:
         self.command_steps: list = []
         self.parent_fds: list = []
 
+    def per_run(self) -> bool:
+        """Whether the child does anything for this run's own files (a reopen, a relay): what
+        a plan cache entry can never repeat (before `close`, which forgets the parent's fds)."""
+        return bool(self.init_steps or self.parent_fds or self.init_args != (-1, -1, -1, 0))
+
     def close(self) -> None:
         for fd in self.parent_fds:
             os.close(fd)
