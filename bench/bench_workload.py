@@ -68,8 +68,19 @@ LANDLOCK, SECCOMP = "landlock_restrict_self", "seccomp"
 ALLOW_ALL_FILTER = seccomp.plan((seccomp.RET_K | seccomp.RET_ALLOW << 32).to_bytes(8, "little"))
 # Two instructions: load an argument, "return ALLOW". The load makes every call's answer depend on
 # its arguments for the kernel, so the program runs at every call: what running any program costs.
-RUN_ALWAYS_FILTER = seccomp.plan((seccomp.LD_W_ABS | (16 + 8 * 3) << 32).to_bytes(8, "little")
-                                 + (seccomp.RET_K | seccomp.RET_ALLOW << 32).to_bytes(8, "little"))
+_LOAD_ARG3 = (seccomp.LD_W_ABS | (16 + 8 * 3) << 32).to_bytes(8, "little")
+_ALLOW = (seccomp.RET_K | seccomp.RET_ALLOW << 32).to_bytes(8, "little")
+RUN_ALWAYS_FILTER = seccomp.plan(_LOAD_ARG3 + _ALLOW)
+# The same with 250 tests that never jump in between: what each instruction a call walks costs
+# (the cage's program decides openat in 17, any call in at most 24: `run_filter` in
+# tests/cage/test_seccomp_bpf.py counts them).
+LONG_PADDING = 250
+RUN_ALWAYS_LONG_FILTER = seccomp.plan(
+    _LOAD_ARG3 + b"".join((seccomp.JEQ_K | (0xDEAD0000 + i) << 32).to_bytes(8, "little") for i in range(LONG_PADDING))
+    + _ALLOW)
+# Landlock rules the cage's ruleset gets 150 more of in one per-call variant: does the number of
+# rules matter (a deny under /etc splits it into one rule per entry)?
+EXTRA_RULES = 150
 
 SYSCALL_LOOP_C = r"""
 #define _GNU_SOURCE
@@ -106,21 +117,25 @@ int main(int argc, char **argv) {
     for (long i = 0; i < n; i++) { lseek(dfd, 0, SEEK_SET); syscall(SYS_getdents64, dfd, buf, sizeof buf); }
     double t3 = now();
     for (long i = 0; i < n; i++) close(openat(AT_FDCWD, deep, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    double t4a = now();
+    for (long i = 0; i < n; i++) close(openat(AT_FDCWD, "/usr", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     double t4 = now();
     for (long i = 0; i < n; i++) ioctl(nul, TCGETS, &t);
     double t5 = now();
     for (long i = 0; i < n; i++) lseek(dfd, 0, SEEK_SET);
     double t6 = now();
-    printf("%f %f %f %f %f %f\n", (t1 - t0) / n, (t2 - t1) / n, (t3 - t2) / n - (t6 - t5) / n,  /* getdents64 without its lseek */
-           (t4 - t3) / n, (t5 - t4) / n, (t6 - t5) / n);
+    printf("%f %f %f %f %f %f %f\n", (t1 - t0) / n, (t2 - t1) / n,
+           (t3 - t2) / n - (t6 - t5) / n,  /* getdents64 without its lseek */
+           (t4a - t3) / n, (t4 - t4a) / n, (t5 - t4) / n, (t6 - t5) / n);
     return 0;
 }
 """
 SYSCALL_NAMES = ("getppid", "newfstatat (deep path)", "getdents64 (/usr/local)", "openat+close (deep dir)",
-                 "ioctl TCGETS", "lseek")
-SYSCALL_SHORT = ("getppid", "fstatat", "getdents64", "openat", "ioctl", "lseek")
+                 "openat+close /usr", "ioctl TCGETS", "lseek")
+SYSCALL_SHORT = ("getppid", "fstatat", "getdents64", "open deep", "open /usr", "ioctl", "lseek")
 # a deep directory under /usr (Landlock walks from the opened path up to its rule's directory)
-DEEP_DIR = "/usr/lib/python3/dist-packages"
+DEEP_DIR = next((path for path in ("/usr/lib/python3/dist-packages", "/usr/share/doc/python3", "/usr/share/doc")
+                 if os.path.isdir(path)), "/usr/lib")
 
 
 def _cpu_children() -> float:
@@ -128,7 +143,7 @@ def _cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def variants(cage, stdio, handoff, per_call=False) -> dict:
+def variants(cage, stdio, handoff, per_call=None) -> dict:
     """name -> (steps, clone flags), each made of the cage's own plan for this run."""
     own = [step for _, step in cage.plan(stdio, handoff=handoff)]
     labels = [label for label, _ in cage.plan(stdio, handoff=handoff)]
@@ -152,10 +167,13 @@ def variants(cage, stdio, handoff, per_call=False) -> dict:
         "hygiene": (redirect + hygiene, 0),
         "hygiene+allow-all": (redirect + hygiene + [step for _, step in ALLOW_ALL_FILTER[0]], 0),
         "hygiene+seccomp": (redirect + hygiene + [by_label[SECCOMP]], 0),
-        **({"hygiene+run-always": (redirect + hygiene + [step for _, step in RUN_ALWAYS_FILTER[0]], 0)}
+        **({"hygiene+run-always": (redirect + hygiene + [step for _, step in RUN_ALWAYS_FILTER[0]], 0),
+            f"+run-always+{LONG_PADDING}": (redirect + hygiene + [step for _, step in RUN_ALWAYS_LONG_FILTER[0]], 0)}
            if per_call else {}),
         "hygiene+landlock": (redirect + hygiene + [by_label[LANDLOCK]], 0),
     }
+    if per_call:  # the ruleset with EXTRA_RULES more rules
+        out[f"+landlock+{EXTRA_RULES} rules"] = (redirect + hygiene + [step for _, step in per_call.plan()], 0)
     if flags:
         out["tier"] = (without(LANDLOCK, SECCOMP), flags)
         out["all - seccomp"] = (without(SECCOMP), flags)
@@ -181,7 +199,7 @@ def _run(cage, steps, flags, argv, stdio) -> tuple:
     return wall, _cpu_children() - cpu
 
 
-def _with_variants(cage, body, stdout=None, per_call=False):
+def _with_variants(cage, body, stdout=None, per_call=None):
     """body(cases, stdio) with this run's variants; fd 0-2 of every child on /dev/null, or fd 1
     on `stdout`."""
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -263,12 +281,30 @@ def bench_syscalls(calls: int, rounds: int) -> dict:
             return {name: [min(col) for col in zip(*rows)] for name, rows in samples.items()}
 
         cage = _exec_cage(tmp)
+        more = _more_rules(cage)
         try:
-            return _with_variants(cage, body, stdout=out_w, per_call=True)
+            return _with_variants(cage, body, stdout=out_w, per_call=more)
         finally:
+            more.close()
             cage.close()
             os.close(out_r)
             os.close(out_w)
+
+
+def _more_rules(cage):
+    """A copy of `cage`'s Landlock ruleset with EXTRA_RULES more read rules (directories under
+    /etc and /usr/share, none on the loop's paths)."""
+    from sandboy.confine import landlock
+
+    fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
+    read = landlock.READ
+    extra = []
+    for top in ("/etc", "/usr/share"):
+        for entry in sorted(os.scandir(top), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False) and len(extra) < EXTRA_RULES:
+                extra.append((entry.path, read))
+    return landlock.build_ruleset(cage.ruleset.abi, [*fs["rules"], *extra], fs["handled_fs"], net["handled_net"],
+                                  net["connect_ports"], net["bind_ports"], net["scoped"], lambda _: None)
 
 
 def _exec_cage(tmp: str):
@@ -319,10 +355,11 @@ def main() -> int:
                   f"   {r['wall']:9.3f}x{r['cpu']:9.3f}x   {r['min wall']:8.3f}x{r['min cpu']:8.3f}x")
     if "ns per call" in result:
         print(f"  ns of CPU per system call ({args.calls} calls each; least of {max(3, args.rounds // 3)} runs)")
-        print("    " + f"{'':<18}" + "".join(f"{short:>12}" for short in SYSCALL_SHORT))
+        print("    " + f"{'':<22}" + "".join(f"{short:>11}" for short in SYSCALL_SHORT))
         for name, row in result["ns per call"].items():
-            print("    " + f"{name:<18}" + "".join(f"{row[call]:12.0f}" for call in SYSCALL_NAMES))
-        print("    (" + "; ".join(f"{short}: {call}" for short, call in zip(SYSCALL_SHORT, SYSCALL_NAMES)) + ")")
+            print("    " + f"{name:<22}" + "".join(f"{row[call]:11.0f}" for call in SYSCALL_NAMES))
+        print("    (" + "; ".join(f"{short}: {call}" for short, call in zip(SYSCALL_SHORT, SYSCALL_NAMES))
+              + f"; deep: {DEEP_DIR})")
     return 0
 
 
