@@ -207,3 +207,49 @@ def test_twin_a_log_with_room_keeps_every_byte(tmp_path, fake_home):
     log = (tmp_path / "logs" / "s.log").read_bytes()
     assert log == b"x" * 400000 + b"\nEND\n"
     assert "could not be written" not in proc.stdout
+
+
+def test_a_step_asking_for_thousands_of_paths_cannot_push_the_summary_over_githubs_limit(tmp_path, fake_home):
+    # GitHub drops a step summary over 1 MiB whole, results table included; one step policy asking
+    # for 20,000 paths the ceiling does not grant wrote 1.9 MB of narrowings into it
+    paths = ", ".join(f'"/opt/ri9-nothing/{i:05d}-padding-padding-padding"' for i in range(20000))
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "greedy"
+        run = "true"
+        policy = "p"
+        [[step]]
+        name = "after"
+        run = "exit 3"
+        [policy.p]
+        version = 1
+        fs.read = [{paths}]
+    """)
+    summary = tmp_path / "summary.md"
+    summary.write_text("operator's own line\n")
+    proc = run_gate(repo, "--keep-going", home=fake_home, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 1, proc.stderr
+    text = summary.read_text()
+    assert len(text.encode()) < 1 << 20, len(text.encode())
+    assert text.startswith("operator's own line\n")
+    assert "| greedy |" in text and "| after | ❌ FAILED | 3 |" in text  # the table whole, first
+    assert "more line(s) of this summary left out" in text.splitlines()[-1]
+
+
+def test_twin_an_ordinary_summary_is_whole(tmp_path, fake_home):
+    repo = make_repo(tmp_path, """
+        [[step]]
+        name = "one"
+        run = "true"
+        policy = "p"
+        [policy.p]
+        version = 1
+        net.connect_tcp = [443]
+    """)
+    summary = tmp_path / "summary.md"
+    proc = run_gate(repo, home=fake_home, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 0, proc.stderr
+    text = summary.read_text()
+    assert "| one | ✅ PASSED | 0 |" in text
+    assert "- step one asked to connect to TCP port 443; the ceiling does not allow it" in text
+    assert "left out" not in text

@@ -193,11 +193,34 @@ def _xml_characters(xml: bytes) -> bytes:
 
 
 def _md(text: str) -> str:
-    """A table cell: no pipes, no HTML, no line breaks from untrusted names or messages."""
-    return markdown(text)
+    """A table cell: no pipes, no HTML, no line breaks from untrusted names or messages; at most
+    MAX_SUMMARY_CELL characters of it (a step policy's path may be a megabyte long)."""
+    return markdown(clean(text, MAX_SUMMARY_CELL))
+
+
+# GitHub drops a step summary over 1 MiB whole — the results table with it ("upload aborted"),
+# and a repository decides how long it is: one step policy asking for 20,000 paths the ceiling
+# does not grant made 1.9 MB of narrowings (session 9). The gate keeps its summary to half of
+# that (the operator's own steps may write to the same file) and each cell to MAX_SUMMARY_CELL
+# characters; what is left out is counted on the last line (the console and --json hold it all).
+MAX_SUMMARY_BYTES = 512 << 10
+MAX_SUMMARY_CELL = 1000
 
 
 def to_markdown(gate_result) -> str:
+    lines = _markdown_lines(gate_result)
+    kept, size = [], 0
+    for n, text in enumerate(lines):
+        size += len(text.encode("utf-8")) + 1
+        if size > MAX_SUMMARY_BYTES - 256:  # room for the last line
+            kept.append(f"\n_… {len(lines) - n:,} more line(s) of this summary left out: GitHub drops a step "
+                        "summary over 1 MiB whole; the console and `--json` have them all_")
+            break
+        kept.append(text)
+    return "\n".join(kept) + "\n"
+
+
+def _markdown_lines(gate_result) -> list:
     code = gate_result.exit_code
     icon = {Status.PASSED: "✅", Status.NOT_RUN: "⏭️", Status.OVER_BUDGET: "⏱️"}
     lines = [f"### sandboy gate: {gate_status(code).replace('_', ' ')} (exit {code})", "",
@@ -219,7 +242,7 @@ def to_markdown(gate_result) -> str:
             allowed = ", ".join(e["allowed_hosts"]) or "none"
             refused = ", ".join(e["refused_hosts"]) or "none"
             lines.append(f"- {_md(name)}: allowed {_md(allowed)}; refused {_md(refused)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_all(gate_result, junit=None, json_path=None, summary=None) -> None:
