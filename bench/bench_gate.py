@@ -1,6 +1,9 @@
 """Benchmark: 200 steps of `true` through `sandboy gate`, vs plain `bash -lc true`, vs bwrap.
 
-    .venv/bin/python bench/bench_gate.py [--steps N] [--rounds R]
+    .venv/bin/python bench/bench_gate.py [--steps N] [--rounds R] [--before SRC]
+
+--before SRC: also time the gate of the `sandboy` package under SRC (a directory holding
+`sandboy/`, built as bench_cpu.py's --help says), in the same rounds, for a before/after.
 
 All three run in one process, one after another, R rounds (the best round counts: timings on a
 shared machine are noisy, read the ratios). The gate is timed end to end through the CLI,
@@ -55,6 +58,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", metavar="SRC", help="a `sandboy` source tree to compare with")
     args = parser.parse_args()
     n = args.steps
     with tempfile.TemporaryDirectory(prefix="sandboy-bench-") as base:
@@ -74,6 +78,9 @@ def main() -> int:
             limits = {k: v for k, v in ceilings.BUILTIN["limits"].items() if k != "processes"}
             fh.write(ceilings.to_toml({**ceilings.BUILTIN, "limits": limits}))
         best = {"plain": [], "bwrap": [], "bwrap, isolated": [], "sandboy gate": [], "gate, no pids": []}
+        if args.before:
+            before_env = dict(env, PYTHONPATH=os.path.abspath(args.before))
+            best.update({"gate (before)": [], "no pids (before)": []})
         for _ in range(args.rounds):
             best["plain"].append(loop(["bash", "-lc", "true"], n, repo, env))
             if BWRAP:
@@ -83,6 +90,9 @@ def main() -> int:
                 best["bwrap, isolated"].append(loop([BWRAP, "--unshare-all", "--new-session", "--ro-bind", "/", "/",
                                                      "--dev", "/dev", "--proc", "/proc", "bash", "-lc", "true"],
                                                     n, repo, env))
+            if args.before:  # first: the last report read below (spawn to reap) is this tree's
+                best["no pids (before)"].append(gate(repo, report, before_env, "--ceiling", no_pids))
+                best["gate (before)"].append(gate(repo, report, before_env))
             best["gate, no pids"].append(gate(repo, report, env, "--ceiling", no_pids))
             best["sandboy gate"].append(gate(repo, report, env))
         with open(report) as fh:
@@ -99,6 +109,9 @@ def main() -> int:
     if "bwrap" in per_step:
         bw = per_step["bwrap, isolated"] - plain
         verdict.append(f"{'below' if overhead < bw else 'NOT below'} isolated bwrap's {bw:.2f} ms")
+        if args.before:
+            was = per_step["gate (before)"] - plain
+            verdict.append(f"before {was:.2f} ms ({'below' if was < bw else 'NOT below'} isolated bwrap)")
     print("target: " + "; ".join(verdict))
     return 0
 

@@ -267,6 +267,10 @@ out = {name: attempt(os.path.join(group, name), "0" if "oom" in name else str(1 
 out["leave"] = attempt(os.path.join(os.path.dirname(group), "cgroup.procs"), str(os.getpid()))
 if pids and memory:
     out["leave pids"] = attempt("/sys/fs/cgroup/pids" + os.path.dirname(pids[0]) + "/cgroup.procs", str(os.getpid()))
+    # v1's `tasks`, through which the command joins its memory group and the gate its pids group
+    # (a thread moving itself: session 9): the same refusal for the step
+    out["leave tasks"] = attempt(os.path.join(os.path.dirname(group), "tasks"), "0")
+    out["leave pids tasks"] = attempt("/sys/fs/cgroup/pids" + os.path.dirname(pids[0]) + "/tasks", "0")
 out["moved"] = open("/proc/self/cgroup").read() != before
 print("RESULT " + json.dumps(out), flush=True)
 hog = b"x" * (96 << 20)
