@@ -253,3 +253,22 @@ def test_twin_an_ordinary_summary_is_whole(tmp_path, fake_home):
     assert "| one | ✅ PASSED | 0 |" in text
     assert "- step one asked to connect to TCP port 443; the ceiling does not allow it" in text
     assert "left out" not in text
+
+
+def test_a_repositorys_large_policy_files_are_not_copied_into_the_operators_cache(tmp_path, fake_home):
+    # The policy parse cache stores each file's bytes: 50 step policy files of 1 MiB (comments
+    # cost nothing against the gate's policy budget) wrote 50 MB into ~/.cache/sandboy in one run
+    cache = tmp_path / "cache"
+    pad = "#" + "x" * 1000 + "\n"
+    files = {f".007/p{i}.toml": "version = 1\n" + pad * 200 for i in range(5)}  # 200 kB each
+    files[".007/small.toml"] = "version = 1\n[net]\nconnect_tcp = [443]\n"
+    steps = "".join(f'[[step]]\nname = "s{i}"\nrun = "true"\npolicy = "p{i}.toml"\n' for i in range(5))
+    repo = make_repo(tmp_path, steps + '[[step]]\nname = "small"\nrun = "true"\npolicy = "small.toml"\n', files)
+    proc = run_gate(repo, home=fake_home, env={"SANDBOY_CACHE_DIR": str(cache)})
+    assert proc.returncode == 0, proc.stderr
+    entries = {p.name: p.stat().st_size for p in (cache / "policies").iterdir()}
+    assert sum(entries.values()) < 64 << 10, entries  # was 1 MB: five copies of 200 kB
+    # twin: the small policy file (and gate.toml) are still cached, and a second run uses them
+    assert len(entries) >= 2
+    again = run_gate(repo, home=fake_home, env={"SANDBOY_CACHE_DIR": str(cache)})
+    assert again.returncode == 0 and "PASSED" in again.stdout

@@ -379,9 +379,19 @@ def _cache_get(path: str, raw: bytes):
     return data
 
 
+# A file larger than this is parsed every time, never cached: an entry holds the file's bytes
+# (compared at every hit), and a gate's repository chooses its step policy files — 50 files of
+# 1 MiB (comments weigh nothing against the gate's policy budget) wrote 50 MB into the operator's
+# cache in one run, up to 1,000 such files a run, a set per checkout path (session 9). Policies
+# are a few kB; the parse of a large one costs milliseconds, once per gate.
+MAX_CACHED_BYTES = 16 << 10
+
+
 def _cache_put(path: str, raw: bytes, data: dict) -> None:
     import marshal
 
+    if len(raw) > MAX_CACHED_BYTES:
+        return
     cpath = _cache_path(path)
     try:
         os.makedirs(os.path.dirname(cpath), mode=0o700, exist_ok=True)
