@@ -309,3 +309,79 @@ def test_a_kernel_file_system_mounted_in_a_mount_namespace_the_caller_entered_is
     assert report["twin"][0] == 0 and (root / "made").exists(), report
     assert not (root / "GOT-THROUGH").exists(), f"a host sysctl was written through a proc in the write root: {report}"
     assert report["attack"][0] == 125 and "proc file system inside a write root" in report["attack"][1], report
+
+
+# --- metadata inside a write root: what the command may not write, it may not loosen -------------
+
+def _sandboy_run(policy: Path, script: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", script],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback (open, shown)"])
+def test_a_denied_file_inside_a_write_root_takes_no_metadata_change(tmp_path, tier_on):
+    """`write = [W]`, `deny = [W/secret.key]` (or Sandboy's own cache in a granted home): Landlock
+    refuses every access to the denied file but does not mediate chmod, and the tier's write root
+    is a read-write mount — so `chmod 0644 W/secret.key` (issue 7 item 1, inside a write root)
+    made the 0600 secret readable to every local user, and `chmod 0777` of the cache directory
+    opened Sandboy's cache (the adapters' compiled code) to them. Under the tier a denied path
+    inside a write root is bound read-only over itself: EROFS (host side: the modes). Without
+    the tier it is the documented `degraded` item (shown, so the probe is real)."""
+    if tier_on and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    work = tmp_path / "W"
+    work.mkdir()
+    secret = work / "secret.key"
+    secret.write_text("S3CRET")
+    secret.chmod(0o600)
+    cache = work / ".cache" / "sandboy"  # the cache inside the write root, as in a granted home
+    cache.mkdir(parents=True)
+    cache.chmod(0o700)
+    (work / "src").mkdir()  # (a directory split around a deny takes no new entry: the twin writes below it)
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                      f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\ndeny = ["{secret}"]\n')
+    env = _env(tmp_path, SANDBOY_CACHE_DIR=str(cache), SANDBOY_NAMESPACES="1" if tier_on else "0",
+               SANDBOY_PLAN_CACHE="0")
+    proc = _sandboy_run(policy, f"chmod 0644 {secret}; chmod 0777 {cache}; touch -d 2001-01-01 {secret}; "
+                                f"echo twin > {work}/src/made && chmod 0640 {work}/src/made && cat {secret}", env)
+    assert "S3CRET" not in proc.stdout
+    made = work / "src" / "made"
+    assert made.read_text() == "twin\n" and made.stat().st_mode & 0o777 == 0o640, proc.stderr
+    modes = (secret.stat().st_mode & 0o777, cache.stat().st_mode & 0o777, secret.stat().st_mtime > 1e9)
+    if tier_on:
+        assert modes == (0o600, 0o700, True), f"a denied path's metadata changed from the cage: {modes}"
+    else:
+        assert modes[:2] == (0o644, 0o777), modes  # the attack is real where no mount stops it
+
+
+@pytest.mark.xfail(strict=True, reason="redcage9: a directory between a write root and a protected path is bound "
+                   "read-WRITE over itself (namespaces.pinned_ancestors: git makes .git/index.lock there), so the "
+                   "command may chmod 0777 .git; any local user then replaces .git/config, and the operator's next "
+                   "git runs its core.fsmonitor. Mounts cannot make a writable directory's mode immutable: needs a "
+                   "seccomp rule on chmod modes adding group/other write (and ACL xattrs), or a check that restores")
+def test_a_loosened_git_directory_does_not_let_another_user_plant_the_operators_config(tmp_path, tier):
+    """The command (root's agent) loosens `.git` — a writable directory it may not rename — and an
+    accomplice (uid 65534) replaces the protected `.git/config` on the host after the run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp() as base:
+        work = base / "W"
+        work.mkdir()
+        subprocess.run(["git", "init", "-q", str(work)], check=True)
+        policy = base / "p.toml"
+        policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                          f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n')
+        env = _env(tmp_path, SANDBOY_PLAN_CACHE="0")
+        proc = _sandboy_run(policy, f"chmod 0777 {work}/.git; chmod 0777 {work}/.git/config; git -C {work} status >/dev/null"
+                                    " && echo twin", env)
+        assert "twin" in proc.stdout, proc.stderr  # git works in the cage
+        planted = base / "PLANTED"
+        subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c",
+                        f"cd {work}/.git && mv config config.old && printf '[core]\\n\\tfsmonitor = touch {planted}; "
+                        f"false\\n' > config"], capture_output=True, timeout=30)
+        subprocess.run(["git", "-C", str(work), "status"], capture_output=True, timeout=30)
+        assert not planted.exists(), "another user planted the operator's git config through a loosened .git"
+        assert work.joinpath(".git").stat().st_mode & 0o022 == 0

@@ -26,7 +26,8 @@ Mount tree, in order (the parent computes every path when the cage is built):
      itself read-only.
   6. The write-root copies attached back over their paths (read-write where the host had them
      so), and a fresh tmpfs on the cage's `{tmp}` directory.
-  7. A read-only copy over each protected path (`fs.protect` and its defaults).
+  7. A read-only copy over each protected path (`fs.protect` and its defaults), and over each
+     denied path inside a write root (its metadata: Landlock does not mediate chmod).
 Then the child adds Landlock rules for the new file systems (`plan_landlock_rules`: rules are
 tied to inodes, and these are new at every run) and becomes the init.
 
@@ -238,7 +239,7 @@ READ_ONLY_LABEL = "make every mount read-only"
 AT_EMPTY_PATH = 0x1000
 
 
-def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False, protected=()):
+def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False, protected=(), denied=()):
     """The tier for `policy`, or None where the kernel refuses namespaces; then `degraded`
     gets the exact list of what is no longer prevented (compat strict then refuses, 125).
     `grants` (path -> Landlock rights) gains the rights on the private /dev."""
@@ -260,7 +261,7 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
                         "symlinks followed, when a run starts: a directory on the way swapped for a symlink "
                         "since the cage was built (by a process running meanwhile, or between runs of a "
                         "prebuilt cage) attaches the link's target read-write instead")
-    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected, memory, exact)
+    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected, memory, exact, denied)
     rules = []  # (path, rights, required, is_dir)
     for path, names in TIER_RULES:
         if tty and path == "/dev/pts":
@@ -282,6 +283,7 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
                + ["/dev/pts (the host's, for --tty)" if tty else "/dev/pts (private)", "/dev/shm (private)"],
         "tmp": "private tmpfs" if tmp else None,
         "read_only_binds": list(protected),
+        "denied_read_only": [path for path in denied if not is_within_any(path, protected)],
         "ipc": True,
         "pid": True,
         "net": bool(flags & CLONE_NEWNET),
@@ -647,10 +649,13 @@ def openat2_works() -> bool:
     return _OPENAT2[0]
 
 
-def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact=True) -> list:
+def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact=True, denied=()) -> list:
     """The mount tree (module docstring). `roots`: write roots (existing, symlink-resolved);
     `protected`: paths inside them bound read-only over themselves (fs.protect and its
     defaults: .git/config, .git/hooks, start-up files), skipped if gone by the time a run starts.
+    `denied`: denied paths inside them (Landlock refuses every access, not chmod or utimensat),
+    bound read-only over themselves too, without pinning their directories (Landlock's split
+    already refuses renaming anything on the way to a denied path).
 
     `exact` (openat2 works): each write root is copied from, and attached at, the path the build
     resolved with no symlink followed on the way (RESOLVE_NO_SYMLINKS): a root's path is a
@@ -773,6 +778,19 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact
             (f"pin {path} in place", (SYS_MOVE_MOUNT, optional, (PROTECT_SLOT,), b"\0", AT_FDCWD, _path(path),
                                       MOVE_MOUNT_F_EMPTY_PATH)),
             (f"close copy of {path}", (SYS_CLOSE, optional, (PROTECT_SLOT,))),
+        ]
+    for path in denied:
+        if is_within_any(path, protected):
+            continue  # read-only already
+        steps += [
+            (f"copy denied {path}", (SYS_OPEN_TREE, step_flags(True, PROTECT_SLOT), AT_FDCWD, _path(path),
+                                     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)),
+            (f"make the copy of denied {path} read-only", (SYS_MOUNT_SETATTR, optional, (PROTECT_SLOT,), b"\0",
+                                                           AT_EMPTY_PATH | AT_RECURSIVE,
+                                                           _mount_attr(MOUNT_ATTR_RDONLY), 32)),
+            (f"keep denied {path} read-only", (SYS_MOVE_MOUNT, optional, (PROTECT_SLOT,), b"\0", AT_FDCWD,
+                                                _path(path), MOVE_MOUNT_F_EMPTY_PATH)),
+            (f"close copy of denied {path}", (SYS_CLOSE, optional, (PROTECT_SLOT,))),
         ]
     for path in protected:
         # a read-only copy of the path's own subtree, made while detached, then put over it

@@ -190,7 +190,7 @@ def compile_namespaces(job, landlock_fs) -> Compiled:
 
     degraded: list[str] = []
     tier = namespaces.compile(job.policy, landlock_fs.outputs["grants"], job.ctx.tmp, job.abi, degraded, job.tty,
-                              job.protected)
+                              job.protected, landlock_fs.outputs["denied_in_write_roots"])
     enforced = {"namespaces": tier.enforced if tier is not None else namespaces.unavailable_report()}
     return Compiled("namespaces", (), enforced, degraded, tier=tier)
 
@@ -322,6 +322,16 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
     denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
+    # Landlock refuses every access to a denied path but does not mediate chmod, chown, utimensat
+    # or xattrs, and under the tier a write root is a read-write mount: `chmod 0644` of a denied
+    # 0600 secret inside a write root (issue 7 item 1 again), `chmod 0777` of Sandboy's own cache
+    # in a granted home, opened them to every local user (redcage9). The tier binds these
+    # read-only over themselves (`namespaces.plan_mounts`): the literal denies and the cache (a
+    # glob's matches may be thousands of files, each a mount: not bound, see threat-model.md).
+    literal = {landlock.existing_realpath(d) for d in fs.deny if not is_glob(d)} | {cache}
+    writing = landlock.WRITE & ~landlock.READ
+    denied_in_write_roots = [d for d in denies if d in literal and any(
+        rights & writing and is_within(d, path) and d != path for path, rights in grants.items())]
     if fs.protect:
         # a FILE granted for writing, and in no directory granted for writing, cannot be protected
         # (the protected set is what lies inside a directory write root: it stayed writable,
@@ -407,7 +417,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *fs.protect, *grants),
         protected_args=(fs.write, fs.protect, fs.protect_defaults, job.work),
-        split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny), mount_roots=mount_roots)
+        split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny), mount_roots=mount_roots,
+        denied_in_write_roots=denied_in_write_roots)
 
 
 def _inet_asked(net) -> bool:
