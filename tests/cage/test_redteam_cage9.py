@@ -385,3 +385,32 @@ def test_a_loosened_git_directory_does_not_let_another_user_plant_the_operators_
         subprocess.run(["git", "-C", str(work), "status"], capture_output=True, timeout=30)
         assert not planted.exists(), "another user planted the operator's git config through a loosened .git"
         assert work.joinpath(".git").stat().st_mode & 0o022 == 0
+
+
+def test_as_an_ordinary_user_a_denied_key_in_their_write_root_takes_no_metadata_change():
+    """The same as uid 65534 (the tier's user namespace maps them to themselves): their own
+    0600 key, denied inside the home they grant for writing, keeps its mode and mtime."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    with userkit.world_readable_tmp("sandboy-cage9-") as base:
+        home = base / "home"
+        (home / "src").mkdir(parents=True)
+        key = home / "id_key"
+        key.write_text("S3CRET")
+        key.chmod(0o600)
+        policy = base / "p.toml"
+        policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                          f'exec = ["/usr/bin", "/bin"]\nwrite = ["{home}"]\ndeny = ["{key}"]\n')
+        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent), "HOME": str(home),
+               "SANDBOY_CACHE_DIR": str(base / "cache")}
+        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                               "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+                               f"chmod 0644 {key}; touch -d 2001-01-01 {key}; cat {key}; echo twin > {home}/src/made"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env)
+        assert "S3CRET" not in proc.stdout and (home / "src" / "made").read_text() == "twin\n", proc.stderr
+        assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_mtime > 1e9, "their key's metadata changed"
