@@ -272,3 +272,30 @@ def test_a_repositorys_large_policy_files_are_not_copied_into_the_operators_cach
     assert len(entries) >= 2
     again = run_gate(repo, home=fake_home, env={"SANDBOY_CACHE_DIR": str(cache)})
     assert again.returncode == 0 and "PASSED" in again.stdout
+
+
+def _comment_policies(count: int) -> tuple:
+    pad = "#" + "x" * 1000 + "\n"
+    files = {f".007/p{i}.toml": "version = 1\n" + pad * 1040 for i in range(count)}  # ~1 MiB each
+    steps = "".join(f'[[step]]\nname = "s{i}"\nrun = "echo ran-{i}"\npolicy = "p{i}.toml"\n' for i in range(count))
+    return steps, files
+
+
+def test_megabytes_of_step_policy_files_are_refused_before_the_budget_would_start(tmp_path, fake_home):
+    # All step policy files are read and parsed before the operator's budget starts, and comments
+    # weigh nothing against the gate's policy budget (entries, characters): 200 files of 1 MiB
+    # held the gate 13 s before its first step under --budget 1
+    steps, files = _comment_policies(40)
+    repo = make_repo(tmp_path, steps, files)
+    proc = run_gate(repo, "--budget", "1", home=fake_home)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "gate.toml: step[3" in proc.stderr and "the step policy files named so far hold" in proc.stderr
+    assert "ran-" not in proc.stdout  # nothing ran
+
+
+def test_twin_a_few_large_policy_files_still_run(tmp_path, fake_home):
+    steps, files = _comment_policies(3)
+    repo = make_repo(tmp_path, steps, files)
+    proc = run_gate(repo, home=fake_home)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(f"ran-{i}" in proc.stdout for i in range(3))

@@ -28,6 +28,11 @@ MAX_STEPS = 1000
 # and ~160 GB (session 7). One such policy used once still fits.
 MAX_GATE_POLICY_ENTRIES = 100_000
 MAX_GATE_POLICY_TEXT = 32 << 20  # characters of those entries (an env.set value may be long)
+# Bytes of all the step policy FILES a gate reads, each file once: they are read, parsed and
+# validated before the operator's time budget starts, and comments weigh nothing against the
+# entries above — 200 files of 1 MiB of comments (git stores them as one small blob) held the
+# gate 13 s before its first step under `--budget 1`, 1,000 about a minute (session 9).
+MAX_GATE_POLICY_FILE_BYTES = 32 << 20
 MAX_NAME = 64
 MAX_RUN = 65536
 MAX_TIMEOUT = 7 * 24 * 3600
@@ -37,6 +42,12 @@ _TOP_KEYS = ("gate", "step", "policy")
 _GATE_KEYS = ("shell",)
 _STEP_KEYS = ("name", "run", "policy", "timeout", "allow_failure")
 _FS_PATH_KEYS = ("read", "exec", "write", "deny", "protect")
+
+
+class _PolicyFiles(dict):
+    """The step policy files read so far, by the path each was read from, and their bytes."""
+
+    bytes_read = 0
 
 
 class Step:
@@ -138,7 +149,7 @@ def _policy_tables(src: str, tables) -> dict:
     return out
 
 
-def _policy_file(src: str, key: str, repo: str, ref: str, files: dict) -> Policy:
+def _policy_file(src: str, key: str, repo: str, ref: str, files: _PolicyFiles) -> Policy:
     """A policy path relative to .007/, looked up strictly inside the repository (symlinks
     followed only while they stay in it: repository_files). `files`: the policies read so far,
     by the path each was read from — one file under many spellings ("p.toml", "./p.toml",
@@ -157,6 +168,11 @@ def _policy_file(src: str, key: str, repo: str, ref: str, files: dict) -> Policy
     if found is None:
         raise PolicyError(src, key, f"cannot read {ref!r}: no such file under {GATE_DIR}/")
     real, raw = found
+    files.bytes_read += len(raw)
+    if files.bytes_read > MAX_GATE_POLICY_FILE_BYTES:
+        raise PolicyError(src, key, f"the step policy files named so far hold {files.bytes_read:,} bytes; at most "
+                          f"{MAX_GATE_POLICY_FILE_BYTES:,} in a gate (each file counted once): they are all read "
+                          "and parsed before any step runs; share fewer, smaller policy files between steps")
     try:
         made = []  # as the gate file: cached once valid, validated again when it comes from the cache
         data = parse_cached(real, raw, lambda parsed: made.append(Policy.from_mapping(parsed, real)))
@@ -242,7 +258,7 @@ def from_data(data: dict, repo: str, src: str) -> Gate:
         raise PolicyError(src, "step", f"expected [[step]] tables, got {kind_of(steps_raw)}")
     if not steps_raw or len(steps_raw) > MAX_STEPS:
         raise PolicyError(src, "step", f"expected 1 to {MAX_STEPS} steps, got {len(steps_raw)}")
-    steps, seen, files = [], set(), {}
+    steps, seen, files = [], set(), _PolicyFiles()
     for i, table in enumerate(steps_raw):
         step = _step(src, i, table, tables, repo, files)
         if step.name in seen:
