@@ -414,3 +414,36 @@ def test_as_an_ordinary_user_a_denied_key_in_their_write_root_takes_no_metadata_
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env)
         assert "S3CRET" not in proc.stdout and (home / "src" / "made").read_text() == "twin\n", proc.stderr
         assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_mtime > 1e9, "their key's metadata changed"
+
+
+# --- path_dirs: a PATH entry is looked up as the shell looks it up ----------------------------------
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback"])
+def test_a_path_entry_with_dotdot_after_a_link_protects_the_directory_the_shell_searches(tmp_path, tier_on):
+    """PATH holds `H/link/../bin` (a tool's `$DIR/../bin` where `$DIR` is a link: `link -> a/b`).
+    The shell resolves `..` physically: `H/a/bin`. path_dirs normalised the entry lexically to
+    `H/bin`, made and protected THAT directory, and a run granted `H` planted `git` in `H/a/bin`,
+    which the operator's next `git` ran. Host side: what the operator's PATH finds for `git`."""
+    if tier_on and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    home = tmp_path / "H"
+    (home / "a" / "b").mkdir(parents=True)
+    (home / "work").mkdir()
+    os.symlink("a/b", home / "link")
+    searched = f"{home}/link/../bin"
+    operator_path = f"{searched}:/usr/bin:/bin"
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                      f'exec = ["/usr/bin", "/bin"]\nwrite = ["{home}"]\n')
+    env = _env(tmp_path, PATH=operator_path, HOME=str(home), SANDBOY_PLAN_CACHE="0",
+               SANDBOY_NAMESPACES="1" if tier_on else "0")
+    plant = (f"mkdir -p {home}/a/bin; printf '#!/bin/sh\\necho PLANTED\\n' > {home}/a/bin/git; "
+             f"chmod +x {home}/a/bin/git; echo twin > {home}/work/made")
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", plant],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=home / "work",
+                          timeout=60)
+    assert (home / "work" / "made").read_text() == "twin\n", proc.stderr  # the write root is written
+    found = shutil.which("git", path=operator_path)
+    assert found is None or not found.startswith(str(home)), f"the operator's PATH now finds {found}: {proc.stderr}"
+    if not tier_on:
+        assert proc.returncode == 125, proc.stderr  # judged after the run: quarantined, the run failed

@@ -61,7 +61,7 @@ def _entries(path_text: str) -> tuple:
         for entry in path_text.split(os.pathsep):
             if entry.startswith("~"):  # bash expands a literal `~/bin` in PATH (`export PATH="~/bin:$PATH"`)
                 entry = os.path.expanduser(entry)
-            if entry.startswith("/") and (entry := os.path.normpath(entry)) not in seen:
+            if entry.startswith("/") and (entry := _spelled(entry)) not in seen:
                 seen.add(entry)
                 rows.append(_row(entry))
         cached = _RESOLVED[path_text] = _cached(rows)
@@ -71,6 +71,14 @@ def _entries(path_text: str) -> tuple:
                 cached = _RESOLVED[path_text] = _cached([_row(row[0]) if row[3] else row for row in cached[0]])
                 break
     return cached[0]
+
+
+def _spelled(entry: str) -> str:
+    """`entry` without empty and `.` components — but every `..` kept where it stands: the shell
+    resolves `~/link/../bin` physically (the parent of where `link` leads), and os.path.normpath's
+    lexical `~/bin` protected the wrong directory while a command planted `git` in the one the
+    operator's shell searches (redcage9)."""
+    return "/" + "/".join(part for part in entry.split("/") if part and part != ".")
 
 
 def _cached(rows: list) -> tuple:

@@ -306,7 +306,9 @@ def symlinks_on_the_way(path: str, limit: int = 40) -> list[str]:
     operator's start-up file. Each link found here is bound over itself too (a symlink can be a
     mount point: then `unlink`/`rename` of it get EBUSY)."""
     found: list[str] = []
-    pending = [part for part in os.path.abspath(path).split("/") if part]
+    # an absolute path as spelled: os.path.abspath collapses `link/..` lexically, where the kernel
+    # goes to the parent of the link's target (a PATH entry `~/link/../bin`: path_dirs)
+    pending = [part for part in (path if path.startswith("/") else os.path.abspath(path)).split("/") if part]
     current = "/"
     while pending and len(found) <= limit:
         part = pending.pop(0)
