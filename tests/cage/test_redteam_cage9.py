@@ -28,9 +28,11 @@ def tier():
         pytest.skip("the plan cache keeps runs under the namespace tier only")
 
 
-def _env(tmp_path: Path, **more) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SANDBOY_NATIVE", "SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "PYTHONPATH")}
+def _env(tmp_path: Path, executor_as_set: bool = False, **more) -> dict:
+    """The environment of a probe's run: its own cache directory; the C executor (the plan cache
+    keeps its plans only) unless `executor_as_set` (then SANDBOY_NATIVE=0 of a suite pass holds)."""
+    dropped = ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "PYTHONPATH") + (() if executor_as_set else ("SANDBOY_NATIVE",))
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cache")
     env.update(more)
     return env
@@ -301,7 +303,7 @@ def test_a_kernel_file_system_mounted_in_a_mount_namespace_the_caller_entered_is
     root = tmp_path / "chroot"
     (root / "mnt").mkdir(parents=True)
     proc = subprocess.run([sys.executable, "-c", NAMESPACE_SWITCH, str(root), how], capture_output=True, text=True,
-                          timeout=120, env=_env(tmp_path))
+                          timeout=120, env=_env(tmp_path, True))
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -341,7 +343,7 @@ def test_a_denied_file_inside_a_write_root_takes_no_metadata_change(tmp_path, ti
     policy = tmp_path / "p.toml"
     policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
                       f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\ndeny = ["{secret}"]\n')
-    env = _env(tmp_path, SANDBOY_CACHE_DIR=str(cache), SANDBOY_NAMESPACES="1" if tier_on else "0",
+    env = _env(tmp_path, True, SANDBOY_CACHE_DIR=str(cache), SANDBOY_NAMESPACES="1" if tier_on else "0",
                SANDBOY_PLAN_CACHE="0")
     proc = _sandboy_run(policy, f"chmod 0644 {secret}; chmod 0777 {cache}; touch -d 2001-01-01 {secret}; "
                                 f"echo twin > {work}/src/made && chmod 0640 {work}/src/made && cat {secret}", env)
@@ -374,7 +376,7 @@ def test_a_loosened_git_directory_does_not_let_another_user_plant_the_operators_
         policy = base / "p.toml"
         policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
                           f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n')
-        env = _env(tmp_path, SANDBOY_PLAN_CACHE="0")
+        env = _env(tmp_path, True, SANDBOY_PLAN_CACHE="0")
         proc = _sandboy_run(policy, f"chmod 0777 {work}/.git; chmod 0777 {work}/.git/config; git -C {work} status >/dev/null"
                                     " && echo twin", env)
         assert "twin" in proc.stdout, proc.stderr  # git works in the cage
@@ -435,7 +437,7 @@ def test_a_path_entry_with_dotdot_after_a_link_protects_the_directory_the_shell_
     policy = tmp_path / "p.toml"
     policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
                       f'exec = ["/usr/bin", "/bin"]\nwrite = ["{home}"]\n')
-    env = _env(tmp_path, PATH=operator_path, HOME=str(home), SANDBOY_PLAN_CACHE="0",
+    env = _env(tmp_path, True, PATH=operator_path, HOME=str(home), SANDBOY_PLAN_CACHE="0",
                SANDBOY_NAMESPACES="1" if tier_on else "0")
     plant = (f"mkdir -p {home}/a/bin; printf '#!/bin/sh\\necho PLANTED\\n' > {home}/a/bin/git; "
              f"chmod +x {home}/a/bin/git; echo twin > {home}/work/made")
