@@ -72,6 +72,9 @@ NR_SAME_FILE = -3     # pseudo-call (fd, st_dev, st_ino): fails with ESTALE unle
 MAX_SLOTS = 64
 # What an init passes on to the command (as tini does); stop signals are not passed.
 FORWARDED_SIGNALS = (1, 2, 3, 15, 10, 12, 14, 28, 18)  # HUP INT QUIT TERM USR1 USR2 ALRM WINCH CONT
+# The supervision asks a namespace's init to end the run (a timeout, kill()): the init kills the
+# command's tree, then drains its relays and carries offsets back before it reports (_native.c).
+END_RUN_SIGNAL = 64  # SIGRTMAX: queued with its sender's pid, which must read 0 (outside the namespace)
 
 
 def step_flags(optional: bool = False, save: int = 0) -> int:

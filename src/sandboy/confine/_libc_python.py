@@ -12,6 +12,7 @@ import _ctypes
 import _signal  # the C module: `signal` imports enum
 
 from sandboy.confine._libc import (
+    END_RUN_SIGNAL,
     FORWARDED_SIGNALS,
     NR_INIT,
     NR_SAME_FILE,
@@ -170,7 +171,7 @@ def _become_init(errpipe: int, args=()) -> int:
     NR_INIT's (fd0, fd1, fd2, kinds), what the init does with the caller's fd 0-2."""
     fds = list(args[:3]) if len(args) >= 4 else [-1, -1, -1]
     kinds = [(args[3] >> 2 * k) & 3 if len(args) >= 4 else 0 for k in range(3)]
-    watched = {*FORWARDED_SIGNALS, SIGCHLD}
+    watched = {*FORWARDED_SIGNALS, SIGCHLD, END_RUN_SIGNAL}
     # SIGCHLD to SIG_DFL, as _native.c: ignored, the kernel reaps the command unseen (with a
     # raw rt_sigaction, as there: nothing of Python's own handler table is involved)
     syscall(SYS_RT_SIGACTION, SIGCHLD, bytes(32), 0, 8)
@@ -205,9 +206,18 @@ def _become_init(errpipe: int, args=()) -> int:
                     _relay_once(fds, k)
             if not ready.get(signals, 0) & select.POLLIN:
                 continue
-            signum = int.from_bytes(os.read(signals, 128)[:4], "little")
+            info = os.read(signals, 128)  # struct signalfd_siginfo: signo, errno, code, pid, ...
+            signum, sender = int.from_bytes(info[:4], "little"), int.from_bytes(info[12:16], "little")
         else:
-            signum = _signal.sigwaitinfo(watched).si_signo
+            info = _signal.sigwaitinfo(watched)
+            signum, sender = info.si_signo, info.si_pid
+        if signum == END_RUN_SIGNAL:
+            if sender == 0:  # from outside the namespace: the supervision ends the run (see _native.c)
+                try:
+                    os.kill(-1, 9)  # the tree; SIGCHLD then ends the run as usual
+                except OSError:
+                    pass
+            continue
         if signum != SIGCHLD:
             try:  # only to a command that left the init's process group (see _native.c)
                 if os.getpgid(child) != os.getpgid(0):

@@ -367,6 +367,13 @@ static int command_main(void *arg) {
 }
 
 /* Signals the init passes on to the command (as tini does); stop signals are not passed. */
+/* END_RUN_SIGNAL (SIGRTMAX; _libc.END_RUN_SIGNAL): the supervision asks the init to end the run
+   (a timeout, kill()): the init kills the command's tree itself, so its usual end follows —
+   the relays drained into the caller's files, the offsets carried back, the status reported.
+   Killing the init with the tree lost what was still in a relay's pipe. Only a sender outside
+   the namespace counts (its pid reads 0 in here): the command cannot end its own run this way.
+   A real-time signal: queued with its sender, never merged or delivered without it. */
+#define END_RUN_SIGNAL 64
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
 
 static void forwarding_set(sigset_t *set) {
@@ -500,6 +507,7 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
     raw_call(SYS_rt_sigaction, SIGCHLD, (long)&dfl, 0, 8, 0, 0);
     sigset_t set;
     forwarding_set(&set);
+    sigaddset(&set, END_RUN_SIGNAL);
     raw_call(SYS_rt_sigprocmask, SIG_BLOCK, (long)&set, 0, 8, 0, 0);  /* the command unblocks in its plan */
     /* With a relay the init waits for its pipes and its signals at once: the signals through a
        signalfd (made before the command: a failure is this step's) */
@@ -528,6 +536,7 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
     close_all_but(keep, nkeep);
     for (;;) {
         long sig;
+        unsigned int sender;  /* the sender's pid in this namespace: 0 from outside it */
         if (relaying) {
             struct pollfd polled[4] = {{(int)sfd, POLLIN, 0}};
             int relayed[4], n = 1;
@@ -546,11 +555,18 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
                 raw_call(SYS_read, sfd, (long)&info, sizeof(info), 0, 0, 0) != (long)sizeof(info))
                 continue;
             sig = info.ssi_signo;
+            sender = info.ssi_pid;
         } else {
             siginfo_t info;
             sig = raw_call(SYS_rt_sigtimedwait, (long)&set, (long)&info, 0, 8, 0, 0);
             if (sig < 0)
                 continue;
+            sender = (unsigned int)info.si_pid;
+        }
+        if (sig == END_RUN_SIGNAL) {
+            if (sender == 0)
+                raw_call(SYS_kill, -1, SIGKILL, 0, 0, 0, 0);  /* the tree; SIGCHLD then ends the run */
+            continue;
         }
         if (sig != SIGCHLD) {
             /* Senders signal the init's process group (the command is in it unless it made

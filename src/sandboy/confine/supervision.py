@@ -49,6 +49,11 @@ from sandboy.errors import EXIT_CAGE, CageError
 PR_SET_PDEATHSIG = 1  # (the command's death signal: exec_mode.die_with_the_supervisor)
 PR_SET_CHILD_SUBREAPER = 36
 
+# How long the namespace's init may take to end a run the supervision ends (a timeout, kill()):
+# kill the tree, reap it, copy what is left in its relays (at most a pipe's worth each: 64 KiB,
+# 1 MiB if the command grew it) and report. Past it the init is killed with the tree.
+END_GRACE_SECONDS = 1.0
+
 NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
                   "cgroup could be created; refusing to run without the limit (run it where "
                   "/sys/fs/cgroup is writable — not inside another cage — or with a policy or gate "
@@ -397,6 +402,8 @@ class Supervision(Handle):
             self._outcome = outcome
         if self._ended:
             return
+        if self._status is None and self._ends_its_tree():
+            self._status = self._ask_the_init_to_end(deadline)
         if self._status is None:
             reaping.kill_pass(self._own_group, self._spare, leader=self.pid)  # unreaped: its pid is its own
             try:
@@ -413,6 +420,28 @@ class Supervision(Handle):
         if not self._ends_its_tree() and not reaping.sweep(self._own_group, deadline, self._spare):
             self.abandoned = True
         self._ended = True
+
+    def _ask_the_init_to_end(self, deadline=None):
+        """Under the tier: ask the namespace's init to end the run (END_RUN_SIGNAL) and give it
+        END_GRACE_SECONDS (or until `deadline`) to do so; its wait status, or None (then the
+        caller kills the whole tree, the init with it). The init kills the command's tree itself
+        and ends as when the command exits: what is still in a relay's pipe reaches the caller's
+        file, a reopened stdin's offset is carried back, the status is reported (ADR 0011,
+        "Session 9"). Killed with the tree, as before, the init lost up to a pipe's worth of
+        output and left the caller's offset where the run began. The grace bounds an init that
+        cannot finish (its writes to the caller's file stalled, a tree that will not die): the
+        timeout then holds as before."""
+        from sandboy.confine._libc import END_RUN_SIGNAL
+
+        try:
+            os.kill(self.pid, END_RUN_SIGNAL)  # unreaped: its pid is its own
+        except OSError:  # (EAGAIN: the uid's queue of real-time signals is full)
+            return None
+        limit = time.monotonic() + END_GRACE_SECONDS
+        try:
+            return reaping.wait_until(self.pid, limit if deadline is None else min(limit, deadline))
+        except ChildProcessError:  # reaped unseen: its record on the error pipe says how it ended
+            return STATUS_LOST
 
     def _ends_its_tree(self) -> bool:
         """Under the namespace tier the command is its PID namespace's init. When an init exits,

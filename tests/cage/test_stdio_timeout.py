@@ -1,0 +1,232 @@
+"""A run the supervision ends (a timeout, kill()) under the tier keeps what the command wrote
+and carries the caller's offset back (ADR 0011, "Session 9"; session 8's loose end 1).
+
+Bug: the supervision killed the namespace's init WITH the command's tree. The init copies a
+relayed file (`> out.log`) from a pipe; what was still in the pipe (up to 64 KiB, or 1 MiB for a
+command that grew it) was lost, and a reopened stdin's offset was never carried back (the
+caller's file position stayed where the run began). Fix: the supervision asks the init to end
+the run (`_libc.END_RUN_SIGNAL`, from outside the namespace only); the init kills the tree
+itself and ends as when the command exits — drains, carries offsets back, reports — within
+`supervision.END_GRACE_SECONDS`, after which it is killed with the tree as before.
+
+Probes (host side: the bytes of the caller's file, its offset, processes by pid):
+- the init is SIGSTOPped while the command writes 40,000 bytes (so they wait in the pipe),
+  then continued once the supervision has ended the run (its signal pending, or the init gone):
+  the file holds all 40,000;
+- the command reads 100 bytes of its stdin file and is timed out: the caller's offset is 100;
+- bound: an init that never continues does not hold the timeout (ended within the grace;
+  host side: the init's pid is gone).
+Twins: `sandboy run` (CLI, wall_seconds) with `> out`, the command's normal exit. Both
+executors (SANDBOY_NATIVE=0: the pure-Python init; the API's supervisor is a fork of this
+process, so its executor is this process's).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from cagekit import SANDBOY, to_toml
+
+import sandboy
+from sandboy.confine import namespaces, supervision
+from sandboy.confine._libc import END_RUN_SIGNAL
+
+pytestmark = [pytest.mark.needs_kernel,
+              pytest.mark.skipif(not namespaces.availability()[0],
+                                 reason=f"no namespace tier here: {namespaces.availability()[1]}")]
+
+PY = "/usr/bin/python3"
+
+
+def _policy(tmp_path, **limits):
+    mapping = {"version": 1, "fs": {"read": ["/usr", "/etc", "/proc"],
+                                    "exec": ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"],
+                                    "write": [str(tmp_path / "w")]}}
+    if limits:
+        mapping["limits"] = limits
+    (tmp_path / "w").mkdir(exist_ok=True)
+    return mapping
+
+
+def _init_of(supervisor: int, within=20.0) -> int:
+    """The namespace's init: the (forked) supervisor's only child."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for task in os.listdir(f"/proc/{supervisor}/task"):
+            with open(f"/proc/{supervisor}/task/{task}/children") as fh:
+                kids = fh.read().split()
+            if kids:
+                return int(kids[0])
+        time.sleep(0.01)
+    raise AssertionError("no init appeared")
+
+
+def _stop_in_its_loop(init: int, started, within=20.0) -> None:
+    """SIGSTOP the init once the command runs and the init waits in its loop (poll: it relays):
+    stopped while it still starts the command, the launcher waiting for it would wait as long."""
+    _wait_for(started, within)
+    deadline = time.monotonic() + within
+    while True:
+        with open(f"/proc/{init}/wchan") as fh:
+            if "poll" in fh.read():
+                break
+        assert time.monotonic() < deadline, "the init never waited in poll"
+        time.sleep(0.01)
+    os.kill(init, signal.SIGSTOP)
+
+
+def _release(init, kill=False) -> None:
+    """A test that failed midway leaves no stopped init (nor a launcher waiting on it) behind."""
+    if init is not None:
+        try:
+            os.kill(init, signal.SIGKILL if kill else signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_for(path, within=20.0) -> None:
+    deadline = time.monotonic() + within
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _status(pid: int) -> dict:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+    except FileNotFoundError:
+        return {}
+
+
+def _ended_or_asked(pid: int) -> bool:
+    """Has the supervision ended the run: END_RUN_SIGNAL pending on the (stopped) init, or the
+    init killed (gone, or a zombie)?"""
+    state = _status(pid)
+    if not state or state.get("State", "").startswith(("Z", "X")):
+        return True
+    return bool(int(state["ShdPnd"], 16) >> (END_RUN_SIGNAL - 1) & 1)
+
+
+WRITER = """\
+import os, sys, time
+go, written = sys.argv[1], sys.argv[2]
+open(go + ".started", "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+os.write(1, b"x" * 40000)  # into the relay's pipe: the init is stopped, nothing copies it
+open(written, "w").close()
+time.sleep(60)
+"""
+
+
+def test_a_timeout_keeps_what_the_command_wrote_before_it(tmp_path, monkeypatch):
+    # a grace the continue below always falls inside (the bound has its own probe)
+    monkeypatch.setattr(supervision, "END_GRACE_SECONDS", 60.0)
+    go, written = tmp_path / "w" / "go", tmp_path / "w" / "written"
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    init = None
+    try:
+        handle = sandboy.spawn([PY, "-c", WRITER, str(go), str(written)],
+                               sandboy.Policy.from_mapping(_policy(tmp_path)), stdout=fd, timeout=4)
+        init = _init_of(handle.pid)
+        _stop_in_its_loop(init, f"{go}.started")
+        go.touch()
+        _wait_for(written)
+        deadline = time.monotonic() + 30
+        while not _ended_or_asked(init):  # the timeout has come and the supervision acted
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        try:
+            os.kill(init, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        result = handle.wait()
+    finally:
+        os.close(fd)
+        _release(init)
+    assert result.outcome == "timed_out" and result.returncode == 137, result
+    assert out.read_bytes() == b"x" * 40000  # host side: every byte the command wrote
+
+
+def test_a_timeout_carries_the_callers_stdin_offset_back(tmp_path):
+    written = tmp_path / "w" / "read"
+    data = tmp_path / "data"
+    data.write_bytes(bytes(range(256)) * 4)
+    with open(data, "rb", buffering=0) as stdin:
+        assert stdin.read(10) == bytes(range(10))
+        result = sandboy.run([PY, "-c", "import os, sys, time; os.read(0, 100); open(sys.argv[1], 'w').close(); "
+                              "time.sleep(60)", str(written)],
+                             sandboy.Policy.from_mapping(_policy(tmp_path)), stdin=stdin.fileno(), timeout=2)
+        assert written.exists(), result  # it read, then was timed out
+        assert result.outcome == "timed_out", result
+        # host side: where the command left the shared offset, as a command that exits does
+        assert os.lseek(stdin.fileno(), 0, os.SEEK_CUR) == 110
+        assert stdin.read(5) == bytes(range(110, 115))
+
+
+def test_an_init_that_cannot_finish_does_not_hold_the_timeout(tmp_path):
+    """The init stopped for good (its writes to the caller's file could stall the same way):
+    the run still ends, within the timeout plus the grace, and nothing of it is left."""
+    go, written = tmp_path / "w" / "go", tmp_path / "w" / "written"
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    init = None
+    try:
+        handle = sandboy.spawn([PY, "-c", WRITER, str(go), str(written)],
+                               sandboy.Policy.from_mapping(_policy(tmp_path)), stdout=fd, timeout=3)
+        init = _init_of(handle.pid)
+        _stop_in_its_loop(init, f"{go}.started")
+        go.touch()
+        _wait_for(written)
+        result = handle.wait()
+        left = _status(init)  # (before the clean-up below)
+    finally:
+        os.close(fd)
+        _release(init, kill=True)
+    assert result.outcome == "timed_out", result
+    # 3 s timeout + 1 s grace; the rest is start-up and a loaded machine's slack
+    assert result.duration < 3 + supervision.END_GRACE_SECONDS + 5, result.duration
+    assert not left, f"the init is still there: {left.get('State')}"
+
+
+def test_the_cli_keeps_a_timed_out_commands_output(tmp_path):
+    """Twin through `sandboy run` (limits.wall_seconds: a supervised run in the CLI's own
+    process): everything written before the timeout is in the file; the run timed out (137)."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(to_toml(_policy(tmp_path, wall_seconds=2)))
+    done = subprocess.run(["/bin/sh", "-c", f"{SANDBOY} run --policy {policy} -- /bin/sh -c "
+                           "'head -c 40000 /dev/zero; echo tail; sleep 60' > out; echo rc=$?"],
+                          cwd=tmp_path, capture_output=True, timeout=60,
+                          env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+    assert done.stdout == b"rc=137\n", done
+    assert (tmp_path / "out").read_bytes() == bytes(40000) + b"tail\n"
+
+
+def test_a_command_that_exits_before_the_timeout_is_unchanged(tmp_path):
+    out = tmp_path / "out"
+    with open(out, "wb") as fh:
+        result = sandboy.run(["/bin/sh", "-c", "head -c 100000 /dev/zero; exit 3"],
+                             sandboy.Policy.from_mapping(_policy(tmp_path)), stdout=fh.fileno(), timeout=30)
+    assert (result.outcome, result.returncode) == ("exited", 3), result
+    assert out.read_bytes() == bytes(100000)
+
+
+def test_the_command_cannot_end_its_own_run_through_the_inits_signal(tmp_path):
+    """END_RUN_SIGNAL counts only from outside the namespace (its sender's pid reads 0 in
+    there): sent by the command to its init (pid 1) it changes nothing — the command lives on
+    and exits as it likes (a missing check would have the init kill it: 137). Where Landlock
+    scopes signals (ABI 6) the kill itself is refused (EPERM: the init is outside the command's
+    domain), and the sender check is the second line."""
+    out = tmp_path / "out"
+    with open(out, "wb") as fh:
+        result = sandboy.run([PY, "-c", f"import errno, os, time\ntry:\n    os.kill(1, {END_RUN_SIGNAL}); said = 'sent'\n"
+                              "except OSError as exc:\n    said = errno.errorcode[exc.errno]\n"
+                              "time.sleep(0.5); print(said, 'alive'); raise SystemExit(5)"],
+                             sandboy.Policy.from_mapping(_policy(tmp_path)), stdout=fh.fileno(), timeout=30)
+    assert (result.outcome, result.returncode) == ("exited", 5), (result, out.read_text())
+    assert out.read_text() in ("sent alive\n", "EPERM alive\n")
