@@ -449,3 +449,26 @@ def test_a_path_entry_with_dotdot_after_a_link_protects_the_directory_the_shell_
     assert found is None or not found.startswith(str(home)), f"the operator's PATH now finds {found}: {proc.stderr}"
     if not tier_on:
         assert proc.returncode == 125, proc.stderr  # judged after the run: quarantined, the run failed
+
+
+def test_denied_paths_bound_read_only_are_bounded_per_run(tmp_path, tier):
+    """Each denied path inside a write root is a mount in every run: a policy listing thousands
+    (a repository's step policy may) must not make thousands of mounts per step. The first 64
+    are bound (their metadata: EROFS), the launch says the rest are not, and the run works."""
+    work = tmp_path / "W"
+    (work / "src").mkdir(parents=True)
+    keys = [work / f"key{i:03d}" for i in range(70)]
+    for key in keys:
+        key.write_text("S")
+        key.chmod(0o600)
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/proc"]\n'
+                      f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n'
+                      f'deny = [{", ".join(repr(str(k)).replace(chr(39), chr(34)) for k in keys)}]\n')
+    env = _env(tmp_path, True, SANDBOY_PLAN_CACHE="0")
+    proc = _sandboy_run(policy, f"chmod 0644 {keys[0]}; echo twin > {work}/src/made; grep -c ' {work}/key' /proc/self/mountinfo",
+                        env)
+    assert proc.returncode == 0 and (work / "src" / "made").exists(), proc.stderr
+    assert proc.stdout.split()[-1] == "64", proc.stdout  # the mounts of this run
+    assert "70 denied paths inside write roots; the first 64 are read-only" in proc.stderr, proc.stderr
+    assert keys[0].stat().st_mode & 0o777 == 0o600

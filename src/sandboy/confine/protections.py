@@ -332,6 +332,14 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     writing = landlock.WRITE & ~landlock.READ
     denied_in_write_roots = [d for d in denies if d in literal and any(
         rights & writing and is_within(d, path) and d != path for path, rights in grants.items())]
+    if len(denied_in_write_roots) > MAX_DENIED_BINDS:
+        # each is a mount made in every run (a gate's step policies may list 100,000 paths
+        # together: gate.config.MAX_GATE_POLICY_ENTRIES); past the bound, the metadata of the
+        # rest is what it is without the tier
+        warnings.append(f"fs.deny: {len(denied_in_write_roots)} denied paths inside write roots; the first "
+                        f"{MAX_DENIED_BINDS} are read-only in the cage, the metadata of the others (chmod, "
+                        "utimensat) stays changeable: deny their directory instead")
+        denied_in_write_roots = denied_in_write_roots[:MAX_DENIED_BINDS]
     if fs.protect:
         # a FILE granted for writing, and in no directory granted for writing, cannot be protected
         # (the protected set is what lies inside a directory write root: it stayed writable,
@@ -419,6 +427,11 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         protected_args=(fs.write, fs.protect, fs.protect_defaults, job.work),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny), mount_roots=mount_roots,
         denied_in_write_roots=denied_in_write_roots)
+
+
+# Denied paths inside write roots bound read-only per run (namespaces.plan_mounts' `denied`):
+# four steps and a mount each, in every run.
+MAX_DENIED_BINDS = 64
 
 
 def _inet_asked(net) -> bool:
