@@ -22,11 +22,12 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from sandboy.audit.errors import BuildFailed, UsageError
+from sandboy.audit.errors import BuildFailed, DeadlineExceeded, UsageError
 from sandboy.audit.registry import WIT_WORLD_NAME, AdapterSpec, adapters_root, source_files
 
 Progress = Callable[[str], None]
@@ -94,10 +95,22 @@ def _componentize_py() -> str:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, deadline_at: float | None = None) -> Iterator[None]:
     # Two processes (pytest workers, parallel CI jobs) must not build the same adapter twice.
+    # With a deadline, waiting for the other one's build ends at it too.
     with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        if deadline_at is None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline_at:
+                        raise DeadlineExceeded("the deadline passed while another process built the adapter",
+                                               step="the adapter's build", started=False) from None
+                    time.sleep(0.05)
         yield
 
 
@@ -118,23 +131,24 @@ def record(kind: str, seconds: float) -> None:
         pass  # only the next estimate is lost
 
 
-def build(spec: AdapterSpec, progress: Progress = _stderr, force: bool = False) -> Path:
+def build(spec: AdapterSpec, progress: Progress = _stderr, force: bool = False,
+          deadline_at: float | None = None) -> Path:
     """Return the built component for `spec`, building it on first use."""
-    return build_sources(spec.name, source_files(spec), progress, force)
+    return build_sources(spec.name, source_files(spec), progress, force, deadline_at)
 
 
-def build_sources(name: str, files: list[Path], progress: Progress = _stderr, force: bool = False) -> Path:
-    """Build `app.py` + helper modules (files[0] is the WIT) into a zero-import component, cached."""
+def build_sources(name: str, files: list[Path], progress: Progress = _stderr, force: bool = False,
+                  deadline_at: float | None = None) -> Path:
+    """Build `app.py` + helper modules (files[0] is the WIT) into a zero-import component, cached.
+    `deadline_at` (time.monotonic()): a build still running then is killed (DeadlineExceeded)."""
     root = adapters_root()
     target = cache_dir("components") / f"{name}-{files_hash(files, root)[:32]}.wasm"
     if target.is_file() and not force:
         return target
-    with _locked(target):
+    with _locked(target, deadline_at):
         if target.is_file() and not force:
             return target  # another process built it while we waited
         progress(f"building adapter {name} with componentize-py ({estimate('build')})…")
-        import time
-
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"sandboy-build-{name}-") as tmp:
             # Build from a copy: componentize-py imports the app at build time and
@@ -150,7 +164,12 @@ def build_sources(name: str, files: list[Path], progress: Progress = _stderr, fo
             ]
             # Without VIRTUAL_ENV/PYTHONPATH componentize-py does not bundle the host's site-packages.
             env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-            proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+            timeout = None if deadline_at is None else max(deadline_at - time.monotonic(), 0.001)
+            try:
+                proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:  # (run() has killed componentize-py and reaped it)
+                raise DeadlineExceeded(f"the deadline ended building adapter {name} (componentize-py was killed)",
+                                       step="the adapter's build") from None
             if proc.returncode != 0 or not out.is_file():
                 tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
                 raise BuildFailed(f"building adapter {name} failed (componentize-py exit {proc.returncode}):\n{tail}")

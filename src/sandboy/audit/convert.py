@@ -21,7 +21,7 @@ from urllib.parse import quote
 from sandboy.audit import host, sarif
 from sandboy.audit.build import _stderr, build
 from sandboy.audit.capped import read_capped
-from sandboy.audit.errors import UsageError
+from sandboy.audit.errors import DeadlineExceeded, UsageError
 from sandboy.audit.registry import adapter_for_tool
 
 DEFAULT_MAX_INPUT_BYTES = 64 << 20
@@ -45,6 +45,13 @@ class ConvertRequest:
     memory_mib: int = host.DEFAULT_MEMORY_MIB
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_results: int = DEFAULT_MAX_RESULTS
+    # When ALL of it must have ended (time.monotonic()), e.g. a run's time budget: each step (the
+    # adapter's build, its load, the guest's run, the check of its output) is not begun once it
+    # has passed, the guest gets at most what is left when it starts, and the check stops between
+    # its parts (DeadlineExceeded.step names which). A native compile (part of a first load) that
+    # has begun runs to its end: wasmtime cannot stop it in this process; it is bounded by the
+    # component's size (host.MAX_COMPONENT_BYTES), as each part of the check is by max_results.
+    deadline_at: float | None = None
 
 
 @dataclass
@@ -62,6 +69,18 @@ def _uri(path: Path) -> str:
     if text == "-":
         return ""
     return ("file://" if text.startswith("/") else "") + quote(text.replace(os.sep, "/"), safe="/-._~")
+
+
+def _time_left(req: ConvertRequest, step: str, begun: bool = False) -> float | None:
+    """Seconds left before `req.deadline_at` (None: no such deadline); DeadlineExceeded once it
+    has passed: `step` not begun, or (`begun`) stopped between two of its parts."""
+    if req.deadline_at is None:
+        return None
+    left = req.deadline_at - time.monotonic()
+    if left <= 0:
+        raise DeadlineExceeded(f"the deadline passed {'during' if begun else 'before'} {step}", step=step,
+                               started=begun)
+    return left
 
 
 def convert(req: ConvertRequest, progress: Progress = _stderr) -> ConvertResult:
@@ -96,15 +115,26 @@ def convert(req: ConvertRequest, progress: Progress = _stderr) -> ConvertResult:
         path, name, version, tool = req.component, req.component.stem, "unknown", req.tool or "component"
     else:
         assert spec is not None
-        path, name, version, tool = build(spec, progress), spec.name, spec.version, req.tool or spec.name
+        _time_left(req, "the adapter's build")
+        path, name, version, tool = (build(spec, progress, deadline_at=req.deadline_at), spec.name, spec.version,
+                                     req.tool or spec.name)
+    _time_left(req, "the adapter's load")
     loaded = host.load(path, progress)
+    raw = host.RawInput(tool=tool, artifacts=artifacts, stdout=stdout, stderr=stderr, options=req.options)
+    left = _time_left(req, "the adapter's run")  # (after the load: what is left when the guest starts)
     limits = host.Limits(
         fuel=req.fuel if req.fuel is not None else host.default_fuel(total),
-        deadline_seconds=req.deadline_seconds,
+        deadline_seconds=req.deadline_seconds if left is None else min(req.deadline_seconds, left),
         memory_bytes=req.memory_mib << 20,
     )
-    raw = host.RawInput(tool=tool, artifacts=artifacts, stdout=stdout, stderr=stderr, options=req.options)
-    outcome = host.call(loaded, raw, limits)
+    try:
+        outcome = host.call(loaded, raw, limits)
+    except DeadlineExceeded as exc:
+        if left is not None and left < req.deadline_seconds:  # deadline_at's, not the guest's own
+            raise DeadlineExceeded(f"the deadline passed during the adapter's run ({exc})",
+                                   step="the adapter's run") from None
+        raise
+    _time_left(req, "the check of the adapter's output")
 
     from sandboy import __version__
 
@@ -113,7 +143,8 @@ def convert(req: ConvertRequest, progress: Progress = _stderr) -> ConvertResult:
         wasmtime_version=host.wasmtime_version(), fuel_used=outcome.fuel_used,
         duration_ms=outcome.seconds * 1000, inputs=inputs, sandboy_version=__version__,
     )
-    text, doc, warnings = sarif.finalize(outcome.sarif, prov, req.max_output_bytes, req.max_results)
+    text, doc, warnings = sarif.finalize(outcome.sarif, prov, req.max_output_bytes, req.max_results,
+                                         lambda: _time_left(req, "the check of the adapter's output", begun=True))
     return ConvertResult(text, doc, prov, sarif.count_results(doc), time.perf_counter() - started, warnings)
 
 

@@ -51,7 +51,16 @@ class OutOfFuel(AuditError):
 
 
 class DeadlineExceeded(AuditError):
+    """The guest ran past its deadline — or, with a deadline for the whole conversion
+    (`ConvertRequest.deadline_at`: a run's time budget), `step` names the part it ended or kept
+    from starting ("the adapter's load", "the check of the adapter's output", …)."""
+
     exit_code, kind = EXIT_DEADLINE, "deadline"
+
+    def __init__(self, message: str, step: str = "the conversion", started: bool = True):
+        super().__init__(message)
+        self.step = step
+        self.started = started  # False: the step was never begun
 
 
 class MemoryExhausted(AuditError):

@@ -362,7 +362,6 @@ def _symlink_on_the_way(inside: Path, path: Path) -> bool:
 
 
 def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress, budget=None) -> ToolReport:
-    from sandboy.audit import host
     from sandboy.audit.convert import ConvertRequest, convert
     from sandboy.audit.errors import AuditError, DeadlineExceeded
     from sandboy.audit.registry import TOOLS
@@ -426,26 +425,32 @@ def run_tool(tool: Tool, repo: Path, work: Path, path: str, progress: Progress, 
                                                 "host's rights)")
         report.seconds = time.monotonic() - t0
         return report
-    # The conversion is Sandboy's own work, but the budget bounds it as it bounds a phase: not
-    # started once nothing is left, and given at most what is left (its own deadline otherwise;
-    # session 8: a 120 s conversion ran on past a spent budget)
-    deadline, by_budget = host.DEFAULT_DEADLINE_SECONDS, False
+    # The conversion is Sandboy's own work, but the budget bounds it as it bounds a phase: each of
+    # its steps (the adapter's build, its load, the guest's run, the check of its output) is not
+    # started once nothing is left, and the guest gets at most what is left when it starts
+    # (session 8: a 120 s conversion ran on past a spent budget; session 9: so did the load)
+    deadline_at = None
     if budget is not None:
         if budget.exhausted():
             report.status, report.reason = FAILED, f"adapter {tool.adapter}: not run: {budget.unstarted()}"
             report.cut_by_budget = True
             report.seconds = time.monotonic() - t0
             return report
-        deadline, by_budget = budget.bound(deadline)
+        deadline_at = budget.deadline  # (None: no budget)
     progress(f"{tool.name}: converting with adapter {tool.adapter}…")
     name = tool.name if TOOLS.get(tool.name) == tool.adapter else tool.adapter
     try:
-        converted = convert(ConvertRequest(tool=name, artifacts=[(tool.artifact, source)],
-                                           deadline_seconds=deadline), progress)
+        converted = convert(ConvertRequest(tool=name, artifacts=[(tool.artifact, source)], deadline_at=deadline_at),
+                            progress)
     except DeadlineExceeded as exc:
         report.status, report.reason = FAILED, f"adapter {tool.adapter}: {exc}"
-        if by_budget:
-            report.reason = f"adapter {tool.adapter}: timed_out: {budget.cut()}; the conversion was stopped"
+        if exc.step != "the conversion":  # (the guest's own deadline is that step; the others are the budget's)
+            if not exc.started:
+                report.reason = f"adapter {tool.adapter}: {exc.step} not run: {budget.unstarted()}"
+            elif exc.step == "the adapter's run":
+                report.reason = f"adapter {tool.adapter}: timed_out: {budget.cut()}; the conversion was stopped"
+            else:
+                report.reason = f"adapter {tool.adapter}: timed_out: {budget.cut()}; {exc.step} was stopped"
             report.cut_by_budget = True
         report.seconds = time.monotonic() - t0
         return report
@@ -497,6 +502,34 @@ def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: P
             progress(f"{tool.name}: {report.results} result(s) in {report.seconds:.1f} s")
         reports.append(report)
     return reports
+
+
+MERGE_RESULTS_PAST_BUDGET = 5_000  # what a merge still takes once the budget is spent (≈ 1 s at load 10 here)
+
+
+def hold_back_unmerged(reports: list[ToolReport], budget) -> None:
+    """The merge (audit/merge.py) is Sandboy's own work too, and grows with what the tools
+    converted: 2 s for 10,000 results, 16 s for 99,000 at load 10 here. Once the budget is spent
+    it takes the converted logs whole, in the tools' order, only up to MERGE_RESULTS_PAST_BUDGET
+    results in all (the tools the budget did not end lose nothing small: a cut phase of the last
+    tool would otherwise cost every earlier tool its results); every other log is held back, its
+    tool failed saying why, named among the tools the budget ended. A merge begun within the
+    budget runs to its end: it is NOT bounded by the budget, only by what the conversions made
+    within it (each log at most 100,000 results, audit/convert.py)."""
+    if budget is None or not budget.exhausted():
+        return
+    taken = 0
+    for report in reports:
+        if report.sarif is None:
+            continue
+        if taken + report.results <= MERGE_RESULTS_PAST_BUDGET:
+            taken += report.results
+            continue
+        report.status, report.sarif, report.cut_by_budget = FAILED, None, True
+        report.reason = (f"its {report.results:,} result(s) were converted but not merged: {budget.describe()} was "
+                         f"spent before the merge, which then takes at most {MERGE_RESULTS_PAST_BUDGET:,} results")
+        report.results = 0
+        budget.spent = True
 
 
 BUDGET_NOTICES = 20  # tools named one by one in the budget run's notifications; all are in its properties

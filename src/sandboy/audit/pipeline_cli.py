@@ -101,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = (lambda m: None) if args.quiet else _say
     with tempfile.TemporaryDirectory(prefix="sandboy-audit-run-") as work:
         reports = pipeline.run_all(tools, names, repo, Path(work), progress, budget)
+    pipeline.hold_back_unmerged(reports, budget)
     docs = [r.sarif for r in reports if r.sarif is not None]
     said = pipeline.budget_run(reports, budget)
     if said is not None:

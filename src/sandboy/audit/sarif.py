@@ -464,9 +464,12 @@ def member_bytes(key: str, value: Any) -> int:
 
 
 def finalize(output: str, prov: Provenance, max_output_bytes: int,
-             max_results: int) -> tuple[str, dict[str, Any], list[Problem]]:
+             max_results: int, between=None) -> tuple[str, dict[str, Any], list[Problem]]:
     """Turn a guest's output into canonical, validated, stamped SARIF or raise a classified error.
-    Returns (text, document, warnings: inconsistencies that do not fail a conversion, ADR 0012)."""
+    Returns (text, document, warnings: inconsistencies that do not fail a conversion, ADR 0012).
+    `between()`, when given, is called between the parse, the check and the serialisation (each
+    seconds for 100,000 results): a deadline's way to stop before the next (convert.py)."""
+    between = between or (lambda: None)
     size = len(output) if len(output) * 4 <= max_output_bytes else len(output.encode("utf-8", "surrogatepass"))
     if size > max_output_bytes:
         raise OutputTooLarge(f"the adapter's output is {size:,} bytes, over --max-output-bytes {max_output_bytes:,}")
@@ -481,6 +484,7 @@ def finalize(output: str, prov: Provenance, max_output_bytes: int,
     if n > max_results:
         raise OutputTooLarge(f"the adapter produced {n:,} results, over --max-results {max_results:,}")
     stamp(doc, prov)
+    between()
     found = problems(doc)
     errors = [p for p in found if p.severity == "error"]
     if errors:
@@ -489,4 +493,5 @@ def finalize(output: str, prov: Provenance, max_output_bytes: int,
         shown = "\n  ".join(str(p) for p in errors[:10] + warnings[:5])
         more = f"\n  … and {len(errors) - 10} more error(s)" if len(errors) > 10 else ""
         raise InvalidOutput(f"the adapter's output is not valid SARIF 2.1.0 ({len(errors)} error(s)):\n  {shown}{more}", errors)
+    between()
     return dumps(doc), doc, found

@@ -1,6 +1,7 @@
 """A deliberately hostile adapter used by the audit tests.
 
-`input.tool` selects the misbehaviour. Built with componentize-py --stub-wasi
+`input.tool` selects the misbehaviour — or, where a caller names no mode (`sandboy audit run`
+passes the adapter's name), an input that begins `hostile:MODE`. Built with componentize-py --stub-wasi
 like a real adapter, so the host's limits are tested against real guest CPython.
 """
 
@@ -28,6 +29,8 @@ def _alloc_forever(_inp: GuestInput) -> dict:
 class WitWorld(wit_world.WitWorld):
     def to_sarif(self, input):
         mode = input.tool
+        if input.artifacts and input.artifacts[0].content.data.startswith("hostile:"):
+            mode = input.artifacts[0].content.data[len("hostile:"):].split("\n", 1)[0].strip()
         if mode == "loop":
             n = 0
             while True:
