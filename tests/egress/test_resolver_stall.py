@@ -96,19 +96,83 @@ def test_a_step_asking_for_names_no_server_answers_ends_at_its_timeout(tmp_path,
     assert took < 7, (took, proc.stdout[-1500:])  # 10.4 s before: the lookups were joined
 
 
+QUICK_ASK = ASK.replace("time.sleep(60)", "time.sleep(0.3)").replace(
+    'f"CONNECT n{i}.slow.test', 'f"CONNECT n{i}-{os.getpid()}.slow.test')
+
+
+def _children(pid: int) -> list:
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            kids += fh.read().split()
+    return kids
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds /etc/resolv.conf in a private mount namespace (root)")
+def test_quick_steps_lookups_end_with_each_step(tmp_path, silent_name_server):
+    """Session 8 left each lookup in a thread of the gate that nobody could stop: over quick
+    steps asking for names no server answers, 8 more threads a step lived on for up to 30 s
+    (90 threads in the gate after 12 such steps here), each with its socket, until a later
+    step's proxy or /proc walk found no fd left. Now a step's lookups run in its proxy's helper
+    process, killed when the step ends. From the host: every step runs, the gate's threads do
+    not grow with the steps, and no helper outlives its step."""
+    steps = 12
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / "ask.py").write_text(QUICK_ASK)
+    (repo / ".007" / "gate.toml").write_text(
+        "".join(f'[[step]]\nname = "s{i}"\npolicy = "p"\ntimeout = "20s"\nrun = "python3 ask.py 8"\n'
+                for i in range(steps)) + '[policy.p]\nversion = 1\nnet.domains = ["*.slow.test:443"]\n')
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": ["*.test:443"]}}))
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {silent_name_server}\n")
+    gate = [sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling)]
+    script = 'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                             str(resolv), *gate], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    threads, helpers = [], []
+    try:
+        while proc.poll() is None:  # the gate is proc.pid itself: unshare and sh exec it
+            try:
+                threads.append(len(os.listdir(f"/proc/{proc.pid}/task")))
+                kids = _children(proc.pid)
+                helpers.append(sum(1 for kid in kids if b"-I\0-S\0-c" in open(f"/proc/{kid}/cmdline", "rb").read()))
+            except OSError:
+                pass
+            time.sleep(0.02)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    assert out.count(": PASSED in ") == steps, out[-2000:]
+    assert max(threads) <= 4, max(threads)  # session 8: +8 a step, 90 here by the last one
+    assert max(helpers) == 1, helpers  # a helper did run the lookups, one at a time
+
+
 def test_twin_names_still_resolve_through_getaddrinfo():
     """The lookup still asks the host's resolver (here /etc/hosts' localhost) and still stops at
     nothing but its answer."""
 
     async def lookup():
-        return await Resolver({}).resolve(asyncio.get_running_loop(), "localhost", False)
+        resolver = Resolver({})
+        try:
+            return await resolver.resolve(asyncio.get_running_loop(), "localhost", False)
+        finally:
+            resolver.close()
 
     assert "127.0.0.1" in asyncio.run(lookup())
 
 
 def test_a_lookup_that_fails_is_an_oserror():
     async def lookup():
-        return await Resolver({}).resolve(asyncio.get_running_loop(), "no-such-name.invalid", False)
+        resolver = Resolver({})
+        try:
+            return await resolver.resolve(asyncio.get_running_loop(), "no-such-name.invalid", False)
+        finally:
+            resolver.close()
 
     with pytest.raises(OSError):
         asyncio.run(lookup())

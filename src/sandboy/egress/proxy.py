@@ -111,6 +111,7 @@ class EgressProxy:
             for sock in list(self._open):
                 sock.close()
             self._open.clear()
+            self.resolver.close()  # every lookup still running ends with the step (resolver.py)
 
     async def _accept_loop(self, loop, listen_sock) -> None:
         while True:
