@@ -30,10 +30,12 @@ reaped children) medians. Each variant is also timed starting /bin/true, and the
 Then, per system call (a small C loop, compiled here with cc, run under each variant, CPU time of
 the loop, least of the runs): ns per call of getppid, newfstatat, getdents64, lseek (no argument
 rule: the kernel's seccomp cache allows them without running the program), openat+close of a
-directory 3 levels under /usr (openat has an argument rule: the program runs at every call;
-Landlock checks every open) and ioctl (argument rule). One more variant, hygiene+run-always: a
-two-instruction program the kernel must run at every call. The difference to bare (or hygiene)
-is what each protection adds to each call.
+directory 3 levels under /usr and of /usr (openat has an argument rule: the program runs at every
+call; Landlock checks every open) and ioctl (argument rule). More variants here: a two-instruction
+program the kernel must run at every call, the same padded by 250 instructions, the ruleset with
+150 more rules, and with TRUNCATE granted beside every rule (NOT the cage's: it shows what the
+walk of every open up to the root costs). The difference to bare (or hygiene) is what each
+protection adds to each call.
 
     .venv/bin/python bench/bench_workload.py [--rounds N] [--calls N] [--only split|syscalls] [--json]
 """
@@ -55,7 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from sandboy import Policy  # noqa: E402
-from sandboy.confine import _libc, namespaces, seccomp  # noqa: E402
+from sandboy.confine import _libc, landlock, namespaces, seccomp  # noqa: E402
 from sandboy.confine import cage as cagemod  # noqa: E402
 
 # bench_run.py's policy: the workload row's
@@ -172,8 +174,10 @@ def variants(cage, stdio, handoff, per_call=None) -> dict:
            if per_call else {}),
         "hygiene+landlock": (redirect + hygiene + [by_label[LANDLOCK]], 0),
     }
-    if per_call:  # the ruleset with EXTRA_RULES more rules
-        out[f"+landlock+{EXTRA_RULES} rules"] = (redirect + hygiene + [step for _, step in per_call.plan()], 0)
+    if per_call:  # other rulesets: EXTRA_RULES more rules; TRUNCATE granted with every rule
+        more, truncate = per_call
+        out[f"+landlock+{EXTRA_RULES} rules"] = (redirect + hygiene + [step for _, step in more.plan()], 0)
+        out["+landlock, +TRUNCATE"] = (redirect + hygiene + [step for _, step in truncate.plan()], 0)
     if flags:
         out["tier"] = (without(LANDLOCK, SECCOMP), flags)
         out["all - seccomp"] = (without(SECCOMP), flags)
@@ -281,29 +285,32 @@ def bench_syscalls(calls: int, rounds: int) -> dict:
             return {name: [min(col) for col in zip(*rows)] for name, rows in samples.items()}
 
         cage = _exec_cage(tmp)
-        more = _more_rules(cage)
+        others = (_more_rules(cage), _more_rules(cage, extra=0, add=landlock.TRUNCATE))
         try:
-            return _with_variants(cage, body, stdout=out_w, per_call=more)
+            return _with_variants(cage, body, stdout=out_w, per_call=others)
         finally:
-            more.close()
+            for ruleset in others:
+                ruleset.close()
             cage.close()
             os.close(out_r)
             os.close(out_w)
 
 
-def _more_rules(cage):
-    """A copy of `cage`'s Landlock ruleset with EXTRA_RULES more read rules (directories under
-    /etc and /usr/share, none on the loop's paths)."""
-    from sandboy.confine import landlock
-
+def _more_rules(cage, extra=EXTRA_RULES, add=0):
+    """A copy of `cage`'s Landlock ruleset with `extra` more read rules (directories under /etc
+    and /usr/share, none on the loop's paths) and the rights `add` granted with every rule.
+    TRUNCATE granted with the reads is NOT something the cage may do (it would let truncate(2)
+    through Landlock on every readable file): it shows what the kernel's walk of every open to
+    the root costs (hook_file_open also looks up TRUNCATE; a right no rule grants is known
+    missing only at the root)."""
     fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
-    read = landlock.READ
-    extra = []
+    more = []
     for top in ("/etc", "/usr/share"):
         for entry in sorted(os.scandir(top), key=lambda e: e.name):
-            if entry.is_dir(follow_symlinks=False) and len(extra) < EXTRA_RULES:
-                extra.append((entry.path, read))
-    return landlock.build_ruleset(cage.ruleset.abi, [*fs["rules"], *extra], fs["handled_fs"], net["handled_net"],
+            if entry.is_dir(follow_symlinks=False) and len(more) < extra:
+                more.append((entry.path, landlock.READ))
+    rules = [(path, rights | add) for path, rights in [*fs["rules"], *more]]
+    return landlock.build_ruleset(cage.ruleset.abi, rules, fs["handled_fs"], net["handled_net"],
                                   net["connect_ports"], net["bind_ports"], net["scoped"], lambda _: None)
 
 
