@@ -5,7 +5,7 @@ plan then redirected the command's stdio onto it by dup2: `sandboy.run(..., stdi
 from a process with fd 0 and 1 closed was refused 125 "Landlock rule for /dev: File descriptor in
 bad state" (the ruleset replaced by the caller's file), and once the ruleset was out of the way,
 the child's report pipe on fd 1 was replaced too: 16 bytes of report were written into the
-caller's stdout file. Fix: the ruleset never lives on fd 0-2 (ruleset._above_stdio), and a run
+caller's stdout file. Fix: the ruleset never lives on fd 0-2 (_libc.above_stdio), and a run
 started from the API or the CLI puts /dev/null on a closed fd 0-2 first (hygiene.hold_free_stdio).
 
 Decision: a command whose caller had no fd 0-2 gets /dev/null there (as a daemon's stdio is),
@@ -136,3 +136,45 @@ def test_sandboy_run_started_with_fd_0_to_2_closed(tmp_path, native):
     assert done.returncode == 0
     assert (tmp_path / "rc").read_text() == "rc=0\n"
     assert seen.read_text() == "/dev/null /dev/null /dev/null"
+
+
+# Long-lived descriptors Sandboy keeps across runs, each made here while fd 0-2 are closed
+# (session 9, stdiofix): each took the lowest free number, a fd 0-2, where the next run found
+# "the caller's stdio" — the kept mountinfo fd on fd 0 refused every later run under the tier
+# (125 "fd 0 is a file the cage cannot reopen ... under /proc") and gave the command no
+# /dev/null without it; a memory group's join fd on fd 1 would have the command's join write
+# into the file the caller handed in as its stdout (and the command stay outside the group).
+LONG_LIVED = {
+    "ruleset": "from sandboy.confine.cage import build; kept = build(pol, cwd='/')",
+    "mountinfo watch": "from sandboy.confine import kernel_mounts; kept = kernel_mounts.generation()",
+    "egress fallback listener": ("os.environ['SANDBOY_NAMESPACES'] = '0'\n"
+                                 "from sandboy.confine.cage import build\n"
+                                 "kept = build(sandboy.Policy.from_mapping(dict(%r, net={'domains': ['example.com']}), "
+                                 "'<test>'), cwd='/')\n"
+                                 "del os.environ['SANDBOY_NAMESPACES']" % (POLICY,)),
+    "pids cgroup": ("from sandboy.confine.cgroup import PidsCgroup\n"
+                    "kept = PidsCgroup.create(64)\n"
+                    "kept is not None and kept.current()"),
+    "memory cgroup": ("from sandboy.confine.cgroup import MemoryCgroups\n"
+                      "kept = MemoryCgroups(keep=True)\n"
+                      "group = kept.take(64)\n"
+                      "group is not None and (group.usage_bytes(), kept.give_back(group))"),
+}
+
+
+@EXECUTORS
+@pytest.mark.parametrize("kind", list(LONG_LIVED))
+def test_a_long_lived_fd_made_while_fd_0_to_2_were_closed_is_never_there(tmp_path, native, kind):
+    # host side (the fresh process's own fd table, and what its command sees): none of Sandboy's
+    # kept descriptors on fd 0-2; twin: a run afterwards gives the command /dev/null there
+    seen = tmp_path / "seen"
+    log = _in_fresh_process(tmp_path, native, "for n in (0, 1, 2):\n    os.close(n)\n" + LONG_LIVED[kind] + f"""
+say("on fd 0-2: " + " ".join(os.readlink(f"/proc/self/fd/{{n}}") if os.path.exists(f"/proc/self/fd/{{n}}")
+                             else "-" for n in range(3)))
+r = sandboy.run(["/bin/sh", "-c", "x=$(readlink /proc/$$/fd/0 /proc/$$/fd/1 /proc/$$/fd/2); echo $x > {seen}"],
+                sandboy.Policy.from_mapping(dict({POLICY!r}, fs=dict({POLICY!r}["fs"], write=[d])), "<test>"))
+say(f"run rc={{r.returncode}} error={{r.error}}")
+""")
+    assert "on fd 0-2: - - -" in log, log
+    assert "run rc=0 error=None" in log, log
+    assert seen.read_text() == "/dev/null /dev/null /dev/null\n"

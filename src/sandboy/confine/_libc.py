@@ -77,6 +77,28 @@ FORWARDED_SIGNALS = (1, 2, 3, 15, 10, 12, 14, 28, 18)  # HUP INT QUIT TERM USR1 
 END_RUN_SIGNAL = 64  # SIGRTMAX: queued with its sender's pid, which must read 0 (outside the namespace)
 
 
+F_DUPFD_CLOEXEC = 1030  # fcntl.h
+
+
+def above_stdio(fd: int) -> int:
+    """`fd`, moved to 3 or above (close-on-exec) when it took a free fd 0-2: a caller that closed
+    its stdio (a daemon, a test harness) got Sandboy's own descriptors there, each the lowest free
+    number when made. A child's plan puts the command's stdio on fd 0-2 by dup2, replacing one
+    that lives there in the child (the Landlock ruleset: "File descriptor in bad state"; a memory
+    group's join fd: the join written into the caller's stdout file, the command outside the
+    group), and the next run takes what it finds on fd 0-2 for the caller's stdio (the kept
+    mountinfo fd on fd 0: every later run under the tier refused, "under /proc"). Every
+    descriptor Sandboy keeps beyond the call that made it goes through here: the ruleset, the
+    mountinfo watch, cgroup files and the v1 OOM eventfd, the egress fallback's listener, and a
+    run's own pipes and pidfd. F_DUPFD_CLOEXEC as a raw call: `fcntl` is a shared object to load."""
+    if fd > 2:
+        return fd
+    try:
+        return syscall(SYS_FCNTL, fd, F_DUPFD_CLOEXEC, 3)
+    finally:
+        os.close(fd)
+
+
 def step_flags(optional: bool = False, save: int = 0) -> int:
     """The `flags` of a plan step: bit 0 optional, `save` (1..MAX_SLOTS) the slot that keeps
     the call's result."""

@@ -17,6 +17,8 @@ forked inside it: `spawn(..., pids_group=group)` then only rewrites `pids.max` (
 
 import os
 
+from sandboy.confine._libc import above_stdio
+
 V1_ROOT = "/sys/fs/cgroup/pids"
 V2_ROOT = "/sys/fs/cgroup"
 
@@ -103,7 +105,7 @@ class PidsCgroup:
         # pread at 0 on the open file: the kernel formats the value afresh on each read. An
         # open, a read and a close through a Python file object took 14-70 us per step.
         if self._current_fd is None:
-            self._current_fd = os.open(os.path.join(self.path, "pids.current"), os.O_RDONLY | os.O_CLOEXEC)
+            self._current_fd = above_stdio(os.open(os.path.join(self.path, "pids.current"), os.O_RDONLY | os.O_CLOEXEC))
         return int(os.pread(self._current_fd, 32, 0))
 
     def set_max(self, max_pids) -> None:
@@ -251,7 +253,7 @@ class MemoryCgroup:
         through a Python file object cost 14-70 us)."""
         fd = self._fds.get((name, flags))
         if fd is None:
-            fd = self._fds[name, flags] = os.open(os.path.join(self.path, name), flags | os.O_CLOEXEC)
+            fd = self._fds[name, flags] = above_stdio(os.open(os.path.join(self.path, name), flags | os.O_CLOEXEC))
         return fd
 
     def _read_int(self, name: str) -> int:
@@ -282,7 +284,7 @@ class MemoryCgroup:
                 self.swap_bounded = True
             except FileNotFoundError:  # no swap accounting (swapaccount=0)
                 pass
-            self.oom_event_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self.oom_event_fd = above_stdio(os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK))
             control = os.open(os.path.join(self.path, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
             try:
                 _write(os.path.join(self.path, "cgroup.event_control"), f"{self.oom_event_fd} {control}")
@@ -295,7 +297,8 @@ class MemoryCgroup:
             # killer disabled the group's tasks wait at the bound and the supervisor, told by the
             # OOM event, ends the tree with ordinary signals.
             _write(os.path.join(self.path, "memory.oom_control"), 1)
-        self.join_fd = os.open(os.path.join(self.path, self._join_file()), os.O_WRONLY | os.O_CLOEXEC)
+        # (above fd 2: the command's join step runs after its stdio was put on fd 0-2)
+        self.join_fd = above_stdio(os.open(os.path.join(self.path, self._join_file()), os.O_WRONLY | os.O_CLOEXEC))
 
     def _join_file(self) -> str:
         """The file the command's join step writes "0" to. cgroup v1: `tasks`, which moves the

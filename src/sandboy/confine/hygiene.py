@@ -5,6 +5,7 @@ them in order and `_libc` runs them (see its docstring for what a plan is)."""
 import os
 
 from sandboy.confine._libc import (
+    F_DUPFD_CLOEXEC,
     SYS_CAPSET,
     SYS_CLOSE,
     SYS_CLOSE_RANGE,
@@ -65,7 +66,6 @@ def plan_signals() -> list:
 
 
 F_SETFD, FD_CLOEXEC = 2, 1
-F_DUPFD_CLOEXEC = 1030
 # Plan slots holding a redirect's source while fd 0-2 are replaced (`plan_redirects`); free again
 # before the namespace tier's steps, which use the same numbers (namespaces.HANDOFF_SLOTS).
 REDIRECT_SLOTS = (57, 58, 59)

@@ -16,6 +16,7 @@ namespace tier's own (replaced by private ones; without the tier a grant there i
 
 import os
 
+from sandboy.confine._libc import above_stdio
 from sandboy.errors import CageError
 from sandboy.policy.resolve import is_within
 
@@ -126,7 +127,7 @@ def generation() -> int:
         _WATCH[0] = -1
     if _WATCH[0] < 0:
         try:
-            fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+            fd = above_stdio(os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC))
         except OSError:
             return -1
         _WATCH[0], _WATCH[2] = fd, namespace

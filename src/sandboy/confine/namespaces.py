@@ -419,7 +419,7 @@ def plan_stdio(stdio, pipes: bool = True, everything_writable: bool = False, ref
         shared = next((w for other, w in relays if _same_description(other, fd)), None)
         if shared is None:
             if pipes:
-                read_end, shared = os.pipe2(os.O_CLOEXEC)
+                read_end, shared = map(_libc.above_stdio, os.pipe2(os.O_CLOEXEC))
                 handoff.parent_fds += [read_end, shared]
             else:
                 read_end, shared = -1, -1

@@ -10,6 +10,8 @@ import _signal as signal  # the C module: `signal` imports enum
 import os
 import time
 
+from sandboy.confine._libc import above_stdio
+
 
 # What /proc says when the process or task we were about to read has ended meanwhile (ENOENT,
 # ESRCH; exception classes, not `errno`: the run path imports no more than it uses): skipped.
@@ -33,7 +35,7 @@ class SpareFd:
     none is left even now (the run could not be supervised anyway)."""
 
     def __init__(self):
-        self.fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+        self.fd = above_stdio(os.open("/", os.O_PATH | os.O_CLOEXEC))
 
     def release(self) -> bool:
         """Close it so the walk can use its slot; False when there is none to give."""
@@ -48,7 +50,7 @@ class SpareFd:
         then fails closed)."""
         if self.fd is None:
             try:
-                self.fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+                self.fd = above_stdio(os.open("/", os.O_PATH | os.O_CLOEXEC))
             except OSError:
                 pass
 

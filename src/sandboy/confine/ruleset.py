@@ -15,8 +15,8 @@ from sandboy.confine._libc import (
     AT_FDCWD,
     SYS_LANDLOCK_ADD_RULE,
     SYS_LANDLOCK_CREATE_RULESET,
-    SYS_FCNTL,
     SYS_LANDLOCK_RESTRICT_SELF,
+    above_stdio,
     s32,
     syscall,
     u64,
@@ -99,7 +99,7 @@ def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_po
                   scoped: int, warn) -> Ruleset:
     size = 8 if abi < 4 else 16 if abi < 6 else 24  # older kernels reject fields they lack
     attr = (u64(handled_fs) + u64(handled_net) + u64(scoped))[:size]
-    fd = _above_stdio(syscall(SYS_LANDLOCK_CREATE_RULESET, attr, size, 0))
+    fd = above_stdio(syscall(SYS_LANDLOCK_CREATE_RULESET, attr, size, 0))  # never on fd 0-2
     try:
         for path, rights in rules:
             _add_path_rule(fd, path, rights & handled_fs, warn)
@@ -110,22 +110,6 @@ def build_ruleset(abi: int, rules, handled_fs: int, handled_net: int, connect_po
         os.close(fd)
         raise
     return Ruleset(fd, abi)
-
-
-F_DUPFD_CLOEXEC = 1030  # fcntl.h
-
-
-def _above_stdio(fd: int) -> int:
-    """`fd`, moved to 3 or above when it took a free fd 0-2 (a caller that closed its stdio):
-    a child's plan redirects the command's fd 0-2 by dup2 before it enforces the ruleset, which
-    would replace a ruleset living there ("File descriptor in bad state", or another file's
-    rules). F_DUPFD_CLOEXEC as a raw call: the `fcntl` module is a shared object to load."""
-    if fd > 2:
-        return fd
-    try:
-        return syscall(SYS_FCNTL, fd, F_DUPFD_CLOEXEC, 3)
-    finally:
-        os.close(fd)
 
 
 SYS_OPENAT2 = 437

@@ -43,6 +43,7 @@ import os
 import time
 
 from sandboy.confine import reaping
+from sandboy.confine._libc import above_stdio
 from sandboy.confine.result import CAGE_ERROR, KILLED, OUT_OF_MEMORY, STATUS_LOST, RunResult, from_child
 from sandboy.errors import EXIT_CAGE, CageError
 
@@ -218,7 +219,7 @@ class Supervision(Handle):
             self._refuse_unstarted(str(exc))
         self._first = first
         try:
-            self._err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            self._err_r, err_w = map(above_stdio, os.pipe2(os.O_CLOEXEC))
         except OSError as exc:  # no fd left (EMFILE/ENFILE): a refusal, the started hooks stopped
             self._refuse_unstarted(f"cannot supervise a run here: {exc.strerror}")
         try:
@@ -286,7 +287,7 @@ class Supervision(Handle):
 
     def _watch(self) -> None:
         """Right after the fork: what the supervisor watches the command with."""
-        self.pidfd = os.pidfd_open(self.pid)
+        self.pidfd = above_stdio(os.pidfd_open(self.pid))
         self.deadline = self.started + self.timeout if self.timeout else None
 
     def _enter_pids_group(self) -> None:

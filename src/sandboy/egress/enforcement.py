@@ -131,6 +131,10 @@ def compile_egress(job, namespace_ok=None):
         import _socket  # not `socket` (enum, selectors): kept off the start-up path, see service.py
 
         listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        if listener.fileno() <= 2:  # a caller with fd 0-2 closed: never there (_libc.above_stdio)
+            from sandboy.confine._libc import above_stdio
+
+            listener = _socket.socket(fileno=above_stdio(listener.detach()))
         try:
             listener.bind(("127.0.0.1", 0))
             listener.listen(512)
