@@ -57,7 +57,8 @@ RUN_PATH_GROUPS = {
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
     # a policy with write roots: the post-run git check and the protected paths' names, what a
     # plan cache hit of such a policy imports too (ADR 0028, session 9)
-    "git check": ("sandboy.confine.protected", "sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts"),
+    "git check": ("sandboy.confine.protected", "sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts",
+                  "sandboy.confine.loosened"),
     # its judgement: a write root holding a repository (or one made by the run)
     "git judgement": ("sandboy.confine.gitjudge",),
     # the build's other modules for write roots: the protected paths' resolution

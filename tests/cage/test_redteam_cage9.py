@@ -357,11 +357,6 @@ def test_a_denied_file_inside_a_write_root_takes_no_metadata_change(tmp_path, ti
         assert modes[:2] == (0o644, 0o777), modes  # the attack is real where no mount stops it
 
 
-@pytest.mark.xfail(strict=True, reason="redcage9: a directory between a write root and a protected path is bound "
-                   "read-WRITE over itself (namespaces.pinned_ancestors: git makes .git/index.lock there), so the "
-                   "command may chmod 0777 .git; any local user then replaces .git/config, and the operator's next "
-                   "git runs its core.fsmonitor. Mounts cannot make a writable directory's mode immutable: needs a "
-                   "seccomp rule on chmod modes adding group/other write (and ACL xattrs), or a check that restores")
 def test_a_loosened_git_directory_does_not_let_another_user_plant_the_operators_config(tmp_path, tier):
     """The command (root's agent) loosens `.git` — a writable directory it may not rename — and an
     accomplice (uid 65534) replaces the protected `.git/config` on the host after the run."""
@@ -374,9 +369,9 @@ def test_a_loosened_git_directory_does_not_let_another_user_plant_the_operators_
         work.mkdir()
         subprocess.run(["git", "init", "-q", str(work)], check=True)
         policy = base / "p.toml"
-        policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
-                          f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n')
-        env = _env(tmp_path, True, SANDBOY_PLAN_CACHE="0")
+        policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/dev/null"]\n'
+                          f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n[env]\npass = ["GIT_CONFIG_GLOBAL"]\n')
+        env = _env(tmp_path, True, SANDBOY_PLAN_CACHE="0", GIT_CONFIG_GLOBAL="/dev/null")
         proc = _sandboy_run(policy, f"chmod 0777 {work}/.git; chmod 0777 {work}/.git/config; git -C {work} status >/dev/null"
                                     " && echo twin", env)
         assert "twin" in proc.stdout, proc.stderr  # git works in the cage

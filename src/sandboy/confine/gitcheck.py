@@ -423,12 +423,15 @@ class Scope:
     realpath (`writable`: a `.git` file may lead into any of them), the roots never walked
     (`exclude`: the run's `{tmp}`) and the operator's `home`."""
 
-    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home", "path_dirs")
+    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home", "path_dirs", "protected")
 
-    def __init__(self, write_roots, exclude=(), home=None, path_dirs=()):
+    def __init__(self, write_roots, exclude=(), home=None, path_dirs=(), protected=()):
         # `path_dirs`: directories of the operator's PATH no mount keeps read-only (confine.path_dirs:
         # without the namespace tier), judged after the run like a hooks directory
         self.path_dirs = tuple(path_dirs)
+        # `protected`: the cage's protected paths (Cage.protected): their modes, and those of the
+        # directories between them and their write root, are put back if loosened (confine.loosened)
+        self.protected = tuple(protected)
         self.exclude = tuple(os.path.realpath(e) for e in exclude)
         self.home = home if home is not None else os.path.expanduser("~")
         self.roots, self.files = split_roots(write_roots, self.exclude)
@@ -569,6 +572,11 @@ class GitSnapshot:
         # below what it moves: `mv tests/fixtures/evil vendor/x/.git` (a git directory the project
         # ships as tracked files) behind a gitlink, or over `.git` itself, left every file "old".
         self.launch_dirs = self._census(carried)
+        # what no mount keeps: the modes on the way to the protected paths and the git directories
+        # in reach (ADR 0019, "Session 9"), taken now, put back by `verify`
+        from sandboy.confine.loosened import ModeGuard, guarded_paths
+
+        self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values())))
         self.after = None  # the same record as the check found it after the run (see `verify`)
         if self._to_judge():
             # loaded now, while the parent has file descriptors: after the run it may have none
@@ -631,6 +639,11 @@ class GitSnapshot:
         and all its processes have ended. `budget`: entries to walk, WALK_BUDGET (as the
         launch's census) unless given."""
         budget = WALK_BUDGET if budget is None else budget
+        # first, so the window in which another user could use a loosened directory ends at once
+        loosened = [Finding(None, f"{path}: {why}") for path, why in self.modes.put_back()]
+        return loosened + self._judge(budget)
+
+    def _judge(self, budget: int) -> list:
         if not self._to_judge():
             # No repository at launch, no global config leading anywhere, no PATH directory to
             # look through: walk only, and load the judgement (gitjudge) only if the walk reaches
@@ -1021,7 +1034,7 @@ def _cage_scope(cage):
         # the directories and the symlinks on the way to them (a link replaced or repointed is
         # judged too: `~/bin -> dotfiles/bin`)
         path_dirs = list(dict.fromkeys(path for row in on_path(write, work)[0] for path in held(*row)))
-    return Scope(write, exclude, path_dirs=path_dirs)
+    return Scope(write, exclude, path_dirs=path_dirs, protected=cage.protected)
 
 
 class GitCheck:

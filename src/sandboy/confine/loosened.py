@@ -1,0 +1,130 @@
+"""Modes no mount can keep: a directory on the way to what the host's git or shell runs, made
+writable by other users during the run, is put back after it (ADR 0019, "Session 9").
+
+Under the namespace tier a protected path (`.git/config`, `.git/hooks`, start-up files: ADR
+0013) is a read-only mount, and each directory between it and its write root is pinned in place
+(`namespaces.pinned_ancestors`) — but pinned READ-WRITE: git makes `.git/index.lock` there. Landlock
+does not mediate chmod, chown or setxattr. So the command could `chmod 0777 .git` (or give it an
+ACL entry for another user); any local user could then, after the run, rename a config of their own
+over `.git/config`, and the operator's next `git status` ran its `core.fsmonitor`. Without the tier
+even the protected file itself could be loosened.
+
+No seccomp rule can refuse just this: chmod takes an absolute mode, so "adds group write to
+`.git`" looks like the 0775 a build sets on its output, and the ACL's target is a string the filter
+cannot read. The parent therefore takes the mode, owner and ACLs of each such path at launch and,
+once the run has ended, puts back whatever now lets group or others write, and the run fails
+closed like any other plant (`gitcheck.after_run`). What another user planted WHILE the command
+ran is new by its ctime, which the git check judges as it judges the command's own changes.
+
+Not covered (docs/threat-model.md): other directories inside a write root. A build's chmod there is
+its own business (`mkdir -m 0777 out`); a loosened directory lets other local users put files in
+it, as any directory the operator made so does.
+"""
+
+import os
+import stat
+
+from sandboy.policy.resolve import is_within
+
+# the bits that let a user other than the owner add, remove or rename entries (a directory) or
+# change the bytes (a file)
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+ACLS = ("system.posix_acl_access", "system.posix_acl_default")
+
+
+def guarded_paths(write_roots, targets) -> list:
+    """Each of `targets` (protected paths, git directories) inside a write root, every directory
+    between it and that root, and the root itself, shallowest first: whoever may write one of
+    them may replace what lies below it."""
+    roots = sorted(write_roots, key=len, reverse=True)  # the innermost root holding a target
+    guarded: set = set()
+    for target in targets:
+        root = next((r for r in roots if is_within(target, r)), None)
+        if root is None:
+            continue
+        path = target
+        while True:
+            guarded.add(path)
+            if path == root or path == os.path.dirname(path):
+                break
+            path = os.path.dirname(path)
+    return sorted(guarded, key=lambda p: (p.count("/"), p))
+
+
+def _acls(path: str, follow: bool = False) -> tuple:
+    found = []
+    for name in ACLS:
+        try:
+            found.append(os.getxattr(path, name, follow_symlinks=follow))
+        except OSError:  # ENODATA: none; EOPNOTSUPP: a file system without ACLs
+            found.append(None)
+    return tuple(found)
+
+
+class ModeGuard:
+    """The launch state of the guarded paths, and `put_back` after the run."""
+
+    __slots__ = ("launch",)
+
+    def __init__(self, paths):
+        self.launch = {}  # path -> (st_dev, st_ino, mode, uid, gid, ACLs) at launch
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # absent at launch: whatever is made there is the git check's to judge
+            if stat.S_ISLNK(st.st_mode):
+                continue  # a symlink has no mode of its own; what it leads to is not in the root
+            self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, _acls(path))
+
+    def put_back(self) -> list:
+        """(path, what was loosened and what was done) for each guarded path that now lets group or
+        others write where it did not at launch (mode bits, group, ACLs); each is put back to its
+        launch state (the same inode) or has the added bits taken away (another one there)."""
+        loosened = []
+        for path, (dev, ino, mode, uid, gid, acls) in self.launch.items():
+            try:
+                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone or a symlink now: the git check judges what took its place
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISLNK(st.st_mode):
+                    continue
+                via = f"/proc/self/fd/{fd}"  # the inode opened, whatever its name becomes meanwhile
+                same = (st.st_dev, st.st_ino) == (dev, ino)
+                now, changes = stat.S_IMODE(st.st_mode), []
+                added = now & OTHERS_WRITE & ~mode
+                if same and st.st_gid != gid and now & stat.S_IWGRP:
+                    changes.append(f"group {gid} -> {st.st_gid}")
+                    os.chown(via, -1, gid)
+                if same and _acls(via, follow=True) != acls:  # (the magic link is followed)
+                    changes.append("ACLs changed")
+                    for name, value in zip(ACLS, acls):
+                        _set_acl(via, name, value)
+                if added:
+                    changes.append(f"mode {mode:04o} -> {now:04o}" if same else f"mode {now:04o} (a new one)")
+                    os.chmod(via, (mode if same else now & ~added) & 0o7777)
+                if changes:
+                    loosened.append((path, "made writable by other users during the run (" + ", ".join(changes) +
+                                     "): any local user could then have replaced what the host's git or shell "
+                                     "reads below it; put back as at launch"))
+            except OSError as exc:
+                loosened.append((path, f"made writable by other users during the run and could not be put back "
+                                       f"({exc.strerror}): fix its mode before running git there"))
+            finally:
+                os.close(fd)
+        return loosened
+
+
+def _set_acl(path: str, name: str, value) -> None:
+    if value is None:
+        try:
+            os.removexattr(path, name)
+        except OSError as exc:
+            import errno
+
+            if exc.errno != errno.ENODATA:
+                raise
+    else:
+        os.setxattr(path, name, value)
