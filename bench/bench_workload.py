@@ -30,7 +30,7 @@ reaped children) medians. Each variant is also timed starting /bin/true, and the
 Then, per system call (a small C loop, compiled here with cc, run under each variant, CPU time of
 the loop, least of the runs): ns per call of getppid, newfstatat, getdents64, lseek (no argument
 rule: the kernel's seccomp cache allows them without running the program), openat+close of a
-directory 3 levels under /usr and of /usr (openat has an argument rule: the program runs at every
+directory 3 levels below /usr (DEEP_DIR) and of /usr (openat has an argument rule: the program runs at every
 call; Landlock checks every open) and ioctl (argument rule). More variants here: a two-instruction
 program the kernel must run at every call, the same padded by 250 instructions, the ruleset with
 150 more rules, and with TRUNCATE granted beside every rule (NOT the cage's: it shows what the
@@ -147,8 +147,8 @@ def _cpu_children() -> float:
 
 def variants(cage, stdio, handoff, per_call=None) -> dict:
     """name -> (steps, clone flags), each made of the cage's own plan for this run."""
-    own = [step for _, step in cage.plan(stdio, handoff=handoff)]
-    labels = [label for label, _ in cage.plan(stdio, handoff=handoff)]
+    labelled = cage.plan(stdio, handoff=handoff)
+    own, labels = [step for _, step in labelled], [label for label, _ in labelled]
     by_label = dict(zip(labels, own))
     redirect = [(_libc.SYS_DUP2, False, fd, target) for target, fd in enumerate(stdio) if fd != target]
     if cage.tier is not None:
