@@ -212,6 +212,10 @@ def _say_notes(cage, argv0: str) -> None:
         _err(f"degraded: {line}")
     for line in cage.warnings:
         _err(f"warning: {line}")
+    tier = getattr(cage, "tier", None)  # (a cached plan has none: a file on fd 0-2 never hits it)
+    same_file = tier.reads_what_it_appends() if hasattr(tier, "reads_what_it_appends") else None
+    if same_file:
+        _err(f"warning: {same_file}")
     if "/" not in argv0:  # a PATH search only: a path names one file, nothing is skipped
         from sandboy.confine import explain  # before the cage: it may not be readable inside
 

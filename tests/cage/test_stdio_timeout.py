@@ -230,3 +230,52 @@ def test_the_command_cannot_end_its_own_run_through_the_inits_signal(tmp_path):
                              sandboy.Policy.from_mapping(_policy(tmp_path)), stdout=fh.fileno(), timeout=30)
     assert (result.outcome, result.returncode) == ("exited", 5), (result, out.read_text())
     assert out.read_text() in ("sent alive\n", "EPERM alive\n")
+
+
+# --- `cat f >> f` (session 8's loose end 4) ----------------------------------------------------
+# GNU cat refuses to read the file it appends to ("input file is output file") by comparing
+# fstat(1) with its input; under the tier its fd 1 is the relay's pipe, so it copies until the
+# disk or limits.file_size_mib stops it. Nothing the parent can do makes the check work (a
+# writable fd on the file is what the relay exists to avoid), and refusing would break commands
+# that read to the end before appending (`wc -l < f >> f`). So `sandboy run` says it, before the
+# command runs, where it is the case: fd 0 a file opened for reading and fd 1 or 2 the same file
+# opened for writing, under the tier's handoff.
+
+def _sb(tmp_path, script, **limits):
+    policy = tmp_path / "p.toml"
+    mapping = _policy(tmp_path, **limits)
+    mapping["fs"]["write"] = []
+    mapping["fs"]["read"].append(str(tmp_path))
+    policy.write_text(to_toml(mapping))
+    return subprocess.run(["/bin/sh", "-c", script.replace("SB", f"{SANDBOY} run --policy {policy} --")],
+                          cwd=tmp_path, capture_output=True, timeout=120,
+                          env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+
+
+def test_reading_the_file_it_appends_to_is_said_and_bounded(tmp_path):
+    (tmp_path / "f").write_text("line\n" * 60000)  # 300 KB: more than the pipe holds
+    done = _sb(tmp_path, "SB /bin/cat < f >> f; echo rc=$?", file_size_mib=1)
+    err = done.stderr.decode()
+    assert f"warning: fd 0 and fd 1 are the same file ({tmp_path / 'f'})" in err, err
+    assert done.stdout != b"rc=0\n"  # host side: the limit stopped it...
+    assert os.path.getsize(tmp_path / "f") == 1 << 20  # ...at the limit, not the disk
+    # `cat f >> f`: cat opens f itself, in the cage; the parent cannot know (documented): no
+    # warning, and only the limit (or the disk) stops it
+    (tmp_path / "f").write_text("line\n" * 60000)  # 300 KB: more than the pipe holds
+    done = _sb(tmp_path, "SB /bin/cat f >> f; echo rc=$?", file_size_mib=1)
+    assert "warning: fd 0" not in done.stderr.decode(), done
+    assert done.stdout != b"rc=0\n" and os.path.getsize(tmp_path / "f") == 1 << 20
+
+
+def test_the_same_file_read_and_written_is_in_the_dry_run_and_twins_say_nothing(tmp_path):
+    (tmp_path / "f").write_text("a\nb\n")
+    (tmp_path / "g").write_text("")
+    policy = tmp_path / "p.toml"
+    done = _sb(tmp_path, "SB /usr/bin/wc -l < f >> f && SB /bin/cat < f > g && SB /bin/cat f >> g")
+    assert done.returncode == 0, done
+    assert done.stderr.decode().count("warning: fd 0 and fd 1 are the same file") == 1, done.stderr
+    assert (tmp_path / "f").read_text() == "a\nb\n2\n"  # the legitimate read-then-append ran
+    dry = subprocess.run(["/bin/sh", "-c", f"{SANDBOY} run --dry-run --policy {policy} -- /bin/true < f 2>> f"],
+                         cwd=tmp_path, capture_output=True, timeout=60)
+    assert "fd 2: a pipe the init copies to the caller's file (the file fd 0 reads: the command reads what it " \
+           "appends)" in dry.stdout.decode(), dry

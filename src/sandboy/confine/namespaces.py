@@ -197,8 +197,43 @@ class Tier:
             elif label.startswith("put the reopened FIFO"):
                 said.append(f"fd {target}: the FIFO reopened for writing on the cage's read-only tree")
             elif label.startswith("put the relay's pipe"):
-                said.append(f"fd {target}: a pipe the init copies to the caller's file")
+                said.append(f"fd {target}: a pipe the init copies to the caller's file"
+                            + (" (the file fd 0 reads: the command reads what it appends)"
+                               if f"fd {target} are the same file" in (self.reads_what_it_appends(stdio) or "")
+                               else ""))
         return "; ".join(said) or "as handed in"
+
+    def reads_what_it_appends(self, stdio=(None, None, None)):
+        """A warning for `sandboy run` where fd 0 is a file opened for reading and fd 1 or 2
+        the same file opened for writing (`cat < f >> f`), else None. The handoff reopens the
+        one and relays the other through a pipe, so a program's own guard against reading its
+        output (GNU cat: "input file is output file", by fstat(1) against its input) sees a
+        pipe and copies until limits.file_size_mib or the disk stops it. Said, not refused: a
+        command that reads to the end before it appends (`wc -l < f >> f`) is legitimate, and
+        nothing the parent could hand in instead keeps the check working without giving the
+        command a writable description of the file (ADR 0011, "Session 9"). Two or three fstat,
+        only for a file on fd 0. A file the command opens itself (`cat f >> f`) is not seen."""
+        if self._handoff_at() is None:
+            return None  # "/" writable: nothing is handed over, the command has the files themselves
+        fds = [target if fd is None else fd for target, fd in enumerate(stdio)]
+        try:
+            read = os.fstat(fds[0])
+        except OSError:
+            return None
+        if read.st_mode & S_IFMT != S_IFREG or read.st_nlink == 0 or _access(fds[0]) not in (O_RDONLY, O_RDWR):
+            return None
+        for target in (1, 2):
+            try:
+                written = os.fstat(fds[target])
+            except OSError:
+                continue
+            if (written.st_dev, written.st_ino) == (read.st_dev, read.st_ino) and _access(fds[target]) != O_RDONLY:
+                path = _readlink_fd(fds[0]) or "?"
+                return (f"fd 0 and fd {target} are the same file ({path}): the command reads what it appends, and under "
+                        f"the namespace tier it writes through a pipe, so a program's own check (cat: 'input file is "
+                        f"output file') cannot see it; one that reads to the end while appending runs until "
+                        f"limits.file_size_mib or the disk stops it")
+        return None
 
     def _handoff_at(self):
         """Where a file handed in on fd 0-2 is reopened (`plan_stdio`): right after every mount
@@ -474,6 +509,11 @@ def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bo
             (f"carry the offset of fd {target} in", (SYS_LSEEK, 0, (slot,), (OFFSET_SLOT,), SEEK_SET)),
         ]
     return steps
+
+
+def _access(fd: int) -> int:
+    """fd's access mode (O_RDONLY, O_WRONLY, O_RDWR); fcntl(F_GETFL) as a raw call, as above."""
+    return _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL) & O_ACCMODE
 
 
 def _readlink_fd(fd: int) -> str:
