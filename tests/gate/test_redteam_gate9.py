@@ -299,3 +299,44 @@ def test_twin_a_few_large_policy_files_still_run(tmp_path, fake_home):
     proc = run_gate(repo, home=fake_home)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(f"ran-{i}" in proc.stdout for i in range(3))
+
+
+ENCODING_GATE = r"""
+    [[step]]
+    name = "s"
+    run = "(exec -a {marker} sleep 300) & echo $! > leftover.pid; printf 'caf\\303\\251 \\342\\234\\223\\n'; sleep 1; echo END"
+"""
+
+
+@pytest.mark.parametrize("namespaces", ["1", "0"], ids=["tier", "forced-off"])
+def test_a_character_the_consoles_encoding_lacks_does_not_unwind_the_gate(tmp_path, fake_home, namespaces):
+    # Under a Latin-1 locale (here PYTHONIOENCODING) a step printing "✓" raised UnicodeEncodeError
+    # in the console: a traceback, exit 1, no reports, and without the namespace tier the step's
+    # background process outlived the gate
+    marker = f"ri9-enc-{os.urandom(4).hex()}"
+    repo = make_repo(tmp_path, ENCODING_GATE.format(marker=marker))
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--json", str(report)],
+                          capture_output=True, env={**os.environ, "HOME": str(fake_home),
+                                                    "PYTHONIOENCODING": "latin-1", "SANDBOY_NAMESPACES": namespaces},
+                          timeout=120)
+    pid = int((repo / "leftover.pid").read_text())
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            alive = fh.read().startswith(marker.encode())
+    except FileNotFoundError:
+        alive = False
+    if alive:
+        os.kill(pid, 9)
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
+    assert not alive, "the step's background process outlived the gate"
+    assert proc.returncode == 0
+    assert "[s] café \\u2713" in proc.stdout.decode("latin-1")  # é in Latin-1, ✓ as its escape
+    assert by_name(json.loads(report.read_text()))["s"]["status"] == "passed"
+
+
+def test_twin_a_utf8_console_shows_the_characters(tmp_path, fake_home):
+    repo = make_repo(tmp_path, ENCODING_GATE.format(marker=f"ri9-enc-{os.urandom(4).hex()}"))
+    proc = run_gate(repo, home=fake_home, env={"PYTHONIOENCODING": "utf-8"})
+    assert proc.returncode == 0, proc.stderr
+    assert "[s] café ✓" in proc.stdout

@@ -74,7 +74,14 @@ class Console:
             return
         self._clear_status()
         try:
-            self.out.write(text + "\n")
+            try:
+                self.out.write(text + "\n")
+            except UnicodeEncodeError:
+                # a character the output's encoding lacks (a Latin-1 locale, PYTHONIOENCODING): a
+                # step printing "✓" ended the gate in a traceback, no reports, and without the
+                # namespace tier its processes outlived it (session 9). Shown as its escape instead.
+                encoding = getattr(self.out, "encoding", None) or "ascii"
+                self.out.write((text + "\n").encode(encoding, "backslashreplace").decode(encoding))
             self.out.flush()
         except OSError as exc:  # the reader went away (EPIPE), or the output cannot be written
             self.reader_gone = True
