@@ -227,8 +227,10 @@ def test_where_the_interpreter_imports_from_first_is_a_key(runner):
 MUTANTS = {
     "the protected paths' stats": ("fingerprint.py", "        if not resolve:\n            return False\n",
                                    "        if not resolve:\n            return True\n"),
-    "the git check on a hit": ("plan_cache.py", "snap = GitSnapshot.at_launch(Scope(self._git_write))",
+    "the git check on a hit": ("plan_cache.py", "snap = GitSnapshot.at_launch(Scope(write_roots, protected=protected))",
                                "snap = None"),
+    "the protected paths' modes on a hit": ("plan_cache.py", "Scope(write_roots, protected=protected)",
+                                            "Scope(write_roots)"),
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
     "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
 }
@@ -257,6 +259,16 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
         planted = runner.run("/bin/sh", "-c", NESTED_PLANT)
         assert planted.hit and planted.returncode == 0  # nothing checked: the repository stays
         assert (runner.cwd / "sub" / ".git" / "config").exists()
+    elif mutant == "the protected paths' modes on a hit":  # test_a_loosened_directory_is_put_back_on_a_hit
+        # (a directory above a protected start-up file and no git directory: only the protected
+        # paths the Scope is given lead the guard there)
+        (runner.cwd / ".config" / "fish").mkdir(parents=True)
+        os.chmod(runner.cwd / ".config", 0o755)
+        settle()
+        assert entry_applies(runner, "/bin/true").hit
+        loosened = runner.run("/bin/sh", "-c", "chmod 0777 .config")
+        assert loosened.hit and loosened.returncode == 0  # left open to every local user
+        assert stat.S_IMODE((runner.cwd / ".config").stat().st_mode) == 0o777
     elif mutant == "the kernel mounts below a write root":
         # test_redteam_cage9.py::test_a_kernel_file_system_mounted_below_a_kept_write_root_is_refused_on_a_hit
         if os.geteuid() != 0 or not shutil.which("unshare"):
@@ -331,3 +343,24 @@ def test_exit_codes_and_signals_pass_through_a_write_root_hit(runner):
     assert code.hit and code.returncode == 7 and code.err == ""
     killed = runner.run("/bin/sh", "-c", "kill -TERM $$")
     assert killed.hit and killed.returncode == -15, killed.err
+
+
+@pytest.mark.parametrize("target", [".git", ".", ".config"], ids=["git-directory", "write-root", "above-a-start-up-file"])
+def test_a_loosened_directory_is_put_back_on_a_hit(runner, target):
+    """confine/loosened.py (ADR 0019 session 9) on a hit: the command opens the write root or its
+    `.git` to every local user (who could then replace what the host's git runs); from the kept
+    plan as from a build the mode is put back after the run and the run fails (125)."""
+    make_repository(runner.cwd)
+    (runner.cwd / ".config" / "fish").mkdir(parents=True)  # a protected default (ADR 0013)
+    for path in (runner.cwd, runner.cwd / ".git", runner.cwd / ".config"):
+        os.chmod(path, 0o755)
+    settle()
+    assert entry_applies(runner, "/bin/true").hit
+    loosened = runner.run("/bin/sh", "-c", f"chmod 0777 {target}")
+    assert loosened.hit and loosened.returncode == 125, loosened.err
+    assert stat.S_IMODE((runner.cwd / target).stat().st_mode) == 0o755
+    built = runner.run("/bin/sh", "-c", f"chmod 0777 {target}", env={"SANDBOY_PLAN_CACHE": "0"})
+    assert not built.hit and built.returncode == 125
+    assert stat.S_IMODE((runner.cwd / target).stat().st_mode) == 0o755
+    box = re.compile(r"\.sandboy-quarantine/[^/ ]+/")
+    assert box.sub("BOX/", loosened.err) == box.sub("BOX/", built.err), (loosened.err, built.err)

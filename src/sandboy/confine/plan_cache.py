@@ -237,8 +237,9 @@ class CachedPlan:
         self._exec_paths = exec_paths
         self._ruleset_fd = ruleset_fd
         self._keepalive = keepalive  # the seccomp program the plan's sock_fprog points at
-        # the write roots the post-run git check walks (ADR 0019), as the build's `_cage_scope`
-        # gives them; None: the policy brings no check
+        # (the write roots the post-run git check walks, the protected paths whose modes it puts
+        # back if loosened — ADR 0019 — as the build's `_cage_scope` gives them); None: the
+        # policy brings no check
         self._git_write = git_write
         self.start_failed = False
 
@@ -277,7 +278,8 @@ class CachedPlan:
         if self._git_write is not None:
             from sandboy.confine.gitcheck import GitSnapshot, Scope
 
-            snap = GitSnapshot.at_launch(Scope(self._git_write))
+            write_roots, protected = self._git_write
+            snap = GitSnapshot.at_launch(Scope(write_roots, protected=protected))
             if snap is not None and snap.beyond_bound is not None:
                 self.close()
                 return None  # refused before it starts: the build says so, in its words
@@ -489,8 +491,10 @@ def _entry_for(cage, miss: Miss, hooks):
 
 
 def _git_write(cage, hooks):
-    """The write roots a hit's git check walks (None: no check), or False where this run's hooks
-    are not only the git check `exec_mode.hooks_for` made for it (the only hook a hit runs)."""
+    """(the write roots a hit's git check walks, the protected paths whose modes it guards) — the
+    Scope `gitcheck._cage_scope` makes for the build's check — or None (no check), or False where
+    this run's hooks are not only the git check `exec_mode.hooks_for` made for it (the only hook a
+    hit runs). The protected paths are the build's, which the fingerprint proves a rebuild's."""
     policy = cage.policy
     if not (policy.fs.protect_defaults and policy.fs.write):  # `gitcheck._cage_scope`'s rule
         return False if hooks else None
@@ -500,7 +504,7 @@ def _git_write(cage, hooks):
         return False
     # `_cage_scope`'s roots: no `{tmp}` to leave out (never kept), no PATH directories to judge
     # (the tier binds them read-only; a run without the tier is never kept)
-    return tuple(cage.compiled["landlock.fs"].outputs["protected_args"][0])
+    return tuple(cage.compiled["landlock.fs"].outputs["protected_args"][0]), tuple(cage.protected)
 
 
 def store(pending) -> None:
