@@ -118,6 +118,30 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 
+@pytest.mark.parametrize("kept", ["{tmp}", "egress"])
+def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkeypatch, kept):
+    """ADR 0028 session 9: with no entry to compare with, `sandboy run` asks the plan cache only
+    once the loaded policy may be kept — a policy it never keeps (`{tmp}`, egress) imports neither
+    `plan_cache` nor `fingerprint`, and no entry is written; a policy it keeps still writes one on
+    its first run (the twin)."""
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    never = tmp_path / "never.toml"
+    never.write_text(TRUE_POLICY + ('[env]\nset = { HOME = "{tmp}" }\n' if kept == "{tmp}"
+                                    else '[net]\ndomains = ["example.invalid"]\n'))
+    kept_policy = tmp_path / "kept.toml"
+    kept_policy.write_text(TRUE_POLICY)
+    for path, imports_it in ((never, False), (never, False), (kept_policy, True)):
+        proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(path), "--", "/bin/true"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        assert "sandboy.confine.cage" in used  # built (the measurement works)
+        assert ("sandboy.confine.plan_cache" in used) is imports_it, (path, kept)
+        assert ("sandboy.confine.fingerprint" in used) is imports_it
+    plans = tmp_path / "cache" / "plans"
+    assert len(list(plans.iterdir())) == 1  # the kept policy's entry only
+
+
 def test_run_warning_and_error_paths_do_not_import___future__(tmp_path):
     """`from __future__ import annotations` imports the `__future__` module at run time (≈ 0.59 M
     instructions, docs/performance.md session 7): the modules a `sandboy run` may print through

@@ -110,13 +110,22 @@ def cmd_run(args: RunArgs) -> int:
             return EXIT_USAGE
     # Exec mode may run a plan built by an earlier `sandboy run` with the same inputs (ADR 0028):
     # before the compilers are even imported. `miss`: the inputs of a build the cache may keep.
+    # `first`: no entry to compare with — the plan cache is imported only once the loaded policy
+    # may be kept (a policy never kept, `{tmp}` or egress, pays nothing of it).
     miss = said = None
+    first = False
     if args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None
                              or args.egress_log):
-        from sandboy.confine import plan_cache
+        from sandboy.policy.resolve import plan_entry_path
 
-        if plan_cache.enabled():
-            hit, miss = plan_cache.consult(args.policy, args.cwd)
+        try:
+            first = not os.path.lexists(plan_entry_path(args.policy, os.path.abspath(args.cwd or os.getcwd())))
+        except OSError:  # the working directory is gone: the build says so
+            pass
+        if not first:
+            from sandboy.confine import plan_cache
+
+            hit, miss = plan_cache.consult(args.policy, args.cwd) if plan_cache.enabled() else (None, None)
             if hit is not None:
                 _say_notes(hit, args.command[0])
                 said = True
@@ -128,13 +137,23 @@ def cmd_run(args: RunArgs) -> int:
     from sandboy.confine import exec_mode
     from sandboy.confine.terminal import has_controlling_terminal
     from sandboy.policy.model import Policy
+    from sandboy.policy.resolve import plan_may_keep
 
     cage = None
     try:
-        # (the bytes the plan cache read: its entry is keyed with exactly what was parsed)
-        policy = Policy.load(args.policy, raw=None if miss is None else miss.policy_bytes)
+        # the bytes the plan cache read, or reads now: an entry is keyed with exactly what was parsed
+        raw = None if miss is None else miss.policy_bytes
+        if first:
+            from sandboy.policy.load import read_bounded
+
+            raw = read_bounded(args.policy)
+        policy = Policy.load(args.policy, raw=raw)
         if args.dry_run:
             return _dry_run(policy, args)
+        if first and plan_may_keep(policy):
+            from sandboy.confine import plan_cache
+
+            miss = plan_cache.Miss.first(args.policy, args.cwd, raw) if plan_cache.enabled() else None
         if miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)

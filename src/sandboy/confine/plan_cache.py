@@ -38,11 +38,10 @@ from stat import S_ISREG  # (os imports stat: nothing to load)
 
 from sandboy.confine import _libc
 from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
-from sandboy.policy.resolve import cache_dir, exec_args
+from sandboy.policy.resolve import exec_args, plan_entry_path, plan_may_keep, plans_dir
 
 DISABLE_ENV = "SANDBOY_PLAN_CACHE"
 FORMAT = "sandboy plan cache 3"  # 2: no environment value in an entry; 3: write roots (their git check)
-_NAME_KEY = 0x53424F59504C414E  # the SipHash key of entries' file names ("SBOYPLAN")
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -56,16 +55,7 @@ def enabled() -> bool:
     return os.environ.get(DISABLE_ENV, "1") != "0" and _libc.IMPLEMENTATION == "native"
 
 
-def directory() -> str:
-    """Where the entries live: `plans/` in Sandboy's cache directory (`sandboy doctor` says it)."""
-    return os.path.join(cache_dir(), "plans")
-
-
-def _entry_name(policy_arg: str, cwd: str) -> str:
-    # Only spreads entries out (one per policy file and working directory, for this uid):
-    # whether an entry applies is decided by comparing its whole key
-    name = f"{os.geteuid()}\0{os.path.abspath(policy_arg)}\0{cwd}".encode("utf-8", "surrogateescape")
-    return _imp.source_hash(_NAME_KEY, name).hex() + ".plan"
+directory = plans_dir  # where the entries live (policy.resolve: the CLI asks without importing this module)
 
 
 def _stdio_shape():
@@ -366,9 +356,22 @@ class Miss:
 
     def __init__(self, policy_arg: str, cwd: str, policy_bytes: bytes, shape: tuple):
         self.policy_arg, self.cwd, self.policy_bytes, self.shape = policy_arg, cwd, policy_bytes, shape
-        self.path = os.path.join(directory(), _entry_name(policy_arg, cwd))
+        self.path = plan_entry_path(policy_arg, cwd)
         self.kept = False
         self.key = self.code = None
+
+    @classmethod
+    def first(cls, policy_arg: str, cwd_arg, policy_bytes: bytes):
+        """The `Miss` of a run that found no entry (`sandboy run` asked `policy.resolve` and loaded
+        the policy from `policy_bytes` without this module), or None where it may not be kept:
+        fd 0-2 of a shape never kept, a policy that is not a regular file."""
+        try:
+            shape = _stdio_shape()
+            if shape is None or not S_ISREG(os.stat(policy_arg).st_mode):
+                return None
+            return cls(policy_arg, os.path.abspath(cwd_arg or os.getcwd()), policy_bytes, shape)
+        except Exception:  # a cache never fails a run
+            return None
 
     def keeps(self, policy) -> bool:
         """Whether a cage built from `policy` may be kept at all (`may_keep`), asked before the
@@ -428,17 +431,7 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_write)
 
 
-def may_keep(policy) -> bool:
-    """Whether a run of `policy` may be kept at all, asked of the loaded policy before the build
-    (so a policy never kept costs no fingerprint): no `{tmp}`, `include` or `[net]` egress, and
-    $HOME set. Write roots are kept: the protected paths are the fingerprint's (checked by their
-    stats on a hit), the post-run git check runs on a hit too (`CachedPlan.run`)."""
-    from sandboy.policy.resolve import uses_tmp
-
-    # `include`: the presets are resolved on this machine at every load (which programs exist,
-    # where they lead), inputs no key holds; the loader imports them only for such a policy
-    return not (uses_tmp(policy) or "sandboy.policy.presets" in sys.modules
-                or policy.net.egress or "HOME" not in os.environ)
+may_keep = plan_may_keep  # whether a policy may be kept at all (policy.resolve: asked before this is imported)
 
 
 def _entry_for(cage, miss: Miss, hooks):

@@ -7,6 +7,7 @@ may be named `{home}`, and a policy the gate resolved is resolved again in the c
 prefix so that two policies (a step and its ceiling) can still be compared path by path.
 """
 
+import _imp
 import os
 
 TMP_TOKEN = "{tmp}"
@@ -260,3 +261,36 @@ def cache_dir() -> str:
         else:  # expanduser("~") is $HOME without trailing slashes, or "/"
             xdg = home.rstrip("/") + "/.cache"
     return xdg + "sandboy" if xdg.endswith("/") else xdg + "/sandboy"
+
+
+_PLAN_NAME_KEY = 0x53424F59504C414E  # the SipHash key of plan cache entries' names ("SBOYPLAN")
+
+
+def plans_dir() -> str:
+    """Where `sandboy run`'s plan cache keeps its entries: `plans/` in the cache directory (ADR 0028;
+    `sandboy doctor` says it)."""
+    return os.path.join(cache_dir(), "plans")
+
+
+def plan_entry_path(policy_arg: str, cwd: str) -> str:
+    """The plan cache's entry for `policy_arg` run in `cwd` (absolute) by this euid. The name only
+    spreads entries out (one per policy file and working directory): whether an entry applies is
+    decided by comparing its whole key (`confine.plan_cache`). Here, beside `cache_dir`, so that
+    `sandboy run` can see there is none without importing the plan cache: a run with no entry asks
+    it only once the policy is loaded and may be kept (`plan_may_keep`)."""
+    name = f"{os.geteuid()}\0{os.path.abspath(policy_arg)}\0{cwd}".encode("utf-8", "surrogateescape")
+    return os.path.join(plans_dir(), _imp.source_hash(_PLAN_NAME_KEY, name).hex() + ".plan")
+
+
+def plan_may_keep(policy) -> bool:
+    """Whether a run of `policy` may be kept by the plan cache at all, asked of the loaded policy
+    before the build (so a policy never kept costs no fingerprint, and with no entry to compare
+    with, not even the plan cache's import): no `{tmp}`, `include` or `[net]` egress, and $HOME
+    set. Write roots are kept: the protected paths are the fingerprint's (checked by their stats on
+    a hit), the post-run git check runs on a hit too (`plan_cache.CachedPlan.run`)."""
+    import sys
+
+    # `include`: the presets are resolved on this machine at every load (which programs exist,
+    # where they lead), inputs no key holds; the loader imports them only for such a policy
+    return not (uses_tmp(policy) or "sandboy.policy.presets" in sys.modules
+                or policy.net.egress or "HOME" not in os.environ)
