@@ -467,3 +467,48 @@ def test_denied_paths_bound_read_only_are_bounded_per_run(tmp_path, tier):
     assert proc.stdout.split()[-1] == "64", proc.stdout  # the mounts of this run
     assert "70 denied paths inside write roots; the first 64 are read-only" in proc.stderr, proc.stderr
     assert keys[0].stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.xfail(strict=True, reason="redcage9: the loosened-mode guard (5f3738b) puts the write root's mode back "
+                   "AFTER the run; another local user acting WHILE the run runs replaced the protected ~/.bashrc "
+                   "(the git check judges git files only): the run fails 125 with a general warning, but the "
+                   "planted start-up file stays, unnamed. Needs: a protected path whose identity changed is "
+                   "named and quarantined, or chmod modes adding group/other write refused while the run runs")
+def test_a_start_up_file_replaced_by_another_user_while_the_run_runs_does_not_stay(tmp_path, tier):
+    """Write root: a home holding `.bashrc` (protected: read-only in the cage). The command makes
+    the home 0777 and waits; an accomplice (uid 65534) replaces `.bashrc` meanwhile; the command
+    ends. Host side: the operator's next login shell must not run the accomplice's file."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import time
+
+    import userkit
+
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp() as base:
+        home = base / "H"
+        (home / "work").mkdir(parents=True)
+        (home / ".bashrc").write_text("echo operator\n")
+        policy = base / "p.toml"
+        policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                          f'exec = ["/usr/bin", "/bin"]\nwrite = ["{home}"]\n')
+        env = _env(tmp_path, True, SANDBOY_PLAN_CACHE="0", HOME=str(home), PATH="/usr/bin:/bin")
+        run = subprocess.Popen([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+                                f"chmod 0777 {home}; read line"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=home / "work")
+        try:
+            deadline = time.monotonic() + 30
+            while home.stat().st_mode & 0o777 != 0o777 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c",
+                            f"cd {home} && mv .bashrc .bashrc.old && echo 'echo PLANTED' > .bashrc"],
+                           capture_output=True, timeout=30)
+            _out, err = run.communicate("go\n", timeout=60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert run.returncode == 125, err  # the loosened mode is seen and put back
+        assert home.stat().st_mode & 0o777 == 0o755
+        bashrc = home / ".bashrc"
+        assert not bashrc.exists() or "PLANTED" not in bashrc.read_text(), \
+            f"another user's .bashrc, planted while the run ran, stays for the operator's next login: {err}"
