@@ -227,10 +227,10 @@ def test_where_the_interpreter_imports_from_first_is_a_key(runner):
 MUTANTS = {
     "the protected paths' stats": ("fingerprint.py", "        if not resolve:\n            return False\n",
                                    "        if not resolve:\n            return True\n"),
-    "the git check on a hit": ("plan_cache.py", "snap = GitSnapshot.at_launch(Scope(write_roots, protected=protected))",
+    "the git check on a hit": ("plan_cache.py", "snap = GitSnapshot.at_launch(Scope(**self._git_scope))",
                                "snap = None"),
-    "the protected paths' modes on a hit": ("plan_cache.py", "Scope(write_roots, protected=protected)",
-                                            "Scope(write_roots)"),
+    "the protected paths' modes on a hit": ("plan_cache.py", "Scope(**self._git_scope)",
+                                            "Scope(self._git_scope['write_roots'])"),
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
     "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
 }

@@ -1022,6 +1022,13 @@ def _cage_scope(cage):
     empty mount point). Without the tier it is a host directory that outlives the run while the
     cage is kept (the API's reused cage, a gate's cache): a symlink left in a write root led the
     operator's git into a repository planted there, so it is walked like any write root."""
+    args = scope_args(cage)
+    return None if args is None else Scope(**args)
+
+
+def scope_args(cage):
+    """The arguments of `_cage_scope`'s Scope, as plain values (a plan cache entry keeps them:
+    a hit makes the same Scope, `plan_cache.CachedPlan.run`), or None where there is no check."""
     if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
         return None
     private = cage.tier is not None and cage.tier.tmp_private
@@ -1034,7 +1041,8 @@ def _cage_scope(cage):
         # the directories and the symlinks on the way to them (a link replaced or repointed is
         # judged too: `~/bin -> dotfiles/bin`)
         path_dirs = list(dict.fromkeys(path for row in on_path(write, work)[0] for path in held(*row)))
-    return Scope(write, exclude, path_dirs=path_dirs, protected=cage.protected)
+    return {"write_roots": tuple(write), "exclude": tuple(exclude), "path_dirs": tuple(path_dirs),
+            "protected": tuple(cage.protected)}
 
 
 class GitCheck:

@@ -218,7 +218,7 @@ class CachedPlan:
     """A stored plan made ready to run in this process (`lookup`): what exec mode needs of a Cage
     (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
 
-    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_write=None):
+    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_scope=None):
         self.plan = plan
         self.clone_flags = clone_flags
         self.env = env
@@ -227,10 +227,10 @@ class CachedPlan:
         self._exec_paths = exec_paths
         self._ruleset_fd = ruleset_fd
         self._keepalive = keepalive  # the seccomp program the plan's sock_fprog points at
-        # (the write roots the post-run git check walks, the protected paths whose modes it puts
-        # back if loosened — ADR 0019 — as the build's `_cage_scope` gives them); None: the
-        # policy brings no check
-        self._git_write = git_write
+        # the post-run git check's Scope, as the build's (`gitcheck.scope_args`: the write roots
+        # it walks, the protected paths whose modes it puts back if loosened — ADR 0019); None:
+        # the policy brings no check
+        self._git_scope = git_scope
         self.start_failed = False
 
     @property
@@ -265,11 +265,10 @@ class CachedPlan:
         from sandboy.confine import exec_mode
 
         snap = None
-        if self._git_write is not None:
+        if self._git_scope is not None:
             from sandboy.confine.gitcheck import GitSnapshot, Scope
 
-            write_roots, protected = self._git_write
-            snap = GitSnapshot.at_launch(Scope(write_roots, protected=protected))
+            snap = GitSnapshot.at_launch(Scope(**self._git_scope))
             if snap is not None and snap.beyond_bound is not None:
                 self.close()
                 return None  # refused before it starts: the build says so, in its words
@@ -398,7 +397,7 @@ class Miss:
             store(pending)
 
 
-def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_write,
+def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_scope,
            mount_roots):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
     where the plan names the ruleset) and the seccomp program's address in its sock_fprog. None
@@ -428,7 +427,7 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     plan[seccomp_at] = (*step[:4], step[4][:8] + address.to_bytes(8, "little"), *step[5:])
     environ = os.environ
     env = {name: environ[name] if value is None else value for name, value in env.items()}
-    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_write)
+    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope)
 
 
 may_keep = plan_may_keep  # whether a policy may be kept at all (policy.resolve: asked before this is imported)
@@ -442,8 +441,8 @@ def _entry_for(cage, miss: Miss, hooks):
     taken before (`Miss`)."""
     if not miss.kept or miss.code is None or cage.tier is None or cage.fingerprint is None:
         return None
-    git_write = _git_write(cage, hooks)
-    if git_write is False:
+    git_scope = _git_scope(cage, hooks)
+    if git_scope is False:
         return None
     from sandboy.confine.hygiene import close_range_cloexec_works
 
@@ -479,25 +478,26 @@ def _entry_for(cage, miss: Miss, hooks):
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
-            git_write, tuple(fs.get("mount_roots") or ()))
+            git_scope, tuple(fs.get("mount_roots") or ()))
     return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state()), body
 
 
-def _git_write(cage, hooks):
-    """(the write roots a hit's git check walks, the protected paths whose modes it guards) — the
-    Scope `gitcheck._cage_scope` makes for the build's check — or None (no check), or False where
-    this run's hooks are not only the git check `exec_mode.hooks_for` made for it (the only hook a
-    hit runs). The protected paths are the build's, which the fingerprint proves a rebuild's."""
+def _git_scope(cage, hooks):
+    """The arguments of the post-run git check's Scope for a hit (`gitcheck.scope_args`: what the
+    build's own check was made from), or None (no check), or False where this run's hooks are not
+    only the git check `exec_mode.hooks_for` made for it (the only hook a hit runs). Its protected
+    paths are the build's, which the fingerprint proves a rebuild's."""
     policy = cage.policy
-    if not (policy.fs.protect_defaults and policy.fs.write):  # `gitcheck._cage_scope`'s rule
+    if not (policy.fs.protect_defaults and policy.fs.write):  # `gitcheck.scope_args`'s rule
         return False if hooks else None
-    from sandboy.confine.gitcheck import GitCheck  # (imported already: `hooks_for` asked it)
+    from sandboy.confine.gitcheck import GitCheck, scope_args  # (imported already: `hooks_for` asked it)
 
     if any(type(hook) is not GitCheck or hook.record is not None for hook in hooks):
         return False
-    # `_cage_scope`'s roots: no `{tmp}` to leave out (never kept), no PATH directories to judge
-    # (the tier binds them read-only; a run without the tier is never kept)
-    return tuple(cage.compiled["landlock.fs"].outputs["protected_args"][0]), tuple(cage.protected)
+    args = scope_args(cage)
+    if args is not None and (args["exclude"] or args["path_dirs"]):
+        return False  # (not expected: `{tmp}` is never kept, and PATH directories are judged only without the tier)
+    return args
 
 
 def store(pending) -> None:
