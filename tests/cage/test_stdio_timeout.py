@@ -232,6 +232,36 @@ def test_the_command_cannot_end_its_own_run_through_the_inits_signal(tmp_path):
     assert out.read_text() in ("sent alive\n", "EPERM alive\n")
 
 
+FORGE = """\
+import ctypes, errno, os, sys, time
+info = bytearray(128)  # siginfo_t: signo, errno, code, (pad), pid, uid
+info[0:4] = int(sys.argv[1]).to_bytes(4, "little")
+info[8:12] = (-1).to_bytes(4, "little", signed=True)  # SI_QUEUE: the kernel lets it name any si_pid
+info[16:20] = (0).to_bytes(4, "little")                # si_pid 0: 'from outside the namespace'
+libc = ctypes.CDLL(None, use_errno=True)
+said = "sent" if libc.syscall(129, 1, int(sys.argv[1]), (ctypes.c_char * 128).from_buffer(info)) == 0 \\
+    else errno.errorcode[ctypes.get_errno()]  # rt_sigqueueinfo(1, ...)
+time.sleep(0.5); print(said, "alive", flush=True); raise SystemExit(5)
+"""
+
+
+def test_a_forged_sender_does_not_end_the_run_where_signals_are_not_scoped(tmp_path, monkeypatch):
+    """rt_sigqueueinfo lets the command write the siginfo's si_pid (any value, 0 too) as long as
+    si_code is a sigqueue's; only a kill(2)'s SI_USER is the kernel's word. On a kernel whose
+    Landlock does not scope signals (ABI < 6, taken away here: the run then goes on with a
+    warning), a sender check on the pid alone had the init kill the tree (137, 'alive' never
+    printed); checking SI_USER too, the command lives on and exits 5."""
+    from sandboy.confine import protections
+
+    monkeypatch.setattr(protections.protection("landlock.scopes"), "min_abi", 1 << 30)
+    out = tmp_path / "out"
+    with open(out, "wb") as fh:
+        result = sandboy.run([PY, "-c", FORGE, str(END_RUN_SIGNAL)], sandboy.Policy.from_mapping(_policy(tmp_path)),
+                             stdout=fh.fileno(), timeout=30)
+    assert (result.outcome, result.returncode) == ("exited", 5), (result, out.read_text())
+    assert out.read_text() == "sent alive\n"  # delivered (not scoped), and ignored
+
+
 # --- `cat f >> f` (session 8's loose end 4) ----------------------------------------------------
 # GNU cat refuses to read the file it appends to ("input file is output file") by comparing
 # fstat(1) with its input; under the tier its fd 1 is the relay's pipe, so it copies until the

@@ -16,6 +16,7 @@ from sandboy.confine._libc import (
     FORWARDED_SIGNALS,
     NR_INIT,
     NR_SAME_FILE,
+    SI_USER,
     REPORT_STATUS,
     SIGCHLD,
     SYS_CLONE,
@@ -207,12 +208,13 @@ def _become_init(errpipe: int, args=()) -> int:
             if not ready.get(signals, 0) & select.POLLIN:
                 continue
             info = os.read(signals, 128)  # struct signalfd_siginfo: signo, errno, code, pid, ...
-            signum, sender = int.from_bytes(info[:4], "little"), int.from_bytes(info[12:16], "little")
+            signum, code = int.from_bytes(info[:4], "little"), int.from_bytes(info[8:12], "little", signed=True)
+            sender = int.from_bytes(info[12:16], "little")
         else:
             info = _signal.sigwaitinfo(watched)
-            signum, sender = info.si_signo, info.si_pid
+            signum, sender, code = info.si_signo, info.si_pid, info.si_code
         if signum == END_RUN_SIGNAL:
-            if sender == 0:  # from outside the namespace: the supervision ends the run (see _native.c)
+            if sender == 0 and code == SI_USER:  # a kill(2) from outside the namespace (see _native.c)
                 try:
                     os.kill(-1, 9)  # the tree; SIGCHLD then ends the run as usual
                 except OSError:

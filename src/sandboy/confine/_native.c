@@ -370,8 +370,11 @@ static int command_main(void *arg) {
 /* END_RUN_SIGNAL (SIGRTMAX; _libc.END_RUN_SIGNAL): the supervision asks the init to end the run
    (a timeout, kill()): the init kills the command's tree itself, so its usual end follows —
    the relays drained into the caller's files, the offsets carried back, the status reported.
-   Killing the init with the tree lost what was still in a relay's pipe. Only a sender outside
-   the namespace counts (its pid reads 0 in here): the command cannot end its own run this way.
+   Killing the init with the tree lost what was still in a relay's pipe. Only a kill(2) from
+   outside the namespace counts: SI_USER with a pid that reads 0 in here. The code matters: a
+   sigqueue (rt_sigqueueinfo, pidfd_send_signal with an info) carries whatever si_pid its
+   sender wrote, but the kernel refuses one that claims SI_USER for another process, so the
+   command cannot end its own run this way (where Landlock does not scope signals, ABI < 6).
    A real-time signal: queued with its sender, never merged or delivered without it. */
 #define END_RUN_SIGNAL 64
 static const int forwarded_signals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
@@ -537,6 +540,7 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
     for (;;) {
         long sig;
         unsigned int sender;  /* the sender's pid in this namespace: 0 from outside it */
+        int code;             /* SI_USER for a kill(2); a sigqueue's pid is its sender's word */
         if (relaying) {
             struct pollfd polled[4] = {{(int)sfd, POLLIN, 0}};
             int relayed[4], n = 1;
@@ -556,15 +560,17 @@ static long become_init(const job_t *job, int errpipe, Py_ssize_t next, long *sl
                 continue;
             sig = info.ssi_signo;
             sender = info.ssi_pid;
+            code = info.ssi_code;
         } else {
             siginfo_t info;
             sig = raw_call(SYS_rt_sigtimedwait, (long)&set, (long)&info, 0, 8, 0, 0);
             if (sig < 0)
                 continue;
             sender = (unsigned int)info.si_pid;
+            code = info.si_code;
         }
         if (sig == END_RUN_SIGNAL) {
-            if (sender == 0)
+            if (sender == 0 && code == SI_USER)
                 raw_call(SYS_kill, -1, SIGKILL, 0, 0, 0, 0);  /* the tree; SIGCHLD then ends the run */
             continue;
         }
