@@ -174,6 +174,32 @@ def test_what_the_command_makes_is_protected_on_the_next_run(runner, made):
     assert runner.run("/bin/sh", "-c", plant).hit and b"planted" not in target.read_bytes()
 
 
+def _make_and_settle(made: str) -> str:
+    """A shell command making `made` (what decides the protected set) and then waiting past the
+    clock tick (`settle`), so the stats the end of the run takes prove it there."""
+    return {".bashrc": "echo '# mine' > .bashrc",
+            ".git": "mkdir -p .git/hooks .git/objects .git/refs/heads && echo 'ref: refs/heads/main' > .git/HEAD"
+            }[made] + "; sleep 0.3"
+
+
+@pytest.mark.parametrize("made", [".bashrc", ".git"])
+def test_what_the_building_run_makes_is_not_kept_with_the_plan_that_missed_it(runner, made):
+    """The run that BUILDS the entry (no entry yet) makes what decides the protected set, and
+    its stats have settled when it ends: the build's plan protects nothing there, so no entry may
+    pair it with stats that show the new file — the protected paths resolved again after the run
+    (`_entry_for`) differ from the build's, nothing is kept, and the next run (a rebuild) binds it
+    read-only. Checked from the host: the bytes."""
+    first = runner.run("/bin/sh", "-c", _make_and_settle(made))
+    assert not first.hit and first.returncode == 0, first.err
+    assert runner.entries() == []
+    target = runner.cwd / made if made == ".bashrc" else runner.cwd / ".git" / "config"
+    plant = f"echo planted >> {made if made == '.bashrc' else '.git/config'}"
+    for _ in range(2):  # (the rebuild, then its own entry)
+        settle()
+        proc = runner.run("/bin/sh", "-c", plant)
+        assert proc.returncode != 0 and b"planted" not in target.read_bytes(), (proc.hit, proc.err)
+
+
 NESTED_PLANT = "mkdir -p sub/.git/hooks && printf '[core]\\n\\tfsmonitor = /tmp/evil\\n' > sub/.git/config && echo 'ref: refs/heads/main' > sub/.git/HEAD"
 
 
@@ -233,6 +259,11 @@ MUTANTS = {
                                             "Scope(self._git_scope['write_roots'])"),
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
     "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
+    # the protected paths resolved again once the building run ended (`_entry_for`), compared with the build's
+    "the protected paths after the building run": (
+        "fingerprint.py", "        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:\n"
+                          "            return False\n",
+        "        protections.protected_paths(*self.protected_args, managers=managers)\n"),
 }
 
 
@@ -269,6 +300,12 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
         loosened = runner.run("/bin/sh", "-c", "chmod 0777 .config")
         assert loosened.hit and loosened.returncode == 0  # left open to every local user
         assert stat.S_IMODE((runner.cwd / ".config").stat().st_mode) == 0o777
+    elif mutant == "the protected paths after the building run":
+        # test_what_the_building_run_makes_is_not_kept_with_the_plan_that_missed_it
+        assert runner.run("/bin/sh", "-c", _make_and_settle(".bashrc")).returncode == 0
+        assert len(runner.entries()) == 1  # kept: the plan that binds no .bashrc
+        planted = runner.run("/bin/sh", "-c", "echo planted >> .bashrc")
+        assert planted.hit and planted.returncode == 0 and "planted" in (runner.cwd / ".bashrc").read_text()
     elif mutant == "the kernel mounts below a write root":
         # test_redteam_cage9.py::test_a_kernel_file_system_mounted_below_a_kept_write_root_is_refused_on_a_hit
         if os.geteuid() != 0 or not shutil.which("unshare"):
