@@ -145,3 +145,27 @@ def test_a_directory_replaced_by_another_loses_only_the_added_bits(tmp_path):
     assert len(guard.put_back()) == 1
     assert stat.S_IMODE(path.stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "old").stat().st_mode) == 0o755
+
+
+def test_a_directory_swapped_in_with_an_acl_or_group_for_others_loses_them(tmp_path):
+    """Without the tier the command may rename `.git` away and copy it back into a new directory
+    (rvsec9, reproduced end to end: rc 0, the ACL left on the host's `.git`). Where the launch
+    mode already had group write (umask 002: 0775), a copy with the same mode but an ACL giving
+    another user rwx (the mask shows as group rwx: no bit added) or another group kept it after
+    the run: the guard compared group and ACLs for the same inode only. Root sets the group."""
+    path = tmp_path / "d"
+    path.mkdir()
+    os.chmod(path, 0o775)
+    guard = ModeGuard([str(path)])
+    path.rename(tmp_path / "old")
+    path.mkdir()
+    os.chmod(path, 0o775)
+    os.setxattr(path, ACL, _acl_granting(65534))
+    if os.geteuid() == 0:
+        os.chown(path, -1, 65534)
+    found = guard.put_back()
+    assert len(found) == 1 and "ACLs changed" in found[0][1], found
+    with pytest.raises(OSError):
+        os.getxattr(path, ACL)  # host side: the other user's entry is gone
+    assert path.stat().st_gid == os.stat(tmp_path / "old").st_gid
+    assert stat.S_IMODE(path.stat().st_mode) == 0o775

@@ -80,7 +80,8 @@ class ModeGuard:
     def put_back(self) -> list:
         """(path, what was loosened and what was done) for each guarded path that now lets group or
         others write where it did not at launch (mode bits, group, ACLs); each is put back to its
-        launch state (the same inode) or has the added bits taken away (another one there)."""
+        launch state (the same inode) or, another one there, gets the launch group and ACLs and
+        has the added mode bits taken away."""
         loosened = []
         for path, (dev, ino, mode, uid, gid, acls) in self.launch.items():
             try:
@@ -95,10 +96,14 @@ class ModeGuard:
                 same = (st.st_dev, st.st_ino) == (dev, ino)
                 now, changes = stat.S_IMODE(st.st_mode), []
                 added = now & OTHERS_WRITE & ~mode
-                if same and st.st_gid != gid and now & stat.S_IWGRP:
+                # group and ACLs as at launch even on another inode: a copy swapped in (`mv .git
+                # .old; mkdir .git; cp -a .old/. .git`, no tier) with the launch mode but an ACL
+                # for another user, or another group, added no mode bit where the launch mode had
+                # group write (umask 002) and stayed writable by that user after the run
+                if st.st_gid != gid and now & stat.S_IWGRP:
                     changes.append(f"group {gid} -> {st.st_gid}")
                     os.chown(via, -1, gid)
-                if same and _acls(via, follow=True) != acls:  # (the magic link is followed)
+                if _acls(via, follow=True) != acls:  # (the magic link is followed)
                     changes.append("ACLs changed")
                     for name, value in zip(ACLS, acls):
                         _set_acl(via, name, value)
