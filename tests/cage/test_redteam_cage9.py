@@ -512,3 +512,18 @@ def test_a_start_up_file_replaced_by_another_user_while_the_run_runs_does_not_st
         bashrc = home / ".bashrc"
         assert not bashrc.exists() or "PLANTED" not in bashrc.read_text(), \
             f"another user's .bashrc, planted while the run ran, stays for the operator's next login: {err}"
+
+
+def test_a_fifo_named_as_the_policy_is_an_error_not_a_hang(tmp_path):
+    """`sandboy run --policy .sandboy/agent.toml` where the checkout made that a named FIFO: the
+    loader's blocking open waited for a writer for ever. Now exit 2 at once, naming the file;
+    twin: a policy piped in through /dev/stdin is read as before."""
+    fifo = tmp_path / "agent.toml"
+    os.mkfifo(fifo)
+    env = _env(tmp_path, True)
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(fifo), "--", "/bin/true"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 2 and str(fifo) in proc.stderr, (proc.returncode, proc.stderr)
+    twin = subprocess.run([SANDBOY, "run", "--policy", "/dev/stdin", "--", "/bin/echo", "twin"],
+                          input=POLICY.format(data=tmp_path), capture_output=True, text=True, env=env, timeout=30)
+    assert twin.returncode == 0 and twin.stdout == "twin\n", twin.stderr

@@ -314,15 +314,22 @@ def _include(src: str, value, fields: dict) -> None:
 
 
 def read_bounded(path: str, limit: int = MAX_POLICY_BYTES) -> bytes:
-    """One bounded read: never trust a size check made before the read."""
+    """One bounded read: never trust a size check made before the read. Opened non-blocking: a
+    named FIFO with no writer (a checkout's `.sandboy/agent.toml` made one) hung `sandboy run
+    --policy` for ever in open(2); a pipe (`--policy /dev/stdin`, `<(...)`) is then read as
+    before (blocking again), and a FIFO no one writes reads as empty (redcage9)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
     try:
+        if os.fstat(fd).st_mode & 0o170000 == 0o010000:  # S_IFIFO (`stat` is imported by os)
+            os.set_blocking(fd, True)
         data = read_fd_bounded(fd, limit)
     except IsADirectoryError:
         raise PolicyError(path, "", "is a directory, expected a TOML file") from None
+    except OSError as exc:  # (a device that would block: EAGAIN)
+        raise PolicyError(path, "", f"cannot read: {exc.strerror}") from None
     finally:
         os.close(fd)
     if data is None:
