@@ -397,7 +397,7 @@ policy = sys.argv[1]
 sys.path[0] = sys.argv[2]  # where the `sandboy` command imports from first (a key: own_install.first_import_warning)
 
 def applies():
-    hit = plan_cache.lookup(policy)
+    hit = plan_cache.consult(policy)[0]
     if hit is not None:
         hit.close()
     return hit is not None

@@ -215,7 +215,7 @@ def _open_entry(path: str):
 
 
 class CachedPlan:
-    """A stored plan made ready to run in this process (`lookup`): what exec mode needs of a Cage
+    """A stored plan made ready to run in this process (`consult`): what exec mode needs of a Cage
     (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
 
     def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_scope=None):
@@ -315,11 +315,6 @@ def consult(policy_arg: str, cwd_arg=None) -> tuple:
         return (None if data is None else _applies(data, miss)), miss
     except Exception:  # a working directory gone, a cache directory we may not read: a miss,
         return None, None  # never an error (the build says what is wrong, if anything)
-
-
-def lookup(policy_arg: str, cwd_arg=None):
-    """The stored plan for this run, ready to start, or None (a miss: build the cage)."""
-    return consult(policy_arg, cwd_arg)[0]
 
 
 def _applies(data: bytes, miss: "Miss"):
