@@ -368,9 +368,9 @@ class Miss:
             return None
 
     def keeps(self, policy) -> bool:
-        """Whether a cage built from `policy` may be kept at all (`may_keep`), asked before the
+        """Whether a cage built from `policy` may be kept at all (`policy.resolve.plan_may_keep`), asked before the
         build: a policy never kept costs no fingerprint, no key, no code identities."""
-        self.kept = may_keep(policy)
+        self.kept = plan_may_keep(policy)
         return self.kept
 
     def built(self, cage) -> None:
@@ -425,12 +425,9 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope)
 
 
-may_keep = plan_may_keep  # whether a policy may be kept at all (policy.resolve: asked before this is imported)
-
-
 def _entry_for(cage, miss: Miss, hooks):
     """What a later run may take instead of building `cage`, or None where this run may not be
-    cached: exec mode under the namespace tier with no hooks, a fingerprint (no glob denies), a
+    cached: exec mode under the namespace tier with no hook but the git check (`_git_scope`), a fingerprint (no glob denies), a
     policy `Miss.keeps` (asked before the build), fd 0-2 of a cached shape (`consult`). Asked once
     the command has run (`cage.launched`: the plan its child ran); everything it is keyed on was
     taken before (`Miss`)."""
