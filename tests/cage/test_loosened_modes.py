@@ -169,3 +169,32 @@ def test_a_directory_swapped_in_with_an_acl_or_group_for_others_loses_them(tmp_p
         os.getxattr(path, ACL)  # host side: the other user's entry is gone
     assert path.stat().st_gid == os.stat(tmp_path / "old").st_gid
     assert stat.S_IMODE(path.stat().st_mode) == 0o775
+
+
+@pytest.mark.parametrize("how", ["directory-swapped-for-a-link", "launch-link-retargeted"])
+def test_nothing_is_changed_through_a_symlink_the_command_put_on_the_way(tmp_path, how):
+    """Below a guarded directory the command replaced by a symlink (or a symlink of launch it
+    pointed elsewhere), a guarded path resolves to a directory of the host's — another user's
+    repository — which the put-back must leave as it is (its mode, group and ACLs), not make
+    like the launch one. Host side: the victim's xattr and group."""
+    work, victim = tmp_path / "W", tmp_path / "victim"
+    (work / "real" / "b").mkdir(parents=True)
+    (victim / "b").mkdir(parents=True)
+    os.chmod(victim / "b", 0o775)
+    os.setxattr(victim / "b", ACL, _acl_granting(65534))
+    if os.geteuid() == 0:
+        os.chown(victim / "b", -1, 65534)
+    before = os.stat(victim / "b")
+    if how == "directory-swapped-for-a-link":
+        (work / "real").rename(work / "a")
+        guard = ModeGuard(guarded_paths([str(work)], [str(work / "a" / "b")]))
+        (work / "a").rename(work / "a.old")
+    else:
+        (work / "a").symlink_to("real")
+        guard = ModeGuard(guarded_paths([str(work)], [str(work / "a" / "b")]))
+        (work / "a").unlink()
+    (work / "a").symlink_to(victim)
+    assert guard.put_back() == []
+    after = os.stat(victim / "b")
+    assert (after.st_mode, after.st_gid) == (before.st_mode, before.st_gid)
+    assert os.getxattr(victim / "b", ACL) == _acl_granting(65534)

@@ -64,17 +64,22 @@ def _acls(path: str, follow: bool = False) -> tuple:
 class ModeGuard:
     """The launch state of the guarded paths, and `put_back` after the run."""
 
-    __slots__ = ("launch",)
+    __slots__ = ("launch", "links")
 
     def __init__(self, paths):
         self.launch = {}  # path -> (st_dev, st_ino, mode, uid, gid, ACLs) at launch
+        self.links = {}   # path -> its target at launch, for a guarded path that was a symlink
         for path in paths:
             try:
                 st = os.lstat(path)
             except OSError:
                 continue  # absent at launch: whatever is made there is the git check's to judge
-            if stat.S_ISLNK(st.st_mode):
-                continue  # a symlink has no mode of its own; what it leads to is not in the root
+            if stat.S_ISLNK(st.st_mode):  # no mode of its own; what is below it is reached through it
+                try:
+                    self.links[path] = os.readlink(path)
+                except OSError:
+                    pass
+                continue
             self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, _acls(path))
 
     def put_back(self) -> list:
@@ -83,15 +88,35 @@ class ModeGuard:
         launch state (the same inode) or, another one there, gets the launch group and ACLs and
         has the added mode bits taken away."""
         loosened = []
-        for path, (dev, ino, mode, uid, gid, acls) in self.launch.items():
+        # A guarded path gone or a symlink now is skipped, and so is everything below it: a path
+        # below resolves through the symlink the command put there, to a directory of the host's
+        # that is not the run's to change (no tier: `.git` -> another user's repository, whose
+        # `config` would have been given the launch group and ACLs). Shallowest first, so an
+        # ancestor is judged before what lies below it.
+        # A symlink of launch pointed elsewhere now (or replaced) is skipped the same way.
+        skipped: list = []
+        for path in sorted((*self.launch, *self.links), key=lambda p: p.count("/")):
+            if any(is_within(path, gone) for gone in skipped):
+                continue
+            if path in self.links:
+                try:
+                    if os.readlink(path) == self.links[path]:
+                        continue
+                except OSError:
+                    pass
+                skipped.append(path)
+                continue
+            dev, ino, mode, uid, gid, acls = self.launch[path]
             try:
                 fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
-                continue  # gone or a symlink now: the git check judges what took its place
+                skipped.append(path)
+                continue  # gone: the git check judges what took its place
             try:
                 st = os.fstat(fd)
                 if stat.S_ISLNK(st.st_mode):
-                    continue
+                    skipped.append(path)
+                    continue  # a symlink now: as gone
                 via = f"/proc/self/fd/{fd}"  # the inode opened, whatever its name becomes meanwhile
                 same = (st.st_dev, st.st_ino) == (dev, ino)
                 now, changes = stat.S_IMODE(st.st_mode), []
