@@ -527,3 +527,28 @@ def test_a_fifo_named_as_the_policy_is_an_error_not_a_hang(tmp_path):
     twin = subprocess.run([SANDBOY, "run", "--policy", "/dev/stdin", "--", "/bin/echo", "twin"],
                           input=POLICY.format(data=tmp_path), capture_output=True, text=True, env=env, timeout=30)
     assert twin.returncode == 0 and twin.stdout == "twin\n", twin.stderr
+
+
+def test_sandboys_own_cache_is_bound_before_the_policys_denies_count(tmp_path, tier):
+    """rvsec9: the bound of 64 read-only binds took the denies in policy order and Sandboy's own
+    cache LAST: a policy (a repository's step policy, for the gate) listing 64 denied paths inside
+    a write root that holds the operator's cache pushed the cache out, and the command chmod
+    0777'd it (host side: its mode). The cache is bound first; the policy's paths share the rest."""
+    work = tmp_path / "W"
+    (work / "src").mkdir(parents=True)
+    cache = work / ".cache" / "sandboy"
+    cache.mkdir(parents=True)
+    cache.chmod(0o700)
+    keys = [work / f"key{i:03d}" for i in range(70)]
+    for key in keys:
+        key.write_text("S")
+        key.chmod(0o600)
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/proc"]\n'
+                      f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n'
+                      f'deny = [{", ".join(repr(str(k)).replace(chr(39), chr(34)) for k in keys)}]\n')
+    env = _env(tmp_path, True, SANDBOY_CACHE_DIR=str(cache), SANDBOY_PLAN_CACHE="0")
+    proc = _sandboy_run(policy, f"chmod 0777 {cache}; chmod 0644 {keys[0]}; echo twin > {work}/src/made", env)
+    assert (work / "src" / "made").exists(), proc.stderr
+    assert cache.stat().st_mode & 0o777 == 0o700, "Sandboy's cache was loosened from the cage"
+    assert keys[0].stat().st_mode & 0o777 == 0o600  # the first of the policy's still bound

@@ -332,6 +332,9 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     writing = landlock.WRITE & ~landlock.READ
     denied_in_write_roots = [d for d in denies if d in literal and any(
         rights & writing and is_within(d, path) and d != path for path, rights in grants.items())]
+    # Sandboy's own cache first: past the bound below, a policy's own list (a repository's step
+    # policy, in the gate) must not push it out of the binds
+    denied_in_write_roots.sort(key=lambda d: d != cache)
     if len(denied_in_write_roots) > MAX_DENIED_BINDS:
         # each is a mount made in every run (a gate's step policies may list 100,000 paths
         # together: gate.config.MAX_GATE_POLICY_ENTRIES); past the bound, the metadata of the
