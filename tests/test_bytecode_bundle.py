@@ -86,7 +86,8 @@ def sandboy_run(pkg: Path, tmp_path: Path, *python_options: str) -> subprocess.C
 
 
 # exec mode from a cached plan (ADR 0028): the same run again; a miss (or the cache off) builds
-EXEC_MODE = bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cached run"]
+EXEC_MODE = (bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cached run"]
+             + bytecode_bundle.RUN_PATH_GROUPS["plan cache"])
 EXEC_MODE_BUILT = EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"]
 RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the groups are for
     "exec mode": ("", []),

@@ -114,7 +114,8 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
         if "sandboy.confine.cage" not in used:
             break
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    expected = {*groups["cli"], *groups["cached run"], *groups["git check"], *(groups["git judgement"] if repository else ())}
+    expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"],
+                *(groups["git judgement"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 

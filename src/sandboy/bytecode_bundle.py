@@ -39,16 +39,19 @@ import _imp
 from sandboy import BUNDLE_FORMAT, bundle_path
 
 # What `sandboy run` imports, besides `sandboy` itself (which installs the finder), in groups of modules imported together. tests/test_bytecode_bundle.py fails if exec mode imports
-# anything but "cli" + "cached run" (+ "cage" on a plan cache miss), if any run imports a module not listed, or if a listed module is
+# anything but "cli" + "cached run" + "plan cache" (+ "cage" on a plan cache miss), if any run imports a module not listed, or if a listed module is
 # imported by none, so the list cannot drift. The C executor is an extension module: no code of it
 # is kept, the bundle only remembers its file, which saves importlib listing the directory.
 RUN_PATH_GROUPS = {
     # every `sandboy` command
     "cli": ("sandboy.errors", "sandboy.cli"),
-    # exec mode with a cached plan (ADR 0028): what a hit imports, and a miss first
+    # exec mode with a cached plan (ADR 0028): what a hit imports, and a build first
     "cached run": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native", "sandboy.policy",
-                   "sandboy.policy.resolve", "sandboy.confine.ruleset", "sandboy.confine.fingerprint",
-                   "sandboy.confine.terminal", "sandboy.confine.exec_mode", "sandboy.confine.plan_cache"),
+                   "sandboy.policy.resolve", "sandboy.confine.ruleset", "sandboy.confine.terminal",
+                   "sandboy.confine.exec_mode"),
+    # the plan cache itself: a hit, a miss, a run it may keep (and a reused cage's fingerprint:
+    # the gate, the API) — not a run it never keeps, which thus unmarshals none of its ≈ 53 kB
+    "plan cache": ("sandboy.confine.fingerprint", "sandboy.confine.plan_cache"),
     # the cage's build: imported together by `sandboy run` (a miss), the gate, doctor and the API
     "cage": ("sandboy.confine.hygiene", "sandboy.confine.landlock", "sandboy.confine.namespaces", "sandboy.confine.seccomp",
              "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load", "sandboy.policy.model"),
