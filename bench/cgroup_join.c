@@ -1,5 +1,6 @@
-/* What one process's move into a cgroup costs on this host (cgroup v1 or v2), measured from a
- * child that does nothing else: the gate's step joins its memory group this way (ADR 0027).
+/* What one process's move into a cgroup costs on this host (cgroup v1 hierarchies), measured from
+ * a child that does nothing else: the gate's step joins its memory group this way (ADR 0027,
+ * "Session 9"; docs/performance.md has the figures).
  *
  *   cc -O2 -o /tmp/cgroup_join bench/cgroup_join.c && /tmp/cgroup_join [ROUNDS] [MEMDIR PIDSDIR]
  *
