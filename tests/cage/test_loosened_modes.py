@@ -198,3 +198,20 @@ def test_nothing_is_changed_through_a_symlink_the_command_put_on_the_way(tmp_pat
     after = os.stat(victim / "b")
     assert (after.st_mode, after.st_gid) == (before.st_mode, before.st_gid)
     assert os.getxattr(victim / "b", ACL) == _acl_granting(65534)
+
+
+def test_a_protected_file_replaced_below_a_loosened_directory_is_named_only_then(tmp_path):
+    """`replaced_below`: after a loosening, a protected file below it that is another file (or was
+    written) is named; without a loosening the operator's own edits are nobody's business here."""
+    home = tmp_path / "h"
+    home.mkdir()
+    os.chmod(home, 0o755)
+    rc, other = home / ".bashrc", home / ".profile"
+    rc.write_text("operator\n")
+    other.write_text("operator\n")
+    guard = ModeGuard(guarded_paths([str(home)], [str(rc), str(other)]), [str(rc), str(other)])
+    (home / "planted").write_text("PLANTED\n")
+    os.replace(home / "planted", rc)  # another file at .bashrc; .profile untouched
+    assert guard.replaced_below([]) == []  # nothing was loosened: an edit of the operator's own
+    assert guard.replaced_below([str(home)]) == [str(rc)]
+    assert guard.replaced_below([str(rc)]) == [str(rc)]  # loosened itself: another inode counts

@@ -469,11 +469,6 @@ def test_denied_paths_bound_read_only_are_bounded_per_run(tmp_path, tier):
     assert keys[0].stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.xfail(strict=True, reason="redcage9: the loosened-mode guard (5f3738b) puts the write root's mode back "
-                   "AFTER the run; another local user acting WHILE the run runs replaced the protected ~/.bashrc "
-                   "(the git check judges git files only): the run fails 125 with a general warning, but the "
-                   "planted start-up file stays, unnamed. Needs: a protected path whose identity changed is "
-                   "named and quarantined, or chmod modes adding group/other write refused while the run runs")
 def test_a_start_up_file_replaced_by_another_user_while_the_run_runs_does_not_stay(tmp_path, tier):
     """Write root: a home holding `.bashrc` (protected: read-only in the cage). The command makes
     the home 0777 and waits; an accomplice (uid 65534) replaces `.bashrc` meanwhile; the command

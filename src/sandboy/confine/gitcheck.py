@@ -576,7 +576,8 @@ class GitSnapshot:
         # in reach (ADR 0019, "Session 9"), taken now, put back by `verify`
         from sandboy.confine.loosened import ModeGuard, guarded_paths
 
-        self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values())))
+        self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values())),
+                               scope.protected)
         self.after = None  # the same record as the check found it after the run (see `verify`)
         if self._to_judge():
             # loaded now, while the parent has file descriptors: after the run it may have none
@@ -640,7 +641,14 @@ class GitSnapshot:
         launch's census) unless given."""
         budget = WALK_BUDGET if budget is None else budget
         # first, so the window in which another user could use a loosened directory ends at once
-        loosened = [Finding(None, f"{path}: {why}") for path, why in self.modes.put_back()]
+        put_back = self.modes.put_back()
+        loosened = [Finding(None, f"{path}: {why}") for path, why in put_back]
+        # what another user could have replaced through a loosened directory while the run ran is
+        # moved to the quarantine like a plant (the git check judges git's files by their ctime;
+        # a start-up file it does not look at)
+        loosened += [Finding(path, "a protected path replaced or written while a directory above it was "
+                                   "writable by other users: not the operator's (moved; check it before use)")
+                     for path in self.modes.replaced_below([path for path, _why in put_back])]
         return loosened + self._judge(budget)
 
     def _judge(self, budget: int) -> list:

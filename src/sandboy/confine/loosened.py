@@ -64,11 +64,13 @@ def _acls(path: str, follow: bool = False) -> tuple:
 class ModeGuard:
     """The launch state of the guarded paths, and `put_back` after the run."""
 
-    __slots__ = ("launch", "links")
+    __slots__ = ("launch", "links", "targets")
 
-    def __init__(self, paths):
+    def __init__(self, paths, protected=()):
         self.launch = {}  # path -> (st_dev, st_ino, mode, uid, gid, ACLs) at launch
         self.links = {}   # path -> its target at launch, for a guarded path that was a symlink
+        # protected path -> (st_dev, st_ino, st_ctime_ns) at launch: see `replaced_below`
+        self.targets = dict.fromkeys(protected)
         for path in paths:
             try:
                 st = os.lstat(path)
@@ -81,6 +83,8 @@ class ModeGuard:
                     pass
                 continue
             self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, _acls(path))
+            if path in self.targets:
+                self.targets[path] = (st.st_dev, st.st_ino, st.st_ctime_ns)
 
     def put_back(self) -> list:
         """(path, what was loosened and what was done) for each guarded path that now lets group or
@@ -145,6 +149,31 @@ class ModeGuard:
             finally:
                 os.close(fd)
         return loosened
+
+
+    def replaced_below(self, loosened) -> list:
+        """The protected paths at or below a path of `loosened` (what `put_back` found) that are
+        another file now, or were written: while the run ran any local user could have done it
+        (redcage9: `chmod 0777 ~`, then another uid renamed a `.bashrc` of theirs over the
+        operator's). Under the namespace tier the command itself cannot (a read-only mount, its
+        directory pinned); the run's own check is then the only one that sees it, and only here,
+        after a loosening, is a change of them not the operator's own editing."""
+        replaced = []
+        for path, launch in self.targets.items():
+            if launch is None:
+                continue
+            below = any(is_within(path, where) and path != where for where in loosened)
+            if not below and path not in loosened:
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # gone: nothing of anyone's is run from there
+            # a loosened path itself: its ctime moved with the chmod (the command's, and ours putting
+            # it back), so only another file there counts; below one, a write counts too
+            if (st.st_dev, st.st_ino) != launch[:2] or (below and st.st_ctime_ns != launch[2]):
+                replaced.append(path)
+        return replaced
 
 
 def _set_acl(path: str, name: str, value) -> None:
