@@ -119,16 +119,17 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 
-@pytest.mark.parametrize("kept", ["{tmp}", "egress"])
+@pytest.mark.parametrize("kept", ["{tmp}", "egress", "wall_seconds"])
 def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkeypatch, kept):
     """ADR 0028 session 9: with no entry to compare with, `sandboy run` asks the plan cache only
-    once the loaded policy may be kept — a policy it never keeps (`{tmp}`, egress) imports neither
-    `plan_cache` nor `fingerprint`, and no entry is written; a policy it keeps still writes one on
-    its first run (the twin)."""
+    once the loaded policy may be kept — a policy it never keeps (`{tmp}`, egress, a deadline:
+    always supervised, never exec mode) imports neither `plan_cache` nor `fingerprint`, and no
+    entry is written; a policy it keeps still writes one on its first run (the twin)."""
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     never = tmp_path / "never.toml"
-    never.write_text(TRUE_POLICY + ('[env]\nset = { HOME = "{tmp}" }\n' if kept == "{tmp}"
-                                    else '[net]\ndomains = ["example.invalid"]\n'))
+    never.write_text(TRUE_POLICY + {"{tmp}": '[env]\nset = { HOME = "{tmp}" }\n',
+                                    "egress": '[net]\ndomains = ["example.invalid"]\n',
+                                    "wall_seconds": "[limits]\nwall_seconds = 60\n"}[kept])
     kept_policy = tmp_path / "kept.toml"
     kept_policy.write_text(TRUE_POLICY)
     for path, imports_it in ((never, False), (never, False), (kept_policy, True)):
@@ -141,6 +142,39 @@ def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkey
         assert ("sandboy.confine.fingerprint" in used) is imports_it
     plans = tmp_path / "cache" / "plans"
     assert len(list(plans.iterdir())) == 1  # the kept policy's entry only
+
+
+def test_a_run_with_a_terminal_on_stdin_pays_nothing_of_an_entry(tmp_path, monkeypatch):
+    """A terminal on fd 0-2 is always relayed by a supervisor (`exec_mode.supervisor_needed`):
+    such a run never execs in place, where an entry is made, so the plan cache takes no `Miss` for
+    it (no fingerprint, key or code identities: ≈ 0.17 ms of a build here) and writes nothing;
+    from /dev/null the same policy is kept (the twin)."""
+    import pty
+
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    policy = tmp_path / "kept.toml"
+    policy.write_text(TRUE_POLICY)
+    ask = ("import sys; from sandboy.confine import plan_cache; "
+           "print(plan_cache.Miss.first(sys.argv[1], None, open(sys.argv[1], 'rb').read()) is not None)")
+    run = [SANDBOY, "run", "--policy", str(policy), "--", "/bin/true"]
+    master, slave = pty.openpty()
+    try:
+        asked = subprocess.run([sys.executable, "-c", ask, str(policy)], capture_output=True, text=True, stdin=slave,
+                               start_new_session=True, timeout=60)
+        assert asked.stdout == "False\n", asked.stderr
+        for _ in range(2):
+            proc = subprocess.run(run, capture_output=True, text=True, stdin=slave, start_new_session=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        os.close(slave)
+        os.close(master)
+    plans = tmp_path / "cache" / "plans"
+    assert not plans.exists() or not list(plans.iterdir())
+    asked = subprocess.run([sys.executable, "-c", ask, str(policy)], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, start_new_session=True, timeout=60)
+    assert asked.stdout == "True\n", asked.stderr
+    proc = subprocess.run(run, capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    assert proc.returncode == 0 and len(list(plans.iterdir())) == 1, proc.stderr[-2000:]
 
 
 def test_run_warning_and_error_paths_do_not_import___future__(tmp_path):

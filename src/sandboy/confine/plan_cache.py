@@ -63,7 +63,8 @@ def _stdio_shape():
     (closed), a character device with its rdev and access mode (`namespaces.plan_stdio` puts the
     cage's own copy of /dev/null & co. there), an anonymous pipe, or a socket (nothing done for
     those). A regular file, a named FIFO, anything else is never cached: the tier reopens or
-    relays those per run, for the file they are (`namespaces.StdioHandoff`)."""
+    relays those per run, for the file they are (`namespaces.StdioHandoff`); nor a terminal,
+    which `exec_mode.supervisor_needed` relays under a supervisor: such a run never execs."""
     shape = []
     for fd in (0, 1, 2):
         try:
@@ -73,6 +74,8 @@ def _stdio_shape():
             continue
         kind = st.st_mode & _S_IFMT
         if kind == _S_IFCHR:
+            if os.isatty(fd):
+                return None  # a terminal: every such run is supervised (relayed), never exec mode
             shape.append((kind, st.st_rdev, _libc.syscall(_libc.SYS_FCNTL, fd, _libc.F_GETFL) & 0o3))
         elif kind == _S_IFSOCK:
             shape.append((kind,))
