@@ -98,6 +98,8 @@ def test_oversized_and_missing_files(tmp_path):
     big.write_bytes(b"#" * (load.MAX_POLICY_BYTES + 1))
     with pytest.raises(PolicyError, match="larger than"):
         Policy.load(big)
+    with pytest.raises(PolicyError, match="larger than"):  # bytes a caller read (the plan cache's)
+        Policy.load(big, raw=big.read_bytes())
     with pytest.raises(PolicyError, match="cannot read"):
         Policy.load(tmp_path / "absent.toml")
     with pytest.raises(PolicyError, match="directory"):

@@ -430,9 +430,12 @@ def parse_cached(path: str, raw: bytes, check) -> dict:
 def read_table(path: str, use_cache: bool = True, raw: bytes | None = None) -> dict:
     """The file's TOML table, parsed or from the cache. The caller validates it again
     (`Policy.load`): a cached table saves parsing only and can never widen a policy. `raw`: the
-    file's bytes, where the caller read them already (at most MAX_POLICY_BYTES)."""
+    file's bytes, where the caller read them already (the plan cache: `plan_cache._read_policy`,
+    whose own bound is a copy of MAX_POLICY_BYTES — held here whoever read them)."""
     if raw is None:
         raw = read_bounded(path)
+    elif len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(path, "", f"file is larger than {MAX_POLICY_BYTES} bytes")
     if not use_cache:
         from sandboy.policy.toml_file import parse_toml
 
