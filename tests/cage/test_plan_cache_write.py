@@ -40,6 +40,7 @@ def runner(tmp_path) -> Runner:
         pytest.skip("the plan cache keeps runs under the namespace tier only")
     runner = Runner(tmp_path)
     runner.write_policy(more=WRITE_CWD)
+    settle()  # (the write root was just made: a first run within the clock tick would keep no entry)
     return runner
 
 
