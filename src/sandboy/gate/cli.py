@@ -34,7 +34,7 @@ else 6h): when it is spent the running step is ended as if it timed out and the 
 
 exit codes: 0 every required step passed; 1 a required step failed, timed out or was killed (or
 the time budget was spent before it ran);
-2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM);
+2 gate or policy error (nothing ran); 125 a cage could not be applied; 130 interrupted (^C, SIGTERM, SIGHUP);
 141 the reader of stdout went away (`| head`): the running step is ended, the reports written;
 74 stdout could not be written (a full disk): the same, said on stderr.
 Reference: docs/gate.md."""
@@ -82,10 +82,14 @@ def _budget_type(text: str) -> int:
 
 
 def _say(text: str) -> None:
-    """One line on stderr; it may quote the repository (keys, paths, names): never raw."""
+    """One line on stderr; it may quote the repository (keys, paths, names): never raw. A stderr
+    that cannot be written (a hung-up terminal: EIO) loses the line, not the exit code."""
     from sandboy.escape import line
 
-    sys.stderr.write(line(text) + "\n")
+    try:
+        sys.stderr.write(line(text) + "\n")
+    except OSError:
+        pass
 
 
 def _fail(args, message: str, code: int) -> int:
@@ -149,7 +153,7 @@ def run_command(args) -> int:
             return _fail(args, f"--tty {name}: {gate.path} has no step of that name (steps: {', '.join(names)})",
                          EXIT_USAGE)
     stop = StopRequest()
-    stop.install()  # ^C and SIGTERM end the running step's tree, then the gate (exit 130)
+    stop.install()  # ^C, SIGTERM and SIGHUP end the running step's tree, then the gate (exit 130)
     # With `--json -` stdout carries the report only; the human record then goes to stderr.
     out = sys.stderr if args.json_path == "-" else sys.stdout
     console = Console(out=out, on_reader_gone=lambda: setattr(stop, "requested", True))
@@ -170,7 +174,7 @@ def run_command(args) -> int:
     except PolicyError as exc:  # the ceiling's grants looked up (repository_links)
         return _fail(args, str(exc), EXIT_USAGE)
     except KeyboardInterrupt:  # between steps; inside a step the runner ends the step's tree itself
-        sys.stderr.write("sandboy gate: interrupted\n")
+        _say("sandboy gate: interrupted")
         return EXIT_INTERRUPTED
     console.final(report.table(result))
     try:
@@ -191,7 +195,7 @@ def run_command(args) -> int:
     if console.reader_gone:
         return EXIT_READER_GONE  # quietly, like a tool ended by SIGPIPE; the reports are written
     if result.interrupted:
-        sys.stderr.write("sandboy gate: interrupted; the running step's processes were killed\n")
+        _say("sandboy gate: interrupted; the running step's processes were killed")
         return EXIT_INTERRUPTED
     return result.exit_code
 

@@ -65,9 +65,18 @@ class Console:
 
     def _clear_status(self) -> None:
         if self._status_shown:
-            self.status.write("\r\x1b[K")
-            self.status.flush()
             self._status_shown = False
+            self._write_status("\r\x1b[K")
+
+    def _write_status(self, text: str) -> None:
+        """The live status line is a courtesy: a terminal hung up (EIO) or gone ends it, never the
+        gate — its OSError unwound the gate out of its pump, and a hang-up's SIGHUP stop then wrote
+        no reports (session 9)."""
+        try:
+            self.status.write(text)
+            self.status.flush()
+        except OSError:
+            self.live = False
 
     def _line(self, text: str) -> None:
         if self.reader_gone:
@@ -129,9 +138,8 @@ class Console:
     def tick(self) -> None:
         if self.live and self._current is not None:
             elapsed = time.monotonic() - self._started
-            self.status.write(f"\r\x1b[K  running {clean(self._current)} {elapsed:.1f}s")
-            self.status.flush()
             self._status_shown = True
+            self._write_status(f"\r\x1b[K  running {clean(self._current)} {elapsed:.1f}s")
 
     def step_end(self, result) -> None:
         self._current = None

@@ -297,12 +297,17 @@ class StopRequest:
             self._preparing = False
 
     def install(self) -> None:
-        """Take over SIGINT and SIGTERM for this process (the CLI does; a library caller may not)."""
+        """Take over SIGINT, SIGTERM and SIGHUP for this process (the CLI does; a library caller
+        may not). SIGHUP (the terminal or SSH session hung up, a service manager's SendSIGHUP)
+        killed the gate by default, and without the namespace tier the running step's background
+        processes outlived it (session 9): it stops the gate as ^C does. An ignored SIGHUP
+        (`nohup sandboy gate`) stays ignored: the operator asked the gate to outlive the terminal."""
         import _signal as signal  # the C module: `signal` imports enum and wraps what we use
 
         signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
         self.requested = True
@@ -527,10 +532,19 @@ class GateRun:
                 os.close(write_fd)
                 if relay is not None:
                     relay.started()
-            if relay is not None:
-                interrupted = self._pump_interactive(proc, relay)
-            else:
-                interrupted = self._pump(proc, read_fd, stream)
+            try:
+                if relay is not None:
+                    interrupted = self._pump_interactive(proc, relay)
+                else:
+                    interrupted = self._pump(proc, read_fd, stream)
+            except BaseException:
+                # Whatever raised in the output loop — the console (a hung-up terminal's EIO on the
+                # status line), the log, a bug — unwound the gate with the step still running, and
+                # without the namespace tier its background processes outlived the gate (session 9).
+                # The tree ends here first, the stop hooks run (egress proxy, memory group); then it
+                # propagates as it was.
+                _end_unwound(proc)
+                raise
             outcome = proc.wait()
             if memory_degraded:
                 outcome.degraded.append(memory_degraded)
@@ -652,6 +666,16 @@ class GateRun:
         finally:
             relay.close()
             signal.signal(signal.SIGWINCH, previous)
+
+
+def _end_unwound(run) -> None:
+    """End a step's tree (outcome "killed") and reap it while an exception unwinds the gate out of
+    its pump; what the reaping itself raises is dropped: the exception being unwound is the report."""
+    try:
+        run.end(KILLED)
+    finally:
+        with contextlib.suppress(Exception):
+            run.wait()
 
 
 def _status(outcome) -> str:
