@@ -309,3 +309,36 @@ def test_the_same_file_read_and_written_is_in_the_dry_run_and_twins_say_nothing(
                          cwd=tmp_path, capture_output=True, timeout=60)
     assert "fd 2: a pipe the init copies to the caller's file (the file fd 0 reads: the command reads what it " \
            "appends)" in dry.stdout.decode(), dry
+
+
+@pytest.mark.parametrize("relayed", [True, False], ids=["relaying init", "plain init"])
+def test_a_queued_end_signal_is_not_honoured_in_either_init_loop(tmp_path, relayed):
+    """Both of the init's loops (a relaying init reads a signalfd, a plain one rt_sigtimedwait)
+    honour a kill(2) only (SI_USER): a sigqueue's si_pid is its sender's to write (the forged
+    sender above, from inside, reaches the relaying loop only). Sent here from outside with
+    SI_QUEUE and si_pid 0: the command runs on and exits as it likes (137 without the code check
+    in that loop)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = tmp_path / "out"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    sink = fd if relayed else os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)  # (the cage's own /dev/null)
+    started = tmp_path / "w" / "started"
+    try:
+        handle = sandboy.spawn([PY, "-c", "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(1.5); "
+                                "print('alive'); raise SystemExit(4)", str(started)],
+                               sandboy.Policy.from_mapping(_policy(tmp_path)), timeout=60, stdout=sink)
+        init = _init_of(handle.pid)
+        _wait_for(started)
+        info = (ctypes.c_int * 32)()
+        info[0], info[2] = END_RUN_SIGNAL, -1  # si_signo, si_code = SI_QUEUE; si_pid (info[4]) = 0
+        assert libc.syscall(129, init, END_RUN_SIGNAL, info) == 0, ctypes.get_errno()  # rt_sigqueueinfo
+        result = handle.wait()
+    finally:
+        os.close(fd)
+        if sink != fd:
+            os.close(sink)
+    assert (result.outcome, result.returncode) == ("exited", 4), result
+    if relayed:
+        assert out.read_text() == "alive\n"
