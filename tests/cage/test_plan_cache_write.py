@@ -249,6 +249,78 @@ def test_where_the_interpreter_imports_from_first_is_a_key(runner):
     assert "sys.path[0]" not in runner.run("/bin/true").err
 
 
+def _pids_running(marker: str) -> list:
+    """Pids whose command line holds `marker` (unique to one test run)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def hit_killed_outright(runner) -> tuple:
+    """A write-root hit whose command sleeps (its argv a unique marker), `sandboy run` then killed
+    by SIGKILL — nothing is left to run the git check after the command: (whether it was a hit,
+    the marker's pids still running a moment later). Those are killed here, by pid."""
+    marker = f"{3000 + os.getpid() % 1000}.{time.time_ns() % 10**6:06d}"
+    # (stdio as `Runner.run` has it: the entry's key holds fd 0-2's shape)
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(runner.policy), "--",
+                             "/bin/sleep", marker], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=runner.env, cwd=runner.cwd, start_new_session=True)
+    try:
+        # the command itself (`sleep`; its namespace's init bears the marker from the fork on)
+        deadline = time.monotonic() + 30
+        while not _sleeping(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _sleeping(marker), "the command never started"
+    finally:
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while _pids_running(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the command's own processes (its namespace's init first: the rest die with it) — they
+        # hold the pipes read below
+        left = [pid for pid in _pids_running(marker) if _name_of(pid) != "sleep"] + _pids_running(marker)
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        err = proc.communicate(timeout=30)[1]
+    return "sandboy.confine.cage" not in err, left
+
+
+def _sleeping(marker: str) -> list:
+    return [pid for pid in _pids_running(marker) if _name_of(pid) == "sleep"]
+
+
+def _name_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def test_a_hit_killed_outright_takes_its_command_with_it(runner):
+    """`sandboy run` killed (SIGKILL) while a write-root hit's command runs: the command, which
+    no git check would follow, dies with it (the init's PR_SET_PDEATHSIG, as a build's run has
+    under `Supervision`) — host side, no process of it is left."""
+    make_repository(runner.cwd)
+    settle()
+    assert entry_applies(runner, "/bin/true").hit
+    hit, left = hit_killed_outright(runner)
+    assert hit and left == []
+
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+
+
 # Each check a hit makes for a write root, taken out of a copy of the package: its probe above
 # must then see the wrong behaviour. (file, source text, replacement)
 MUTANTS = {
@@ -260,6 +332,7 @@ MUTANTS = {
                                             "Scope(self._git_scope['write_roots'])"),
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
     "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
+    "the command's death signal on a hit": ("plan_cache.py", "supervised=snap is not None", "supervised=False"),
     # the protected paths resolved again once the building run ended (`_entry_for`), compared with the build's
     "the protected paths after the building run": (
         "fingerprint.py", "        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:\n"
@@ -301,6 +374,12 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
         loosened = runner.run("/bin/sh", "-c", "chmod 0777 .config")
         assert loosened.hit and loosened.returncode == 0  # left open to every local user
         assert stat.S_IMODE((runner.cwd / ".config").stat().st_mode) == 0o777
+    elif mutant == "the command's death signal on a hit":  # test_a_hit_killed_outright_takes_its_command_with_it
+        make_repository(runner.cwd)
+        settle()
+        assert entry_applies(runner, "/bin/true").hit
+        hit, left = hit_killed_outright(runner)
+        assert hit and left  # the command outlived `sandboy run`: nothing checked after it
     elif mutant == "the protected paths after the building run":
         # test_what_the_building_run_makes_is_not_kept_with_the_plan_that_missed_it
         assert runner.run("/bin/sh", "-c", _make_and_settle(".bashrc")).returncode == 0
