@@ -8,6 +8,7 @@ import os
 import tempfile
 
 SHARED = ("components", "cwasm", "timings")
+PREFIX = "sandboy-test-cache-"  # + the pytest's pid + a random part
 STATE: dict = {}  # real, private, before: set by prepare()
 
 
@@ -19,14 +20,33 @@ def prepare() -> None:
     for name in SHARED:
         os.makedirs(os.path.join(real, name), mode=0o700, exist_ok=True)
     parent = os.path.dirname(os.path.abspath(real))
+    _remove_left_behind(parent)
+    prefix = f"{PREFIX}{os.getpid()}-"
     try:
-        private = tempfile.mkdtemp(prefix="sandboy-test-cache-", dir=parent)  # 0700
+        private = tempfile.mkdtemp(prefix=prefix, dir=parent)  # 0700
     except OSError:  # the real cache's parent is not ours to write: anywhere private will do
-        private = tempfile.mkdtemp(prefix="sandboy-test-cache-")
+        private = tempfile.mkdtemp(prefix=prefix)
     for name in SHARED:
         os.symlink(os.path.join(real, name), os.path.join(private, name))
     STATE.update(real=real, private=private, before=_listing(real))
     os.environ["SANDBOY_CACHE_DIR"] = private
+
+
+def _remove_left_behind(parent: str) -> None:
+    """The private directories of sessions that were killed (no pytest_unconfigure ran): named
+    with their pytest's pid, removed once that pid is gone (a live one may be another session)."""
+    import shutil
+
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if name.startswith(PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            path = os.path.join(parent, name)
+            if os.path.isdir(path) and not os.path.islink(path) and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)  # (its links are removed, never followed)
 
 
 def _listing(cache: str) -> dict:
