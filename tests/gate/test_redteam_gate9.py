@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from gatekit import by_name, make_repo, run_gate, run_json
+from gatekit import by_name, make_repo, run_gate, run_json, survivors
 
 HUGE = "9" * 5000  # beyond Python's 4,300-digit int() limit
 
@@ -184,14 +184,10 @@ def test_a_step_filling_the_logs_file_system_does_not_unwind_the_gate(tmp_path, 
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(logs),
                            sys.executable, "-m", "sandboy.gate.cli", str(repo), "--logs", str(logs / "l"),
                            "--json", str(report)], capture_output=True, text=True, env=environ, timeout=120)
-    pid = int((repo / "leftover.pid").read_text())
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            alive = fh.read().startswith(marker.encode())
-    except FileNotFoundError:
-        alive = False
-    if alive:
-        os.kill(pid, 9)
+    # by its unique name, not by `$!`: under the tier that is a pid of the step's own PID namespace
+    alive = survivors(marker)
+    for pid in alive:
+        os.kill(int(pid), 9)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert not alive, "the step's background process outlived the gate"
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
@@ -320,14 +316,10 @@ def test_a_character_the_consoles_encoding_lacks_does_not_unwind_the_gate(tmp_pa
                           capture_output=True, env={**os.environ, "HOME": str(fake_home),
                                                     "PYTHONIOENCODING": "latin-1", "SANDBOY_NAMESPACES": namespaces},
                           timeout=120)
-    pid = int((repo / "leftover.pid").read_text())
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            alive = fh.read().startswith(marker.encode())
-    except FileNotFoundError:
-        alive = False
-    if alive:
-        os.kill(pid, 9)
+    # by its unique name, not by `$!`: under the tier that is a pid of the step's own PID namespace
+    alive = survivors(marker)
+    for pid in alive:
+        os.kill(int(pid), 9)
     assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
     assert not alive, "the step's background process outlived the gate"
     assert proc.returncode == 0
