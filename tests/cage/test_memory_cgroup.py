@@ -11,10 +11,10 @@ member, only the command it forks (a v2 group OOM kill would otherwise take the 
 0027); without the tier the direct child is the member. A refused join is named by its label.
 """
 
-import json
 import os
 
 import pytest
+from forkkit import in_forked_child
 
 from sandboy.confine.cgroup import MemoryCgroup
 
@@ -30,59 +30,45 @@ SMALL = ["/usr/bin/python3", "-c", "b = b'x' * (16 << 20); print(open('/proc/sel
 
 
 def _supervised(argv, memory_mib, ballast_mib=0) -> dict:
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(r)
-            from sandboy.confine.cage import build
-            from sandboy.confine.supervision import Supervision
-            from sandboy.policy.model import Policy
+    def scenario():
+        from sandboy.confine.cage import build
+        from sandboy.confine.supervision import Supervision
+        from sandboy.policy.model import Policy
 
-            out_r, out_w = os.pipe()
-            null = os.open(os.devnull, os.O_RDWR)
-            ballast = b"y" * (ballast_mib << 20)  # the supervisor's own memory, touched
-            run = Supervision(argv, build(Policy.from_mapping(POLICY, "test")), stdio=(null, out_w, out_w),
-                              memory_mib=memory_mib).start()
-            os.close(out_w)
-            group_path = run.memory_group.path
-            output = b""
-            import select
+        out_r, out_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDWR)
+        ballast = b"y" * (ballast_mib << 20)  # the supervisor's own memory, touched
+        run = Supervision(argv, build(Policy.from_mapping(POLICY, "test")), stdio=(null, out_w, out_w),
+                          memory_mib=memory_mib).start()
+        os.close(out_w)
+        group_path = run.memory_group.path
+        output = b""
+        import select
 
-            # what the gate's pump does (runner._pump): end the tree at the group's OOM event
-            poller = select.poll()
-            poller.register(out_r, select.POLLIN)
-            oom_fd = run.memory_group.oom_event_fd
-            if oom_fd is not None:
-                poller.register(oom_fd, select.POLLIN)
-            open_out = True
-            while open_out:
-                for fd, _ in poller.poll(250):
-                    if fd == oom_fd:
-                        poller.unregister(fd)
-                        run.end("out_of_memory")
-                    elif not (chunk := os.read(out_r, 65536)):
-                        open_out = False
-                    else:
-                        output += chunk
-            result = run.wait()
-            assert len(ballast) == ballast_mib << 20
-            os.write(w, json.dumps({"outcome": result.outcome, "returncode": result.returncode,
-                                    "error": result.error, "memory": result.enforced.get("memory"),
-                                    "group": group_path, "group_left": os.path.exists(group_path),
-                                    "output": output.decode(errors="replace")}).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, data
-    return json.loads(data)
+        # what the gate's pump does (runner._pump): end the tree at the group's OOM event
+        poller = select.poll()
+        poller.register(out_r, select.POLLIN)
+        oom_fd = run.memory_group.oom_event_fd
+        if oom_fd is not None:
+            poller.register(oom_fd, select.POLLIN)
+        open_out = True
+        while open_out:
+            for fd, _ in poller.poll(250):
+                if fd == oom_fd:
+                    poller.unregister(fd)
+                    run.end("out_of_memory")
+                elif not (chunk := os.read(out_r, 65536)):
+                    open_out = False
+                else:
+                    output += chunk
+        result = run.wait()
+        assert len(ballast) == ballast_mib << 20
+        return {"outcome": result.outcome, "returncode": result.returncode,
+                "error": result.error, "memory": result.enforced.get("memory"),
+                "group": group_path, "group_left": os.path.exists(group_path),
+                "output": output.decode(errors="replace")}
+
+    return in_forked_child(scenario)
 
 
 def test_a_run_over_its_memory_bound_ends_out_of_memory():
@@ -158,53 +144,39 @@ def _members_while_running(tier: bool) -> dict:
     """Host side, while a supervised command runs: the group's members, the supervisor's direct
     child (under the tier the PID namespace's init, which shares the supervisor's memory: ADR 0021),
     and each member's parent."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+    def scenario():
+        if not tier:
+            os.environ["SANDBOY_NAMESPACES"] = "0"
+        from sandboy.confine.cage import build
+        from sandboy.confine.supervision import Supervision
+        from sandboy.policy.model import Policy
+
+        null = os.open(os.devnull, os.O_RDWR)
+        cage = build(Policy.from_mapping(POLICY, "test"))
+        run = Supervision(["/bin/sleep", "30"], cage, stdio=(null, null, null), memory_mib=64).start()
         try:
-            os.close(r)
-            if not tier:
-                os.environ["SANDBOY_NAMESPACES"] = "0"
-            from sandboy.confine.cage import build
-            from sandboy.confine.supervision import Supervision
-            from sandboy.policy.model import Policy
+            # the C executor returns once the command has exec'd, the Python one (SANDBOY_NATIVE=0)
+            # at the fork: wait for the join
+            import time
 
-            null = os.open(os.devnull, os.O_RDWR)
-            cage = build(Policy.from_mapping(POLICY, "test"))
-            run = Supervision(["/bin/sleep", "30"], cage, stdio=(null, null, null), memory_mib=64).start()
-            try:
-                # the C executor returns once the command has exec'd, the Python one (SANDBOY_NATIVE=0)
-                # at the fork: wait for the join
-                import time
-
-                deadline = time.monotonic() + 10
-                while True:
-                    with open(os.path.join(run.memory_group.path, "cgroup.procs")) as f:
-                        members = [int(line) for line in f.read().split()]
-                    if members or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.01)
-                parents = {}
-                for member in members:
-                    with open(f"/proc/{member}/stat") as f:
-                        parents[member] = int(f.read().rsplit(")", 1)[1].split()[1])
-            finally:
-                run.kill()
-                result = run.wait()
-            os.write(w, json.dumps({"tier": cage.tier is not None, "child": run.pid, "members": members,
-                                    "parents": parents, "outcome": result.outcome}).encode())
-            code = 0
+            deadline = time.monotonic() + 10
+            while True:
+                with open(os.path.join(run.memory_group.path, "cgroup.procs")) as f:
+                    members = [int(line) for line in f.read().split()]
+                if members or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            parents = {}
+            for member in members:
+                with open(f"/proc/{member}/stat") as f:
+                    parents[member] = int(f.read().rsplit(")", 1)[1].split()[1])
         finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, data
-    return json.loads(data)
+            run.kill()
+            result = run.wait()
+        return {"tier": cage.tier is not None, "child": run.pid, "members": members,
+                "parents": parents, "outcome": result.outcome}
+
+    return in_forked_child(scenario)
 
 
 def test_under_the_tier_the_command_is_in_the_group_and_the_init_is_not():

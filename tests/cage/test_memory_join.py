@@ -14,11 +14,11 @@ The memory bound itself still holding (a hog killed, a reused group) is test_mem
 and tests/gate/test_step_memory_*.py's.
 """
 
-import json
 import os
 import time
 
 import pytest
+from forkkit import in_forked_child
 
 from sandboy.confine.cgroup import MemoryCgroup
 
@@ -68,69 +68,55 @@ def _memory_group_of(pid: int, tid: int) -> str:
 def _look_while_running(tier: bool, wait: int = 30) -> dict:
     """In a forked supervisor: start THREADED under a 64 MiB group, wait for its READY, then read
     from the host which memory group each thread of the init, the command and its child is in."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(r)
-            if not tier:
-                os.environ["SANDBOY_NAMESPACES"] = "0"
-            from sandboy.confine.cage import build
-            from sandboy.confine.supervision import Supervision
-            from sandboy.policy.model import Policy
+    def scenario():
+        if not tier:
+            os.environ["SANDBOY_NAMESPACES"] = "0"
+        from sandboy.confine.cage import build
+        from sandboy.confine.supervision import Supervision
+        from sandboy.policy.model import Policy
 
-            out_r, out_w = os.pipe()
-            null = os.open(os.devnull, os.O_RDWR)
-            cage = build(Policy.from_mapping(POLICY, "test"))
-            run = Supervision(["/usr/bin/python3", "-c", THREADED.format(wait=wait)], cage,
-                              stdio=(null, out_w, out_w), memory_mib=64).start()
-            os.close(out_w)
-            group = run.memory_group
-            try:
-                join_file = os.path.basename(os.readlink(f"/proc/self/fd/{group.join_fd}"))
-                output = b""
-                deadline = time.monotonic() + 20
-                while b"READY" not in output and time.monotonic() < deadline:
-                    chunk = os.read(out_r, 4096)
-                    if not chunk:
-                        break
+        out_r, out_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDWR)
+        cage = build(Policy.from_mapping(POLICY, "test"))
+        run = Supervision(["/usr/bin/python3", "-c", THREADED.format(wait=wait)], cage,
+                          stdio=(null, out_w, out_w), memory_mib=64).start()
+        os.close(out_w)
+        group = run.memory_group
+        try:
+            join_file = os.path.basename(os.readlink(f"/proc/self/fd/{group.join_fd}"))
+            output = b""
+            deadline = time.monotonic() + 20
+            while b"READY" not in output and time.monotonic() < deadline:
+                chunk = os.read(out_r, 4096)
+                if not chunk:
+                    break
+                output += chunk
+            threads, init = {}, {}
+            if wait:
+                time.sleep(0.2)  # the forked child's own thread
+                # under the tier the supervisor's child is the init, the command its child;
+                # without it the child is the command
+                members = _descendants(run.pid) + ([] if cage.tier is not None else [run.pid])
+                for member in members:
+                    for tid in os.listdir(f"/proc/{member}/task"):
+                        threads[f"{member}/{tid}"] = _memory_group_of(member, int(tid))
+                if cage.tier is not None:
+                    init = {tid: _memory_group_of(run.pid, int(tid))
+                            for tid in os.listdir(f"/proc/{run.pid}/task")}
+            relative = group.path.split("/sys/fs/cgroup/memory", 1)[-1] if group.version == 1 else None
+            if wait == 0:
+                while chunk := os.read(out_r, 4096):
                     output += chunk
-                threads, init = {}, {}
-                if wait:
-                    time.sleep(0.2)  # the forked child's own thread
-                    # under the tier the supervisor's child is the init, the command its child;
-                    # without it the child is the command
-                    members = _descendants(run.pid) + ([] if cage.tier is not None else [run.pid])
-                    for member in members:
-                        for tid in os.listdir(f"/proc/{member}/task"):
-                            threads[f"{member}/{tid}"] = _memory_group_of(member, int(tid))
-                    if cage.tier is not None:
-                        init = {tid: _memory_group_of(run.pid, int(tid))
-                                for tid in os.listdir(f"/proc/{run.pid}/task")}
-                relative = group.path.split("/sys/fs/cgroup/memory", 1)[-1] if group.version == 1 else None
-                if wait == 0:
-                    while chunk := os.read(out_r, 4096):
-                        output += chunk
-            finally:
-                if wait:
-                    run.kill()
-                result = run.wait()
-            os.write(w, json.dumps({"tier": cage.tier is not None, "version": group.version,
-                                    "join_file": join_file, "group": relative, "threads": threads,
-                                    "init": init, "output": output.decode(errors="replace"),
-                                    "outcome": result.outcome, "returncode": result.returncode}).encode())
-            code = 0
         finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, data
-    return json.loads(data)
+            if wait:
+                run.kill()
+            result = run.wait()
+        return {"tier": cage.tier is not None, "version": group.version,
+                "join_file": join_file, "group": relative, "threads": threads,
+                "init": init, "output": output.decode(errors="replace"),
+                "outcome": result.outcome, "returncode": result.returncode}
+
+    return in_forked_child(scenario)
 
 
 def _assert_every_thread_in_the_group(got: dict) -> None:

@@ -1,36 +1,14 @@
 """The pids cgroup a runner joins once (confine/cgroup.py): `current()` reads the kernel's count
 afresh on every call (through one fd kept open), and `remove()` leaves no fd behind."""
 
-import json
 import os
 
 import pytest
+from forkkit import in_forked_child
 
 from sandboy.confine.cgroup import PidsCgroup
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pids cgroups are made as root only")
-
-
-def _in_child(scenario):
-    """Run `scenario()` in a forked child (joining a cgroup moves the process: never pytest)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(r)
-            os.write(w, json.dumps(scenario()).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    return json.loads(data)
 
 
 def _open_fds_under(path: str) -> list:
@@ -75,7 +53,7 @@ def test_current_counts_what_is_in_the_group_now_and_remove_closes_its_fd():
         return {"counts": counts, "max": written, "open_before": len(open_before),
                 "open_after": _open_fds_under(path), "gone": not os.path.exists(path)}
 
-    out = _in_child(scenario)
+    out = in_forked_child(scenario)
     if out.get("skip"):
         pytest.skip("no pids cgroup can be made here")
     assert out["counts"] == [1, 4, 1, 0], out
