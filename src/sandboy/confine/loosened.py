@@ -67,7 +67,7 @@ class ModeGuard:
     __slots__ = ("launch", "links", "targets")
 
     def __init__(self, paths, protected=()):
-        self.launch = {}  # path -> (st_dev, st_ino, mode, uid, gid, ACLs) at launch
+        self.launch = {}  # path -> (st_dev, st_ino, mode, gid, ACLs) at launch
         self.links = {}   # path -> its target at launch, for a guarded path that was a symlink
         # protected path -> (st_dev, st_ino, st_ctime_ns) at launch: see `replaced_below`
         self.targets = dict.fromkeys(protected)
@@ -82,7 +82,7 @@ class ModeGuard:
                 except OSError:
                     pass
                 continue
-            self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, _acls(path))
+            self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_gid, _acls(path))
             if path in self.targets:
                 self.targets[path] = (st.st_dev, st.st_ino, st.st_ctime_ns)
 
@@ -110,7 +110,7 @@ class ModeGuard:
                     pass
                 skipped.append(path)
                 continue
-            dev, ino, mode, uid, gid, acls = self.launch[path]
+            dev, ino, mode, gid, acls = self.launch[path]
             try:
                 fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
