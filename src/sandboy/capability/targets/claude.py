@@ -4,6 +4,7 @@ recorded in `.sandboy/owned.json`, so a rule dropped from the policy is removed 
 everything else in the file (the user's own rules, hooks, env, model...) is kept as it was."""
 
 import json
+import re
 
 from sandboy.capability.targets import ADVISORY, LOST, Target, rules
 from sandboy.errors import PolicyError
@@ -11,6 +12,42 @@ from sandboy.errors import PolicyError
 SETTINGS = ".claude/settings.json"
 SANDBOX_NOTE = ("Claude Code's own sandbox applies it to Bash when enabled and available there; "
                 "Sandboy does not verify it")
+
+
+class NotWritableBack(ValueError):
+    """A value Python's json reads but cannot write back as JSON that Claude Code reads."""
+
+
+def _not_json(constant: str):
+    raise NotWritableBack(f"{constant} is not JSON (JavaScript's JSON.parse refuses it)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise NotWritableBack(f"the number {text[:40]} is beyond a double: written back it would be Infinity, "
+                              "which is not JSON")
+    return value
+
+
+def load_settings(text: str):
+    """`text` parsed as the JSON Claude Code (JavaScript's JSON.parse) reads. Python's json also
+    takes NaN, Infinity and 1e999 (read as inf) and wrote them back as NaN/Infinity, which
+    JSON.parse refuses: a repository's settings.json holding one became a file Claude Code cannot
+    read at all — every rule Sandboy merged into it inert — while `check` said "match" (session
+    10). ValueError (and RecursionError) as json.loads raises them."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def dump_settings(doc) -> str:
+    """`doc` as the text written: a lone surrogate escape (`"\\ud800"`, valid JSON, read by
+    Claude Code as one UTF-16 unit) is written back as that escape — ensure_ascii=False left
+    the character raw, which UTF-8 cannot encode (a traceback, nothing written)."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def paths(pattern) -> list:
@@ -105,10 +142,31 @@ def _empty(node) -> bool:
 # settings that run commands on the host. Kept (the file is shared), but each one is named in a
 # warning by compile AND check: `check` said "generated files match owen.policy.toml" for a
 # repository whose own settings.json added `Bash(*)`, bypassPermissions and a hook (session 7).
+# Session 10 added what the sandbox settings and the MCP/plugin settings can widen: allowRead
+# re-allows reading inside denyRead (where Sandboy puts read.deny), allowUnixSockets /
+# allowAllUnixSockets open sockets (a Docker socket is the host), the proxy ports hand the
+# domain decision to whatever listens there, enableWeakerNestedSandbox weakens the sandbox,
+# enabledMcpjsonServers approves the repository's .mcp.json servers (commands) one by one as
+# enableAllProjectMcpServers does all of them, and plugins bring hooks and MCP servers.
 _WIDENING_LISTS = ("permissions.allow", "permissions.additionalDirectories", "sandbox.filesystem.allowWrite",
-                   "sandbox.network.allowedDomains", "sandbox.excludedCommands")
+                   "sandbox.filesystem.allowRead", "sandbox.network.allowedDomains",
+                   "sandbox.network.allowUnixSockets", "sandbox.excludedCommands", "enabledMcpjsonServers")
 _WIDENING_MODES = ("acceptEdits", "bypassPermissions", "dontAsk")
-_RUNS_COMMANDS = ("hooks", "apiKeyHelper", "statusLine", "awsAuthRefresh", "awsCredentialExport", "otelHeadersHelper")
+_WIDENING_SWITCHES = {  # dotted key set to true: what it opens
+    "sandbox.allowUnsandboxedCommands": "a command that fails in the sandbox may run outside it",
+    "sandbox.enableWeakerNestedSandbox": "the sandbox runs weakened",
+    "sandbox.network.allowAllUnixSockets": "sandboxed commands may connect to any Unix socket",
+    "sandbox.network.allowLocalBinding": "sandboxed commands may listen on local ports",
+    "enableAllProjectMcpServers": "the repository's MCP servers start without asking",
+}
+_WIDENING_SETTINGS = {  # dotted key present at all: what it does
+    "sandbox.network.httpProxyPort": "sandboxed commands' traffic goes to whatever listens on that port, "
+                                     "which then decides instead of allowedDomains",
+    "sandbox.network.socksProxyPort": "sandboxed commands' traffic goes to whatever listens on that port, "
+                                      "which then decides instead of allowedDomains",
+}
+_RUNS_COMMANDS = ("hooks", "apiKeyHelper", "statusLine", "awsAuthRefresh", "awsCredentialExport", "otelHeadersHelper",
+                  "enabledPlugins", "extraKnownMarketplaces")
 # Claude Code reads this one after settings.json and lets it override (a repository can commit it)
 LOCAL_SETTINGS = ".claude/settings.local.json"
 
@@ -128,13 +186,14 @@ def widening(doc: dict, want: dict, name: str = SETTINGS) -> list:
     if mode in _WIDENING_MODES:
         out.append(f"{name}: permissions.defaultMode = {json.dumps(mode)} is kept from the file: tool calls "
                    "the policy does not allow run without asking")
-    sandbox = doc.get("sandbox")
-    if isinstance(sandbox, dict) and sandbox.get("allowUnsandboxedCommands") is True:
-        out.append(f"{name}: sandbox.allowUnsandboxedCommands = true is kept from the file: a command that fails "
-                   "in the sandbox may run outside it")
-    if doc.get("enableAllProjectMcpServers") is True:
-        out.append(f"{name}: enableAllProjectMcpServers = true is kept from the file: the repository's MCP "
-                   "servers start without asking")
+    for key, what in _WIDENING_SWITCHES.items():
+        node, leaf = _node(doc, key, create=False)
+        if node is not None and node.get(leaf) is True:
+            out.append(f"{name}: {key} = true is kept from the file: {what}")
+    for key, what in _WIDENING_SETTINGS.items():
+        node, leaf = _node(doc, key, create=False)
+        if node is not None and node.get(leaf) is not None:
+            out.append(f"{name}: {key} = {json.dumps(node.get(leaf), ensure_ascii=False)} is kept from the file: {what}")
     for key in _RUNS_COMMANDS:
         if doc.get(key):
             out.append(f"{name}: {key} is kept from the file, not from owen.policy.toml: it runs commands on "
@@ -153,7 +212,7 @@ def local_widening(ctx, want: dict) -> list:
     if text is None or not text.strip():
         return []
     try:
-        doc = json.loads(text)
+        doc = load_settings(text)
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict):
@@ -172,7 +231,10 @@ class Claude(Target):
         doc = {}
         if text is not None and text.strip():
             try:
-                doc = json.loads(text)
+                doc = load_settings(text)
+            except NotWritableBack as exc:
+                raise PolicyError(SETTINGS, "", f"{exc}: merged and written back, Claude Code could not read the "
+                                  "file at all (every rule in it ignored); fix it, then compile again") from None
             except ValueError as exc:
                 raise PolicyError(SETTINGS, "", f"not valid JSON ({exc}); fix it, then compile again") from None
             except RecursionError:  # a cloned repository's `[[[[…` (200,000 deep) was a traceback
@@ -186,13 +248,13 @@ class Claude(Target):
         if doc.get("sandbox", {}).get("enabled") is not True:
             ctx.warnings.append(f"{SETTINGS}: sandbox.enabled is set to false by the user: the sandbox "
                                 "settings written there have no effect (the permission rules still apply)")
-        return {SETTINGS: json.dumps(doc, indent=2, ensure_ascii=False) + "\n"}
+        return {SETTINGS: dump_settings(doc)}
 
     def retract(self, ctx) -> dict:
         """The policy no longer names Claude: take out every entry Sandboy owns, keep the rest."""
         text = ctx.read(SETTINGS)
         try:
-            doc = json.loads(text) if text else {}
+            doc = load_settings(text) if text else {}
         except (ValueError, RecursionError):
             return {}  # not ours to repair; compile for claude reports it
         if not isinstance(doc, dict):
@@ -204,7 +266,7 @@ class Claude(Target):
         for key in ("sandbox", "permissions"):
             if doc.get(key) == {} or (key == "sandbox" and _empty(doc.get(key))):
                 doc.pop(key, None)
-        return {SETTINGS: json.dumps(doc, indent=2, ensure_ascii=False) + "\n"}
+        return {SETTINGS: dump_settings(doc)}
 
     def fidelity(self, policy) -> list:
         out = []

@@ -77,10 +77,14 @@ class Codex(Target):
                 ctx.warnings.append(f"{CONFIG}: [profiles.{name}] sets approval_policy = \"never\" or sandbox_mode, "
                                     "kept from the file: selected, Codex runs without asking or IGNORES the "
                                     "permission profile; remove them")
-        for key in ("notify", "mcp_servers"):
+        for key in ("notify", "mcp_servers", "hooks"):
             if doc.get(key):
                 ctx.warnings.append(f"{CONFIG}: {key} is kept from the file, not from owen.policy.toml: it runs "
                                     "commands on this machine; read it before running Codex here")
+        if doc.get("model_providers"):  # session 10: a provider's base_url receives every prompt and file read
+            ctx.warnings.append(f"{CONFIG}: model_providers is kept from the file, not from owen.policy.toml: a "
+                                "provider it defines receives the conversation (every file Codex reads) at the "
+                                "address it names; read it before running Codex here")
         chosen = doc.get("default_permissions")
         if chosen is None or (previous.get("default_permissions") and chosen == old_profile):
             doc["default_permissions"] = policy.codex_profile

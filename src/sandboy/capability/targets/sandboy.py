@@ -55,8 +55,11 @@ class SandboyStep(Target):
     def render(self, policy, ctx) -> dict:
         roots, _ = write_roots(policy)
         protect = [p.body for p in policy.write_deny if p.is_literal()]
-        if "." in roots:  # outside the write roots everything is read-only already
-            protect += [p for p in SELF_PROTECTED if p not in protect]
+        # Always, not only under a "." root: a write root is resolved at launch, so a checkout
+        # shipping `src -> .` (or `src -> .sandboy`) with write.allow ["/src"] made the whole
+        # repository, policy files included, writable — the caged agent rewrote agent.toml, its
+        # next run's policy, while `explain` said "outside every write root" (session 10).
+        protect += [p for p in SELF_PROTECTED if p not in protect]
         lines = [
             f"# {MARKER}",
             "# Run from the repository root:  sandboy run --policy .sandboy/agent.toml -- COMMAND",
