@@ -144,6 +144,35 @@ def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkey
     assert len(list(plans.iterdir())) == 1  # the kept policy's entry only
 
 
+@pytest.mark.parametrize("entry", [False, True], ids=["no entry", "an entry kept before"])
+def test_the_plan_cache_turned_off_is_not_imported(tmp_path, monkeypatch, entry):
+    """`SANDBOY_PLAN_CACHE=0` (session 10): no entry read or written, and none of the plan cache
+    imported either — asking `plan_cache.enabled()` imported it (≈ 0.45 ms of every such run),
+    also where an entry kept earlier exists for the run; the twin with the cache on imports it
+    and keeps (or reads) the entry."""
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
+    policy = tmp_path / "kept.toml"
+    policy.write_text(TRUE_POLICY)
+    run = [sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--", "/bin/true"]
+    plans = tmp_path / "cache" / "plans"
+    if entry:
+        subprocess.run(run, capture_output=True, stdin=subprocess.DEVNULL, start_new_session=True, check=True)
+        assert len(list(plans.iterdir())) == 1
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in plans.iterdir()) if plans.exists() else []
+    for off, imports_it in (("0", False), ("1", True)):
+        proc = subprocess.run(run, capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True,
+                              env=dict(os.environ, SANDBOY_PLAN_CACHE=off))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        assert ("sandboy.confine.plan_cache" in used) is imports_it, off
+        assert ("sandboy.confine.fingerprint" in used) is imports_it, off
+        if not imports_it:
+            assert "sandboy.confine.cage" in used  # built (the measurement works)
+            after = sorted((p.name, p.stat().st_mtime_ns) for p in plans.iterdir()) if plans.exists() else []
+            assert after == before  # nothing written
+    assert len(list(plans.iterdir())) == 1
+
+
 def test_a_run_with_a_terminal_on_stdin_pays_nothing_of_an_entry(tmp_path, monkeypatch):
     """A terminal on fd 0-2 is always relayed by a supervisor (`exec_mode.supervisor_needed`):
     such a run never execs in place, where an entry is made, so the plan cache takes no `Miss` for

@@ -114,8 +114,11 @@ def cmd_run(args: RunArgs) -> int:
     # may be kept (a policy never kept, `{tmp}` or egress, pays nothing of it).
     miss = said = None
     first = False
+    # (`SANDBOY_PLAN_CACHE=0`: none of it, not even its import)
+    from sandboy.policy.resolve import plan_cache_enabled
+
     if args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None
-                             or args.egress_log):
+                             or args.egress_log) and plan_cache_enabled():
         from sandboy.policy.resolve import plan_entry_path
 
         try:
@@ -125,7 +128,7 @@ def cmd_run(args: RunArgs) -> int:
         if not first:
             from sandboy.confine import plan_cache
 
-            hit, miss = plan_cache.consult(args.policy, args.cwd) if plan_cache.enabled() else (None, None)
+            hit, miss = plan_cache.consult(args.policy, args.cwd)
             if hit is not None:
                 _say_notes(hit, args.command[0])
                 said = True
@@ -153,7 +156,7 @@ def cmd_run(args: RunArgs) -> int:
         if first and plan_may_keep(policy):
             from sandboy.confine import plan_cache
 
-            miss = plan_cache.Miss.first(args.policy, args.cwd, raw) if plan_cache.enabled() else None
+            miss = plan_cache.Miss.first(args.policy, args.cwd, raw)
         if miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)

@@ -38,9 +38,9 @@ from stat import S_ISREG  # (os imports stat: nothing to load)
 
 from sandboy.confine import _libc
 from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
-from sandboy.policy.resolve import exec_args, plan_entry_path, plan_may_keep, plans_dir
+from sandboy.policy.resolve import PLAN_CACHE_ENV, exec_args, plan_cache_enabled, plan_entry_path, plan_may_keep, plans_dir
 
-DISABLE_ENV = "SANDBOY_PLAN_CACHE"
+DISABLE_ENV = PLAN_CACHE_ENV
 FORMAT = "sandboy plan cache 3"  # 2: no environment value in an entry; 3: write roots (their git check)
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
@@ -49,12 +49,7 @@ _S_IFMT, _S_IFCHR, _S_IFIFO, _S_IFSOCK = 0o170000, 0o020000, 0o010000, 0o140000
 _PACKAGE = os.path.dirname(os.path.dirname(__file__))  # the `sandboy` package this process runs
 
 
-def enabled() -> bool:
-    """May this process read and write plan cache entries? Not with `SANDBOY_PLAN_CACHE=0`, and
-    only with the C executor (whose plans the entries hold)."""
-    return os.environ.get(DISABLE_ENV, "1") != "0" and _libc.IMPLEMENTATION == "native"
-
-
+enabled = plan_cache_enabled  # (policy.resolve: the CLI asks without importing this module)
 directory = plans_dir  # where the entries live (policy.resolve: the CLI asks without importing this module)
 
 

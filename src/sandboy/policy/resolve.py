@@ -264,6 +264,19 @@ def cache_dir() -> str:
 
 
 _PLAN_NAME_KEY = 0x53424F59504C414E  # the SipHash key of plan cache entries' names ("SBOYPLAN")
+PLAN_CACHE_ENV = "SANDBOY_PLAN_CACHE"  # "0": no entry read or written
+
+
+def plan_cache_enabled() -> bool:
+    """May this process read and write plan cache entries? Not with `SANDBOY_PLAN_CACHE=0`, and
+    only with the C executor (whose plans the entries hold). Here, so that a run with the cache
+    turned off imports none of it (`confine.plan_cache.enabled` is this function: its import
+    alone was ≈ 0.45 ms of such a run, session 10)."""
+    if os.environ.get(PLAN_CACHE_ENV, "1") == "0":
+        return False
+    from sandboy.confine._libc import IMPLEMENTATION  # (the cached run's group: a build imports it anyway)
+
+    return IMPLEMENTATION == "native"
 
 
 def plans_dir() -> str:
