@@ -196,3 +196,43 @@ def test_twin_settings_the_policy_itself_writes_or_that_narrow_give_no_warning(w
     compiled = _cli(["policy", "compile"], repo, home)
     assert compiled.returncode == 0 and "warning" not in compiled.stderr, compiled.stderr
     assert _cli(["policy", "check"], repo, home).stdout == "generated files match owen.policy.toml\n"
+
+
+# --- command prefixes and what compile cannot write ------------------------------------------
+
+@pytest.mark.parametrize("prefix", ["git\u202e status", "git\x1b[8m status", "npm\u200b test", "make\x7f"])
+def test_a_command_prefix_with_a_non_printable_character_is_refused(world, prefix):
+    """Path patterns refused them (session 7); command prefixes did not, and json.dumps with
+    ensure_ascii=False wrote a bidi override raw into .claude/settings.json's Bash() rule."""
+    repo, home = world
+    (repo / "owen.policy.toml").write_text(
+        f'version = 1\ntargets = ["claude"]\n[exec]\nallow = ["make test", {json.dumps(prefix)}]\n')
+    run = _cli(["policy", "compile"], repo, home)
+    assert run.returncode == 2 and "owen.policy.toml: exec.allow[1]: " in run.stderr, run.stderr
+    assert not (repo / ".claude").exists()
+
+
+def test_twin_a_prefix_spelled_with_other_blanks_is_the_same_words(world):
+    repo, home = world
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["claude"]\n[exec]\nallow = ["npm\\trun  test", "git\\u2028status"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    allow = json.loads((repo / ".claude/settings.json").read_text())["permissions"]["allow"]
+    assert allow == ["Bash(npm run test:*)", "Bash(git status:*)"]
+
+
+@pytest.mark.parametrize("plant", ["dir-tmp", "dangling-claude"])
+def test_what_the_repository_left_where_compile_writes_is_named_not_exit_74(world, plant):
+    """A directory at `.cursorignore.sandboy-tmp`, a dangling `.claude` link: compile ended with
+    "sandboy: cannot write the output: Is a directory" (exit 74, the code for a broken stdout)."""
+    repo, home = world
+    if plant == "dir-tmp":
+        (repo / ".cursorignore.sandboy-tmp/x").mkdir(parents=True)
+    else:
+        (repo / ".claude").symlink_to("nowhere")
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "claude"]\n[read]\ndeny = [".env"]\n')
+    run = _cli(["policy", "compile"], repo, home)
+    assert run.returncode == 2, run.stderr
+    named = ".cursorignore.sandboy-tmp: Is a directory" if plant == "dir-tmp" else "cannot write .claude: File exists"
+    assert named in run.stderr and "Traceback" not in run.stderr
+    assert not (repo / "nowhere").exists()  # nothing made through the link

@@ -133,17 +133,24 @@ def write(files: dict, root: str) -> list:
             continue
         if _read_text(rel, path) == text:
             continue
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        path = _inside(root, rel)  # again: the directory may have just been made
-        tmp = path + ".sandboy-tmp"
         try:
-            os.unlink(tmp)  # whatever a repository left there (a symlink, say) is not followed
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            path = _inside(root, rel)  # again: the directory may have just been made
+            tmp = path + ".sandboy-tmp"
+            try:
+                os.unlink(tmp)  # whatever a repository left there (a symlink, say) is not followed
+            except FileNotFoundError:
+                pass
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            # a directory the repository ships at `X.sandboy-tmp`, a dangling `.claude` link: was
+            # "sandboy: cannot write the output: Is a directory" (exit 74), naming no file
+            where = exc.filename if isinstance(exc.filename, str) else path
+            raise PolicyError(rel, "", f"cannot write {os.path.relpath(where, root)}: {exc.strerror}; "
+                              "remove what is there, compile writes a plain file") from None
         written.append(rel)
     return written
 

@@ -155,6 +155,11 @@ def parse_exec(src: str, key: str, text) -> ExecRule:
     if any(c in text for c in "*()\0\n\"'"):
         raise PolicyError(src, key, f"{text!r}: a prefix is plain words (no '*', quotes or parentheses); "
                           "it covers every command that starts with them")
+    if not all(word.isprintable() for word in words):
+        # as in path patterns (session 10): json.dumps(ensure_ascii=False) wrote a bidi override
+        # (U+202E) raw into .claude/settings.json, where a reviewer's editor shows the rule reordered
+        raise PolicyError(src, key, f"{text!r}: control, format and other non-printable characters are not "
+                          "accepted in a command prefix")
     return ExecRule(" ".join(words), words)
 
 
