@@ -6,16 +6,22 @@ import os
 
 
 def in_forked_child(scenario) -> dict:
-    """What `scenario()` returns (a JSON-able dict), computed in a forked child. A child that
-    raised (its traceback on stderr) fails the test, with what it wrote."""
+    """What `scenario()` returns (a JSON-able value), computed in a forked child. A child that
+    raised fails the test, with its traceback (what it wrote to the pipe)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(r)
-            os.write(w, json.dumps(scenario()).encode())
-            code = 0
+            try:
+                out = json.dumps(scenario()).encode()
+                code = 0
+            except BaseException:  # noqa: BLE001 — reported to the test, which fails
+                import traceback
+
+                out = traceback.format_exc().encode()
+            os.write(w, out)
         finally:
             os._exit(code)
     os.close(w)

@@ -19,6 +19,7 @@ import time
 
 import pytest
 from forkkit import in_forked_child
+from prockit import thread_cgroup
 
 from sandboy.confine.cgroup import MemoryCgroup
 
@@ -56,15 +57,6 @@ def _descendants(root: int) -> list:
     return found
 
 
-def _memory_group_of(pid: int, tid: int) -> str:
-    with open(f"/proc/{pid}/task/{tid}/cgroup") as fh:
-        for line in fh:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if "memory" in controllers.split(","):
-                return path
-    return ""
-
-
 def _look_while_running(tier: bool, wait: int = 30) -> dict:
     """In a forked supervisor: start THREADED under a 64 MiB group, wait for its READY, then read
     from the host which memory group each thread of the init, the command and its child is in."""
@@ -99,9 +91,9 @@ def _look_while_running(tier: bool, wait: int = 30) -> dict:
                 members = _descendants(run.pid) + ([] if cage.tier is not None else [run.pid])
                 for member in members:
                     for tid in os.listdir(f"/proc/{member}/task"):
-                        threads[f"{member}/{tid}"] = _memory_group_of(member, int(tid))
+                        threads[f"{member}/{tid}"] = thread_cgroup("memory", member, int(tid))
                 if cage.tier is not None:
-                    init = {tid: _memory_group_of(run.pid, int(tid))
+                    init = {tid: thread_cgroup("memory", run.pid, int(tid))
                             for tid in os.listdir(f"/proc/{run.pid}/task")}
             relative = group.path.split("/sys/fs/cgroup/memory", 1)[-1] if group.version == 1 else None
             if wait == 0:

@@ -17,43 +17,13 @@ import time
 
 import pytest
 
+from forkkit import in_forked_child
+from prockit import thread_cgroups
+
 from sandboy.confine.cgroup import PidsCgroup
 
 ROOT = os.geteuid() == 0 and os.path.isfile("/sys/fs/cgroup/pids/cgroup.procs")
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root and the cgroup v1 pids hierarchy")
-
-
-def _pids_group_of_each_thread() -> dict:
-    groups = {}
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/cgroup") as fh:
-            for line in fh:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if "pids" in controllers.split(","):
-                    groups[int(tid)] = path
-    return groups
-
-
-def _in_a_child(scenario) -> str:
-    """Run `scenario()` in a forked child (a fresh, one-thread process); its error text or ''."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        message = b""
-        try:
-            scenario()
-        except BaseException as exc:  # noqa: BLE001 — reported to the test
-            message = f"{type(exc).__name__}: {exc}".encode() or b"failed"
-        os.write(w, message)
-        os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return data.decode()
 
 
 def _relative(group: PidsCgroup) -> str:
@@ -68,11 +38,11 @@ def test_a_process_with_two_threads_joins_and_leaves_with_both():
         group = PidsCgroup.create_and_join(64)
         assert group is not None, "no pids group could be made"
         try:
-            inside = _pids_group_of_each_thread()
+            inside = thread_cgroups("pids")
             assert len(inside) == 2, inside
             assert set(inside.values()) == {_relative(group)}, (inside, group.path)
             group.leave()
-            outside = _pids_group_of_each_thread()
+            outside = thread_cgroups("pids")
             assert _relative(group) not in outside.values(), outside
         finally:
             release.set()
@@ -80,7 +50,7 @@ def test_a_process_with_two_threads_joins_and_leaves_with_both():
             group.remove()
         assert not os.path.exists(group.path), "the group could not be removed: a thread left in it"
 
-    assert _in_a_child(scenario) == ""
+    in_forked_child(scenario)  # a fresh, one-thread process: its failure fails the test
 
 
 def test_a_one_thread_process_joins_its_threads_are_born_inside_and_the_limit_holds():
@@ -88,11 +58,11 @@ def test_a_one_thread_process_joins_its_threads_are_born_inside_and_the_limit_ho
         group = PidsCgroup.create_and_join(8)
         assert group is not None, "no pids group could be made"
         try:
-            assert set(_pids_group_of_each_thread().values()) == {_relative(group)}
+            assert set(thread_cgroups("pids").values()) == {_relative(group)}
             release = threading.Event()
             thread = threading.Thread(target=release.wait, daemon=True)
             thread.start()
-            assert set(_pids_group_of_each_thread().values()) == {_relative(group)}
+            assert set(thread_cgroups("pids").values()) == {_relative(group)}
             release.set()
             thread.join()
             # the limit counts this process's forks: 8 tasks at most, this one included
@@ -112,9 +82,9 @@ def test_a_one_thread_process_joins_its_threads_are_born_inside_and_the_limit_ho
                     os.waitpid(child, 0)
             assert refused is not None and len(children) == 7, (len(children), refused)
             group.leave()
-            assert _relative(group) not in _pids_group_of_each_thread().values()
+            assert _relative(group) not in thread_cgroups("pids").values()
         finally:
             group.remove()
         assert not os.path.exists(group.path)
 
-    assert _in_a_child(scenario) == ""
+    in_forked_child(scenario)  # a fresh, one-thread process: its failure fails the test

@@ -19,20 +19,10 @@ import time
 import pytest
 
 from gatekit import make_repo, survivors
+from prockit import thread_cgroups
 
 ROOT = os.geteuid() == 0 and os.path.isfile("/sys/fs/cgroup/pids/cgroup.procs")
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root and the cgroup v1 pids hierarchy")
-
-
-def _pids_groups(pid: int) -> set:
-    found = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/cgroup") as fh:
-            for line in fh:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if "pids" in controllers.split(","):
-                    found.add(path)
-    return found
 
 
 def test_the_gate_and_its_step_share_one_pids_group_that_is_gone_afterwards(tmp_path, fake_home):
@@ -52,7 +42,8 @@ def test_the_gate_and_its_step_share_one_pids_group_that_is_gone_afterwards(tmp_
             assert time.monotonic() < deadline and gate.poll() is None, gate.communicate()
             time.sleep(0.05)
         step = int(survivors(marker)[0])
-        step_groups, gate_groups = _pids_groups(step), _pids_groups(gate.pid)
+        step_groups = set(thread_cgroups("pids", step).values())
+        gate_groups = set(thread_cgroups("pids", gate.pid).values())
         assert len(step_groups) == 1 and step_groups == gate_groups, (step_groups, gate_groups)
         group = "/sys/fs/cgroup/pids" + step_groups.pop()
         assert os.path.basename(group).startswith(f"sandboy-{gate.pid}-"), group
