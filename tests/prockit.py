@@ -5,12 +5,7 @@ confined command says of itself (pids seen inside the cage are its PID namespace
 import os
 
 
-def named(marker: str, whole: bool = False) -> list:
-    """Host pids of the processes a test named `marker` (with `exec -a`, or as argv[0]): their
-    command line starts with it — with `whole`, their argv[0] is exactly `marker` (markers counted
-    up, "m-1" and "m-10", then never match each other). A shell whose script merely mentions the
-    marker is not counted."""
-    wanted = marker.encode()
+def _scan(matches) -> list:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -19,9 +14,28 @@ def named(marker: str, whole: bool = False) -> list:
                     cmdline = fh.read()
             except OSError:
                 continue  # gone meanwhile, or not ours to read
-            if (cmdline.split(b"\0", 1)[0] == wanted) if whole else cmdline.startswith(wanted):
+            if matches(cmdline):
                 found.append(int(entry))
     return found
+
+
+def named(marker: str) -> list:
+    """Host pids of the processes a test named `marker` (with `exec -a`, or as argv[0]): their
+    command line starts with it, so a shell whose script merely mentions it is not counted."""
+    wanted = marker.encode()
+    return _scan(lambda cmdline: cmdline.startswith(wanted))
+
+
+def named_exactly(marker: str) -> list:
+    """Host pids whose argv[0] is `marker` itself: for markers counted up ("m-1" is not "m-10")."""
+    wanted = marker.encode()
+    return _scan(lambda cmdline: cmdline.split(b"\0", 1)[0] == wanted)
+
+
+def mentioning(marker: str) -> list:
+    """Host pids whose command line holds `marker` anywhere (an argument of a script, say)."""
+    wanted = marker.encode()
+    return _scan(lambda cmdline: wanted in cmdline)
 
 
 def thread_cgroups(controller: str, pid="self") -> dict:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prockit import named
 
 SLACK = 6.0  # loaded machine: the kill, the sweep, the merge
 EMPTY_SARIF = '{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}'
@@ -26,10 +27,6 @@ EMPTY_SARIF = '{\\"version\\":\\"2.1.0\\",\\"runs\\":[]}'
 
 def _marker(name: str) -> str:
     return f"SBX-abudget-{os.getpid()}-{name}"
-
-
-def _survivors(marker: str) -> list:
-    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()
 
 
 def _repo(tmp_path: Path, count: int, script: str, extra: str = "") -> Path:
@@ -72,7 +69,7 @@ def test_fifty_repository_tools_are_stopped_within_the_budget(tmp_path) -> None:
     took = time.monotonic() - started
     assert done.returncode == 1, done.stderr
     assert took < 3 + SLACK, took
-    assert _survivors(marker) == []  # host side: the phase and what it setsid'ed are gone
+    assert named(marker) == []  # host side: the phase and what it setsid'ed are gone
     tools = status["tools"]
     assert tools[0]["status"] == "failed" and tools[0]["phases"][0]["outcome"] == "timed_out"
     assert "the audit's time budget of 3s (--budget) was spent; the tool's tree was killed" in tools[0]["reason"]
@@ -101,7 +98,7 @@ def test_the_operators_file_sets_the_budget_and_the_repository_cannot(tmp_path) 
     started = time.monotonic()
     done, status = _audit(repo, tmp_path, 3, "--adapters", str(ops))
     assert time.monotonic() - started < 3 + SLACK
-    assert done.returncode == 1 and _survivors(marker) == []
+    assert done.returncode == 1 and named(marker) == []
     assert [t["status"] for t in status["tools"]] == ["failed", "not_run", "not_run"]
     assert f"[run] budget in {ops}" in status["tools"][0]["reason"]
     # the repository's own file asking for a budget: exit 2, nothing runs

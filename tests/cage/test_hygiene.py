@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from prockit import mentioning
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -253,7 +254,7 @@ def test_a_caller_ignoring_sigchld_still_gets_the_commands_status(how, options, 
     marker = str(policy)
 
     def leftovers():
-        return _processes_named(marker)
+        return mentioning(marker)
 
     try:
         out = subprocess.run([sys.executable, "-c", IGNORING_SIGCHLD, how, SANDBOY, "run", "-p", marker, *options,
@@ -429,17 +430,6 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-def _processes_named(marker: str) -> list:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 def _started_with_sigchld(disposition: str, argv: list, marker: str, env=None, timeout=60) -> subprocess.CompletedProcess:
     """Run `argv` started with SIGCHLD `disposition` ("ignore"/"default"); afterwards no process
     carrying `marker` may be left (checked by pid from the host; any found is killed)."""
@@ -451,7 +441,7 @@ def _started_with_sigchld(disposition: str, argv: list, marker: str, env=None, t
     except subprocess.TimeoutExpired:
         pytest.fail(f"{argv[3:]} hung with SIGCHLD {disposition}")
     finally:
-        left = _processes_named(marker)
+        left = mentioning(marker)
         for pid in left:
             os.kill(pid, 9)
     assert left == [], f"left behind: {left}"

@@ -25,6 +25,7 @@ import signal
 import time
 
 import pytest
+from prockit import named_exactly
 from mutantkit import first_failure, mutant, report, run_mutants
 
 from sandboy.confine import _libc, exec_mode, reaping, supervision
@@ -60,23 +61,10 @@ def _marker() -> str:
     return f"sbx-leftover-{os.getpid()}-{next(MARKERS)}"
 
 
-def _carrying(marker: str) -> list:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as fh:
-                    if fh.read().split(b"\0", 1)[0] == marker.encode():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def _gone(marker: str, seconds: float) -> list:
     """The processes still carrying `marker` after up to `seconds` (killed here, so none stays)."""
     deadline = time.monotonic() + seconds
-    while (left := _carrying(marker)) and time.monotonic() < deadline:
+    while (left := named_exactly(marker)) and time.monotonic() < deadline:
         time.sleep(0.02)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
@@ -110,9 +98,9 @@ def check_a_killed_supervisor_takes_the_command_along(_tmp):
                        supervise=True, timeout=20, stdin=null.fileno(), stdout=null.fileno(), stderr=null.fileno())
     try:
         deadline = time.monotonic() + 10
-        while not _carrying(marker) and time.monotonic() < deadline:
+        while not named_exactly(marker) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _carrying(marker), "the command never started"
+        assert named_exactly(marker), "the command never started"
         os.kill(handle.pid, signal.SIGKILL)  # the supervisor, killed outright: it cannot sweep
         handle.wait()
     finally:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prockit import mentioning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_plan_cache import Runner, entry_applies  # noqa: E402
@@ -249,19 +250,6 @@ def test_where_the_interpreter_imports_from_first_is_a_key(runner):
     assert "sys.path[0]" not in runner.run("/bin/true").err
 
 
-def _pids_running(marker: str) -> list:
-    """Pids whose command line holds `marker` (unique to one test run)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 def hit_killed_outright(runner) -> tuple:
     """A write-root hit whose command sleeps (its argv a unique marker), `sandboy run` then killed
     by SIGKILL — nothing is left to run the git check after the command: (whether it was a hit,
@@ -281,11 +269,11 @@ def hit_killed_outright(runner) -> tuple:
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 5
-        while _pids_running(marker) and time.monotonic() < deadline:
+        while mentioning(marker) and time.monotonic() < deadline:
             time.sleep(0.02)
         # the command's own processes (its namespace's init first: the rest die with it) — they
         # hold the pipes read below
-        left = [pid for pid in _pids_running(marker) if _name_of(pid) != "sleep"] + _pids_running(marker)
+        left = [pid for pid in mentioning(marker) if _name_of(pid) != "sleep"] + mentioning(marker)
         for pid in left:
             try:
                 os.kill(pid, 9)
@@ -296,7 +284,7 @@ def hit_killed_outright(runner) -> tuple:
 
 
 def _sleeping(marker: str) -> list:
-    return [pid for pid in _pids_running(marker) if _name_of(pid) == "sleep"]
+    return [pid for pid in mentioning(marker) if _name_of(pid) == "sleep"]
 
 
 def _name_of(pid: int) -> str:

@@ -23,6 +23,7 @@ import textwrap
 import time
 
 import pytest
+from prockit import named_exactly
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -94,19 +95,6 @@ SUPERVISOR = textwrap.dedent("""\
     """) % {"timeout": TIMEOUT}
 
 
-def _carrying(marker: str) -> list:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as fh:
-                    if fh.read().split(b"\0", 1)[0] == marker.encode():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def _supervise(tmp_path, exhaust: bool, namespaces: bool) -> tuple:
     """(what the supervising script said, the marked processes left after it ended)."""
     marker = f"sbx-outoffds-{os.getpid()}-{next(MARKERS)}"
@@ -122,7 +110,7 @@ def _supervise(tmp_path, exhaust: bool, namespaces: bool) -> tuple:
         out, err = proc.communicate()
         out = json.dumps({"hung": True}).encode()
     finally:
-        left = _carrying(marker)
+        left = named_exactly(marker)
         for pid in left:  # only processes carrying this test's marker are ever signalled
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 0 or b"hung" in out, err.decode()[-2000:]

@@ -30,6 +30,7 @@ import sys
 import time
 
 import pytest
+from prockit import mentioning
 from cagekit import SANDBOY, to_toml
 
 from sandboy.confine import namespaces
@@ -359,20 +360,6 @@ def test_kill_minus_one_under_the_tier_reaches_only_the_cage(cage):
     assert watcher.communicate()[0].strip() == "none"
 
 
-def _left(marker: str) -> list:
-    """Host pids whose command line holds `marker`."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        pids.append(int(pid))
-            except OSError:
-                pass
-    return pids
-
-
 @TIER
 @pytest.mark.parametrize("via", ["api", "cli"])
 def test_a_double_forked_leftover_dies_with_the_init(cage, via):
@@ -392,9 +379,9 @@ def test_a_double_forked_leftover_dies_with_the_init(cage, via):
     result = cage.run(argv=[PY, "-c", code, seconds], policy=py_policy(cage), via=via)
     try:
         assert result.rc == 0 and result.out == "left one", result
-        assert _left(seconds) == []
+        assert mentioning(seconds) == []
     finally:
-        for pid in _left(seconds):
+        for pid in mentioning(seconds):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -37,6 +37,7 @@ import sys
 import time
 
 import pytest
+from prockit import mentioning
 
 from sandboy.confine import namespaces
 
@@ -338,18 +339,6 @@ while time.time() < end:
 """
 
 
-def _racers(marker: str) -> list:
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 @pytest.mark.parametrize("identity", ["root", "nobody"])
 def test_chains_of_forking_leftovers_do_not_outlive_a_supervised_run(tmp_path, identity):
     """Without the tier (the sweep walks /proc; under it the PID namespace ends everything): 60
@@ -376,9 +365,9 @@ def test_chains_of_forking_leftovers_do_not_outlive_a_supervised_run(tmp_path, i
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=str(base))
             assert proc.returncode == 0, proc.stderr
             time.sleep(0.5)
-            assert _racers(marker) == [], "a process of the run outlived it"
+            assert mentioning(marker) == [], "a process of the run outlived it"
         finally:
-            for pid in _racers(marker):
+            for pid in mentioning(marker):
                 try:
                     os.kill(pid, 9)
                 except OSError:

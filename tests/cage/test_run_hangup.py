@@ -14,22 +14,9 @@ import sys
 import time
 
 import pytest
+from prockit import named
 
 SH = "/usr/bin/bash"  # `exec -a` names the processes the host looks for
-
-
-def _named(marker: str) -> list:
-    """Host pids whose command line starts with `marker` (pids seen inside are the namespace's)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if fh.read().startswith(marker.encode()):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.mark.parametrize("namespaces", ["1", "0"], ids=["tier", "forced-off"])
@@ -49,7 +36,7 @@ def test_a_hung_up_supervised_run_leaves_no_background_process(tmp_path, namespa
                            env=dict(os.environ, SANDBOY_NAMESPACES=namespaces), start_new_session=True)
     try:
         deadline = time.monotonic() + 30
-        while not (up.exists() and len(_named(marker)) == 2):
+        while not (up.exists() and len(named(marker)) == 2):
             assert time.monotonic() < deadline and cli.poll() is None, cli.stderr.read() if cli.poll() is not None else ""
             time.sleep(0.02)
         cli.send_signal(signal.SIGHUP)
@@ -59,9 +46,9 @@ def test_a_hung_up_supervised_run_leaves_no_background_process(tmp_path, namespa
             cli.kill()
             cli.wait()
     deadline = time.monotonic() + 10  # a forked supervisor hears of its parent's death by a signal
-    while _named(marker) and time.monotonic() < deadline:
+    while named(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = _named(marker)
+    left = named(marker)
     for pid in left:
         os.kill(pid, signal.SIGKILL)  # the test cleans up what the run left
     assert left == [], "a process of the hung-up run outlived it"

@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+from prockit import named
 
 from sandboy import CageError, Policy
 from sandboy.confine.cage import build
@@ -89,21 +90,6 @@ class Recorder(Hook):
         self._note("stop")
 
 
-def _named(marker: str) -> list:
-    """Host pids whose command line starts with `marker` (set with `exec -a`): pids seen from
-    inside the cage are its PID namespace's, so the host looks the processes up by name."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if fh.read().startswith(marker.encode()):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 class TreeChecker(Hook):
     """A stop hook that looks, from the host, for the process the command left in the background."""
 
@@ -114,13 +100,13 @@ class TreeChecker(Hook):
 
     def started(self, run):
         deadline = time.monotonic() + 20
-        while not _named(self.marker):
+        while not named(self.marker):
             assert time.monotonic() < deadline, f"{self.marker} never ran"
             time.sleep(0.01)
         self.log.append("running")
 
     def stop(self, run, result):
-        self.log.append(f"orphans-left:{len(_named(self.marker))}")
+        self.log.append(f"orphans-left:{len(named(self.marker))}")
 
 
 def _supervised(tmp_path, argv, hooks, timeout=None, after_start=None, **sections):
@@ -168,7 +154,7 @@ def test_hooks_run_in_order_and_stop_after_the_whole_tree_is_gone(tmp_path, tier
     assert out["log"] == ["a.start", "b.start", "a.started", "b.started", "running",
                           "orphans-left:0",
                           "b.saw:exited:0", "b.stop", "a.saw:exited:0", "a.stop"], out
-    assert _named(marker) == []
+    assert named(marker) == []
 
 
 def test_stop_hooks_run_when_the_command_times_out(tmp_path):
@@ -235,7 +221,7 @@ def test_a_failing_started_hook_kills_the_tree_and_refuses_with_125(tmp_path):
     # both stop hooks saw the refusal, b first, before start() raised it
     assert out["log"][4:] == ["b.saw:cage_error:125", "b.stop", "a.saw:cage_error:125", "a.stop",
                               "refused:b: b refuses in started"]
-    assert _named(marker) == []
+    assert named(marker) == []
 
 
 def test_a_failing_stop_hook_fails_the_run_closed_and_the_others_still_stop(tmp_path):
@@ -335,7 +321,7 @@ def test_the_api_supervisor_killed_right_after_spawn_still_ends_and_reports_the_
                 break
         result = proc.wait()
         assert (result.outcome, result.returncode) == ("killed", 137), (burst, result)
-        assert _named(marker) == []
+        assert named(marker) == []
 
 
 # --- one handle interface ------------------------------------------------------------------
@@ -478,7 +464,7 @@ def test_a_direct_child_whose_started_hook_fails_is_killed_refused_and_its_cage_
     # the command was SIGKILLed (not a cage error of its own): both stop hooks saw the refusal
     assert log == ["a.start", "b.start", "a.started", "b.started", "b.saw:cage_error:125", "b.stop",
                    "a.saw:cage_error:125", "a.stop"]
-    assert _named(marker) == [] and cage.closed
+    assert named(marker) == [] and cage.closed
 
 
 def test_a_direct_child_start_that_raises_stops_the_hooks_closes_its_cage_and_leaks_no_fd(tmp_path):
@@ -529,7 +515,7 @@ def test_a_killed_supervised_cli_run_leaves_nothing(tmp_path, tier, how):
                            start_new_session=True)
     try:
         deadline = time.monotonic() + 30
-        while not (up.exists() and _named(marker)):
+        while not (up.exists() and named(marker)):
             assert time.monotonic() < deadline and cli.poll() is None, cli.stderr.read() if cli.poll() is not None else ""
             time.sleep(0.02)
         cli.send_signal(getattr(signal, how))
@@ -539,6 +525,6 @@ def test_a_killed_supervised_cli_run_leaves_nothing(tmp_path, tier, how):
             cli.kill()
             cli.wait()
     deadline = time.monotonic() + 10  # a forked supervisor hears of its parent's death by a signal
-    while _named(marker) and time.monotonic() < deadline:
+    while named(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _named(marker) == []
+    assert named(marker) == []

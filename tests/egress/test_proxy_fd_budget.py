@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from prockit import mentioning
+
 from sandboy.gate import ceiling as ceilings
 
 HOLD = r"""
@@ -70,19 +72,6 @@ def _gate_with_soft_fd_limit(tmp_path, gate_toml: str, soft: int):
     return proc, time.monotonic() - started, json.loads(report.read_text())
 
 
-def _left_with(marker: str) -> list:
-    left = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        left.append(int(pid))
-            except OSError:
-                pass
-    return left
-
-
 def test_a_step_cannot_take_the_gates_fds_through_its_proxy_and_outlive_its_timeout(tmp_path):
     marker = f"sandboy-fd-budget-{os.getpid()}-{time.monotonic_ns()}"
     proc, took, report = _gate_with_soft_fd_limit(tmp_path, (
@@ -95,7 +84,7 @@ def test_a_step_cannot_take_the_gates_fds_through_its_proxy_and_outlive_its_time
     # 3 s of timeout + up to 8 s of connecting in the step's own time; never the step's 90 s sleep
     assert took < 45, (took, proc.stdout[-2000:])
     assert steps["after"]["status"] == "passed" and "after-ok" in steps["after"]["output_tail"], steps["after"]
-    assert _left_with(marker) == []
+    assert mentioning(marker) == []
 
 
 def test_twin_a_step_with_ordinary_connections_is_served_under_a_low_fd_limit(tmp_path):

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from prockit import named
+
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "gate-demo"
@@ -54,4 +56,4 @@ def by_name(report: dict) -> dict:
 def survivors(marker: str) -> list:
     """Pids of the processes a test named `marker` (with `exec -a`): the name starts their
     command line, so a shell that merely mentions it in a script is not counted."""
-    return subprocess.run(["pgrep", "-f", f"^{marker}"], capture_output=True, text=True).stdout.split()
+    return named(marker)
