@@ -9,46 +9,26 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from prockit import named
-
-SH = "/usr/bin/bash"  # `exec -a` names the processes the host looks for
+from supervisedkit import SH, named_after, supervised_run, until_up
 
 
 @pytest.mark.parametrize("namespaces", ["1", "0"], ids=["tier", "forced-off"])
 def test_a_hung_up_supervised_run_leaves_no_background_process(tmp_path, namespaces):
     marker = f"run-hup-{os.getpid()}-{time.monotonic_ns()}"
-    policy = tmp_path / "p.toml"
-    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc/ld.so.cache"]\nexec = ["/usr/bin"]\n'
-                      f'write = ["{tmp_path}"]\n[limits]\nwall_seconds = 120\n')
     up = tmp_path / "up"
     # a plain background process, and one that left the session and ignores SIGHUP (nohup's way)
     script = (f"(exec -a {marker}-bg /usr/bin/sleep 300) & "
               f"/usr/bin/setsid {SH} -c 'trap \"\" HUP; exec -a {marker}-away /usr/bin/sleep 300' & "
               f"echo > {up}; /usr/bin/sleep 300")
-    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
-    cli = subprocess.Popen([sandboy, "run", "--policy", str(policy), "--", SH, "-c", script], cwd=tmp_path,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           env=dict(os.environ, SANDBOY_NAMESPACES=namespaces), start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (up.exists() and len(named(marker)) == 2):
-            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr.read() if cli.poll() is not None else ""
-            time.sleep(0.02)
+    with supervised_run(tmp_path, script, env=dict(os.environ, SANDBOY_NAMESPACES=namespaces)) as cli:
+        until_up(cli, lambda: up.exists() and len(named(marker)) == 2)
         cli.send_signal(signal.SIGHUP)
         cli.wait(30)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
-    deadline = time.monotonic() + 10  # a forked supervisor hears of its parent's death by a signal
-    while named(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = named(marker)
+    left = named_after(marker)
     for pid in left:
         os.kill(pid, signal.SIGKILL)  # the test cleans up what the run left
     assert left == [], "a process of the hung-up run outlived it"

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from prockit import named
+from supervisedkit import SH, named_after, supervised_run, until_up
 
 from sandboy import CageError, Policy
 from sandboy.confine.cage import build
@@ -19,8 +20,6 @@ from sandboy.confine.launch import DirectChild, spawn
 from sandboy.confine.exec_mode import hooks_for, supervisor_needed
 from sandboy.confine.supervision import Handle, Hook, Supervision
 from sandboy.confine.supervisor import Supervisor
-
-SH = "/usr/bin/bash"  # `exec -a` names the processes the host looks for
 
 
 def _policy(tmp_path, **sections) -> Policy:
@@ -499,32 +498,13 @@ def test_a_killed_supervised_cli_run_leaves_nothing(tmp_path, tier, how):
     run behind (an orphan in a session of its own included), and a SIGTERM still ends it as
     SIGTERM ends a process."""
     import signal
-    import subprocess
-    import sys
 
     marker = f"cli-killed-{how}-{os.getpid()}-{time.monotonic_ns()}"
-    policy = tmp_path / "p.toml"
-    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc/ld.so.cache"]\nexec = ["/usr/bin"]\n'
-                      f'write = ["{tmp_path}"]\n[limits]\nwall_seconds = 120\n')
     up = tmp_path / "up"
     script = (f"/usr/bin/setsid {SH} -c 'exec -a {marker} /usr/bin/sleep 300' & "
               f"echo > {up}; exec /usr/bin/sleep 300")
-    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
-    cli = subprocess.Popen([sandboy, "run", "--policy", str(policy), "--", SH, "-c", script], cwd=tmp_path,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (up.exists() and named(marker)):
-            assert time.monotonic() < deadline and cli.poll() is None, cli.stderr.read() if cli.poll() is not None else ""
-            time.sleep(0.02)
+    with supervised_run(tmp_path, script) as cli:
+        until_up(cli, lambda: up.exists() and named(marker))
         cli.send_signal(getattr(signal, how))
         assert cli.wait(30) == -getattr(signal, how)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
-    deadline = time.monotonic() + 10  # a forked supervisor hears of its parent's death by a signal
-    while named(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert named(marker) == []
+    assert named_after(marker) == []
