@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from prockit import named
@@ -57,3 +58,62 @@ def survivors(marker: str) -> list:
     """Pids of the processes a test named `marker` (with `exec -a`): the name starts their
     command line, so a shell that merely mentions it in a script is not counted."""
     return named(marker)
+
+
+def kill_survivors(marker: str) -> list:
+    """The processes still named `marker` (`survivors`), killed: the test cleans up what a gate
+    left, then asserts on the list."""
+    alive = survivors(marker)
+    for pid in alive:
+        os.kill(int(pid), 9)
+    return alive
+
+
+def start_gate(repo, *args, home) -> subprocess.Popen:
+    """`python -m sandboy.gate.cli REPO ARGS` in the background (HOME = `home`), its output piped:
+    for a probe that looks at a step from the host while it runs. End it with `stop_gate`."""
+    return subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo), *map(str, args)],
+                            env={**os.environ, "HOME": str(home)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop_gate(gate: subprocess.Popen) -> None:
+    """Kill a background gate that is still running (a probe that failed half-way)."""
+    if gate.poll() is None:
+        gate.kill()
+        gate.wait()
+
+
+# Memory-hog steps (ADR 0027). The pages are touched: b"x" * n writes n bytes (a bytearray(n) would
+# be calloc'd, never touched). Never tested by exhausting the shared machine: a hog is 256 MiB,
+# bounded at 64.
+HOG = "python3 -c 'import time; b = b\"x\" * (256 << 20); time.sleep(1); print(\"SURV\" + \"IVED\", len(b))'"
+SMALL = "python3 -c 'b = b\"x\" * (16 << 20); print(\"USED\", len(b) >> 20)'"
+
+
+def threaded_hog(mib: int) -> str:
+    """A command touching `mib` MiB from a thread that is not its process's first."""
+    return ("python3 -c 'import threading, time; kept = []; "
+            f"t = threading.Thread(target=lambda: kept.append(b\"x\" * ({mib} << 20))); t.start(); t.join(); "
+            "time.sleep(0.5); print(\"USED\", len(kept[0]) >> 20)'")
+
+
+def assert_killed_out_of_memory(step: dict, mib: int) -> None:
+    """A step's report entry: killed as out of memory at its `mib` MiB bound, its peak (read by
+    the gate from its group) within the bound, the whole step dead together (its shell did not
+    sleep on after the hog alone was killed)."""
+    assert step["status"] == "killed", step
+    assert "out of memory" in step["error"] and f"{mib} MiB" in step["error"], step
+    assert step["enforced"]["memory"]["peak_mib"] <= mib, step
+    assert step["duration"] < 30, step
+
+
+def memory_group_of(repo: Path, name: str, gate: subprocess.Popen, seconds: float = 90) -> str:
+    """The memory cgroup (/sys/fs/cgroup/memory/...) a running step is in, from the file `NAME.txt`
+    its `grep memory /proc/self/cgroup > NAME.txt` wrote; fails if the gate ends first."""
+    deadline = time.monotonic() + seconds
+    path = repo / f"{name}.txt"
+    while not path.exists() or not path.read_text().strip():
+        assert time.monotonic() < deadline and gate.poll() is None, gate.communicate()
+        time.sleep(0.05)
+    return "/sys/fs/cgroup/memory" + path.read_text().strip().split(":", 2)[2]

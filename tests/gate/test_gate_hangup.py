@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from gatekit import make_repo, survivors
+from gatekit import kill_survivors, make_repo, survivors
 
 TIERS = pytest.mark.parametrize("namespaces", ["1", "0"], ids=["tier", "forced-off"])
 
@@ -166,9 +166,7 @@ def test_an_exception_out_of_the_output_loop_ends_the_steps_tree_first(tmp_path,
             proc.kill()
             proc.wait()
     assert (repo / "leftover.pid").exists(), out + err  # the step did start its background process
-    pids = survivors(marker)
-    for pid in pids:
-        os.kill(int(pid), signal.SIGKILL)  # the test cleans up what the gate left
+    pids = kill_survivors(marker)  # the test cleans up what the gate left
     assert pids == [], "the step's background process outlived the gate"
     assert "RuntimeError: the console broke (test)" in err, out + err  # propagated as it was
     assert proc.returncode == 1

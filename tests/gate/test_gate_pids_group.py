@@ -12,13 +12,11 @@ Twin: the step passes.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from gatekit import make_repo, survivors
+from gatekit import kill_survivors, make_repo, start_gate, stop_gate, survivors
 from prockit import thread_cgroups
 
 ROOT = os.geteuid() == 0 and os.path.isfile("/sys/fs/cgroup/pids/cgroup.procs")
@@ -33,9 +31,7 @@ def test_the_gate_and_its_step_share_one_pids_group_that_is_gone_afterwards(tmp_
         run = '''(exec -a {marker} sleep 30) & while [ ! -e go ]; do sleep 0.05; done; kill $!; true'''
         timeout = 60
     """)
-    gate = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo)],
-                            env={**os.environ, "HOME": str(fake_home)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gate = start_gate(repo, home=fake_home)
     try:
         deadline = time.monotonic() + 60
         while not survivors(marker):
@@ -53,8 +49,5 @@ def test_the_gate_and_its_step_share_one_pids_group_that_is_gone_afterwards(tmp_
         assert not os.path.exists(group), "the gate's pids group is left behind"
     finally:
         (repo / "go").write_text("")
-        if gate.poll() is None:
-            gate.kill()
-            gate.wait()
-        for pid in survivors(marker):
-            os.kill(int(pid), 9)
+        stop_gate(gate)
+        kill_survivors(marker)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from gatekit import by_name, make_repo, run_gate, run_json, survivors
+from gatekit import by_name, kill_survivors, make_repo, run_gate, run_json
 
 HUGE = "9" * 5000  # beyond Python's 4,300-digit int() limit
 
@@ -185,9 +185,7 @@ def test_a_step_filling_the_logs_file_system_does_not_unwind_the_gate(tmp_path, 
                            sys.executable, "-m", "sandboy.gate.cli", str(repo), "--logs", str(logs / "l"),
                            "--json", str(report)], capture_output=True, text=True, env=environ, timeout=120)
     # by its unique name, not by `$!`: under the tier that is a pid of the step's own PID namespace
-    alive = survivors(marker)
-    for pid in alive:
-        os.kill(int(pid), 9)
+    alive = kill_survivors(marker)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert not alive, "the step's background process outlived the gate"
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
@@ -317,9 +315,7 @@ def test_a_character_the_consoles_encoding_lacks_does_not_unwind_the_gate(tmp_pa
                                                     "PYTHONIOENCODING": "latin-1", "SANDBOY_NAMESPACES": namespaces},
                           timeout=120)
     # by its unique name, not by `$!`: under the tier that is a pid of the step's own PID namespace
-    alive = survivors(marker)
-    for pid in alive:
-        os.kill(int(pid), 9)
+    alive = kill_survivors(marker)
     assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
     assert not alive, "the step's background process outlived the gate"
     assert proc.returncode == 0

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gatekit import DEMO, FAKE_KEY, by_name, make_repo, run_gate, run_json, survivors
+from gatekit import DEMO, FAKE_KEY, by_name, kill_survivors, make_repo, run_gate, run_json, survivors
 
 from sandboy.gate import ceiling as ceilings
 
@@ -531,8 +531,7 @@ def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_hom
         assert survivors(marker) == []
         assert json.loads(report.read_text())["steps"][0]["status"] == "killed"
     finally:
-        for pid in survivors(marker):
-            os.kill(int(pid), signal.SIGKILL)
+        kill_survivors(marker)
 
 
 def test_a_big_tree_is_swept_quickly_at_the_timeout(tmp_path, fake_home):

@@ -16,19 +16,12 @@ import os
 
 import pytest
 
-from gatekit import by_name, make_repo, run_json, survivors
+from gatekit import assert_killed_out_of_memory, by_name, kill_survivors, make_repo, run_json, survivors, threaded_hog
 
 from sandboy.confine.cgroup import MemoryCgroup
 
 ROOT_WITH_CGROUP = MemoryCgroup.available()
 pytestmark = pytest.mark.skipif(not ROOT_WITH_CGROUP, reason="needs root and a writable memory cgroup")
-
-
-def _threaded(mib: int) -> str:
-    # the pages are touched (b"x" * n writes n bytes) by a thread that is not the process's first
-    return ("python3 -c 'import threading, time; kept = []; "
-            f"t = threading.Thread(target=lambda: kept.append(b\"x\" * ({mib} << 20))); t.start(); t.join(); "
-            "time.sleep(0.5); print(\"USED\", len(kept[0]) >> 20)'")
 
 
 def test_memory_touched_by_threads_is_bounded_and_a_modest_threaded_step_passes(tmp_path, fake_home):
@@ -37,19 +30,19 @@ def test_memory_touched_by_threads_is_bounded_and_a_modest_threaded_step_passes(
         [[step]]
         name = "thread-hog"
         policy = "small"
-        run = '''exec {_threaded(256)}'''
+        run = '''exec {threaded_hog(256)}'''
         timeout = 40
 
         [[step]]
         name = "child-thread-hog"
         policy = "small"
-        run = '''(exec -a {marker} sleep 60) & {_threaded(256)}; exec -a {marker} sleep 60'''
+        run = '''(exec -a {marker} sleep 60) & {threaded_hog(256)}; exec -a {marker} sleep 60'''
         timeout = 40
 
         [[step]]
         name = "modest"
         policy = "small"
-        run = '''{_threaded(16)}'''
+        run = '''{threaded_hog(16)}'''
 
         [policy.small]
         version = 1
@@ -59,11 +52,7 @@ def test_memory_touched_by_threads_is_bounded_and_a_modest_threaded_step_passes(
         proc, report = run_json(repo, tmp_path, "--keep-going", home=fake_home)
         steps = by_name(report)
         for name in ("thread-hog", "child-thread-hog"):
-            hog = steps[name]
-            assert hog["status"] == "killed", hog
-            assert "out of memory" in hog["error"] and "64 MiB" in hog["error"], hog
-            assert hog["enforced"]["memory"]["peak_mib"] <= 64, hog
-            assert hog["duration"] < 30, hog
+            assert_killed_out_of_memory(steps[name], 64)
         assert "USED 256" not in proc.stdout + proc.stderr
         assert not survivors(marker), "a process of a killed step is still running"
         modest = steps["modest"]
@@ -71,5 +60,4 @@ def test_memory_touched_by_threads_is_bounded_and_a_modest_threaded_step_passes(
         assert modest["enforced"]["memory"]["oom_kills"] == 0, modest
         assert modest["enforced"]["memory"]["peak_mib"] >= 16, modest  # the thread's pages were counted
     finally:
-        for pid in survivors(marker):
-            os.kill(int(pid), 9)
+        kill_survivors(marker)
