@@ -123,6 +123,16 @@ class PidsCgroup:
     def pids(self) -> list[int]:
         return _members(self.path)
 
+    def leave_and_remove(self) -> None:
+        """The end of a group this process joined (the gate's, a supervisor's own): leave it, then
+        remove it. A leave that failed leaves this process inside, and the removal then fails as
+        quietly as any other (`remove`): the group stays, nothing raises at the end of a run."""
+        try:
+            self.leave()
+        except OSError:
+            pass
+        self.remove()
+
     def remove(self) -> None:
         if self._current_fd is not None:
             os.close(self._current_fd)

@@ -480,11 +480,7 @@ class Supervision(Handle):
     def _finish(self, result: RunResult) -> None:
         """The tree is gone: leave the run's own pids group, then the stop hooks, last first."""
         if self._own_group is not None:
-            try:
-                self._own_group.leave()
-            except OSError:
-                pass
-            self._own_group.remove()
+            self._own_group.leave_and_remove()
             self._own_group = None
         if self._spare is not None:
             self._spare.close()

@@ -253,11 +253,7 @@ class CageCache:
         left = self.reuse.close(deadline)
         self.memory_groups.close()
         if self._pids_group:
-            try:
-                self._pids_group.leave()
-            except OSError:
-                pass
-            self._pids_group.remove()
+            self._pids_group.leave_and_remove()
             self._pids_group = None
         return left
 
