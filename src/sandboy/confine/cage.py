@@ -322,11 +322,13 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
 
         check_repository_grants(policy, ctx.repo)  # `{repo}/x` stays inside the repository
     job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
-    before = None
+    before = watch_before = None
     if reusable:  # the policy's paths as they were before any rule was decided (Fingerprint's `before`)
-        from sandboy.confine.fingerprint import stats_before
+        from sandboy.confine.fingerprint import protected_watch, stats_before
 
         before = stats_before(job.resolved.fs)
+        # and what decides the protected paths, before they are resolved (`watch_before`)
+        watch_before = protected_watch(protections.protected_args(job))
     try:
         compiled = protections.compile_all(job)
     except OSError as exc:  # a path's symlink cannot be read (resolve.unfollowable): name it
@@ -351,7 +353,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
         from sandboy.confine.fingerprint import Fingerprint  # only where a cage may run again
 
         cage.fingerprint = Fingerprint(fs["inputs"], fs["split_dirs"], fs["protected_args"], job.protected_by_origin(),
-                                       before)
+                                       before, watch_before)
     return cage
 
 

@@ -81,7 +81,7 @@ class Fingerprint:
     __slots__ = ("inputs", "_input_keys", "_split", "protected_args", "_protected", "_install", "_installed",
                  "_watch", "_watched", "_env")
 
-    def __init__(self, inputs, split_dirs, protected_args, protected, before=None):
+    def __init__(self, inputs, split_dirs, protected_args, protected, before=None, watch_before=None):
         self.inputs = tuple(dict.fromkeys(inputs))  # (a path named by two keys is looked up once)
         # `before`: {path: stat_key} of the policy's own paths taken BEFORE the rules were decided
         # (`stats_before`). A fingerprint taken after them described a deny file made while the
@@ -102,16 +102,23 @@ class Fingerprint:
             ident = (st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns)
             self._split.append([directory, ident[:3], listing, ident if _settled(st.st_ctime_ns, now) else None])
         self.protected_args = tuple(protected_args)
+        self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
+        self._watch = self._watched = self._installed = self._env = None
+        if watch_before is not None and watch_before[0] == self.protected_args:
+            # what decided the build's own resolution, stat'ed BEFORE it (`protected_watch`,
+            # taken by `cage.build`): trusted where settled then, so the first check — a plan
+            # cache entry's, after the building run — only stats again, as every later one
+            self._install = watch_before[1]
+            self._trust(watch_before[2])
+            return
         write_roots = protected_args[0]
         self._install = None
         if write_roots and protected_args[2]:
             from sandboy.confine import own_install
 
             self._install = own_install.candidates(write_roots)
-        self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
         # No stats yet: the first check resolves anew (and takes them, before resolving), so the
         # build itself pays one resolution, and a cage never reused none more.
-        self._watch = self._watched = self._installed = self._env = None
 
     def state(self) -> tuple:
         """Everything this fingerprint holds, as plain values (tuples, lists, strings, numbers,
@@ -196,30 +203,76 @@ class Fingerprint:
         from sandboy.confine import protections
         from sandboy.confine.protected import launch_reads
 
-        now = time.time_ns()
-        env = _environment()
-        watch = None if self._path_dirs_protected() else launch_reads(write_roots, explicit, defaults)
-        watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
-        installed = self._installed_now()
+        taken = _watch_now(self.protected_args, self._install)
         if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:
             return False
         self._watch = self._watched = None
-        if (watch is not None and launch_reads(write_roots, explicit, defaults) == watch
+        watch = taken[2]
+        if watch is None or launch_reads(write_roots, explicit, defaults) == watch:
+            self._trust(taken)
+        return True
+
+    def _trust(self, taken) -> None:
+        """Keep `taken` (`_watch_now`'s, from before a resolution that gave `_protected`) as what
+        decides the protected paths, where every stat in it was settled when it was taken (a
+        later change of any of them must then show: TICK_NS) and no path looked up is a symlink."""
+        now, env, watch, watched, installed = taken
+        if (watch is not None
                 and all(st is None or (_settled(st[5], now) and not stat.S_ISLNK(st[2]))
                         for st in watched[:len(watch[0])])
                 and all(st is None or _settled(st[5], now) for st in watched[len(watch[0]):])):
             self._watch, self._watched, self._installed, self._env = watch, watched, installed, env
-        return True
 
-    def _path_dirs_protected(self) -> bool:
-        """Whether directories of the operator's PATH are protected inside the write roots
-        (`confine.path_dirs`): no short list of stats decides those (a symlink on the way to one,
-        one made again where missing), so such a cage's protected paths are resolved at each
-        check, as before. Where none is (the usual gate: a PATH directory in the repository is
-        the run's own work), the PATH's text is kept with the stats (`_environment`): another PATH
-        resolves anew."""
-        if not self.protected_args[2] or len(self.protected_args) < 4:
-            return False
-        from sandboy.confine.path_dirs import on_path
 
-        return bool(on_path(self.protected_args[0], self.protected_args[3])[0])
+
+def _path_dirs_protected(protected_args) -> bool:
+    """Whether directories of the operator's PATH are protected inside the write roots
+    (`confine.path_dirs`): no short list of stats decides those (a symlink on the way to one,
+    one made again where missing), so such a cage's protected paths are resolved at each
+    check, as before. Where none is (the usual gate: a PATH directory in the repository is
+    the run's own work), the PATH's text is kept with the stats (`_environment`): another PATH
+    resolves anew."""
+    if not protected_args[2] or len(protected_args) < 4:
+        return False
+    from sandboy.confine.path_dirs import on_path
+
+    return bool(on_path(protected_args[0], protected_args[3])[0])
+
+
+def _watch_now(protected_args, install) -> tuple:
+    """(the clock, `_environment()`, `launch_reads`' (looked up, read) or None, their stats, the
+    installation rows present) — in that order, each taken before the next: what decides the
+    protected paths of `protected_args` now, to be taken BEFORE a resolution whose answer they
+    then vouch for (`Fingerprint._trust`)."""
+    from sandboy.confine.protected import launch_reads
+
+    write_roots, explicit, defaults = protected_args[:3]
+    now = time.time_ns()
+    env = _environment()
+    watch = None if _path_dirs_protected(protected_args) else launch_reads(write_roots, explicit, defaults)
+    watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
+    installed = None
+    if install is not None:
+        installed = []
+        if install:
+            from sandboy.confine import own_install
+
+            installed = own_install.present(install)
+    return now, env, watch, watched, installed
+
+
+def protected_watch(protected_args):
+    """What `Fingerprint(..., watch_before=)` takes: `_watch_now` for a cage with write roots,
+    called by the build BEFORE it resolves the protected paths (`protections.protected_paths`),
+    or None (no write root: nothing to watch). The miss of a plan cache then writes its entry
+    after the run from these stats compared again, instead of resolving the protected paths a
+    second time (≈ 0.5-1.3 ms: docs/performance.md, "Session 10 — write-root runs")."""
+    protected_args = tuple(protected_args)
+    if not protected_args[0] or protected_args[1]:
+        return None  # no write root; or fs.protect entries, which no short list decides (resolved at every check)
+    install = None
+    if protected_args[2]:
+        from sandboy.confine import own_install
+
+        install = own_install.candidates(protected_args[0])
+    return protected_args, install, _watch_now(protected_args, install)

@@ -141,6 +141,13 @@ class Job:
         return self.policy.strict
 
 
+def protected_args(job) -> tuple:
+    """The arguments of `protected_paths` for `job` (the write roots, fs.protect, the defaults,
+    the run's work directories): what a compiled cage's fingerprint resolves them from again."""
+    fs = job.resolved.fs
+    return fs.write, fs.protect, fs.protect_defaults, job.work
+
+
 def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=None, notes=None) -> tuple:
     """(from_defaults, from_policy, from_install): `confine.protected.resolve_protected`, and
     with the defaults the directories of the operator's PATH a write root holds outside `work`
@@ -427,7 +434,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         # spelling's inode while `a` — now any directory — was attached read-write (session 8)
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *fs.protect, *grants),
-        protected_args=(fs.write, fs.protect, fs.protect_defaults, job.work),
+        protected_args=protected_args(job),
         split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny), mount_roots=mount_roots,
         denied_in_write_roots=denied_in_write_roots)
 
