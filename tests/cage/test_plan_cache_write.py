@@ -326,6 +326,11 @@ MUTANTS = {
         "fingerprint.py", "        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:\n"
                           "            return False\n",
         "        protections.protected_paths(*self.protected_args, managers=managers)\n"),
+    # (session 10) the stats of what decides the protected paths, taken by the build BEFORE it
+    # resolved them (`fingerprint.protected_watch`), compared again once the building run ended:
+    # the entry is written from that comparison, with no second resolution where they are equal
+    "the build's protected-path stats compared after its run": (
+        "fingerprint.py", "and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched", "and True"),
 }
 
 
@@ -368,7 +373,8 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
         assert entry_applies(runner, "/bin/true").hit
         hit, left = hit_killed_outright(runner)
         assert hit and left  # the command outlived `sandboy run`: nothing checked after it
-    elif mutant == "the protected paths after the building run":
+    elif mutant in ("the protected paths after the building run",
+                    "the build's protected-path stats compared after its run"):
         # test_what_the_building_run_makes_is_not_kept_with_the_plan_that_missed_it
         assert runner.run("/bin/sh", "-c", _make_and_settle(".bashrc")).returncode == 0
         assert len(runner.entries()) == 1  # kept: the plan that binds no .bashrc
