@@ -118,10 +118,12 @@ def check_repository_grants(policy, repo: str) -> None:
     owen.policy.toml), and a checkout shipping `src -> ~/work` made the write root `src` the
     operator's ~/work (session 7). A grant meant for the target names it by its own path.
     Denies and protected paths only narrow: not checked."""
+    from sandboy.policy.resolve import is_within
+
     fs = policy.fs
     for field in _GRANTS:
         for i, raw in enumerate(getattr(fs, field)):
-            if raw == REPO_TOKEN or raw.startswith(REPO_TOKEN + "/"):
+            if is_within(raw, REPO_TOKEN):
                 try:
                     resolve_inside(repo, raw[len(REPO_TOKEN):].lstrip("/"), policy.source or "", f"fs.{field}[{i}]")
                 except OutsideRepository as exc:

@@ -335,12 +335,15 @@ def _made_here(path: Path, inside: Path) -> bool:
     read. Checked once the tool's run is over."""
     import stat
 
+    from sandboy.policy.resolve import is_within
+
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False
     except OSError:
         return False
-    return os.path.realpath(path).startswith(os.path.realpath(inside) + os.sep)
+    real, root = os.path.realpath(path), os.path.realpath(inside)
+    return real != root and is_within(real, root)
 
 
 def _symlink_on_the_way(inside: Path, path: Path) -> bool:
