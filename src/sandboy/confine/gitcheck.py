@@ -576,7 +576,13 @@ class GitSnapshot:
         # in reach (ADR 0019, "Session 9"), taken now, put back by `verify`
         from sandboy.confine.loosened import ModeGuard, guarded_paths
 
-        self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values())),
+        # and each git directory's own config and hooks: git runs what they name when the
+        # operator's git runs in it — a nested repository's or a submodule's (`.git/modules/x`),
+        # which no mount protects: `chmod 0666 vendor/lib/.git/config` stayed, and another user
+        # then added a core.fsmonitor the operator's next `git status` ran (redcage10)
+        git_files = [os.path.join(gitdir, name) for gitdir in self.launch_dirs.values() if _is_git_directory(gitdir)
+                     for name in ("config", "config.worktree", "hooks")]
+        self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values(), *git_files)),
                                scope.protected)
         self.after = None  # the same record as the check found it after the run (see `verify`)
         if self._to_judge():
@@ -649,6 +655,12 @@ class GitSnapshot:
         loosened += [Finding(path, "a protected path replaced or written while a directory above it was "
                                    "writable by other users: not the operator's (moved; check it before use)")
                      for path in self.modes.replaced_below([path for path, _why in put_back])]
+        # a protected file written through another of its hard links in a write root (the mount
+        # guards the path, not the inode): moved, its launch bytes put back in its place
+        loosened += [Finding(path, "a protected file written through another hard link to it in a write root "
+                                   "(moved; its launch content put back; the other names of the file keep what "
+                                   "the run wrote)", restore=data)
+                     for path, data in self.modes.written_through_links()]
         return loosened + self._judge(budget)
 
     def _judge(self, budget: int) -> list:

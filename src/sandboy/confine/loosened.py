@@ -64,13 +64,16 @@ def _acls(path: str, follow: bool = False) -> tuple:
 class ModeGuard:
     """The launch state of the guarded paths, and `put_back` after the run."""
 
-    __slots__ = ("launch", "links", "targets")
+    __slots__ = ("launch", "links", "targets", "linked")
 
     def __init__(self, paths, protected=()):
         self.launch = {}  # path -> (st_dev, st_ino, mode, gid, ACLs) at launch
         self.links = {}   # path -> its target at launch, for a guarded path that was a symlink
         # protected path -> (st_dev, st_ino, st_ctime_ns) at launch: see `replaced_below`
         self.targets = dict.fromkeys(protected)
+        # protected file with other hard links -> (st_dev, st_ino, size, mtime, bytes): see
+        # `written_through_links`
+        self.linked = _hard_linked(protected)
         for path in paths:
             try:
                 st = os.lstat(path)
@@ -174,6 +177,83 @@ class ModeGuard:
             if (st.st_dev, st.st_ino) != launch[:2] or (below and st.st_ctime_ns != launch[2]):
                 replaced.append(path)
         return replaced
+
+
+    def written_through_links(self) -> list:
+        """(path, launch bytes or None) for each protected file that had other hard links at
+        launch and whose bytes changed during the run. The read-only bind guards a PATH: the same
+        inode under another name inside a write root (`~/.bashrc` kept as a hard link of
+        `~/dotfiles/bashrc`) stayed writable through that name under the tier, and the operator's
+        next shell ran what the command appended (redcage10). Nothing else the command can do
+        reaches them: a link made in the cage to a bound file crosses mounts (EXDEV)."""
+        written = []
+        for path, (dev, ino, size, mtime, data) in self.linked.items():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # gone: nothing is run from there (a start-up file removed is not code)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                continue  # another file: `replaced_below`'s (or the operator's) business
+            if (st.st_size, st.st_mtime_ns) != (size, mtime) or (data is not None and _read(path) != data):
+                written.append((path, data))
+        return written
+
+
+# the protected files with other hard links whose bytes are kept at launch, and their size: a
+# start-up file is a few kB; past the bound the stats alone (size, mtime) tell a change
+MAX_LINKED_FILES = 64
+MAX_LINKED_BYTES = 1 << 20
+# entries looked at below a protected directory (`.ssh`, `.config/fish`...) for such files
+MAX_LINKED_SCAN = 2000
+
+
+def _hard_linked(protected) -> dict:
+    """{path: (st_dev, st_ino, size, mtime_ns, bytes or None)} of the regular files with more than
+    one link among `protected` and below its directories (but hooks directories: the git check
+    judges every file there by its ctime). Usually none: one lstat per protected path, which
+    `put_back`'s guard takes anyway, and a listing of the few protected directories."""
+    found: dict = {}
+    left = MAX_LINKED_SCAN
+    pending = list(protected)
+    while pending and len(found) < MAX_LINKED_FILES:
+        path = pending.pop()
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            if st.st_nlink > 1:
+                data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
+                found[path] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data)
+        elif stat.S_ISDIR(st.st_mode) and os.path.basename(path) != "hooks" and left > 0:
+            try:
+                names = os.listdir(path)
+            except OSError:
+                continue
+            names = names[:left]
+            left -= len(names)
+            pending.extend(os.path.join(path, name) for name in names)
+    return found
+
+
+def _read(path: str):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks, left = [], MAX_LINKED_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _set_acl(path: str, name: str, value) -> None:

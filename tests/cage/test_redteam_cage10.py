@@ -1,0 +1,159 @@
+"""Session 10 review of the cage from the attacker's side: what session 9 added — the plan cache
+keeping write roots (ADR 0028), the mode guard (`confine/loosened.py`, ADR 0019 "Session 9"),
+denied paths inside write roots bound read-only — and what session 10 changes there. Every run
+is a real `sandboy run` on the real kernel; each probe checks from the host side what the command
+reached (bytes, modes, a marker a host program would leave), and has a twin where the legitimate
+use shares its path. What held is listed in docs/threat-model.md ("Session 10 review of the cage").
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sandboy.confine import namespaces
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
+import userkit  # noqa: E402
+
+pytestmark = pytest.mark.needs_kernel
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+BASE = ('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/dev/null"]\n'
+        'exec = ["/usr/bin", "/bin", "/usr/lib/git-core"]\nwrite = ["{root}"]\n[env]\npass = ["GIT_CONFIG_GLOBAL"]\n')
+ACCOMPLICE = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c"]
+
+
+def _env(tmp_path: Path, **more) -> dict:
+    """A probe's environment: its own cache directory, the executor a suite pass chose."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "PYTHONPATH")}
+    env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cache")
+    env.update(more)
+    return env
+
+
+def _tier_env(tier_on: bool) -> dict:
+    if tier_on and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    return {"SANDBOY_NAMESPACES": "1" if tier_on else "0"}
+
+
+def _sandboy_run(policy: Path, script: str, env: dict, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", script],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def _hit_run(policy: Path, script: str, env: dict, cwd) -> subprocess.CompletedProcess:
+    """The same run from a kept plan (ADR 0028): two runs of `true` keep the entry (the first
+    builds, the second proves it is used), then `script` runs from it — asserted a hit (a run
+    from a kept plan imports no compiler: `-X importtime`). The C executor: only it keeps plans."""
+    env = {k: v for k, v in env.items() if k not in ("SANDBOY_PLAN_CACHE", "SANDBOY_NATIVE")}
+    argv = [sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c"]
+    for command in ("true", "true", script):
+        time.sleep(0.15)  # (past fingerprint.TICK_NS: an entry is kept only where the root's stats settled)
+        proc = subprocess.run([*argv, command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, timeout=120)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "sandboy.cli" in imported and "sandboy.confine.cage" not in imported, "not a hit: " + proc.stderr[-2000:]
+    proc.stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+    return proc
+
+
+# --- a protected file with another name in the write root -----------------------------------
+
+
+@pytest.mark.parametrize("how", ["built", "hit"])
+def test_a_start_up_file_hard_linked_elsewhere_in_the_write_root_is_not_changed_through_it(tmp_path, how):
+    """A granted home whose `~/.bashrc` is a hard link of `~/dotfiles/bashrc` (dotfiles kept by
+    `ln`, not `ln -s`). Under the tier `.bashrc` is bound read-only over itself — the PATH — but
+    the inode is the same one `dotfiles/bashrc` names, inside the read-write root: `echo ... >>
+    dotfiles/bashrc` rewrote the operator's start-up file, run rc 0. Host side: the operator's
+    `.bashrc` still holds its bytes (or the run failed and put them back)."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / "dotfiles" / "bashrc").write_text("echo operator\n")
+    os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
+    (home / "dotfiles" / "vimrc").write_text("set nu\n")
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    run = _sandboy_run if how == "built" else _hit_run
+    proc = run(policy, "echo 'echo PLANTED' >> dotfiles/bashrc; echo twin >> dotfiles/vimrc", env, home)
+    bashrc = (home / ".bashrc").read_text() if (home / ".bashrc").exists() else ""
+    assert "PLANTED" not in bashrc, f"the operator's .bashrc was written through its hard link (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr
+    assert "hard link" in proc.stderr and ".bashrc" in proc.stderr, proc.stderr
+    assert bashrc == "echo operator\n"  # the launch bytes put back in place
+    assert (home / "dotfiles" / "vimrc").read_text() == "set nu\ntwin\n"
+
+
+def test_twin_a_hard_linked_start_up_file_left_alone_and_other_links_written_pass(tmp_path):
+    """The twin: the same home, the command writes every other file (a hard-linked one that is not
+    a start-up file among them) and reads `.bashrc`: rc 0, nothing moved."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / "dotfiles" / "bashrc").write_text("echo operator\n")
+    os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
+    (home / "notes").write_text("a\n")
+    os.link(home / "notes", home / "dotfiles" / "notes")
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    proc = _sandboy_run(policy, "cat .bashrc && echo b >> dotfiles/notes && echo new > dotfiles/new", env, home)
+    assert proc.returncode == 0 and proc.stdout == "echo operator\n", proc.stderr
+    assert (home / "notes").read_text() == "a\nb\n" and (home / ".bashrc").read_text() == "echo operator\n"
+    assert not (home / ".sandboy-quarantine").exists()
+
+
+# --- the mode guard and the repositories below the top of a write root ---------------------
+
+
+@pytest.mark.parametrize("tier_on", [True, False, "hit"], ids=["tier", "fallback", "tier-hit"])
+@pytest.mark.parametrize("where", ["nested", "submodule"])
+def test_a_nested_repositorys_config_loosened_by_the_run_takes_no_plant_from_another_user(tmp_path, tier_on, where):
+    """Write root: a repository holding a nested one (a vendored checkout, or a submodule whose git
+    directory is `.git/modules/sub`). The mode guard (session 9) puts back the modes of the
+    chain from the write root to each git DIRECTORY; the command `chmod 0666`'d the nested
+    repository's `config` (and `chmod 0777` its `hooks`) instead — both stayed, rc 0, and an
+    accomplice (uid 65534) then appended `core.fsmonitor` to that config: the operator's next
+    `git status` there (or the superproject's, which recurses into a submodule) ran it as root.
+    Host side: modes after the run, and the marker the fsmonitor would leave."""
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp() as base:
+        repo = base / "W"
+        git = ["git", "-c", "protocol.file.allow=always", "-c", "user.name=o", "-c", "user.email=o@x"]
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        if where == "nested":
+            subprocess.run(["git", "init", "-q", str(repo / "vendor" / "lib")], check=True)
+            gitdir, status_in = repo / "vendor" / "lib" / ".git", repo / "vendor" / "lib"
+        else:
+            upstream = base / "up"
+            subprocess.run(["git", "init", "-q", str(upstream)], check=True)
+            subprocess.run([*git, "-C", str(upstream), "commit", "-q", "--allow-empty", "-m", "u"], check=True)
+            subprocess.run([*git, "-C", str(repo), "submodule", "add", "-q", str(upstream), "sub"], check=True,
+                           capture_output=True)
+            subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", "s"], check=True)
+            gitdir, status_in = repo / ".git" / "modules" / "sub", repo
+        policy = base / "p.toml"
+        policy.write_text(BASE.format(root=repo))
+        env = _env(tmp_path, **_tier_env(bool(tier_on)), SANDBOY_PLAN_CACHE="0", GIT_CONFIG_GLOBAL="/dev/null")
+        time.sleep(0.15)  # (past the clock tick of the set-up)
+        proc = (_hit_run if tier_on == "hit" else _sandboy_run)(policy, f"chmod 0666 {gitdir}/config; chmod 0777 {gitdir}/hooks; "
+                                    f"git -C {status_in} status >/dev/null && echo twin", env, repo)
+        assert "twin" in proc.stdout, proc.stderr  # git works in the cage
+        modes = (gitdir.joinpath("config").stat().st_mode & 0o777, gitdir.joinpath("hooks").stat().st_mode & 0o777)
+        planted = base / "PLANTED"
+        subprocess.run([*ACCOMPLICE, f"printf '[core]\\n\\tfsmonitor = \"touch {planted}; false\"\\n' >> {gitdir}/config;"
+                                     f" printf '#!/bin/sh\\ntouch {planted}\\n' > {gitdir}/hooks/post-checkout"],
+                       capture_output=True, timeout=30)
+        subprocess.run(["git", "-C", str(status_in), "status"], capture_output=True, timeout=60,
+                       env=dict(os.environ, GIT_CONFIG_GLOBAL="/dev/null"))
+        assert not planted.exists(), f"another user planted a nested repository's config after the run (modes {modes})"
+        assert modes == (0o644, 0o755), (modes, proc.stderr)
+        assert proc.returncode == 125, proc.stderr
