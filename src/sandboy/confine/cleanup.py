@@ -17,12 +17,22 @@ _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def empty_dir(path: str, deadline: float | None = None) -> bool:
     """Remove everything inside `path` (kept, mode 0700). False if something could not go, or
     if `deadline` (a time.monotonic() value) passed first: the gate, stopped by ^C, must not
-    spend seconds unlinking what a step left in its {tmp}."""
+    spend seconds unlinking what a step left in its {tmp}.
+
+    `path` is opened once, not followed if a symlink, and the chmod goes to that inode: chmod by
+    path followed a `path` swapped for a symlink meanwhile (a second run whose write root holds
+    it), and as root made the directory it pointed at 0700 (session 10)."""
     try:
-        os.chmod(path, 0o700)
-        top = os.open(path, _OPEN_DIR)
+        where = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        os.chmod(f"/proc/self/fd/{where}", 0o700)  # (a step may have made it 0000: O_PATH needs no access)
+        top = os.open(".", _OPEN_DIR, dir_fd=where)
+    except OSError:
+        return False
+    finally:
+        os.close(where)
     try:
         return _empty(top, deadline)
     finally:

@@ -68,7 +68,9 @@ class ModeGuard:
 
     def __init__(self, paths, protected=()):
         self.launch = {}  # path -> (st_dev, st_ino, mode, gid, ACLs) at launch
-        self.links = {}   # path -> its target at launch, for a guarded path that was a symlink
+        # path -> (its target, the (st_dev, st_ino) it led to) at launch, for a guarded path that
+        # was a symlink
+        self.links = {}
         # protected path -> (st_dev, st_ino, st_ctime_ns) at launch: see `replaced_below`
         self.targets = dict.fromkeys(protected)
         # protected file with other hard links -> (st_dev, st_ino, size, mtime, bytes): see
@@ -81,9 +83,10 @@ class ModeGuard:
                 continue  # absent at launch: whatever is made there is the git check's to judge
             if stat.S_ISLNK(st.st_mode):  # no mode of its own; what is below it is reached through it
                 try:
-                    self.links[path] = os.readlink(path)
+                    reached = os.stat(path)
+                    self.links[path] = (os.readlink(path), reached.st_dev, reached.st_ino)
                 except OSError:
-                    pass
+                    pass  # dangling: nothing below it was there to record either
                 continue
             self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_gid, _acls(path))
             if path in self.targets:
@@ -101,57 +104,75 @@ class ModeGuard:
         # `config` would have been given the launch group and ACLs). Shallowest first, so an
         # ancestor is judged before what lies below it.
         # A symlink of launch pointed elsewhere now (or replaced) is skipped the same way.
+        # Each path is opened relative to the fd of its parent as judged, never through the path
+        # again: judged by path and then opened by path, an ancestor swapped for a symlink in
+        # between (a second run sharing the write root; session 10) had the chmod, chown and ACLs
+        # land on the directory the link pointed at.
         skipped: list = []
-        for path in sorted((*self.launch, *self.links), key=lambda p: p.count("/")):
-            if any(is_within(path, gone) for gone in skipped):
-                continue
-            if path in self.links:
-                try:
-                    if os.readlink(path) == self.links[path]:
-                        continue
-                except OSError:
-                    pass
-                skipped.append(path)
-                continue
-            dev, ino, mode, gid, acls = self.launch[path]
-            try:
-                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                skipped.append(path)
-                continue  # gone: the git check judges what took its place
-            try:
-                st = os.fstat(fd)
-                if stat.S_ISLNK(st.st_mode):
+        opened: dict = {}  # guarded path -> O_PATH fd of the inode judged there
+        try:
+            for path in sorted((*self.launch, *self.links), key=lambda p: p.count("/")):
+                if any(is_within(path, gone) for gone in skipped):
+                    continue
+                parent = opened.get(os.path.dirname(path))
+                name = os.path.basename(path) if parent is not None else path  # (the root: by path)
+                if path in self.links:
+                    fd = _same_link(name, parent, self.links[path])
+                else:
+                    try:
+                        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+                    except OSError:
+                        fd = None  # gone: the git check judges what took its place
+                if fd is None:
                     skipped.append(path)
-                    continue  # a symlink now: as gone
-                via = f"/proc/self/fd/{fd}"  # the inode opened, whatever its name becomes meanwhile
-                same = (st.st_dev, st.st_ino) == (dev, ino)
-                now, changes = stat.S_IMODE(st.st_mode), []
-                added = now & OTHERS_WRITE & ~mode
-                # group and ACLs as at launch even on another inode: a copy swapped in (`mv .git
-                # .old; mkdir .git; cp -a .old/. .git`, no tier) with the launch mode but an ACL
-                # for another user, or another group, added no mode bit where the launch mode had
-                # group write (umask 002) and stayed writable by that user after the run
-                if st.st_gid != gid and now & stat.S_IWGRP:
-                    changes.append(f"group {gid} -> {st.st_gid}")
-                    os.chown(via, -1, gid)
-                if _acls(via, follow=True) != acls:  # (the magic link is followed)
-                    changes.append("ACLs changed")
-                    for name, value in zip(ACLS, acls):
-                        _set_acl(via, name, value)
-                if added:
-                    changes.append(f"mode {mode:04o} -> {now:04o}" if same else f"mode {now:04o} (a new one)")
-                    os.chmod(via, (mode if same else now & ~added) & 0o7777)
-                if changes:
-                    loosened.append((path, "made writable by other users during the run (" + ", ".join(changes) +
-                                     "): any local user could then have replaced what the host's git or shell "
-                                     "reads below it; put back as at launch"))
-            except OSError as exc:
-                loosened.append((path, f"made writable by other users during the run and could not be put back "
-                                       f"({exc.strerror}): fix its mode before running git there"))
-            finally:
+                    continue
+                opened[path] = fd
+                if path in self.links:
+                    continue
+                try:
+                    why = self._put_back_one(fd, self.launch[path])
+                except OSError as exc:
+                    why = (f"made writable by other users during the run and could not be put back "
+                           f"({exc.strerror}): fix its mode before running git there")
+                if why is None:
+                    skipped.append(path)  # a symlink now: as gone
+                elif why:
+                    loosened.append((path, why))
+        finally:
+            for fd in opened.values():
                 os.close(fd)
         return loosened
+
+    @staticmethod
+    def _put_back_one(fd: int, launch: tuple):
+        """Put back the inode `fd` (O_PATH) as `launch` says: what was done ("" for nothing), or
+        None where it is a symlink now."""
+        dev, ino, mode, gid, acls = launch
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode):
+            return None
+        via = f"/proc/self/fd/{fd}"  # the inode opened, whatever its name becomes meanwhile
+        same = (st.st_dev, st.st_ino) == (dev, ino)
+        now, changes = stat.S_IMODE(st.st_mode), []
+        added = now & OTHERS_WRITE & ~mode
+        # group and ACLs as at launch even on another inode: a copy swapped in (`mv .git
+        # .old; mkdir .git; cp -a .old/. .git`, no tier) with the launch mode but an ACL
+        # for another user, or another group, added no mode bit where the launch mode had
+        # group write (umask 002) and stayed writable by that user after the run
+        if st.st_gid != gid and now & stat.S_IWGRP:
+            changes.append(f"group {gid} -> {st.st_gid}")
+            os.chown(via, -1, gid)
+        if _acls(via, follow=True) != acls:  # (the magic link is followed)
+            changes.append("ACLs changed")
+            for name, value in zip(ACLS, acls):
+                _set_acl(via, name, value)
+        if added:
+            changes.append(f"mode {mode:04o} -> {now:04o}" if same else f"mode {now:04o} (a new one)")
+            os.chmod(via, (mode if same else now & ~added) & 0o7777)
+        if not changes:
+            return ""
+        return ("made writable by other users during the run (" + ", ".join(changes) + "): any local user "
+                "could then have replaced what the host's git or shell reads below it; put back as at launch")
 
 
     def replaced_below(self, loosened) -> list:
@@ -267,3 +288,21 @@ def _set_acl(path: str, name: str, value) -> None:
                 raise
     else:
         os.setxattr(path, name, value)
+
+
+def _same_link(name: str, parent, launch: tuple):
+    """An O_PATH fd of what the guarded symlink `name` (below the fd `parent`, or a path) leads to,
+    where it still reads as at launch and reaches the same inode; else None. The inode decides,
+    not the text: a relative target resolves anew each time (its own directories may be swapped)."""
+    target, dev, ino = launch
+    try:
+        if os.readlink(name, dir_fd=parent) != target:
+            return None
+        fd = os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=parent)  # followed, once
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (dev, ino):
+        os.close(fd)
+        return None
+    return fd

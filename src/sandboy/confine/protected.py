@@ -46,22 +46,41 @@ def _complete_git_dir(root: str) -> None:
     """A repository whose `.git/hooks` (or `.git/config`) is missing would let the command make
     it, and git runs hooks from there whether or not they existed before. So where `.git` is a
     real git directory, the missing ones are made now (an empty directory, an empty file, owned
-    like `.git`), which is what `git init` would have left, and then protected like the rest."""
-    git_dir = os.path.join(root, ".git")
-    if os.path.islink(git_dir) or not os.path.isfile(os.path.join(git_dir, "HEAD")):
-        return
+    like `.git`), which is what `git init` would have left, and then protected like the rest.
+
+    Everything is done relative to ONE fd of `.git`, opened without following a symlink: checked
+    first and then made through the path, a `.git` swapped for a symlink in between (a second
+    run sharing the write root) had the parent, as root, make them where the link pointed."""
     try:
-        owner = os.stat(git_dir)
-        for name, make in (("hooks", lambda p: os.mkdir(p, 0o755)),
-                           ("config", lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                                                                  | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)))):
-            path = os.path.join(git_dir, name)
-            if not os.path.lexists(path):
-                make(path)
+        git_fd = os.open(os.path.join(root, ".git"), _DIR_NOFOLLOW)
+    except OSError:
+        return  # absent, a file, or a symlink: not completed
+    try:
+        if not stat.S_ISREG(os.stat("HEAD", dir_fd=git_fd).st_mode):
+            return
+        owner = os.fstat(git_fd)
+        for name in ("hooks", "config"):
+            try:
+                if name == "hooks":
+                    os.mkdir(name, 0o755, dir_fd=git_fd)  # mkdirat: never follows a symlink there
+                    made = os.open(name, _DIR_NOFOLLOW, dir_fd=git_fd)
+                else:
+                    made = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                   0o644, dir_fd=git_fd)
+            except FileExistsError:
+                continue
+            try:
                 if os.geteuid() == 0:
-                    os.lchown(path, owner.st_uid, owner.st_gid)
+                    os.fchown(made, owner.st_uid, owner.st_gid)
+            finally:
+                os.close(made)
     except OSError:
         pass  # not ours to change: it then stays unprotected, and is absent from the report
+    finally:
+        os.close(git_fd)
+
+
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _config_hooks_path(config_file: str):
