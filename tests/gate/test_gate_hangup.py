@@ -172,6 +172,46 @@ def test_an_exception_out_of_the_output_loop_ends_the_steps_tree_first(tmp_path,
     assert proc.returncode == 1
 
 
+BROKEN_CONSOLE_AND_END = BROKEN_CONSOLE.replace("from sandboy.gate.cli import main\n", textwrap.dedent("""\
+    from sandboy.confine import supervision
+
+    def end(self, *args, _end=supervision.Supervision.end, **kwargs):
+        _end(self, *args, **kwargs)  # the tree IS ended: only the report is at stake
+        raise OSError("ending the tree broke (test)")
+
+    supervision.Supervision.end = end
+    from sandboy.gate.cli import main
+"""))
+
+
+@TIERS
+def test_an_exception_out_of_ending_the_tree_does_not_replace_the_one_being_unwound(tmp_path, fake_home,
+                                                                                    namespaces):
+    # runner._end_unwound ran run.end() inside the pump's `except`: what end() raised replaced the
+    # exception being unwound, so the report named the second failure and lost the cause.
+    marker = f"gh-raise2-{os.urandom(4).hex()}"
+    repo = make_repo(tmp_path, STEP.format(marker=marker))
+    assert "def end" in BROKEN_CONSOLE_AND_END
+    proc = subprocess.Popen([sys.executable, "-c", BROKEN_CONSOLE_AND_END, str(repo), str(repo / "leftover.pid")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_gate_env(fake_home, namespaces), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (repo / "leftover.pid").exists(), out + err
+    assert kill_survivors(marker) == [], "the step's background process outlived the gate"
+    last = err.rstrip().splitlines()
+    # the report is the original exception (Python prints the final one last, notes below it) ...
+    reported = next(line for line in reversed(last) if line.startswith(("RuntimeError", "OSError")))
+    assert reported == "RuntimeError: the console broke (test)", out + err
+    # ... and the second is not lost: it is said with it
+    assert "ending the tree broke (test)" in err, out + err
+    assert proc.returncode == 1
+
+
 def test_twin_a_gate_started_under_nohup_keeps_running_through_sighup(tmp_path, fake_home):
     # an ignored SIGHUP (nohup) stays ignored: the operator asked the gate to outlive the terminal
     repo = make_repo(tmp_path, """

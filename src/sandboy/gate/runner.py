@@ -533,13 +533,13 @@ class GateRun:
                     interrupted = self._pump_interactive(proc, relay)
                 else:
                     interrupted = self._pump(proc, read_fd, stream)
-            except BaseException:
+            except BaseException as unwound:
                 # Whatever raised in the output loop — the console (a hung-up terminal's EIO on the
                 # status line), the log, a bug — unwound the gate with the step still running, and
                 # without the namespace tier its background processes outlived the gate (session 9).
                 # The tree ends here first, the stop hooks run (egress proxy, memory group); then it
                 # propagates as it was.
-                _end_unwound(proc)
+                _end_unwound(proc, unwound)
                 raise
             outcome = proc.wait()
             if memory_degraded:
@@ -664,11 +664,15 @@ class GateRun:
             signal.signal(signal.SIGWINCH, previous)
 
 
-def _end_unwound(run) -> None:
-    """End a step's tree (outcome "killed") and reap it while an exception unwinds the gate out of
-    its pump; what the reaping itself raises is dropped: the exception being unwound is the report."""
+def _end_unwound(run, unwound: BaseException) -> None:
+    """End a step's tree (outcome "killed") and reap it while `unwound` unwinds the gate out of its
+    pump. `unwound` stays the report: what ending the tree raises is added to it as a note (raised
+    from here it replaced `unwound` — an OSError out of end() was printed by the gate's CLI as
+    "sandboy gate: : None", the cause lost; session 10); what the reaping raises is dropped."""
     try:
         run.end(KILLED)
+    except Exception as exc:
+        unwound.add_note(f"then ending the step's tree failed too: {type(exc).__name__}: {exc}")
     finally:
         with contextlib.suppress(Exception):
             run.wait()
