@@ -236,3 +236,38 @@ def test_what_the_repository_left_where_compile_writes_is_named_not_exit_74(worl
     named = ".cursorignore.sandboy-tmp: Is a directory" if plant == "dir-tmp" else "cannot write .claude: File exists"
     assert named in run.stderr and "Traceback" not in run.stderr
     assert not (repo / "nowhere").exists()  # nothing made through the link
+
+
+# --- `?` and a name with a non-ASCII character ------------------------------------------------
+
+def _git_ignores(tmp_path, lines, path) -> bool:
+    work = tmp_path / "git-matcher"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (work / ".gitignore").write_text("".join(line + "\n" for line in lines))
+    return subprocess.run(["git", "-C", str(work), "check-ignore", "-q", "--no-index", path]).returncode == 0
+
+
+@pytest.mark.parametrize("key", ["read.deny", "index.exclude", "write.allow", "write.deny"])
+def test_a_question_mark_is_refused_because_the_targets_disagree_on_it(world, tmp_path, key):
+    """git's matcher (it reads every ignore file) takes `?` as one byte: `?.env` does not hide
+    `é.env` there, while the cage (one character) denied it and `explain` said every target hid it."""
+    assert not _git_ignores(tmp_path, ["?.env"], "\u00e9.env") and _git_ignores(tmp_path, ["?.env"], "a.env")
+    repo, home = world
+    section, name = key.split(".")
+    (repo / "owen.policy.toml").write_text(f'version = 1\n[{section}]\n{name} = ["a.pem", "?.env"]\n')
+    run = _cli(["policy", "compile"], repo, home)
+    assert run.returncode == 2 and f"owen.policy.toml: {key}[1]: '?.env': '?' is not accepted" in run.stderr, run.stderr
+    assert not (repo / ".cursorignore").exists()
+
+
+def test_twin_a_star_decides_the_same_for_git_the_policy_and_the_cage(world, tmp_path):
+    assert _git_ignores(tmp_path, ["*.env"], "\u00e9.env")
+    repo, home = world
+    (repo / "\u00e9.env").write_text("secret\n")
+    (repo / "a.txt").write_text("fine\n")
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy", "cursor"]\n[read]\ndeny = ["*.env"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    explained = json.loads(_cli(["policy", "explain", "--json", "\u00e9.env"], repo, home).stdout)["targets"]
+    assert explained["cursor"]["readable"]["allowed"] is False and explained["sandboy"]["readable"]["allowed"] is False
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "cat a.txt; cat \u00e9.env"], repo, home)
+    assert run.stdout == "fine\n" and run.returncode != 0, run.stdout + run.stderr

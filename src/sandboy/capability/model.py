@@ -1,13 +1,13 @@
 """`owen.policy.toml`: the canonical capability policy, strictly validated, and its path rule.
 
-Patterns are a gitignore subset every target can say the same way: `*` and `?` within one path
+Patterns are a gitignore subset every target can say the same way: `*` within one path
 segment, `**` as a whole segment, a trailing `/` for "this directory and everything in it", a
 pattern without an inner `/` matching at any depth, one with an inner (or leading) `/` anchored to
 the repository root. In read.deny only, `!pattern` re-includes as in git: the last matching line
 decides, and nothing inside an excluded directory can be re-included. Claude Code, Codex and the
 cage cannot make such an exception: there the path stays denied (stricter), and the fidelity table
-says so. Not accepted, each with its reason in the error: `!` elsewhere, `[...]` classes and `\\`
-escapes (the targets disagree on them), `..`, control characters, `{`/`}` (placeholders in the
+says so. Not accepted, each with its reason in the error: `!` elsewhere, `[...]` classes, `\\`
+escapes and `?` (the targets disagree on them), `..`, control characters, `{`/`}` (placeholders in the
 cage's step policy, brace expansion in some matchers).
 """
 
@@ -46,7 +46,7 @@ class Pattern:
         return ("!" if self.negated else "") + ("/" if self.anchored else "") + self.body + ("/" if self.dir_only else "")
 
     def is_literal(self) -> bool:
-        return self.anchored and not any(c in self.body for c in "*?")
+        return self.anchored and "*" not in self.body
 
     def matches(self, path: str, is_dir: bool) -> bool:
         if self.dir_only and not is_dir:
@@ -91,7 +91,7 @@ def _to_regex(body: str, anchored: bool) -> str:
         if seg == "**":
             out.append(".*" if last else "(?:[^/]+/)*")
             continue
-        piece = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in seg)
+        piece = "".join("[^/]*" if c == "*" else re.escape(c) for c in seg)
         out.append(piece if last else piece + "/")
     regex = "".join(out)
     return regex if anchored else "(?:[^/]+/)*" + regex
@@ -110,6 +110,13 @@ def parse_pattern(src: str, key: str, text, negatable=False) -> Pattern:
         problem = "a pattern cannot start with '#' (a comment in every ignore file)"
     elif any(c in text for c in "[]\\") or not text.isprintable():
         problem = "'[...]' classes, '\\' escapes and control characters are not accepted (the targets disagree on them)"
+    elif "?" in text:
+        # session 10: git's matcher (every ignore file) takes `?` as one BYTE, JavaScript matchers
+        # as one UTF-16 unit, the cage and Codex as one character: `?.env` hid `a.env` everywhere
+        # but `é.env` (two bytes) only in the cage, while `explain` said every target hid it
+        problem = ("'?' is not accepted: the targets disagree on it for a name with a non-ASCII character "
+                   "(one byte for git and the ignore files, one UTF-16 unit for JavaScript matchers, one "
+                   "character for the cage); spell the name out, or use '*' where matching more is what you mean")
     elif any(c in text for c in "{}"):
         # `.sandboy/agent.toml` carries write.allow and write.deny as cage paths, where `{home}`,
         # `{tmp}`, `{cwd}`... are placeholders: `/{home}` in write.allow made the cage grant the

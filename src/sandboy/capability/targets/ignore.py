@@ -46,8 +46,9 @@ class IgnoreTarget(Target):
             elif key == "read.deny":
                 where = self.files[0]
                 what = ("re-included as in git; inside an excluded directory git keeps the path "
-                        "excluded, while some matchers (pathspec) re-include it there, so agents may "
-                        "differ on such paths") if item.negated else SHELL
+                        "excluded, while some matchers (pathspec) re-include it there, and matchers that "
+                        "ignore case (node's `ignore` by default) re-include other spellings too, so "
+                        "agents may differ on such paths") if item.negated else SHELL
                 out.append((key, text, ADVISORY, f"{where}: {what}"))
             elif key == "index.exclude":
                 where = self.index_only_file or self.files[0]
