@@ -114,8 +114,9 @@ def test_quick_steps_lookups_end_with_each_step(tmp_path, silent_name_server):
     steps asking for names no server answers, 8 more threads a step lived on for up to 30 s
     (90 threads in the gate after 12 such steps here), each with its socket, until a later
     step's proxy or /proc walk found no fd left. Now a step's lookups run in its proxy's helper
-    process, killed when the step ends. From the host: every step runs, the gate's threads do
-    not grow with the steps, and no helper outlives its step."""
+    process, killed when the step ends (session 10: the gate's one helper, killed at the end of
+    a step whose lookups are still out). From the host: every step runs, the gate's threads do
+    not grow with the steps, nor the helper's."""
     steps = 12
     repo = tmp_path / "repo"
     (repo / ".007").mkdir(parents=True)
@@ -131,13 +132,17 @@ def test_quick_steps_lookups_end_with_each_step(tmp_path, silent_name_server):
     script = 'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
     proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
                              str(resolv), *gate], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    threads, helpers = [], []
+    threads, helpers, helper_threads, helper_pids = [], [], [], set()
     try:
         while proc.poll() is None:  # the gate is proc.pid itself: unshare and sh exec it
             try:
                 threads.append(len(os.listdir(f"/proc/{proc.pid}/task")))
                 kids = _children(proc.pid)
-                helpers.append(sum(1 for kid in kids if b"-I\0-S\0-c" in open(f"/proc/{kid}/cmdline", "rb").read()))
+                mine = [kid for kid in kids if b"-I\0-S\0-c" in open(f"/proc/{kid}/cmdline", "rb").read()]
+                helpers.append(len(mine))
+                for kid in mine:
+                    helper_pids.add(kid)
+                    helper_threads.append(len(os.listdir(f"/proc/{kid}/task")))
             except OSError:
                 pass
             time.sleep(0.02)
@@ -150,6 +155,11 @@ def test_quick_steps_lookups_end_with_each_step(tmp_path, silent_name_server):
     assert out.count(": PASSED in ") == steps, out[-2000:]
     assert max(threads) <= 4, max(threads)  # session 8: +8 a step, 90 here by the last one
     assert max(helpers) == 1, helpers  # a helper did run the lookups, one at a time
+    # Session 10: the gate keeps one helper across steps, but not one whose lookups are still
+    # out at a step's end (killed then): its threads never pile up (main + at most 8 lookups,
+    # MAX_LOOKUPS) — kept, it would hold 8 more a step, ~96 by the last one
+    assert max(helper_threads) <= 9, max(helper_threads)
+    assert len(helper_pids) > 1, helper_pids
 
 
 def test_twin_names_still_resolve_through_getaddrinfo():

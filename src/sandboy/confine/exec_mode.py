@@ -19,12 +19,13 @@ import sys
 from sandboy.errors import CageError
 
 
-def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None) -> list:
+def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None, lookups=None) -> list:
     """The supervision hooks every run of `cage` gets, whoever runs it (the CLI, the API, the
     gate): the one list. Each is checked cheaply before its module is imported. `git_record`:
     the gate's `gitcheck.LaunchRecord`, carrying where the git directories are from one step's
     check to the next step's launch (ADR 0019, session 6). `egress_log_bytes`: the bound of the
-    egress decision log (None: egress.log.MAX_LOG_BYTES; the gate gives a step's output cap)."""
+    egress decision log (None: egress.log.MAX_LOG_BYTES; the gate gives a step's output cap).
+    `lookups`: the gate's egress.resolver.LookupHelper, shared by its steps' proxies."""
     hooks = []
     policy = cage.policy
     # Any write root may get a repository planted in it. A policy writing only to `{tmp}` keeps
@@ -45,7 +46,7 @@ def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None) -> 
     if policy.net.egress:
         from sandboy.egress.session import EgressSession
 
-        session = EgressSession.for_cage(cage, egress_log, egress_log_bytes)
+        session = EgressSession.for_cage(cage, egress_log, egress_log_bytes, lookups)
         if session is not None:
             hooks.append(session)
     return hooks

@@ -44,7 +44,7 @@ def preload() -> None:
 class EgressSession(Hook):
     name = "egress proxy"
 
-    def __init__(self, cage, log_path=None, log_bytes=None):
+    def __init__(self, cage, log_path=None, log_bytes=None, lookups=None):
         from sandboy.egress.rules import Rules
 
         part = cage.compiled["egress"]
@@ -57,13 +57,28 @@ class EgressSession(Hook):
         self.service = None
         self.summary = None
         self._channel = self._child_end = None
+        # `lookups`: the gate's resolver.LookupHelper, one name-lookup process for all its steps.
+        # Only for a run whose tree the namespace tier's init ends: without a PID namespace the
+        # supervisor's sweep kills every child of the supervising process at the run's end, the
+        # helper too (reaping.sweep waits until none is left), so sharing would buy nothing.
+        tier = getattr(cage, "tier", None)
+        self.lookups = lookups if tier is not None and tier.pid else None
 
     @classmethod
-    def for_cage(cls, cage, log_path=None, log_bytes=None):
+    def for_cage(cls, cage, log_path=None, log_bytes=None, lookups=None):
         compiled = getattr(cage, "compiled", {}).get("egress")
         if compiled is None or not compiled.outputs:
             return None
-        return cls(cage, log_path, log_bytes)
+        return cls(cage, log_path, log_bytes, lookups)
+
+    def _resolver(self):
+        """The proxy's resolver: one using the gate's shared helper, or None (the proxy makes
+        one with a helper of its own)."""
+        if self.lookups is None:
+            return None
+        from sandboy.egress.resolver import Resolver
+
+        return Resolver(lookups=self.lookups)
 
     def _open_log(self):
         """The decision log (bounded: log.py), or None without a log file (the service then keeps
@@ -136,14 +151,16 @@ class EgressSession(Hook):
         if self.mode == MODE_NAMESPACE:
             self._close_child_side()  # now only the child holds it: its exit ends the receive
             channel, self._channel = self._channel, None
-            self.service = ProxyService(self.rules, channel=channel, log=self._open_log()).start(wait)
+            self.service = ProxyService(self.rules, channel=channel, log=self._open_log(),
+                                        resolver=self._resolver()).start(wait)
         else:
             import _socket
             import os
 
             # the cage keeps its own; this one the service closes
             listener = _socket.socket(fileno=os.dup(self._listener.fileno()))
-            self.service = ProxyService(self.rules, listener, log=self._open_log()).start(wait)
+            self.service = ProxyService(self.rules, listener, log=self._open_log(),
+                                        resolver=self._resolver()).start(wait)
 
     def serve_on_demand(self) -> None:
         """`serve()` for the supervisor (a process of its own; call it from its main thread

@@ -360,6 +360,8 @@ class GateRun:
         # it starts (ADR 0019, session 6)
         self.git_record = LaunchRecord(reach=self.links.roots)  # every step writes only inside these
         self._null = None  # /dev/null, open while run() runs
+        # the steps' egress name lookups: one helper process for the gate (egress/resolver.py)
+        self._lookups = None
         if log_dir is not None:
             taken: set = set()
             for result in self.results:
@@ -381,6 +383,8 @@ class GateRun:
             interrupted = self._run_steps()
         finally:
             os.close(self._null)
+            if self._lookups is not None:  # (however the gate ends: its lookups end with it)
+                self._lookups.close()
             self._left_behind += self.cages.close(self._cleanup_deadline())
             self.cages = None
         for path in self._left_behind:
@@ -516,7 +520,8 @@ class GateRun:
                     timeout, by_budget = self.budget.bound(own)
                 proc = Supervision(argv, cage, timeout=timeout, stdio=stdio,
                                    pids_group=self.cages.pids_group(policy), ctty=ctty,
-                                   hooks=hooks_for(cage, egress_log, self.git_record, output_cap),
+                                   hooks=hooks_for(cage, egress_log, self.git_record, output_cap,
+                                                   self._name_lookups(policy)),
                                    memory_mib=memory_mib, memory_cgroups=self.cages.memory_groups).start()
             except PolicyError as exc:
                 result.refuse(Status.POLICY_ERROR, str(exc))
@@ -570,6 +575,14 @@ class GateRun:
             result.timeout = own
         return interrupted
 
+
+    def _name_lookups(self, policy):
+        """The egress proxy's name-lookup helper, shared by the steps (None: no egress)."""
+        if policy.net.egress and self._lookups is None:
+            from sandboy.egress.resolver import LookupHelper
+
+            self._lookups = LookupHelper()
+        return self._lookups
 
     def _pump(self, run, read_fd: int, stream: StepOutput) -> bool:
         """Copy the step's output while it runs; end its tree when it exits, times out or the
