@@ -28,6 +28,7 @@ import time
 import pytest
 
 from dnskit import NameServer, alive, lookup_helpers, under_name_server
+from egresskit import to_toml_policy
 from sandboy.gate import ceiling as ceilings
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
@@ -199,3 +200,42 @@ def test_a_late_answer_to_step_one_never_reaches_step_two(tmp_path):
     assert first == "gave up"
     assert second == "['127.0.0.3']", proc.stdout  # step 1's late 127.0.0.2 never reaches it
     assert pid_after_first == "None" and started == "2", proc.stdout  # killed with its question out
+
+
+def test_twin_sandboy_run_resolves_through_a_helper_of_its_own(tmp_path, origin, fast_names):
+    """`sandboy run` (one run, one proxy) keeps the helper of its proxy's own: the name resolves
+    through the host's resolver, and no helper is left once the run has ended."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(to_toml_policy({"domains": [f"n11.fast.test:{origin.port}"], "private": ["127.0.0.1/32"]}))
+    resolv = fast_names.resolv_conf(tmp_path / "resolv.conf")
+    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
+    env = dict(os.environ)
+    env.pop("SANDBOY_EGRESS_HOSTS", None)
+    proc = subprocess.Popen(under_name_server(resolv, [sandboy, "run", "--policy", str(policy), "--", "sh", "-c",
+                                                       FETCH.format(name="n11.fast.test", port=origin.port)]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    while proc.poll() is None:  # the helper is a child of the process that serves the proxy
+        for pid in lookup_helpers(proc.pid):
+            if pid not in seen:
+                seen.append(pid)
+        for kid in _all_children(proc.pid):
+            for pid in lookup_helpers(kid):
+                if pid not in seen:
+                    seen.append(pid)
+        time.sleep(0.01)
+    out, err = _finish(proc)
+    assert proc.returncode == 0 and out == "200", (out, err[-2000:])
+    assert fast_names.asked and fast_names.asked[0] == "n11.fast.test", fast_names.asked
+    assert all(_wait_gone(pid, 5) for pid in seen), seen
+
+
+def _all_children(pid: int) -> list:
+    kids = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                kids += [int(k) for k in fh.read().split()]
+    except OSError:
+        pass
+    return kids
