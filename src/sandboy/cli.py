@@ -112,7 +112,7 @@ def cmd_run(args: RunArgs) -> int:
     # before the compilers are even imported. `miss`: the inputs of a build the cache may keep.
     # `first`: no entry to compare with — the plan cache is imported only once the loaded policy
     # may be kept (a policy never kept, `{tmp}` or egress, pays nothing of it).
-    miss = said = None
+    miss = said = entry = None
     first = False
     # (`SANDBOY_PLAN_CACHE=0`: none of it, not even its import)
     from sandboy.policy.resolve import plan_cache_enabled
@@ -122,13 +122,15 @@ def cmd_run(args: RunArgs) -> int:
         from sandboy.policy.resolve import plan_entry_path
 
         try:
-            first = not os.path.lexists(plan_entry_path(args.policy, os.path.abspath(args.cwd or os.getcwd())))
+            cwd = os.path.abspath(args.cwd or os.getcwd())
+            entry = plan_entry_path(args.policy, cwd)  # (asked once: the Miss takes it)
+            first = not os.path.lexists(entry)
         except OSError:  # the working directory is gone: the build says so
             pass
-        if not first:
+        if entry is not None and not first:
             from sandboy.confine import plan_cache
 
-            hit, miss = plan_cache.consult(args.policy, args.cwd)
+            hit, miss = plan_cache.consult(args.policy, args.cwd, (cwd, entry))
             if hit is not None:
                 _say_notes(hit, args.command[0])
                 said = True
@@ -153,11 +155,12 @@ def cmd_run(args: RunArgs) -> int:
         policy = Policy.load(args.policy, raw=raw)
         if args.dry_run:
             return _dry_run(policy, args)
-        if first and plan_may_keep(policy):
-            from sandboy.confine import plan_cache
+        if first:
+            if plan_may_keep(policy):
+                from sandboy.confine import plan_cache
 
-            miss = plan_cache.Miss.first(args.policy, args.cwd, raw)
-        if miss is not None and not miss.keeps(policy):
+                miss = plan_cache.Miss.first(args.policy, (cwd, entry), raw)  # (kept: asked just now)
+        elif miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
         cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None)

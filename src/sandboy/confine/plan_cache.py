@@ -296,11 +296,12 @@ class CachedPlan:
         return exec_mode.exit_like(status if reported is None else reported)
 
 
-def consult(policy_arg: str, cwd_arg=None) -> tuple:
+def consult(policy_arg: str, cwd_arg=None, where=None) -> tuple:
     """(the stored plan for this run, ready to start, or None; a `Miss` where a cage built for this
     run may be kept, or None). What a run the cache never keeps pays is kept small: fd 0-2 are
     looked at first (a file there: no entry opened, no policy read twice), and the key is computed
-    only where an entry exists to compare it with (else once the cage is built: `Miss.built`)."""
+    only where an entry exists to compare it with (else once the cage is built: `Miss.built`).
+    `where`: (the working directory, absolute; the entry's path) where the caller has them."""
     try:
         shape = _stdio_shape()
         if shape is None:
@@ -308,7 +309,8 @@ def consult(policy_arg: str, cwd_arg=None) -> tuple:
         policy_bytes = _read_policy(policy_arg)
         if policy_bytes is None:
             return None, None  # not a readable regular file: the loader says what is wrong
-        miss = Miss(policy_arg, os.path.abspath(cwd_arg or os.getcwd()), policy_bytes, shape)
+        cwd, path = where or (os.path.abspath(cwd_arg or os.getcwd()), None)
+        miss = Miss(policy_arg, cwd, policy_bytes, shape, path)
         data = _open_entry(miss.path)
         return (None if data is None else _applies(data, miss)), miss
     except Exception:  # a working directory gone, a cache directory we may not read: a miss,
@@ -346,22 +348,27 @@ class Miss:
 
     __slots__ = ("policy_arg", "cwd", "policy_bytes", "shape", "path", "kept", "key", "code")
 
-    def __init__(self, policy_arg: str, cwd: str, policy_bytes: bytes, shape: tuple):
+    def __init__(self, policy_arg: str, cwd: str, policy_bytes: bytes, shape: tuple, path=None):
         self.policy_arg, self.cwd, self.policy_bytes, self.shape = policy_arg, cwd, policy_bytes, shape
-        self.path = plan_entry_path(policy_arg, cwd)
+        self.path = plan_entry_path(policy_arg, cwd) if path is None else path
         self.kept = False
         self.key = self.code = None
 
     @classmethod
-    def first(cls, policy_arg: str, cwd_arg, policy_bytes: bytes):
-        """The `Miss` of a run that found no entry (`sandboy run` asked `policy.resolve` and loaded
-        the policy from `policy_bytes` without this module), or None where it may not be kept:
-        fd 0-2 of a shape never kept, a policy that is not a regular file."""
+    def first(cls, policy_arg: str, where, policy_bytes: bytes):
+        """The `Miss` of a run that found no entry (`sandboy run` asked `policy.resolve`, loaded the
+        policy from `policy_bytes` without this module and found it may be kept — `plan_may_keep`,
+        not asked again), or None where it may not be kept: fd 0-2 of a shape never kept, a policy
+        that is not a regular file. `where`: (the working directory, absolute; the entry's path)
+        as the caller found them (None: this process's working directory)."""
         try:
             shape = _stdio_shape()
             if shape is None or not S_ISREG(os.stat(policy_arg).st_mode):
                 return None
-            return cls(policy_arg, os.path.abspath(cwd_arg or os.getcwd()), policy_bytes, shape)
+            cwd, path = where or (os.path.abspath(os.getcwd()), None)
+            miss = cls(policy_arg, cwd, policy_bytes, shape, path)
+            miss.kept = True
+            return miss
         except Exception:  # a cache never fails a run
             return None
 
