@@ -65,7 +65,10 @@ RUN_PATH_GROUPS = {
     # its judgement: a write root holding a repository (or one made by the run)
     "git judgement": ("sandboy.confine.gitjudge",),
     # the build's other modules for write roots: the protected paths' resolution
-    "write roots": ("sandboy.confine.own_install", "sandboy.confine.hook_python", "sandboy.confine.path_dirs"),
+    "write roots": ("sandboy.confine.own_install", "sandboy.confine.path_dirs"),
+    # the interpreter a pre-commit hook stub runs (its launch warning, its start-up code judged
+    # after the run): only where a write root's repository has such a stub
+    "pre-commit interpreter": ("sandboy.confine.hook_python",),
     # a warning or an error to print (`sandboy: warning: ...`, a policy error): the escaping every
     # printed line goes through (0.80 -> 0.56 M instructions to import from here: session 7)
     "messages": ("sandboy.escape",),

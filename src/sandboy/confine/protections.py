@@ -390,10 +390,14 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
 
         warnings.extend(first_import_warning(fs.write))
         # pre-commit's hook running an interpreter a write root holds (ADR 0019, session 7): its
-        # start-up code is judged after the run; said here, with the fix, before anything runs
-        from sandboy.confine.hook_python import launch_warnings
+        # start-up code is judged after the run; said here, with the fix, before anything runs.
+        # Only where the protected paths' resolution found a stub naming one (the same
+        # discoveries, `job.hook_managers`: `launch_warnings` takes them): else the module is
+        # not even loaded (a bundle group of its own, ≈ 39 kB of code)
+        if any(found[1] for found in job.hook_managers.values()):
+            from sandboy.confine.hook_python import launch_warnings
 
-        warnings.extend(launch_warnings(fs.write, job.hook_managers))
+            warnings.extend(launch_warnings(fs.write, job.hook_managers))
     if protected_by_mount:
         protects, protected_by = (), "mount namespace (read-only binds)"
     else:
