@@ -306,6 +306,16 @@ def test_a_hit_killed_outright_takes_its_command_with_it(runner):
     assert hit and left == []
 
 
+def test_a_build_killed_outright_takes_its_command_with_it(runner):
+    """The same for a write-root run that BUILDS (the plan cache off): since session 10 exec
+    mode runs the git check without a Supervision (`exec_mode._check_in_namespace`, as a hit
+    does), and the init's PR_SET_PDEATHSIG is still what ends the command with `sandboy run`."""
+    runner.env["SANDBOY_PLAN_CACHE"] = "0"
+    make_repository(runner.cwd)
+    hit, left = hit_killed_outright(runner)
+    assert not hit and left == []
+
+
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 
 
@@ -321,6 +331,9 @@ MUTANTS = {
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
     "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
     "the command's death signal on a hit": ("plan_cache.py", "supervised=snap is not None", "supervised=False"),
+    # (session 10) a build's run with the git check, exec mode without a Supervision
+    "the command's death signal on a build": ("exec_mode.py", "start_and_wait(argv, cage, supervised=True)",
+                                              "start_and_wait(argv, cage, supervised=False)"),
     # the protected paths resolved again once the building run ended (`_entry_for`), compared with the build's
     "the protected paths after the building run": (
         "fingerprint.py", "        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:\n"
@@ -373,6 +386,11 @@ def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner
         assert entry_applies(runner, "/bin/true").hit
         hit, left = hit_killed_outright(runner)
         assert hit and left  # the command outlived `sandboy run`: nothing checked after it
+    elif mutant == "the command's death signal on a build":  # test_a_build_killed_outright_takes_its_command_with_it
+        runner.env["SANDBOY_PLAN_CACHE"] = "0"
+        make_repository(runner.cwd)
+        hit, left = hit_killed_outright(runner)
+        assert not hit and left  # the command outlived `sandboy run`: nothing checked after it
     elif mutant in ("the protected paths after the building run",
                     "the build's protected-path stats compared after its run"):
         # test_what_the_building_run_makes_is_not_kept_with_the_plan_that_missed_it

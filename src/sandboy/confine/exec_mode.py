@@ -116,6 +116,8 @@ def exec_confined(argv, cage, on_applied=None, hooks=()):
     from sandboy.confine.terminal import enter_own_session
 
     if cage.tier is not None:
+        if len(hooks) == 1 and getattr(hooks[0], "name", None) == "git check" and hooks[0].record is None:
+            return _check_in_namespace(argv, cage, on_applied, hooks[0])
         if hooks:
             return _supervise_in_namespace(argv, cage, on_applied, hooks)
         return _wait_in_namespace(argv, cage, on_applied)
@@ -211,6 +213,56 @@ def exit_like(status: int) -> int:
         die_like(sig)
         return 128 + sig
     return os.waitstatus_to_exitcode(status)
+
+
+def _check_in_namespace(argv, cage, on_applied, check):
+    """`_supervise_in_namespace` for the one hook exec mode meets under the tier — the post-run
+    git check (`gitcheck.GitCheck`: before and after the run only) — without a Supervision: this
+    process waits in C for the init, the child dying with it, as a plan-cache hit runs the same
+    check (`plan_cache.CachedPlan.run`). The same snapshot, verdict, words and exit codes as
+    under a Supervision (its hooks' rules: a refusal at the start is the cage's, 125; a check
+    that fails to run fails the run), without what only a supervisor of a longer run needs (the
+    subreaper, a spare fd, a pidfd, the SIGCHLD check `cli.finish` made moot) nor its modules
+    (the "supervised" bundle group): every write-root build and first run (session 10)."""
+    from sandboy.confine import _libc
+
+    try:
+        check.start(None)  # the snapshot, just before the start; CageError: refused (the walk's bound)
+    except CageError:
+        raise
+    except Exception as exc:
+        raise CageError(f"{check.name}: {exc}") from None
+    try:
+        status, report, first = start_and_wait(argv, cage, supervised=True)
+    except OSError as exc:
+        raise CageError(f"fork failed: {exc.strerror}") from None
+    from sandboy.confine.gitcheck import after_run
+
+    try:  # once the init — and with it every process of the run — has ended
+        message = after_run(check.snap)
+    except Exception as exc:  # a check that could not run did not pass (HookChain.stop)
+        message = f"{check.name}: {exc}"
+    failed, reported = _libc.read_child_report(report)
+    result = None
+    if failed is not None or message:
+        from sandboy.confine.result import CAGE_ERROR, PLANTED, from_child
+
+        result = from_child(status, report, argv, cage, first=first)
+        refused = result.outcome == CAGE_ERROR  # the cage was not applied: nothing ran
+        if message:
+            result.refuse(message, PLANTED)
+        cage.close()
+        if refused:
+            raise CageError(result.error)
+        if on_applied is not None:
+            on_applied(result if result.outcome == PLANTED else None)
+        if result.error:
+            _say(result.error)
+        return result.returncode
+    cage.close()
+    if on_applied is not None:
+        on_applied()
+    return exit_like(status if reported is None else reported)
 
 
 def _supervise_in_namespace(argv, cage, on_applied, hooks):
