@@ -157,3 +157,90 @@ def test_a_nested_repositorys_config_loosened_by_the_run_takes_no_plant_from_ano
         assert not planted.exists(), f"another user planted a nested repository's config after the run (modes {modes})"
         assert modes == (0o644, 0o755), (modes, proc.stderr)
         assert proc.returncode == 125, proc.stderr
+
+
+# --- symlinks inside a protected directory, into the write root ----------------------------
+
+LINKED_LAYOUTS = {
+    # a dotfile manager's per-file link inside a real `~/.ssh` (stow --no-folding, a hand-made
+    # link): `ProxyCommand` in the ssh config runs at the operator's next `ssh`/`git push`
+    "ssh-config-link": ("mkdir -p dotfiles/ssh .ssh && echo 'Host *' > dotfiles/ssh/config && "
+                        "ln -s ../dotfiles/ssh/config .ssh/config",
+                        "echo '  ProxyCommand sh -c \"echo PLANTED\"' >> .ssh/config", ".ssh/config"),
+    # the same written by its real name, and replaced by a rename over it
+    "fish-file-written": ("mkdir -p dotfiles/fish .config/fish && echo 'set x 1' > dotfiles/fish/config.fish && "
+                          "ln -s ../../dotfiles/fish/config.fish .config/fish/config.fish",
+                          "echo 'echo PLANTED' >> dotfiles/fish/config.fish", ".config/fish/config.fish"),
+    "fish-file-renamed-over": ("mkdir -p dotfiles/fish .config/fish && echo 'set x 1' > dotfiles/fish/config.fish && "
+                               "ln -s ../../dotfiles/fish/config.fish .config/fish/config.fish",
+                               "echo 'echo PLANTED' > new && mv new dotfiles/fish/config.fish",
+                               ".config/fish/config.fish"),
+    # a linked directory: fish sources every `conf.d/*.fish` at start-up
+    "fish-conf.d-dir-link": ("mkdir -p dotfiles/conf.d .config/fish && echo 'set y 1' > dotfiles/conf.d/a.fish && "
+                             "ln -s ../../dotfiles/conf.d .config/fish/conf.d",
+                             "echo 'echo PLANTED' > dotfiles/conf.d/zz.fish", ".config/fish/conf.d/zz.fish"),
+}
+
+
+@pytest.mark.parametrize("layout", list(LINKED_LAYOUTS))
+@pytest.mark.parametrize("how", ["built", "hit"])
+def test_a_file_a_protected_directory_links_to_in_the_write_root_is_not_changed_through_it(tmp_path, layout, how):
+    """A granted home whose `~/.ssh` or `~/.config/fish` is a real directory (protected: bound
+    read-only) holding symlinks into `~/dotfiles` (per-file links, as stow makes them where the
+    directory already exists). The bind covers the directory and its links, not what they lead
+    to: `echo ... >> .ssh/config` itself went through the link, rc 0, and the operator's next
+    `ssh` would run the ProxyCommand (fish its conf.d). Host side: what the host program reads
+    through the protected directory holds no planted line."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    make, attack, read_as = LINKED_LAYOUTS[layout]
+    subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    proc = (_sandboy_run if how == "built" else _hit_run)(policy, attack, env, home)
+    seen = home / read_as
+    text = seen.read_text() if seen.exists() else ""
+    assert "PLANTED" not in text, f"{read_as} planted through a link in a protected directory (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr
+    if not layout.startswith("fish-conf"):  # the operator's link stays a link, its target holds the launch bytes
+        assert (home / read_as).is_symlink() and text in ("Host *\n", "set x 1\n"), text
+
+
+def test_twin_links_in_a_protected_directory_are_read_and_the_rest_of_the_dotfiles_written(tmp_path):
+    """The twin: the same links read through, another file of `~/dotfiles` (linked from nowhere
+    protected) written, a file made there: rc 0, nothing moved."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    for layout in ("ssh-config-link", "fish-file-written", "fish-conf.d-dir-link"):
+        make = LINKED_LAYOUTS[layout][0]
+        subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
+    (home / "dotfiles" / "README").write_text("mine\n")
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    proc = _sandboy_run(policy, "cat .ssh/config .config/fish/config.fish .config/fish/conf.d/a.fish >/dev/null && "
+                                "echo more >> dotfiles/README && echo new > dotfiles/new", env, home)
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "dotfiles" / "README").read_text() == "mine\nmore\n"
+    assert not (home / ".sandboy-quarantine").exists()
+
+
+def test_a_linked_start_up_file_loosened_through_its_link_is_put_back(tmp_path):
+    """`chmod 0666 .config/fish/config.fish` goes through the link to `dotfiles/fish/config.fish`
+    (and `chmod 0777 dotfiles/fish`, the directory holding it): bytes unchanged, but any local
+    user could then write what the operator's next fish runs. Host side: the modes after the run."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", LINKED_LAYOUTS["fish-file-written"][0]], cwd=home, check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    proc = _sandboy_run(policy, "chmod 0666 .config/fish/config.fish && chmod 0777 dotfiles/fish", env, home)
+    modes = ((home / "dotfiles" / "fish" / "config.fish").stat().st_mode & 0o777,
+             (home / "dotfiles" / "fish").stat().st_mode & 0o777)
+    assert modes == (0o644, 0o755), f"a linked start-up file left writable by others: {modes}"
+    assert proc.returncode == 125, proc.stderr

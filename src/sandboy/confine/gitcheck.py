@@ -583,7 +583,7 @@ class GitSnapshot:
         git_files = [os.path.join(gitdir, name) for gitdir in self.launch_dirs.values() if _is_git_directory(gitdir)
                      for name in ("config", "config.worktree", "hooks")]
         self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values(), *git_files)),
-                               scope.protected)
+                               scope.protected, self.writable)
         self.after = None  # the same record as the check found it after the run (see `verify`)
         if self._to_judge():
             # loaded now, while the parent has file descriptors: after the run it may have none
@@ -652,15 +652,15 @@ class GitSnapshot:
         # what another user could have replaced through a loosened directory while the run ran is
         # moved to the quarantine like a plant (the git check judges git's files by their ctime;
         # a start-up file it does not look at)
+        replaced = self.modes.replaced_below([path for path, _why in put_back])
         loosened += [Finding(path, "a protected path replaced or written while a directory above it was "
                                    "writable by other users: not the operator's (moved; check it before use)")
-                     for path in self.modes.replaced_below([path for path, _why in put_back])]
-        # a protected file written through another of its hard links in a write root (the mount
-        # guards the path, not the inode): moved, its launch bytes put back in its place
-        loosened += [Finding(path, "a protected file written through another hard link to it in a write root "
-                                   "(moved; its launch content put back; the other names of the file keep what "
-                                   "the run wrote)", restore=data)
-                     for path, data in self.modes.written_through_links()]
+                     for path in replaced]
+        # what a protected path reaches by another name in a write root — a hard link, a file a
+        # symlink inside a protected directory leads to — written during the run (the mount
+        # guards the path, not the inode): moved, the launch bytes put back in its place
+        loosened += [Finding(path, why, restore=data)
+                     for path, data, why in self.modes.written_through_links() if path not in replaced]
         return loosened + self._judge(budget)
 
     def _judge(self, budget: int) -> list:

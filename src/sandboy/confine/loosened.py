@@ -66,17 +66,19 @@ class ModeGuard:
 
     __slots__ = ("launch", "links", "targets", "linked")
 
-    def __init__(self, paths, protected=()):
+    def __init__(self, paths, protected=(), roots=()):
         self.launch = {}  # path -> (st_dev, st_ino, mode, gid, ACLs) at launch
         # path -> (its target, the (st_dev, st_ino) it led to) at launch, for a guarded path that
         # was a symlink
         self.links = {}
         # protected path -> (st_dev, st_ino, st_ctime_ns) at launch: see `replaced_below`
         self.targets = dict.fromkeys(protected)
-        # protected file with other hard links -> (st_dev, st_ino, size, mtime, bytes): see
+        # what a protected path reaches by another name in a write root (`roots`): see
         # `written_through_links`
-        self.linked = _hard_linked(protected)
-        for path in paths:
+        self.linked = _reached_elsewhere(protected, roots)
+        # and their modes guarded like the protected paths' (a `chmod 0666` through the link, or
+        # of a directory on the way to its target, left it to other users after the run)
+        for path in dict.fromkeys((*paths, *guarded_paths(roots, self.linked))):
             try:
                 st = os.lstat(path)
             except OSError:
@@ -201,59 +203,95 @@ class ModeGuard:
 
 
     def written_through_links(self) -> list:
-        """(path, launch bytes or None) for each protected file that had other hard links at
-        launch and whose bytes changed during the run. The read-only bind guards a PATH: the same
-        inode under another name inside a write root (`~/.bashrc` kept as a hard link of
-        `~/dotfiles/bashrc`) stayed writable through that name under the tier, and the operator's
-        next shell ran what the command appended (redcage10). Nothing else the command can do
-        reaches them: a link made in the cage to a bound file crosses mounts (EXDEV)."""
+        """(path, launch bytes or None, why) for what a protected path leads to by another name
+        and the run changed: the read-only bind guards a PATH, not what else reaches the same
+        bytes (redcage10), so under the tier
+        - a protected file with other hard links (`~/.bashrc` kept as a hard link of
+          `~/dotfiles/bashrc`) was rewritten through its other name, and
+        - a file a symlink INSIDE a protected directory leads to in a write root (`~/.ssh/config
+          -> ../dotfiles/ssh/config`, per-file links as stow makes them) was written through the
+          link itself (`echo ... >> ~/.ssh/config`), replaced, or a file added to a directory so
+          linked (`~/.config/fish/conf.d -> ../../dotfiles/conf.d`: fish sources each file);
+        and the operator's next shell or `ssh` ran it. The command can make no such link to a
+        bound path itself (a hard link crosses mounts: EXDEV; the directory is read-only), so
+        each met is the operator's, and nothing is flagged in a home without them."""
         written = []
-        for path, (dev, ino, size, mtime, data) in self.linked.items():
+        for path, record in self.linked.items():
             try:
                 st = os.lstat(path)
             except OSError:
-                continue  # gone: nothing is run from there (a start-up file removed is not code)
+                continue  # gone: nothing is run from there
+            if record[0] == "file":
+                _kind, dev, ino, size, mtime, data, why = record
+                if ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (dev, ino, size, mtime)
+                        or (data is not None and _read(path) != data)):
+                    written.append((path, data, why + (" (moved; its launch content put back" if data is not None
+                                                       else " (moved") + (
+                        "; its other names keep what the run wrote)" if why == HARD_LINKED else ")")))
+                continue
+            _kind, dev, ino, names, why = record
             if (st.st_dev, st.st_ino) != (dev, ino):
-                continue  # another file: `replaced_below`'s (or the operator's) business
-            if (st.st_size, st.st_mtime_ns) != (size, mtime) or (data is not None and _read(path) != data):
-                written.append((path, data))
+                written.append((path, None, why + ": the directory replaced (moved)"))
+                continue
+            try:
+                added = sorted(set(os.listdir(path)) - names)
+            except OSError:
+                added = []
+            written += [(os.path.join(path, name), None, why + ": made there during the run (moved)") for name in added]
         return written
 
 
-# the protected files with other hard links whose bytes are kept at launch, and their size: a
-# start-up file is a few kB; past the bound the stats alone (size, mtime) tell a change
+# what is kept at launch of the files a protected path reaches by another name (`_reached_elsewhere`):
+# a start-up file is a few kB; past the byte bound the stats alone (size, mtime) tell a change
 MAX_LINKED_FILES = 64
 MAX_LINKED_BYTES = 1 << 20
-# entries looked at below a protected directory (`.ssh`, `.config/fish`...) for such files
+# entries looked at below the protected directories (`.ssh`, `.config/fish`...) for them
 MAX_LINKED_SCAN = 2000
+HARD_LINKED = "a protected file written through another hard link to it in a write root"
+LINKED_FROM = "a file a protected directory links to (a symlink into a write root), written during the run"
 
 
-def _hard_linked(protected) -> dict:
-    """{path: (st_dev, st_ino, size, mtime_ns, bytes or None)} of the regular files with more than
-    one link among `protected` and below its directories (but hooks directories: the git check
-    judges every file there by its ctime). Usually none: one lstat per protected path, which
-    `put_back`'s guard takes anyway, and a listing of the few protected directories."""
+def _reached_elsewhere(protected, roots) -> dict:
+    """{path: record} of what `protected` reaches by another name: each protected regular file
+    with more than one link, and below the protected directories (but hooks directories: the git
+    check judges every file there, and what a link there leads to, by its ctime) each file or
+    directory a symlink leads to inside one of `roots` (the write roots), with what lies below
+    it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, bytes or None, why); a linked
+    directory's: ("dir", st_dev, st_ino, its names, why). Usually empty: one lstat per
+    protected path (the guard's own), a listing of the few protected directories."""
     found: dict = {}
     left = MAX_LINKED_SCAN
-    pending = list(protected)
+    bound = set(protected)  # (a symlink on the way to a protected path is protected itself, its target too)
+    seen: set = set()
+    pending = [(path, False) for path in protected]  # (path, reached through a symlink below a protected dir)
     while pending and len(found) < MAX_LINKED_FILES:
-        path = pending.pop()
+        path, via = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
         try:
             st = os.lstat(path)
         except OSError:
             continue
         if stat.S_ISREG(st.st_mode):
-            if st.st_nlink > 1:
+            if via or st.st_nlink > 1:
                 data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
-                found[path] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data)
+                found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data,
+                               LINKED_FROM if via else HARD_LINKED)
         elif stat.S_ISDIR(st.st_mode) and os.path.basename(path) != "hooks" and left > 0:
             try:
                 names = os.listdir(path)
             except OSError:
                 continue
+            if via:
+                found[path] = ("dir", st.st_dev, st.st_ino, frozenset(names), LINKED_FROM)
             names = names[:left]
             left -= len(names)
-            pending.extend(os.path.join(path, name) for name in names)
+            pending.extend((os.path.join(path, name), via) for name in names)
+        elif stat.S_ISLNK(st.st_mode) and path not in bound:
+            target = os.path.realpath(path)
+            if any(is_within(target, root) for root in roots):
+                pending.append((target, True))
     return found
 
 
