@@ -100,10 +100,20 @@ def key(name) -> str:
 
 def markdown(text) -> str:
     """A Markdown table cell (`$GITHUB_STEP_SUMMARY`): `line`, then no pipes, no HTML, no
-    emphasis, links or code spans from untrusted names and messages."""
+    emphasis, links or code spans from untrusted names and messages. GitHub's Markdown (cmark-gfm)
+    also makes links of bare `https://…`, `www.…` and `a@b.c` (session 10: a step named
+    `https://evil.example/login` was a link in the summary): `://` and `www.` lose to an escape
+    the character its autolink extension looks for, and `@` becomes a code span of its own
+    (cmark-gfm finds e-mail addresses in the text after escapes are read: `\\@` still linked)."""
     escaped = line(text).replace("\\", "\\\\").replace("&", "&amp;").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
     for ch in "`*_[]!#~":
         escaped = escaped.replace(ch, "\\" + ch)
+    escaped = escaped.replace("://", "\\://")
+    if "@" in escaped or "." in escaped:
+        import re
+
+        escaped = re.sub(r"@+", lambda m: f"`{m.group()}`", escaped)  # `@@`: one span, not "`@``@`"
+        escaped = re.sub(r"(?i)(www)\.", r"\1\\.", escaped)
     return escaped
 
 
