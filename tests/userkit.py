@@ -34,3 +34,12 @@ def world_readable_tmp(prefix: str = "sandboy-user-"):
         yield pathlib.Path(path)
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+NOBODY = 65534
+
+
+def as_user(argv=(), uid: int = NOBODY) -> list:
+    """`argv` run as the ordinary user `uid` (its own gid, no supplementary groups, no inheritable
+    capabilities) by a test running as root; with no `argv`, the prefix to put before one."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", *argv]

@@ -26,7 +26,7 @@ import pytest
 from cagekit import BASE_READ, Result, cage_bpf, filter_only, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import skip_unless_nobody_can_run  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run  # noqa: E402
 
 # The filter is tested beneath the namespace tier (where the kernel refuses namespaces, this is all
 # there is): `without_namespaces` forces the tier off (tests/cage/conftest.py).
@@ -450,7 +450,7 @@ class Nobody:
         self.src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
 
     def argv(self, argv) -> list:
-        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+        return as_user(argv)
 
     def env(self) -> dict:
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": self.src, "HOME": self.dir,

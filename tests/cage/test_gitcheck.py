@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from userkit import as_user
 
 from sandboy.confine import gitcheck
 from sandboy.confine.gitcheck import ConfigSyntaxError, is_safe, parse_config
@@ -519,8 +520,7 @@ def test_an_unlistable_directory_of_another_user_left_as_it_was_is_not_a_finding
                 "snap = gitcheck.snapshot([sys.argv[1]], home='/nonexistent')\n"
                 "time.sleep(0.02); os.makedirs(sys.argv[1] + '/mine/sub'); os.chmod(sys.argv[1] + '/mine', 0o311)\n"
                 "print(sorted(str(f.why) for f in snap.verify()))")
-        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                              "/usr/bin/python3", "-c", code, str(shared)],
+        out = subprocess.run(as_user(["/usr/bin/python3", "-c", code, str(shared)]),
                              capture_output=True, text=True, timeout=60, cwd="/", env={"PYTHONPATH": str(src)})
         assert out.returncode == 0, out.stderr
         assert "theirs" not in out.stdout, out.stdout

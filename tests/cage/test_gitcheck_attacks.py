@@ -23,6 +23,7 @@ import threading
 import time
 
 import pytest
+from userkit import as_user
 
 from sandboy.confine import gitcheck
 
@@ -252,7 +253,7 @@ def test_a_directory_the_parent_cannot_list_fails_the_check_closed(attack):
     with userkit.world_readable_tmp("sandboy-gitcheck-") as base:
         os.chown(base, 65534, 65534)
         env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "PYTHONPATH": str(src), **GIT_ENV}
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+        nobody = as_user()
         subprocess.run([*nobody, "git", "init", "-q", f"{base}/repo"], check=True, env=env, capture_output=True)
         marker = base / "PWNED"
         script = (f"mkdir -p docs && git init -q docs/api && printf '[core]\\n\\tfsmonitor = \"touch {marker}; false\"\\n' "
@@ -470,7 +471,7 @@ def test_a_writable_directory_below_another_users_unlistable_one_is_not_a_blind_
         time.sleep(0.02)
         marker = shared / "PWNED"  # where uid 65534 may write it
         env = {"PATH": "/usr/bin:/bin", "HOME": str(base), "PYTHONPATH": str(src), **GIT_ENV}
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+        nobody = as_user()
         out = subprocess.run([*nobody, "/usr/bin/python3", "-c", BELOW_THEIRS, str(shared), str(marker),
                               "attack" if attack else "twin"], env=env, capture_output=True, text=True, timeout=120,
                              cwd="/")

@@ -21,7 +21,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
-from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_the_command_cannot_read_its_callers_argv_through_the_init(user):
     token = "sandboy-caller-token-" + secrets.token_hex(8)
     if user == "nobody":
         skip_unless_nobody_can_run()
-        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+        prefix = as_user()
         python = "/usr/bin/python3"
     else:
         if os.geteuid() != 0:

@@ -27,7 +27,7 @@ import pytest
 from cagekit import BASE_READ, METADATA, SANDBOY, Result, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -64,7 +64,7 @@ class Who:
     def as_user(self, argv) -> list:
         if not self.uid:
             return list(argv)
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", *argv]
+        return as_user(argv, uid=self.uid)
 
     def outside(self, argv, **kw) -> subprocess.CompletedProcess:
         """`argv` as this user, without Sandboy."""
@@ -231,8 +231,7 @@ def test_item7_another_process_of_the_same_uid_keeps_its_priority(who):
     setpriority on its pid, PRIO_USER and PRIO_PGRP, SCHED_IDLE, affinity, I/O class from inside;
     host side: its nice value. Twins: `nice -n 5` inside, the probe renicing itself. Shown real:
     uncaged, the same user renices it. `ss -lnt` inside lists no host listener."""
-    victim = subprocess.Popen(["setpriv", f"--reuid={who.uid}", f"--regid={who.uid}", "--clear-groups",
-                               "--inh-caps=-all", "--bounding-set=-all", "sleep", "60"])
+    victim = subprocess.Popen(as_user(["--bounding-set=-all", "sleep", "60"], uid=who.uid))
     try:
         for _ in range(200):
             with open(f"/proc/{victim.pid}/comm") as fh:

@@ -21,7 +21,7 @@ import pytest
 from cagekit import BASE_READ, METADATA, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import world_readable_tmp  # noqa: E402
+from userkit import as_user, world_readable_tmp  # noqa: E402
 
 from sandboy.confine import namespaces, netns_listener  # noqa: E402
 
@@ -334,8 +334,8 @@ def _nobody(tmp):
         path = base / "policy.toml"
         path.write_text(to_toml(policy))
         os.chmod(path, 0o644)
-        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-                "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(path), "--", "/bin/sh", "-c", script]
+        argv = as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(path), "--", "/bin/sh", "-c",
+                        script])
         return subprocess.run(argv, capture_output=True, text=True, cwd=base / "work", timeout=60,
                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base),
                                    "SANDBOY_CACHE_DIR": str(base / "cache"), **(env or {})})
@@ -372,7 +372,7 @@ def test_as_an_ordinary_user_the_tier_holds(nobody, probe):
     shutil.copy(probe_binary, probe)
     os.chmod(probe, 0o755)
     sysv_key = hex(0x5D000000 | (os.getpid() & 0xFFFF) << 4)
-    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
+    as_nobody = as_user()
     made = subprocess.run([*as_nobody, str(probe), "sysv-make", sysv_key, "nobody-secret"], capture_output=True, text=True)
     assert made.stdout.startswith("ok"), made
     try:

@@ -30,7 +30,7 @@ from cagekit import BASE_READ, SANDBOY, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from containerkit import in_container  # noqa: E402
-from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -70,8 +70,7 @@ class Host:
         else:
             argv = in_container(self.way, sandboy, python=SYS_PY if self.uid else sys.executable)
         if self.uid:
-            argv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all",
-                    *argv]
+            argv = as_user(argv, uid=self.uid)
         return argv
 
     def env(self) -> dict:

@@ -25,6 +25,7 @@ import subprocess
 import zipfile
 
 import pytest
+from userkit import as_user
 from cagekit import BASE_READ, to_toml
 from installkit import ATTACKS, Install, answers, copy_package
 
@@ -257,7 +258,7 @@ def test_as_an_ordinary_user_their_own_installation_is_protected(package_copy, o
         (tmp / "package").mkdir()
         package = copy_package(tmp / "package", python="/usr/bin/python3")
         install = Install(tmp / "checkout", "editable", package, python="/usr/bin/python3")
-        install.as_user = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all")
+        install.as_user = tuple(as_user())
         only = ("pth",) if opted_out else ATTACKS  # opted out: one payload, so the one that ran is known
         script = install.attack_script(only=only)
         policy = _run_policy(install, protect_defaults=not opted_out)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from userkit import as_user
 
 from cagekit import SANDBOY, to_toml
 from sandboy.confine import path_prefixes
@@ -101,8 +102,7 @@ def _run(home, base, user: str, tier: str, defaults: bool = True):
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
         src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
         env["PYTHONPATH"] = src
-        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-                "/usr/bin/python3", "-P", "-m", "sandboy", *argv]
+        argv = as_user(["/usr/bin/python3", "-P", "-m", "sandboy", *argv])
     return subprocess.run(argv, capture_output=True, text=True, cwd=home / "proj", env=env, timeout=60)
 
 

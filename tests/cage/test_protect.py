@@ -15,6 +15,7 @@ import os
 import subprocess
 
 import pytest
+from userkit import as_user
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -291,8 +292,8 @@ def _as_nobody(tmp_path):
     os.chmod(policy, 0o644)
 
     def run(script: str, env=None):
-        argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-                "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c", script]
+        argv = as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+                        script])
         return subprocess.run(argv, capture_output=True, text=True, cwd=repo, timeout=60,
                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base),
                                    "SANDBOY_CACHE_DIR": str(base / "cache"), **(env or {})})

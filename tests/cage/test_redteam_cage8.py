@@ -37,6 +37,7 @@ import sys
 import time
 
 import pytest
+from userkit import as_user
 from prockit import mentioning
 
 from sandboy.confine import namespaces
@@ -163,8 +164,7 @@ def test_as_an_ordinary_user_a_retargeted_link_cannot_reach_their_own_key(tmp_pa
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
         before = _stamp(victim)
         proc = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-             "/usr/bin/python3", "-c", RETARGET, str(base), victim_dir, victim],
+            as_user(["/usr/bin/python3", "-c", RETARGET, str(base), victim_dir, victim]),
             capture_output=True, text=True, timeout=120, cwd=str(base),
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
                  "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
@@ -206,8 +206,7 @@ def test_as_an_ordinary_user_a_prebuilt_cage_refuses_a_swapped_in_link(tmp_path)
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
         before = _stamp(victim)
         proc = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-             "/usr/bin/python3", "-c", PREBUILT, str(base), victim_dir, victim],
+            as_user(["/usr/bin/python3", "-c", PREBUILT, str(base), victim_dir, victim]),
             capture_output=True, text=True, timeout=120, cwd=str(base),
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
                  "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
@@ -360,7 +359,7 @@ def test_chains_of_forking_leftovers_do_not_outlive_a_supervised_run(tmp_path, i
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base), "SANDBOY_NAMESPACES": "0",
                "SANDBOY_CACHE_DIR": str(base / "cache")}
         if identity == "nobody":
-            argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+            argv = as_user(argv)
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=str(base))
             assert proc.returncode == 0, proc.stderr
@@ -550,9 +549,8 @@ def test_as_an_ordinary_user_a_write_root_holding_a_kernel_file_system_is_refuse
         policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "%s"]\n'
                           'exec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % (root, root))
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
-        run = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-               "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c",
-               f"ls {root}/mnt/1 > /dev/null && touch {root}/GOT-THROUGH"]
+        run = as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+                       f"ls {root}/mnt/1 > /dev/null && touch {root}/GOT-THROUGH"])
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base), "SANDBOY_CACHE_DIR": str(base / "cache")}
         proc = _in_private_mount_namespace(f"mount -t proc proc {root}/mnt", run, env)
         assert proc.returncode == 125 and f"{root}/mnt" in proc.stderr and "proc" in proc.stderr, proc.stderr

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from userkit import as_user
 
 from sandboy.confine import namespaces
 
@@ -407,9 +408,9 @@ def test_as_an_ordinary_user_a_denied_key_in_their_write_root_takes_no_metadata_
         subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent), "HOME": str(home),
                "SANDBOY_CACHE_DIR": str(base / "cache")}
-        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                               "/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c",
-                               f"chmod 0644 {key}; touch -d 2001-01-01 {key}; cat {key}; echo twin > {home}/src/made"],
+        proc = subprocess.run(as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
+                                       "/bin/sh", "-c", f"chmod 0644 {key}; touch -d 2001-01-01 {key}; cat {key}; "
+                                       f"echo twin > {home}/src/made"]),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env=env)
         assert "S3CRET" not in proc.stdout and (home / "src" / "made").read_text() == "twin\n", proc.stderr
         assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_mtime > 1e9, "their key's metadata changed"

@@ -29,6 +29,7 @@ import threading
 import time
 
 import pytest
+from userkit import as_user
 from cagekit import SANDBOY, to_toml
 
 from sandboy.confine import namespaces
@@ -541,8 +542,7 @@ def test_as_an_ordinary_user_their_key_and_log_take_no_metadata_change():
                 "print(sys.stdin.read().strip())\n")
         script = (f"/usr/bin/python3 -m sandboy run --policy policy.toml -- {PY} -c \"$CODE\" < key > log 2>&1; "
                   "echo rc=$?")
-        proc = subprocess.run(["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
-                               "--inh-caps=-all", "/bin/sh", "-c", script], capture_output=True, text=True,
+        proc = subprocess.run(as_user(["/bin/sh", "-c", script], uid=nobody), capture_output=True, text=True,
                               timeout=120, cwd=str(base),
                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base), "CODE": code,
                                    "SANDBOY_CACHE_DIR": str(base / "cache")})

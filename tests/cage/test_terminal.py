@@ -25,7 +25,7 @@ from cagekit import SANDBOY, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from termkit import Operator  # noqa: E402
-from userkit import skip_unless_nobody_can_run  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -80,7 +80,7 @@ class User:
     def wrap(self, argv) -> list:
         if not self.nobody:
             return list(argv)
-        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+        return as_user(argv)
 
     def sandboy(self, *args) -> list:
         if not self.nobody:

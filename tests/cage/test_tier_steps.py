@@ -31,7 +31,7 @@ import pytest
 from cagekit import BASE_READ, Result, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from userkit import skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -445,8 +445,7 @@ def _battery_as_nobody(tmp_path, probe):
         path = base / "policy.toml"
         path.write_text(to_toml(policy))
         os.chmod(path, 0o644)
-        proc = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                               "--inh-caps=-all", PY, "-m", "sandboy", "run", "--policy", str(path), "--", *argv],
+        proc = subprocess.run(as_user([PY, "-m", "sandboy", "run", "--policy", str(path), "--", *argv]),
                               capture_output=True, text=True, cwd=bench.work, timeout=60,
                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(base),
                                    "SANDBOY_CACHE_DIR": str(base / "cache")})

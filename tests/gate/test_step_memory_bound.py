@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from userkit import as_user
 
 from gatekit import (HOG, SMALL, assert_killed_out_of_memory, by_name, kill_survivors, make_repo,
                      memory_group_of, run_json, start_gate, stop_gate, survivors)
@@ -139,8 +140,7 @@ def test_without_a_memory_cgroup_what_degraded_is_said(fake_home):
         for path in (base, repo, repo / ".007", repo / ".007" / "gate.toml"):
             os.chown(path, 65534, 65534)
         report = base / "report.json"
-        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                               "/usr/bin/python3", "-m", "sandboy.gate.cli", str(repo), "--json", str(report)],
+        proc = subprocess.run(as_user(["/usr/bin/python3", "-m", "sandboy.gate.cli", str(repo), "--json", str(report)]),
                               capture_output=True, text=True, timeout=120, cwd=base,
                               env={"PATH": "/usr/bin:/bin", "HOME": str(base), "PYTHONPATH": src})
         assert "Traceback" not in proc.stderr, proc.stderr

@@ -21,7 +21,7 @@ from gatekit import make_repo
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from termkit import Operator  # noqa: E402
-from userkit import skip_unless_nobody_can_run  # noqa: E402
+from userkit import as_user, skip_unless_nobody_can_run  # noqa: E402
 
 # After the step's own reads, a leftover (new session, double fork, SIGHUP/SIGTTOU ignored)
 # waits, takes the foreground and reads again, through fd 0 and /dev/tty.
@@ -100,7 +100,7 @@ class Runner:
     def argv(self, argv) -> list:
         if not self.nobody:
             return list(argv)
-        return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all", *argv]
+        return as_user(argv)
 
     def python(self) -> str:
         return "/usr/bin/python3" if self.nobody else sys.executable
