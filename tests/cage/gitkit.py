@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -32,6 +33,15 @@ def scratch_env(home) -> dict:
     """A minimal environment for the host's git in a test: its own HOME, no system config."""
     home.mkdir(exist_ok=True)
     return {"PATH": "/usr/bin:/bin", "HOME": str(home), **GIT_ENV}
+
+
+def manager_env(home) -> dict:
+    """`scratch_env(home)` for the operator's hook managers (pre-commit, lefthook: the test
+    extras, beside this interpreter) first on PATH, pre-commit's cache in the scratch home."""
+    environ = scratch_env(home)
+    environ["PATH"] = f"{os.path.dirname(sys.executable)}:{environ['PATH']}"
+    environ["PRE_COMMIT_HOME"] = str(home / ".cache" / "pre-commit")
+    return environ
 
 
 def sh(script, cwd, env) -> None:

@@ -27,7 +27,7 @@ import pytest
 
 from sandboy.confine import gitcheck, protected
 
-from gitkit import GIT_ENV, git_repo, scratch_env, sh
+from gitkit import GIT_ENV, git_repo, manager_env, sh
 
 VENV_BIN = os.path.dirname(sys.executable)
 PRE_COMMIT = shutil.which("pre-commit", path=VENV_BIN)
@@ -38,11 +38,7 @@ needs_tools = pytest.mark.skipif(not (PRE_COMMIT and LEFTHOOK and shutil.which("
 
 @pytest.fixture
 def env(tmp_path):
-    environ = scratch_env(tmp_path / "home")
-    # the operator's shell: the managers on PATH, pre-commit's cache in the scratch home
-    environ["PATH"] = f"{VENV_BIN}:{environ['PATH']}"
-    environ["PRE_COMMIT_HOME"] = str(tmp_path / "home" / ".cache" / "pre-commit")
-    return environ
+    return manager_env(tmp_path / "home")  # the operator's shell
 
 
 def pre_commit_config(marker) -> str:

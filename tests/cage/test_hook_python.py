@@ -28,7 +28,7 @@ import pytest
 
 from sandboy.confine import gitcheck, hook_python
 
-from gitkit import GIT_ENV, git_repo, scratch_env, sh
+from gitkit import GIT_ENV, git_repo, manager_env, sh
 from wheelkit import make_wheel, pip_install
 
 VENV_BIN = os.path.dirname(sys.executable)
@@ -40,10 +40,7 @@ needs_tools = pytest.mark.skipif(not (PRE_COMMIT and shutil.which("git")),
 
 @pytest.fixture
 def env(tmp_path):
-    environ = scratch_env(tmp_path / "home")
-    environ["PATH"] = f"{VENV_BIN}:{environ['PATH']}"
-    environ["PRE_COMMIT_HOME"] = str(tmp_path / "home" / ".cache" / "pre-commit")
-    return environ
+    return manager_env(tmp_path / "home")  # the operator's shell
 
 
 def _copy_distribution(site, top_names, dist_prefix):
