@@ -138,3 +138,17 @@ def cage_bpf(policy: dict) -> bytes:
         return cage.compiled["seccomp"].outputs["bpf"]
     finally:
         cage.close()
+
+
+def use_tier(tier: str, monkeypatch) -> None:
+    """For a test parametrized over "tier" / "no-tier": the namespace tier forced off
+    (SANDBOY_NAMESPACES=0, put back after the test), or the test skipped where the tier is
+    unavailable."""
+    from sandboy.confine import namespaces
+
+    if tier == "no-tier":
+        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    elif not namespaces.availability()[0]:
+        import pytest
+
+        pytest.skip("namespace tier unavailable here")

@@ -24,6 +24,7 @@ import sys
 import time
 
 import pytest
+from cagekit import use_tier
 
 from sandboy.confine import gitcheck, protected
 
@@ -200,12 +201,7 @@ def test_a_run_cannot_rewrite_what_the_operators_commit_runs(cage, tmp_path, env
     ends 125 and the file gets its launch content back. Host side both ways: the operator's
     commit runs their own hook, not the command's. Twins: other files written (rc 0); with
     `fs.protect_defaults = false` the write is the policy's to allow (rc 0, the file changed)."""
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
+    use_tier(tier, monkeypatch)
     pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
     work = cage.work
     shutil.rmtree(work)

@@ -25,6 +25,7 @@ import sysconfig
 import time
 
 import pytest
+from cagekit import use_tier
 
 from sandboy.confine import gitcheck, hook_python
 
@@ -293,12 +294,7 @@ def test_a_run_cannot_leave_start_up_code_for_pre_commits_interpreter(cage, tmp_
     hook runs: the run ends 125 with the `.pth` in quarantine and the launch warning said why,
     under the tier and forced off; host side, the operator's commit runs nothing of it. Twin: a
     module written there (what `pip install` of a plain package does): rc 0, warning only."""
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
+    use_tier(tier, monkeypatch)
     pwned, own = tmp_path / "PWNED", tmp_path / "OWN-HOOK"
     work = cage.work
     shutil.rmtree(work)

@@ -20,20 +20,12 @@ import shutil
 import sys
 
 import pytest
+from cagekit import use_tier
 
 from sandboy.confine import path_dirs
 from wheelkit import make_wheel
 
 PLANT = "printf '#!/bin/sh\\ntouch {pwned}\\n' > {dir}/{name} && chmod +x {dir}/{name}"
-
-
-def _tier_or_skip(monkeypatch, tier):
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
 
 
 def test_which_path_directories_are_protected_and_which_warned(tmp_path):
@@ -64,7 +56,7 @@ def test_a_run_cannot_plant_a_program_on_the_operators_path(cage, tmp_path, monk
     and the operator's PATH still finds the real programs; without it the gap is reported in
     `degraded`, by name (as for `.bashrc`), and the post-run check moves what was planted there
     into the quarantine: 125. Host side both ways: the operator's PATH finds the real programs."""
-    _tier_or_skip(monkeypatch, tier)
+    use_tier(tier, monkeypatch)
     home = tmp_path / "home"
     (home / ".local/bin").mkdir(parents=True)
     operator_path = f"{home}/.local/bin:{home}/bin:/usr/bin:/bin"
@@ -129,7 +121,7 @@ def test_pip_install_user_with_the_home_granted(cage, tmp_path, monkeypatch, cas
     a console script (into `~/.local/bin`, on the operator's PATH). Under the tier it fails with
     EROFS; without it the run ends 125 with the script in quarantine; both name
     `fs.protect_defaults = false`. Opted out it works."""
-    _tier_or_skip(monkeypatch, tier)
+    use_tier(tier, monkeypatch)
     base_python = os.path.join(sys.base_prefix, "bin", "python3")
     if os.system(f"{base_python} -m pip --version >/dev/null 2>&1") != 0:
         pytest.skip("the base interpreter has no pip")
@@ -158,7 +150,7 @@ def test_pip_install_user_with_the_home_granted(cage, tmp_path, monkeypatch, cas
 def test_pip_install_into_the_activated_project_venv_works(cage, tmp_path, monkeypatch, tier):
     """The twin inside the working directory: the project's `.venv` activated (its `bin/` first on
     PATH), the real pip installs a console script there: rc 0, the script made; a warning only."""
-    _tier_or_skip(monkeypatch, tier)
+    use_tier(tier, monkeypatch)
     import subprocess
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(cage.work / ".venv")], check=True)
@@ -195,7 +187,7 @@ def test_npm_install_with_a_bin(cage, tmp_path, monkeypatch, tier, case):
     installed with `-g` and the prefix `~/.local` (`~/.local/bin` on the PATH, the home granted),
     it fails — EROFS under the tier, 125 with the link in quarantine without it — and the
     launch warning names `fs.protect_defaults = false`."""
-    _tier_or_skip(monkeypatch, tier)
+    use_tier(tier, monkeypatch)
     home = tmp_path / "home"
     (home / ".local/bin").mkdir(parents=True)
     tool = cage.work / "tool"

@@ -12,6 +12,7 @@ import os
 import subprocess
 
 import pytest
+from cagekit import use_tier
 
 from sandboy.confine import path_dirs
 
@@ -40,12 +41,7 @@ ATTACKS = {
 @pytest.mark.parametrize("tier", ["tier", "no-tier"])
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_the_operators_path_cannot_be_walked_around(cage, tmp_path, monkeypatch, tier, attack):
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
+    use_tier(tier, monkeypatch)
     home, pwned = tmp_path / "home", tmp_path / "PWNED"
     (home / ".local/bin").mkdir(parents=True)
     (home / "dotfiles/bin").mkdir(parents=True)
@@ -86,12 +82,7 @@ def test_a_path_entry_linked_out_of_the_write_root_cannot_be_repointed(cage, tmp
     """rvgate7: `~/.nix-profile/bin` on PATH, `~/.nix-profile -> /nix/...` (outside the write
     root): the link in the home is held — bound as itself under the tier (the rename over it
     fails), judged after the run without it (repointed: quarantined, 125)."""
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
+    use_tier(tier, monkeypatch)
     home, pwned = tmp_path / "home", tmp_path / "PWNED"
     profile = tmp_path / "nix" / "profile"  # outside the write root, as /nix/var/nix/profiles/... is
     (profile / "bin").mkdir(parents=True)
@@ -123,12 +114,7 @@ def test_path_entries_linked_out_left_alone_work(cage, tmp_path, monkeypatch, ti
     """The twin: a Nix-style link in the home left alone, and a PATH entry through a link that no
     write root holds (`/opt/tools -> ...`): no finding, the run succeeds — and a program the
     command writes in its own project still works."""
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
+    use_tier(tier, monkeypatch)
     home, outside = tmp_path / "home", tmp_path / "outside"
     profile = tmp_path / "nix" / "profile"
     (profile / "bin").mkdir(parents=True)

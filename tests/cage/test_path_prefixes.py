@@ -21,7 +21,7 @@ import sys
 import pytest
 from userkit import as_user
 
-from cagekit import SANDBOY, to_toml
+from cagekit import SANDBOY, to_toml, use_tier
 from sandboy.confine import path_prefixes
 from sandboy.confine.protections import protected_paths
 
@@ -275,9 +275,7 @@ def test_every_rule_has_a_write_that_succeeds_without_it(tmp_path, monkeypatch, 
 
     from mutantkit import mutant, report, run_mutants
 
-    _tier_or_skip(tier)
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    use_tier(tier, monkeypatch)
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the test: the attack sets both
     monkeypatch.setenv("HOME", os.environ.get("HOME", "/"))
@@ -310,9 +308,7 @@ def test_a_user_site_missing_at_launch_cannot_be_made_with_a_pth(tmp_path, monke
     from sandboy import Policy, run
     from sandboy.confine import own_install
 
-    _tier_or_skip(tier)
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    use_tier(tier, monkeypatch)
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PYTHONUSERBASE", raising=False)
 

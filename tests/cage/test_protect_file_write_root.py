@@ -8,17 +8,13 @@ nothing.)"""
 from __future__ import annotations
 
 import pytest
+from cagekit import use_tier
 
 
 @pytest.mark.needs_kernel
 @pytest.mark.parametrize("tier", ["tier", "no-tier"])
 def test_a_protected_file_that_is_a_write_root_is_refused(cage, monkeypatch, tier):
-    from sandboy.confine import namespaces
-
-    if tier == "no-tier":
-        monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
-    elif not namespaces.availability()[0]:
-        pytest.skip("namespace tier unavailable here")
+    use_tier(tier, monkeypatch)
     target = cage.work / "f.txt"
     target.write_text("mine\n")
     policy = cage.policy(fs={"read": ["/etc", "/proc/self"], "exec": ["/usr/bin", "/bin"],
