@@ -88,10 +88,12 @@ def sandboy_run(pkg: Path, tmp_path: Path, *python_options: str) -> subprocess.C
 # exec mode from a cached plan (ADR 0028): the same run again; a miss (or the cache off) builds
 EXEC_MODE = (bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cached run"]
              + bytecode_bundle.RUN_PATH_GROUPS["plan cache"])
-EXEC_MODE_BUILT = EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"]
+# (the BPF assembler too: no seccomp program kept for these inputs yet, plan_cache.Pieces)
+EXEC_MODE_BUILT = EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"] + bytecode_bundle.RUN_PATH_GROUPS["seccomp"]
 RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the groups are for
     "exec mode": ("", []),
     "exec mode, plan cache off": ("", []),
+    "exec mode, a miss": ("", []),  # another environment than the run that kept the plan and its seccomp program
     "write roots": ('write = ["{tmp}/work"]\n', []),
     "write roots, a repository": ('write = ["{tmp}/repo"]\n', []),  # (the git check judges it)
     # pre-commit installed from an interpreter (its stub's INSTALL_PYTHON): confine.hook_python
@@ -127,6 +129,8 @@ def run_imports(kind: str, tmp_path: Path) -> set[str]:
         env["SANDBOY_PLAN_CACHE"] = "0"
     # warms the parse cache and, for a run it keeps, the plan cache (stdio as in the measured run)
     subprocess.run(argv, check=True, capture_output=True, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    if kind.endswith("a miss"):
+        env["SANDBOY_TEST_MISS"] = "1"
     proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -145,11 +149,14 @@ def tier() -> None:
 
 
 def test_exec_mode_imports_exactly_the_cli_and_cached_run_groups(tier, tmp_path):
-    """A run from a cached plan imports no compiler; on a miss the cage group comes too, and with
-    the plan cache off the cage group without the plan cache's (session 10)."""
+    """A run from a cached plan imports no compiler; on a miss the cage group comes too — without
+    the BPF assembler where an earlier run kept the seccomp program for the same inputs — and with
+    the plan cache off the cage group and the assembler, none of the plan cache (session 10)."""
     assert run_imports("exec mode", tmp_path) == set(EXEC_MODE)
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    assert run_imports("exec mode, plan cache off", tmp_path) == {*groups["cli"], *groups["cached run"], *groups["cage"]}
+    assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"]}
+    assert run_imports("exec mode, plan cache off", tmp_path) == {*groups["cli"], *groups["cached run"], *groups["cage"],
+                                                                  *groups["seccomp"]}
 
 
 def test_every_listed_module_is_imported_by_some_run_and_no_run_imports_another(tier, tmp_path):

@@ -163,7 +163,8 @@ def cmd_run(args: RunArgs) -> int:
         elif miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
-        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None)
+        cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None,
+                             pieces=None if miss is None else miss.pieces)  # (parts kept by earlier runs)
         if miss is not None:
             miss.built(cage)  # the code that built it: taken before the command runs
         if not said:

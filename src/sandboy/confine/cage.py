@@ -258,11 +258,12 @@ class Cage:
         }
 
 
-def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusable=True) -> Cage:
+def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusable=True, pieces=None) -> Cage:
     """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125).
     `tty`: the command will get a terminal (`--tty`), so the minimal /dev keeps /dev/tty.
     `reusable=False`: the caller runs one command with it (`sandboy run`), so no fingerprint is
-    taken for `Reuse` (a stat of every policy path and a listing of every split directory)."""
+    taken for `Reuse` (a stat of every policy path and a listing of every split directory).
+    `pieces`: parts an earlier `sandboy run` compiled from the same inputs (`plan_cache.Pieces`)."""
     abi = landlock.abi_version() if abi is None else abi
     if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
@@ -271,7 +272,7 @@ def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusab
     tmp = make_private_dir("sandboy-") if uses_tmp(policy) else None
     ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir(policy, None), repo=repo)
     try:
-        return _build(policy, ctx, abi, environ, tty, reusable)
+        return _build(policy, ctx, abi, environ, tty, reusable, pieces)
     except BaseException:
         if tmp:
             os.rmdir(tmp)  # still empty: nothing has run
@@ -316,12 +317,12 @@ def _mkdtemp_without_tempfile(prefix: str) -> str:
     raise CageError(f"no usable directory for the cage's {{tmp}} in {bases}")
 
 
-def _build(policy, ctx, abi, environ, tty=False, reusable=True) -> Cage:
+def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> Cage:
     if any(p.startswith("{repo}") for p in (*policy.fs.read, *policy.fs.exec, *policy.fs.write)):
         from sandboy.repository_files import check_repository_grants  # only such policies pay for it
 
         check_repository_grants(policy, ctx.repo)  # `{repo}/x` stays inside the repository
-    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty)
+    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty, pieces)
     before = watch_before = None
     if reusable:  # the policy's paths as they were before any rule was decided (Fingerprint's `before`)
         from sandboy.confine.fingerprint import protected_watch, stats_before

@@ -17,7 +17,7 @@ in `compile_all` at its place in the plan order (ADR 0008).
 
 import os
 
-from sandboy.confine import hygiene, landlock, seccomp
+from sandboy.confine import hygiene, landlock
 from sandboy.errors import CageError, PolicyError
 from sandboy.policy.resolve import expand_value, is_glob, is_within
 
@@ -97,15 +97,18 @@ class Job:
     """What every compiler may read: the policy (as written and resolved), the run's context,
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
-    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers", "notes")
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers", "notes", "pieces")
 
-    def __init__(self, policy, resolved, ctx, abi, environ, tty=False):
+    def __init__(self, policy, resolved, ctx, abi, environ, tty=False, pieces=None):
         self.policy = policy
         self.resolved = resolved
         self.ctx = ctx
         self.abi = abi
         self.environ = environ
         self.tty = tty  # the command will get a terminal: /dev/tty in the minimal /dev
+        # parts compiled by an earlier `sandboy run` from the same inputs (plan_cache.Pieces: the
+        # seccomp program), or None: every part compiled here (the API, the gate, a run never kept)
+        self.pieces = pieces
         self._protected = None
         # the hook-manager discoveries the protected paths made (protected.discover_managers):
         # the launch warnings and the first run's git check take them instead of looking again
@@ -448,13 +451,13 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
 MAX_DENIED_BINDS = 64
 
 
-def _inet_asked(net) -> bool:
-    return bool(net.connect_tcp or net.bind_tcp or net.udp)
-
-
 def tcp_ports_handled(net, abi: int) -> bool:
     """True when Landlock checks every TCP bind/connect against the policy's port lists."""
-    return not net.unrestricted and protection("landlock.net.tcp").available(abi)
+    return _tcp_ports_handled(net.unrestricted, abi)
+
+
+def _tcp_ports_handled(unrestricted: bool, abi: int) -> bool:
+    return not unrestricted and protection("landlock.net.tcp").available(abi)
 
 
 def compile_landlock_net(job) -> Compiled:
@@ -484,38 +487,56 @@ def compile_landlock_net(job) -> Compiled:
                     connect_ports=connect_ports, bind_ports=bind_ports, scoped=scoped)
 
 
+def seccomp_inputs(job) -> tuple:
+    """Every value `compile_seccomp` reads of its job, in `compile_seccomp_from`'s order: the
+    Landlock ABI, `seccomp.deny`, `seccomp.allow`, `ipc.sysv` and the (resolved) network rules the
+    socket rules and `listen` follow. The filter is made from these alone (and the code), so a
+    program kept by an earlier `sandboy run` (`plan_cache.Pieces`, ADR 0028 session 10) is keyed
+    with them: a value added here is a key's value by construction."""
+    policy, net = job.policy, job.resolved.net
+    return (job.abi, tuple(policy.seccomp.deny), tuple(policy.seccomp.allow), policy.ipc.sysv,
+            net.unix, net.unrestricted, tuple(net.connect_tcp), tuple(net.bind_tcp), net.udp)
+
+
 def compile_seccomp(job) -> Compiled:
     """The BPF filter: the denylist, socket families, and `listen` where no listener can be
     legitimate. Outputs: `bpf`, `keepalive` (the buffer the filter step points at)."""
-    policy, net = job.policy, job.resolved.net
+    return compile_seccomp_from(*seccomp_inputs(job))
+
+
+def compile_seccomp_from(abi, deny, allow, sysv, unix, unrestricted, connect_tcp, bind_tcp, udp) -> Compiled:
+    """`compile_seccomp` of the values `seccomp_inputs` takes of a job, and nothing else."""
+    from sandboy.confine import seccomp  # (a bundle group of its own: a kept program needs none of it)
+
     degraded: list[str] = []
     # listen() on a TCP socket that was never bound picks an ephemeral port on every address
     # without a bind() call, and Landlock (ABI 7, Linux 6.18) does not check that autobind:
     # `bind_tcp = []` still let a command serve on 0.0.0.0:<ephemeral> (tests/cage/test_net.py).
     # Seccomp cannot tell a bound socket from an unbound one, so `listen` is refused where no
     # listener can be legitimate (no TCP bind port, no AF_UNIX sockets); elsewhere it degrades.
-    listen_autobind = tcp_ports_handled(net, job.abi) and _inet_asked(net)
-    deny_listen = listen_autobind and not net.bind_tcp and not net.unix
+    inet_asked = bool(connect_tcp or bind_tcp or udp)
+    listen_autobind = _tcp_ports_handled(unrestricted, abi) and inet_asked
+    deny_listen = listen_autobind and not bind_tcp and not unix
     if listen_autobind and not deny_listen:
         degraded.append("net: listen() on a TCP socket never bound takes an ephemeral port that "
-                        f"Landlock (ABI {job.abi}) does not check; it is refused only when bind_tcp is empty "
+                        f"Landlock (ABI {abi}) does not check; it is refused only when bind_tcp is empty "
                         "and unix = false")
-    deny_calls = seccomp.denied_calls(policy)
+    deny_calls = seccomp.denied_names(deny, allow, sysv)
     if deny_listen:
         deny_calls.add("listen")
     sockets = seccomp.SocketRules(
-        unix=net.unix or net.unrestricted,
-        inet=net.unrestricted or _inet_asked(net),
-        udp=net.udp or net.unrestricted,
-        tcp_any_protocol=net.unrestricted,
+        unix=unix or unrestricted,
+        inet=unrestricted or inet_asked,
+        udp=udp or unrestricted,
+        tcp_any_protocol=unrestricted,
     )
-    bpf = seccomp.build(deny_calls, sockets, policy.seccomp.allow)
+    bpf = seccomp.build(deny_calls, sockets, allow)
     steps, keepalive = seccomp.plan(bpf)
     enforced = {
         "denied_syscalls": sorted(deny_calls),
         "instructions": len(bpf) // 8,
         "native_arch_only": seccomp.native_arch_only(bpf),
-        "sysv_ipc": "allowed" if policy.ipc.sysv else "refused",
+        "sysv_ipc": "allowed" if sysv else "refused",
         "sockets": {"unix": sockets.unix, "inet": sockets.inet, "udp": sockets.udp,
                     "mptcp_sctp_raw": sockets.tcp_any_protocol},
     }
@@ -534,6 +555,21 @@ def compile_environment(job) -> Compiled:
         # TMPDIR and would otherwise try /tmp, which a policy rarely grants.
         env["TMPDIR"] = job.ctx.tmp
     return Compiled("environment", (), {"env": sorted(env)}, env=env)
+
+
+def _seccomp_part(job) -> Compiled:
+    """The seccomp filter kept by an earlier `sandboy run` from the same `seccomp_inputs` (a
+    miss then imports no BPF assembler: `seccomp` is a bundle group of its own), else compiled
+    here and handed to the pieces to keep."""
+    if job.pieces is None:
+        return compile_seccomp(job)
+    inputs = seccomp_inputs(job)
+    kept = job.pieces.seccomp(inputs)
+    if kept is not None:
+        return kept
+    compiled = compile_seccomp(job)
+    job.pieces.seccomp_built(inputs, compiled)
+    return compiled
 
 
 def compile_all(job) -> dict:
@@ -560,7 +596,7 @@ def compile_all(job) -> dict:
     # /proc/self/status need not be read: ≈ 0.06 ms of every run under the tier).
     drop_caps = namespaces.outputs["tier"] is not None or hygiene.has_capabilities()
     for compiled in (namespaces, compile_hygiene(job, drop_caps), landlock_fs,
-                     compile_landlock_net(job), compile_seccomp(job), compile_environment(job)):
+                     compile_landlock_net(job), _seccomp_part(job), compile_environment(job)):
         out[compiled.name] = compiled
     if egress is not None:
         from sandboy.egress.enforcement import attach_to_tier

@@ -119,10 +119,15 @@ def denied_calls(policy) -> set:
     """The names the filter refuses for `policy`: the default denylist, plus `seccomp.deny`,
     minus `seccomp.allow`, plus SysV IPC unless `ipc.sysv` (which `seccomp.allow` cannot undo:
     the key that says what SysV IPC means is `[ipc]`)."""
-    deny = (set(DEFAULT_DENY) | set(policy.seccomp.deny)) - set(policy.seccomp.allow)
-    if not policy.ipc.sysv:
-        deny |= set(SYSV_IPC)
-    return deny
+    return denied_names(policy.seccomp.deny, policy.seccomp.allow, policy.ipc.sysv)
+
+
+def denied_names(deny, allow, sysv: bool) -> set:
+    """`denied_calls` of a policy's `seccomp.deny`, `seccomp.allow` and `ipc.sysv`."""
+    names = (set(DEFAULT_DENY) | set(deny)) - set(allow)
+    if not sysv:
+        names |= set(SYSV_IPC)
+    return names
 
 
 def syscall_nr(name: str) -> int:
