@@ -244,3 +244,56 @@ def test_a_linked_start_up_file_loosened_through_its_link_is_put_back(tmp_path):
              (home / "dotfiles" / "fish").stat().st_mode & 0o777)
     assert modes == (0o644, 0o755), f"a linked start-up file left writable by others: {modes}"
     assert proc.returncode == 125, proc.stderr
+
+
+# --- a denied file with another name -------------------------------------------------------
+
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback"])
+def test_a_denied_file_with_another_hard_link_in_a_grant_is_reported_and_strict_refuses(tmp_path, tier_on):
+    """`write = [W]`, `deny = [W/secret.key]`, the secret also `W/backup/secret.key` by a hard link
+    (`cp -al`, rsnapshot). Landlock denies a path; `cat W/backup/secret.key` printed the secret,
+    rc 0, and nothing said so. Now `degraded` names the file (best-effort: the run goes on and the
+    operator is told), `compat.landlock = "strict"` refuses before anything runs; a deny listing
+    every name of the file is enforced and says nothing (twin)."""
+    env = _env(tmp_path, **_tier_env(tier_on))
+    work = tmp_path / "W"
+    (work / "backup").mkdir(parents=True)
+    secret = work / "secret.key"
+    secret.write_text("S3CRET")
+    os.link(secret, work / "backup" / "secret.key")
+    policy = tmp_path / "p.toml"
+    base = ('version = 1\n{compat}[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
+            f'write = ["{work}"]\ndeny = {{deny}}\n')
+    cat = f"cat {work}/backup/secret.key; echo done"
+    policy.write_text(base.format(compat="", deny=f'["{secret}"]'))
+    told = _sandboy_run(policy, cat, env, work)
+    assert "done" in told.stdout and f"fs.deny: {secret} has 1 other hard link" in told.stderr, told.stderr
+    for _ in range(2):  # and a plan-cache hit says it again (the degraded lines are kept with the plan)
+        again = _sandboy_run(policy, cat, env, work)
+        assert f"fs.deny: {secret} has 1 other hard link" in again.stderr, again.stderr
+    policy.write_text(base.format(compat='[compat]\nlandlock = "strict"\n', deny=f'["{secret}"]'))
+    strict = _sandboy_run(policy, cat, env, work)
+    assert strict.returncode == 125 and "S3CRET" not in strict.stdout and "hard link" in strict.stderr, strict.stderr
+    policy.write_text(base.format(compat="", deny=f'["{secret}", "{work}/backup/secret.key"]'))
+    twin = _sandboy_run(policy, cat, env, work)
+    assert "S3CRET" not in twin.stdout and "done" in twin.stdout and "hard link" not in twin.stderr, twin.stderr
+
+
+def test_a_hard_link_made_since_a_plan_was_kept_is_reported_on_the_hit(tmp_path):
+    """The plan cache keeps the build's degraded lines and says them on a hit: a hard link to a
+    denied file made after the entry was kept must be said too (the fingerprint's stat of a
+    policy path records whether a regular file has other links: a miss, and the rebuild says it)."""
+    env = _env(tmp_path, **_tier_env(True))
+    work = tmp_path / "W"
+    (work / "backup").mkdir(parents=True)
+    secret = work / "secret.key"
+    secret.write_text("S3CRET")
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
+                      f'write = ["{work}"]\ndeny = ["{secret}"]\n')
+    first = _hit_run(policy, "true", env, work)
+    assert "hard link" not in first.stderr, first.stderr
+    os.link(secret, work / "backup" / "secret.key")
+    after = _sandboy_run(policy, "true", env, work)
+    assert f"fs.deny: {secret} has 1 other hard link" in after.stderr, after.stderr

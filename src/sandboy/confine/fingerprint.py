@@ -16,7 +16,9 @@ def stat_key(path: str):
         st = os.stat(path)  # follows symlinks, as the rules do
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_mode
+    # (whether a regular file has other hard links: a denied one's are reported degraded, and a
+    # link made since must be said again — protections._denied_with_other_names)
+    return st.st_dev, st.st_ino, st.st_mode, stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
 # How long after a change its ctime may still be taken by another change: file timestamps come

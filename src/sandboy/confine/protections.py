@@ -289,6 +289,26 @@ def _write_roots_to_watch(grants: dict) -> tuple:
                  if rights & landlock.WRITE & ~landlock.READ and not is_within_any(path, PRIVATE_TREES))
 
 
+def _denied_with_other_names(denied) -> list:
+    """A line for each denied regular file with hard links beyond the names denied: Landlock
+    denies a PATH, and the file's other names are other paths — readable and writable wherever a
+    grant reaches one (a secret kept as `W/secret.key` and, by `cp -al` or rsnapshot, as
+    `W/backup/secret.key`: `cat W/backup/secret.key` printed it, tier or not: redcage10). No
+    lookup says where they are, so it is said (`strict` refuses). The policy's literal denies
+    only: a glob's matches may be thousands of files."""
+    names: dict = {}  # (st_dev, st_ino) -> [denied path, links, names denied]
+    for path in denied:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_nlink > 1 and not os.path.isdir(path):
+            names.setdefault((st.st_dev, st.st_ino), [path, st.st_nlink, 0])[2] += 1
+    return [f"fs.deny: {path} has {links - denied} other hard link(s) not denied: Landlock denies a path, so the "
+            "file stays readable through them wherever a grant reaches one (remove those links, or deny them too)"
+            for path, links, denied in names.values() if links > denied]
+
+
 def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     """Filesystem rules: the policy's grants split around its denies (and, unless a mount
     namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
@@ -339,6 +359,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     # read-only over themselves (`namespaces.plan_mounts`): the literal denies and the cache (a
     # glob's matches may be thousands of files, each a mount: not bound, see threat-model.md).
     literal = {landlock.existing_realpath(d) for d in fs.deny if not is_glob(d)} | {cache}
+    degraded += _denied_with_other_names(d for d in denies if d in literal)
     writing = landlock.WRITE & ~landlock.READ
     denied_in_write_roots = [d for d in denies if d in literal and any(
         rights & writing and is_within(d, path) and d != path for path, rights in grants.items())]
