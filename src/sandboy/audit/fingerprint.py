@@ -41,8 +41,17 @@ def _code_units(text: str) -> Iterator[int]:
             yield o
 
 
-def line_hashes(text: str) -> list[str]:
-    """The `hash:count` of every line of `text`, index 0 = line 1."""
+# How often (in code units) a hash with a deadline looks at the clock: ≈ 20 ms of work here.
+DEADLINE_EVERY = 1 << 16
+
+
+class PastDeadline(Exception):
+    """The caller's deadline passed before the hashes were done (`audit run`'s time budget)."""
+
+
+def line_hashes(text: str, deadline=None) -> list[str]:
+    """The `hash:count` of every line of `text`, index 0 = line 1. `deadline` (time.monotonic()):
+    PastDeadline once it has passed (a 32 MiB file takes tens of seconds here)."""
     window = [0] * BLOCK_SIZE
     line_at = [-1] * BLOCK_SIZE   # the line that starts at this window slot, or -1
     out: list[str] = []
@@ -88,8 +97,16 @@ def line_hashes(text: str) -> list[str]:
             line_start = True
         update(current)
 
-    for unit in _code_units(text):
-        process(unit)
+    if deadline is None:
+        for unit in _code_units(text):
+            process(unit)
+    else:
+        import time
+
+        for n, unit in enumerate(_code_units(text)):
+            if not n % DEADLINE_EVERY and time.monotonic() >= deadline:
+                raise PastDeadline()
+            process(unit)
     process(EOF)
     for _ in range(BLOCK_SIZE):
         if line_at[state["index"]] != -1:
@@ -98,7 +115,7 @@ def line_hashes(text: str) -> list[str]:
     return out
 
 
-def hash_file(path: Path) -> list[str] | None:
+def hash_file(path: Path, deadline=None) -> list[str] | None:
     """The line hashes of a source file, or None when it cannot be one: one bounded read (a file
     that turns out larger than MAX_SOURCE_BYTES is not hashed; no size is trusted before the
     read), the last component not followed if it became a symlink since source_path resolved it,
@@ -111,7 +128,7 @@ def hash_file(path: Path) -> list[str] | None:
         return None
     if data is None:
         return None
-    return line_hashes(data.decode("utf-8", "replace"))
+    return line_hashes(data.decode("utf-8", "replace"), deadline)
 
 
 def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> Path | None:
@@ -137,10 +154,12 @@ def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> P
     return Path(full) if os.path.isfile(full) else None
 
 
-def add_fingerprints(doc: dict[str, Any], root: Path) -> tuple[int, int]:
+def add_fingerprints(doc: dict[str, Any], root: Path, deadline=None) -> tuple[int, int]:
     """Set primaryLocationLineHash on every result that lacks one and whose primary location has a
     start line in a file under `root`. Existing values are kept. Returns how many were added and
-    the bytes they add to the compact output (`sarif.member_bytes`: merge's size bound allows them)."""
+    the bytes they add to the compact output (`sarif.member_bytes`: merge's size bound allows them).
+    `deadline` (time.monotonic()): PastDeadline once it has passed, some results then hashed and
+    others not (the caller drops the document)."""
     wanted: dict[Path, list[tuple[dict[str, Any], int]]] = {}
     for run in as_array(doc.get("runs")):
         if not isinstance(run, dict):
@@ -162,7 +181,7 @@ def add_fingerprints(doc: dict[str, Any], root: Path) -> tuple[int, int]:
                 wanted.setdefault(path, []).append((result, line))
     added = added_bytes = 0
     for path, items in wanted.items():
-        hashes = hash_file(path)
+        hashes = hash_file(path, deadline)
         if hashes is None:
             continue
         for result, line in items:

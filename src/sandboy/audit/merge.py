@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,24 @@ from sandboy.escape import clean
 
 LEVEL_ORDER = {"error": 0, "warning": 1, "note": 2, "none": 3}
 NOTICE_RULE = "sandboy/truncated"
+
+
+class MergeCut(Exception):
+    """The merge's deadline (`audit run`'s time budget) passed before it was done: nothing of it
+    is usable (its input documents are partly changed). `step` names where it stopped."""
+
+    def __init__(self, step: str):
+        super().__init__(step)
+        self.step = step
+
+
+# How often (in results) a merge with a deadline looks at the clock while it folds.
+DEADLINE_EVERY = 256
+
+
+def _check(deadline, step: str) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise MergeCut(step)
 
 
 class MergeFailed(AuditError):
@@ -158,7 +177,7 @@ class _Folded:
         self.duplicates = 0
         self.added_bytes = 0
 
-    def add(self, run: dict[str, Any]) -> None:
+    def add(self, run: dict[str, Any], deadline=None) -> None:
         rule_map: dict[int, int] = {}
         for i, rule in enumerate(as_array(as_object(as_object(run.get("tool")).get("driver")).get("rules"))):
             rid = as_object(rule).get("id")
@@ -185,7 +204,9 @@ class _Folded:
                 else:
                     del artifact["parentIndex"]
         remap_artifacts = any(old != new for old, new in art_map.items())
-        for result in as_array(run.get("results")):
+        for n, result in enumerate(as_array(run.get("results"))):
+            if deadline is not None and not n % DEADLINE_EVERY:
+                _check(deadline, "folding the runs")
             if not isinstance(result, dict):
                 continue
             # No copy: merge_docs takes ownership of its input documents (a copy of every result
@@ -234,9 +255,10 @@ class _Folded:
         return run
 
 
-def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[dict[str, Any]], int, int]:
+def fold(runs: list[dict[str, Any]], by_tool_only: bool = False,
+         deadline=None) -> tuple[list[dict[str, Any]], int, int]:
     """The runs folded by tool + category (or tool only); also the duplicates dropped and the
-    bytes added (ids, ruleIds, indices remapped to more digits)."""
+    bytes added (ids, ruleIds, indices remapped to more digits). `deadline`: MergeCut once passed."""
     groups: dict[tuple[str, str], _Folded] = {}
     for run in runs:
         key = (tool_name(run), "" if by_tool_only else category(run))
@@ -244,28 +266,33 @@ def fold(runs: list[dict[str, Any]], by_tool_only: bool = False) -> tuple[list[d
             groups[key] = _Folded(run)
             if by_tool_only and category(run):
                 groups[key].run["automationDetails"] = {"id": f"{category(run)}/"}
-        groups[key].add(run)
+        groups[key].add(run, deadline)
     built = [g.build() for g in groups.values()]
     return built, sum(g.duplicates for g in groups.values()), sum(g.added_bytes for g in groups.values())
 
 
 def merge_docs(docs: list[dict[str, Any]], source_root: Path | None = None,
-               input_bytes: int | None = None) -> tuple[dict[str, Any], MergeReport]:
+               input_bytes: int | None = None, deadline=None) -> tuple[dict[str, Any], MergeReport]:
     """One log from `docs`, which it takes over (their results are moved, not copied).
-    `input_bytes`: the inputs' size as read (files); None = their compact serialisation."""
+    `input_bytes`: the inputs' size as read (files); None = their compact serialisation.
+    `deadline` (time.monotonic(); `audit run`'s budget): MergeCut once it has passed, looked at
+    every DEADLINE_EVERY results folded and while source files are hashed for fingerprints."""
     report = MergeReport(inputs=len(docs))
     report.input_bytes = input_bytes if input_bytes is not None else sum(len(sarif.dumps(d).encode()) for d in docs)
     runs = [run for doc in docs for run in as_array(doc.get("runs")) if isinstance(run, dict)]
     report.runs_in = len(runs)
     report.results_in = sum(len(as_array(r.get("results"))) for r in runs)
-    merged_runs, report.duplicates, report.added_bytes = fold(runs)
+    merged_runs, report.duplicates, report.added_bytes = fold(runs, deadline=deadline)
     out = {"$schema": sarif.SARIF_SCHEMA_URI, "version": sarif.SARIF_VERSION, "runs": merged_runs}
     # The output names its schema once; an input's may have been shorter, or absent.
     report.added_bytes += member_bytes("$schema", sarif.SARIF_SCHEMA_URI)
     if source_root is not None:
-        from sandboy.audit.fingerprint import add_fingerprints
+        from sandboy.audit.fingerprint import PastDeadline, add_fingerprints
 
-        report.fingerprints_added, added = add_fingerprints(out, source_root)
+        try:
+            report.fingerprints_added, added = add_fingerprints(out, source_root, deadline)
+        except PastDeadline:
+            raise MergeCut("computing fingerprints from the source files") from None
         report.added_bytes += added
     report.runs_out = len(merged_runs)
     report.results_out = sarif.count_results(out)
@@ -457,10 +484,13 @@ def merge_files(paths: list[Path], source_root: Path | None, github_mode: bool) 
     return finish(out, report, github_mode, semantic_check=False), report
 
 
-def finish(out: dict[str, Any], report: MergeReport, github_mode: bool, semantic_check: bool) -> str:
+def finish(out: dict[str, Any], report: MergeReport, github_mode: bool, semantic_check: bool,
+           deadline=None) -> str:
     """The end of every merge (`audit merge`, `audit run`): the GitHub preflight with the counts it
     changes, validation of the merged log, the no-runs and size checks; returns the text to write
-    (serialised once: the GitHub check reads the same text)."""
+    (serialised once: the GitHub check reads the same text). `deadline`: MergeCut when it has
+    passed before the check or before the serialisation (each runs to its end once begun)."""
+    _check(deadline, "checking the merged log")
     if github_mode:
         github_fit(out, report)
         report.results_out = sarif.count_results(out)
@@ -471,6 +501,7 @@ def finish(out: dict[str, Any], report: MergeReport, github_mode: bool, semantic
         raise MergeFailed("the merged log is not valid SARIF 2.1.0 (a Sandboy bug): " + "; ".join(str(p) for p in errors[:3]))
     if report.runs_in and not report.runs_out:
         raise MergeFailed("the merge produced no runs")
+    _check(deadline, "writing the merged log")
     text = sarif.dumps(out)
     if github_mode:
         github_check(out, text)

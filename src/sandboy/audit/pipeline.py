@@ -510,15 +510,14 @@ def run_all(tools: dict[str, Tool], names: list[str] | None, repo: Path, work: P
 MERGE_RESULTS_PAST_BUDGET = 5_000  # what a merge still takes once the budget is spent (≈ 1 s at load 10 here)
 
 
-def hold_back_unmerged(reports: list[ToolReport], budget) -> None:
+def hold_back_unmerged(reports: list[ToolReport], budget, why: str = "before the merge") -> None:
     """The merge (audit/merge.py) is Sandboy's own work too, and grows with what the tools
     converted: 2 s for 10,000 results, 16 s for 99,000 at load 10 here. Once the budget is spent
     it takes the converted logs whole, in the tools' order, only up to MERGE_RESULTS_PAST_BUDGET
     results in all (the tools the budget did not end lose nothing small: a cut phase of the last
     tool would otherwise cost every earlier tool its results); every other log is held back, its
     tool failed saying why, named among the tools the budget ended. A merge begun within the
-    budget runs to its end: it is NOT bounded by the budget, only by what the conversions made
-    within it (each log at most 100,000 results, audit/convert.py)."""
+    budget that the budget's end cuts (`merge_logs`) comes back here too: `why` then says so."""
     if budget is None or not budget.exhausted():
         return
     taken = 0
@@ -530,9 +529,60 @@ def hold_back_unmerged(reports: list[ToolReport], budget) -> None:
             continue
         report.status, report.sarif, report.cut_by_budget = FAILED, None, True
         report.reason = (f"its {report.results:,} result(s) were converted but not merged: {budget.describe()} was "
-                         f"spent before the merge, which then takes at most {MERGE_RESULTS_PAST_BUDGET:,} results")
+                         f"spent {why}, which then takes at most {MERGE_RESULTS_PAST_BUDGET:,} results")
         report.results = 0
         budget.spent = True
+
+
+def merge_logs(reports: list[ToolReport], budget, repo: Path, github_mode: bool):
+    """The tools' logs (and the budget's own run) merged: (text to write, MergeReport), or
+    (None, None) when there is nothing to merge.
+
+    Bounded by the budget (ADR 0025, session 10): a merge begun in time grows with what the tools
+    converted (16 s for 99,000 results at load 10 here; a result naming a 32 MiB source file costs
+    tens of seconds of fingerprinting alone) and was not stopped by it. Now it looks at the
+    budget's end while it folds, while it hashes source files and before its check and its
+    serialisation; passed, the merge is dropped (its inputs are partly changed) and done again as
+    past the budget (`hold_back_unmerged`: whole logs up to MERGE_RESULTS_PAST_BUDGET results in
+    all, from copies taken before; the rest held back, each tool failed saying why) WITHOUT
+    fingerprints, which only the source files' size bounds. The run then fails (exit 1), its log
+    says what was cut: the held-back tools among the ones the budget ended, and the budget's run
+    names the merge's step that was stopped."""
+    from sandboy.audit import merge
+
+    hold_back_unmerged(reports, budget)
+    deadline = budget.deadline if budget is not None and not budget.spent else None
+    spare = None
+    if deadline is not None:
+        # What a cut merge still merges, kept as text (the merge changes its inputs in place):
+        # the logs hold_back_unmerged would take, at most MERGE_RESULTS_PAST_BUDGET results.
+        spare, taken = {}, 0
+        for report in reports:
+            if report.sarif is not None and taken + report.results <= MERGE_RESULTS_PAST_BUDGET:
+                taken += report.results
+                spare[id(report)] = json.dumps(report.sarif)
+    docs = [r.sarif for r in reports if r.sarif is not None]
+    said = budget_run(reports, budget)
+    if said is not None:
+        docs.append(said)
+    if not docs:
+        return None, None
+    try:
+        merged, report = merge.merge_docs(docs, repo, deadline=deadline)
+        return merge.finish(merged, report, github_mode, semantic_check=True, deadline=deadline), report
+    except merge.MergeCut as cut:
+        step = cut.step
+    for report in reports:
+        if report.sarif is not None:
+            kept = spare.get(id(report))
+            report.sarif = None if kept is None else json.loads(kept)
+    hold_back_unmerged(reports, budget, why=f"while the merge was {step}")
+    budget.spent = True
+    docs = [r.sarif for r in reports if r.sarif is not None] + [budget_run(reports, budget, merge_cut=step)]
+    merged, report = merge.merge_docs(docs, None)  # no fingerprints past the budget (above)
+    report.notices.append(f"{budget.describe()} was spent while the merge was {step}: merged again without "
+                          f"fingerprints, at most {MERGE_RESULTS_PAST_BUDGET:,} results")
+    return merge.finish(merged, report, github_mode, semantic_check=True), report
 
 
 BUDGET_NOTICES = 20  # tools named one by one in the budget run's notifications; all are in its properties
@@ -541,10 +591,11 @@ BUDGET_NOTICES = 20  # tools named one by one in the budget run's notifications;
 BUDGET_RUN_ID = "sandboy-audit/budget/"  # never a tool's: theirs are `sandboy/<tool>/`
 
 
-def budget_run(reports: list[ToolReport], budget) -> dict[str, Any] | None:
+def budget_run(reports: list[ToolReport], budget, merge_cut: str | None = None) -> dict[str, Any] | None:
     """A SARIF log of one run, tool "sandboy audit", saying what the time budget ended and what it
     left unstarted (None when it did neither): a failed or unstarted tool has no run of its own, so
-    without it the merged log would not say why tools are missing."""
+    without it the merged log would not say why tools are missing. `merge_cut`: the step of the
+    merge the budget's end stopped (`merge_logs`)."""
     from sandboy.audit.sarif import SARIF_SCHEMA_URI, SARIF_VERSION
 
     if budget is None or not budget.spent:
@@ -552,6 +603,9 @@ def budget_run(reports: list[ToolReport], budget) -> dict[str, Any] | None:
     ended = [r for r in reports if r.cut_by_budget]
     unstarted = [r for r in reports if r.status == NOT_RUN]
     notes = [f"{r.tool}: {r.reason}" for r in ended]
+    if merge_cut:
+        notes.append(f"the merge: {budget.describe()} was spent while it was {merge_cut}; it was done again with the "
+                     f"tools' logs of at most {MERGE_RESULTS_PAST_BUDGET:,} results in all, and no fingerprints")
     if unstarted:
         names = ", ".join(r.tool for r in unstarted[:BUDGET_NOTICES])
         more = f" and {len(unstarted) - BUDGET_NOTICES} more" if len(unstarted) > BUDGET_NOTICES else ""
@@ -562,7 +616,8 @@ def budget_run(reports: list[ToolReport], budget) -> dict[str, Any] | None:
             "executionSuccessful": False,
             "toolExecutionNotifications": [{"level": "error", "message": {"text": note[:2000]}} for note in notes],
             "properties": {"sandboy": {"budget": budget.as_dict(), "ended": [r.tool for r in ended],
-                                       "not_run": [r.tool for r in unstarted]}},
+                                       "not_run": [r.tool for r in unstarted],
+                                       **({"merge_cut": merge_cut} if merge_cut else {})}},
         }],
         "results": [],
         # Not `sandboy/…`: that is the tools' namespace (`sandboy/<tool>/`, set for every tool's
