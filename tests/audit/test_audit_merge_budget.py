@@ -138,7 +138,8 @@ def test_twin_a_merge_within_the_budget_is_complete_and_unchanged(tmp_path) -> N
 def test_a_merge_cut_in_process_keeps_no_half_work(tmp_path) -> None:
     """The cut itself, in process, with a deadline 0.5 s away and a merge that needs ≥ 10 s of
     CPU: it returns at the deadline plus the small merge again; the logs it merged are whole,
-    from the copies taken before (the cut merge had changed them in place)."""
+    from the copies taken before (the cut merge had changed them in place); a log past
+    MERGE_RESULTS_PAST_BUDGET is held back, its tool failed saying why."""
     from sandboy.audit.pipeline import merge_logs
     from sandboy.budget import Budget
 
@@ -147,10 +148,12 @@ def test_a_merge_cut_in_process_keeps_no_half_work(tmp_path) -> None:
     (repo / "small.py").write_text("a = 1\nb = 2\n")
     (repo / "b.py").write_text("x = 1\ny = 2\nz = 3\n")
     reports = _reports(repo)
-    from sandboy.audit.pipeline import RAN, ToolReport
+    from sandboy.audit.pipeline import FAILED, MERGE_RESULTS_PAST_BUDGET, RAN, ToolReport
 
     names = _big_sources(repo, 1)
     reports.append(ToolReport("t3", RAN, results=1, sarif=_log("big", [_result(names[0])])))
+    many = [_result("b.py", 1 + i % 3, rule=f"R{i}") for i in range(MERGE_RESULTS_PAST_BUDGET + 1)]
+    reports.insert(0, ToolReport("many", RAN, results=len(many), sarif=_log("many", many)))  # first: held back
     budget = Budget(60, "the audit's", "--budget").start()
     budget.deadline = time.monotonic() + 0.5
     started = time.monotonic()
@@ -166,3 +169,10 @@ def test_a_merge_cut_in_process_keeps_no_half_work(tmp_path) -> None:
         "computing fingerprints from the source files"
     assert budget.spent is True
     assert any("merged again without fingerprints" in n for n in report.notices), report.notices
+    held = reports[0]  # 5,001 results: past MERGE_RESULTS_PAST_BUDGET alone
+    assert (held.tool, held.status, held.sarif, held.results, held.cut_by_budget) == ("many", FAILED, None, 0, True)
+    assert held.reason == (f"its {MERGE_RESULTS_PAST_BUDGET + 1:,} result(s) were converted but not merged: the audit's "
+                           "time budget of 1m (--budget) was spent while the merge was computing fingerprints "
+                           f"from the source files, which then takes at most {MERGE_RESULTS_PAST_BUDGET:,} results")
+    assert runs["sandboy audit"]["invocations"][0]["properties"]["sandboy"]["ended"] == ["many"]
+    assert all(r.status == RAN for r in reports[1:])

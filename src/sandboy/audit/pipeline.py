@@ -573,9 +573,9 @@ def merge_logs(reports: list[ToolReport], budget, repo: Path, github_mode: bool)
     except merge.MergeCut as cut:
         step = cut.step
     for report in reports:
-        if report.sarif is not None:
-            kept = spare.get(id(report))
-            report.sarif = None if kept is None else json.loads(kept)
+        if report.sarif is not None and id(report) in spare:
+            report.sarif = json.loads(spare[id(report)])
+    # the same rule as the copies': it holds back exactly the logs that have none, each tool failed
     hold_back_unmerged(reports, budget, why=f"while the merge was {step}")
     budget.spent = True
     docs = [r.sarif for r in reports if r.sarif is not None] + [budget_run(reports, budget, merge_cut=step)]
