@@ -9,6 +9,7 @@ import stat
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -215,3 +216,104 @@ def test_a_protected_file_replaced_below_a_loosened_directory_is_named_only_then
     assert guard.replaced_below([]) == []  # nothing was loosened: an edit of the operator's own
     assert guard.replaced_below([str(home)]) == [str(rc)]
     assert guard.replaced_below([str(rc)]) == [str(rc)]  # loosened itself: another inode counts
+
+
+# --- session 10: an unchanged, settled inode is not read again (`ModeGuard._put_back_one`) ----
+
+SETTLE = 0.15  # past the guard's clock margin (50 ms; file timestamps from a coarse clock)
+LOOSENINGS = {
+    "mode": lambda path: os.chmod(path, 0o777),
+    "ACL only (the mode's group bits kept)": lambda path: os.setxattr(path, ACL, _acl_granting(65534)),
+    "group only": lambda path: os.chown(path, -1, 65534),
+}
+
+
+def _settled_dirs(tmp_path, mode=0o775):
+    """A write root with `.git` below it, made and then left past the margin: at launch their
+    ctimes are settled (the short way applies to both)."""
+    root = tmp_path / "w"
+    (root / ".git").mkdir(parents=True)
+    for path in (root, root / ".git"):
+        os.chmod(path, mode)
+    time.sleep(SETTLE)
+    return root
+
+
+def _probe_settled_loosening(guard_module, tmp_path, how):
+    """(what put_back reported, the modes/ACL/group afterwards) for `how` applied to a settled
+    `.git` after the guard's launch."""
+    root = _settled_dirs(tmp_path)
+    git = root / ".git"
+    before = os.stat(git)
+    guard = guard_module.ModeGuard(guard_module.guarded_paths([str(root)], [str(git)]))
+    LOOSENINGS[how](git)
+    found = guard.put_back()
+    after = os.stat(git)
+    try:
+        acl = os.getxattr(git, ACL)
+    except OSError:
+        acl = None
+    return found, (stat.S_IMODE(after.st_mode), after.st_gid, acl) == (stat.S_IMODE(before.st_mode), before.st_gid, None)
+
+
+@pytest.mark.parametrize("how", LOOSENINGS)
+def test_a_settled_directory_loosened_after_launch_is_put_back(tmp_path, how):
+    """The put-back trusts an inode whose ctime is the settled one of launch (session 10): every
+    chmod, chown or ACL change sets the ctime, so each loosening is still seen and put back —
+    host side: mode, group, ACL as at launch."""
+    if how == "group only" and os.geteuid() != 0:
+        pytest.skip("only root gives a directory another group")
+    from sandboy.confine import loosened
+
+    found, restored = _probe_settled_loosening(loosened, tmp_path, how)
+    assert [path for path, _why in found] == [str(tmp_path / "w" / ".git")], found
+    assert restored
+
+
+def test_twin_a_settled_unchanged_guard_reads_no_acl_again(tmp_path, monkeypatch):
+    """The short way is taken: nothing changed since a settled launch, nothing reported, and no
+    ACL read after the run (two getxattr a path through /proc/self/fd). A path changed within the
+    clock margin before launch is read the long way."""
+    from sandboy.confine import loosened
+
+    root = _settled_dirs(tmp_path)
+    guard = ModeGuard(guarded_paths([str(root)], [str(root / ".git")]))
+    calls = []
+    real = loosened._acls
+    monkeypatch.setattr(loosened, "_acls", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert guard.put_back() == [] and calls == []
+    (root / "new").write_text("x")  # the root's ctime moves: not settled at the next launch
+    guard = ModeGuard(guarded_paths([str(root)], [str(root / ".git")]))
+    calls.clear()  # (those of the launch)
+    assert guard.put_back() == [] and len(calls) == 1  # the root's; `.git` still settled
+
+
+def test_the_settled_rule_is_the_fingerprints(tmp_path):
+    """`loosened._settled` repeats `fingerprint._settled` (so the guard needs no plan-cache module):
+    the same answers around both margins."""
+    from sandboy.confine import fingerprint, loosened
+
+    now = 10**18 + 123_456_789
+    for ctime in (now, now - 49_000_000, now - 51_000_000, (now // 10**9) * 10**9, (now // 10**9 - 1) * 10**9,
+                  (now // 10**9 - 3) * 10**9):
+        assert loosened._settled(ctime, now) == fingerprint._settled(ctime, now), ctime
+
+
+@pytest.mark.parametrize("how", ["mode", "ACL only (the mode's group bits kept)"])
+def test_the_ctime_of_the_short_way_has_a_probe_that_fails_without_it(tmp_path, how):
+    """Mutant: the short way taken on the same inode whatever its ctime — the loosening above
+    then stays (host side)."""
+    import importlib.util
+
+    from sandboy.confine import loosened
+
+    text = open(loosened.__file__).read()
+    check = "(st.st_dev, st.st_ino, st.st_ctime_ns) == (dev, ino, ctime)"
+    assert text.count(check) == 1
+    source = tmp_path / "loosened_mutant.py"
+    source.write_text(text.replace(check, "(st.st_dev, st.st_ino) == (dev, ino)"))
+    spec = importlib.util.spec_from_file_location("loosened_mutant", source)
+    mutant = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutant)
+    found, restored = _probe_settled_loosening(mutant, tmp_path, how)
+    assert found == [] and not restored

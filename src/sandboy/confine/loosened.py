@@ -23,6 +23,7 @@ it, as any directory the operator made so does.
 
 import os
 import stat
+import time
 
 from sandboy.policy.resolve import is_within
 
@@ -30,6 +31,14 @@ from sandboy.policy.resolve import is_within
 # change the bytes (a file)
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 ACLS = ("system.posix_acl_access", "system.posix_acl_default")
+
+
+def _settled(ctime_ns: int, now_ns: int) -> bool:
+    """Whether any later change of the inode must show in its ctime: the rule of
+    `fingerprint._settled` (file timestamps come from a coarse clock, or whole seconds), kept
+    here so that the git check's guard needs no module of the plan cache."""
+    margin = 2_000_000_000 if ctime_ns % 1_000_000_000 == 0 else 50_000_000
+    return ctime_ns < now_ns - margin
 
 
 def guarded_paths(write_roots, targets) -> list:
@@ -67,7 +76,10 @@ class ModeGuard:
     __slots__ = ("launch", "links", "targets", "linked")
 
     def __init__(self, paths, protected=(), roots=()):
-        self.launch = {}  # path -> (st_dev, st_ino, mode, gid, ACLs) at launch
+        # path -> (st_dev, st_ino, mode, gid, ACLs, ctime or None) at launch: the ctime where it
+        # was settled then (`_settled`), so that `put_back` may trust an unchanged one
+        self.launch = {}
+        now = time.time_ns()  # (before any stat: a ctime settled at `now` is older than every one)
         # path -> (its target, the (st_dev, st_ino) it led to) at launch, for a guarded path that
         # was a symlink
         self.links = {}
@@ -90,7 +102,8 @@ class ModeGuard:
                 except OSError:
                     pass  # dangling: nothing below it was there to record either
                 continue
-            self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_gid, _acls(path))
+            self.launch[path] = (st.st_dev, st.st_ino, stat.S_IMODE(st.st_mode), st.st_gid, _acls(path),
+                                 st.st_ctime_ns if _settled(st.st_ctime_ns, now) else None)
             if path in self.targets:
                 self.targets[path] = (st.st_dev, st.st_ino, st.st_ctime_ns)
 
@@ -149,10 +162,15 @@ class ModeGuard:
     def _put_back_one(fd: int, launch: tuple):
         """Put back the inode `fd` (O_PATH) as `launch` says: what was done ("" for nothing), or
         None where it is a symlink now."""
-        dev, ino, mode, gid, acls = launch
+        dev, ino, mode, gid, acls, ctime = launch
         st = os.fstat(fd)
         if stat.S_ISLNK(st.st_mode):
             return None
+        if ctime is not None and (st.st_dev, st.st_ino, st.st_ctime_ns) == (dev, ino, ctime):
+            # the same inode, its ctime as at launch, settled then: no chmod, chown or ACL change
+            # since (each sets the ctime, which no process sets back) — nothing to read again
+            # (its ACLs: two getxattr through /proc/self/fd a path; session 10)
+            return ""
         via = f"/proc/self/fd/{fd}"  # the inode opened, whatever its name becomes meanwhile
         same = (st.st_dev, st.st_ino) == (dev, ino)
         now, changes = stat.S_IMODE(st.st_mode), []
