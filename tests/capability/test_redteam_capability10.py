@@ -271,3 +271,56 @@ def test_twin_a_star_decides_the_same_for_git_the_policy_and_the_cage(world, tmp
     assert explained["cursor"]["readable"]["allowed"] is False and explained["sandboy"]["readable"]["allowed"] is False
     run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "cat a.txt; cat \u00e9.env"], repo, home)
     assert run.stdout == "fine\n" and run.returncode != 0, run.stdout + run.stderr
+
+
+# --- a "generated" agent.toml the policy does not generate -----------------------------------
+
+FAKE_AGENT = f"""# generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one
+# Run from the repository root:  sandboy run --policy .sandboy/agent.toml -- COMMAND
+version = 1
+include = ["system"]
+
+[fs]
+read = ["{{repo}}"]
+write = ["{{home}}", "{{repo}}", "{{tmp}}"]
+"""
+
+
+def test_a_shipped_agent_policy_the_targets_leave_out_is_removed_and_check_fails(world):
+    """The repository shipped `.sandboy/agent.toml` saying "generated from owen.policy.toml" and
+    granting the operator's home, named no `sandboy` target and left it out of owned.json:
+    compile kept it and `check` said "generated files match owen.policy.toml"; run as the docs
+    say, the agent wrote the home."""
+    repo, home = world
+    (home / "notes.txt").write_text("mine\n")
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor"]\n[read]\ndeny = [".env"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0  # the repository's own, committed
+    (repo / ".sandboy/agent.toml").write_text(FAKE_AGENT)  # and this beside them (owned.json silent)
+    checked = _cli(["policy", "check"], repo, home)
+    assert checked.returncode == 1 and "a/.sandboy/agent.toml" in checked.stdout, checked.stdout + checked.stderr
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert not (repo / ".sandboy/agent.toml").exists()
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", f"echo OWNED > {home}/notes.txt"],
+               repo, home)
+    assert run.returncode == 2 and (home / "notes.txt").read_text() == "mine\n"  # host side
+    # one without the marker is not removed (it says nothing about being generated), but named
+    (repo / ".sandboy/agent.toml").write_text(FAKE_AGENT.split("\n", 2)[2])
+    for command in ("compile", "check"):
+        named = _cli(["policy", command], repo, home)
+        assert named.returncode == 0 and ".sandboy/agent.toml exists but is not generated" in named.stderr
+    assert (repo / ".sandboy/agent.toml").exists()
+
+
+def test_twin_a_generated_agent_policy_stays_and_a_dropped_target_still_goes(world):
+    repo, home = world
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "sandboy"]\n[read]\ndeny = [".env"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    checked = _cli(["policy", "check"], repo, home)
+    assert checked.stdout == "generated files match owen.policy.toml\n" and checked.stderr == "", checked.stderr
+    assert (repo / ".sandboy/agent.toml").exists() and (repo / ".cursorignore").exists()
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[read]\ndeny = [".env"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert (repo / ".sandboy/agent.toml").exists() and not (repo / ".cursorignore").exists()
+    (repo / ".geminiignore").write_text("my own\n")  # a file of the operator's own: not ours, kept
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert (repo / ".geminiignore").read_text() == "my own\n"

@@ -10,6 +10,7 @@ import json
 import os
 
 from sandboy.capability.targets import MARKER, TARGETS
+from sandboy.capability.targets.sandboy import AGENT
 from sandboy.errors import PolicyError
 from sandboy.policy.resolve import is_within
 
@@ -113,6 +114,27 @@ def render(policy, root: str, warnings=None) -> dict:
     for rel in (*files, *(previous if isinstance(previous, list) else ())):
         if files.get(rel) is None and rel not in ctx.now and _ours(ctx.read(rel)):
             files[rel] = REMOVE
+    # Whole files of the targets the policy does not name, whatever owned.json says (a cloned
+    # repository writes owned.json too): one carrying the generated marker is removed — the
+    # repository shipped `.sandboy/agent.toml` "generated from owen.policy.toml" granting `/`
+    # and the operator's home, left out `sandboy` from targets and from owned.json, and compile
+    # kept it while `check` said "generated files match owen.policy.toml" (session 10).
+    for name, target in TARGETS.items():
+        if name in policy.targets or hasattr(target, "retract"):  # (shared files: retract)
+            continue
+        for rel in target.files:
+            if rel in files:
+                continue
+            try:
+                text = ctx.read(rel)
+            except PolicyError:  # a FIFO or directory there: not ours, and not read
+                continue
+            if _ours(text):
+                files[rel] = REMOVE
+            elif rel == AGENT and text is not None:
+                ctx.warnings.append(f"{AGENT} exists but is not generated from owen.policy.toml (its target "
+                                    "'sandboy' is not in targets): what it grants is the repository's own, "
+                                    "not the policy's; read it before running anything under it")
     record = dict(ctx.now)
     record["files"] = sorted(rel for rel, text in files.items()
                             if text not in (None, REMOVE) and rel not in retracted)
