@@ -342,3 +342,20 @@ def test_a_queued_end_signal_is_not_honoured_in_either_init_loop(tmp_path, relay
     assert (result.outcome, result.returncode) == ("exited", 4), result
     if relayed:
         assert out.read_text() == "alive\n"
+
+
+def test_a_timeout_during_the_inits_start_does_not_wait_the_grace(tmp_path, monkeypatch):
+    """A timeout that comes while the init is still starting (its plan's steps before it blocks
+    the end-run signal). A PID namespace's init discards a signal it neither blocks nor handles:
+    under the Python executor, whose parent returns at once, the signal was lost and every such
+    round waited the whole grace (17 of 20 rounds at a 5 ms timeout, session 10; the C parent
+    waits for the command's exec, so its init has blocked it by then). A grace of 30 s makes a
+    lost signal plain; a round that ends is checked, bounded at 8 rounds."""
+    monkeypatch.setattr(supervision, "END_GRACE_SECONDS", 30.0)
+    policy = sandboy.Policy.from_mapping(_policy(tmp_path))
+    for _ in range(8):
+        started = time.monotonic()
+        result = sandboy.run(["/bin/sh", "-c", "sleep 60"], policy, timeout=0.005)
+        took = time.monotonic() - started
+        assert result.outcome == "timed_out", result
+        assert took < 15, f"the init did not act on the end-run signal: {took:.1f} s (grace 30 s)"

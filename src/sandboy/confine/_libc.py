@@ -195,12 +195,34 @@ def read_all(fd: int) -> bytes:
         os.close(fd)
 
 
+def _built_from_its_source(module) -> bool:
+    """Whether the C executor was built from the `_native.c` beside it (its size then: setup.py).
+    A checkout moved on without `make compile` kept yesterday's executor for today's plans: an
+    init built before END_RUN_SIGNAL existed discarded it (a PID namespace's init drops a signal
+    it neither blocks nor handles), so every timed-out run waited the whole grace and lost the
+    relayed output (session 10). Such a build is not used: the Python executor runs the plans
+    (as where none was built), and stderr says so. An installation without the source is what
+    it was built from. A same-size edit is not seen (one stat per start-up; no hash of 40 kB)."""
+    try:
+        size = os.stat(os.path.join(os.path.dirname(module.__file__), "_native.c")).st_size
+    except (OSError, TypeError):
+        return True
+    if size == getattr(module, "SOURCE_SIZE", -1):
+        return True
+    os.write(2, b"sandboy: warning: the C executor was built from another _native.c than the one beside it "
+                b"(run `make compile`); using the Python executor\n")
+    return False
+
+
 _native = None
 if os.environ.get("SANDBOY_NATIVE", "1") != "0":
     try:
         from sandboy.confine import _native
     except ImportError:
         _native = None
+    else:
+        if not _built_from_its_source(_native):
+            _native = None
 
 IMPLEMENTATION = "native" if _native is not None else "python"
 

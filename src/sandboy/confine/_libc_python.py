@@ -327,9 +327,25 @@ def exec_first(paths, argv, envp) -> None:
 def fork_exec(plan, paths, argv, envp, errpipe: int, clone_flags: int = 0) -> int:
     # With namespaces, clone(2) itself: os.fork() takes no flags (and Python 3.11 has no
     # os.unshare); `_clone` does in the child what os.fork() would.
-    pid = _clone(clone_flags | SIGCHLD) if clone_flags else os.fork()
-    if pid:
-        return pid
+    if clone_flags:
+        # As _native.c: every signal blocked around the clone, so the init-to-be is born with
+        # them blocked. A PID namespace's init discards a signal it neither blocks nor handles, and
+        # this parent returns at once (the C one waits for the command's exec): END_RUN_SIGNAL
+        # sent by a timeout during the init's start was lost, and the run waited the whole grace
+        # (session 10). Blocked, it waits for the init's loop.
+        held = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+        try:
+            pid = _clone(clone_flags | SIGCHLD)
+        except BaseException:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
+            raise
+        if pid:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
+            return pid
+    else:
+        pid = os.fork()
+        if pid:
+            return pid
     index, err, code = -1, 0, 125
     try:
         try:
