@@ -297,3 +297,40 @@ def test_a_hard_link_made_since_a_plan_was_kept_is_reported_on_the_hit(tmp_path)
     os.link(secret, work / "backup" / "secret.key")
     after = _sandboy_run(policy, "true", env, work)
     assert f"fs.deny: {secret} has 1 other hard link" in after.stderr, after.stderr
+
+
+# --- the post-run walk against directories that keep their ctime ---------------------------
+
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback"])
+@pytest.mark.parametrize("how", ["built", "hit"])
+def test_a_nested_repository_planted_then_swapped_with_a_sibling_subtree_is_found(tmp_path, tier_on, how):
+    """A shortcut of the walk after the run could take the launch listing of a directory whose
+    ctime is older than the launch (no entry added, removed or renamed in IT). Swapping two
+    subtrees (`mv a t; mv b a; mv t b`) gives `a` and `b` new ctimes, but `a/sub` — formerly
+    `b/sub`, holding a nested repository — keeps its old one while the launch listing of the
+    PATH `a/sub` is the other directory's. The command writes `core.fsmonitor` into
+    `b/sub/.git/config`, then swaps: the check must still find it (125, the config moved)."""
+    if how == "hit" and not tier_on:
+        pytest.skip("the plan cache keeps runs under the tier only")
+    env = _env(tmp_path, **_tier_env(tier_on), GIT_CONFIG_GLOBAL="/dev/null")
+    work = tmp_path / "W"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (work / "a" / "sub" / "deeper").mkdir(parents=True)
+    (work / "a" / "sub" / "deeper" / "f").write_text("x")
+    (work / "b" / "sub").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(work / "b" / "sub")], check=True)
+    (work / "b" / "sub" / "deeper").mkdir()
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=work))
+    time.sleep(0.15)
+    attack = ("printf '[core]\\n\\tfsmonitor = \"touch PLANTED; false\"\\n' >> b/sub/.git/config && "
+              "mv a t && mv b a && mv t b && echo swapped")
+    if how == "built":
+        env["SANDBOY_PLAN_CACHE"] = "0"
+    proc = (_sandboy_run if how == "built" else _hit_run)(policy, attack, env, work)
+    assert "swapped" in proc.stdout, proc.stderr
+    config = work / "a" / "sub" / ".git" / "config"
+    assert "fsmonitor" not in (config.read_text() if config.exists() else ""), \
+        f"a planted nested config escaped the check by a subtree swap (rc {proc.returncode}): {proc.stderr}"
+    assert proc.returncode == 125, proc.stderr
