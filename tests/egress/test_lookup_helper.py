@@ -239,3 +239,46 @@ def _all_children(pid: int) -> list:
     except OSError:
         pass
     return kids
+
+
+RAISING = r"""
+import io, os, sys
+from sandboy.gate import ceiling as ceilings, config
+from sandboy.gate.console import Console
+from sandboy.gate.runner import GateRun
+
+class Broken(Console):
+    # the console raises once the first step has ended (its helper then kept for the next)
+    def step_end(self, result):
+        super().step_end(result)
+        self.helper = run._lookups.pid
+        raise RuntimeError("a console that breaks")
+
+gate = config.load(sys.argv[1])
+ceiling, _ = ceilings.read(sys.argv[2])
+console = Broken(out=io.StringIO())
+run = GateRun(gate, ceiling, console)
+try:
+    run.run()
+except RuntimeError:
+    pass
+pid = console.helper
+with open(f"/proc/{pid}/stat") if os.path.exists(f"/proc/{pid}") else io.StringIO("0 (x) gone") as fh:
+    print(pid, fh.read().rsplit(")", 1)[1].split()[0])  # this process still lives: not stdin's end
+"""
+
+
+def test_the_helper_ends_when_an_exception_unwinds_the_gate(tmp_path, origin, fast_names):
+    """An exception out of the runner (here the console's) unwinds GateRun.run: its `finally`
+    kills and reaps the helper at once — checked while the gate's process still lives, so the
+    helper did not just read the end of its stdin."""
+    steps = [("s0", FETCH.format(name="n5.fast.test", port=origin.port)), ("s1", "true")]
+    proc = _gate(tmp_path, fast_names, steps, origin.port)  # (only for the repository and ceiling it writes)
+    _finish(proc)
+    resolv = str(tmp_path / "resolv.conf")
+    done = subprocess.run(under_name_server(resolv, [sys.executable, "-c", RAISING, str(tmp_path / "repo"),
+                                                     str(tmp_path / "ceiling.toml")]),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid, state = done.stdout.split()
+    assert pid != "None" and state == "gone", done.stdout  # no such process any more (not even a zombie)
