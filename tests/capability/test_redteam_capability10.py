@@ -324,3 +324,17 @@ def test_twin_a_generated_agent_policy_stays_and_a_dropped_target_still_goes(wor
     (repo / ".geminiignore").write_text("my own\n")  # a file of the operator's own: not ours, kept
     assert _cli(["policy", "compile"], repo, home).returncode == 0
     assert (repo / ".geminiignore").read_text() == "my own\n"
+
+
+def test_a_shared_agent_file_claiming_to_be_generated_for_an_unnamed_target_is_named(world):
+    repo, home = world
+    (repo / ".codex").mkdir()
+    (repo / ".codex/config.toml").write_text(
+        "# generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one\n"
+        'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n')
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor"]\n[read]\ndeny = [".env"]\n')
+    for command in ("compile", "check"):
+        run = _cli(["policy", command], repo, home)
+        assert run.returncode == 0 and ".codex/config.toml says it is generated from owen.policy.toml, but its " \
+            "target 'codex' is not in targets" in run.stderr, run.stderr
+    assert "danger-full-access" in (repo / ".codex/config.toml").read_text()  # the user's file: kept

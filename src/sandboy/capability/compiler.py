@@ -120,7 +120,7 @@ def render(policy, root: str, warnings=None) -> dict:
     # and the operator's home, left out `sandboy` from targets and from owned.json, and compile
     # kept it while `check` said "generated files match owen.policy.toml" (session 10).
     for name, target in TARGETS.items():
-        if name in policy.targets or hasattr(target, "retract"):  # (shared files: retract)
+        if name in policy.targets:
             continue
         for rel in target.files:
             if rel in files:
@@ -128,6 +128,12 @@ def render(policy, root: str, warnings=None) -> dict:
             try:
                 text = ctx.read(rel)
             except PolicyError:  # a FIFO or directory there: not ours, and not read
+                continue
+            if hasattr(target, "retract"):  # a shared file (retract takes out what we own)
+                if _ours(text):  # the marker, though the policy generates nothing there now
+                    ctx.warnings.append(f"{rel} says it is generated from owen.policy.toml, but its target "
+                                        f"{name!r} is not in targets: nothing in it is the policy's; read it "
+                                        "before running its agent here")
                 continue
             if _ours(text):
                 files[rel] = REMOVE
