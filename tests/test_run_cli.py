@@ -87,8 +87,9 @@ def test_run_start_up_imports_nothing_heavy(policy, path, tmp_path, monkeypatch)
 @pytest.mark.parametrize("repository", [False, True], ids=["no repository", "a repository"])
 def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path, monkeypatch, repository):
     """`[fs] write = ["{cwd}"]` from a kept plan (ADR 0028, session 9): the CLI and the "cached
-    run" group, the git check's two modules, and its judgement only where a repository is there
-    to judge — no compiler, no policy loader, none of the protected paths' resolution."""
+    run" group, the git check's modules, and the protected paths' names and the judgement only
+    where a repository is there to judge — no compiler, no policy loader, none of the protected
+    paths' resolution."""
     import time
 
     from sandboy import bytecode_bundle
@@ -114,8 +115,10 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
         if "sandboy.confine.cage" not in used:
             break
     groups = bytecode_bundle.RUN_PATH_GROUPS
+    # (a repository at launch: its hook managers' discovery — the protected paths' module —
+    # and the judgement; outside one neither, session 10)
     expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"],
-                *(groups["git judgement"] if repository else ())}
+                *(groups["protected paths"] + groups["git judgement"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 

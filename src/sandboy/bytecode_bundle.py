@@ -61,10 +61,13 @@ RUN_PATH_GROUPS = {
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
-    # a policy with write roots: the post-run git check and the protected paths' names, what a
-    # plan cache hit of such a policy imports too (ADR 0028, session 9)
-    "git check": ("sandboy.confine.protected", "sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts",
-                  "sandboy.confine.loosened"),
+    # a policy with write roots: the post-run git check, the kernel mounts below a write root,
+    # the modes it puts back — what a plan cache hit of such a policy imports too (ADR 0028,
+    # session 9), and all a hit outside a repository reads (session 10)
+    "git check": ("sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts", "sandboy.confine.loosened"),
+    # the protected paths' names: the build's resolution, and the git check's launch side where a
+    # repository is there (its hook managers' discovery)
+    "protected paths": ("sandboy.confine.protected",),
     # its judgement: a write root holding a repository (or one made by the run)
     "git judgement": ("sandboy.confine.gitjudge",),
     # the build's other modules for write roots: the protected paths' resolution

@@ -52,8 +52,10 @@ import os
 import stat
 import time
 
-from sandboy.confine.protected import discover_managers, hooks_directory
 from sandboy.policy.resolve import is_within, is_within_any
+
+# (`confine.protected` is imported where a repository is at launch: a run whose write roots hold
+# none — a plan-cache hit outside a repository — reads none of its code; session 10)
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
 CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in Python's `time`)
@@ -278,6 +280,8 @@ def _hooks_paths_in(parsed, top: str, home: str) -> list:
     for entries in parsed:
         for name, value in entries:
             if name == "core.hookspath" and value:
+                from sandboy.confine.protected import hooks_directory
+
                 found[hooks_directory(value, top, home)] = None
     return list(found)
 
@@ -555,6 +559,8 @@ class GitSnapshot:
                     hooks_paths = _hooks_paths_in(parsed, top, self.home)
                     for path in hooks_paths:
                         self.hooks_launch[path] = _identity(os.path.realpath(path))
+                    from sandboy.confine.protected import discover_managers
+
                     pythons: list = []
                     # (the discovery the cage's build made just before, where it made the same one)
                     for path in discover_managers(top, [os.path.join(gitdir, "hooks"), *hooks_paths], managers, pythons):
