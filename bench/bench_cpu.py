@@ -22,7 +22,9 @@ Cases (medians of N rounds):
   run CLI      sandboy run --policy P -- /bin/true                 (/ floor): from its cached plan
                (ADR 0028: the warm-up run keeps it), and as a plan cache miss (another
                environment variable each run: the key differs, the cage is built, the entry written),
-               as a policy's first run (no entry under its name), with the cache turned off
+               as a policy's first run (no entry under its name; the parts kept by earlier runs stay:
+               plan-pieces/, ADR 0028 session 10), as the first run of all (those pieces gone too),
+               with the cache turned off
                (SANDBOY_PLAN_CACHE=0), and with stdout on a regular file (a run never kept)
   write root   `sandboy run` with `[fs] write = ["{cwd}"]` (an agent editing its repository: the
                protected paths and the post-run git check come with it), run in a git repository
@@ -120,18 +122,21 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
     misses = iter(range(1 << 30))
     first = os.path.join(home, f"first-{tag}")
 
-    first_env = dict(env, SANDBOY_CACHE_DIR=first + "-cache")  # (inside `base`: removed with it)
+    # (the first runs' cache directories are inside `base`: removed with it)
     shutil.copyfile(policy, first + ".toml")
 
-    def first_run():
+    def first_run(cache="-cache", folders=("plans",)):
         # no entry for this run yet (a policy's first run, or the first in this directory): its
-        # entry removed after each run (the plans directory and the policy's parse stay)
+        # entry removed after each run (the plans directory, the pieces earlier runs kept and the
+        # policy's parse stay); "plan-pieces" in `folders`: nothing kept but the parse (a cache
+        # directory of its own, so that the other first runs keep theirs)
         try:
-            return cpu_of([*run_cli[:5], first + ".toml", *run_cli[6:]], first_env)
+            return cpu_of([*run_cli[:5], first + ".toml", *run_cli[6:]], dict(env, SANDBOY_CACHE_DIR=first + cache))
         finally:
-            plans = os.path.join(first + "-cache", "plans")
-            for name in os.listdir(plans) if os.path.isdir(plans) else ():
-                os.unlink(os.path.join(plans, name))
+            for folder in folders:
+                plans = os.path.join(first + cache, folder)
+                for name in os.listdir(plans) if os.path.isdir(plans) else ():
+                    os.unlink(os.path.join(plans, name))
 
     def to_a_file():
         # stdout on a regular file: a run the plan cache never keeps (the init reopens or relays it)
@@ -161,6 +166,7 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         # its entry (a tree without the cache simply builds)
         f"run CLI, plan cache miss{label}": lambda: cpu_of(run_miss, dict(env, SANDBOY_BENCH_MISS=str(next(misses)))),
         f"run CLI, first run{label}": first_run,
+        f"run CLI, first of all{label}": lambda: first_run("-all-cache", ("plans", "plan-pieces")),
         f"run CLI, cache off{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_PLAN_CACHE="0")),
         f"run CLI, stdout a file{label}": to_a_file,
         **write_cases,
@@ -249,8 +255,8 @@ def main() -> int:
     for label, src in before_labels(args.before):
         print(f"  {label.strip()}: {src}")
     for label, _ in [("", SRC)] + before_labels(args.before):
-        for case in ("run CLI", "run CLI, plan cache miss", "run CLI, first run", "run CLI, cache off",
-                     "run CLI, stdout a file"):
+        for case in ("run CLI", "run CLI, plan cache miss", "run CLI, first run", "run CLI, first of all",
+                     "run CLI, cache off", "run CLI, stdout a file"):
             if f"{case}{label}" in med:
                 print(f"    {case + ' / floor' + label:<46} {med[f'{case}{label}'] / med['floor']:6.2f}x")
         for name in med:
