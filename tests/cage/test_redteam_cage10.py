@@ -334,3 +334,37 @@ def test_a_nested_repository_planted_then_swapped_with_a_sibling_subtree_is_foun
     assert "fsmonitor" not in (config.read_text() if config.exists() else ""), \
         f"a planted nested config escaped the check by a subtree swap (rc {proc.returncode}): {proc.stderr}"
     assert proc.returncode == 125, proc.stderr
+
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback"])
+def test_the_operators_global_git_config_in_a_write_root_loosened_takes_no_plant_from_another_user(tmp_path, tier_on):
+    """`write = ["~/.config"]` (an agent set to configure applications): the operator's global git
+    config `~/.config/git/config` lies inside the write root, at no default name relative to it
+    (the defaults bind `.config/git` only under a granted HOME), so no mount keeps it; the git
+    check judges its keys after the run, but the command's `chmod 0666` stayed (clean content,
+    rc 0) and another user then added `core.fsmonitor`, which every `git status` of the operator
+    ran. Host side: the mode after the run, the marker."""
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp() as base:
+        home = base / "H"
+        (home / ".config" / "git").mkdir(parents=True)
+        config = home / ".config" / "git" / "config"
+        config.write_text("[user]\n\tname = operator\n")
+        repo = base / "repo"
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        policy = base / "p.toml"
+        policy.write_text(BASE.format(root=home / ".config").replace('[env]\npass = ["GIT_CONFIG_GLOBAL"]\n', ""))
+        env = _env(tmp_path, **_tier_env(tier_on), SANDBOY_PLAN_CACHE="0", HOME=str(home))
+        env.pop("GIT_CONFIG_GLOBAL", None)
+        env.pop("XDG_CONFIG_HOME", None)
+        time.sleep(0.15)
+        proc = _sandboy_run(policy, f"chmod 0666 {config} && echo twin > {home}/.config/app.conf", env, home / ".config")
+        mode = config.stat().st_mode & 0o777
+        planted = base / "PLANTED"
+        subprocess.run([*ACCOMPLICE, f"printf '[core]\\n\\tfsmonitor = \"touch {planted}; false\"\\n' >> {config}"],
+                       capture_output=True, timeout=30)
+        host_env = {k: v for k, v in os.environ.items() if k not in ("GIT_CONFIG_GLOBAL", "XDG_CONFIG_HOME")}
+        subprocess.run(["git", "-C", str(repo), "status"], capture_output=True, timeout=60, env=dict(host_env, HOME=str(home)))
+        assert not planted.exists(), f"another user planted the operator's global git config (mode after the run {mode:o})"
+        assert mode == 0o644 and proc.returncode == 125, proc.stderr
+        assert (home / ".config" / "app.conf").read_text() == "twin\n"

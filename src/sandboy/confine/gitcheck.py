@@ -588,6 +588,12 @@ class GitSnapshot:
         # then added a core.fsmonitor the operator's next `git status` ran (redcage10)
         git_files = [os.path.join(gitdir, name) for gitdir in self.launch_dirs.values() if _is_git_directory(gitdir)
                      for name in ("config", "config.worktree", "hooks")]
+        # and every other file the check reads as git's own at launch: the operator's global
+        # configs inside a write root (`~/.config` granted: `chmod 0666 ~/.config/git/config`
+        # stayed, no default name there to bind), the configs read at launch, the hooksPath
+        # directories and the hook managers' configs (redcage10)
+        git_files += [*self.global_inside, *(path for gitdir, configs in self.known.items() if gitdir != GLOBAL
+                                             for path in configs), *self.hooks_launch, *self.manager_launch]
         self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values(), *git_files)),
                                scope.protected, self.writable)
         self.after = None  # the same record as the check found it after the run (see `verify`)
