@@ -368,3 +368,38 @@ def test_the_operators_global_git_config_in_a_write_root_loosened_takes_no_plant
         assert not planted.exists(), f"another user planted the operator's global git config (mode after the run {mode:o})"
         assert mode == 0o644 and proc.returncode == 125, proc.stderr
         assert (home / ".config" / "app.conf").read_text() == "twin\n"
+
+
+def test_as_an_ordinary_user_their_linked_ssh_config_and_hard_linked_bashrc_are_not_changed():
+    """As uid 65534 (the tier's user namespace maps them to themselves), a granted home of
+    theirs: `~/.ssh/config` a link into `~/dotfiles` and `~/.bashrc` a hard link of
+    `~/dotfiles/bashrc`. The command writes both through their other names: the run fails (125)
+    and their start-up file and ssh config hold their bytes; a file of `~/dotfiles` linked from
+    nowhere protected is written (twin)."""
+    userkit.skip_unless_nobody_can_run()
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    package = Path(namespaces.__file__).resolve().parents[2]  # src/
+    with userkit.world_readable_tmp("sandboy-cage10-") as base:
+        home = base / "home"
+        (home / "dotfiles" / "ssh").mkdir(parents=True)
+        (home / ".ssh").mkdir()
+        (home / "dotfiles" / "ssh" / "config").write_text("Host *\n")
+        os.symlink("../dotfiles/ssh/config", home / ".ssh" / "config")
+        (home / "dotfiles" / "bashrc").write_text("echo user\n")
+        os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
+        (home / "dotfiles" / "notes").write_text("n\n")
+        policy = base / "p.toml"
+        policy.write_text(BASE.format(root=home))
+        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+        time.sleep(0.15)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
+               "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
+        proc = subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
+                                               "/bin/sh", "-c", "echo '  ProxyCommand sh -c PLANTED' >> .ssh/config; "
+                                               "echo 'echo PLANTED' >> dotfiles/bashrc; echo twin >> dotfiles/notes"]),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=home)
+        assert "PLANTED" not in (home / "dotfiles" / "ssh" / "config").read_text(), proc.stderr
+        assert (home / ".bashrc").read_text() == "echo user\n", proc.stderr
+        assert proc.returncode == 125, proc.stderr
+        assert (home / "dotfiles" / "notes").read_text() == "n\ntwin\n"
