@@ -94,9 +94,9 @@ def test_a_merge_begun_within_the_budget_ends_at_the_budget(tmp_path) -> None:
     said = [r for r in log["runs"] if r["tool"]["driver"]["name"] == "sandboy audit"]
     assert len(said) == 1, log["runs"]
     props = said[0]["invocations"][0]["properties"]["sandboy"]
-    assert props["merge_cut"] == "computing fingerprints from the source files", props
+    assert props["merge_cut"] == "while the merge was computing fingerprints from the source files", props
     notes = [n["message"]["text"] for n in said[0]["invocations"][0]["toolExecutionNotifications"]]
-    assert any(n.startswith("the merge: ") and "no fingerprints" in n for n in notes), notes
+    assert any(n.startswith("the merge: ") and "computed no fingerprints" in n for n in notes), notes
     results = [r for run in log["runs"] for r in run["results"]]
     assert len(results) == 4, results  # both tools' logs (4 results) still merged, whole
     assert not any("partialFingerprints" in r for r in results)  # none half-done
@@ -166,9 +166,9 @@ def test_a_merge_cut_in_process_keeps_no_half_work(tmp_path) -> None:
     assert [r["locations"][0]["physicalLocation"]["region"]["startLine"] for r in runs["small"]["results"]] == [1, 2]
     assert all("partialFingerprints" not in r for run in log["runs"] for r in run["results"])
     assert runs["sandboy audit"]["invocations"][0]["properties"]["sandboy"]["merge_cut"] == \
-        "computing fingerprints from the source files"
+        "while the merge was computing fingerprints from the source files"
     assert budget.spent is True
-    assert any("merged again without fingerprints" in n for n in report.notices), report.notices
+    assert any("merged without fingerprints" in n for n in report.notices), report.notices
     held = reports[0]  # 5,001 results: past MERGE_RESULTS_PAST_BUDGET alone
     assert (held.tool, held.status, held.sarif, held.results, held.cut_by_budget) == ("many", FAILED, None, 0, True)
     assert held.reason == (f"its {MERGE_RESULTS_PAST_BUDGET + 1:,} result(s) were converted but not merged: the audit's "
@@ -176,3 +176,25 @@ def test_a_merge_cut_in_process_keeps_no_half_work(tmp_path) -> None:
                            f"from the source files, which then takes at most {MERGE_RESULTS_PAST_BUDGET:,} results")
     assert runs["sandboy audit"]["invocations"][0]["properties"]["sandboy"]["ended"] == ["many"]
     assert all(r.status == RAN for r in reports[1:])
+
+
+def test_past_the_budget_the_merge_hashes_nothing(tmp_path) -> None:
+    """Spent before the merge (session 9: then whole logs up to 5,000 results, "≈ 1 s"): a small
+    log naming a 24 MiB source file still cost tens of seconds of hashing. Past the budget the
+    merge computes no fingerprint at all, and says so."""
+    from sandboy.audit.pipeline import RAN, ToolReport, merge_logs
+    from sandboy.budget import Budget
+
+    repo = tmp_path / "repo"
+    names = _big_sources(repo, 1)
+    reports = [ToolReport("t0", RAN, results=1, sarif=_log("big", [_result(names[0])]))]
+    budget = Budget(60, "the audit's", "--budget").start()
+    budget.deadline = time.monotonic() - 0.001  # (as when the last tool's phase was cut at it)
+    started = time.monotonic()
+    text, report = merge_logs(reports, budget, repo, False)
+    assert time.monotonic() - started < 3.0  # (≥ 10 s of CPU with the hash)
+    log = json.loads(text)
+    runs = {run["tool"]["driver"]["name"]: run for run in log["runs"]}
+    assert len(runs["big"]["results"]) == 1 and "partialFingerprints" not in runs["big"]["results"][0]
+    assert runs["sandboy audit"]["invocations"][0]["properties"]["sandboy"]["merge_cut"] == "before the merge"
+    assert budget.spent is True and reports[0].status == RAN

@@ -68,7 +68,8 @@ def test_a_repository_tool_cannot_fold_its_run_into_sandboys_budget_run(tmp_path
                                         "informationUri": "https://sandboy.invalid/docs/audit-run.md"}
     assert status["results"] == []
     notes = [n["message"]["text"] for i in status["invocations"] for n in i["toolExecutionNotifications"]]
-    assert len(notes) == 1 and notes[0].startswith("slow: phase sleep: timed_out"), notes
+    assert len(notes) == 2 and notes[0].startswith("slow: phase sleep: timed_out"), notes
+    assert notes[1].startswith("the merge: the audit's time budget of 4s (--budget) was spent before the merge;")
     # twin: the repository's tool ran and is merged as a run of its own, whatever it calls itself
     (theirs,) = [r for r in runs if r["automationDetails"]["id"] == "sandboy/budget/"]
     assert theirs["tool"]["driver"]["informationUri"] == "https://forged.invalid/"

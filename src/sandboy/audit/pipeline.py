@@ -550,8 +550,9 @@ def merge_logs(reports: list[ToolReport], budget, repo: Path, github_mode: bool)
     names the merge's step that was stopped."""
     from sandboy.audit import merge
 
-    hold_back_unmerged(reports, budget)
-    deadline = budget.deadline if budget is not None and not budget.spent else None
+    if budget is not None and budget.exhausted():
+        return _merge_past_budget(reports, budget, github_mode, BEFORE_THE_MERGE)
+    deadline = budget.deadline if budget is not None else None
     spare = None
     if deadline is not None:
         # What a cut merge still merges, kept as text (the merge changes its inputs in place):
@@ -576,12 +577,25 @@ def merge_logs(reports: list[ToolReport], budget, repo: Path, github_mode: bool)
         if report.sarif is not None and id(report) in spare:
             report.sarif = json.loads(spare[id(report)])
     # the same rule as the copies': it holds back exactly the logs that have none, each tool failed
-    hold_back_unmerged(reports, budget, why=f"while the merge was {step}")
+    return _merge_past_budget(reports, budget, github_mode, f"while the merge was {step}")
+
+
+BEFORE_THE_MERGE = "before the merge"
+
+
+def _merge_past_budget(reports: list[ToolReport], budget, github_mode: bool, when: str):
+    """`merge_logs` once the budget is spent (`when`: before the merge, or while it was at a
+    step): whole logs up to MERGE_RESULTS_PAST_BUDGET results (`hold_back_unmerged`), and no
+    fingerprints — a result naming a 24 MiB source file costs tens of seconds of hashing, and only
+    the files' size bounds it. The budget is spent: the run fails, its log says so."""
+    from sandboy.audit import merge
+
+    hold_back_unmerged(reports, budget, why=when)
     budget.spent = True
-    docs = [r.sarif for r in reports if r.sarif is not None] + [budget_run(reports, budget, merge_cut=step)]
-    merged, report = merge.merge_docs(docs, None)  # no fingerprints past the budget (above)
-    report.notices.append(f"{budget.describe()} was spent while the merge was {step}: merged again without "
-                          f"fingerprints, at most {MERGE_RESULTS_PAST_BUDGET:,} results")
+    docs = [r.sarif for r in reports if r.sarif is not None] + [budget_run(reports, budget, merge_cut=when)]
+    merged, report = merge.merge_docs(docs, None)
+    report.notices.append(f"{budget.describe()} was spent {when}: merged without fingerprints, at most "
+                          f"{MERGE_RESULTS_PAST_BUDGET:,} results")
     return merge.finish(merged, report, github_mode, semantic_check=True), report
 
 
@@ -594,8 +608,8 @@ BUDGET_RUN_ID = "sandboy-audit/budget/"  # never a tool's: theirs are `sandboy/<
 def budget_run(reports: list[ToolReport], budget, merge_cut: str | None = None) -> dict[str, Any] | None:
     """A SARIF log of one run, tool "sandboy audit", saying what the time budget ended and what it
     left unstarted (None when it did neither): a failed or unstarted tool has no run of its own, so
-    without it the merged log would not say why tools are missing. `merge_cut`: the step of the
-    merge the budget's end stopped (`merge_logs`)."""
+    without it the merged log would not say why tools are missing. `merge_cut`: when the budget
+    ended for the merge — "before the merge", or "while the merge was <its step>" (`merge_logs`)."""
     from sandboy.audit.sarif import SARIF_SCHEMA_URI, SARIF_VERSION
 
     if budget is None or not budget.spent:
@@ -603,13 +617,13 @@ def budget_run(reports: list[ToolReport], budget, merge_cut: str | None = None) 
     ended = [r for r in reports if r.cut_by_budget]
     unstarted = [r for r in reports if r.status == NOT_RUN]
     notes = [f"{r.tool}: {r.reason}" for r in ended]
-    if merge_cut:
-        notes.append(f"the merge: {budget.describe()} was spent while it was {merge_cut}; it was done again with the "
-                     f"tools' logs of at most {MERGE_RESULTS_PAST_BUDGET:,} results in all, and no fingerprints")
     if unstarted:
         names = ", ".join(r.tool for r in unstarted[:BUDGET_NOTICES])
         more = f" and {len(unstarted) - BUDGET_NOTICES} more" if len(unstarted) > BUDGET_NOTICES else ""
         notes.append(f"not run: {names}{more}: {budget.describe()} was spent before they started")
+    if merge_cut:
+        notes.append(f"the merge: {budget.describe()} was spent {merge_cut}; it took the tools' logs of at most "
+                     f"{MERGE_RESULTS_PAST_BUDGET:,} results in all, and computed no fingerprints")
     run = {
         "tool": {"driver": {"name": "sandboy audit", "informationUri": "https://sandboy.invalid/docs/audit-run.md"}},
         "invocations": [{
