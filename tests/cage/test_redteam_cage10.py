@@ -179,6 +179,11 @@ LINKED_LAYOUTS = {
     "fish-conf.d-dir-link": ("mkdir -p dotfiles/conf.d .config/fish && echo 'set y 1' > dotfiles/conf.d/a.fish && "
                              "ln -s ../../dotfiles/conf.d .config/fish/conf.d",
                              "echo 'echo PLANTED' > dotfiles/conf.d/zz.fish", ".config/fish/conf.d/zz.fish"),
+    # the same whatever the linked directory is called (`hooks` is skipped only as a protected
+    # directory itself: the git check judges those)
+    "fish-conf.d-linked-to-hooks": ("mkdir -p dotfiles/hooks .config/fish && echo 'set y 1' > dotfiles/hooks/a.fish && "
+                                    "ln -s ../../dotfiles/hooks .config/fish/conf.d",
+                                    "echo 'echo PLANTED' >> dotfiles/hooks/a.fish", ".config/fish/conf.d/a.fish"),
 }
 
 

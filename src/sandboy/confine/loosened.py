@@ -271,8 +271,9 @@ LINKED_FROM = "a file a protected directory links to (a symlink into a write roo
 
 def _reached_elsewhere(protected, roots) -> dict:
     """{path: record} of what `protected` reaches by another name: each protected regular file
-    with more than one link, and below the protected directories (but hooks directories: the git
-    check judges every file there, and what a link there leads to, by its ctime) each file or
+    with more than one link, and below the protected directories (but a protected directory
+    named `hooks`: the git check judges every file there, and what a link there leads to, by its
+    ctime; a directory reached through a link is looked through whatever its name) each file or
     directory a symlink leads to inside one of `roots` (the write roots), with what lies below
     it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, bytes or None, why); a linked
     directory's: ("dir", st_dev, st_ino, its names, why). Usually empty: one lstat per
@@ -296,7 +297,7 @@ def _reached_elsewhere(protected, roots) -> dict:
                 data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
                 found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data,
                                LINKED_FROM if via else HARD_LINKED)
-        elif stat.S_ISDIR(st.st_mode) and os.path.basename(path) != "hooks" and left > 0:
+        elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
             try:
                 names = os.listdir(path)
             except OSError:
