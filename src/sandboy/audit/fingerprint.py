@@ -165,7 +165,12 @@ def add_fingerprints(doc: dict[str, Any], root: Path, deadline=None) -> tuple[in
         if not isinstance(run, dict):
             continue
         artifacts = as_array(run.get("artifacts"))
-        for result in as_array(run.get("results")):
+        for n, result in enumerate(as_array(run.get("results"))):
+            if deadline is not None and not n % 256:  # (each result's path is resolved: a stat or more)
+                import time
+
+                if time.monotonic() >= deadline:
+                    raise PastDeadline()
             if not isinstance(result, dict):
                 continue
             if as_object(result.get("partialFingerprints")).get("primaryLocationLineHash"):
