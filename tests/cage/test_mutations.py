@@ -355,6 +355,21 @@ def _check_core_limit(cage, _v):
         resource.setrlimit(resource.RLIMIT_CORE, previous)
 
 
+def _pending_signals_hard() -> int:
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_SIGPENDING)[1]
+
+
+def _check_pending_signals(cage, _v):
+    # the command's cap of queued signals (hygiene.PENDING_SIGNALS; test_pending_signals.py fills it)
+    from sandboy.confine import hygiene
+
+    policy = cage.policy(fs={"read": ["/proc"], "exec": ["/bin", "/usr/bin"]})
+    out = cage.run(argv=["/bin/grep", "Max pending signals", "/proc/self/limits"], policy=policy).out
+    assert out.split()[3:5] == [str(hygiene.PENDING_SIGNALS)] * 2, out
+
+
 CAP_NET_RAW = 13  # linux/capability.h, by hand
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, PR_CAP_AMBIENT_CLEAR_ALL = 47, 2, 4
 
@@ -483,6 +498,9 @@ def _protection_mutants():
     if os.geteuid() == 0 or _core_limit_hard() != 0:  # else the step cannot be seen: nothing to lower
         out.append(mutant("rlimit core", hygiene, "plan_rlimits", _without_step(hygiene.plan_rlimits, "rlimit core"),
                     _check_core_limit))
+    if os.geteuid() == 0 or _pending_signals_hard() > hygiene.PENDING_SIGNALS:  # else nothing to lower
+        out.append(mutant("rlimit sigpending", hygiene, "plan_rlimits",
+                          _without_step(hygiene.plan_rlimits, "rlimit sigpending"), _check_pending_signals))
     if os.geteuid() == 0:  # without capabilities there is nothing to drop
         out.append(mutant("capabilities dropped", hygiene, "plan_drop_capabilities", lambda: [], _check_caps))
         drop = hygiene.plan_drop_capabilities

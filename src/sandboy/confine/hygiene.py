@@ -33,6 +33,17 @@ SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 # Resource numbers of x86_64 Linux; prlimit64 is called directly rather than importing the
 # `resource` extension module (a shared-object load on the start-up path).
 RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_CORE, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_AS = 0, 1, 4, 6, 7, 9
+RLIMIT_SIGPENDING = 11
+# Queued signals (real-time ones, sigqueue, POSIX timers) are counted per uid, and a user
+# namespace's count is charged to the host uid's as well: a command queuing signals to itself
+# held the host uid's whole RLIMIT_SIGPENDING (96,364 here) while it ran, and the uid's other
+# programs — as root, every root process of the machine — got EAGAIN from sigqueue and
+# timer_create (session 10). Each run's processes (and the init: below Landlock ABI 6 the command
+# may signal it, which blocks everything) may hold this many; a lower limit of the caller's is
+# kept where it cannot be raised (optional step: EPERM without CAP_SYS_RESOURCE).
+PENDING_SIGNALS = 4096
+PENDING_SIGNALS_STEP = ("rlimit sigpending", (SYS_PRLIMIT64, True, 0, RLIMIT_SIGPENDING,
+                                              (PENDING_SIGNALS).to_bytes(8, "little") * 2, None))
 RLIMITS = {  # policy key -> (resource, multiplier)
     "cpu_seconds": (RLIMIT_CPU, 1),
     "memory_mib": (RLIMIT_AS, 1 << 20),
@@ -125,7 +136,7 @@ def plan_cloexec(use_close_range=None) -> list:
 
 def plan_rlimits(limits) -> list:
     # struct rlimit64 {cur, max}; no core files full of the command's memory
-    steps = [("rlimit core", (SYS_PRLIMIT64, False, 0, RLIMIT_CORE, u64(0) + u64(0), None))]
+    steps = [("rlimit core", (SYS_PRLIMIT64, False, 0, RLIMIT_CORE, u64(0) + u64(0), None)), PENDING_SIGNALS_STEP]
     for key, (resource, mult) in RLIMITS.items():
         value = getattr(limits, key)
         if value:

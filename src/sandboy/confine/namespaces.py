@@ -38,6 +38,7 @@ import os
 import time
 
 from sandboy.confine import _libc
+from sandboy.confine.hygiene import PENDING_SIGNALS_STEP
 from sandboy.errors import CageError
 from sandboy.policy.resolve import PathSet, is_within, is_within_any
 from sandboy.confine._libc import (
@@ -63,6 +64,10 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+
+# the init's own cap of queued signals, as the command's (hygiene.PENDING_SIGNALS: below Landlock
+# ABI 6 the command may signal its init, which keeps every signal blocked and so queued)
+_INIT_PENDING_SIGNALS = (f"{PENDING_SIGNALS_STEP[0]} (the init)", PENDING_SIGNALS_STEP[1])
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
@@ -170,7 +175,7 @@ class Tier:
             if handoff.init_args[3] & RELAY_KINDS:
                 relaying = self.relay_limits
         return (steps + self._rule_steps + self._in_netns + list(in_netns) + relaying
-                + [("become the PID namespace's init", init)])
+                + [_INIT_PENDING_SIGNALS, ("become the PID namespace's init", init)])
 
     def plan_stdio(self, stdio, pipes: bool = True) -> "StdioHandoff":
         """This run's `StdioHandoff` (see `plan_stdio`). `pipes=False`: for the labels of a

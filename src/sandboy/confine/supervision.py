@@ -436,8 +436,8 @@ class Supervision(Handle):
 
         try:
             os.kill(self.pid, END_RUN_SIGNAL)  # unreaped: its pid is its own
-        except OSError:  # (EAGAIN: the uid's queue of real-time signals is full)
-            return None
+        except OSError:  # (not a full queue of the uid's real-time signals: kill(2) is then still
+            return None  # delivered, without its info, read as SI_USER from pid 0 — measured, session 10)
         limit = time.monotonic() + END_GRACE_SECONDS
         try:
             return reaping.wait_until(self.pid, limit if deadline is None else min(limit, deadline))
