@@ -88,8 +88,9 @@ def sandboy_run(pkg: Path, tmp_path: Path, *python_options: str) -> subprocess.C
 # exec mode from a cached plan (ADR 0028): the same run again; a miss (or the cache off) builds
 EXEC_MODE = (bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cached run"]
              + bytecode_bundle.RUN_PATH_GROUPS["plan cache"])
-# (the BPF assembler too: no seccomp program kept for these inputs yet, plan_cache.Pieces)
-EXEC_MODE_BUILT = EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"] + bytecode_bundle.RUN_PATH_GROUPS["seccomp"]
+# (the BPF assembler too: no seccomp program kept for these inputs yet, plan_pieces.Pieces)
+EXEC_MODE_BUILT = (EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"] + bytecode_bundle.RUN_PATH_GROUPS["plan pieces"]
+                   + bytecode_bundle.RUN_PATH_GROUPS["seccomp"])
 RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the groups are for
     "exec mode": ("", []),
     "exec mode, plan cache off": ("", []),
@@ -154,7 +155,7 @@ def test_exec_mode_imports_exactly_the_cli_and_cached_run_groups(tier, tmp_path)
     the plan cache off the cage group and the assembler, none of the plan cache (session 10)."""
     assert run_imports("exec mode", tmp_path) == set(EXEC_MODE)
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"]}
+    assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"], *groups["plan pieces"]}
     assert run_imports("exec mode, plan cache off", tmp_path) == {*groups["cli"], *groups["cached run"], *groups["cage"],
                                                                   *groups["seccomp"]}
 

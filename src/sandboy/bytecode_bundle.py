@@ -40,7 +40,7 @@ from sandboy import BUNDLE_FORMAT, bundle_path
 
 # What `sandboy run` imports, besides `sandboy` itself (which installs the finder), in groups of modules imported together. tests/test_bytecode_bundle.py fails if exec mode imports
 # anything but "cli" + "cached run" + "plan cache" (+ "cage" on a plan cache miss, + "seccomp" where no
-# program is kept for its inputs: plan_cache.Pieces), if any run imports a module not listed, or if a listed module is
+# program is kept for its inputs: plan_pieces.Pieces), if any run imports a module not listed, or if a listed module is
 # imported by none, so the list cannot drift. The C executor is an extension module: no code of it
 # is kept, the bundle only remembers its file, which saves importlib listing the directory.
 RUN_PATH_GROUPS = {
@@ -53,10 +53,12 @@ RUN_PATH_GROUPS = {
     # the plan cache itself: a hit, a miss, a run it may keep (and a reused cage's fingerprint:
     # the gate, the API) — not a run it never keeps, which thus unmarshals none of its ≈ 53 kB
     "plan cache": ("sandboy.confine.fingerprint", "sandboy.confine.plan_cache"),
+    # the parts of a build kept apart from the plans (the seccomp program): a miss, a first run
+    "plan pieces": ("sandboy.confine.plan_pieces",),
     # the cage's build: imported together by `sandboy run` (a miss), the gate, doctor and the API
     "cage": ("sandboy.confine.hygiene", "sandboy.confine.landlock", "sandboy.confine.namespaces",
              "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load", "sandboy.policy.model"),
-    # the BPF assembler: a build, unless a miss takes the program an earlier run kept (plan_cache.Pieces)
+    # the BPF assembler: a build, unless a miss takes the program an earlier run kept (plan_pieces.Pieces)
     "seccomp": ("sandboy.confine.seccomp",),
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",

@@ -186,7 +186,8 @@ def test_the_installed_wheel_serves_sandboy_run_from_its_bundle(installed: Path,
     # and keeps no program yet, ADR 0028; the C executor: its file, named by the index, is loaded
     # by importlib's own loader)
     assert served == (set(RUN_PATH_GROUPS["cli"] + RUN_PATH_GROUPS["cached run"] + RUN_PATH_GROUPS["plan cache"]
-                          + RUN_PATH_GROUPS["cage"] + RUN_PATH_GROUPS["seccomp"]) - {"sandboy.confine._native"})
+                          + RUN_PATH_GROUPS["cage"] + RUN_PATH_GROUPS["plan pieces"] + RUN_PATH_GROUPS["seccomp"])
+                         - {"sandboy.confine._native"})
     # every installed source's mtime differs from the one the bundle recorded: the hash decided
     stale = _run([str(venv / "bin" / "python"), "-c", """
 import os, sys, sandboy

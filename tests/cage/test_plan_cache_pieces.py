@@ -2,7 +2,7 @@
 
 A miss (another environment, another working directory, a policy's first run) builds the cage
 again; its seccomp program is made from a handful of inputs (`protections.seccomp_inputs`) and
-the code, so `sandboy run` keeps it as a piece of its own (`plan_cache.Pieces`), keyed with
+the code, so `sandboy run` keeps it as a piece of its own (`plan_pieces.Pieces`), keyed with
 exactly those, and a miss whose inputs an earlier run saw imports no BPF assembler. Each probe
 here checks from the host side (the probe's own answer to a system call, the files) that the
 program a run takes is the one a build would make: a change of any input, or of the code, builds
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cagekit import BASE_READ, SANDBOY, to_toml
 
-from sandboy.confine import namespaces, plan_cache, protections
+from sandboy.confine import namespaces, plan_pieces, protections
 from sandboy.policy.model import Policy
 from sandboy.policy.resolve import Context, resolve
 
@@ -122,7 +122,7 @@ def test_the_program_is_made_from_its_inputs_alone(tmp_path, monkeypatch):
             compiled = protections.compile_seccomp(job)
             made = (compiled.outputs["bpf"], compiled.enforced, compiled.degraded, compiled.warnings)
             assert seen.setdefault(inputs, made) == made, (abi, shape)
-            keys.add(plan_cache._seccomp_key(inputs))
+            keys.add(plan_pieces._seccomp_key(inputs))
     assert len(keys) == len(seen) > 40  # one key per distinct inputs (and the shapes do differ)
 
 
@@ -199,7 +199,7 @@ def test_a_damaged_or_foreign_piece_is_built_anew(runs, damage):
     elif damage == "truncated":
         piece.write_bytes(data[: len(data) // 2])
     elif damage == "another format":
-        piece.write_bytes(data.replace(plan_cache.PIECE_FORMAT.encode(), b"sandboy plan piece 0"))
+        piece.write_bytes(data.replace(plan_pieces.PIECE_FORMAT.encode(), b"sandboy plan piece 0"))
     elif damage == "empty program":
         forge(piece, b"")
     else:
@@ -243,18 +243,19 @@ def test_a_cage_cannot_write_the_pieces(runs, tmp_path):
 
 # Each check of a kept piece, taken out of a copy of the package: its probe above then sees the
 # wrong program run. (source text, replacement)
-MUTANTS = {
-    "the inputs": ('return ("seccomp", inputs,', 'return ("seccomp", (),'),
-    "the code": ("os.uname().machine, _code_of(SECCOMP_CODE))", "os.uname().machine)"),
-    "the owner": ("st.st_mode & _S_IFMT != 0o100000 or st.st_uid != os.geteuid() or", "st.st_mode & _S_IFMT != 0o100000 or"),
+MUTANTS = {  # (module file, source text, replacement)
+    "the inputs": ("plan_pieces.py", 'return ("seccomp", inputs,', 'return ("seccomp", (),'),
+    "the code": ("plan_pieces.py", "os.uname().machine, _code_of(SECCOMP_CODE))", "os.uname().machine)"),
+    "the owner": ("plan_cache.py", "st.st_mode & _S_IFMT != 0o100000 or st.st_uid != os.geteuid() or",
+                  "st.st_mode & _S_IFMT != 0o100000 or"),
 }
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_each_check_of_a_piece_has_a_probe_that_fails_without_it(runs, tmp_path, mutant):
     tree = copy_package(tmp_path)
-    source = tree / "sandboy" / "confine" / "plan_cache.py"
-    text, replacement = MUTANTS[mutant]
+    where, text, replacement = MUTANTS[mutant]
+    source = tree / "sandboy" / "confine" / where
     assert source.read_text().count(text) == 1, mutant
     source.write_text(source.read_text().replace(text, replacement))
     runs.env["PYTHONPATH"] = str(tree)

@@ -263,7 +263,7 @@ def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusab
     `tty`: the command will get a terminal (`--tty`), so the minimal /dev keeps /dev/tty.
     `reusable=False`: the caller runs one command with it (`sandboy run`), so no fingerprint is
     taken for `Reuse` (a stat of every policy path and a listing of every split directory).
-    `pieces`: parts an earlier `sandboy run` compiled from the same inputs (`plan_cache.Pieces`)."""
+    `pieces`: parts an earlier `sandboy run` compiled from the same inputs (`plan_pieces.Pieces`)."""
     abi = landlock.abi_version() if abi is None else abi
     if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "

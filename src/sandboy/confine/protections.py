@@ -106,7 +106,7 @@ class Job:
         self.abi = abi
         self.environ = environ
         self.tty = tty  # the command will get a terminal: /dev/tty in the minimal /dev
-        # parts compiled by an earlier `sandboy run` from the same inputs (plan_cache.Pieces: the
+        # parts compiled by an earlier `sandboy run` from the same inputs (plan_pieces.Pieces: the
         # seccomp program), or None: every part compiled here (the API, the gate, a run never kept)
         self.pieces = pieces
         self._protected = None
@@ -512,7 +512,7 @@ def seccomp_inputs(job) -> tuple:
     """Every value `compile_seccomp` reads of its job, in `compile_seccomp_from`'s order: the
     Landlock ABI, `seccomp.deny`, `seccomp.allow`, `ipc.sysv` and the (resolved) network rules the
     socket rules and `listen` follow. The filter is made from these alone (and the code), so a
-    program kept by an earlier `sandboy run` (`plan_cache.Pieces`, ADR 0028 session 10) is keyed
+    program kept by an earlier `sandboy run` (`plan_pieces.Pieces`, ADR 0028 session 10) is keyed
     with them: a value added here is a key's value by construction."""
     policy, net = job.policy, job.resolved.net
     return (job.abi, tuple(policy.seccomp.deny), tuple(policy.seccomp.allow), policy.ipc.sysv,
