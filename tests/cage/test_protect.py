@@ -433,3 +433,22 @@ def test_thousands_of_protected_paths_are_resolved_in_linear_time(tmp_path):
     assert time.process_time() - started < 5  # CPU time: ≈ 1.5 s; the quadratic one: ≈ 11 s here
     assert from_policy == [f"{tmp_path}/f{i}" for i in range(45000)]
     assert from_defaults == [f"{tmp_path}/link7"]  # the link on the way, named with the defaults
+
+
+def test_realpath_and_links_is_realpath_and_the_links_on_the_way(tmp_path, monkeypatch):
+    """`protected.realpath_and_links` (session 10: one walk where no symlink is on the way) answers
+    as `os.path.realpath` and `symlinks_on_the_way` do, for links, dangling links, `..` after a
+    link or a missing component, relative paths, `//`."""
+    import os
+
+    from sandboy.confine.protected import realpath_and_links, symlinks_on_the_way
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    os.symlink("a", tmp_path / "l")
+    os.symlink("/nonexistent/x", tmp_path / "dangling")
+    os.symlink("b/..", tmp_path / "a" / "up")
+    monkeypatch.chdir(tmp_path)
+    for path in ("//tmp", "/", "/usr//lib/", ".", "l/b", "a/b/..", f"{tmp_path}/a/b/../b", f"{tmp_path}/l/b",
+                 f"{tmp_path}/l/../a", f"{tmp_path}/dangling/y", f"{tmp_path}/a/missing/../b", f"{tmp_path}/a/up/b",
+                 "/bin/../etc", "/proc/self/cwd/a"):
+        assert realpath_and_links(path) == (os.path.realpath(path), symlinks_on_the_way(path)), path

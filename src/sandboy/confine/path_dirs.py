@@ -40,11 +40,11 @@ def _link_identity(link: str):
 
 
 def _row(entry: str) -> tuple:
-    from sandboy.confine.protected import symlinks_on_the_way
+    from sandboy.confine.protected import realpath_and_links
 
-    real = os.path.realpath(entry)
+    real, on_the_way = realpath_and_links(entry)  # (one walk where no symlink is on the way)
     parts = real.split("/")
-    links = tuple((link, _link_identity(link)) for link in symlinks_on_the_way(entry))
+    links = tuple((link, _link_identity(link)) for link in on_the_way)
     return entry, real, frozenset(["/"] + ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]), links
 
 

@@ -351,6 +351,19 @@ def symlinks_on_the_way(path: str, limit: int = 40) -> list[str]:
     return found
 
 
+def realpath_and_links(path: str) -> tuple:
+    """(os.path.realpath(path), symlinks_on_the_way(path)) in one walk where no symlink is on the
+    way (the usual case: the realpath is then the absolute path with `.` and `..` taken as they
+    stand, which `realpath` would have found by lstat-ing every component again): Sandboy's own
+    installation rows and the PATH entries are resolved so at every build with write roots
+    (≈ 0.3 ms of lstats; session 10)."""
+    links = symlinks_on_the_way(path)
+    if links:
+        return os.path.realpath(path), links
+    lexical = os.path.normpath(path if path.startswith("/") else os.path.abspath(path))
+    return (os.path.realpath(path) if lexical.startswith("//") else lexical), links
+
+
 def resolve_protected(write_roots, explicit, defaults: bool, managers=None) -> tuple:
     """(from_defaults, from_policy): realpaths of the protected paths that exist now and lie
     inside some write root (elsewhere nothing can write them anyway). `write_roots` and
