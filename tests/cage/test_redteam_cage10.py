@@ -408,3 +408,39 @@ def test_as_an_ordinary_user_their_linked_ssh_config_and_hard_linked_bashrc_are_
         assert (home / ".bashrc").read_text() == "echo user\n", proc.stderr
         assert proc.returncode == 125, proc.stderr
         assert (home / "dotfiles" / "notes").read_text() == "n\ntwin\n"
+
+
+RETARGETS = {
+    # a link on the way (`dotfiles -> dotfiles-v2`, as a dotfile manager switching versions keeps
+    # it) repointed at a directory the command made
+    "link-on-the-way-repointed": ("mkdir -p dotfiles-v2/ssh .ssh && echo 'Host *' > dotfiles-v2/ssh/config && "
+                                  "ln -s dotfiles-v2 dotfiles && ln -s ../dotfiles/ssh/config .ssh/config",
+                                  "ln -sfn evil dotfiles"),
+    # a real directory on the way renamed away and replaced by a link
+    "directory-on-the-way-replaced": ("mkdir -p dotfiles/ssh .ssh && echo 'Host *' > dotfiles/ssh/config && "
+                                      "ln -s ../dotfiles/ssh/config .ssh/config",
+                                      "mv dotfiles dotfiles.old && ln -s evil dotfiles"),
+}
+
+
+@pytest.mark.parametrize("layout", list(RETARGETS))
+def test_a_protected_directorys_link_made_to_lead_elsewhere_by_its_way_is_not_followed_after_the_run(tmp_path, layout):
+    """`~/.ssh/config -> ../dotfiles/ssh/config` in a protected (read-only) `~/.ssh`: the link
+    cannot be changed, but what lies on its way in the write root can — the command makes
+    `evil/ssh/config` with a ProxyCommand and makes `dotfiles` lead there. Host side: what `ssh`
+    would read through `~/.ssh/config` holds no planted line (the run 125)."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    make, repoint = RETARGETS[layout]
+    subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    proc = _sandboy_run(policy, "mkdir -p evil/ssh && echo '  ProxyCommand sh -c PLANTED' > evil/ssh/config && "
+                                f"{repoint} && cat .ssh/config", env, home)
+    assert "PLANTED" in proc.stdout, proc.stderr  # (the attack worked inside the cage)
+    seen = home / ".ssh" / "config"
+    text = seen.read_text() if seen.exists() else ""
+    assert "PLANTED" not in text, f"~/.ssh/config leads to a planted file after the run (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr

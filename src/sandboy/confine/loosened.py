@@ -229,7 +229,8 @@ class ModeGuard:
         - a file a symlink INSIDE a protected directory leads to in a write root (`~/.ssh/config
           -> ../dotfiles/ssh/config`, per-file links as stow makes them) was written through the
           link itself (`echo ... >> ~/.ssh/config`), replaced, or a file added to a directory so
-          linked (`~/.config/fish/conf.d -> ../../dotfiles/conf.d`: fish sources each file);
+          linked (`~/.config/fish/conf.d -> ../../dotfiles/conf.d`: fish sources each file), or
+          the link made to lead elsewhere by a link or directory on its way replaced;
         and the operator's next shell or `ssh` ran it. The command can make no such link to a
         bound path itself (a hard link crosses mounts: EXDEV; the directory is read-only), so
         each met is the operator's, and nothing is flagged in a home without them."""
@@ -239,6 +240,10 @@ class ModeGuard:
                 st = os.lstat(path)
             except OSError:
                 continue  # gone: nothing is run from there
+            if record[0] == "link":
+                if os.path.realpath(path) != record[1]:
+                    written.append((path, None, record[2]))
+                continue
             if record[0] == "file":
                 _kind, dev, ino, size, mtime, data, why = record
                 if ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (dev, ino, size, mtime)
@@ -267,6 +272,8 @@ MAX_LINKED_BYTES = 1 << 20
 MAX_LINKED_SCAN = 2000
 HARD_LINKED = "a protected file written through another hard link to it in a write root"
 LINKED_FROM = "a file a protected directory links to (a symlink into a write root), written during the run"
+LEADS_ELSEWHERE = ("a symlink in a protected directory leads elsewhere since the run (a link or directory on its "
+                   "way in a write root was replaced): moved, make the link again")
 
 
 def _reached_elsewhere(protected, roots) -> dict:
@@ -276,7 +283,8 @@ def _reached_elsewhere(protected, roots) -> dict:
     ctime; a directory reached through a link is looked through whatever its name) each file or
     directory a symlink leads to inside one of `roots` (the write roots), with what lies below
     it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, bytes or None, why); a linked
-    directory's: ("dir", st_dev, st_ino, its names, why). Usually empty: one lstat per
+    directory's: ("dir", st_dev, st_ino, its names, why); each such symlink's: ("link", where it
+    leads, why). Usually empty: one lstat per
     protected path (the guard's own), a listing of the few protected directories."""
     found: dict = {}
     left = MAX_LINKED_SCAN
@@ -309,6 +317,9 @@ def _reached_elsewhere(protected, roots) -> dict:
             pending.extend((os.path.join(path, name), via) for name in names)
         elif stat.S_ISLNK(st.st_mode) and path not in bound:
             target = os.path.realpath(path)
+            # where it leads, whatever it leads to: a link ON ITS WAY in a write root (`dotfiles ->
+            # dotfiles-v2`, or a real directory there) may be repointed for it (`written_through_links`)
+            found[path] = ("link", target, LEADS_ELSEWHERE)
             if any(is_within(target, root) for root in roots):
                 pending.append((target, True))
     return found
