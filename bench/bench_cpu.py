@@ -28,7 +28,9 @@ Cases (medians of N rounds):
                (SANDBOY_PLAN_CACHE=0), and with stdout on a regular file (a run never kept)
   write root   `sandboy run` with `[fs] write = ["{cwd}"]` (an agent editing its repository: the
                protected paths and the post-run git check come with it), run in a git repository
-               and in a directory outside one: from its cached plan and as a miss (as above)
+               and in a directory outside one: from its cached plan and as a miss (as above); and
+               from its cached plan in a committed repository of 10,000 files in 1,000 directories
+               (a checkout's shape: half of them hold subdirectories; the git check walks it twice)
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -61,6 +63,27 @@ for _ in range(int(sys.argv[3])):
 """
 API_RUNS = 20
 GATE_STEPS = 100
+BIG_REPO = "(10k repo)"
+
+
+def make_checkout(root: str, dirs: int = 1_000, files_per_dir: int = 10) -> None:
+    """A committed git repository of `dirs` directories holding `files_per_dir` small files each,
+    shaped like a checkout: directory i lies in directory (i - 1) // 2, so half of them hold
+    subdirectories besides their files (the post-run git check lists those and looks up `.git` and
+    `HEAD` in the others, ADR 0019)."""
+    paths = [root]
+    for i in range(1, dirs):
+        paths.append(os.path.join(paths[(i - 1) // 2], f"d{i}"))
+    for i, path in enumerate(paths):
+        os.makedirs(path, exist_ok=True)
+        for j in range(files_per_dir):
+            with open(os.path.join(path, f"f{j}.txt"), "w") as fh:
+                fh.write(f"{i} {j}\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.org", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", root], check=True, env=env)
+    subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", root, "commit", "-qm", "tree"], check=True, env=env)
 
 
 PERF = shutil.which("perf")
@@ -158,8 +181,9 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         argv = [py, "-P", *run_cli[1:5], own + ".toml", *run_cli[6:]]
         argv_miss = [py, "-P", *run_cli[1:5], own + "-miss.toml", *run_cli[6:]]
         write_cases[f"run CLI, write root {where}{label}"] = lambda argv=argv, cwd=cwd: cpu_of(argv, env, cwd)
-        write_cases[f"run CLI, write root {where}, miss{label}"] = (
-            lambda argv=argv_miss, cwd=cwd: cpu_of(argv, dict(env, SANDBOY_BENCH_MISS=str(next(misses))), cwd))
+        if where != BIG_REPO:  # (a hit only there: the tree's walks are the question, not the build)
+            write_cases[f"run CLI, write root {where}, miss{label}"] = (
+                lambda argv=argv_miss, cwd=cwd: cpu_of(argv, dict(env, SANDBOY_BENCH_MISS=str(next(misses))), cwd))
     return {
         f"run CLI{label}": lambda: cpu_of(run_cli, env),
         # ADR 0028: another environment each time, so the plan cache misses, builds and writes
@@ -210,15 +234,18 @@ def main() -> int:
             write_policy = os.path.join(base, "write.toml")
             with open(write_policy, "w") as fh:
                 fh.write(POLICY + 'write = ["{cwd}"]\n')
-            for where, git in (("(git repo)", True), ("(no repo)", False)):
-                work = os.path.join(base, "work-repo" if git else "work-plain")
-                os.mkdir(work)
-                with open(os.path.join(work, "README"), "w") as fh:
-                    fh.write("a file\n")
+            for where, git in (("(git repo)", True), ("(no repo)", False), (BIG_REPO, None)):
+                work = os.path.join(base, {True: "work-repo", False: "work-plain", None: "work-big"}[git])
+                if git is None:
+                    make_checkout(work)
+                else:
+                    os.mkdir(work)
+                    with open(os.path.join(work, "README"), "w") as fh:
+                        fh.write("a file\n")
                 if git:
                     subprocess.run(["git", "init", "-q", work], check=True)
                 # one policy file per directory: each its own plan cache entries
-                own = write_policy[:-len(".toml")] + ("-repo" if git else "-plain") + ".toml"
+                own = write_policy[:-len(".toml")] + {True: "-repo", False: "-plain", None: "-big"}[git] + ".toml"
                 shutil.copyfile(write_policy, own)
                 write_dirs[where] = (own, work)
         plain_env = dict(os.environ, HOME=home)

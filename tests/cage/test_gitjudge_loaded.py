@@ -57,12 +57,28 @@ def test_a_repository_made_during_the_run_is_judged_all_the_same(tmp_path):
     assert r["judge"] and r["returncode"] == 125 and "core.fsmonitor" in r["error"], r
 
 
-@pytest.mark.parametrize("case", ["a repository at launch", "a global include", "a global core.hooksPath"])
+@pytest.mark.parametrize("case", ["a global include", "a global core.hooksPath"])
 def test_what_needs_judging_from_the_start_loads_it(tmp_path, case):
     gitconfig = {"a global include": "[include]\n\tpath = ~/more.gitconfig\n",
                  "a global core.hooksPath": "[core]\n\thooksPath = ~/hooks\n"}.get(case)
-    r = _run(tmp_path, "true", gitconfig=gitconfig, repo=case == "a repository at launch")
+    r = _run(tmp_path, "true", gitconfig=gitconfig)
     assert r == {"returncode": 0, "error": "", "judge": True, "check": True}
+
+
+@pytest.mark.parametrize("script", ["echo built > out.txt", "echo x > f && git add f && git -c user.name=a -c user.email=a@example.org commit -qm work"])
+def test_a_repository_the_run_left_alone_is_judged_by_its_stats_without_loading_it(tmp_path, script):
+    """Session 10: a repository at launch whose configs and hooks the run did not touch — its
+    stats say so (`gitcheck._Walk.unchanged`, ADR 0019 "Session 10"), a commit or not — needs no
+    judgement: the module is not loaded (before, a repository at launch always loaded it)."""
+    r = _run(tmp_path, script, repo=True)
+    assert r == {"returncode": 0, "error": "", "judge": False, "check": True}
+
+
+def test_a_repository_whose_config_the_run_made_loads_it_and_is_judged(tmp_path):
+    """The same repository, a `config.worktree` (absent at launch) made by the run: judged as
+    before, the alias (not on SAFE_KEYS) found."""
+    r = _run(tmp_path, "printf '[alias]\\n\\tst = status\\n' > .git/config.worktree", repo=True)
+    assert r["judge"] and r["returncode"] == 125 and "alias.st" in r["error"], r
 
 
 UNLOADABLE = r"""

@@ -222,6 +222,13 @@ def _parse_value(text: str, i: int) -> tuple:
 
 def _read_config(path: str, limit: int = CONFIG_READ_LIMIT):
     """The first `limit` + 1 bytes of a regular file `path` (not followed if a symlink), or None.
+    (`_read_config_stat`, without the stat.)"""
+    return _read_config_stat(path, limit)[0]
+
+
+def _read_config_stat(path: str, limit: int = CONFIG_READ_LIMIT) -> tuple:
+    """(the first `limit` + 1 bytes of a regular file `path` (not followed if a symlink), or None;
+    the fstat of what was read, or None).
 
     Anything else is never opened: the parent is often root, and a planted include can name any
     path — open(2) alone acts on some devices (/dev/watchdog arms, a tty can become the
@@ -230,14 +237,15 @@ def _read_config(path: str, limit: int = CONFIG_READ_LIMIT):
     nothing else writes paths outside them then, so the lstat decides for the open."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
+            return None, None
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
-        return None
+        return None, None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit + 1)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, None
+        return os.read(fd, limit + 1), st
     finally:
         os.close(fd)
 
@@ -507,7 +515,7 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None):
+    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=True):
         self.roots = list(scope.roots)
         self.files = list(scope.files)
         self.global_inside = list(scope.globals_inside)
@@ -530,6 +538,10 @@ class GitSnapshot:
             if entries:
                 self.global_entries.append((path, entries))
         self.known = {}   # gitdir -> {config file: (bytes, [(name, value)] or None) at launch}
+        # those config files -> (st_dev, st_ino, st_size) of what was read at launch (None: none
+        # read): one found after the run with the same, and a ctime before the snapshot, holds the
+        # launch bytes — its launch parse stands (`_Walk.unchanged`)
+        self.config_stats = {}
         self.manager_launch = {}  # hook managers' config files of those repositories -> launch bytes
         self.python_launch = {}  # pre-commit's INSTALL_PYTHON -> hook_python.identities at launch
         # their core.hooksPath directories -> (st_dev, st_ino) at launch: a directory ABOVE one
@@ -547,8 +559,9 @@ class GitSnapshot:
                 configs = {}
                 for name in ("config", "config.worktree"):
                     path = os.path.join(gitdir, name)
-                    data = _read_config(path)
+                    data, st = _read_config_stat(path)
                     configs[path] = (data, _safe_entries(path, data))
+                    self.config_stats[path] = None if st is None else (st.st_dev, st.st_ino, st.st_size)
                 self.known[gitdir] = configs
                 if os.path.basename(gitdir) == ".git":
                     # what an installed pre-commit or lefthook runs, as it was: put back when a
@@ -597,10 +610,29 @@ class GitSnapshot:
         self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values(), *git_files)),
                                scope.protected, self.writable)
         self.after = None  # the same record as the check found it after the run (see `verify`)
-        if self._to_judge():
+        # Whether the check after the run may judge each git directory it reaches by stats alone
+        # (`_Walk.unchanged`) before it loads the judgement: nothing at launch leads it elsewhere
+        # — no global config inside a write root or following an include or core.hooksPath, no
+        # PATH directory to look through, no file granted for writing — and no launch config of
+        # a repository follows anything either.
+        self.by_stats = not (self.global_inside or self.path_dirs or self.files or any(
+            value and followed(name) for _path, entries in self.global_entries for name, value in entries)
+        ) and self._launch_configs_follow_nothing()
+        if self._to_judge() and (load_judgement or not self.by_stats):
             # loaded now, while the parent has file descriptors: after the run it may have none
-            # left (a proxy's thread still holding the run's connections), and an import opens files
+            # left (a proxy's thread still holding the run's connections), and an import opens
+            # files. `load_judgement` False (no egress proxy in the run: GitCheck, a plan-cache
+            # hit): where the stats may decide, loaded after the run only if they do not.
             import sandboy.confine.gitjudge  # noqa: F401
+
+    def _launch_configs_follow_nothing(self) -> bool:
+        """Whether every config of the repositories read at launch was absent then, or read and
+        parsed, with no include nor core.hooksPath."""
+        for gitdir, configs in self.known.items():
+            for data, entries in configs.values() if gitdir != GLOBAL else ():
+                if data is not None and (entries is None or any(value and followed(name) for name, value in entries)):
+                    return False
+        return True
 
     def _census(self, carried):
         """(st_dev, st_ino) -> path of every git directory the walk reaches now (and of the top
@@ -625,16 +657,19 @@ class GitSnapshot:
         return paths
 
     @classmethod
-    def at_launch(cls, scope: Scope, carried=None, managers=None):
+    def at_launch(cls, scope: Scope, carried=None, managers=None, load_judgement=True):
         """THE snapshot (the hook's `start` and `snapshot()` both take it here): the coarse
         realtime clock reading file timestamps are taken from, just before the child starts, the
         launch configs and where each git directory is (walked now, or `carried` from the
         previous step's check: `GitDirs`); None when `scope` holds nothing to check. `managers`:
         the hook-manager discoveries the cage's build (or reuse check) made just before
-        (`Cage.take_launch_managers`), taken instead of looking again where the same was looked at."""
+        (`Cage.take_launch_managers`), taken instead of looking again where the same was looked at.
+        `load_judgement`: False where no thread of this process can take every file descriptor
+        while the command runs (no egress proxy): the judgement is then loaded after the run, and
+        only where the stats cannot decide (`by_stats`)."""
         if not scope:
             return None
-        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried, managers)
+        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried, managers, load_judgement)
 
     def moved(self, gitdir: str, identity) -> bool:
         """Whether git directory `gitdir` (`identity`: its st_dev, st_ino) — or the worktree top
@@ -676,11 +711,14 @@ class GitSnapshot:
         return loosened + self._judge(budget)
 
     def _judge(self, budget: int) -> list:
-        if not self._to_judge():
+        if not self._to_judge() or self.by_stats:
             # No repository at launch, no global config leading anywhere, no PATH directory to
-            # look through: walk only, and load the judgement (gitjudge) only if the walk reaches
-            # a git directory — the command made one — then check again from the start with it
-            # (the same findings in the same order).
+            # look through: walk only, and load the judgement (gitjudge) only once the walk
+            # reaches a git directory to judge — the command made one — going on with it from
+            # there (`_Walk.judge`: the same findings in the same order). Where nothing at launch
+            # leads the check elsewhere (`by_stats`), a git directory the walk reaches whose stats
+            # show that judging it could find nothing (`_Walk.unchanged`: the run did not touch
+            # its configs or hooks) needs no judgement either.
             walk = _Walk(self)
             try:
                 complete = walk.survey(self.roots, self.files, budget)
@@ -964,7 +1002,75 @@ class _Walk:
         self.judge(gitdir, full, top, depth, identity, top_dir, top_identity)
 
     def judge(self, gitdir: str, full: bool, top, depth: int, identity, top_dir, top_identity) -> None:
-        raise _Judged()  # (gitjudge._Check judges; GitSnapshot.verify then checks with it)
+        """Without the judgement: nothing to do where the stats show that judging `gitdir` could
+        find nothing (`unchanged`). Else the walk goes on as the judgement (`gitjudge._Check`, a
+        subclass that adds methods only) from this git directory on: what it passed over would
+        have added no finding and led nowhere, and nothing else comes before the walk where
+        `GitSnapshot._judge` takes this path, so the findings and their order are the
+        judgement's from the start. Where the judgement cannot be loaded, _Judged: `_judge`
+        fails the check closed."""
+        if self.snap.by_stats and self.unchanged(gitdir, full, identity, top_dir, top_identity):
+            return
+        try:
+            from sandboy.confine.gitjudge import _Check
+        except (ImportError, OSError):  # e.g. no file descriptor left
+            raise _Judged() from None
+        self.__class__ = _Check
+        self.judge(gitdir, full, top, depth, identity, top_dir, top_identity)
+
+    def unchanged(self, gitdir: str, full: bool, identity, top_dir, top_identity) -> bool:
+        """Whether `gitjudge._Check.judge(gitdir, ...)` would find nothing and lead to no other git
+        directory, shown without reading a config again (ADR 0019, "Session 10"): `gitdir` and its
+        worktree top where they were at launch (not judged whole); no `commondir`, `modules` or
+        `worktrees` directory; each config absent, or the file read at launch — same (st_dev,
+        st_ino, st_size), a ctime before the snapshot: no byte written since that read, which
+        came after the clock reading — whose launch parse includes nothing and names no hooks
+        directory; the hooks directory absent or holding only `*.sample` files (all the check
+        skips; then no hook manager's stub either). `GitSnapshot.by_stats` says nothing else
+        leads the check anywhere (global configs, PATH directories, files granted alone)."""
+        snap = self.snap
+        if full or snap.moved(gitdir, identity) or (top_identity is not None and snap.moved(top_dir, top_identity)):
+            return False
+        for name in ("commondir", "modules", "worktrees"):
+            try:
+                st = os.lstat(gitdir + "/" + name)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+            # (a `modules` or `worktrees` that is no directory, or a symlink, leads the check nowhere)
+            if name == "commondir" or stat.S_ISDIR(st.st_mode):
+                return False
+        launch = snap.known.get(gitdir, {})
+        for name in ("config", "config.worktree"):
+            path = gitdir + "/" + name
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+            if (path not in launch or snap._new(st) or not stat.S_ISREG(st.st_mode)
+                    or snap.config_stats.get(path) != (st.st_dev, st.st_ino, st.st_size)):
+                return False
+            data, entries = launch[path]
+            if entries is None or any(value and followed(key) for key, value in entries):
+                return False
+            self.parse_left -= len(data)  # (what the judgement would charge reading it again)
+            if self.parse_left < 0:
+                return False
+        try:
+            st = os.lstat(gitdir + "/hooks")
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        try:
+            return all(name.endswith(".sample") for name in os.listdir(gitdir + "/hooks"))
+        except OSError:
+            return False
 
     def nested(self, gitdir: str, full: bool, depth: int) -> None:
         """The git directories under `gitdir`'s `modules/**` and `worktrees/*`."""
@@ -1105,7 +1211,10 @@ class GitCheck:
         # the scope was looked up when the hook was made (for_cage), just before: only the clock,
         # the launch configs and (unless carried) where the git directories are are read now
         carried = self.record.take() if self.record is not None else None
-        self.snap = GitSnapshot.at_launch(self.scope, carried, self.cage.take_launch_managers())
+        # (the egress proxy's thread may hold every file descriptor when the check runs: the
+        # judgement is loaded at launch then, even where the stats may decide without it)
+        self.snap = GitSnapshot.at_launch(self.scope, carried, self.cage.take_launch_managers(),
+                                          load_judgement=bool(self.cage.policy.net.egress))
         if self.snap is not None and self.snap.beyond_bound is not None:
             from sandboy.errors import CageError
 
