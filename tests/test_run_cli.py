@@ -87,9 +87,11 @@ def test_run_start_up_imports_nothing_heavy(policy, path, tmp_path, monkeypatch)
 @pytest.mark.parametrize("repository", [False, True], ids=["no repository", "a repository"])
 def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path, monkeypatch, repository):
     """`[fs] write = ["{cwd}"]` from a kept plan (ADR 0028, session 9): the CLI and the "cached
-    run" group, the git check's modules, and the protected paths' names and the judgement only
-    where a repository is there to judge — no compiler, no policy loader, none of the protected
-    paths' resolution."""
+    run" group, the git check's modules, and the protected paths' names where a repository is
+    there (its hook managers' discovery) — not the judgement, even in a repository, where the run
+    left the repository's configs and hooks alone (ADR 0019 session 10: judged by their stats;
+    test_gitjudge_loaded has the runs that do load it) — no compiler, no policy loader, none of
+    the protected paths' resolution."""
     import time
 
     from sandboy import bytecode_bundle
@@ -115,10 +117,10 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
         if "sandboy.confine.cage" not in used:
             break
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    # (a repository at launch: its hook managers' discovery — the protected paths' module —
-    # and the judgement; outside one neither, session 10)
+    # (a repository at launch: its hook managers' discovery — the protected paths' module; the
+    # judgement neither there nor outside one, session 10)
     expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"],
-                *(groups["protected paths"] + groups["git judgement"] if repository else ())}
+                *(groups["protected paths"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 

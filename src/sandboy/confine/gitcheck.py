@@ -463,7 +463,7 @@ def snapshot(write_roots, exclude=(), home=None, path_dirs=()):
     when no write root is a directory to walk nor reaches the operator's global git config (a
     home directory granted for writing: a `~/.gitconfig` made by the command would configure
     every repository of theirs). `exclude`: roots not to walk (the run's `{tmp}`)."""
-    return GitSnapshot.at_launch(Scope(write_roots, exclude, home, path_dirs))
+    return GitSnapshot.at_launch(Scope(write_roots, exclude, home, path_dirs), load_judgement=True)
 
 
 def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
@@ -515,7 +515,7 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=True):
+    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=False):
         self.roots = list(scope.roots)
         self.files = list(scope.files)
         self.global_inside = list(scope.globals_inside)
@@ -590,6 +590,10 @@ class GitSnapshot:
         # (or not at all) is judged whole (session 6). A rename keeps the ctime of everything
         # below what it moves: `mv tests/fixtures/evil vendor/x/.git` (a git directory the project
         # ships as tracked files) behind a gitlink, or over `.git` itself, left every file "old".
+        # (st_dev, st_ino) -> (entries, `.git` there, `HEAD` there, names of the subdirectories
+        # walked) of each directory the census listed: after the run, one whose ctime is still
+        # before `since_ns` is not listed again (`_Walk.walk`)
+        self.listings = {}
         self.launch_dirs = self._census(carried)
         # what no mount keeps: the modes on the way to the protected paths and the git directories
         # in reach (ADR 0019, "Session 9"), taken now, put back by `verify`
@@ -610,19 +614,20 @@ class GitSnapshot:
         self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values(), *git_files)),
                                scope.protected, self.writable)
         self.after = None  # the same record as the check found it after the run (see `verify`)
-        # Whether the check after the run may judge each git directory it reaches by stats alone
-        # (`_Walk.unchanged`) before it loads the judgement: nothing at launch leads it elsewhere
+        # Whether the check after the run may pass a git directory it reaches by its stats alone
+        # (`_Walk.unchanged`), without the judgement: nothing at launch leads the check elsewhere
         # — no global config inside a write root or following an include or core.hooksPath, no
-        # PATH directory to look through, no file granted for writing — and no launch config of
-        # a repository follows anything either.
-        self.by_stats = not (self.global_inside or self.path_dirs or self.files or any(
+        # PATH directory to look through — and no config read at launch includes a file or names
+        # a hooks directory (`_Walk.unchanged` takes their launch parse as it stands).
+        self.by_stats = not (self.global_inside or self.path_dirs or any(
             value and followed(name) for _path, entries in self.global_entries for name, value in entries)
         ) and self._launch_configs_follow_nothing()
         if self._to_judge() and (load_judgement or not self.by_stats):
             # loaded now, while the parent has file descriptors: after the run it may have none
             # left (a proxy's thread still holding the run's connections), and an import opens
             # files. `load_judgement` False (no egress proxy in the run: GitCheck, a plan-cache
-            # hit): where the stats may decide, loaded after the run only if they do not.
+            # hit, which never has one): where the stats may decide, loaded after the run only
+            # if they do not.
             import sandboy.confine.gitjudge  # noqa: F401
 
     def _launch_configs_follow_nothing(self) -> bool:
@@ -657,16 +662,17 @@ class GitSnapshot:
         return paths
 
     @classmethod
-    def at_launch(cls, scope: Scope, carried=None, managers=None, load_judgement=True):
+    def at_launch(cls, scope: Scope, carried=None, managers=None, load_judgement=False):
         """THE snapshot (the hook's `start` and `snapshot()` both take it here): the coarse
         realtime clock reading file timestamps are taken from, just before the child starts, the
         launch configs and where each git directory is (walked now, or `carried` from the
         previous step's check: `GitDirs`); None when `scope` holds nothing to check. `managers`:
         the hook-manager discoveries the cage's build (or reuse check) made just before
         (`Cage.take_launch_managers`), taken instead of looking again where the same was looked at.
-        `load_judgement`: False where no thread of this process can take every file descriptor
-        while the command runs (no egress proxy): the judgement is then loaded after the run, and
-        only where the stats cannot decide (`by_stats`)."""
+        `load_judgement`: True where a thread of this process may take every file descriptor
+        while the command runs (the egress proxy: GitCheck), or the caller cannot tell
+        (`snapshot()`): the judgement is loaded now wherever a repository is in reach. Else it is
+        loaded after the run, and only where the stats cannot decide (`by_stats`)."""
         if not scope:
             return None
         return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried, managers, load_judgement)
@@ -892,59 +898,116 @@ class _Walk:
 
         A directory whose link count is 2 has no subdirectory (the file systems that count them —
         ext4, xfs, tmpfs — keep it exact, and the command cannot forge it; those that do not count
-        report 1): it is not listed, one lstat of its `.git` is enough. Most directories of a
-        source tree are such leaves, which makes the walk cost per directory, not per file."""
-        census = self.census  # (a local: looked at once per entry of the tree)
+        report 1): it is not listed, one lookup of its `.git` is enough. Most directories of a
+        source tree are such leaves, which makes the walk cost per directory, not per file.
+
+        After the run, a directory the census listed whose ctime is before the snapshot's clock
+        reading is not listed again: creating, removing, renaming or linking an entry updates the
+        directory's ctime (and the command cannot set one back), and the census listed it after
+        that reading, so its names are the census's (`GitSnapshot.listings`, by (st_dev, st_ino):
+        a directory moved keeps its entries; ADR 0019 "Session 10"). Each subdirectory is still
+        looked at (its own ctime and link count) and descended into."""
+        census = self.census  # (locals: looked at once per entry of the tree)
+        listings, since = self.snap.listings, self.snap.since_ns
+        exists = os.access
         try:
-            pending = [(root, os.lstat(root).st_nlink)]
+            pending = [(root, os.lstat(root))]
         except OSError:
             return left
         while pending:
-            directory, links = pending.pop()
+            directory, st = pending.pop()
             left -= 1
-            if links == 2 and census:
-                # At launch a leaf is not looked into: its `.git` can only be a file or symlink
-                # (a `.git` directory would be a subdirectory), leading to a git directory the
-                # census reaches another way (`modules/`, `worktrees/`, a bare layout in a
-                # directory with subdirectories, or outside every write root, where nothing can
-                # move); a leaf that is itself a git directory (HEAD + `objects` as a file or
-                # symlink, or a `commondir`: no layout git makes) is left out — found after the
-                # run, it is judged whole. Two lookups fewer per leaf, most of a tree's directories.
-                continue
-            dot_git = directory + "/.git"
-            if not census and os.path.lexists(dot_git):
-                self.dot_git(dot_git)
-            if links == 2:
+            if st.st_nlink == 2:
+                if census:
+                    # At launch a leaf is not looked into: its `.git` can only be a file or symlink
+                    # (a `.git` directory would be a subdirectory), leading to a git directory the
+                    # census reaches another way (`modules/`, `worktrees/`, a bare layout in a
+                    # directory with subdirectories, or outside every write root, where nothing can
+                    # move); a leaf that is itself a git directory (HEAD + `objects` as a file or
+                    # symlink, or a `commondir`: no layout git makes) is left out — found after the
+                    # run, it is judged whole. Two lookups fewer per leaf, most of a tree's directories.
+                    continue
+                # (os.access with F_OK, not followed, as the effective user: an lstat that builds
+                # no stat result)
+                if exists(directory + "/.git", os.F_OK, effective_ids=True, follow_symlinks=False):
+                    self.dot_git(directory + "/.git")
                 # a leaf may still be a git directory: `objects` a symlink or a file, or a commondir
-                if os.path.lexists(directory + "/HEAD") and _is_git_directory(directory):
+                if (exists(directory + "/HEAD", os.F_OK, effective_ids=True, follow_symlinks=False)
+                        and _is_git_directory(directory)):
                     self.gitdir(directory, full=False, top=directory)
                 continue
-            try:
-                with os.scandir(directory) as entries:
-                    for entry in entries:
-                        left -= 1
-                        if census and entry.name == ".git":
-                            self.dot_git(entry.path)  # (the check looked before listing)
-                        if entry.name == "HEAD" and _is_git_directory(directory):
-                            # no `.git` names it, but git run here reads its config and hooks
-                            self.gitdir(directory, full=False, top=directory)
-                        # (the quarantine is walked too: nothing moved there is named `.git`, and
-                        # skipping it would hide a repository the command put there)
-                        if (entry.name != ".git" and entry.is_dir(follow_symlinks=False)
-                                and entry.path not in self.snap.exclude):  # the run's {tmp} (in `/tmp`)
-                            pending.append((entry.path, entry.stat(follow_symlinks=False).st_nlink))
-            except OSError as exc:
-                if not self.unlistable_matters(directory, exc):
+            listed = None
+            if not census and st.st_ctime_ns < since:
+                listed = self._as_listed(directory, listings.get((st.st_dev, st.st_ino)))
+            if listed is None:
+                try:
+                    listed = self._list(directory)
+                except OSError as exc:
+                    if not census and os.path.lexists(directory + "/.git"):
+                        self.dot_git(directory + "/.git")  # (what can be found without a listing)
+                    if not self.unlistable_matters(directory, exc):
+                        continue
+                    # Fail closed: a directory the parent cannot list (mode 0311 set by the command,
+                    # which a parent without CAP_DAC_READ_SEARCH obeys, while the operator's git
+                    # still walks through it; or no fd left) may hold a planted repository.
+                    self.add(None, f"{directory}: cannot be looked through for repositories "
+                             f"({exc.strerror or exc}): not checked")
                     continue
-                # Fail closed: a directory the parent cannot list (mode 0311 set by the command,
-                # which a parent without CAP_DAC_READ_SEARCH obeys, while the operator's git
-                # still walks through it; or no fd left) may hold a planted repository.
-                self.add(None, f"{directory}: cannot be looked through for repositories "
-                         f"({exc.strerror or exc}): not checked")
-                continue
+                if census:
+                    listings[(st.st_dev, st.st_ino)] = (listed[0], listed[1], listed[2],
+                                                        tuple(name for name, _st in listed[3]))
+            count, has_git, has_head, subdirectories = listed
+            left -= count
+            if has_git:
+                self.dot_git(directory + "/.git")
+            if has_head and _is_git_directory(directory):
+                # no `.git` names it, but git run here reads its config and hooks
+                self.gitdir(directory, full=False, top=directory)
+            prefix = directory if directory.endswith("/") else directory + "/"
+            pending.extend((prefix + name, sub) for name, sub in subdirectories)
             if left < 0:
                 return left
         return left
+
+    def _list(self, directory: str) -> tuple:
+        """(entries, whether `.git` is one, whether `HEAD` is one, [(name, lstat)] of the
+        subdirectories to walk: not `.git`, not the run's {tmp}, not followed if symlinks) of
+        `directory`, listed now."""
+        count, has_git, has_head, subdirectories = 0, False, False, []
+        exclude = self.snap.exclude
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                count += 1
+                name = entry.name
+                if name == ".git":
+                    has_git = True
+                    continue
+                if name == "HEAD":
+                    has_head = True
+                # (the quarantine is walked too: nothing moved there is named `.git`, and
+                # skipping it would hide a repository the command put there)
+                if entry.is_dir(follow_symlinks=False) and entry.path not in exclude:  # {tmp} (in `/tmp`)
+                    subdirectories.append((name, entry.stat(follow_symlinks=False)))
+        return count, has_git, has_head, subdirectories
+
+    def _as_listed(self, directory: str, known):
+        """`known` (the census's listing of `directory`, or None) as `_list` gives it, with each
+        subdirectory looked at now; None where one is not a directory now or gone (only another
+        process of the host could do that meanwhile: then `directory` is listed again)."""
+        if known is None:
+            return None
+        count, has_git, has_head, names = known
+        prefix = directory if directory.endswith("/") else directory + "/"
+        subdirectories = []
+        for name in names:
+            try:
+                sub = os.lstat(prefix + name)
+            except OSError:
+                return None
+            if not stat.S_ISDIR(sub.st_mode):
+                return None
+            subdirectories.append((name, sub))
+        return count, has_git, has_head, subdirectories
 
     def unlistable_matters(self, directory: str, exc: OSError) -> bool:
         """Whether a directory the walk could not list fails the run. Always, but for another
@@ -1009,7 +1072,7 @@ class _Walk:
         `GitSnapshot._judge` takes this path, so the findings and their order are the
         judgement's from the start. Where the judgement cannot be loaded, _Judged: `_judge`
         fails the check closed."""
-        if self.snap.by_stats and self.unchanged(gitdir, full, identity, top_dir, top_identity):
+        if self.snap.by_stats and self.unchanged(gitdir):
             return
         try:
             from sandboy.confine.gitjudge import _Check
@@ -1018,19 +1081,19 @@ class _Walk:
         self.__class__ = _Check
         self.judge(gitdir, full, top, depth, identity, top_dir, top_identity)
 
-    def unchanged(self, gitdir: str, full: bool, identity, top_dir, top_identity) -> bool:
+    def unchanged(self, gitdir: str) -> bool:
         """Whether `gitjudge._Check.judge(gitdir, ...)` would find nothing and lead to no other git
-        directory, shown without reading a config again (ADR 0019, "Session 10"): `gitdir` and its
-        worktree top where they were at launch (not judged whole); no `commondir`, `modules` or
-        `worktrees` directory; each config absent, or the file read at launch — same (st_dev,
-        st_ino, st_size), a ctime before the snapshot: no byte written since that read, which
-        came after the clock reading — whose launch parse includes nothing and names no hooks
-        directory; the hooks directory absent or holding only `*.sample` files (all the check
-        skips; then no hook manager's stub either). `GitSnapshot.by_stats` says nothing else
-        leads the check anywhere (global configs, PATH directories, files granted alone)."""
+        directory, shown by stats and one listing instead of reading and parsing its configs again
+        (ADR 0019, "Session 10"): no `commondir`, and no `modules` or `worktrees` directory; each
+        config absent, or the regular file read at launch — a ctime before the snapshot (the
+        launch read came after the clock reading: no byte of it written since) and the same
+        (st_dev, st_ino, st_size) — whose launch parse includes nothing and names no hooks
+        directory (`GitSnapshot.by_stats`); the hooks directory absent or a directory holding
+        only `*.sample` files (all the check skips; then no hook manager's stub either). A git
+        directory found elsewhere than at launch, or none then, and judged whole by the check
+        (`GitSnapshot.moved`) is no exception: judged whole, such a directory holds nothing
+        either — a config it holds is none the launch read, and fails here."""
         snap = self.snap
-        if full or snap.moved(gitdir, identity) or (top_identity is not None and snap.moved(top_dir, top_identity)):
-            return False
         for name in ("commondir", "modules", "worktrees"):
             try:
                 st = os.lstat(gitdir + "/" + name)
@@ -1041,7 +1104,7 @@ class _Walk:
             # (a `modules` or `worktrees` that is no directory, or a symlink, leads the check nowhere)
             if name == "commondir" or stat.S_ISDIR(st.st_mode):
                 return False
-        launch = snap.known.get(gitdir, {})
+        charge = 0  # the config bytes the judgement would read (and charge to its parse budget)
         for name in ("config", "config.worktree"):
             path = gitdir + "/" + name
             try:
@@ -1050,27 +1113,27 @@ class _Walk:
                 continue
             except OSError:
                 return False
-            if (path not in launch or snap._new(st) or not stat.S_ISREG(st.st_mode)
-                    or snap.config_stats.get(path) != (st.st_dev, st.st_ino, st.st_size)):
-                return False
-            data, entries = launch[path]
-            if entries is None or any(value and followed(key) for key, value in entries):
-                return False
-            self.parse_left -= len(data)  # (what the judgement would charge reading it again)
-            if self.parse_left < 0:
-                return False
+            if snap._new(st) or snap.config_stats.get(path) != (st.st_dev, st.st_ino, st.st_size):
+                return False  # (and one absent at launch, or another file then: no stats kept)
+            charge += len(snap.known[gitdir][path][0])
+        if charge > self.parse_left:
+            return False  # beyond the budget: the judgement reads them and says so
         try:
             st = os.lstat(gitdir + "/hooks")
         except FileNotFoundError:
+            self.parse_left -= charge
             return True
         except OSError:
             return False
         if not stat.S_ISDIR(st.st_mode):
             return False
         try:
-            return all(name.endswith(".sample") for name in os.listdir(gitdir + "/hooks"))
+            if not all(name.endswith(".sample") for name in os.listdir(gitdir + "/hooks")):
+                return False
         except OSError:
             return False
+        self.parse_left -= charge
+        return True
 
     def nested(self, gitdir: str, full: bool, depth: int) -> None:
         """The git directories under `gitdir`'s `modules/**` and `worktrees/*`."""

@@ -266,7 +266,7 @@ class CachedPlan:
         if self._git_scope is not None:
             from sandboy.confine.gitcheck import GitSnapshot, Scope
 
-            snap = GitSnapshot.at_launch(Scope(**self._git_scope), load_judgement=False)  # (no egress: never kept)
+            snap = GitSnapshot.at_launch(Scope(**self._git_scope))
             if snap is not None and snap.beyond_bound is not None:
                 self.close()
                 return None  # refused before it starts: the build says so, in its words
