@@ -268,7 +268,9 @@ class ModeGuard:
 # a start-up file is a few kB; past the byte bound the stats alone (size, mtime) tell a change
 MAX_LINKED_FILES = 64
 MAX_LINKED_BYTES = 1 << 20
-# entries looked at below the protected directories (`.ssh`, `.config/fish`...) for them
+# entries looked at below the protected directories (`.ssh`, `.config/fish`...) for them: per
+# protected path, and all together
+PER_PATH_SCAN = 256
 MAX_LINKED_SCAN = 2000
 HARD_LINKED = "a protected file written through another hard link to it in a write root"
 LINKED_FROM = "a file a protected directory links to (a symlink into a write root), written during the run"
@@ -287,42 +289,60 @@ def _reached_elsewhere(protected, roots) -> dict:
     leads, why). Usually empty: one lstat per
     protected path (the guard's own), a listing of the few protected directories."""
     found: dict = {}
-    left = MAX_LINKED_SCAN
+    total = MAX_LINKED_SCAN
     bound = set(protected)  # (a symlink on the way to a protected path is protected itself, its target too)
     seen: set = set()
-    pending = [(path, False) for path in protected]  # (path, reached through a symlink below a protected dir)
-    while pending and len(found) < MAX_LINKED_FILES:
-        path, via = pending.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            if via or st.st_nlink > 1:
-                data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
-                found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data,
-                               LINKED_FROM if via else HARD_LINKED)
-        elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
+    for start in protected:
+        # each protected path looks at PER_PATH_SCAN entries at most (a version manager's root or
+        # an installation bound whole holds thousands of files: ≈ 7 µs each), all of them at most
+        # MAX_LINKED_SCAN
+        left = budget = min(PER_PATH_SCAN, total)
+        pending = [(start, False)]  # (path, reached through a symlink below a protected directory)
+        while pending and len(found) < MAX_LINKED_FILES:
+            path, via = pending.pop()
+            if path in seen:
+                continue
+            seen.add(path)
             try:
-                names = os.listdir(path)
+                st = os.lstat(path)
             except OSError:
                 continue
-            if via:
-                found[path] = ("dir", st.st_dev, st.st_ino, frozenset(names), LINKED_FROM)
-            names = names[:left]
-            left -= len(names)
-            pending.extend((os.path.join(path, name), via) for name in names)
-        elif stat.S_ISLNK(st.st_mode) and path not in bound:
-            target = os.path.realpath(path)
-            # where it leads, whatever it leads to: a link ON ITS WAY in a write root (`dotfiles ->
-            # dotfiles-v2`, or a real directory there) may be repointed for it (`written_through_links`)
-            found[path] = ("link", target, LEADS_ELSEWHERE)
-            if any(is_within(target, root) for root in roots):
-                pending.append((target, True))
+            if stat.S_ISREG(st.st_mode):
+                if via or st.st_nlink > 1:
+                    data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
+                    found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data,
+                                   LINKED_FROM if via else HARD_LINKED)
+            elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
+                try:
+                    names = os.listdir(path) if via else _first_names(path, left)
+                except OSError:
+                    continue
+                if via:  # (its every name: one added during the run is a finding)
+                    found[path] = ("dir", st.st_dev, st.st_ino, frozenset(names), LINKED_FROM)
+                names = names[:left]
+                left -= len(names)
+                pending.extend((os.path.join(path, name), via) for name in names)
+            elif stat.S_ISLNK(st.st_mode) and path not in bound:
+                target = os.path.realpath(path)
+                # where it leads, whatever it leads to: a link ON ITS WAY in a write root (`dotfiles ->
+                # dotfiles-v2`, or a real directory there) may be repointed for it (`written_through_links`)
+                found[path] = ("link", target, LEADS_ELSEWHERE)
+                if any(is_within(target, root) for root in roots):
+                    pending.append((target, True))
+        total -= budget - left
     return found
+
+
+def _first_names(path: str, count: int) -> list:
+    """At most `count` names of directory `path` (a protected directory of thousands of entries
+    is not listed whole for the few looked at)."""
+    names = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if len(names) >= count:
+                break
+            names.append(entry.name)
+    return names
 
 
 def _read(path: str):
