@@ -444,3 +444,24 @@ def test_a_protected_directorys_link_made_to_lead_elsewhere_by_its_way_is_not_fo
     text = seen.read_text() if seen.exists() else ""
     assert "PLANTED" not in text, f"~/.ssh/config leads to a planted file after the run (rc {proc.returncode})"
     assert proc.returncode == 125, proc.stderr
+
+
+def test_thousands_of_files_made_in_a_linked_directory_fail_the_run_in_bounded_time(tmp_path):
+    """A linked `~/.config/fish/conf.d -> ../../dotfiles/conf.d` and a command making 5,000 files
+    there: one finding for the directory (moved whole), not 5,000 moves; the run fails (125)
+    within seconds, and nothing made there is left where fish looks."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", LINKED_LAYOUTS["fish-conf.d-dir-link"][0]], cwd=home, check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    started = time.monotonic()
+    proc = _sandboy_run(policy, "cd dotfiles/conf.d && i=0; while [ $i -lt 5000 ]; do : > f$i.fish; i=$((i+1)); done",
+                        env, home)
+    assert proc.returncode == 125, proc.stderr
+    assert time.monotonic() - started < 60
+    linked = home / ".config" / "fish" / "conf.d"
+    assert not linked.exists() or not any(name.startswith("f") for name in os.listdir(linked))
+    assert "5000 entries made there" in proc.stderr, proc.stderr[-500:]
