@@ -956,9 +956,8 @@ class _Walk:
                              f"({exc.strerror or exc}): not checked")
                     continue
                 if census:
-                    listings[(st.st_dev, st.st_ino)] = (listed[0], listed[1], listed[2],
-                                                        tuple(name for name, _st in listed[3]))
-            count, has_git, has_head, subdirectories = listed
+                    listings[(st.st_dev, st.st_ino)] = listed[:4]
+            count, has_git, has_head, names, stats = listed
             left -= count
             if has_git:
                 self.dot_git(directory + "/.git")
@@ -966,16 +965,16 @@ class _Walk:
                 # no `.git` names it, but git run here reads its config and hooks
                 self.gitdir(directory, full=False, top=directory)
             prefix = directory if directory.endswith("/") else directory + "/"
-            pending.extend((prefix + name, sub) for name, sub in subdirectories)
+            pending.extend(zip(map(prefix.__add__, names), stats))
             if left < 0:
                 return left
         return left
 
     def _list(self, directory: str) -> tuple:
-        """(entries, whether `.git` is one, whether `HEAD` is one, [(name, lstat)] of the
-        subdirectories to walk: not `.git`, not the run's {tmp}, not followed if symlinks) of
-        `directory`, listed now."""
-        count, has_git, has_head, subdirectories = 0, False, False, []
+        """(entries, whether `.git` is one, whether `HEAD` is one, the names and the lstats of
+        the subdirectories to walk — not `.git`, not the run's {tmp}, not followed if symlinks)
+        of `directory`, listed now."""
+        count, has_git, has_head, names, stats = 0, False, False, [], []
         exclude = self.snap.exclude
         with os.scandir(directory) as entries:
             for entry in entries:
@@ -988,9 +987,10 @@ class _Walk:
                     has_head = True
                 # (the quarantine is walked too: nothing moved there is named `.git`, and
                 # skipping it would hide a repository the command put there)
-                if entry.is_dir(follow_symlinks=False) and entry.path not in exclude:  # {tmp} (in `/tmp`)
-                    subdirectories.append((name, entry.stat(follow_symlinks=False)))
-        return count, has_git, has_head, subdirectories
+                if entry.is_dir(follow_symlinks=False) and not (exclude and entry.path in exclude):  # {tmp}
+                    names.append(name)
+                    stats.append(entry.stat(follow_symlinks=False))
+        return count, has_git, has_head, names, stats
 
     def _as_listed(self, directory: str, known):
         """`known` (the census's listing of `directory`, or None) as `_list` gives it, with each
@@ -1000,7 +1000,7 @@ class _Walk:
             return None
         count, has_git, has_head, names = known
         prefix = directory if directory.endswith("/") else directory + "/"
-        subdirectories = []
+        stats = []
         for name in names:
             try:
                 sub = os.lstat(prefix + name)
@@ -1008,8 +1008,8 @@ class _Walk:
                 return None
             if not stat.S_ISDIR(sub.st_mode):
                 return None
-            subdirectories.append((name, sub))
-        return count, has_git, has_head, subdirectories
+            stats.append(sub)
+        return count, has_git, has_head, names, stats
 
     def unlistable_matters(self, directory: str, exc: OSError) -> bool:
         """Whether a directory the walk could not list fails the run. Always, but for another
