@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sandboy.capability.model import parse_pattern
 from sandboy.errors import PolicyError
 
-SEGMENT = st.sampled_from(["a", "b", "*", "a*", "?b", "**", "*.e"])
+SEGMENT = st.sampled_from(["a", "b", "*", "a*", "*b", "**", "*.e"])  # no `?`: refused (session 10)
 PATH_SEGMENT = st.sampled_from(["a", "b", "ab", "x.e"])
 
 
