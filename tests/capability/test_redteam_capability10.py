@@ -338,3 +338,32 @@ def test_a_shared_agent_file_claiming_to_be_generated_for_an_unnamed_target_is_n
         assert run.returncode == 0 and ".codex/config.toml says it is generated from owen.policy.toml, but its " \
             "target 'codex' is not in targets" in run.stderr, run.stderr
     assert "danger-full-access" in (repo / ".codex/config.toml").read_text()  # the user's file: kept
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "-9223372036854775809", "0x7FFFFFFFFFFFFFFFFF"])
+def test_a_codex_config_with_an_integer_beyond_64_bits_is_refused_not_written(world, value):
+    """TOML integers are 64-bit and a parser must refuse others; tomllib reads any size and
+    tomli-w wrote it back: the merged config.toml was a file Codex's parser refuses, while `check`
+    said "generated files match" — the JSON NaN case of Codex's file."""
+    repo, home = world
+    (repo / ".codex").mkdir()
+    text = f'model = "o3"\n[tui]\nnotifications = [1, {value}]\n'
+    (repo / ".codex/config.toml").write_text(text)
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["codex"]\n[read]\ndeny = [".env"]\n')
+    for command in ("compile", "check"):
+        run = _cli(["policy", command], repo, home)
+        assert run.returncode == 2 and ".codex/config.toml: tui.notifications[1]: an integer beyond 64 bits" \
+            in run.stderr, run.stdout + run.stderr
+    assert (repo / ".codex/config.toml").read_text() == text
+
+
+def test_twin_64_bit_integers_at_the_edges_are_merged(world):
+    repo, home = world
+    (repo / ".codex").mkdir()
+    (repo / ".codex/config.toml").write_text('a = 9223372036854775807\nb = -9223372036854775808\nc = true\n')
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["codex"]\n[read]\ndeny = [".env"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    import tomllib
+
+    doc = tomllib.loads((repo / ".codex/config.toml").read_text())
+    assert (doc["a"], doc["b"], doc["c"]) == (2 ** 63 - 1, -2 ** 63, True) and "owen" in doc["permissions"]

@@ -37,6 +37,21 @@ def profile(policy) -> dict:
     return prof
 
 
+def _beyond_64_bits(doc):
+    """The dotted key of the first integer outside TOML's 64-bit range (tomllib reads any size;
+    the TOML spec says a parser must refuse one: session 10, as NaN in Claude's JSON), or None."""
+    pending = [("", doc)]
+    while pending:
+        key, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+            return key
+    return None
+
+
 class Codex(Target):
     name, agent, files = "codex", "Codex", (CONFIG,)
 
@@ -54,6 +69,11 @@ class Codex(Target):
                 raise PolicyError(CONFIG, "", f"not valid TOML ({exc}); fix it, then compile again") from None
             except RecursionError:  # a cloned repository's `a = [[[[…` was a traceback
                 raise PolicyError(CONFIG, "", "nested too deeply to be a Codex configuration; fix it, then compile again") from None
+            beyond = _beyond_64_bits(doc)
+            if beyond is not None:
+                raise PolicyError(CONFIG, beyond, "an integer beyond 64 bits, which TOML does not allow: tomllib reads "
+                                  "it, but written back Codex's parser could not read the file at all (every rule "
+                                  "in it ignored); fix it, then compile again")
         previous = ctx.owned(CONFIG)
         perms = doc.setdefault("permissions", {})
         if not isinstance(perms, dict):
