@@ -130,6 +130,8 @@ class Codex(Target):
             doc = tomllib.loads(ctx.read(CONFIG) or "")
         except (tomllib.TOMLDecodeError, RecursionError):
             return {}
+        if _beyond_64_bits(doc) is not None:
+            return {}  # not a file Codex reads; not ours to repair (compile for codex says why)
         owned = ctx.owned(CONFIG)
         perms = doc.get("permissions")
         if isinstance(perms, dict):
