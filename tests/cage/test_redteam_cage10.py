@@ -7,6 +7,7 @@ use shares its path. What held is listed in docs/threat-model.md ("Session 10 re
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -465,3 +466,67 @@ def test_thousands_of_files_made_in_a_linked_directory_fail_the_run_in_bounded_t
     linked = home / ".config" / "fish" / "conf.d"
     assert not linked.exists() or not any(name.startswith("f") for name in os.listdir(linked))
     assert "5000 entries made there" in proc.stderr, proc.stderr[-500:]
+
+
+# --- a file system with whole-second timestamps mounted below a write root ----------------
+
+WHOLE_SECOND_SCRIPT = r'''
+set -e
+mount --make-rprivate /
+mount -o loop "$IMG" "$WORK/disk"
+cd "$WORK"
+mkdir -p disk/x/sub && git init -q disk/nested
+sleep 1.2
+for try in 1 2 3; do
+  rm -rf disk/x/.git
+  printf '[core]\n\trepositoryformatversion = 0\n' > disk/nested/.git/config
+  sleep 1.1
+  set +e
+  "$SANDBOY" run --policy "$POLICY" -- /bin/sh -c "$ATTACK" > "$OUT.$try" 2>&1
+  echo "rc=$?" >> "$OUT.$try"
+  set -e
+  { grep -l fsmonitor disk/x/.git/config disk/nested/.git/config 2>/dev/null || true; } >> "$OUT.$try"
+done
+'''
+
+
+@pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback"])
+def test_a_repository_on_a_whole_second_file_system_below_the_write_root_is_judged(tmp_path, tier_on):
+    """A write root (ext4, nanosecond timestamps) with another file system mounted below it whose
+    timestamps are whole seconds (here a loop-mounted ext4 of 128-byte inodes; a vfat stick, an NFS
+    or 9p share alike). The git check counts what changed from the launch clock, rounded down to
+    its second only where a ROOT has whole-second timestamps: a nested repository's config given
+    `core.fsmonitor` in the launch's second passed as older than the run, and (gitfast's listing
+    reuse) a `.git` made in such a directory was not seen at all — rc 0, tier and fallback. Now the
+    mounts below a root are asked too; what cannot be moved across file systems into the
+    quarantine is renamed where it is. Three tries (the command writes within the launch's second
+    nearly always): each must fail the run and leave no config git reads with the key."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs root, mkfs.ext4 and loop devices")
+    env = _env(tmp_path, **_tier_env(tier_on), SANDBOY_PLAN_CACHE="0", GIT_CONFIG_GLOBAL="/dev/null")
+    work = tmp_path / "W"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (work / "disk").mkdir()
+    image = tmp_path / "img"
+    with open(image, "wb") as fh:
+        fh.truncate(16 << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-I", "128", "-F", str(image)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.ext4 -I 128: {made.stderr.strip()}")
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=work))
+    attack = ("git init -q disk/x && printf '[core]\\n\\tfsmonitor = \"touch PLANTED\"\\n' >> disk/x/.git/config; "
+              "printf '[core]\\n\\tfsmonitor = \"touch PLANTED\"\\n' >> disk/nested/.git/config; echo attacked")
+    out = tmp_path / "out"
+    env.update(IMG=str(image), WORK=str(work), SANDBOY=SANDBOY, POLICY=str(policy), ATTACK=attack, OUT=str(out))
+    done = subprocess.run(["unshare", "-m", "/bin/sh", "-c", WHOLE_SECOND_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"cannot loop-mount here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    for attempt in (1, 2, 3):
+        text = Path(f"{out}.{attempt}").read_text()
+        assert "attacked" in text, text
+        assert "disk/x/.git/config" not in text.split("rc=")[-1] and "disk/nested/.git/config" not in \
+            text.split("rc=")[-1], f"try {attempt}: a planted config stays where git reads it:\n{text}"
+        assert "rc=125" in text, f"try {attempt}: the run passed:\n{text}"

@@ -486,6 +486,17 @@ def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
     return all(stamp % 1_000_000_000 == 0 for stamp in stamps)
 
 
+def _mount_points_below(roots) -> list:
+    """The mount points strictly below `roots`, of any file system (`kernel_mounts.points_below`);
+    where the table cannot be read, the roots themselves (their answer is already asked)."""
+    from sandboy.confine.kernel_mounts import points_below
+
+    try:
+        return points_below(roots)
+    except OSError:
+        return []
+
+
 _GLOBAL_PARSED: dict = {}  # path -> (identity, parsed at, entries): a gate would parse it for every step
 
 
@@ -528,7 +539,12 @@ class GitSnapshot:
         self.home = scope.home
         self.path_dirs = {d: _identity(d) for d in scope.path_dirs}  # -> which directory each is at launch
         self.since_ns = since_ns
-        if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside):
+        # (and the file systems mounted below a root: a second disk, a vfat stick, an NFS or 9p
+        # share, a loop-mounted ext4 of 128-byte inodes — on one of those, a nested repository's
+        # config written in the snapshot's second, or a `.git` made in a directory whose census
+        # listing the walk reuses by its ctime, passed as older than the run: redcage10)
+        if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside) or any(
+                _whole_second_timestamps(point) for point in _mount_points_below(self.roots)):
             # ext2/ext3, ext4 with 128-byte inodes: a ctime is cut to its second, so a file the
             # command writes in the snapshot's second looks older than the snapshot. Counted from
             # the second's start, that file is the run's (a change the operator made earlier in

@@ -9,6 +9,7 @@ move — so a run whose write roots hold no repository never loads it (`GitSnaps
 See gitcheck's docstring for what counts as changed by the run and as executable configuration.
 """
 
+import errno
 import os
 import stat
 import time
@@ -410,12 +411,24 @@ def quarantine(findings, roots, stamp=None) -> tuple:
                 parent_fd = _open_below(root, parts[:-1])
                 try:
                     name = rel.replace("%", "%25").replace("/", "%")
-                    os.rename(parts[-1], name, src_dir_fd=parent_fd, dst_dir_fd=box_fd)
-                    moved.append((finding.path, os.path.join(box, name)))
+                    into_fd, into = box_fd, box
+                    try:
+                        os.rename(parts[-1], name, src_dir_fd=parent_fd, dst_dir_fd=box_fd)
+                    except OSError as exc:
+                        if exc.errno != errno.EXDEV:
+                            raise
+                        # on another file system mounted below the write root (a second disk, a
+                        # share): renamed where it is instead, to a name nothing reads (git, a
+                        # shell, ssh look at fixed names) — it stayed in place, "NOT moved" and
+                        # run by the operator's next git there (redcage10)
+                        name = f"{parts[-1]}.sandboy-quarantined-{stamp}"
+                        os.rename(parts[-1], name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+                        into_fd, into = parent_fd, os.path.dirname(finding.path)
+                    moved.append((finding.path, os.path.join(into, name)))
                     # escaped: the command chose these names (a newline forged whole entries)
                     lines.append(f"{clean(finding.path)}\t{clean(finding.why)}\n")
                     if finding.restore is not None:  # the repository's config as it was at launch
-                        why = _put_back(parent_fd, parts[-1], finding.restore, os.lstat(name, dir_fd=box_fd))
+                        why = _put_back(parent_fd, parts[-1], finding.restore, os.lstat(name, dir_fd=into_fd))
                         if why:
                             failed.append((finding.path, f"moved, but its launch content not put back: {why}"))
                 finally:

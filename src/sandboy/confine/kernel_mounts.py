@@ -43,6 +43,34 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def points_below(roots, mountinfo: str = "/proc/self/mountinfo") -> list:
+    """The mount points strictly below one of `roots` (realpaths), whatever their file system
+    (the git check asks each whether its timestamps are whole seconds). OSError where the table
+    cannot be read."""
+    roots = [r for r in roots if r != "/"]
+    if not roots:
+        return []
+    text = _table(mountinfo)
+    if all(not any(c in r for c in " \t\n\\") and f" {r}/" not in text for r in roots):
+        return []  # (the usual answer: see `below`)
+    found = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            point = _unescape(fields[4])
+            if any(point != root and is_within(point, root) for root in roots):
+                found.append(point)
+    return found
+
+
+def _table(mountinfo: str) -> str:
+    fd = os.open(mountinfo, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return b"".join(iter(lambda: os.read(fd, 65536), b"")).decode("utf-8", "surrogateescape")
+    finally:
+        os.close(fd)
+
+
 def below(roots, mountinfo: str = "/proc/self/mountinfo") -> list:
     """[(mount point, file system type)] of kernel file systems mounted strictly below one of
     `roots` (realpaths), as this process sees its mount table. CageError where the table cannot
