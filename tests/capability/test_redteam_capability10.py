@@ -367,3 +367,21 @@ def test_twin_64_bit_integers_at_the_edges_are_merged(world):
 
     doc = tomllib.loads((repo / ".codex/config.toml").read_text())
     assert (doc["a"], doc["b"], doc["c"]) == (2 ** 63 - 1, -2 ** 63, True) and "owen" in doc["permissions"]
+
+
+def test_parentheses_in_a_path_are_escaped_in_claudes_rules_as_claude_stores_them(world):
+    """Claude Code's rule parser takes `Tool(content)` with parentheses in the content escaped
+    (`Bash(python -c "print\\(1\\)")`); written raw, `Read(**/secret(1).txt)` depends on which
+    parenthesis the parser takes as the closing one (the first: the rule names `**/secret(1`)."""
+    repo, home = world
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["claude"]\n[read]\ndeny = ["secret(1).txt"]\n[write]\nallow = ["/out(x)"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    doc = json.loads((repo / ".claude/settings.json").read_text())
+    assert "Read(**/secret\\(1\\).txt)" in doc["permissions"]["deny"]
+    assert "Edit(./out\\(x\\))" in doc["permissions"]["allow"]
+    # the sandbox settings are paths, not rules: as written
+    assert "**/secret(1).txt" in doc["sandbox"]["filesystem"]["denyRead"]
+    assert "./out(x)" in doc["sandbox"]["filesystem"]["allowWrite"]
+    explained = json.loads(_cli(["policy", "explain", "--json", "secret(1).txt"], repo, home).stdout)
+    assert explained["targets"]["claude"]["readable"]["why"] == "Read(**/secret\\(1\\).txt) deny"

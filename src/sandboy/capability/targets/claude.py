@@ -57,6 +57,17 @@ def paths(pattern) -> list:
     return [base + "/**"] if pattern.dir_only else [base, base + "/**"]
 
 
+def claude_rule(tool: str, path: str) -> str:
+    """`Tool(path)` as Claude Code stores a rule: a parenthesis in the content escaped with a
+    backslash (its rule parser reads the content up to the closing unescaped parenthesis and then
+    unescapes them), so a file named `secret(1).txt` stays that name whichever parenthesis the
+    parser takes as the closing one (session 10). Patterns hold no backslash to escape."""
+    return f"{tool}({path.replace('(', BACKSLASH + '(').replace(')', BACKSLASH + ')')})"
+
+
+BACKSLASH = chr(92)
+
+
 def wanted(policy) -> dict:
     """The entries this policy puts in the file: {dotted list key: [values]}."""
     allow, deny = [], []
@@ -65,16 +76,16 @@ def wanted(policy) -> dict:
         if p.negated:
             continue  # deny rules win over allow rules: Claude Code cannot make the exception
         for path in paths(p):
-            deny += [f"Read({path})", f"Edit({path})"]  # a Read() deny alone leaves Edit/Write open
+            deny += [claude_rule("Read", path), claude_rule("Edit", path)]  # a Read() deny alone leaves Edit/Write open
             deny_read.append(path)
             deny_write.append(path)
     for p in policy.write_deny:
         for path in paths(p):
-            deny.append(f"Edit({path})")
+            deny.append(claude_rule("Edit", path))
             deny_write.append(path)
     for p in policy.write_allow:
         for path in paths(p):
-            allow.append(f"Edit({path})")
+            allow.append(claude_rule("Edit", path))
             allow_write.append(path)
     for rule in policy.exec_allow:
         allow.append(f"Bash({rule.text}:*)")
@@ -299,10 +310,10 @@ class Claude(Target):
         if write_hit is None and policy.write_allow and not any(p.covers(path) for p in policy.write_allow):
             writable = (None, "no Edit() rule: Claude Code asks")
         else:
-            writable = ((False, f"Edit({paths(write_hit)[0]}) deny") if write_hit
+            writable = ((False, f"{claude_rule('Edit', paths(write_hit)[0])} deny") if write_hit
                         else (True, "no Edit() deny rule"))
         return {
-            "readable": (False, f"Read({paths(read_hit)[0]}) deny") if read_hit else (True, "no Read() deny rule"),
+            "readable": (False, f"{claude_rule('Read', paths(read_hit)[0])} deny") if read_hit else (True, "no Read() deny rule"),
             "indexable": (None, "Claude Code has no index"),
             "writable": writable,
         }
