@@ -149,6 +149,21 @@ BROKEN_CONSOLE = textwrap.dedent("""
 """)
 
 
+def _run_broken(script: str, repo, home, namespaces) -> tuple:
+    """(returncode, stdout, stderr) of `script` (a gate whose console breaks) on `repo`: what it
+    prints, the tree it leaves is the test's to look at."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(repo), str(repo / "leftover.pid")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_gate_env(home, namespaces), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
 @TIERS
 def test_an_exception_out_of_the_output_loop_ends_the_steps_tree_first(tmp_path, fake_home, namespaces):
     # Anything raising in GateRun._pump (here a console method, patched in the gate's own process:
@@ -156,20 +171,12 @@ def test_an_exception_out_of_the_output_loop_ends_the_steps_tree_first(tmp_path,
     # step still running; without the tier its background process outlived the gate.
     marker = f"gh-raise-{os.urandom(4).hex()}"
     repo = make_repo(tmp_path, STEP.format(marker=marker))
-    proc = subprocess.Popen([sys.executable, "-c", BROKEN_CONSOLE, str(repo), str(repo / "leftover.pid")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_gate_env(fake_home, namespaces), start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    returncode, out, err = _run_broken(BROKEN_CONSOLE, repo, fake_home, namespaces)
     assert (repo / "leftover.pid").exists(), out + err  # the step did start its background process
     pids = kill_survivors(marker)  # the test cleans up what the gate left
     assert pids == [], "the step's background process outlived the gate"
     assert "RuntimeError: the console broke (test)" in err, out + err  # propagated as it was
-    assert proc.returncode == 1
+    assert returncode == 1
 
 
 BROKEN_CONSOLE_AND_END = BROKEN_CONSOLE.replace("from sandboy.gate.cli import main\n", textwrap.dedent("""\
@@ -192,15 +199,7 @@ def test_an_exception_out_of_ending_the_tree_does_not_replace_the_one_being_unwo
     marker = f"gh-raise2-{os.urandom(4).hex()}"
     repo = make_repo(tmp_path, STEP.format(marker=marker))
     assert "def end" in BROKEN_CONSOLE_AND_END
-    proc = subprocess.Popen([sys.executable, "-c", BROKEN_CONSOLE_AND_END, str(repo), str(repo / "leftover.pid")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_gate_env(fake_home, namespaces), start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    returncode, out, err = _run_broken(BROKEN_CONSOLE_AND_END, repo, fake_home, namespaces)
     assert (repo / "leftover.pid").exists(), out + err
     assert kill_survivors(marker) == [], "the step's background process outlived the gate"
     last = err.rstrip().splitlines()
@@ -209,7 +208,7 @@ def test_an_exception_out_of_ending_the_tree_does_not_replace_the_one_being_unwo
     assert reported == "RuntimeError: the console broke (test)", out + err
     # ... and the second is not lost: it is said with it
     assert "ending the tree broke (test)" in err, out + err
-    assert proc.returncode == 1
+    assert returncode == 1
 
 
 def test_twin_a_gate_started_under_nohup_keeps_running_through_sighup(tmp_path, fake_home):
