@@ -141,15 +141,32 @@ def _check_retarget(report, w, victim, before) -> None:
         assert fh.read() == "twin\n"
 
 
+def _scenario(script: str, base, nobody: bool = False) -> tuple:
+    """`_layout` in `base`, then `script` (RETARGET, PREBUILT) run over it — by this test's
+    interpreter, or as uid 65534 owning the whole layout — with its own cache: (w, victim, the
+    victim's stamp before, the script's report)."""
+    w, victim_dir, victim = _layout(str(base))
+    if nobody:
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
+    before = _stamp(victim)
+    if nobody:
+        proc = subprocess.run(
+            as_user(["/usr/bin/python3", "-c", script, str(base), victim_dir, victim]),
+            capture_output=True, text=True, timeout=120, cwd=str(base),
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
+                 "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
+    else:
+        proc = subprocess.run([sys.executable, "-c", script, str(base), victim_dir, victim],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "SANDBOY_CACHE_DIR": str(base / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    return w, victim, before, json.loads(proc.stdout)
+
+
 @TIER
 def test_a_retargeted_link_cannot_make_a_reused_cage_attach_a_host_directory(tmp_path):
-    w, victim_dir, victim = _layout(str(tmp_path))
-    before = _stamp(victim)
-    proc = subprocess.run([sys.executable, "-c", RETARGET, str(tmp_path), victim_dir, victim],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
-    assert proc.returncode == 0, proc.stderr
-    _check_retarget(json.loads(proc.stdout), w, victim, before)
+    w, victim, before, report = _scenario(RETARGET, tmp_path)
+    _check_retarget(report, w, victim, before)
 
 
 @TIER
@@ -160,16 +177,8 @@ def test_as_an_ordinary_user_a_retargeted_link_cannot_reach_their_own_key(tmp_pa
 
     userkit.skip_unless_nobody_can_run()
     with userkit.world_readable_tmp("sandboy-cage8-") as base:
-        w, victim_dir, victim = _layout(str(base))
-        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
-        before = _stamp(victim)
-        proc = subprocess.run(
-            as_user(["/usr/bin/python3", "-c", RETARGET, str(base), victim_dir, victim]),
-            capture_output=True, text=True, timeout=120, cwd=str(base),
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
-                 "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
-        assert proc.returncode == 0, proc.stderr
-        _check_retarget(json.loads(proc.stdout), w, victim, before)
+        w, victim, before, report = _scenario(RETARGET, base, nobody=True)
+        _check_retarget(report, w, victim, before)
         shutil.rmtree(os.path.join(str(base), "w"), ignore_errors=True)
 
 
@@ -186,13 +195,8 @@ def _check_prebuilt(report, w, victim, before) -> None:
 
 @TIER
 def test_a_prebuilt_cage_refuses_to_attach_a_write_root_through_a_swapped_in_link(tmp_path):
-    w, victim_dir, victim = _layout(str(tmp_path))
-    before = _stamp(victim)
-    proc = subprocess.run([sys.executable, "-c", PREBUILT, str(tmp_path), victim_dir, victim],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
-    assert proc.returncode == 0, proc.stderr
-    _check_prebuilt(json.loads(proc.stdout), w, victim, before)
+    w, victim, before, report = _scenario(PREBUILT, tmp_path)
+    _check_prebuilt(report, w, victim, before)
 
 
 @TIER
@@ -202,16 +206,8 @@ def test_as_an_ordinary_user_a_prebuilt_cage_refuses_a_swapped_in_link(tmp_path)
 
     userkit.skip_unless_nobody_can_run()
     with userkit.world_readable_tmp("sandboy-cage8-") as base:
-        w, victim_dir, victim = _layout(str(base))
-        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
-        before = _stamp(victim)
-        proc = subprocess.run(
-            as_user(["/usr/bin/python3", "-c", PREBUILT, str(base), victim_dir, victim]),
-            capture_output=True, text=True, timeout=120, cwd=str(base),
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(base),
-                 "SANDBOY_CACHE_DIR": os.path.join(str(base), "cache")})
-        assert proc.returncode == 0, proc.stderr
-        _check_prebuilt(json.loads(proc.stdout), w, victim, before)
+        w, victim, before, report = _scenario(PREBUILT, base, nobody=True)
+        _check_prebuilt(report, w, victim, before)
 
 
 def test_without_openat2_the_followed_write_roots_are_reported(tmp_path, monkeypatch):
