@@ -385,3 +385,23 @@ def test_parentheses_in_a_path_are_escaped_in_claudes_rules_as_claude_stores_the
     assert "./out(x)" in doc["sandbox"]["filesystem"]["allowWrite"]
     explained = json.loads(_cli(["policy", "explain", "--json", "secret(1).txt"], repo, home).stdout)
     assert explained["targets"]["claude"]["readable"]["why"] == "Read(**/secret\\(1\\).txt) deny"
+
+
+@pytest.mark.parametrize("listed", ["../victim", "/victim", "a/../../victim", 7])
+def test_an_owned_record_naming_files_outside_removes_nothing_and_stops_nothing(world, listed):
+    """`.sandboy/owned.json` is the repository's too: a name outside it was refused by the path
+    check (nothing removed) but every compile and check then stopped, exit 2, on a message about
+    symlinks. Now such a name is passed over like any other shape compile never writes."""
+    repo, home = world
+    marker = "# generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one\n"
+    victim = repo.parent / "victim"
+    victim.write_text(marker)
+    listed = str(victim) if listed == "/victim" else listed
+    (repo / ".sandboy").mkdir()
+    (repo / ".sandboy/owned.json").write_text(json.dumps({"files": [listed, ".cursorignore"]}))
+    (repo / ".cursorignore").write_text(marker)  # listed, ours, its target dropped: removed as before
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["gemini"]\n[read]\ndeny = [".env"]\n')
+    run = _cli(["policy", "compile"], repo, home)
+    assert run.returncode == 0, run.stderr
+    assert victim.read_text() == marker and not (repo / ".cursorignore").exists()
+    assert _cli(["policy", "check"], repo, home).returncode == 0

@@ -111,7 +111,11 @@ def render(policy, root: str, warnings=None) -> dict:
             files.update(out)
             retracted.update(out)
     previous = ctx.previous.get("files", [])
-    for rel in (*files, *(previous if isinstance(previous, list) else ())):
+    # only names compile could have written: a cloned repository's owned.json naming `../x` or
+    # an absolute path made every compile and check stop (exit 2) on a message about symlinks
+    previous = [rel for rel in (previous if isinstance(previous, list) else ())
+                if isinstance(rel, str) and rel and not rel.startswith("/") and ".." not in rel.split("/")]
+    for rel in (*files, *previous):
         if files.get(rel) is None and rel not in ctx.now and _ours(ctx.read(rel)):
             files[rel] = REMOVE
     # Whole files of the targets the policy does not name, whatever owned.json says (a cloned
