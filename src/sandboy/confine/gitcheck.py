@@ -344,10 +344,19 @@ def _enclosing_git(path: str):
     return None
 
 
-def _gitdir_of(dot_git: str):
+def _gitdir_of(dot_git: str, parent_real: bool = False):
     """Where a `.git` entry leads, as git reads it: itself (a directory), or the `gitdir: X` of a
     git file (X relative to the directory holding `.git`), symlinks followed for both (a `.git`
-    symlink to a git file is a git file to git). None when unreadable or neither."""
+    symlink to a git file is a git file to git). None when unreadable or neither.
+    `parent_real`: the directory holding `.git` is a realpath (a write root, one of its
+    ancestors, or reached from one by the walk, which follows no symlink): a `.git` directory is
+    then its own realpath, and one lstat says so instead of one per component."""
+    if parent_real:
+        try:
+            if stat.S_ISDIR(os.lstat(dot_git).st_mode):
+                return dot_git
+        except OSError:
+            return None
     real = os.path.realpath(dot_git)
     try:
         st = os.stat(real)
@@ -571,7 +580,8 @@ class GitSnapshot:
             # (a root that is itself a git directory — a bare repository granted for writing —
             # is its own: its config's launch bytes are kept, put back if a planted one is moved)
             for dot_git in (os.path.join(root, ".git"), _enclosing_git(root), root if _is_git_directory(root) else None):
-                gitdir = (root if dot_git == root else _gitdir_of(dot_git)) if dot_git and os.path.lexists(dot_git) else None
+                # (`root` and its ancestors are realpaths: split_roots)
+                gitdir = (root if dot_git == root else _gitdir_of(dot_git, parent_real=True)) if dot_git else None
                 if gitdir is None or gitdir in self.known:
                     continue
                 configs = {}
@@ -1049,7 +1059,7 @@ class _Walk:
                 or any(is_within(w, directory) for w in self.snap.writable))
 
     def dot_git(self, path: str) -> None:
-        gitdir = _gitdir_of(path)
+        gitdir = _gitdir_of(path, parent_real=True)  # (the walk's paths and a root's ancestors: real)
         if gitdir is None:
             return
         st = self.new(path)
