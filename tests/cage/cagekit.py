@@ -17,6 +17,18 @@ from containerkit import under_filter  # noqa: E402  (the launcher that loads a 
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 # What a dynamically linked C program needs to start: libc and the loader cache.
 BASE_READ = ["/usr", "/etc/ld.so.cache"]
+# The start of an in-cage Python probe: attempt(call) is "ok", or the name of the errno the call
+# failed with (what a probe prints and the test compares).
+ATTEMPT = r"""
+import errno
+
+def attempt(call):
+    try:
+        call()
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+"""
 
 
 class Result:

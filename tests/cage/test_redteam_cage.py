@@ -31,6 +31,7 @@ import time
 
 import pytest
 from prockit import mentioning
+import cagekit
 from cagekit import SANDBOY, to_toml
 
 from sandboy.confine import namespaces
@@ -43,15 +44,7 @@ PY = "/usr/bin/python3"
 NODES = ("null", "zero", "full", "random", "urandom")
 
 # "ok" or the errno's name, for each attempt a snippet makes
-ATTEMPT = r"""
-import errno, json, os, sys
-def attempt(call):
-    try:
-        call()
-        return "ok"
-    except OSError as exc:
-        return errno.errorcode[exc.errno]
-"""
+ATTEMPT = cagekit.ATTEMPT + "import json, os, sys\n"
 
 
 def py_policy(cage, **sections) -> dict:

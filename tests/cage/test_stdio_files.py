@@ -30,7 +30,7 @@ import time
 
 import pytest
 from userkit import as_user
-from cagekit import SANDBOY, to_toml
+from cagekit import ATTEMPT, SANDBOY, to_toml
 
 from sandboy.confine import namespaces
 
@@ -45,15 +45,9 @@ POLICY = {"version": 1, "fs": {"read": ["/usr", "/etc", "/proc"], "exec": ["/usr
 # Every metadata call Landlock does not mediate, through fd N, a dup of it and a reopen of
 # /proc/self/fd/N (and chmod/utime by that path). Prints one line per attempt on the fd named
 # by argv[2] (the one not under test).
-PROBE = r"""
-import errno, os, sys
+PROBE = ATTEMPT + r"""
+import os, sys
 fd, report = int(sys.argv[1]), int(sys.argv[2])
-def attempt(call):
-    try:
-        call()
-        return "ok"
-    except OSError as exc:
-        return errno.errorcode[exc.errno]
 ways = [("fd", fd), ("dup", os.dup(fd))]
 try:
     ways.append(("reopen", os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)))

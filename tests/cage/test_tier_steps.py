@@ -28,7 +28,7 @@ import tempfile
 import time
 
 import pytest
-from cagekit import BASE_READ, Result, to_toml
+from cagekit import ATTEMPT, BASE_READ, Result, to_toml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp  # noqa: E402
@@ -43,17 +43,6 @@ PY = "/usr/bin/python3"
 NOBODY = 65534
 MEMORY_MIB = 256  # limits.memory_mib: {tmp} is sized to it
 
-# What an in-cage call did: "ok" or the errno's name (both scripts below start with it).
-ATTEMPT = r"""
-import errno
-
-def attempt(call):
-    try:
-        call()
-        return "ok"
-    except OSError as exc:
-        return errno.errorcode[exc.errno]
-"""
 
 BATTERY = ATTEMPT + r"""
 import ctypes, json, os, pty, stat, sys
