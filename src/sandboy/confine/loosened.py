@@ -245,9 +245,11 @@ class ModeGuard:
                     written.append((path, None, record[2]))
                 continue
             if record[0] == "file":
-                _kind, dev, ino, size, mtime, data, why = record
+                _kind, dev, ino, size, mtime, ctime, data, why = record
+                # without its launch bytes (past MAX_LINKED_BYTES) the ctime decides, not the mtime:
+                # the file's owner sets an mtime back at will (`touch -r`), no process a ctime (rvsec10)
                 if ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (dev, ino, size, mtime)
-                        or (data is not None and _read(path) != data)):
+                        or (st.st_ctime_ns != ctime if data is None else _read(path) != data)):
                     written.append((path, data, why + (" (moved; its launch content put back" if data is not None
                                                        else " (moved") + (
                         "; its other names keep what the run wrote)" if why == HARD_LINKED else ")")))
@@ -269,7 +271,7 @@ class ModeGuard:
 
 
 # what is kept at launch of the files a protected path reaches by another name (`_reached_elsewhere`):
-# a start-up file is a few kB; past the byte bound the stats alone (size, mtime) tell a change
+# a start-up file is a few kB; past the byte bound the stats alone (size, mtime and the ctime) tell a change
 MAX_LINKED_FILES = 64
 MAX_LINKED_BYTES = 1 << 20
 # entries looked at below the protected directories (`.ssh`, `.config/fish`...) for them: per
@@ -288,7 +290,7 @@ def _reached_elsewhere(protected, roots) -> dict:
     named `hooks`: the git check judges every file there, and what a link there leads to, by its
     ctime; a directory reached through a link is looked through whatever its name) each file or
     directory a symlink leads to inside one of `roots` (the write roots), with what lies below
-    it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, bytes or None, why); a linked
+    it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, ctime_ns, bytes or None, why); a linked
     directory's: ("dir", st_dev, st_ino, its names, why); each such symlink's: ("link", where it
     leads, why). Usually empty: one lstat per
     protected path (the guard's own), a listing of the few protected directories."""
@@ -314,7 +316,7 @@ def _reached_elsewhere(protected, roots) -> dict:
             if stat.S_ISREG(st.st_mode):
                 if via or st.st_nlink > 1:
                     data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
-                    found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data,
+                    found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, data,
                                    LINKED_FROM if via else HARD_LINKED)
             elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
                 try:
