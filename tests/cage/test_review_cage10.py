@@ -57,3 +57,35 @@ def test_twin_a_big_hard_linked_start_up_file_read_and_its_neighbours_written_pa
     assert proc.returncode == 0 and proc.stdout == "echo operator\n", proc.stderr
     assert (home / "dotfiles" / "vimrc").read_text() == "set nu\ntwin\n"
     assert not (home / ".sandboy-quarantine").exists()
+
+
+STOWED_NVIM = ("mkdir -p dotfiles/nvim/lua .config/nvim/lua && for i in $(seq 1 {count}); do "
+               "echo \"-- $i\" > dotfiles/nvim/lua/m$i.lua; ln -s ../../../dotfiles/nvim/lua/m$i.lua "
+               ".config/nvim/lua/m$i.lua; done")
+
+
+@pytest.mark.parametrize("count", [3, 40, 70])
+def test_many_stowed_links_in_one_protected_directory_leave_the_ssh_config_guarded(tmp_path, count):
+    """The scan's MAX_LINKED_FILES was ONE bound for all protected paths, checked before each
+    entry: a home whose `~/.config/nvim` holds 40 per-file links into `~/dotfiles` (stow, a
+    plugin manager's lua tree: a link and its file are two records) filled it before `.ssh` —
+    later in the defaults — was looked at. `echo ProxyCommand >> ~/.ssh/config` through the
+    operator's per-file link then passed rc 0 (with 3 links: 125). Host side: the ssh config."""
+    import subprocess
+
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    make = (STOWED_NVIM.format(count=count) + " && mkdir -p dotfiles/ssh .ssh && echo 'Host *' > dotfiles/ssh/config"
+            " && ln -s ../dotfiles/ssh/config .ssh/config")
+    subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    proc = _sandboy_run(policy, "echo '  ProxyCommand sh -c \"echo PLANTED\"' >> .ssh/config", env, home)
+    seen = home / ".ssh" / "config"
+    text = seen.read_text() if seen.exists() else ""
+    assert "PLANTED" not in text, f"~/.ssh/config planted through its link (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr
+    # its bytes kept (the 41st file) and put back; past MAX_LINKED_FILES kept (70 links), moved only
+    assert text == ("Host *\n" if count < 64 else ""), text

@@ -271,7 +271,8 @@ class ModeGuard:
 
 
 # what is kept at launch of the files a protected path reaches by another name (`_reached_elsewhere`):
-# a start-up file is a few kB; past the byte bound the stats alone (size, mtime and the ctime) tell a change
+# a start-up file is a few kB; past the byte bound, or past MAX_LINKED_FILES files kept, the stats alone
+# (size, mtime and the ctime) tell a change
 MAX_LINKED_FILES = 64
 MAX_LINKED_BYTES = 1 << 20
 # entries looked at below the protected directories (`.ssh`, `.config/fish`...) for them: per
@@ -295,6 +296,7 @@ def _reached_elsewhere(protected, roots) -> dict:
     leads, why). Usually empty: one lstat per
     protected path (the guard's own), a listing of the few protected directories."""
     found: dict = {}
+    kept = 0  # files whose bytes are kept (MAX_LINKED_FILES): past it the stats, the ctime among them, decide
     total = MAX_LINKED_SCAN
     bound = set(protected)  # (a symlink on the way to a protected path is protected itself, its target too)
     seen: set = set()
@@ -304,7 +306,10 @@ def _reached_elsewhere(protected, roots) -> dict:
         # MAX_LINKED_SCAN
         left = budget = min(PER_PATH_SCAN, total)
         pending = [(start, False)]  # (path, reached through a symlink below a protected directory)
-        while pending and len(found) < MAX_LINKED_FILES:
+        # (bounded by the entries listed, not by what was found: one bound on the records, for all
+        # protected paths, let a stowed `~/.config/nvim` of 40 links fill it before `~/.ssh` was
+        # looked at — its linked config then written through, rc 0; rvsec10)
+        while pending:
             path, via = pending.pop()
             if path in seen:
                 continue
@@ -315,7 +320,8 @@ def _reached_elsewhere(protected, roots) -> dict:
                 continue
             if stat.S_ISREG(st.st_mode):
                 if via or st.st_nlink > 1:
-                    data = _read(path) if st.st_size <= MAX_LINKED_BYTES else None
+                    data = _read(path) if st.st_size <= MAX_LINKED_BYTES and kept < MAX_LINKED_FILES else None
+                    kept += data is not None
                     found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, data,
                                    LINKED_FROM if via else HARD_LINKED)
             elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
