@@ -279,6 +279,13 @@ def test_every_rule_has_a_write_that_succeeds_without_it(tmp_path, monkeypatch, 
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the test: the attack sets both
     monkeypatch.setenv("HOME", os.environ.get("HOME", "/"))
+    # the rules of `path_prefixes` alone: the mode guard's after-run look at what the protected
+    # directories' links lead to (session 10, redcage10: `bin/node -> ../opt/current/...` made to
+    # lead elsewhere is quarantined, 125) catches some of these mutants' writes too — a layer of
+    # its own, with its own probes (test_redteam_cage10.py)
+    from sandboy.confine import loosened
+
+    monkeypatch.setattr(loosened.ModeGuard, "written_through_links", lambda self: [])
     homes = itertools.count()
 
     def judge(one):
