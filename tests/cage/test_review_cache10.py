@@ -1,0 +1,89 @@
+"""Session 10 review (rvcache10) of the plan cache's pieces (ADR 0028 'Session 10: pieces'), from
+the attacker's side: a kept seccomp program reached any other way than through a directory of our
+own, not a symlink, that no one else may write, is never taken — the probe's SysV call is then
+refused by a filter built here (checked from inside the cage: the probe's own answer), and a
+mutant without the directory check lets the forged allow-everything program run.
+"""
+
+import os
+
+import pytest
+from test_plan_cache_pieces import ALLOW_ALL, Runs, copy_package, forge
+
+from sandboy.confine import namespaces
+
+pytestmark = pytest.mark.needs_kernel
+
+
+@pytest.fixture
+def runs(tmp_path, probe) -> Runs:
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+    return Runs(tmp_path, probe)
+
+
+def _forged_folder(runs: Runs, how: str) -> None:
+    """The kept piece forged to allow everything, its folder then made what `how` says."""
+    assert runs.run(runs.policy()) == ("EPERM", True)
+    (piece,) = runs.pieces()
+    forge(piece, ALLOW_ALL)
+    folder = piece.parent
+    if how == "symlinked":  # plan-pieces/ -> a folder of ours elsewhere holding the forged piece
+        elsewhere = runs.tmp / "elsewhere"
+        folder.rename(elsewhere)
+        folder.symlink_to(elsewhere)
+    elif how == "others may write":  # another user could have renamed or linked any file of ours in
+        folder.chmod(0o777)
+    elif how == "another user's":
+        os.chown(folder, 65534, 65534)
+    else:
+        raise AssertionError(how)
+
+
+FOLDERS = ["symlinked", "others may write", "another user's"]
+
+
+@pytest.mark.parametrize("how", FOLDERS)
+def test_a_forged_piece_in_a_folder_not_ours_alone_is_never_taken(runs, how):
+    if how == "another user's" and os.geteuid() != 0:
+        pytest.skip("giving a folder away needs root")
+    _forged_folder(runs, how)
+    assert runs.run(runs.policy()) == ("EPERM", True)  # built here: the SysV call refused from inside
+    assert runs.run(runs.policy()) == ("EPERM", True)  # and never after (nothing of ours written there)
+
+
+def test_twin_the_same_forged_piece_in_our_own_folder_is_taken(runs):
+    """So the probe above can fail: the forged piece, its folder left as it was, runs."""
+    assert runs.run(runs.policy()) == ("EPERM", True)
+    (piece,) = runs.pieces()
+    forge(piece, ALLOW_ALL)
+    assert runs.run(runs.policy()) == ("ok", False)
+
+
+@pytest.mark.parametrize("how", ["others may write", "another user's"])
+def test_the_folder_check_has_a_probe_that_fails_without_it(runs, tmp_path, how):
+    """Mutant: `_open_entry` without its folder check takes the forged piece (the probe's SysV
+    call is let through), so the probe above measures that check."""
+    if how == "another user's" and os.geteuid() != 0:
+        pytest.skip("giving a folder away needs root")
+    tree = copy_package(tmp_path)
+    source = tree / "sandboy" / "confine" / "plan_cache.py"
+    text = source.read_text()
+    check = "        if st.st_uid != os.geteuid() or st.st_mode & 0o022:\n            return None\n"
+    assert text.count(check) == 1
+    source.write_text(text.replace(check, ""))
+    runs.env["PYTHONPATH"] = str(tree)
+    _forged_folder(runs, how)
+    assert runs.run(runs.policy()) == ("ok", False)
+
+
+def test_a_piece_half_written_by_a_run_killed_midway_is_never_read(runs):
+    """A run killed while writing leaves `NAME.piece.PID.RAND.tmp` (never the piece's own name):
+    a partial write is never what a later run reads — it finds no piece, builds, refuses."""
+    assert runs.run(runs.policy()) == ("EPERM", True)
+    (piece,) = runs.pieces()
+    data = piece.read_bytes()
+    piece.unlink()
+    (piece.parent / f"{piece.name}.4242.deadbeef.tmp").write_bytes(data[: len(data) // 2])
+    assert runs.run(runs.policy()) == ("EPERM", True)
+    assert piece.read_bytes() == data  # written again, whole
