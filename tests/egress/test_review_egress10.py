@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dnskit import alive, lookup_helpers
+from dnskit import NameServer, alive
 from test_lookup_helper import FETCH, _finish, _gate, _wait_gone, _watch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
@@ -65,8 +65,6 @@ def _step_two_pids(marker: str) -> list:
 
 
 def test_a_step_cannot_reach_the_helper_kept_for_the_next(tmp_path, origin):
-    from dnskit import NameServer
-
     from sandboy.confine import namespaces
 
     if not namespaces.availability()[0]:
