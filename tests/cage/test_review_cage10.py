@@ -89,3 +89,37 @@ def test_many_stowed_links_in_one_protected_directory_leave_the_ssh_config_guard
     assert proc.returncode == 125, proc.stderr
     # its bytes kept (the 41st file) and put back; past MAX_LINKED_FILES kept (70 links), moved only
     assert text == ("Host *\n" if count < 64 else ""), text
+
+
+@pytest.mark.parametrize("which", ["global", pytest.param("system", marks=pytest.mark.xfail(
+    strict=True, reason="gitcheck reads no system git config (/etc/gitconfig, $GIT_CONFIG_SYSTEM): a relative "
+                        "core.hooksPath or an include there is not followed (pre-existing; rvsec10 posted it)"))])
+def test_a_relative_hooks_path_in_the_operators_git_config_takes_no_hook_from_the_run(tmp_path, which):
+    """The operator's git config names a RELATIVE `core.hooksPath = .githooks` (every repository's
+    own `.githooks/`, a tracked directory of the worktree): a run planting
+    `.githooks/pre-commit` in the granted repository must fail (the git check follows the
+    global config's hooksPath). The SYSTEM config (`/etc/gitconfig`; `$GIT_CONFIG_SYSTEM` here, so
+    the host's file is untouched) is read by the operator's git just the same, but the check reads
+    only `~/.gitconfig`, `$XDG_CONFIG_HOME/git/config` or `$GIT_CONFIG_GLOBAL`
+    (`gitcheck.global_configs`): the plant passed rc 0 and the operator's next commit ran it.
+    Host side: the marker the hook leaves."""
+    import subprocess
+
+    repo = tmp_path / "W"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    config = tmp_path / "operator.gitconfig"
+    config.write_text("[core]\n\thooksPath = .githooks\n[user]\n\tname = o\n\temail = o@x\n")
+    names = {"global": ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"), "system": ("GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL")}
+    ours, other = names[which]
+    git_env = {ours: str(config), other: "/dev/null", "HOME": str(tmp_path)}
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0", **git_env)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=repo).replace('pass = ["GIT_CONFIG_GLOBAL"]',
+                                                    'pass = ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"]'))
+    mark = tmp_path / "RAN"
+    proc = _sandboy_run(policy, f"mkdir -p .githooks && printf '#!/bin/sh\\ntouch {mark}\\n' > .githooks/pre-commit"
+                                " && chmod +x .githooks/pre-commit", env, repo)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "x"], capture_output=True,
+                   timeout=60, env=dict(os.environ, **git_env))
+    assert not mark.exists(), f"the operator's commit ran a hook the run planted (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr
