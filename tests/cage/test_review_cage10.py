@@ -91,16 +91,14 @@ def test_many_stowed_links_in_one_protected_directory_leave_the_ssh_config_guard
     assert text == ("Host *\n" if count < 64 else ""), text
 
 
-@pytest.mark.parametrize("which", ["global", pytest.param("system", marks=pytest.mark.xfail(
-    strict=True, reason="gitcheck reads no system git config (/etc/gitconfig, $GIT_CONFIG_SYSTEM): a relative "
-                        "core.hooksPath or an include there is not followed (pre-existing; rvsec10 posted it)"))])
+@pytest.mark.parametrize("which", ["global", "system"])
 def test_a_relative_hooks_path_in_the_operators_git_config_takes_no_hook_from_the_run(tmp_path, which):
     """The operator's git config names a RELATIVE `core.hooksPath = .githooks` (every repository's
     own `.githooks/`, a tracked directory of the worktree): a run planting
     `.githooks/pre-commit` in the granted repository must fail (the git check follows the
     global config's hooksPath). The SYSTEM config (`/etc/gitconfig`; `$GIT_CONFIG_SYSTEM` here, so
-    the host's file is untouched) is read by the operator's git just the same, but the check reads
-    only `~/.gitconfig`, `$XDG_CONFIG_HOME/git/config` or `$GIT_CONFIG_GLOBAL`
+    the host's file is untouched) is read by the operator's git just the same, but the check
+    read only `~/.gitconfig`, `$XDG_CONFIG_HOME/git/config` or `$GIT_CONFIG_GLOBAL`
     (`gitcheck.global_configs`): the plant passed rc 0 and the operator's next commit ran it.
     Host side: the marker the hook leaves."""
     import subprocess

@@ -430,12 +430,22 @@ GLOBAL = "<the operator's global git config>"  # GitSnapshot.known's key for it
 
 def global_configs(home=None) -> list:
     """The operator's own git config files (every repository of theirs reads them):
-    `$GIT_CONFIG_GLOBAL` where set, else `~/.gitconfig` and `$XDG_CONFIG_HOME/git/config`."""
+    `$GIT_CONFIG_GLOBAL` where set, else `~/.gitconfig` and `$XDG_CONFIG_HOME/git/config`; and the
+    system's, `$GIT_CONFIG_SYSTEM` or `/etc/gitconfig` (git's own unless `$GIT_CONFIG_NOSYSTEM`:
+    a relative `core.hooksPath` or an include there is followed in every repository as a global
+    one's — unread, a `.githooks/pre-commit` the run planted passed and ran; rvsec10)."""
+    system = [] if _git_env_true("GIT_CONFIG_NOSYSTEM") else [os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"]
     if os.environ.get("GIT_CONFIG_GLOBAL"):
-        return [os.environ["GIT_CONFIG_GLOBAL"]]
+        return [os.environ["GIT_CONFIG_GLOBAL"], *system]
     home = home if home is not None else os.path.expanduser("~")
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    return [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
+    return [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"), *system]
+
+
+def _git_env_true(name: str) -> bool:
+    """git's reading of a boolean environment variable (`git_env_bool`): only these skip the
+    system config; anything else reads it (reading one more config fails no run)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class Scope:
