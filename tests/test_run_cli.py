@@ -117,10 +117,10 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
         if "sandboy.confine.cage" not in used:
             break
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    # (a repository at launch: its hook managers' discovery — the protected paths' module; the
-    # judgement neither there nor outside one, session 10)
+    # (a repository at launch: its hook managers' discovery — the protected paths' module — and
+    # the mode guard of its git files; the judgement neither there nor outside one, session 10)
     expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"],
-                *(groups["protected paths"] if repository else ())}
+                *(groups["protected paths"] + groups["mode guard"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 

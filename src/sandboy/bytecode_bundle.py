@@ -63,10 +63,13 @@ RUN_PATH_GROUPS = {
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains
     "supervised": ("sandboy.confine.result", "sandboy.confine.reaping", "sandboy.confine.supervision",
                    "sandboy.confine.supervisor", "sandboy.confine.relay"),
-    # a policy with write roots: the post-run git check, the kernel mounts below a write root,
-    # the modes it puts back — what a plan cache hit of such a policy imports too (ADR 0028,
-    # session 9), and all a hit outside a repository reads (session 10)
-    "git check": ("sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts", "sandboy.confine.loosened"),
+    # a policy with write roots: the post-run git check and the kernel mounts below a write root —
+    # what a plan cache hit of such a policy imports too (ADR 0028, session 9), and all a hit in a
+    # plain directory reads (session 10)
+    "git check": ("sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts"),
+    # the modes on the way to protected paths and git's files, put back after the run: where the
+    # write roots hold any (a repository, a start-up file) — not a hit in a plain directory
+    "mode guard": ("sandboy.confine.loosened",),
     # the protected paths' names: the build's resolution, and the git check's launch side where a
     # repository is there (its hook managers' discovery)
     "protected paths": ("sandboy.confine.protected",),

@@ -635,8 +635,6 @@ class GitSnapshot:
         self.launch_dirs = self._census(carried)
         # what no mount keeps: the modes on the way to the protected paths and the git directories
         # in reach (ADR 0019, "Session 9"), taken now, put back by `verify`
-        from sandboy.confine.loosened import ModeGuard, guarded_paths
-
         # and each git directory's own config and hooks: git runs what they name when the
         # operator's git runs in it — a nested repository's or a submodule's (`.git/modules/x`),
         # which no mount protects: `chmod 0666 vendor/lib/.git/config` stayed, and another user
@@ -649,8 +647,12 @@ class GitSnapshot:
         # directories and the hook managers' configs (redcage10)
         git_files += [*self.global_inside, *(path for gitdir, configs in self.known.items() if gitdir != GLOBAL
                                              for path in configs), *self.hooks_launch, *self.manager_launch]
-        self.modes = ModeGuard(guarded_paths(self.writable, (*scope.protected, *self.launch_dirs.values(), *git_files)),
-                               scope.protected, self.writable)
+        targets = (*scope.protected, *self.launch_dirs.values(), *git_files)
+        self.modes = None  # nothing to guard (no protected path, no git directory or file): no module
+        if targets:        # loaded — a plan-cache hit outside a repository (session 10)
+            from sandboy.confine.loosened import ModeGuard, guarded_paths
+
+            self.modes = ModeGuard(guarded_paths(self.writable, targets), scope.protected, self.writable)
         self.after = None  # the same record as the check found it after the run (see `verify`)
         # Whether the check after the run may pass a git directory it reaches by its stats alone
         # (`_Walk.unchanged`), without the judgement: nothing at launch leads the check elsewhere
@@ -737,6 +739,8 @@ class GitSnapshot:
         and all its processes have ended. `budget`: entries to walk, WALK_BUDGET (as the
         launch's census) unless given."""
         budget = WALK_BUDGET if budget is None else budget
+        if self.modes is None:
+            return self._judge(budget)
         # first, so the window in which another user could use a loosened directory ends at once
         put_back = self.modes.put_back()
         loosened = [Finding(None, f"{path}: {why}") for path, why in put_back]
