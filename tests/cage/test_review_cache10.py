@@ -87,3 +87,18 @@ def test_a_piece_half_written_by_a_run_killed_midway_is_never_read(runs):
     (piece.parent / f"{piece.name}.4242.deadbeef.tmp").write_bytes(data[: len(data) // 2])
     assert runs.run(runs.policy()) == ("EPERM", True)
     assert piece.read_bytes() == data  # written again, whole
+
+
+def test_an_edit_of_the_pieces_own_code_builds_anew(runs, tmp_path):
+    """`plan_pieces` chooses what of a built program is kept (`seccomp_built`) and makes the step a
+    miss runs from a kept one (`_seccomp_ready`: the seccomp call, its flags, the sock_fprog): code
+    that makes the program, so an edit of it is a miss of the piece as an edit of `seccomp.py` is.
+    Here the edit keeps behaviour (a comment); before the review the old piece was still taken."""
+    tree = copy_package(tmp_path)
+    runs.env["PYTHONPATH"] = str(tree)
+    assert runs.run(runs.policy()) == ("EPERM", True)
+    assert runs.run(runs.policy()) == ("EPERM", False)  # kept
+    source = tree / "sandboy" / "confine" / "plan_pieces.py"
+    source.write_text(source.read_text() + "\n# an edit\n")
+    assert runs.run(runs.policy()) == ("EPERM", True)  # the edited code: built, not the old piece
+    assert runs.run(runs.policy()) == ("EPERM", False)

@@ -23,9 +23,10 @@ from sandboy.policy.resolve import cache_dir
 PIECE_FORMAT = "sandboy plan piece 1"
 _PIECE_NAME_KEY = 0x53424F5950494543  # the SipHash key of pieces' names ("SBOYPIEC")
 # the modules whose code makes a kept seccomp program from its inputs (and runs its step): an edit
-# of any of them is a miss (by the identity of its file, as `_code_identities`)
+# of any of them is a miss (by the identity of its file, as `_code_identities`). This module is one:
+# it chooses what of a built program is kept and makes the step a miss runs from it (`_seccomp_ready`)
 SECCOMP_CODE = ("sandboy.confine.protections", "sandboy.confine.seccomp", "sandboy.policy.syscalls",
-                "sandboy.confine._libc", "sandboy.confine._native")
+                "sandboy.confine._libc", "sandboy.confine._native", "sandboy.confine.plan_pieces")
 
 
 def pieces_dir() -> str:
