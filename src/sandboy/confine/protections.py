@@ -588,7 +588,7 @@ def _seccomp_part(job) -> Compiled:
     kept = job.pieces.seccomp(inputs)
     if kept is not None:
         return kept
-    compiled = compile_seccomp(job)
+    compiled = compile_seccomp_from(*inputs)
     job.pieces.seccomp_built(inputs, compiled)
     return compiled
 
