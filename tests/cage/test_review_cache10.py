@@ -2,15 +2,21 @@
 the attacker's side: a kept seccomp program reached any other way than through a directory of our
 own, not a symlink, that no one else may write, is never taken — the probe's SysV call is then
 refused by a filter built here (checked from inside the cage: the probe's own answer), and a
-mutant without the directory check lets the forged allow-everything program run.
+mutant without the directory check lets the forged allow-everything program run. And of the
+executor's identity (smallfix10): a stale C build falls back to the Python executor, which confines
+the command as the C one does.
 """
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from cagekit import SANDBOY, to_toml
 from test_plan_cache_pieces import ALLOW_ALL, Runs, copy_package, forge
 
-from sandboy.confine import namespaces
+from sandboy.confine import _libc, namespaces
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -102,3 +108,52 @@ def test_an_edit_of_the_pieces_own_code_builds_anew(runs, tmp_path):
     source.write_text(source.read_text() + "\n# an edit\n")
     assert runs.run(runs.policy()) == ("EPERM", True)  # the edited code: built, not the old piece
     assert runs.run(runs.policy()) == ("EPERM", False)
+
+
+STATUS = ("grep -E '^(SigBlk|CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
+          "unshare -U true 2>/dev/null && echo unshare=ok || echo unshare=refused; "
+          "echo x > {outside} 2>/dev/null && echo write=ok || echo write=refused")
+
+
+@pytest.mark.parametrize("tier", ["tier", "no-tier"])
+def test_the_python_executor_a_stale_build_falls_back_to_confines_as_the_c_one(tmp_path, tier):
+    """smallfix10 (9a2de23): a C executor built from another `_native.c` is not used; the run goes
+    through the Python executor. From inside, that run is confined exactly as the C executor's:
+    the filter (a denied call refused), no_new_privs, no capabilities, no signal left blocked
+    (its init is cloned with every signal blocked now: the command must get an empty mask), no
+    write outside the grants — and the host file is untouched. Twin: the same policy and command
+    through the C build, same answers."""
+    if _libc.IMPLEMENTATION != "native":
+        pytest.skip("no C executor built here")
+    if tier == "tier" and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    outside = tmp_path / "outside"
+    outside.write_text("host\n")
+    policy = tmp_path / "p.toml"
+    policy.write_text(to_toml({"version": 1, "fs": {"read": ["/usr", "/etc", "/lib", "/lib64", "/proc"],
+                                                    "exec": ["/usr/bin", "/bin"]}}))
+    tree = copy_package(tmp_path)
+    assert list((tree / "sandboy" / "confine").glob("_native*.so")), "the copy has no C build (no twin)"
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOY_NATIVE", "SANDBOY_NAMESPACES")}
+    env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cache")
+    if tier == "no-tier":
+        env["SANDBOY_NAMESPACES"] = "0"
+    answers = {}
+    for build in ("stale", "current"):
+        if build == "stale":
+            with open(tree / "sandboy" / "confine" / "_native.c", "a") as fh:
+                fh.write("/* a change made after the build */\n")
+        else:
+            (tree / "sandboy" / "confine" / "_native.c").write_text(
+                (Path(_libc.__file__).parent / "_native.c").read_text())
+        proc = subprocess.run([sys.executable, SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+                               STATUS.format(outside=outside)], capture_output=True, text=True,
+                              env=dict(env, PYTHONPATH=str(tree)), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                              start_new_session=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert ("run `make compile`" in proc.stderr) == (build == "stale"), proc.stderr[-2000:]
+        answers[build] = proc.stdout.split()
+    assert answers["stale"] == ["SigBlk:", "0000000000000000", "CapEff:", "0000000000000000", "NoNewPrivs:", "1",
+                                "Seccomp:", "2", "unshare=refused", "write=refused"], answers
+    assert answers["stale"] == answers["current"]
+    assert outside.read_text() == "host\n"
