@@ -157,3 +157,31 @@ def test_the_python_executor_a_stale_build_falls_back_to_confines_as_the_c_one(t
                                 "Seccomp:", "2", "unshare=refused", "write=refused"], answers
     assert answers["stale"] == answers["current"]
     assert outside.read_text() == "host\n"
+
+
+def _run(runs: Runs, policy: Path) -> tuple:
+    """(the probe's answer, whether the run built its cage: False for a plan cache hit)."""
+    runs.key += 1
+    proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--",
+                           runs.probe, "sysv", "msgget-create", hex(runs.key)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=runs.env, cwd=runs.tmp, start_new_session=True, timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return proc.stdout.strip().split(" ")[0], "sandboy.confine.cage" in imported
+
+
+def test_an_entry_built_from_a_kept_piece_misses_once_the_seccomp_code_changes(runs, tmp_path):
+    """A miss that takes a kept program imports no `seccomp`: the plan entry it writes must still
+    name the code that made that program, or an edit of `seccomp.py` (a checkout pulled: a call
+    added to the denylist) never reaches that entry's hits — they kept running the old program.
+    Here the edit lets SysV through: the entry's next run must be a miss built with it."""
+    tree = copy_package(tmp_path)
+    runs.env["PYTHONPATH"] = str(tree)
+    assert runs.run(runs.policy()) == ("EPERM", True)  # p1: the program built and kept
+    p2 = runs.policy()
+    assert runs.run(p2) == ("EPERM", False)  # p2's first run: the kept program; p2's entry written
+    assert _run(runs, p2) == ("EPERM", False)  # a hit of p2's entry
+    source = tree / "sandboy" / "confine" / "seccomp.py"
+    text = source.read_text()
+    source.write_text(text.replace("    if not sysv:\n        names |= set(SYSV_IPC)", "    pass"))
+    assert _run(runs, p2) == ("ok", True)  # the edited code: a miss, built with it

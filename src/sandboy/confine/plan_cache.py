@@ -395,6 +395,8 @@ class Miss:
         if self.key is None:
             self.key = _key(self.policy_arg, self.policy_bytes, self.cwd, self.shape)
         self.code = _code_identities()
+        if self._pieces is not None and self._pieces.code:  # a kept program's makers, not imported here
+            self.code = tuple(sorted(set(self.code).union(self._pieces.code)))
 
     def store(self, cage, hooks) -> None:
         """Once the command has run: the entry for `cage` written, where this run may be kept

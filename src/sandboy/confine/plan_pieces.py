@@ -65,10 +65,14 @@ class Pieces:
     (`Miss.store`). A piece that is missing, damaged, foreign or of other inputs is built anew:
     never an error."""
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_pending", "code")
 
     def __init__(self):
         self._pending = None  # (path, key) of a piece looked for and not found; then what to write
+        # (file, identity) of the code that made a kept program this run took (its key's): that code
+        # is not imported here, yet the run's plan entry must name it (`plan_cache.Miss.built`), or
+        # an edit of `seccomp.py` never reached that entry's hits
+        self.code = ()
 
     def seccomp(self, inputs: tuple):
         """The `protections.Compiled` of the seccomp program kept for `inputs`
@@ -85,6 +89,7 @@ class Pieces:
                 if form == PIECE_FORMAT and stored == key:
                     kept = _seccomp_ready(*marshal.loads(body))
                     if kept is not None:
+                        self.code = _code_of(SECCOMP_CODE)  # (as in the key: 2 stats, the rest served)
                         return kept
             self._pending = (path, key)
         except Exception:
