@@ -121,3 +121,36 @@ def test_a_relative_hooks_path_in_the_operators_git_config_takes_no_hook_from_th
                    timeout=60, env=dict(os.environ, **git_env))
     assert not mark.exists(), f"the operator's commit ran a hook the run planted (rc {proc.returncode})"
     assert proc.returncode == 125, proc.stderr
+
+
+FILLED = (".config/fish", ".config/nvim", ".config/autostart", ".config/systemd/user", ".config/git", ".ssh", ".pip",
+          ".config/pip", ".gnupg")
+
+
+@pytest.mark.parametrize("order", ["repository-first", "home-first"])
+def test_a_repositorys_crowded_protected_directories_leave_the_homes_links_guarded(tmp_path, order):
+    """Two write roots, a cloned repository and the home. The repository (its content is the
+    attacker's) carries the default-protected names as directories of 256 files each — 2,304
+    entries, past the scan's 2,000 for ALL protected paths: listed first, the home's `~/.ssh`
+    got no entry of the scan, and its per-file link `~/.ssh/config -> ../dotfiles/ssh/config`
+    was not followed. Host side: the ssh config."""
+    import subprocess
+
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home, repo = tmp_path / "H", tmp_path / "R"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", "mkdir -p dotfiles/ssh .ssh && echo 'Host *' > dotfiles/ssh/config"
+                    " && ln -s ../dotfiles/ssh/config .ssh/config"], cwd=home, check=True)
+    for name in FILLED:
+        (repo / name).mkdir(parents=True)
+        for i in range(256):
+            (repo / name / f"f{i}").write_text("x")
+    policy = tmp_path / "p.toml"
+    roots = [repo, home] if order == "repository-first" else [home, repo]
+    policy.write_text(BASE.format(root=roots[0]).replace(f'write = ["{roots[0]}"]', f'write = ["{roots[0]}", "{roots[1]}"]'))
+    env.update(HOME=str(home))
+    proc = _sandboy_run(policy, f"echo '  ProxyCommand sh -c \"echo PLANTED\"' >> {home}/.ssh/config", env, repo)
+    seen = home / ".ssh" / "config"
+    text = seen.read_text() if seen.exists() else ""
+    assert "PLANTED" not in text, f"~/.ssh/config planted through its link (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr

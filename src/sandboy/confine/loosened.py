@@ -276,7 +276,7 @@ class ModeGuard:
 MAX_LINKED_FILES = 64
 MAX_LINKED_BYTES = 1 << 20
 # entries looked at below the protected directories (`.ssh`, `.config/fish`...) for them: per
-# protected path, and all together
+# protected path, and all those of one write root together
 PER_PATH_SCAN = 256
 MAX_LINKED_SCAN = 2000
 HARD_LINKED = "a protected file written through another hard link to it in a write root"
@@ -297,14 +297,20 @@ def _reached_elsewhere(protected, roots) -> dict:
     protected path (the guard's own), a listing of the few protected directories."""
     found: dict = {}
     kept = 0  # files whose bytes are kept (MAX_LINKED_FILES): past it the stats, the ctime among them, decide
-    total = MAX_LINKED_SCAN
+    # MAX_LINKED_SCAN for the protected paths of each write root (the innermost holding them): one
+    # bound for all let a cloned repository, a write root listed before the home, crowd its own
+    # protected names (`.ssh`, `.config/fish`... 256 files each) and leave `~/.ssh`'s links
+    # unlooked-at (rvsec10)
+    totals: dict = {}
+    innermost = sorted(roots, key=len, reverse=True)
     bound = set(protected)  # (a symlink on the way to a protected path is protected itself, its target too)
     seen: set = set()
     for start in protected:
         # each protected path looks at PER_PATH_SCAN entries at most (a version manager's root or
-        # an installation bound whole holds thousands of files: ≈ 7 µs each), all of them at most
-        # MAX_LINKED_SCAN
-        left = budget = min(PER_PATH_SCAN, total)
+        # an installation bound whole holds thousands of files: ≈ 7 µs each), those of one write
+        # root at most MAX_LINKED_SCAN
+        root = next((r for r in innermost if is_within(start, r)), None)
+        left = budget = min(PER_PATH_SCAN, totals.get(root, MAX_LINKED_SCAN))
         pending = [(start, False)]  # (path, reached through a symlink below a protected directory)
         # (bounded by the entries listed, not by what was found: one bound on the records, for all
         # protected paths, let a stowed `~/.config/nvim` of 40 links fill it before `~/.ssh` was
@@ -341,7 +347,7 @@ def _reached_elsewhere(protected, roots) -> dict:
                 found[path] = ("link", target, LEADS_ELSEWHERE)
                 if any(is_within(target, root) for root in roots):
                     pending.append((target, True))
-        total -= budget - left
+        totals[root] = totals.get(root, MAX_LINKED_SCAN) - (budget - left)
     return found
 
 
