@@ -154,3 +154,39 @@ def test_a_repositorys_crowded_protected_directories_leave_the_homes_links_guard
     text = seen.read_text() if seen.exists() else ""
     assert "PLANTED" not in text, f"~/.ssh/config planted through its link (rc {proc.returncode})"
     assert proc.returncode == 125, proc.stderr
+
+
+@pytest.mark.parametrize("how", ["append", "same-size"])
+def test_a_repositorys_config_hard_linked_in_the_write_root_and_written_there_is_judged(tmp_path, how):
+    """gitfast's by-stats pass (`gitcheck._Walk.unchanged`: the launch config's (dev, ino, size)
+    and a ctime before the snapshot) against a `.git/config` with a second name in the write root
+    (`cfg`, the operator's hard link): the tier binds the PATH `.git/config` read-only, the inode
+    stays writable through `cfg`. Written there — appended, or rewritten to the same size with
+    its mtime set back — the inode's ctime is the one compared: judged, 125, and the operator's
+    `git status` runs no planted fsmonitor. Host side: the marker."""
+    import subprocess
+
+    repo = tmp_path / "W"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    config = repo / ".git" / "config"
+    os.link(config, repo / "cfg")
+    mark = tmp_path / "RAN"
+    git_env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0", **git_env)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=repo))
+    plant = f'[core]\\n\\tfsmonitor = "touch {mark}; false"\\n'
+    if how == "append":
+        script = f"printf '{plant}' >> cfg"
+    else:  # the same size: the plant over the launch bytes' start, padded with a comment; mtime back
+        size = config.stat().st_size
+        script = (f"touch -r cfg ref && {{ printf '{plant}'; head -c {size} /dev/zero | tr '\\000' '#'; }} | "
+                  f"head -c {size} > new && dd if=new of=cfg conv=notrunc status=none && touch -r ref cfg")
+    import time
+    time.sleep(0.15)  # (the set-up's clock tick past)
+    proc = _sandboy_run(policy, script, env, repo)
+    subprocess.run(["git", "-C", str(repo), "status"], capture_output=True, timeout=60, env=dict(os.environ, **git_env))
+    assert not mark.exists(), f"the operator's git status ran a fsmonitor planted through the hard link (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr
+    # (the git check's own judgement, not only the hard-link record of the mode guard)
+    assert "git config keys that run programs" in proc.stderr and "core.fsmonitor" in proc.stderr, proc.stderr
