@@ -190,3 +190,47 @@ def test_a_repositorys_config_hard_linked_in_the_write_root_and_written_there_is
     assert proc.returncode == 125, proc.stderr
     # (the git check's own judgement, not only the hard-link record of the mode guard)
     assert "git config keys that run programs" in proc.stderr and "core.fsmonitor" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("cache", ["0", "1"], ids=["build", "kept"])
+def test_the_operators_interrupt_during_a_write_root_run_still_gets_the_git_check(tmp_path, cache):
+    """writehit's `exec_mode._check_in_namespace` (a write-root build checked without a
+    Supervision) and a plan-cache run: the command plants a nested repository's config, then the
+    operator interrupts `sandboy run` (SIGINT to it, as a terminal's ^C to its group). The signal is
+    forwarded, the init waited for, the check runs: the run fails (not rc 0, the plant moved), and
+    the operator's `git status` runs no fsmonitor. Host side: the marker and the config."""
+    import signal
+    import subprocess
+    import time
+
+    repo = tmp_path / "W"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "vendor" / "x" / "y").mkdir(parents=True)
+    mark = tmp_path / "RAN"
+    git_env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE=cache, **git_env)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=repo))
+    argv = [os.path.join(os.path.dirname(sys.executable), "sandboy"), "run", "--policy", str(policy), "--",
+            "/bin/sh", "-c"]
+    if cache == "1":
+        for _ in range(2):
+            time.sleep(0.15)
+            subprocess.run([*argv, "true"], env=env, cwd=repo, capture_output=True, timeout=60)
+    time.sleep(0.15)
+    script = (f"git init -q vendor/x && printf '[core]\\n\\tfsmonitor = \"touch {mark}; false\"\\n' >> "
+              "vendor/x/.git/config && echo planted && sleep 30")
+    proc = subprocess.Popen([*argv, script], env=env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline() == "planted\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    subprocess.run(["git", "-C", str(repo / "vendor" / "x"), "status"], capture_output=True, timeout=60,
+                   env=dict(os.environ, **git_env))
+    assert not mark.exists(), f"the plant survived an interrupted run (rc {proc.returncode}): {err}"
+    assert proc.returncode != 0 and "fsmonitor" in err, (proc.returncode, err)
