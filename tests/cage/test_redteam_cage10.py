@@ -25,7 +25,7 @@ pytestmark = pytest.mark.needs_kernel
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 BASE = ('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/dev/null"]\n'
         'exec = ["/usr/bin", "/bin", "/usr/lib/git-core"]\nwrite = ["{root}"]\n[env]\npass = ["GIT_CONFIG_GLOBAL"]\n')
-ACCOMPLICE = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c"]
+ACCOMPLICE = userkit.as_user(["/bin/sh", "-c"])  # another ordinary user: no capabilities
 
 
 def _env(tmp_path: Path, **more) -> dict:

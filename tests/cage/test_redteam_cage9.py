@@ -379,9 +379,9 @@ def test_a_loosened_git_directory_does_not_let_another_user_plant_the_operators_
                                     " && echo twin", env)
         assert "twin" in proc.stdout, proc.stderr  # git works in the cage
         planted = base / "PLANTED"
-        subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c",
+        subprocess.run(userkit.as_user(["/bin/sh", "-c",
                         f"cd {work}/.git && mv config config.old && printf '[core]\\n\\tfsmonitor = touch {planted}; "
-                        f"false\\n' > config"], capture_output=True, timeout=30)
+                        f"false\\n' > config"]), capture_output=True, timeout=30)
         subprocess.run(["git", "-C", str(work), "status"], capture_output=True, timeout=30)
         assert not planted.exists(), "another user planted the operator's git config through a loosened .git"
         assert work.joinpath(".git").stat().st_mode & 0o022 == 0
@@ -497,8 +497,8 @@ def test_a_start_up_file_replaced_by_another_user_while_the_run_runs_does_not_st
             deadline = time.monotonic() + 30
             while home.stat().st_mode & 0o777 != 0o777 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/bin/sh", "-c",
-                            f"cd {home} && mv .bashrc .bashrc.old && echo 'echo PLANTED' > .bashrc"],
+            subprocess.run(userkit.as_user(["/bin/sh", "-c",
+                            f"cd {home} && mv .bashrc .bashrc.old && echo 'echo PLANTED' > .bashrc"]),
                            capture_output=True, timeout=30)
             _out, err = run.communicate("go\n", timeout=60)
         finally:
