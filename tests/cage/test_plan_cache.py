@@ -19,7 +19,7 @@ from sandboy.confine import namespaces
 from sandboy.policy.resolve import plan_entry_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
-from userkit import world_readable_tmp  # noqa: E402
+from userkit import as_user, world_readable_tmp  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -453,8 +453,8 @@ def test_another_users_run_neither_reads_nor_writes_the_entries(tier):
         runner.write_policy()
         assert entry_applies(runner, "/bin/true").hit
         before = {p.name: p.stat().st_ino for p in runner.entries()}
-        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SANDBOY, "run",
-                               "--policy", str(runner.policy), "--", *CONFINED], capture_output=True, text=True,
+        proc = subprocess.run(as_user([SANDBOY, "run", "--policy", str(runner.policy), "--", *CONFINED]),
+                              capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, env=runner.env, cwd=runner.cwd)
         assert (proc.returncode, proc.stdout) == (0, "refused\n"), proc.stderr
         assert {p.name: p.stat().st_ino for p in runner.entries()} == before
