@@ -188,8 +188,8 @@ def _attacks_and_twin(host):
     bare = host.base / "bare"
     bare.mkdir()
     os.chown(bare, host.uid, host.uid)
-    as_user = ["setpriv", f"--reuid={host.uid}", f"--regid={host.uid}", "--clear-groups"] if host.uid else []
-    uncaged = subprocess.run([*as_user, "/bin/sh", "-c", ATTACKS, "sh", str(secret), str(outside)], cwd=bare,
+    as_host_user = as_user(uid=host.uid) if host.uid else []  # that user: no capabilities
+    uncaged = subprocess.run([*as_host_user, "/bin/sh", "-c", ATTACKS, "sh", str(secret), str(outside)], cwd=bare,
                              capture_output=True, text=True, start_new_session=True)
     assert uncaged.stdout.split() == ["secret", "READ-SECRET", "WROTE-OUTSIDE", "SETUID", "USERNS", "TWIN"], uncaged
 
