@@ -207,7 +207,7 @@ class Bench:
     def _sysv(self, *args):
         argv = [self.probe, args[0], hex(self.sysv_key), *args[1:]]
         if self.uid:
-            argv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", *argv]
+            argv = as_user(argv, uid=self.uid)
         return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
 
     def close(self):
