@@ -342,6 +342,11 @@ def finish(main_function, argv=None) -> int:
     try:
         code = main_function(argv)
         sys.stdout.flush()  # here, not at interpreter exit, where a failure prints "Exception ignored"
+        # The status is decided. The interpreter's exit puts SIG_DFL back on the handlers Python
+        # set, so one more ^C/SIGTERM/SIGHUP landing then (a CI runner's follow-up, ^C held down)
+        # ended a gate that had stopped its step and written "killed" by that signal instead of
+        # its 130: held from here to the exit (a run's `die_like` ends inside main_function).
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP})
         return code
     except BrokenPipeError:
         output_to_devnull(sys.stdout)

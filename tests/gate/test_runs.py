@@ -534,6 +534,48 @@ def test_a_second_stop_signal_during_the_sweep_leaves_nothing(tmp_path, fake_hom
         kill_survivors(marker)
 
 
+def test_stop_signals_until_the_gate_exits_never_end_it_by_the_signal(tmp_path, fake_home):
+    """SIGTERM sent again and again until the gate has exited (a CI runner's follow-ups, ^C held
+    down): every one lands while the gate stops, writes its report — or exits, where the
+    interpreter's exit puts SIG_DFL back on Python's handlers. One landing there ended a gate
+    that had decided 130 by SIGTERM instead (rc -15, seen under load in
+    test_a_second_stop_signal_during_the_sweep_leaves_nothing); the status must stay 130."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = f"SBX-{os.getpid()}-stormexit"
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "waits"
+        run = "(exec -a {marker} sleep 300) & echo ready; wait"
+    """)
+    codes = []
+    try:
+        for _ in range(6):
+            report = tmp_path / "report.json"
+            report.unlink(missing_ok=True)
+            proc = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--json", str(report)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=dict(os.environ, HOME=str(fake_home)))
+            deadline = time.monotonic() + 30
+            while not survivors(marker) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert survivors(marker), "the setup: the step is running when the signals come"
+            while proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.0005)
+            codes.append(proc.wait(timeout=60))
+            assert survivors(marker) == []
+            assert json.loads(report.read_text())["steps"][0]["status"] == "killed"
+        assert codes == [130] * len(codes)
+    finally:
+        kill_survivors(marker)
+
+
 def test_a_big_tree_is_swept_quickly_at_the_timeout(tmp_path, fake_home):
     marker = f"SBX-{os.getpid()}-many"
     ceiling = tmp_path / "ceiling.toml"
