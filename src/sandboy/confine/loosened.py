@@ -48,11 +48,16 @@ def guarded_paths(write_roots, targets) -> list:
     roots = sorted(write_roots, key=len, reverse=True)  # the innermost root holding a target
     guarded: set = set()
     for target in targets:
+        if target in guarded:
+            continue
         root = next((r for r in roots if is_within(target, r)), None)
         if root is None:
             continue
         path = target
-        while True:
+        # (a path already taken has its chain up to the same root taken: the innermost root
+        # holding a path below it is the innermost holding it — 240 stowed links in one
+        # directory walk it once, not 240 times)
+        while path not in guarded:
             guarded.add(path)
             if path == root or path == os.path.dirname(path):
                 break
@@ -86,19 +91,25 @@ class ModeGuard:
         # protected path -> (st_dev, st_ino, st_ctime_ns) at launch: see `replaced_below`
         self.targets = dict.fromkeys(protected)
         # what a protected path reaches by another name in a write root (`roots`): see
-        # `written_through_links`
-        self.linked = _reached_elsewhere(protected, roots)
+        # `written_through_links`; `seen`: path -> its lstat (and a symlink's: -> what it reached,
+        # or None) as the scan took it just now, not taken again below
+        seen: dict = {}
+        self.linked = _reached_elsewhere(protected, roots, now, seen)
         # and their modes guarded like the protected paths' (a `chmod 0666` through the link, or
         # of a directory on the way to its target, left it to other users after the run)
         for path in dict.fromkeys((*paths, *guarded_paths(roots, self.linked))):
+            taken = seen.get(path)
             try:
-                st = os.lstat(path)
+                st = os.lstat(path) if taken is None else taken[0]
             except OSError:
                 continue  # absent at launch: whatever is made there is the git check's to judge
             if stat.S_ISLNK(st.st_mode):  # no mode of its own; what is below it is reached through it
                 try:
-                    reached = os.stat(path)
-                    self.links[path] = (os.readlink(path), reached.st_dev, reached.st_ino)
+                    reached = os.stat(path) if taken is None else taken[1]
+                    # (kept only where it leads to a directory: `put_back` opens what lies below
+                    # it through it; a link to a file has nothing below it — a stowed dotfile's)
+                    if reached is not None and stat.S_ISDIR(reached.st_mode):
+                        self.links[path] = (os.readlink(path), reached.st_dev, reached.st_ino)
                 except OSError:
                     pass  # dangling: nothing below it was there to record either
                 continue
@@ -241,23 +252,37 @@ class ModeGuard:
             except OSError:
                 continue  # gone: nothing is run from there
             if record[0] == "link":
-                if os.path.realpath(path) != record[1]:
-                    written.append((path, None, record[2]))
+                _kind, target, reached, why = record
+                now, identity, _st = _resolved(path)
+                # where it leads by name (a link or directory on its way repointed: `ln -sfn evil
+                # dotfiles`), or, dangling at launch, that it leads to something now: a file made
+                # where it pointed (`~/.ssh/config -> ../dotfiles/ssh/config` whose target the
+                # operator had not made, or removed) is read by the next `ssh` all the same
+                if now != target or (reached is None and identity is not None):
+                    written.append((path, None, why if reached is not None or now != target else DANGLED))
                 continue
             if record[0] == "file":
-                _kind, dev, ino, size, mtime, ctime, data, why = record
+                _kind, dev, ino, size, mtime, ctime, settled, data, why = record
+                stats = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                if settled and stats == (dev, ino, size, mtime) and st.st_ctime_ns == ctime:
+                    # its ctime as at launch, and settled then: no write, rename over or truncate
+                    # since (each sets the ctime, which no process sets back; a write through
+                    # another hard link sets this inode's) — the bytes need no second read
+                    continue
                 # without its launch bytes (past MAX_LINKED_BYTES) the ctime decides, not the mtime:
                 # the file's owner sets an mtime back at will (`touch -r`), no process a ctime (rvsec10)
-                if ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (dev, ino, size, mtime)
-                        or (st.st_ctime_ns != ctime if data is None else _read(path) != data)):
+                if (stats != (dev, ino, size, mtime)
+                        or (st.st_ctime_ns != ctime if data is None else _read(path, st.st_size) != data)):
                     written.append((path, data, why + (" (moved; its launch content put back" if data is not None
                                                        else " (moved") + (
                         "; its other names keep what the run wrote)" if why == HARD_LINKED else ")")))
                 continue
-            _kind, dev, ino, names, why = record
+            _kind, dev, ino, ctime, names, why = record
             if (st.st_dev, st.st_ino) != (dev, ino):
                 written.append((path, None, why + ": the directory replaced (moved)"))
                 continue
+            if ctime is not None and st.st_ctime_ns == ctime:
+                continue  # no entry made, removed or renamed there since (each sets its ctime): not listed again
             try:
                 added = sorted(set(os.listdir(path)) - names)
             except OSError:
@@ -283,18 +308,26 @@ HARD_LINKED = "a protected file written through another hard link to it in a wri
 LINKED_FROM = "a file a protected directory links to (a symlink into a write root), written during the run"
 LEADS_ELSEWHERE = ("a symlink in a protected directory leads elsewhere since the run (a link or directory on its "
                    "way in a write root was replaced): moved, make the link again")
+DANGLED = ("a symlink in a protected directory that led nowhere at launch leads to something made during the run "
+           "(its target, or a link or directory on its way, made in a write root): moved, make the link again")
 
 
-def _reached_elsewhere(protected, roots) -> dict:
+def _reached_elsewhere(protected, roots, now: int, seen: dict) -> dict:
     """{path: record} of what `protected` reaches by another name: each protected regular file
     with more than one link, and below the protected directories (but a protected directory
     named `hooks`: the git check judges every file there, and what a link there leads to, by its
     ctime; a directory reached through a link is looked through whatever its name) each file or
     directory a symlink leads to inside one of `roots` (the write roots), with what lies below
-    it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, ctime_ns, bytes or None, why); a linked
-    directory's: ("dir", st_dev, st_ino, its names, why); each such symlink's: ("link", where it
-    leads, why). Usually empty: one lstat per
-    protected path (the guard's own), a listing of the few protected directories."""
+    it. A file's record: ("file", st_dev, st_ino, size, mtime_ns, ctime_ns, settled, bytes or None,
+    why); a linked directory's: ("dir", st_dev, st_ino, ctime_ns if settled else None, its names,
+    why); each such symlink's: ("link", where it leads, (st_dev, st_ino) of what it reached or
+    None, why) — `settled`: the ctime was before `now` (taken before any of this) by the margin
+    `_settled` asks, so an unchanged one after the run means an unchanged inode. `seen` gets
+    path -> (its lstat, and for a symlink what it reached or None) of each entry looked at.
+    Usually empty: one lstat per protected path (the guard's own), a listing of the few
+    protected directories. Each symlink is resolved by the kernel (one `open(O_PATH)`, its
+    `/proc/self/fd` link read: the realpath of what it reaches, and its stat), not by
+    `os.path.realpath`'s lstat per component (session 11: 120 stowed links cost ≈ 10 ms so)."""
     found: dict = {}
     kept = 0  # files whose bytes are kept (MAX_LINKED_FILES): past it the stats, the ctime among them, decide
     # MAX_LINKED_SCAN for the protected paths of each write root (the innermost holding them): one
@@ -304,51 +337,81 @@ def _reached_elsewhere(protected, roots) -> dict:
     totals: dict = {}
     innermost = sorted(roots, key=len, reverse=True)
     bound = set(protected)  # (a symlink on the way to a protected path is protected itself, its target too)
-    seen: set = set()
     for start in protected:
         # each protected path looks at PER_PATH_SCAN entries at most (a version manager's root or
         # an installation bound whole holds thousands of files: ≈ 7 µs each), those of one write
         # root at most MAX_LINKED_SCAN
         root = next((r for r in innermost if is_within(start, r)), None)
         left = budget = min(PER_PATH_SCAN, totals.get(root, MAX_LINKED_SCAN))
-        pending = [(start, False)]  # (path, reached through a symlink below a protected directory)
+        pending = [(start, False, None)]  # (path, reached through a symlink below a protected directory, its lstat)
         # (bounded by the entries listed, not by what was found: one bound on the records, for all
         # protected paths, let a stowed `~/.config/nvim` of 40 links fill it before `~/.ssh` was
         # looked at — its linked config then written through, rc 0; rvsec10)
         while pending:
-            path, via = pending.pop()
+            path, via, st = pending.pop()
             if path in seen:
                 continue
-            seen.add(path)
             try:
-                st = os.lstat(path)
+                st = os.lstat(path) if st is None else st
             except OSError:
                 continue
+            seen[path] = (st, None)
             if stat.S_ISREG(st.st_mode):
                 if via or st.st_nlink > 1:
-                    data = _read(path) if st.st_size <= MAX_LINKED_BYTES and kept < MAX_LINKED_FILES else None
+                    data = (_read(path, st.st_size) if st.st_size <= MAX_LINKED_BYTES and kept < MAX_LINKED_FILES
+                            else None)
                     kept += data is not None
-                    found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, data,
-                                   LINKED_FROM if via else HARD_LINKED)
+                    found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                   _settled(st.st_ctime_ns, now), data, LINKED_FROM if via else HARD_LINKED)
             elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
                 try:
                     names = os.listdir(path) if via else _first_names(path, left)
                 except OSError:
                     continue
                 if via:  # (its every name: one added during the run is a finding)
-                    found[path] = ("dir", st.st_dev, st.st_ino, frozenset(names), LINKED_FROM)
+                    found[path] = ("dir", st.st_dev, st.st_ino,
+                                   st.st_ctime_ns if _settled(st.st_ctime_ns, now) else None, frozenset(names),
+                                   LINKED_FROM)
                 names = names[:left]
                 left -= len(names)
-                pending.extend((os.path.join(path, name), via) for name in names)
+                pending.extend((os.path.join(path, name), via, None) for name in names)
             elif stat.S_ISLNK(st.st_mode) and path not in bound:
-                target = os.path.realpath(path)
+                target, identity, reached = _resolved(path)
+                seen[path] = (st, reached)
                 # where it leads, whatever it leads to: a link ON ITS WAY in a write root (`dotfiles ->
-                # dotfiles-v2`, or a real directory there) may be repointed for it (`written_through_links`)
-                found[path] = ("link", target, LEADS_ELSEWHERE)
+                # dotfiles-v2`, or a real directory there) may be repointed for it (`written_through_links`);
+                # and whether it reached anything: one dangling at launch may be given a target
+                found[path] = ("link", target, identity, LEADS_ELSEWHERE)
                 if any(is_within(target, root) for root in roots):
-                    pending.append((target, True))
+                    # (what it reached, its stat: the kernel's walk ended on it, a non-link, so
+                    # it is that path's lstat too)
+                    pending.append((target, True, reached))
         totals[root] = totals.get(root, MAX_LINKED_SCAN) - (budget - left)
     return found
+
+
+def _resolved(path: str) -> tuple:
+    """(the realpath of what `path` leads to, its (st_dev, st_ino) or None where it reaches
+    nothing, its stat or None), by the kernel's own walk: one open(O_PATH) followed to the end,
+    the fd's `/proc/self/fd` link read for the path the walk ended on — three system calls where
+    `os.path.realpath` takes an lstat (and a readlink) per component. A path that reaches
+    nothing (dangling, a loop, no search permission) is resolved as far as it goes by
+    `os.path.realpath`, as before."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path), None, None
+    try:
+        st = os.fstat(fd)
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # no /proc
+            where = None
+        if where is None or not where.startswith("/") or where.endswith(" (deleted)"):
+            where = os.path.realpath(path)
+        return where, (st.st_dev, st.st_ino), st
+    finally:
+        os.close(fd)
 
 
 def _first_names(path: str, count: int) -> list:
@@ -363,15 +426,25 @@ def _first_names(path: str, count: int) -> list:
     return names
 
 
-def _read(path: str):
+def _read(path: str, size: int = 1 << 16):
+    """The bytes of `path` (not following a symlink there), at most MAX_LINKED_BYTES + 1 of
+    them, or None. `size`: what its lstat said; each read asks for that much and one more
+    (64 KiB reads of 300-byte dotfiles cost a fresh process ≈ 0.2 ms each in page faults of
+    the buffers: 13 ms for 64 files; session 11). Read without touching its atime where the
+    kernel lets us (the owner, or root): the first read of a dotfile written since made a
+    journal write of its atime, ≈ 6 ms each on this machine's loaded disk."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, flags | os.O_NOATIME)
+        except PermissionError:  # EPERM: another user's file
+            fd = os.open(path, flags)
     except OSError:
         return None
     try:
         chunks, left = [], MAX_LINKED_BYTES + 1
         while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
+            chunk = os.read(fd, min(left, size + 1, 1 << 16))
             if not chunk:
                 break
             chunks.append(chunk)

@@ -1,0 +1,197 @@
+"""Session 11: the link scans of the mode guard (`confine/loosened.py`, ADR 0013 "Session 11"):
+what a protected directory's symlinks into a write root (stow, chezmoi, yadm homes) lead to,
+checked from the attacker's side after session 11 made the scans cheaper — each symlink resolved
+by the kernel (`_resolved`), a file or linked directory whose ctime settled before launch and is
+unchanged after the run not read or listed again — and the holes found on the way. Every run is a
+real `sandboy run` on the real kernel, with the namespace tier and forced off, checked from the
+host side (bytes, links, modes), each probe with a twin where the legitimate use shares its path.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sandboy.confine import loosened, namespaces
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
+import userkit  # noqa: E402
+
+pytestmark = pytest.mark.needs_kernel
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+BASE = ('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/dev/null"]\n'
+        'exec = ["/usr/bin", "/bin"]\nwrite = ["{root}"]\n')
+TIERS = pytest.mark.parametrize("tier_on", [True, False], ids=["tier", "fallback"])
+
+
+def _env(tmp_path: Path, tier_on: bool, home: Path) -> dict:
+    if tier_on and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "PYTHONPATH")}
+    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"), SANDBOY_NAMESPACES="1" if tier_on else "0",
+               SANDBOY_PLAN_CACHE="0", HOME=str(home))
+    return env
+
+
+def _run(tmp_path: Path, home: Path, script: str, tier_on: bool) -> subprocess.CompletedProcess:
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", script],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_env(tmp_path, tier_on, home),
+                          cwd=home, timeout=120)
+
+
+def _what_ssh_reads(home: Path) -> str:
+    seen = home / ".ssh" / "config"
+    try:
+        return seen.read_text()
+    except OSError:  # dangling, or moved: ssh reads nothing there
+        return ""
+
+
+# --- a symlink dangling at launch ----------------------------------------------------------
+
+DANGLING = {
+    # the target file missing (the operator removed it, or the manager links before it writes)
+    "target-missing": "mkdir -p .ssh dotfiles/ssh && ln -s ../dotfiles/ssh/config .ssh/config",
+    # the whole way missing: `dotfiles/ssh` not there at launch
+    "way-missing": "mkdir -p .ssh dotfiles && ln -s ../dotfiles/ssh/config .ssh/config",
+    # a link on the way that loops: the command breaks the loop
+    "loop-on-the-way": "mkdir -p .ssh && ln -s loop dotfiles && ln -s dotfiles loop && ln -s ../dotfiles/ssh/config "
+                       ".ssh/config",
+}
+
+
+@TIERS
+@pytest.mark.parametrize("layout", list(DANGLING))
+def test_a_dangling_link_in_a_protected_directory_cannot_be_given_a_target(tmp_path, tier_on, layout):
+    """`~/.ssh/config -> ../dotfiles/ssh/config` in a protected `~/.ssh`, its target absent at
+    launch. The scan compared where the link leads by NAME: making the target (or the way to it)
+    left the name as it was, and `echo '  ProxyCommand ...' > dotfiles/ssh/config` passed rc 0 —
+    the operator's next `ssh` read it (found in session 11). Host side: what ssh reads through
+    `~/.ssh/config` after the run holds no planted line; the run fails (125)."""
+    home = tmp_path / "H"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", DANGLING[layout]], cwd=home, check=True)
+    proc = _run(tmp_path, home, "rm -f dotfiles loop 2>/dev/null; mkdir -p dotfiles/ssh && "
+                                "echo '  ProxyCommand sh -c PLANTED' > dotfiles/ssh/config && cat .ssh/config", tier_on)
+    assert "PLANTED" in proc.stdout, proc.stderr  # (the plant was made, and read through the link, in the cage)
+    assert "PLANTED" not in _what_ssh_reads(home), f"a planted ssh config after the run (rc {proc.returncode})"
+    assert proc.returncode == 125, proc.stderr
+    assert "led nowhere at launch" in proc.stderr, proc.stderr
+
+
+@TIERS
+def test_twin_a_dangling_link_left_alone_and_the_dotfiles_written_pass(tmp_path, tier_on):
+    """The twin: the same dangling link, left dangling; other files of `~/dotfiles` written and
+    made: rc 0, the link still there (still dangling), nothing moved."""
+    home = tmp_path / "H"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", DANGLING["target-missing"]], cwd=home, check=True)
+    (home / "dotfiles" / "README").write_text("mine\n")
+    proc = _run(tmp_path, home, "echo more >> dotfiles/README && mkdir dotfiles/git && echo x > dotfiles/git/cfg",
+                tier_on)
+    assert proc.returncode == 0, proc.stderr
+    assert (home / ".ssh" / "config").is_symlink() and not (home / ".ssh" / "config").exists()
+    assert (home / "dotfiles" / "README").read_text() == "mine\nmore\n"
+    assert not (home / ".sandboy-quarantine").exists()
+
+
+# --- what the after-run check no longer reads: only where the ctime says nothing changed ----
+
+SAME_SIZE = ("printf 'echo PLANTE\\n' > x && cp x dotfiles/fish/config.fish && "
+             "touch -r dotfiles/stamp dotfiles/fish/config.fish")
+
+
+@TIERS
+@pytest.mark.parametrize("settled", [True, False], ids=["settled", "same-tick"])
+def test_a_same_size_rewrite_with_the_mtime_set_back_is_still_seen(tmp_path, tier_on, settled):
+    """A linked start-up file (`~/.config/fish/config.fish -> ../../dotfiles/fish/config.fish`)
+    rewritten with bytes of the same size and its mtime set back (`touch -r`): size and mtime as
+    at launch, only the ctime moved. Session 11 skips the byte compare where the ctime settled
+    before launch and is unchanged — so this is the case that must still be read. `same-tick`:
+    the file made just before the run starts (its ctime not settled at launch: never skipped).
+    Host side: fish reads the launch bytes; the run fails (125)."""
+    home = tmp_path / "H"
+    home.mkdir()
+    (home / "dotfiles" / "fish").mkdir(parents=True)
+    (home / ".config" / "fish").mkdir(parents=True)
+    (home / "dotfiles" / "stamp").write_text("")
+    (home / "dotfiles" / "fish" / "config.fish").write_text("set x 12\n")  # 9 bytes, as the plant
+    os.utime(home / "dotfiles" / "stamp", ns=(1_000_000_000, 1_000_000_000))
+    os.utime(home / "dotfiles" / "fish" / "config.fish", ns=(1_000_000_000, 1_000_000_000))
+    os.symlink("../../dotfiles/fish/config.fish", home / ".config" / "fish" / "config.fish")
+    if settled:
+        time.sleep(0.2)
+    proc = _run(tmp_path, home, SAME_SIZE, tier_on)
+    assert (home / ".config" / "fish" / "config.fish").read_text() == "set x 12\n", proc.stderr
+    assert proc.returncode == 125, proc.stderr
+
+
+def test_an_untouched_linked_home_is_judged_by_its_ctimes_and_a_changed_file_still_read(tmp_path, monkeypatch):
+    """The shortcut itself, in process: a home of 40 stowed links whose files settled before the
+    guard was made is judged without reading one file or listing one linked directory again;
+    one file of them written since (through a hard link's other name, same size, its mtime set
+    back: only the ctime tells) is read and found, and only it."""
+    home = tmp_path / "H"
+    (home / "dotfiles" / "nvim" / "after").mkdir(parents=True)
+    (home / ".config" / "nvim").mkdir(parents=True)
+    for i in range(40):
+        (home / "dotfiles" / "nvim" / f"f{i}.lua").write_text(f"-- {i}\n")
+        os.symlink(f"../../dotfiles/nvim/f{i}.lua", home / ".config" / "nvim" / f"f{i}.lua")
+    os.symlink("../../dotfiles/nvim/after", home / ".config" / "nvim" / "after")
+    os.link(home / "dotfiles" / "nvim" / "f7.lua", home / "f7-other-name")
+    time.sleep(0.2)
+    protected = (str(home / ".config" / "nvim"),)
+    guard = loosened.ModeGuard(loosened.guarded_paths([str(home)], protected), protected, [str(home)])
+    assert len(guard.linked) == 40 * 2 + 2, sorted(guard.linked)
+    reads, listings = [], []
+    real_read, real_listdir = loosened._read, os.listdir
+    monkeypatch.setattr(loosened, "_read", lambda path, size=1 << 16: reads.append(path) or real_read(path, size))
+    monkeypatch.setattr(loosened.os, "listdir", lambda path: listings.append(path) or real_listdir(path))
+    assert guard.written_through_links() == [] and reads == [] and listings == []
+    launch = os.stat(home / "f7-other-name")
+    with open(home / "f7-other-name", "r+") as fh:  # the same size, through the other name, the mtime set back
+        fh.write("-- X\n")
+    os.utime(home / "f7-other-name", ns=(launch.st_atime_ns, launch.st_mtime_ns))
+    (home / "dotfiles" / "nvim" / "after" / "new.lua").write_text("x\n")
+    found = guard.written_through_links()
+    assert sorted(path for path, _data, _why in found) == [
+        str(home / "dotfiles" / "nvim" / "after" / "new.lua"), str(home / "dotfiles" / "nvim" / "f7.lua")], found
+    assert reads == [str(home / "dotfiles" / "nvim" / "f7.lua")], reads
+    assert listings == [str(home / "dotfiles" / "nvim" / "after")], listings
+
+
+# --- as an ordinary user -------------------------------------------------------------------
+
+
+def test_as_an_ordinary_user_their_dangling_ssh_link_takes_no_planted_config():
+    """As uid 65534, a granted home of theirs whose `~/.ssh/config` links into `~/dotfiles` where
+    nothing is yet: the command makes the target with a ProxyCommand. The run fails (125) and
+    what their ssh reads holds no planted line; a file of `~/dotfiles` written (twin)."""
+    userkit.skip_unless_nobody_can_run()
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    package = Path(namespaces.__file__).resolve().parents[2]  # src/
+    with userkit.world_readable_tmp("sandboy-links11-") as base:
+        home = base / "home"
+        home.mkdir()
+        subprocess.run(["/bin/sh", "-c", DANGLING["target-missing"]], cwd=home, check=True)
+        (home / "dotfiles" / "notes").write_text("n\n")
+        policy = base / "p.toml"
+        policy.write_text(BASE.format(root=home))
+        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+        time.sleep(0.15)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
+               "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
+        proc = subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
+                                               "/bin/sh", "-c", "echo '  ProxyCommand sh -c PLANTED' > "
+                                               "dotfiles/ssh/config; echo twin >> dotfiles/notes"]),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=home)
+        assert "PLANTED" not in _what_ssh_reads(home), proc.stderr
+        assert proc.returncode == 125, proc.stderr
+        assert (home / "dotfiles" / "notes").read_text() == "n\ntwin\n"
