@@ -97,7 +97,7 @@ def bench(links: int, rounds: int, cli: bool, base: str) -> dict:
     walls = {kind: [] for kind in homes}
     counts = {}
     policies = {}
-    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOY_NAMESPACES", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items() if k != "SANDBOY_NAMESPACES"}  # (PYTHONPATH kept: --before)
     env.update(SANDBOY_PLAN_CACHE="0", SANDBOY_CACHE_DIR=os.path.join(base, "cache"))
     for kind, home in homes.items():
         policies[kind] = os.path.join(base, f"p-{links}-{kind}.toml")
