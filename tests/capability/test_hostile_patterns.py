@@ -7,9 +7,6 @@ explain output, and the operator's home for the cage: the agent overwrote a file
 runs the real CLI and looks at the host; each has a legitimate twin."""
 
 import json
-import os
-import subprocess
-import sys
 import tomllib
 
 import pytest
@@ -17,12 +14,7 @@ import pytest
 from sandboy.capability import compiler, model
 from sandboy.errors import PolicyError
 
-SANDBOY = [sys.executable, "-m", "sandboy"]
-
-
-def _cli(args, cwd, home):
-    env = {**os.environ, "HOME": str(home)}
-    return subprocess.run([*SANDBOY, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+from policykit import sandboy_cli
 
 
 @pytest.fixture
@@ -42,9 +34,9 @@ def test_a_placeholder_in_write_allow_is_refused_and_the_cage_never_gets_the_hom
     repo, home = world
     (repo / "owen.policy.toml").write_text(
         f'version = 1\ntargets = ["sandboy"]\n[write]\nallow = [{json.dumps(pattern)}, "/src"]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     if (repo / ".sandboy/agent.toml").exists():  # the attack, as the agent would run it
-        _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
+        sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
               f"echo OWNED > {home}/work/notes.txt"], repo, home)
     # host side: before the fix agent.toml said `write = ["{home}", "{tmp}"]` and this file was
     # overwritten
@@ -57,9 +49,9 @@ def test_a_placeholder_in_write_allow_is_refused_and_the_cage_never_gets_the_hom
 def test_twin_a_literal_write_root_is_compiled_and_enforced(world):
     repo, home = world
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     script = f"echo fine > src/new.txt; echo OWNED > {home}/work/notes.txt"
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
     assert run.returncode != 0  # the write outside the root fails
     assert (repo / "src/new.txt").read_text() == "fine\n"
     assert (home / "work/notes.txt").read_text() == "mine\n"
@@ -90,9 +82,9 @@ def test_a_write_root_the_checkout_ships_as_a_symlink_out_is_not_granted(world):
     (repo / "src").rmdir()
     (repo / "src").symlink_to(home / "work")  # committed with the repository
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     # agent.toml says `{repo}/src`: "src in the repository", refused when a link leads it out
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"],
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"],
                repo, home)
     assert (home / "work/notes.txt").read_text() == "mine\n"  # host side
     assert run.returncode == 2 and "fs.write[0]: '{repo}/src'" in run.stderr and "symlink 'src'" in run.stderr
@@ -105,8 +97,8 @@ def test_twin_a_write_root_linked_inside_the_checkout_still_works(world):
     (repo / "real-src").mkdir()
     (repo / "src").symlink_to("real-src")  # a link that stays inside
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo fine > src/new.txt"], repo, home)
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo fine > src/new.txt"], repo, home)
     assert run.returncode == 0, run.stderr
     assert (repo / "real-src/new.txt").read_text() == "fine\n"
 
@@ -123,7 +115,7 @@ def test_a_deeply_nested_file_the_repository_ships_is_an_error_not_a_traceback(t
     (tmp_path / rel).write_text(text)
     (tmp_path / "owen.policy.toml").write_text('version = 1\ntargets = ["claude", "codex", "sandboy"]\n')
     for command in ("compile", "check"):
-        run = _cli(["policy", command], tmp_path, tmp_path)
+        run = sandboy_cli(["policy", command], tmp_path, tmp_path)
         assert "Traceback" not in run.stderr and "RecursionError" not in run.stderr, run.stderr[-500:]
         if command == "compile":
             assert run.returncode == code, run.stderr
@@ -153,8 +145,8 @@ def test_what_a_repositorys_own_agent_files_grant_beyond_the_policy_is_named_by_
              'permissions.defaultMode = "bypassPermissions"', "sandbox.allowUnsandboxedCommands = true",
              ".claude/settings.json: hooks is kept", '.codex/config.toml: approval_policy = "never"',
              ".codex/config.toml: notify is kept"]
-    compiled = _cli(["policy", "compile"], tmp_path, tmp_path)
-    checked = _cli(["policy", "check"], tmp_path, tmp_path)
+    compiled = sandboy_cli(["policy", "compile"], tmp_path, tmp_path)
+    checked = sandboy_cli(["policy", "check"], tmp_path, tmp_path)
     assert compiled.returncode == 0 and checked.returncode == 0, compiled.stderr + checked.stderr
     for run in (compiled, checked):
         for text in named:
@@ -169,8 +161,8 @@ def test_twin_files_holding_only_what_the_policy_says_give_no_warning(tmp_path):
     (tmp_path / ".claude/settings.json").write_text(json.dumps({"model": "x", "permissions": {"deny": ["Read(./mine)"]}}))
     (tmp_path / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["claude", "codex"]\n[write]\nallow = ["/src"]\n[network]\ndomains = ["pypi.org"]\n')
-    compiled = _cli(["policy", "compile"], tmp_path, tmp_path)
-    checked = _cli(["policy", "check"], tmp_path, tmp_path)
+    compiled = sandboy_cli(["policy", "compile"], tmp_path, tmp_path)
+    checked = sandboy_cli(["policy", "check"], tmp_path, tmp_path)
     assert compiled.returncode == 0 and "warning" not in compiled.stderr, compiled.stderr
     assert checked.returncode == 0 and checked.stdout == "generated files match owen.policy.toml\n", checked.stdout
 
@@ -194,8 +186,8 @@ def test_widening_kept_one_step_aside_is_named_too(tmp_path, rel):
     (tmp_path / rel).parent.mkdir()
     (tmp_path / rel).write_text(text)
     (tmp_path / "owen.policy.toml").write_text('version = 1\ntargets = ["claude", "codex"]\n[write]\nallow = ["/src"]\n')
-    compiled = _cli(["policy", "compile"], tmp_path, tmp_path)
-    checked = _cli(["policy", "check"], tmp_path, tmp_path)
+    compiled = sandboy_cli(["policy", "compile"], tmp_path, tmp_path)
+    checked = sandboy_cli(["policy", "check"], tmp_path, tmp_path)
     assert compiled.returncode == 0 and checked.returncode == 0, compiled.stderr + checked.stderr
     for run in (compiled, checked):
         assert named in run.stderr, run.stderr
@@ -214,9 +206,9 @@ def test_a_write_root_holding_the_policy_files_does_not_let_the_agent_loosen_its
     (repo / ".claude/settings.json").write_text("{}\n")
     (repo / "owen.policy.toml").write_text(
         f'version = 1\ntargets = ["sandboy", "claude"]\n[write]\nallow = ["{granted}"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     files = {rel: (repo / rel).read_bytes() for rel in (".sandboy/agent.toml", "owen.policy.toml", ".claude/settings.json")}
     script = "; ".join(f"echo 'write = [\"{{home}}\"]' >> {rel}" for rel in files) + "; true"
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
     assert run.returncode == 0, run.stderr
     assert {rel: (repo / rel).read_bytes() for rel in files} == files, run.stderr

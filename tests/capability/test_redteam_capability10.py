@@ -6,19 +6,12 @@ the agent under the cage. Each probe runs the real CLI and looks at the host's b
 legitimate twin."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-SANDBOY = [sys.executable, "-P", "-m", "sandboy"]
-
-
-def _cli(args, cwd, home):
-    env = {**os.environ, "HOME": str(home)}
-    return subprocess.run([*SANDBOY, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+from policykit import sandboy_cli
 
 
 @pytest.fixture
@@ -46,13 +39,13 @@ def test_a_write_root_linked_to_the_policy_files_does_not_let_the_agent_loosen_i
     (repo / "src").symlink_to(target)  # a link that stays inside the repository (ADR 0026 lets it be)
     (repo / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["sandboy", "claude", "codex"]\n[write]\nallow = ["/src"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
-    explained = _cli(["policy", "explain", "--json", ".sandboy/agent.toml"], repo, home)
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    explained = sandboy_cli(["policy", "explain", "--json", ".sandboy/agent.toml"], repo, home)
     assert json.loads(explained.stdout)["targets"]["sandboy"]["writable"]["allowed"] is False
     kept = {rel: (repo / rel).read_bytes() for rel in
             (".sandboy/agent.toml", "owen.policy.toml", ".claude/settings.json", ".codex/config.toml")}
     script = "; ".join(f"echo 'write = [\"/\"]' >> {rel}" for rel in kept) + "; true"
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", script], repo, home)
     assert run.returncode == 0, run.stderr
     # host side: before the fix agent.toml and owen.policy.toml ended with the line
     assert {rel: (repo / rel).read_bytes() for rel in kept} == kept, run.stderr
@@ -64,8 +57,8 @@ def test_twin_a_write_root_linked_inside_still_writes_and_the_rest_of_the_reposi
     (repo / "src").symlink_to("real-src")
     (repo / "README").write_text("mine\n")
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
                 "echo fine > src/new.txt; echo OWNED > README; true"], repo, home)
     assert run.returncode == 0, run.stderr
     assert (repo / "real-src/new.txt").read_text() == "fine\n"
@@ -100,7 +93,7 @@ def test_a_settings_file_claude_code_could_not_read_is_refused_not_written(world
     (repo / ".claude/settings.json").write_text('{"model": "x", "cleanupPeriodDays": %s}' % value)
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
     for command in ("compile", "check"):
-        run = _cli(["policy", command], repo, home)
+        run = sandboy_cli(["policy", command], repo, home)
         assert run.returncode == 2, (command, run.stdout, run.stderr)
         assert "sandboy policy: .claude/settings.json: " in run.stderr and "Traceback" not in run.stderr
         assert "generated files match" not in run.stdout
@@ -116,13 +109,13 @@ def test_a_lone_surrogate_escape_is_written_back_as_an_escape_not_a_traceback(wo
     (repo / ".claude").mkdir()
     (repo / ".claude/settings.json").write_text('{"model": "a\\ud800b", "\\udc00": 1}')
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     written = repo / ".claude/settings.json"
     assert _claude_reads(written)
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert doc["model"] == "a\ud800b" and doc["\udc00"] == 1 and "Read(**/.env)" in doc["permissions"]["deny"]
-    assert _cli(["policy", "check"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "check"], repo, home).returncode == 0
 
 
 def test_twin_ordinary_numbers_and_text_are_merged_and_readable(world):
@@ -131,13 +124,13 @@ def test_twin_ordinary_numbers_and_text_are_merged_and_readable(world):
     (repo / ".claude/settings.json").write_text(
         '{"cleanupPeriodDays": 1e308, "n": 100000000000000000000000, "model": "caf\u00e9 \U0001F600", "f": -0.5}')
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 0 and "warning" not in run.stderr, run.stderr
     written = repo / ".claude/settings.json"
     assert _claude_reads(written)
     doc = json.loads(written.read_text(encoding="utf-8"))
     assert doc["cleanupPeriodDays"] == 1e308 and doc["n"] == 10 ** 23 and doc["model"] == "caf\u00e9 \U0001F600"
-    assert _cli(["policy", "check"], repo, home).stdout == "generated files match owen.policy.toml\n"
+    assert sandboy_cli(["policy", "check"], repo, home).stdout == "generated files match owen.policy.toml\n"
 
 
 # --- what a repository's own settings keep that widens, named --------------------------------
@@ -173,8 +166,8 @@ def test_settings_kept_from_the_repository_that_widen_the_agent_are_named(world,
     (repo / rel).write_text(content if isinstance(content, str) else json.dumps(content))
     (repo / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["claude", "codex"]\n[read]\ndeny = [".env"]\n')
-    compiled = _cli(["policy", "compile"], repo, home)
-    checked = _cli(["policy", "check"], repo, home)
+    compiled = sandboy_cli(["policy", "compile"], repo, home)
+    checked = sandboy_cli(["policy", "check"], repo, home)
     assert compiled.returncode == 0 and checked.returncode == 0, compiled.stderr + checked.stderr
     for run in (compiled, checked):
         for text in named:
@@ -193,9 +186,9 @@ def test_twin_settings_the_policy_itself_writes_or_that_narrow_give_no_warning(w
     (repo / ".codex/config.toml").write_text('model = "o3"\n')
     (repo / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["claude", "codex"]\n[read]\ndeny = [".env"]\n[network]\ndomains = ["pypi.org"]\n')
-    compiled = _cli(["policy", "compile"], repo, home)
+    compiled = sandboy_cli(["policy", "compile"], repo, home)
     assert compiled.returncode == 0 and "warning" not in compiled.stderr, compiled.stderr
-    assert _cli(["policy", "check"], repo, home).stdout == "generated files match owen.policy.toml\n"
+    assert sandboy_cli(["policy", "check"], repo, home).stdout == "generated files match owen.policy.toml\n"
 
 
 # --- command prefixes and what compile cannot write ------------------------------------------
@@ -207,7 +200,7 @@ def test_a_command_prefix_with_a_non_printable_character_is_refused(world, prefi
     repo, home = world
     (repo / "owen.policy.toml").write_text(
         f'version = 1\ntargets = ["claude"]\n[exec]\nallow = ["make test", {json.dumps(prefix)}]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 2 and "owen.policy.toml: exec.allow[1]: " in run.stderr, run.stderr
     assert not (repo / ".claude").exists()
 
@@ -216,7 +209,7 @@ def test_twin_a_prefix_spelled_with_other_blanks_is_the_same_words(world):
     repo, home = world
     (repo / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["claude"]\n[exec]\nallow = ["npm\\trun  test", "git\\u2028status"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     allow = json.loads((repo / ".claude/settings.json").read_text())["permissions"]["allow"]
     assert allow == ["Bash(npm run test:*)", "Bash(git status:*)"]
 
@@ -231,7 +224,7 @@ def test_what_the_repository_left_where_compile_writes_is_named_not_exit_74(worl
     else:
         (repo / ".claude").symlink_to("nowhere")
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "claude"]\n[read]\ndeny = [".env"]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 2, run.stderr
     named = ".cursorignore.sandboy-tmp: Is a directory" if plant == "dir-tmp" else "cannot write .claude: File exists"
     assert named in run.stderr and "Traceback" not in run.stderr
@@ -255,7 +248,7 @@ def test_a_question_mark_is_refused_because_the_targets_disagree_on_it(world, tm
     repo, home = world
     section, name = key.split(".")
     (repo / "owen.policy.toml").write_text(f'version = 1\n[{section}]\n{name} = ["a.pem", "?.env"]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 2 and f"owen.policy.toml: {key}[1]: '?.env': '?' is not accepted" in run.stderr, run.stderr
     assert not (repo / ".cursorignore").exists()
 
@@ -266,10 +259,10 @@ def test_twin_a_star_decides_the_same_for_git_the_policy_and_the_cage(world, tmp
     (repo / "\u00e9.env").write_text("secret\n")
     (repo / "a.txt").write_text("fine\n")
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy", "cursor"]\n[read]\ndeny = ["*.env"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
-    explained = json.loads(_cli(["policy", "explain", "--json", "\u00e9.env"], repo, home).stdout)["targets"]
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    explained = json.loads(sandboy_cli(["policy", "explain", "--json", "\u00e9.env"], repo, home).stdout)["targets"]
     assert explained["cursor"]["readable"]["allowed"] is False and explained["sandboy"]["readable"]["allowed"] is False
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "cat a.txt; cat \u00e9.env"], repo, home)
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "cat a.txt; cat \u00e9.env"], repo, home)
     assert run.stdout == "fine\n" and run.returncode != 0, run.stdout + run.stderr
 
 
@@ -294,19 +287,19 @@ def test_a_shipped_agent_policy_the_targets_leave_out_is_removed_and_check_fails
     repo, home = world
     (home / "notes.txt").write_text("mine\n")
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor"]\n[read]\ndeny = [".env"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0  # the repository's own, committed
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0  # the repository's own, committed
     (repo / ".sandboy/agent.toml").write_text(FAKE_AGENT)  # and this beside them (owned.json silent)
-    checked = _cli(["policy", "check"], repo, home)
+    checked = sandboy_cli(["policy", "check"], repo, home)
     assert checked.returncode == 1 and "a/.sandboy/agent.toml" in checked.stdout, checked.stdout + checked.stderr
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     assert not (repo / ".sandboy/agent.toml").exists()
-    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", f"echo OWNED > {home}/notes.txt"],
+    run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", f"echo OWNED > {home}/notes.txt"],
                repo, home)
     assert run.returncode == 2 and (home / "notes.txt").read_text() == "mine\n"  # host side
     # one without the marker is not removed (it says nothing about being generated), but named
     (repo / ".sandboy/agent.toml").write_text(FAKE_AGENT.split("\n", 2)[2])
     for command in ("compile", "check"):
-        named = _cli(["policy", command], repo, home)
+        named = sandboy_cli(["policy", command], repo, home)
         assert named.returncode == 0 and ".sandboy/agent.toml exists but is not generated" in named.stderr
     assert (repo / ".sandboy/agent.toml").exists()
 
@@ -314,15 +307,15 @@ def test_a_shipped_agent_policy_the_targets_leave_out_is_removed_and_check_fails
 def test_twin_a_generated_agent_policy_stays_and_a_dropped_target_still_goes(world):
     repo, home = world
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "sandboy"]\n[read]\ndeny = [".env"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
-    checked = _cli(["policy", "check"], repo, home)
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    checked = sandboy_cli(["policy", "check"], repo, home)
     assert checked.stdout == "generated files match owen.policy.toml\n" and checked.stderr == "", checked.stderr
     assert (repo / ".sandboy/agent.toml").exists() and (repo / ".cursorignore").exists()
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[read]\ndeny = [".env"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     assert (repo / ".sandboy/agent.toml").exists() and not (repo / ".cursorignore").exists()
     (repo / ".geminiignore").write_text("my own\n")  # a file of the operator's own: not ours, kept
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     assert (repo / ".geminiignore").read_text() == "my own\n"
 
 
@@ -334,7 +327,7 @@ def test_a_shared_agent_file_claiming_to_be_generated_for_an_unnamed_target_is_n
         'approval_policy = "never"\nsandbox_mode = "danger-full-access"\n')
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor"]\n[read]\ndeny = [".env"]\n')
     for command in ("compile", "check"):
-        run = _cli(["policy", command], repo, home)
+        run = sandboy_cli(["policy", command], repo, home)
         assert run.returncode == 0 and ".codex/config.toml says it is generated from owen.policy.toml, but its " \
             "target 'codex' is not in targets" in run.stderr, run.stderr
     assert "danger-full-access" in (repo / ".codex/config.toml").read_text()  # the user's file: kept
@@ -351,7 +344,7 @@ def test_a_codex_config_with_an_integer_beyond_64_bits_is_refused_not_written(wo
     (repo / ".codex/config.toml").write_text(text)
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["codex"]\n[read]\ndeny = [".env"]\n')
     for command in ("compile", "check"):
-        run = _cli(["policy", command], repo, home)
+        run = sandboy_cli(["policy", command], repo, home)
         assert run.returncode == 2 and ".codex/config.toml: tui.notifications[1]: an integer beyond 64 bits" \
             in run.stderr, run.stdout + run.stderr
     assert (repo / ".codex/config.toml").read_text() == text
@@ -362,7 +355,7 @@ def test_twin_64_bit_integers_at_the_edges_are_merged(world):
     (repo / ".codex").mkdir()
     (repo / ".codex/config.toml").write_text('a = 9223372036854775807\nb = -9223372036854775808\nc = true\n')
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["codex"]\n[read]\ndeny = [".env"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     import tomllib
 
     doc = tomllib.loads((repo / ".codex/config.toml").read_text())
@@ -376,14 +369,14 @@ def test_parentheses_in_a_path_are_escaped_in_claudes_rules_as_claude_stores_the
     repo, home = world
     (repo / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["claude"]\n[read]\ndeny = ["secret(1).txt"]\n[write]\nallow = ["/out(x)"]\n')
-    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     doc = json.loads((repo / ".claude/settings.json").read_text())
     assert "Read(**/secret\\(1\\).txt)" in doc["permissions"]["deny"]
     assert "Edit(./out\\(x\\))" in doc["permissions"]["allow"]
     # the sandbox settings are paths, not rules: as written
     assert "**/secret(1).txt" in doc["sandbox"]["filesystem"]["denyRead"]
     assert "./out(x)" in doc["sandbox"]["filesystem"]["allowWrite"]
-    explained = json.loads(_cli(["policy", "explain", "--json", "secret(1).txt"], repo, home).stdout)
+    explained = json.loads(sandboy_cli(["policy", "explain", "--json", "secret(1).txt"], repo, home).stdout)
     assert explained["targets"]["claude"]["readable"]["why"] == "Read(**/secret\\(1\\).txt) deny"
 
 
@@ -401,7 +394,7 @@ def test_an_owned_record_naming_files_outside_removes_nothing_and_stops_nothing(
     (repo / ".sandboy/owned.json").write_text(json.dumps({"files": [listed, ".cursorignore"]}))
     (repo / ".cursorignore").write_text(marker)  # listed, ours, its target dropped: removed as before
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["gemini"]\n[read]\ndeny = [".env"]\n')
-    run = _cli(["policy", "compile"], repo, home)
+    run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 0, run.stderr
     assert victim.read_text() == marker and not (repo / ".cursorignore").exists()
-    assert _cli(["policy", "check"], repo, home).returncode == 0
+    assert sandboy_cli(["policy", "check"], repo, home).returncode == 0
