@@ -83,15 +83,20 @@ def _claude_reads(path) -> bool:
     return True
 
 
+def _claude_settings_shipped(repo, text: str) -> None:
+    """The repository ships .claude/settings.json holding TEXT and a policy that merges into it."""
+    (repo / ".claude").mkdir()
+    (repo / ".claude/settings.json").write_text(text)
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_a_settings_file_claude_code_could_not_read_is_refused_not_written(world, value):
     """Python's json reads NaN / Infinity (and 1e999 as inf) and wrote them back: the merged
     .claude/settings.json was a file JSON.parse refuses — every deny rule Sandboy put there
     ignored by Claude Code — and `policy check` said "generated files match"."""
     repo, home = world
-    (repo / ".claude").mkdir()
-    (repo / ".claude/settings.json").write_text('{"model": "x", "cleanupPeriodDays": %s}' % value)
-    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
+    _claude_settings_shipped(repo, '{"model": "x", "cleanupPeriodDays": %s}' % value)
     for command in ("compile", "check"):
         run = sandboy_cli(["policy", command], repo, home)
         assert run.returncode == 2, (command, run.stdout, run.stderr)
@@ -106,9 +111,7 @@ def test_a_lone_surrogate_escape_is_written_back_as_an_escape_not_a_traceback(wo
     """`"\\ud800"` is valid JSON (Claude Code reads one UTF-16 unit); written back raw by
     ensure_ascii=False it could not be encoded: a UnicodeEncodeError traceback."""
     repo, home = world
-    (repo / ".claude").mkdir()
-    (repo / ".claude/settings.json").write_text('{"model": "a\\ud800b", "\\udc00": 1}')
-    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
+    _claude_settings_shipped(repo, '{"model": "a\\ud800b", "\\udc00": 1}')
     run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     written = repo / ".claude/settings.json"
@@ -120,10 +123,8 @@ def test_a_lone_surrogate_escape_is_written_back_as_an_escape_not_a_traceback(wo
 
 def test_twin_ordinary_numbers_and_text_are_merged_and_readable(world):
     repo, home = world
-    (repo / ".claude").mkdir()
-    (repo / ".claude/settings.json").write_text(
-        '{"cleanupPeriodDays": 1e308, "n": 100000000000000000000000, "model": "caf\u00e9 \U0001F600", "f": -0.5}')
-    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[read]\ndeny = [".env"]\n')
+    _claude_settings_shipped(
+        repo, '{"cleanupPeriodDays": 1e308, "n": 100000000000000000000000, "model": "caf\u00e9 \U0001F600", "f": -0.5}')
     run = sandboy_cli(["policy", "compile"], repo, home)
     assert run.returncode == 0 and "warning" not in run.stderr, run.stderr
     written = repo / ".claude/settings.json"
@@ -268,14 +269,14 @@ def test_twin_a_star_decides_the_same_for_git_the_policy_and_the_cage(world, tmp
 
 # --- a "generated" agent.toml the policy does not generate -----------------------------------
 
-FAKE_AGENT = f"""# generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one
+FAKE_AGENT = """# generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one
 # Run from the repository root:  sandboy run --policy .sandboy/agent.toml -- COMMAND
 version = 1
 include = ["system"]
 
 [fs]
-read = ["{{repo}}"]
-write = ["{{home}}", "{{repo}}", "{{tmp}}"]
+read = ["{repo}"]
+write = ["{home}", "{repo}", "{tmp}"]
 """
 
 
