@@ -43,6 +43,20 @@ def _tier_env(tier_on: bool) -> dict:
     return {"SANDBOY_NAMESPACES": "1" if tier_on else "0"}
 
 
+def _granted_home(tmp_path: Path, *makes: str) -> tuple[dict, Path, Path]:
+    """(env, home, policy): a home granted whole (`write = [home]`, HOME pointing there) under the
+    tier with the plan cache off, laid out by the shell commands MAKES run in it."""
+    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
+    home = tmp_path / "H"
+    home.mkdir()
+    for make in makes:
+        subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env.update(HOME=str(home))
+    return env, home, policy
+
+
 def _sandboy_run(policy: Path, script: str, env: dict, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", script],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
@@ -74,15 +88,8 @@ def test_a_start_up_file_hard_linked_elsewhere_in_the_write_root_is_not_changed_
     the inode is the same one `dotfiles/bashrc` names, inside the read-write root: `echo ... >>
     dotfiles/bashrc` rewrote the operator's start-up file, run rc 0. Host side: the operator's
     `.bashrc` still holds its bytes (or the run failed and put them back)."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    (home / "dotfiles").mkdir(parents=True)
-    (home / "dotfiles" / "bashrc").write_text("echo operator\n")
-    os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
-    (home / "dotfiles" / "vimrc").write_text("set nu\n")
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home), SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    env, home, policy = _granted_home(tmp_path, "mkdir dotfiles && echo 'echo operator' > dotfiles/bashrc && "
+                                                "ln dotfiles/bashrc .bashrc && echo 'set nu' > dotfiles/vimrc")
     run = _sandboy_run if how == "built" else _hit_run
     proc = run(policy, "echo 'echo PLANTED' >> dotfiles/bashrc; echo twin >> dotfiles/vimrc", env, home)
     bashrc = (home / ".bashrc").read_text() if (home / ".bashrc").exists() else ""
@@ -96,16 +103,8 @@ def test_a_start_up_file_hard_linked_elsewhere_in_the_write_root_is_not_changed_
 def test_twin_a_hard_linked_start_up_file_left_alone_and_other_links_written_pass(tmp_path):
     """The twin: the same home, the command writes every other file (a hard-linked one that is not
     a start-up file among them) and reads `.bashrc`: rc 0, nothing moved."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    (home / "dotfiles").mkdir(parents=True)
-    (home / "dotfiles" / "bashrc").write_text("echo operator\n")
-    os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
-    (home / "notes").write_text("a\n")
-    os.link(home / "notes", home / "dotfiles" / "notes")
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
+    env, home, policy = _granted_home(tmp_path, "mkdir dotfiles && echo 'echo operator' > dotfiles/bashrc && "
+                                                "ln dotfiles/bashrc .bashrc && echo a > notes && ln notes dotfiles/notes")
     proc = _sandboy_run(policy, "cat .bashrc && echo b >> dotfiles/notes && echo new > dotfiles/new", env, home)
     assert proc.returncode == 0 and proc.stdout == "echo operator\n", proc.stderr
     assert (home / "notes").read_text() == "a\nb\n" and (home / ".bashrc").read_text() == "echo operator\n"
@@ -197,14 +196,8 @@ def test_a_file_a_protected_directory_links_to_in_the_write_root_is_not_changed_
     to: `echo ... >> .ssh/config` itself went through the link, rc 0, and the operator's next
     `ssh` would run the ProxyCommand (fish its conf.d). Host side: what the host program reads
     through the protected directory holds no planted line."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    home.mkdir()
     make, attack, read_as = LINKED_LAYOUTS[layout]
-    subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
+    env, home, policy = _granted_home(tmp_path, make)
     proc = (_sandboy_run if how == "built" else _hit_run)(policy, attack, env, home)
     seen = home / read_as
     text = seen.read_text() if seen.exists() else ""
@@ -217,16 +210,9 @@ def test_a_file_a_protected_directory_links_to_in_the_write_root_is_not_changed_
 def test_twin_links_in_a_protected_directory_are_read_and_the_rest_of_the_dotfiles_written(tmp_path):
     """The twin: the same links read through, another file of `~/dotfiles` (linked from nowhere
     protected) written, a file made there: rc 0, nothing moved."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    home.mkdir()
-    for layout in ("ssh-config-link", "fish-file-written", "fish-conf.d-dir-link"):
-        make = LINKED_LAYOUTS[layout][0]
-        subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
+    env, home, policy = _granted_home(tmp_path, *(LINKED_LAYOUTS[layout][0] for layout in
+                                                  ("ssh-config-link", "fish-file-written", "fish-conf.d-dir-link")))
     (home / "dotfiles" / "README").write_text("mine\n")
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
     proc = _sandboy_run(policy, "cat .ssh/config .config/fish/config.fish .config/fish/conf.d/a.fish >/dev/null && "
                                 "echo more >> dotfiles/README && echo new > dotfiles/new", env, home)
     assert proc.returncode == 0, proc.stderr
@@ -238,13 +224,7 @@ def test_a_linked_start_up_file_loosened_through_its_link_is_put_back(tmp_path):
     """`chmod 0666 .config/fish/config.fish` goes through the link to `dotfiles/fish/config.fish`
     (and `chmod 0777 dotfiles/fish`, the directory holding it): bytes unchanged, but any local
     user could then write what the operator's next fish runs. Host side: the modes after the run."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    home.mkdir()
-    subprocess.run(["/bin/sh", "-c", LINKED_LAYOUTS["fish-file-written"][0]], cwd=home, check=True)
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
+    env, home, policy = _granted_home(tmp_path, LINKED_LAYOUTS["fish-file-written"][0])
     proc = _sandboy_run(policy, "chmod 0666 .config/fish/config.fish && chmod 0777 dotfiles/fish", env, home)
     modes = ((home / "dotfiles" / "fish" / "config.fish").stat().st_mode & 0o777,
              (home / "dotfiles" / "fish").stat().st_mode & 0o777)
@@ -430,14 +410,8 @@ def test_a_protected_directorys_link_made_to_lead_elsewhere_by_its_way_is_not_fo
     cannot be changed, but what lies on its way in the write root can — the command makes
     `evil/ssh/config` with a ProxyCommand and makes `dotfiles` lead there. Host side: what `ssh`
     would read through `~/.ssh/config` holds no planted line (the run 125)."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    home.mkdir()
     make, repoint = RETARGETS[layout]
-    subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
+    env, home, policy = _granted_home(tmp_path, make)
     proc = _sandboy_run(policy, "mkdir -p evil/ssh && echo '  ProxyCommand sh -c PLANTED' > evil/ssh/config && "
                                 f"{repoint} && cat .ssh/config", env, home)
     assert "PLANTED" in proc.stdout, proc.stderr  # (the attack worked inside the cage)
@@ -451,13 +425,7 @@ def test_thousands_of_files_made_in_a_linked_directory_fail_the_run_in_bounded_t
     """A linked `~/.config/fish/conf.d -> ../../dotfiles/conf.d` and a command making 5,000 files
     there: one finding for the directory (moved whole), not 5,000 moves; the run fails (125)
     within seconds, and nothing made there is left where fish looks."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    home.mkdir()
-    subprocess.run(["/bin/sh", "-c", LINKED_LAYOUTS["fish-conf.d-dir-link"][0]], cwd=home, check=True)
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
+    env, home, policy = _granted_home(tmp_path, LINKED_LAYOUTS["fish-conf.d-dir-link"][0])
     started = time.monotonic()
     proc = _sandboy_run(policy, "cd dotfiles/conf.d && i=0; while [ $i -lt 5000 ]; do : > f$i.fish; i=$((i+1)); done",
                         env, home)

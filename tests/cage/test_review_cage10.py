@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_redteam_cage10 import BASE, _env, _sandboy_run, _tier_env  # noqa: E402
+from test_redteam_cage10 import BASE, _env, _granted_home, _sandboy_run, _tier_env  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -22,15 +22,10 @@ def test_a_big_hard_linked_start_up_file_rewritten_with_its_mtime_set_back_is_fo
     file's owner sets back at will (`touch -r`). Rewritten in place through its other name, same
     size, mtime put back: passed rc 0, the operator's `.bashrc` carried the plant. The ctime, which
     no process sets back, must tell."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    (home / "dotfiles").mkdir(parents=True)
+    env, home, policy = _granted_home(tmp_path, "mkdir dotfiles")
     body = "# " + "x" * (2 << 20) + "\necho operator\n"
     (home / "dotfiles" / "bashrc").write_text(body)
     os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
     script = ("touch -r dotfiles/bashrc ref && printf 'echo PLANTED #' | dd of=dotfiles/bashrc conv=notrunc "
               "status=none && touch -r ref dotfiles/bashrc")
     proc = _sandboy_run(policy, script, env, home)
@@ -44,15 +39,9 @@ def test_a_big_hard_linked_start_up_file_rewritten_with_its_mtime_set_back_is_fo
 def test_twin_a_big_hard_linked_start_up_file_read_and_its_neighbours_written_pass(tmp_path):
     """The twin: the same big hard-linked `.bashrc` read (its atime may move), the other dotfiles
     written: rc 0, nothing moved."""
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    (home / "dotfiles").mkdir(parents=True)
+    env, home, policy = _granted_home(tmp_path, "mkdir dotfiles && echo 'set nu' > dotfiles/vimrc")
     (home / "dotfiles" / "bashrc").write_text("# " + "x" * (2 << 20) + "\necho operator\n")
     os.link(home / "dotfiles" / "bashrc", home / ".bashrc")
-    (home / "dotfiles" / "vimrc").write_text("set nu\n")
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
     proc = _sandboy_run(policy, "tail -n 1 dotfiles/bashrc && echo twin >> dotfiles/vimrc", env, home)
     assert proc.returncode == 0 and proc.stdout == "echo operator\n", proc.stderr
     assert (home / "dotfiles" / "vimrc").read_text() == "set nu\ntwin\n"
@@ -71,17 +60,8 @@ def test_many_stowed_links_in_one_protected_directory_leave_the_ssh_config_guard
     plugin manager's lua tree: a link and its file are two records) filled it before `.ssh` —
     later in the defaults — was looked at. `echo ProxyCommand >> ~/.ssh/config` through the
     operator's per-file link then passed rc 0 (with 3 links: 125). Host side: the ssh config."""
-    import subprocess
-
-    env = _env(tmp_path, **_tier_env(True), SANDBOY_PLAN_CACHE="0")
-    home = tmp_path / "H"
-    home.mkdir()
-    make = (STOWED_NVIM.format(count=count) + " && mkdir -p dotfiles/ssh .ssh && echo 'Host *' > dotfiles/ssh/config"
-            " && ln -s ../dotfiles/ssh/config .ssh/config")
-    subprocess.run(["/bin/sh", "-c", make], cwd=home, check=True)
-    policy = tmp_path / "p.toml"
-    policy.write_text(BASE.format(root=home))
-    env.update(HOME=str(home))
+    env, home, policy = _granted_home(tmp_path, STOWED_NVIM.format(count=count), "mkdir -p dotfiles/ssh .ssh && "
+                                      "echo 'Host *' > dotfiles/ssh/config && ln -s ../dotfiles/ssh/config .ssh/config")
     proc = _sandboy_run(policy, "echo '  ProxyCommand sh -c \"echo PLANTED\"' >> .ssh/config", env, home)
     seen = home / ".ssh" / "config"
     text = seen.read_text() if seen.exists() else ""
