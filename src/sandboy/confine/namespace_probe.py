@@ -38,14 +38,11 @@ def static_refusal():
 
 def remember_good() -> None:
     text = namespaces._note_text()  # written now, in this boot: the note's time says so
-    path = namespaces._note_path()
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(path + ".tmp", "wb") as fh:
-            fh.write(text)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass
+    # relative to a cache directory no other user chooses (`cache_files`: a `.tmp` opened by
+    # path followed a link planted where another user swapped the directory, session 11)
+    from sandboy.confine.cache_files import write_file
+
+    write_file(*os.path.split(namespaces._note_path()), text)
 
 
 def probe():

@@ -512,8 +512,10 @@ def _git_scope(cage, hooks):
 
 
 def store(pending) -> None:
-    """Write `_entry_for`'s entry (atomically: a reader sees the old entry, the new one or none).
-    A cache that cannot be written only costs speed."""
+    """Write `_entry_for`'s entry (atomically: a reader sees the old entry, the new one or none),
+    relative to its directory opened where no other user chooses it (`cache_files.write_file`: a
+    root run below another user's home wrote through a swapped symlink, session 11). A cache that
+    cannot be written only costs speed."""
     path, head, body = pending
     try:  # (FORMAT, key, code, fingerprint, the rest marshalled on its own: see `_applies`)
         data = marshal.dumps((*head, marshal.dumps(body)))
@@ -521,32 +523,7 @@ def store(pending) -> None:
         return
     if len(data) > MAX_ENTRY_BYTES:
         return
-    folder = os.path.dirname(path)
-    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        try:
-            fd = os.open(tmp, flags, 0o600)
-        except FileNotFoundError:  # the first entry: the directory made then (not asked every time)
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            fd = os.open(tmp, flags, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        # Not a rename over the old entry: ext4 then starts writing the new file's blocks at once
-        # (auto_da_alloc, ≈ 0.2 ms); removing it first costs ≈ 0.04 ms. Meanwhile a reader finds
-        # no entry (a miss); a writer racing us renames over ours (whole files either way).
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        os.rename(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    from sandboy.confine.cache_files import write_file  # (the "plan pieces" group: a build read it)
 
+    folder, name = os.path.split(path)
+    write_file(folder, name, data)

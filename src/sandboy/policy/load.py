@@ -399,16 +399,15 @@ def _cache_put(path: str, raw: bytes, data: dict) -> None:
 
     if len(raw) > MAX_CACHED_BYTES:
         return
-    cpath = _cache_path(path)
     try:
-        os.makedirs(os.path.dirname(cpath), mode=0o700, exist_ok=True)
-        tmp = f"{cpath}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps((_CACHE_FORMAT, raw, data)))
-        os.replace(tmp, cpath)
-    except (OSError, ValueError):
-        pass  # a cache that cannot be written only costs speed
+        blob = marshal.dumps((_CACHE_FORMAT, raw, data))
+    except ValueError:
+        return  # a cache that cannot be written only costs speed
+    # relative to a directory no other user chooses (a temporary file opened by path, O_TRUNC,
+    # followed a link planted in a cache directory another user swapped in: session 11)
+    from sandboy.confine.cache_files import write_file
+
+    write_file(*os.path.split(_cache_path(path)), blob)
 
 
 def parse_cached(path: str, raw: bytes, check) -> dict:
