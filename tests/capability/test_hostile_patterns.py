@@ -79,10 +79,12 @@ def test_twin_a_file_named_beyond_the_bmp_compiles_to_a_readable_agent_policy(tm
 
 def test_a_write_root_the_checkout_ships_as_a_symlink_out_is_not_granted(world):
     repo, home = world
-    (repo / "src").rmdir()
-    (repo / "src").symlink_to(home / "work")  # committed with the repository
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
+    # compiled while src was a directory (since session 11 compile itself refuses a write root the
+    # checkout links out: test_redteam_capability11.py); the link comes with a later pull
     assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    (repo / "src").rmdir()
+    (repo / "src").symlink_to(home / "work")
     # agent.toml says `{repo}/src`: "src in the repository", refused when a link leads it out
     run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"],
                repo, home)

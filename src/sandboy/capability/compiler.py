@@ -96,9 +96,46 @@ def _ours(text) -> bool:
     return text is not None and MARKER in "\n".join(text.splitlines()[:2])
 
 
+# The targets whose files grant writes (Claude's allowWrite/Edit(), Codex's "write" entries, the
+# cage's write roots); an ignore file says nothing about writing.
+GRANTING_TARGETS = ("claude", "codex", "sandboy")
+
+
+def refuse_write_roots_leading_out(policy, root: str) -> None:
+    """PolicyError (exit 2) for a write.allow pattern whose literal part (the segments before the
+    first `*`) the checkout leads out of the repository through a symlink. `write.allow = ["/src"]`
+    with a committed `src -> ~/work` was written as `"./src"` into Claude Code's allowWrite and as
+    `"src" = "write"` into the Codex profile — their sandboxes resolve the link: the operator's
+    ~/work — while `explain src/x` said "inside a write root" and the cage refuses that root at
+    launch (ADR 0026). A repository path stays inside the repository, for every target (session
+    11). An unanchored pattern (`build/`, at any depth) has no literal part to look up: not checked."""
+    from sandboy.repository_files import OutsideRepository, resolve_inside
+
+    if not any(name in GRANTING_TARGETS for name in policy.targets):
+        return
+    for i, pattern in enumerate(policy.write_allow):
+        if not pattern.anchored:
+            continue
+        literal = []
+        for segment in pattern.body.split("/"):
+            if "*" in segment:
+                break
+            literal.append(segment)
+        if not literal:
+            continue
+        try:
+            resolve_inside(root, "/".join(literal), policy.source, f"write.allow[{i}]")
+        except OutsideRepository as exc:
+            raise PolicyError(policy.source, f"write.allow[{i}]", f"{pattern.text!r}: the checkout's symlink "
+                              f"{exc.link!r} leads outside the repository: the agents' sandboxes would grant "
+                              "writing where it points, and the cage refuses it; write the path inside the "
+                              "repository, or remove the link") from None
+
+
 def render(policy, root: str, warnings=None) -> dict:
     """{relative path: wanted text, REMOVE, or None (not written, not there)} for every target.
     What a target found that weakens it on the user's side is appended to `warnings`."""
+    refuse_write_roots_leading_out(policy, root)
     ctx = Context(root)
     ctx.warnings = warnings if warnings is not None else []
     files, retracted = {}, set()
