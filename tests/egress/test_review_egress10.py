@@ -13,6 +13,7 @@ import time
 import pytest
 
 from dnskit import NameServer, alive
+from prockit import mentioning
 from test_lookup_helper import FETCH, _finish, _gate, _wait_gone, _watch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
@@ -50,20 +51,6 @@ def _holders(links: set) -> set:
     return found
 
 
-def _step_two_pids(marker: str) -> list:
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    out.append(int(name))
-        except OSError:
-            continue
-    return out
-
-
 def test_a_step_cannot_reach_the_helper_kept_for_the_next(tmp_path, origin):
     from sandboy.confine import namespaces
 
@@ -82,14 +69,14 @@ def test_a_step_cannot_reach_the_helper_kept_for_the_next(tmp_path, origin):
         steps = [("s0", FETCH.format(name="n0.fast.test", port=origin.port)), ("s1", hunt),
                  ("s2", FETCH.format(name="n1.fast.test", port=origin.port))]
         proc = _gate(tmp_path, server, steps, origin.port)
-        seen = _watch(proc, until=lambda seen: seen and _step_two_pids(MARK))
+        seen = _watch(proc, until=lambda seen: seen and mentioning(MARK))
         assert seen, "no helper started"
         helper = seen[0]
         links = _pipe_inodes(helper)
         deadline = time.monotonic() + 10
-        while not _step_two_pids(MARK) and time.monotonic() < deadline:
+        while not mentioning(MARK) and time.monotonic() < deadline:
             time.sleep(0.05)
-        step_two = _step_two_pids(MARK)
+        step_two = mentioning(MARK)
         if not step_two:
             proc.kill()
             raise AssertionError(("step two never ran", *_finish(proc)))
