@@ -26,6 +26,9 @@ def tree(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    # the system config: a file of the test's (never the host's /etc/gitconfig), empty at first
+    monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(tmp_path / "system.gitconfig"))
+    monkeypatch.delenv("GIT_CONFIG_NOSYSTEM", raising=False)
     root, other = tmp_path / "root", tmp_path / "other"
     root.mkdir()
     other.mkdir()
@@ -102,6 +105,9 @@ CHANGES = {
     "the global config names hooks in the root": (
         True, lambda r, o, h: (r / "githooks").mkdir(),
         lambda r, o, h: (h / ".gitconfig").write_text(f"[core]\n\thooksPath = {r}/githooks\n"), True),
+    "the system config names hooks in the root": (
+        True, lambda r, o, h: (r / "githooks").mkdir(),
+        lambda r, o, h: (h.parent / "system.gitconfig").write_text("[core]\n\thooksPath = githooks\n"), True),
     "pre-commit installed": (
         True, lambda r, o, h: (r / ".pre-commit-config.yaml").write_text("repos: []\n"),
         lambda r, o, h: (r / ".git" / "hooks" / "pre-commit").write_text(_pre_commit_stub()), True),
@@ -253,6 +259,24 @@ def test_another_home_or_config_home_resolves_anew(tree, tmp_path, monkeypatch):
     (elsewhere / "git" / "config").write_text(f"[core]\n\thooksPath = {root}/githooks\n")
     fingerprint, args = _recorded([root, other])
     monkeypatch.setenv("XDG_CONFIG_HOME", str(elsewhere))
+    assert not _same_as_a_rebuild(fingerprint, args)
+
+
+@pytest.mark.parametrize("variable", ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"])
+def test_another_git_config_variable_resolves_anew(tree, tmp_path, monkeypatch, variable):
+    """git's variables choose which global and system configs it reads (session 11): a caller
+    changing one between runs (the API) gets its reuse check resolved anew — a config naming
+    hooks in the root is read (protected) or, with GIT_CONFIG_NOSYSTEM, no longer read."""
+    root, other, home = tree
+    _git_repo(root)
+    (root / "githooks").mkdir()
+    naming = tmp_path / "naming.gitconfig"
+    naming.write_text("[core]\n\thooksPath = githooks\n")
+    if variable == "GIT_CONFIG_NOSYSTEM":
+        monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(naming))
+    fingerprint, args = _recorded([root, other])
+    assert (f"{os.path.realpath(root)}/githooks" in fingerprint._protected[0]) == (variable == "GIT_CONFIG_NOSYSTEM")
+    monkeypatch.setenv(variable, "1" if variable == "GIT_CONFIG_NOSYSTEM" else str(naming))
     assert not _same_as_a_rebuild(fingerprint, args)
 
 

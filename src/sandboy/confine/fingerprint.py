@@ -44,10 +44,12 @@ def _identity(st) -> tuple:
 
 def _environment() -> tuple:
     """What the protected paths read from the environment, kept with the stats: PATH (the PATH
-    directories: confine.path_dirs), HOME and XDG_CONFIG_HOME (where the operator's global git
-    configs are: protected.hooks_paths, launch_reads). Another value resolves anew."""
+    directories: confine.path_dirs), HOME, XDG_CONFIG_HOME and git's GIT_CONFIG_GLOBAL,
+    GIT_CONFIG_SYSTEM and GIT_CONFIG_NOSYSTEM (which global and system git configs are read:
+    protected.hooks_paths, launch_reads). Another value resolves anew."""
     env = os.environ
-    return env.get("PATH"), env.get("HOME"), env.get("XDG_CONFIG_HOME")
+    return (env.get("PATH"), env.get("HOME"), env.get("XDG_CONFIG_HOME"), env.get("GIT_CONFIG_GLOBAL"),
+            env.get("GIT_CONFIG_SYSTEM"), env.get("GIT_CONFIG_NOSYSTEM"))
 
 
 def _stats(paths, look) -> tuple:

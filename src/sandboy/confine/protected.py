@@ -136,21 +136,31 @@ def included_configs(root: str) -> list[str]:
 
 def hooks_paths(root: str) -> list[str]:
     """Directories git would run hooks from for a repository at `root`, other than
-    `.git/hooks`: `core.hooksPath` in its `.git/config` or the operator's global config (husky
-    and similar tools point it into the worktree, e.g. `.husky/_`, where a write root reaches
-    it: a planted `pre-commit` there ran on the operator's next commit). Relative values are
+    `.git/hooks`: `core.hooksPath` in its `.git/config` or a config git reads in every
+    repository — the operator's global ones and the system's (`gitcheck.global_configs`: the
+    after-run check's list; husky and similar tools point it into the worktree, e.g. `.husky/_`,
+    where a write root reaches it: a planted `pre-commit` there ran on the operator's next
+    commit; the system config's was left writable until session 11). Relative values are
     relative to the worktree's top, `~/` is the operator's home."""
     git_dir = os.path.join(root, ".git")
     if not os.path.isdir(git_dir):
         return []
     home = os.path.expanduser("~")
     found = []
-    for config in (os.path.join(git_dir, "config"), os.path.join(home, ".gitconfig"),
-                   os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")):
+    for config in (os.path.join(git_dir, "config"), *_operator_configs(home)):
         value = _config_hooks_path(config)
         if value:
             found.append(hooks_directory(value, root, home))
     return found
+
+
+def _operator_configs(home: str) -> list:
+    """The config files git reads in every repository besides the repository's own: the one
+    list, the after-run check's (`gitcheck.global_configs`; imported here only where a write
+    root holds a repository, which the git check then imports anyway)."""
+    from sandboy.confine.gitcheck import global_configs
+
+    return global_configs(home)
 
 
 def hooks_directory(value: str, top, home: str):
@@ -474,10 +484,9 @@ def launch_reads(write_roots, explicit, defaults: bool):
         looked_up += [git_dir, f"{git_dir}/HEAD", f"{git_dir}/config", f"{git_dir}/hooks"]
         if hooks_paths(root) or included_configs(root):
             return None
-        # hooks_paths read the operator's global configs too: their bytes, wherever they lead
-        home = os.path.expanduser("~")
-        read += [os.path.join(home, ".gitconfig"),
-                 os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")]
+        # hooks_paths read the operator's global and the system's configs too: their bytes,
+        # wherever they lead (which files those are: the environment, `fingerprint._environment`)
+        read += _operator_configs(os.path.expanduser("~"))
         hooks = f"{git_dir}/hooks"
         try:
             names = sorted(set(os.listdir(hooks)).intersection(GIT_HOOK_NAMES))
