@@ -33,10 +33,12 @@ them): the set-up steps the others need (the id maps, each /dev node's mount poi
 mount the same is removed again with the steps that cannot work without it ("whole ..."):
 without its PID namespace the battery reads host processes' command lines, without its mount
 namespace it chmods a file outside the write roots, without the minimal /dev it sees the host's
-devices and a host file in /dev/shm; the user namespace as a whole is the one equivalent mutant,
-as root only (EQUIVALENT_AS_ROOT says why).
+devices and a host file in /dev/shm; without its user namespace (as root) the command's
+inotify and fanotify objects have no bounds of the cage's own (`user limits`: the session-11
+bounds live in that namespace's /proc/sys/user). No equivalent mutant is left (EQUIVALENT_AS_ROOT
+was the user namespace as a whole, as root, until those bounds).
 
-Budget: 97 mutants here (5 clone flags, 3 flags and /dev's mount as a whole, 73 steps, the
+Budget: 105 mutants here (5 clone flags, 3 flags and /dev's mount as a whole, 81 steps, the
 init, 5 rules, 4 size options, 5 mounts' flags), one battery run each (the /dev and --tty runs only for what the
 battery does not kill):
 3-5 s per identity on this 2-core machine when quiet (9-10 s for the module with its set-up),
@@ -76,21 +78,22 @@ FLAGS = {"CLONE_NEWUSER": 0x10000000, "CLONE_NEWNS": 0x00020000, "CLONE_NEWIPC":
 # is removed again together with the steps that cannot work without it (chosen here by hand, by
 # what each step does); the cage then starts, and the battery's attacks must show it: host
 # processes' command lines (PID), a chmod outside the write roots (mount), the host's devices and
-# a host file in /dev/shm (/dev). The user namespace as a whole is equivalent as root
-# (EQUIVALENT_AS_ROOT) and a refused clone as any other user.
+# a host file in /dev/shm (/dev). The user namespace as a whole: the battery's `user limits` as
+# root (its bounds on the uid's inotify/fanotify objects), a refused clone as any other user.
 ID_MAP_STEPS = re.compile(r"(open|write|close) (uid_map|gid_map|setgroups)$")
+# The user namespace's own bounds (its /proc/sys/user): without the namespace they would be
+# written to the HOST's (as root: machine-wide), so "whole CLONE_NEWUSER" takes them out with it.
+USER_LIMIT_STEPS = re.compile(r"(open|write|close) user\.max_")
 WHOLE = {"CLONE_NEWPID": (0x20000000, lambda label: label == "mount /proc"),
          "CLONE_NEWNS": (0x00020000, lambda label: not ID_MAP_STEPS.match(label)),
-         "CLONE_NEWUSER": (0x10000000, lambda label: bool(ID_MAP_STEPS.match(label))),
+         "CLONE_NEWUSER": (0x10000000, lambda label: bool(ID_MAP_STEPS.match(label) or USER_LIMIT_STEPS.match(label))),
          # not a flag: the minimal /dev as a whole (its mount, and every step that builds in it)
          "mount /dev": (0, lambda label: "/dev" in label)}
 # Survivors no check can tell apart from the intact tier, with the reason (checked: exactly these).
-EQUIVALENT_AS_ROOT = {
-    "whole CLONE_NEWUSER": "as root, without a user namespace the cage's mounts are not locked (MNT_LOCKED), "
-                           "but the command holds no capability (bounding set emptied, capset) and seccomp "
-                           "refuses mount, umount2, move_mount, mount_setattr and the rest: it cannot undo them. "
-                           "As an ordinary user the user namespace is what grants the mounts at all.",
-}
+# (as root, the user namespace as a whole was one until session 11: without it the mounts are not
+# locked, but nothing in the cage can undo them — the command holds no capability and seccomp refuses
+# the mount calls. Its own inotify/fanotify bounds now tell it apart: `user limits`.)
+EQUIVALENT_AS_ROOT: dict = {}
 SIZE_OPTION = re.compile(rb",?(size|max)=[^,\0]*")
 MOUNT_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
 SYS_MOUNT = 165

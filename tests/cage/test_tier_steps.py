@@ -153,6 +153,11 @@ def _():
     libc = ctypes.CDLL(None, use_errno=True)
     return "ok" if libc.shmget(int(key, 16), 0, 0) >= 0 else errno.errorcode[ctypes.get_errno()]
 
+# the user namespace's own bounds on the uid's inotify/fanotify objects (charged to the host uid
+# too: without them the command took the uid's whole 128 instances; redcage11)
+fact("user limits")(lambda: [int(open(f"/proc/sys/user/max_{name}").read())
+                             for name in ("inotify_instances", "inotify_watches", "fanotify_groups", "fanotify_marks")])
+
 fact("interfaces")(lambda: [line.split(":")[0].strip() for line in open("/proc/self/net/dev").readlines()[2:]])
 
 # {tmp}: empty at start, writable
@@ -282,6 +287,7 @@ class Bench:
             "pids": True,
             "marker seen": False,
             "sysv": "ENOENT",
+            "user limits": [16, 16384, 16, 16384],
             "interfaces": ["lo"],
             "tmp": [[], "ok"],
             "protected": ["EROFS", "EROFS", "EROFS"],

@@ -301,7 +301,8 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
                         "symlinks followed, when a run starts: a directory on the way swapped for a symlink "
                         "since the cage was built (by a process running meanwhile, or between runs of a "
                         "prebuilt cage) attaches the link's target read-write instead")
-    steps = plan_user_map(os.geteuid(), os.getegid()) + plan_mounts(roots, tmp, tty, protected, memory, exact, denied)
+    steps = (plan_user_map(os.geteuid(), os.getegid()) + plan_user_limits()
+             + plan_mounts(roots, tmp, tty, protected, memory, exact, denied))
     rules = []  # (path, rights, required, is_dir)
     for path, names in TIER_RULES:
         if tty and path == "/dev/pts":
@@ -643,6 +644,34 @@ def plan_user_map(uid: int, gid: int) -> list:
             (f"open {name}", (SYS_OPENAT, step_flags(save=1), AT_FDCWD, path, O_WRONLY | O_CLOEXEC)),
             (f"write {name}", (SYS_WRITE, 0, (1,), text, len(text))),
             (f"close {name}", (SYS_CLOSE, 0, (1,))),
+        ]
+    return steps
+
+
+# The uid's kernel objects no rlimit bounds, counted per uid and charged to the parent user
+# namespace's uid too: a command opening inotify instances until EMFILE held the uid's whole
+# `user.max_inotify_instances` (128) while it ran, and every other program of that uid got EMFILE
+# (as root: every root process of the machine; redcage11). The cage's user namespace gets bounds
+# of its own — a fraction of the kernel's defaults (128 instances and groups; watches and marks
+# scale with memory, 192,536 and 205,039 here) — so the command takes at most that much of the
+# uid's; the host's own bounds still apply on top. Written through the host's /proc/sys/user,
+# which answers for the writer's user namespace, while the init still holds its capabilities
+# there (CAP_SYS_RESOURCE in it). Optional steps, like the pending-signals cap: a /proc/sys
+# mounted read-only (a container) leaves the kernel's bounds, as without the tier.
+USER_LIMITS = {"max_inotify_instances": 16, "max_inotify_watches": 16384,
+               "max_fanotify_groups": 16, "max_fanotify_marks": 16384}
+
+
+def plan_user_limits() -> list:
+    """Bound the cage's user namespace's inotify and fanotify objects (`USER_LIMITS`)."""
+    steps = []
+    for name, value in USER_LIMITS.items():
+        text = b"%d\n" % value
+        steps += [
+            (f"open user.{name}", (SYS_OPENAT, step_flags(True, save=1), AT_FDCWD, _path(f"/proc/sys/user/{name}"),
+                                   O_WRONLY | O_CLOEXEC)),
+            (f"write user.{name}", (SYS_WRITE, step_flags(True), (1,), text, len(text))),
+            (f"close user.{name}", (SYS_CLOSE, step_flags(True), (1,))),
         ]
     return steps
 
