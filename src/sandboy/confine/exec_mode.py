@@ -146,25 +146,37 @@ def exec_confined(argv, cage, on_applied=None, hooks=()):
 def _wait_in_namespace(argv, cage, on_applied):
     """Exec mode under the namespace tier: start the init, wait for it in C. The command's exit
     status is passed through, and its death by a signal repeated on this process."""
+    status, report, first = start_and_wait(argv, cage)
+    return _ended_in_namespace(status, report, first, argv, cage, on_applied)
+
+
+def _ended_in_namespace(status, report, first, argv, cage, on_applied, message=""):
+    """The exit status of an exec-mode run under the tier once its init has ended
+    (`_wait_in_namespace`, `_check_in_namespace`): a start that failed is said (before close:
+    the message names a plan step) or, where the cage was not applied, raised; `message`, the
+    git check's finding, refuses the run as planted."""
     from sandboy.confine import _libc
 
-    status, report, first = start_and_wait(argv, cage)
     failed, reported = _libc.read_child_report(report)
-    if failed is not None:  # the start failed: say why (before close: the message names a plan step)
-        from sandboy.confine.result import CAGE_ERROR, from_child
-
-        result = from_child(status, report, argv, cage, first=first)
+    if failed is None and not message:
         cage.close()
-        if result.outcome == CAGE_ERROR:
-            raise CageError(result.error)
         if on_applied is not None:
             on_applied()
-        _say(result.error)
-        return result.returncode
+        return exit_like(status if reported is None else reported)
+    from sandboy.confine.result import CAGE_ERROR, PLANTED, from_child
+
+    result = from_child(status, report, argv, cage, first=first)
+    refused = result.outcome == CAGE_ERROR  # the cage was not applied: nothing ran
+    if message:
+        result.refuse(message, PLANTED)
     cage.close()
+    if refused:
+        raise CageError(result.error)
     if on_applied is not None:
-        on_applied()
-    return exit_like(status if reported is None else reported)
+        on_applied(result if result.outcome == PLANTED else None)
+    if result.error:
+        _say(result.error)
+    return result.returncode
 
 
 def die_with_the_supervisor() -> tuple:
@@ -224,8 +236,6 @@ def _check_in_namespace(argv, cage, on_applied, check):
     that fails to run fails the run), without what only a supervisor of a longer run needs (the
     subreaper, a spare fd, a pidfd, the SIGCHLD check `cli.finish` made moot) nor its modules
     (the "supervised" bundle group): every write-root build and first run (session 10)."""
-    from sandboy.confine import _libc
-
     try:
         check.start(None)  # the snapshot, just before the start; CageError: refused (the walk's bound)
     except CageError:
@@ -242,27 +252,7 @@ def _check_in_namespace(argv, cage, on_applied, check):
         message = after_run(check.snap)
     except Exception as exc:  # a check that could not run did not pass (HookChain.stop)
         message = f"{check.name}: {exc}"
-    failed, reported = _libc.read_child_report(report)
-    result = None
-    if failed is not None or message:
-        from sandboy.confine.result import CAGE_ERROR, PLANTED, from_child
-
-        result = from_child(status, report, argv, cage, first=first)
-        refused = result.outcome == CAGE_ERROR  # the cage was not applied: nothing ran
-        if message:
-            result.refuse(message, PLANTED)
-        cage.close()
-        if refused:
-            raise CageError(result.error)
-        if on_applied is not None:
-            on_applied(result if result.outcome == PLANTED else None)
-        if result.error:
-            _say(result.error)
-        return result.returncode
-    cage.close()
-    if on_applied is not None:
-        on_applied()
-    return exit_like(status if reported is None else reported)
+    return _ended_in_namespace(status, report, first, argv, cage, on_applied, message)
 
 
 def _supervise_in_namespace(argv, cage, on_applied, hooks):
