@@ -195,3 +195,159 @@ def test_as_an_ordinary_user_their_dangling_ssh_link_takes_no_planted_config():
         assert "PLANTED" not in _what_ssh_reads(home), proc.stderr
         assert proc.returncode == 125, proc.stderr
         assert (home / "dotfiles" / "notes").read_text() == "n\ntwin\n"
+
+
+# --- past the scan's bound: refused, not run half-checked ----------------------------------
+
+
+def _crowded_fish(home: Path, subdirs: int, files: int) -> None:
+    """`~/.config/fish` (protected) of `subdirs` directories of `files` files each, and the
+    operator's stowed `functions/x.fish -> ../../../dotfiles/x.fish` among them."""
+    fish = home / ".config" / "fish"
+    for d in range(subdirs):
+        (fish / f"c{d:02d}").mkdir(parents=True)
+        for f in range(files):
+            (fish / f"c{d:02d}" / f"f{f}.fish").write_text("")
+    (fish / "functions").mkdir()
+    (home / "dotfiles").mkdir()
+    (home / "dotfiles" / "x.fish").write_text("function x; end\n")
+    os.symlink("../../../dotfiles/x.fish", fish / "functions" / "x.fish")
+
+
+@TIERS
+def test_a_start_up_directory_past_the_scan_bound_is_refused_before_the_command_runs(tmp_path, tier_on):
+    """A protected `~/.config/fish` holding 2,100 entries (30 directories of 70) and a stowed
+    function link among them. The scan looked at 256 entries of it and nothing past them: a
+    write through a link it did not reach passed rc 0 (the bound failed open, session 10's
+    documented gap). Now a start-up path holding more than the bound refuses the run before it
+    starts (125), naming the path, the bound and the keys. Host side: the command never ran (its
+    marker absent), the function file holds its bytes."""
+    home = tmp_path / "H"
+    home.mkdir()
+    _crowded_fish(home, 30, 70)
+    proc = _run(tmp_path, home, "touch ran; echo 'echo PLANTED' >> dotfiles/x.fish", tier_on)
+    assert proc.returncode == 125, proc.stderr
+    assert not (home / "ran").exists(), "the command ran"
+    assert (home / "dotfiles" / "x.fish").read_text() == "function x; end\n"
+    assert f"{home}/.config/fish (protected) holds more than {loosened.MAX_LINKED_SCAN:,} entries" in proc.stderr
+    assert "fs.protect_defaults = false" in proc.stderr
+
+
+@TIERS
+def test_twin_under_the_bound_the_same_home_runs_and_the_link_is_checked(tmp_path, tier_on):
+    """The twin: the same home with 1,800 entries (30 of 60) runs: a legitimate command rc 0;
+    the same write through the link is found after the run (125, the launch bytes put back)."""
+    home = tmp_path / "H"
+    home.mkdir()
+    _crowded_fish(home, 30, 60)
+    proc = _run(tmp_path, home, "echo ok > dotfiles/notes", tier_on)
+    assert proc.returncode == 0, proc.stderr
+    proc = _run(tmp_path, home, "echo 'echo PLANTED' >> dotfiles/x.fish", tier_on)
+    assert proc.returncode == 125, proc.stderr
+    assert (home / ".config" / "fish" / "functions" / "x.fish").read_text() == "function x; end\n"
+
+
+def test_an_installations_code_past_the_bound_is_looked_at_best_effort_and_runs():
+    """In process: an installation's code (`installed`: a version manager's root bound whole,
+    thousands of files) past PER_PATH_SCAN is not a refusal — best-effort, said in ADR 0013 —
+    while the same directory as a start-up path is."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as base:
+        root = os.path.join(base, "pyenv")
+        os.makedirs(os.path.join(root, "lib"))
+        for i in range(loosened.PER_PATH_SCAN + 50):
+            open(os.path.join(root, "lib", f"m{i}.py"), "w").close()
+        as_install = loosened.ModeGuard([], (root,), (base,), installed=(root,))
+        assert as_install.cut is None
+        for i in range(loosened.MAX_LINKED_SCAN):
+            open(os.path.join(root, f"n{i}"), "w").close()
+        as_start_up = loosened.ModeGuard([], (root,), (base,))
+        assert as_start_up.cut == (root, base)
+
+
+# --- fs.protect_defaults = false: the policy's own fs.protect entries are still checked -----
+
+FISH_LINKED = ("mkdir -p dotfiles/fish .config/fish && echo 'set x 1' > dotfiles/fish/config.fish && "
+               "ln -s ../../dotfiles/fish/config.fish .config/fish/config.fish")
+
+
+def _run_defaults_off(tmp_path: Path, home: Path, script: str, tier_on: bool, protect: bool):
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home).replace(
+        "write = ", "protect_defaults = false\n" + (f'protect = ["{home}/.config/fish"]\n' if protect else "")
+        + "write = "))
+    return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", script],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_env(tmp_path, tier_on, home),
+                          cwd=home, timeout=120)
+
+
+@TIERS
+@pytest.mark.parametrize("how", ["written", "loosened"])
+def test_with_the_defaults_off_an_explicitly_protected_directorys_link_is_still_checked(tmp_path, tier_on, how):
+    """`fs.protect_defaults = false` and `fs.protect = ["~/.config/fish"]`, its `config.fish` a
+    stow link into `~/dotfiles`. With the defaults off no check ran at all: the protected file
+    was written through its link (`written`), or made writable by every user through it
+    (`loosened`: `chmod 0666`), rc 0. `fs.protect` promises "never writable", so its entries
+    keep the link and mode checks (the git check stays off). Host side: bytes and mode."""
+    home = tmp_path / "H"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", FISH_LINKED], cwd=home, check=True)
+    time.sleep(0.15)
+    attack = "echo 'echo PLANTED' >> dotfiles/fish/config.fish" if how == "written" else "chmod 0666 dotfiles/fish/config.fish"
+    proc = _run_defaults_off(tmp_path, home, attack, tier_on, protect=True)
+    target = home / "dotfiles" / "fish" / "config.fish"
+    assert target.read_text() == "set x 1\n", proc.stderr
+    assert target.stat().st_mode & 0o777 == 0o644, oct(target.stat().st_mode)
+    assert proc.returncode == 125, proc.stderr
+
+
+@TIERS
+def test_twin_with_the_defaults_off_and_nothing_protected_no_check_runs(tmp_path, tier_on):
+    """The twins: the same layout with the defaults off — and the directory protected, a
+    legitimate write elsewhere in `~/dotfiles` and a `.git/config` edit (no git check: opted
+    out) run rc 0; and with nothing in `fs.protect`, the write through the link goes through
+    (the opt-out the key promises)."""
+    home = tmp_path / "H"
+    home.mkdir()
+    subprocess.run(["/bin/sh", "-c", FISH_LINKED + " && mkdir -p .git && echo '[core]' > .git/config"], cwd=home,
+                   check=True)
+    proc = _run_defaults_off(tmp_path, home, "echo n > dotfiles/notes && echo '  fsmonitor = x' >> .git/config",
+                             tier_on, protect=True)
+    assert proc.returncode == 0, proc.stderr
+    proc = _run_defaults_off(tmp_path, home, "echo 'echo mine' >> dotfiles/fish/config.fish", tier_on, protect=False)
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "dotfiles" / "fish" / "config.fish").read_text() == "set x 1\necho mine\n"
+
+
+def test_as_an_ordinary_user_a_crowded_start_up_directory_is_refused_and_an_explicit_protect_checked():
+    """As uid 65534: their home's protected `~/.config/fish` past the bound refuses the run
+    (125, the command never ran); with the defaults off and `fs.protect` naming it, under the
+    bound, a write through its stow link fails the run and the bytes are put back."""
+    userkit.skip_unless_nobody_can_run()
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    package = Path(namespaces.__file__).resolve().parents[2]  # src/
+    with userkit.world_readable_tmp("sandboy-links11-") as base:
+        crowded, linked = base / "crowded", base / "linked"
+        crowded.mkdir()
+        _crowded_fish(crowded, 30, 70)
+        linked.mkdir()
+        subprocess.run(["/bin/sh", "-c", FISH_LINKED], cwd=linked, check=True)
+        (base / "p1.toml").write_text(BASE.format(root=crowded))
+        (base / "p2.toml").write_text(BASE.format(root=linked).replace(
+            "write = ", f'protect_defaults = false\nprotect = ["{linked}/.config/fish"]\nwrite = '))
+        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+        time.sleep(0.15)
+        outcomes = []
+        for home, policy, script in ((crowded, "p1.toml", "touch ran"),
+                                     (linked, "p2.toml", "echo 'echo PLANTED' >> dotfiles/fish/config.fish")):
+            env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
+                   "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
+            outcomes.append(subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy",
+                                                            str(base / policy), "--", "/bin/sh", "-c", script]),
+                                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                                           env=env, cwd=home))
+        assert outcomes[0].returncode == 125 and not (crowded / "ran").exists(), outcomes[0].stderr
+        assert (linked / "dotfiles" / "fish" / "config.fish").read_text() == "set x 1\n", outcomes[1].stderr
+        assert outcomes[1].returncode == 125, outcomes[1].stderr

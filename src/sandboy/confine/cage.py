@@ -37,6 +37,9 @@ class Cage:
         # Protected paths (realpaths, existing, inside a write root): what a mount namespace
         # binds read-only; see confine.protected.
         self.protected = tuple(protected)
+        # those of them that are installations' code (own_install, path_prefixes): their link
+        # scan is best-effort past its bound (loosened.PER_PATH_SCAN), the start-up paths' is not
+        self.installed = ()
         landlock_entry = {"abi": abi, **compiled["landlock.fs"].enforced, **compiled["landlock.net"].enforced}
         self.enforced = {"landlock": landlock_entry, "seccomp": compiled["seccomp"].enforced}
         for name in ("namespaces", "hygiene", "environment", "egress"):
@@ -343,6 +346,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> 
     except OSError as exc:
         raise CageError(f"landlock: cannot build the ruleset: {exc.strerror}") from None
     cage = Cage(policy, ctx, abi, compiled, ruleset, warnings, job.protected, job.resolved.fs.exec)
+    cage.installed = tuple(path for path, _kind, _root in job.protected_by_origin()[2])
     cage.launch_managers = job.hook_managers or None
     if cage.tier is not None:
         cage.tier.bind_ruleset(ruleset.fd, fs["handled_fs"])

@@ -33,7 +33,10 @@ def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None, loo
     # policy: the import is left out for it); beside another write root, `{tmp}` is walked
     # too unless it is the tier's private tmpfs (gitcheck._cage_scope)
     # (normalised first: `{tmp}/../x` names a directory beside it, resolved so at run time)
-    if policy.fs.protect_defaults and any(not os.path.normpath(w).startswith("{tmp}") for w in policy.fs.write):
+    # (with the defaults off, the policy's own `fs.protect` entries still get the link and mode
+    # checks: `gitcheck.scope_args`, ADR 0013 "Session 11")
+    if (policy.fs.protect_defaults or policy.fs.protect) and any(
+            not os.path.normpath(w).startswith("{tmp}") for w in policy.fs.write):
         from sandboy.confine.gitcheck import GitCheck
 
         check = GitCheck.for_cage(cage, git_record)

@@ -454,9 +454,16 @@ class Scope:
     realpath (`writable`: a `.git` file may lead into any of them), the roots never walked
     (`exclude`: the run's `{tmp}`) and the operator's `home`."""
 
-    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home", "path_dirs", "protected")
+    __slots__ = ("roots", "files", "globals_inside", "writable", "exclude", "home", "path_dirs", "protected",
+                 "installed", "links_only")
 
-    def __init__(self, write_roots, exclude=(), home=None, path_dirs=(), protected=()):
+    def __init__(self, write_roots, exclude=(), home=None, path_dirs=(), protected=(), installed=(), links_only=False):
+        # `installed`: those of `protected` that are installations' code (their link scan is
+        # best-effort past its bound); `links_only`: `fs.protect_defaults = false` with `fs.protect`
+        # entries inside a write root — no git check, only what `confine.loosened` guards for
+        # them (their modes, their other names: ADR 0013 "Session 11")
+        self.installed = tuple(installed)
+        self.links_only = links_only
         # `path_dirs`: directories of the operator's PATH no mount keeps read-only (confine.path_dirs:
         # without the namespace tier), judged after the run like a hooks directory
         self.path_dirs = tuple(path_dirs)
@@ -548,6 +555,13 @@ class GitSnapshot:
     what it added, not by what the operator had there."""
 
     def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=False):
+        # why the run is refused before it starts where a protected start-up path holds more than
+        # the link scan looks at (`loosened.ModeGuard.cut`; `beyond_bound` then names it too)
+        self.links_cut = None
+        self.links_only = scope.links_only
+        if scope.links_only:
+            self._guard_only(scope, since_ns)
+            return
         self.roots = list(scope.roots)
         self.files = list(scope.files)
         self.global_inside = list(scope.globals_inside)
@@ -652,7 +666,9 @@ class GitSnapshot:
         if targets:        # loaded — a plan-cache hit outside a repository (session 10)
             from sandboy.confine.loosened import ModeGuard, guarded_paths
 
-            self.modes = ModeGuard(guarded_paths(self.writable, targets), scope.protected, self.writable)
+            self.modes = ModeGuard(guarded_paths(self.writable, targets), scope.protected, self.writable,
+                                   scope.installed)
+            self._take_cut()
         self.after = None  # the same record as the check found it after the run (see `verify`)
         # Whether the check after the run may pass a git directory it reaches by its stats alone
         # (`_Walk.unchanged`), without the judgement: nothing at launch leads the check elsewhere
@@ -669,6 +685,28 @@ class GitSnapshot:
             # hit, which never has one): where the stats may decide, loaded after the run only
             # if they do not.
             import sandboy.confine.gitjudge  # noqa: F401
+
+    def _guard_only(self, scope, since_ns: int) -> None:
+        """The snapshot of a `links_only` scope (`fs.protect_defaults = false`, `fs.protect`
+        entries inside a write root): no census, no configs, no judgement — the mode guard over
+        the protected paths, what they reach by other names (`confine.loosened`), nothing else."""
+        from sandboy.confine.loosened import ModeGuard, guarded_paths
+
+        self.roots, self.files, self.global_inside = list(scope.roots), list(scope.files), []
+        self.writable, self.exclude, self.home = list(scope.writable), frozenset(scope.exclude), scope.home
+        self.path_dirs, self.since_ns, self.global_entries = {}, since_ns, []
+        self.known, self.config_stats, self.manager_launch, self.python_launch, self.hooks_launch = {}, {}, {}, {}, {}
+        self.listings, self.launch_dirs, self.beyond_bound, self.after, self.by_stats = {}, {}, None, None, True
+        self.modes = ModeGuard(guarded_paths(self.writable, scope.protected), scope.protected, self.writable,
+                               scope.installed)
+        self._take_cut()
+
+    def _take_cut(self) -> None:
+        if self.modes.cut is not None:
+            from sandboy.confine.loosened import beyond_bound as links_beyond_bound
+
+            self.links_cut = links_beyond_bound(*self.modes.cut)
+            self.beyond_bound = self.modes.cut[1]  # (a plan-cache hit returns at it: the build refuses)
 
     def _launch_configs_follow_nothing(self) -> bool:
         """Whether every config of the repositories read at launch was absent then, or read and
@@ -740,7 +778,7 @@ class GitSnapshot:
         launch's census) unless given."""
         budget = WALK_BUDGET if budget is None else budget
         if self.modes is None:
-            return self._judge(budget)
+            return [] if self.links_only else self._judge(budget)
         # first, so the window in which another user could use a loosened directory ends at once
         put_back = self.modes.put_back()
         loosened = [Finding(None, f"{path}: {why}") for path, why in put_back]
@@ -756,7 +794,7 @@ class GitSnapshot:
         # guards the path, not the inode): moved, the launch bytes put back in its place
         loosened += [Finding(path, why, restore=data)
                      for path, data, why in self.modes.written_through_links() if path not in replaced]
-        return loosened + self._judge(budget)
+        return loosened + ([] if self.links_only else self._judge(budget))
 
     def _judge(self, budget: int) -> list:
         if not self._to_judge() or self.by_stats:
@@ -1272,8 +1310,19 @@ def _cage_scope(cage):
 def scope_args(cage):
     """The arguments of `_cage_scope`'s Scope, as plain values (a plan cache entry keeps them:
     a hit makes the same Scope, `plan_cache.CachedPlan.run`), or None where there is no check."""
-    if not cage.policy.fs.protect_defaults or not cage.policy.fs.write:
+    if not cage.policy.fs.write:
         return None
+    if not cage.policy.fs.protect_defaults:
+        # no git check, no default set — but the policy's own `fs.protect` entries inside a write
+        # root are still "never writable": their other names (a hard link, a symlink inside one
+        # into the write root) and loosened modes are judged after the run (session 11: with the
+        # defaults off nothing was, and `echo ... >> dotfiles/x` wrote a protected file through
+        # its stow link, rc 0)
+        if not cage.protected:
+            return None
+        write = cage.compiled["landlock.fs"].outputs["protected_args"][0]
+        return {"write_roots": tuple(write), "exclude": (), "path_dirs": (), "protected": tuple(cage.protected),
+                "links_only": True}
     private = cage.tier is not None and cage.tier.tmp_private
     exclude = (cage.ctx.tmp,) if cage.ctx.tmp and private else ()
     write, _protect, _defaults, work = cage.compiled["landlock.fs"].outputs["protected_args"]
@@ -1285,7 +1334,7 @@ def scope_args(cage):
         # judged too: `~/bin -> dotfiles/bin`)
         path_dirs = list(dict.fromkeys(path for row in on_path(write, work)[0] for path in held(*row)))
     return {"write_roots": tuple(write), "exclude": tuple(exclude), "path_dirs": tuple(path_dirs),
-            "protected": tuple(cage.protected)}
+            "protected": tuple(cage.protected), "installed": tuple(getattr(cage, "installed", ()))}
 
 
 class GitCheck:
@@ -1323,8 +1372,8 @@ class GitCheck:
         if self.snap is not None and self.snap.beyond_bound is not None:
             from sandboy.errors import CageError
 
-            root, self.snap = self.snap.beyond_bound, None  # (nothing to check after: nothing runs)
-            raise CageError(beyond_bound(root, len(self.scope.roots)))
+            (root, cut), self.snap = (self.snap.beyond_bound, self.snap.links_cut), None  # (nothing runs)
+            raise CageError(cut or beyond_bound(root, len(self.scope.roots)))
         return ()
 
     def started(self, run) -> None:

@@ -78,9 +78,9 @@ def _acls(path: str, follow: bool = False) -> tuple:
 class ModeGuard:
     """The launch state of the guarded paths, and `put_back` after the run."""
 
-    __slots__ = ("launch", "links", "targets", "linked")
+    __slots__ = ("launch", "links", "targets", "linked", "cut")
 
-    def __init__(self, paths, protected=(), roots=()):
+    def __init__(self, paths, protected=(), roots=(), installed=()):
         # path -> (st_dev, st_ino, mode, gid, ACLs, ctime or None) at launch: the ctime where it
         # was settled then (`_settled`), so that `put_back` may trust an unchanged one
         self.launch = {}
@@ -94,7 +94,11 @@ class ModeGuard:
         # `written_through_links`; `seen`: path -> its lstat (and a symlink's: -> what it reached,
         # or None) as the scan took it just now, not taken again below
         seen: dict = {}
-        self.linked = _reached_elsewhere(protected, roots, now, seen)
+        # (a protected start-up path, its write root) whose scan stopped at MAX_LINKED_SCAN, or
+        # None: the run is refused before it starts (`gitcheck.GitCheck.start`, `beyond_bound`);
+        # `installed` (installations' code, ADR 0024) are looked at best-effort
+        self.cut = None
+        self.linked = _reached_elsewhere(protected, roots, now, seen, installed, self)
         # and their modes guarded like the protected paths' (a `chmod 0666` through the link, or
         # of a directory on the way to its target, left it to other users after the run)
         for path in dict.fromkeys((*paths, *guarded_paths(roots, self.linked))):
@@ -312,7 +316,18 @@ DANGLED = ("a symlink in a protected directory that led nowhere at launch leads 
            "(its target, or a link or directory on its way, made in a write root): moved, make the link again")
 
 
-def _reached_elsewhere(protected, roots, now: int, seen: dict) -> dict:
+def beyond_bound(path: str, root: str) -> str:
+    """Why a run is refused at launch: a protected start-up path holds more than the link scan
+    looks at (ADR 0013, "Session 11": refused, not run half-checked)."""
+    return (f"fs.write: {path} (protected) holds more than {MAX_LINKED_SCAN:,} entries, with the other protected "
+            f"paths of {root}, to look through for symlinks and hard links into the write root; past that bound "
+            "a start-up file it reaches by another name could be written unseen, so the run is refused before it "
+            f"starts (ADR 0013): grant a narrower directory than {root} (the project's, not a whole home), or take "
+            f"{path} out of the protected set (fs.protect_defaults = false for a default path, or drop it from "
+            "fs.protect)")
+
+
+def _reached_elsewhere(protected, roots, now: int, seen: dict, installed=(), guard=None) -> dict:
     """{path: record} of what `protected` reaches by another name: each protected regular file
     with more than one link, and below the protected directories (but a protected directory
     named `hooks`: the git check judges every file there, and what a link there leads to, by its
@@ -327,7 +342,11 @@ def _reached_elsewhere(protected, roots, now: int, seen: dict) -> dict:
     Usually empty: one lstat per protected path (the guard's own), a listing of the few
     protected directories. Each symlink is resolved by the kernel (one `open(O_PATH)`, its
     `/proc/self/fd` link read: the realpath of what it reaches, and its stat), not by
-    `os.path.realpath`'s lstat per component (session 11: 120 stowed links cost ≈ 10 ms so)."""
+    `os.path.realpath`'s lstat per component (session 11: 120 stowed links cost ≈ 10 ms so).
+    Bounds (session 11): a start-up path (not `installed`) may use its write root's whole
+    MAX_LINKED_SCAN, and one that holds more sets `guard.cut` (the scan stops: the run will be
+    refused); an installation's code (`installed`: a version manager's root, thousands of files)
+    looks at PER_PATH_SCAN entries, best-effort, past them nothing (ADR 0013 says why)."""
     found: dict = {}
     kept = 0  # files whose bytes are kept (MAX_LINKED_FILES): past it the stats, the ctime among them, decide
     # MAX_LINKED_SCAN for the protected paths of each write root (the innermost holding them): one
@@ -337,12 +356,15 @@ def _reached_elsewhere(protected, roots, now: int, seen: dict) -> dict:
     totals: dict = {}
     innermost = sorted(roots, key=len, reverse=True)
     bound = set(protected)  # (a symlink on the way to a protected path is protected itself, its target too)
+    best_effort = set(installed)
     for start in protected:
-        # each protected path looks at PER_PATH_SCAN entries at most (a version manager's root or
-        # an installation bound whole holds thousands of files: ≈ 7 µs each), those of one write
-        # root at most MAX_LINKED_SCAN
+        # an installation's code looks at PER_PATH_SCAN entries at most (a version manager's root
+        # or an installation bound whole holds thousands of files: ≈ 7 µs each); the protected
+        # paths of one write root at most MAX_LINKED_SCAN together
         root = next((r for r in innermost if is_within(start, r)), None)
-        left = budget = min(PER_PATH_SCAN, totals.get(root, MAX_LINKED_SCAN))
+        total = totals.get(root, MAX_LINKED_SCAN)
+        left = budget = min(PER_PATH_SCAN, total) if start in best_effort else total
+        strict = start not in best_effort and guard is not None
         pending = [(start, False, None)]  # (path, reached through a symlink below a protected directory, its lstat)
         # (bounded by the entries listed, not by what was found: one bound on the records, for all
         # protected paths, let a stowed `~/.config/nvim` of 40 links fill it before `~/.ssh` was
@@ -363,11 +385,15 @@ def _reached_elsewhere(protected, roots, now: int, seen: dict) -> dict:
                     kept += data is not None
                     found[path] = ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
                                    _settled(st.st_ctime_ns, now), data, LINKED_FROM if via else HARD_LINKED)
-            elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and left > 0:
+            elif stat.S_ISDIR(st.st_mode) and (via or os.path.basename(path) != "hooks") and (left > 0 or strict):
                 try:
-                    names = os.listdir(path) if via else _first_names(path, left)
+                    # (one name more than looked at: whether a start-up path holds more)
+                    names = os.listdir(path) if via else _first_names(path, left + 1)
                 except OSError:
                     continue
+                if strict and len(names) > left:
+                    guard.cut = (start, root)
+                    return found  # refused before it starts: nothing more to look at
                 if via:  # (its every name: one added during the run is a finding)
                     found[path] = ("dir", st.st_dev, st.st_ino,
                                    st.st_ctime_ns if _settled(st.st_ctime_ns, now) else None, frozenset(names),

@@ -499,7 +499,7 @@ def _git_scope(cage, hooks):
     only the git check `exec_mode.hooks_for` made for it (the only hook a hit runs). Its protected
     paths are the build's, which the fingerprint proves a rebuild's."""
     policy = cage.policy
-    if not (policy.fs.protect_defaults and policy.fs.write):  # `gitcheck.scope_args`'s rule
+    if not ((policy.fs.protect_defaults or policy.fs.protect) and policy.fs.write):  # `hooks_for`'s rule
         return False if hooks else None
     from sandboy.confine.gitcheck import GitCheck, scope_args  # (imported already: `hooks_for` asked it)
 
