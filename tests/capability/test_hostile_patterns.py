@@ -37,7 +37,7 @@ def test_a_placeholder_in_write_allow_is_refused_and_the_cage_never_gets_the_hom
     run = sandboy_cli(["policy", "compile"], repo, home)
     if (repo / ".sandboy/agent.toml").exists():  # the attack, as the agent would run it
         sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
-              f"echo OWNED > {home}/work/notes.txt"], repo, home)
+                     f"echo OWNED > {home}/work/notes.txt"], repo, home)
     # host side: before the fix agent.toml said `write = ["{home}", "{tmp}"]` and this file was
     # overwritten
     assert (home / "work/notes.txt").read_text() == "mine\n"
@@ -87,7 +87,7 @@ def test_a_write_root_the_checkout_ships_as_a_symlink_out_is_not_granted(world):
     (repo / "src").symlink_to(home / "work")
     # agent.toml says `{repo}/src`: "src in the repository", refused when a link leads it out
     run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo OWNED > src/notes.txt"],
-               repo, home)
+                      repo, home)
     assert (home / "work/notes.txt").read_text() == "mine\n"  # host side
     assert run.returncode == 2 and "fs.write[0]: '{repo}/src'" in run.stderr and "symlink 'src'" in run.stderr
     assert "Traceback" not in run.stderr

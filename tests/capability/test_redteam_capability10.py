@@ -59,7 +59,7 @@ def test_twin_a_write_root_linked_inside_still_writes_and_the_rest_of_the_reposi
     (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy"]\n[write]\nallow = ["/src"]\n')
     assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
-                "echo fine > src/new.txt; echo OWNED > README; true"], repo, home)
+                        "echo fine > src/new.txt; echo OWNED > README; true"], repo, home)
     assert run.returncode == 0, run.stderr
     assert (repo / "real-src/new.txt").read_text() == "fine\n"
     assert (repo / "README").read_text() == "mine\n"
@@ -295,7 +295,7 @@ def test_a_shipped_agent_policy_the_targets_leave_out_is_removed_and_check_fails
     assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
     assert not (repo / ".sandboy/agent.toml").exists()
     run = sandboy_cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", f"echo OWNED > {home}/notes.txt"],
-               repo, home)
+                      repo, home)
     assert run.returncode == 2 and (home / "notes.txt").read_text() == "mine\n"  # host side
     # one without the marker is not removed (it says nothing about being generated), but named
     (repo / ".sandboy/agent.toml").write_text(FAKE_AGENT.split("\n", 2)[2])
