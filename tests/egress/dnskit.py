@@ -9,6 +9,7 @@ and never on the host's own mount table (COMMON.md: propagation private).
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import struct
@@ -109,34 +110,34 @@ def under_name_server(resolv_conf: str, argv: list) -> list:
 HELPER_MARK = b"-I\0-S\0-c\0"  # in the cmdline of egress.resolver's helper (python -I -S -c _HELPER)
 
 
-def lookup_helpers(pid: int) -> list:
-    """The pids of the lookup helpers among `pid`'s children (read from /proc, host side)."""
-    import os
-
-    found = []
+def children(pid: int) -> list:
+    """The pids of `pid`'s children, every thread's (read from /proc, host side; none once it is gone)."""
+    kids: list = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return found
+        return kids
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children") as fh:
-                kids = fh.read().split()
+                kids += [int(kid) for kid in fh.read().split()]
         except OSError:
             continue
-        for kid in kids:
-            try:
-                with open(f"/proc/{kid}/cmdline", "rb") as fh:
-                    if HELPER_MARK in fh.read() and b"_socket.getaddrinfo" in _cmdline(kid):
-                        found.append(int(kid))
-            except OSError:
-                continue
+    return kids
+
+
+def lookup_helpers(pid: int) -> list:
+    """The pids of the lookup helpers among `pid`'s children (read from /proc, host side)."""
+    found = []
+    for kid in children(pid):
+        try:
+            with open(f"/proc/{kid}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if HELPER_MARK in cmdline and b"_socket.getaddrinfo" in cmdline:
+            found.append(kid)
     return found
-
-
-def _cmdline(pid) -> bytes:
-    with open(f"/proc/{pid}/cmdline", "rb") as fh:
-        return fh.read()
 
 
 def alive(pid: int) -> bool:
@@ -150,8 +151,6 @@ def alive(pid: int) -> bool:
 
 
 def task_count(pid: int) -> int:
-    import os
-
     try:
         return len(os.listdir(f"/proc/{pid}/task"))
     except OSError:

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from dnskit import NameServer, alive, lookup_helpers, under_name_server
+from dnskit import NameServer, alive, children, lookup_helpers, under_name_server
 from egresskit import to_toml_policy
 from sandboy.gate import ceiling as ceilings
 
@@ -219,7 +219,7 @@ def test_twin_sandboy_run_resolves_through_a_helper_of_its_own(tmp_path, origin,
         for pid in lookup_helpers(proc.pid):
             if pid not in seen:
                 seen.append(pid)
-        for kid in _all_children(proc.pid):
+        for kid in children(proc.pid):
             for pid in lookup_helpers(kid):
                 if pid not in seen:
                     seen.append(pid)
@@ -231,17 +231,6 @@ def test_twin_sandboy_run_resolves_through_a_helper_of_its_own(tmp_path, origin,
     # answer), and none is left
     assert seen, "no lookup helper seen: the name was resolved in the proxy's own process"
     assert all(_wait_gone(pid, 5) for pid in seen), seen
-
-
-def _all_children(pid: int) -> list:
-    kids = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                kids += [int(k) for k in fh.read().split()]
-    except OSError:
-        pass
-    return kids
 
 
 RAISING = r"""

@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from dnskit import lookup_helpers, under_name_server
 from sandboy.egress.resolver import Resolver
 from sandboy.gate import ceiling as ceilings
 
@@ -100,14 +101,6 @@ QUICK_ASK = ASK.replace("time.sleep(60)", "time.sleep(0.3)").replace(
     'f"CONNECT n{i}.slow.test', 'f"CONNECT n{i}-{os.getpid()}.slow.test')
 
 
-def _children(pid: int) -> list:
-    kids = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as fh:
-            kids += fh.read().split()
-    return kids
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="binds /etc/resolv.conf in a private mount namespace (root)")
 def test_quick_steps_lookups_end_with_each_step(tmp_path, silent_name_server):
     """Session 8 left each lookup in a thread of the gate that nobody could stop: over quick
@@ -129,16 +122,14 @@ def test_quick_steps_lookups_end_with_each_step(tmp_path, silent_name_server):
     resolv = tmp_path / "resolv.conf"
     resolv.write_text(f"nameserver {silent_name_server}\n")
     gate = [sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling)]
-    script = 'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
-    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                             str(resolv), *gate], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(under_name_server(str(resolv), gate), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     threads, helpers, helper_threads, helper_pids = [], [], [], set()
     try:
         while proc.poll() is None:  # the gate is proc.pid itself: unshare and sh exec it
             try:
                 threads.append(len(os.listdir(f"/proc/{proc.pid}/task")))
-                kids = _children(proc.pid)
-                mine = [kid for kid in kids if b"-I\0-S\0-c" in open(f"/proc/{kid}/cmdline", "rb").read()]
+                mine = lookup_helpers(proc.pid)
                 helpers.append(len(mine))
                 for kid in mine:
                     helper_pids.add(kid)
