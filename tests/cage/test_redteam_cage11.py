@@ -22,6 +22,7 @@ import json
 import os
 import pwd
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -164,3 +165,75 @@ def test_twin_a_command_watching_a_directory_still_gets_its_events(namespaces_en
     inside = said["inside"]
     assert inside is not None and inside["inotify"] == 4 and inside["event"] is True, said
     assert said["rc"] == 0, said
+
+
+# --- the machine's native AIO allowance -------------------------------------------------------
+#
+# Native AIO contexts count against one machine-wide bound (fs.aio-max-nr: 65536 here), not per
+# uid nor per namespace. One `io_setup(65536, &ctx)` in a cage, of any uid, took it all: while the
+# run ran, every other process of the machine — another uid's included — got EAGAIN from io_setup
+# (MySQL/MariaDB's InnoDB, QEMU's aio=native). Now refused by the filter (seccomp.DEFAULT_DENY;
+# `test_every_rule.py` proves the filter is what refuses and `seccomp.allow` lifts it).
+
+AIO_TAKER = textwrap.dedent("""\
+    import ctypes, os, sys, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctx = ctypes.c_ulong(0)
+    rc = libc.syscall(206, ctypes.c_uint(int(sys.argv[2])), ctypes.byref(ctx))  # io_setup
+    with open(sys.argv[1] + ".tmp", "w") as fh:
+        fh.write("ok" if rc == 0 else str(ctypes.get_errno()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(float(sys.argv[3]))
+""")
+
+# another uid's io_setup, outside the cage: its answer on stdout ("ok" or the errno)
+AIO_NEIGHBOUR = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True); ctx = ctypes.c_ulong(0); "
+                 "rc = libc.syscall(206, ctypes.c_uint(1), ctypes.byref(ctx)); "
+                 "print('ok' if rc == 0 else ctypes.get_errno())")
+
+
+def _aio_run(tmp_path, events: int, hold: float, allow=()) -> dict:
+    import time
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "take.py").write_text(AIO_TAKER)
+    policy = {"version": 1,
+              "fs": {"read": ["/usr", "/etc", str(tmp_path)], "exec": ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"],
+                     "write": [str(tmp_path / "w")]},
+              "seccomp": {"allow": list(allow)}}
+    (tmp_path / "p.toml").write_text(to_toml(policy))
+    said_at = tmp_path / "w" / "said"
+    env = {**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.Popen([sys.executable, "-m", "sandboy", "run", "--policy", str(tmp_path / "p.toml"), "--",
+                            "/usr/bin/python3", str(tmp_path / "take.py"), str(said_at), str(events), str(hold)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not said_at.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        said = {"inside": said_at.read_text() if said_at.exists() else None}
+        if said["inside"] is not None and run.poll() is None:  # the command holds what it got
+            neighbour = subprocess.run(as_user(["/usr/bin/python3", "-c", AIO_NEIGHBOUR]), capture_output=True,
+                                       text=True, timeout=30)
+            said["neighbour"] = neighbour.stdout.strip() or neighbour.stderr[-300:]
+    finally:
+        said_rc = run.wait(timeout=60)
+    said["rc"] = said_rc
+    said["stderr"] = run.stderr.read().decode(errors="replace")[-500:]
+    return said
+
+
+def test_a_command_cannot_take_the_machines_native_aio_allowance(tmp_path):
+    skip_unless_nobody_can_run()
+    with open("/proc/sys/fs/aio-max-nr") as fh:
+        machine = int(fh.read())
+    said = _aio_run(tmp_path, machine, 1.5)
+    assert said["inside"] == "1", said  # EPERM: the filter (was "ok": the machine's whole allowance)
+    assert said["neighbour"] == "ok", said  # another uid outside, meanwhile (was 11, EAGAIN)
+    assert said["rc"] == 0, said
+
+
+def test_twin_a_policy_allowing_io_setup_gets_a_context(tmp_path):
+    skip_unless_nobody_can_run()
+    said = _aio_run(tmp_path, 1, 1.0, allow=["io_setup"])
+    assert said["inside"] == "ok" and said["neighbour"] == "ok" and said["rc"] == 0, said

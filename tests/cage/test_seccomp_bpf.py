@@ -69,7 +69,7 @@ DENIED_BY_DEFAULT = frozenset({
     "name_to_handle_at", "iopl", "ioperm", "quotactl", "quotactl_fd", "acct", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "personality", "uselib", "lookup_dcookie", "vhangup", "syslog",
     "modify_ldt", "move_pages", "migrate_pages", "mbind", "set_mempolicy", "get_mempolicy",
-    "set_mempolicy_home_node",
+    "set_mempolicy_home_node", "io_setup",
 })
 SYSV = frozenset({"shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
                   "semtimedop", "semctl"})

@@ -48,6 +48,13 @@ DEFAULT_DENY = (
     # mempolicy calls are kernel attack surface no build needs; libnuma treats EPERM as "no NUMA").
     "modify_ldt", "move_pages", "migrate_pages", "mbind", "set_mempolicy", "get_mempolicy",
     "set_mempolicy_home_node",
+    # Native AIO contexts count against ONE machine-wide allowance (fs.aio-max-nr, 65536 here),
+    # not per uid nor per namespace: `io_setup(65536, &ctx)` in a cage, of any uid, took it all, and
+    # every other process of the machine (root's databases and VMs: MySQL/MariaDB, QEMU aio=native)
+    # got EAGAIN from io_setup until the run ended (redcage11). Builds do not use it (glibc's POSIX
+    # aio is threads; libuv, tokio, Go, the JVM use epoll); libaio users fall back to threads
+    # (InnoDB: "Linux Native AIO disabled"). `seccomp.allow = ["io_setup"]` where one is needed.
+    "io_setup",
 )
 
 # SysV IPC reaches the host's segments, queues and semaphores by key (a well-known key is all it
@@ -96,7 +103,7 @@ _COMMON_NRS = {
     "ptrace": 101, "syslog": 103, "uselib": 134, "personality": 135, "vhangup": 153,
     "pivot_root": 155, "chroot": 161, "acct": 163, "mount": 165, "umount2": 166, "swapon": 167,
     "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173, "init_module": 175,
-    "delete_module": 176, "quotactl": 179, "lookup_dcookie": 212, "kexec_load": 246,
+    "delete_module": 176, "quotactl": 179, "io_setup": 206, "lookup_dcookie": 212, "kexec_load": 246,
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
     "prlimit64": 302, "name_to_handle_at": 303, "open_by_handle_at": 304, "sendmmsg": 307, "setns": 308,
     "process_vm_readv": 310, "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320,
