@@ -62,10 +62,10 @@ def claude_rule(tool: str, path: str) -> str:
     backslash (its rule parser reads the content up to the closing unescaped parenthesis and then
     unescapes them), so a file named `secret(1).txt` stays that name whichever parenthesis the
     parser takes as the closing one (session 10). Patterns hold no backslash to escape."""
-    return f"{tool}({path.replace('(', BACKSLASH + '(').replace(')', BACKSLASH + ')')})"
+    return f"{tool}({path.translate(_RULE_ESCAPES)})"
 
 
-BACKSLASH = chr(92)
+_RULE_ESCAPES = str.maketrans({"(": "\\(", ")": "\\)"})
 
 
 def wanted(policy) -> dict:
