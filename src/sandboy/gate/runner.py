@@ -575,7 +575,6 @@ class GateRun:
             result.timeout = own
         return interrupted
 
-
     def _name_lookups(self, policy):
         """The egress proxy's name-lookup helper, shared by the steps (None: no egress)."""
         if policy.net.egress and self._lookups is None:
