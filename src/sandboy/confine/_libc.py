@@ -124,6 +124,16 @@ def u64(value: int) -> bytes:
     return value.to_bytes(8, "little")
 
 
+def sock_fprog(program: bytes) -> tuple:
+    """(the buffer to keep alive, struct sock_fprog pointing at it) for the seccomp BPF `program`
+    in this process: `struct sock_fprog { unsigned short len; /* 6 bytes padding */ struct
+    sock_filter *filter; }`, `len` in 8-byte instructions. The one spelling of it: the build
+    (`seccomp.plan`), a kept piece made ready (`plan_pieces`) and the plan cache's check of the
+    plan's one pointer all compare their bytes."""
+    keepalive, address = pointer_to(program)
+    return keepalive, u16(len(program) // 8) + bytes(6) + u64(address)
+
+
 def exit_code_for_exec_error(err: int) -> int:
     import errno
 

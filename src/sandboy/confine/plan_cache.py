@@ -436,9 +436,9 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     for i in ruleset_at:
         step = plan[i]
         plan[i] = (*step[:2], built.fd, *step[3:])
-    keepalive, address = _libc.pointer_to(bpf)
+    keepalive, fprog = _libc.sock_fprog(bpf)
     step = plan[seccomp_at]
-    plan[seccomp_at] = (*step[:4], step[4][:8] + address.to_bytes(8, "little"), *step[5:])
+    plan[seccomp_at] = (*step[:4], fprog, *step[5:])
     environ = os.environ
     env = {name: environ[name] if value is None else value for name, value in env.items()}
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope)
@@ -480,9 +480,8 @@ def _entry_for(cage, miss: Miss, hooks):
                        if step[0] in (_libc.SYS_LANDLOCK_ADD_RULE, _libc.SYS_LANDLOCK_RESTRICT_SELF) and step[2] == fd)
     seccomp_at = [i for i, step in enumerate(plan) if step[0] == _libc.SYS_SECCOMP]
     bpf = cage.compiled["seccomp"].outputs["bpf"]
-    # the plan's one pointer: struct sock_fprog {u16 len; 6 bytes padding; filter *}, at this process's bpf
-    fprog = (len(bpf) // 8).to_bytes(2, "little") + bytes(6) + _libc.pointer_to(bpf)[1].to_bytes(8, "little")
-    if not ruleset_at or len(seccomp_at) != 1 or plan[seccomp_at[0]][4] != fprog:
+    # the plan's one pointer: its sock_fprog, at this process's bpf
+    if not ruleset_at or len(seccomp_at) != 1 or plan[seccomp_at[0]][4] != _libc.sock_fprog(bpf)[1]:
         return None
     fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
     body = (tuple(plan), ruleset_at, seccomp_at[0], bpf,

@@ -63,12 +63,18 @@ class Pieces:
     """The parts of a build kept by earlier runs (see above), asked by the compilers through
     `protections.Job.pieces`; what was built here instead is written with the run's entry
     (`Miss.store`). A piece that is missing, damaged, foreign or of other inputs is built anew:
-    never an error."""
+    never an error.
 
-    __slots__ = ("_pending", "code")
+    Two states, each a slot of its own (at most one set): `_missing`, the piece `seccomp` looked
+    for and did not find — (path, key), what `seccomp_built` may fill; then `_to_write`, what
+    `store` writes — (path, entry key, body). Taking a kept piece, or building one that does not
+    match, sets neither."""
+
+    __slots__ = ("_missing", "_to_write", "code")
 
     def __init__(self):
-        self._pending = None  # (path, key) of a piece looked for and not found; then what to write
+        self._missing = None
+        self._to_write = None
         # (file, identity) of the code that made a kept program this run took (its key's): that code
         # is not imported here, yet the run's plan entry must name it (`plan_cache.Miss.built`), or
         # an edit of `seccomp.py` never reached that entry's hits
@@ -78,7 +84,7 @@ class Pieces:
         """The `protections.Compiled` of the seccomp program kept for `inputs`
         (`protections.seccomp_inputs`), ready for this process, or None (build it, then
         `seccomp_built`)."""
-        self._pending = None
+        self._missing = self._to_write = None
         try:
             key = _seccomp_key(inputs)
             path = os.path.join(pieces_dir(), "seccomp-" + _imp.source_hash(_PIECE_NAME_KEY, marshal.dumps(key, 2)).hex()
@@ -91,7 +97,7 @@ class Pieces:
                     if kept is not None:
                         self.code = _code_of(SECCOMP_CODE)  # (as in the key: 2 stats, the rest served)
                         return kept
-            self._pending = (path, key)
+            self._missing = (path, key)
         except Exception:
             pass
         return None
@@ -99,26 +105,20 @@ class Pieces:
     def seccomp_built(self, inputs: tuple, compiled) -> None:
         """`compiled` was built here for `inputs`, which `seccomp` found no piece for: keep it
         (written by `store`, once the run has ended)."""
-        if self._pending is None or len(self._pending) != 2:
+        if self._missing is None:
             return
-        path, key = self._pending
-        self._pending = None
+        (path, key), self._missing = self._missing, None
         bpf, steps = compiled.outputs["bpf"], compiled.steps
         # the one step, pointing at this process's program: kept without its address (`_seccomp_ready`)
-        if len(steps) != 1 or steps[0][1][0] != _libc.SYS_SECCOMP or steps[0][1][4] != _fprog(bpf):
+        if len(steps) != 1 or steps[0][1][0] != _libc.SYS_SECCOMP or steps[0][1][4] != _libc.sock_fprog(bpf)[1]:
             return
-        self._pending = (path, (PIECE_FORMAT, key), (bpf, steps[0][0], steps[0][1][:4], compiled.enforced,
-                                                      tuple(compiled.degraded), tuple(compiled.warnings)))
+        self._to_write = (path, (PIECE_FORMAT, key), (bpf, steps[0][0], steps[0][1][:4], compiled.enforced,
+                                                       tuple(compiled.degraded), tuple(compiled.warnings)))
 
     def store(self) -> None:
-        if self._pending is not None and len(self._pending) == 3:
-            store(self._pending)
-        self._pending = None
-
-
-def _fprog(bpf: bytes) -> bytes:
-    """struct sock_fprog {u16 len; 6 bytes padding; filter *} pointing at `bpf` in this process."""
-    return (len(bpf) // 8).to_bytes(2, "little") + bytes(6) + _libc.pointer_to(bpf)[1].to_bytes(8, "little")
+        if self._to_write is not None:
+            store(self._to_write)
+        self._missing = self._to_write = None
 
 
 def _seccomp_ready(bpf, label, call, enforced, degraded, warnings):
@@ -128,6 +128,5 @@ def _seccomp_ready(bpf, label, call, enforced, degraded, warnings):
 
     if type(bpf) is not bytes or not bpf or len(bpf) % 8 or type(call) is not tuple or call[0] != _libc.SYS_SECCOMP:
         return None
-    keepalive, address = _libc.pointer_to(bpf)
-    fprog = (len(bpf) // 8).to_bytes(2, "little") + bytes(6) + address.to_bytes(8, "little")
+    keepalive, fprog = _libc.sock_fprog(bpf)
     return Compiled("seccomp", [(label, (*call, fprog))], enforced, degraded, warnings, bpf=bpf, keepalive=keepalive)

@@ -443,11 +443,9 @@ def _socket_rules(rules: SocketRules, eperm: int) -> list:
 def plan(program: bytes):
     """(steps, keepalive): the child's step installing the filter, and the buffer its
     sock_fprog points at, which must stay alive as long as the plan."""
-    from sandboy.confine._libc import SYS_SECCOMP, pointer_to, u16, u64
+    from sandboy.confine._libc import SYS_SECCOMP, sock_fprog
 
-    keepalive, address = pointer_to(program)
-    # struct sock_fprog { unsigned short len; /* 6 bytes padding */ struct sock_filter *filter; }
-    fprog = u16(len(program) // 8) + bytes(6) + u64(address)
+    keepalive, fprog = sock_fprog(program)
     SECCOMP_SET_MODE_FILTER = 1
     SECCOMP_FILTER_FLAG_TSYNC = 1  # every thread, so no thread escapes the filter
     return [("seccomp", (SYS_SECCOMP, False, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, fprog))], keepalive
