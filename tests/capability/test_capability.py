@@ -155,8 +155,10 @@ def test_claude_merge_keeps_foreign_keys_and_drops_stale_owned_rules(tmp_path):
     _policy(tmp_path, 'version = 1\ntargets = ["claude"]\n[read]\ndeny = ["*.pem"]\n')
     assert _cli("compile", cwd=tmp_path).returncode == 0
     doc = json.loads((tmp_path / ".claude/settings.json").read_text())
+    policy_files = ["Edit(./owen.policy.toml)", "Edit(./.sandboy)", "Edit(./.sandboy/**)", "Edit(./.claude)",
+                    "Edit(./.claude/**)", "Edit(./.codex)", "Edit(./.codex/**)"]  # always (session 11)
     assert doc["permissions"]["deny"] == ["Read(./private.txt)", "Read(**/*.pem)", "Edit(**/*.pem)",
-                                          "Read(**/*.pem/**)", "Edit(**/*.pem/**)"]
+                                          "Read(**/*.pem/**)", "Edit(**/*.pem/**)", *policy_files]
     assert doc["permissions"]["allow"] == ["Bash(make:*)"] and doc["model"] == "opus"
     assert "network" not in doc["sandbox"] or not doc["sandbox"]["network"].get("allowedDomains")
     assert _cli("check", cwd=tmp_path).returncode == 0

@@ -103,3 +103,65 @@ def test_twin_ignore_file_targets_grant_no_writes_and_are_not_stopped(world):
     run = _cli(["policy", "compile"], repo, home)
     assert run.returncode == 0, run.stderr
     assert (repo / ".cursorignore").read_text().splitlines()[1:] == [".env"]
+
+
+# --- the policy files, in every target's files -------------------------------------------------
+
+POLICY_FILES = ("owen.policy.toml", ".sandboy/agent.toml", ".claude/settings.json", ".codex/config.toml")
+
+
+def _explain_writable(repo, home, path) -> dict:
+    run = _cli(["policy", "explain", "--json", path], repo, home)
+    assert run.returncode == 0, run.stderr
+    return {target: row["writable"]["allowed"] for target, row in json.loads(run.stdout)["targets"].items()}
+
+
+def test_the_agents_files_keep_the_policy_files_from_being_written(world):
+    """With no write.allow (the whole repository writable), Claude Code's file said
+    `allowWrite = ["."]` with no rule on the policy files — a sandboxed command, which Claude Code
+    runs without asking, could rewrite `.sandboy/agent.toml` (the cage's next policy) or
+    `.codex/config.toml` — and the Codex profile said `"." = "write"` (Codex keeps only its own
+    `.codex` read-only). `policy explain .sandboy/agent.toml` said "writable" for the policy, Claude,
+    Codex AND the cage, which protects it. Now every target that grants writes keeps the four
+    policy files, and explain says so; the cage's refusal is checked for real (host bytes)."""
+    repo, home = world
+    (repo / "owen.policy.toml").write_text('version = 1\nread.deny = [".env"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    settings = json.loads((repo / ".claude/settings.json").read_text())
+    deny, deny_write = settings["permissions"]["deny"], settings["sandbox"]["filesystem"]["denyWrite"]
+    for own in ("./owen.policy.toml", "./.sandboy/**", "./.claude/**", "./.codex/**"):
+        assert f"Edit({own})" in deny and own in deny_write, own
+    import tomllib
+
+    roots = tomllib.loads((repo / ".codex/config.toml").read_text())["permissions"]["owen"]["filesystem"][":workspace_roots"]
+    assert roots["."] == "write"
+    assert all(roots[own] == "read" for own in ("owen.policy.toml", ".sandboy", ".claude", ".codex")), roots
+    for path in POLICY_FILES:
+        said = _explain_writable(repo, home, path)
+        assert not any(said[t] for t in ("policy", "claude", "codex", "sandboy")), (path, said)
+    before = (repo / ".sandboy/agent.toml").read_bytes()
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c",
+                "echo 'version = 1' > .sandboy/agent.toml"], repo, home)
+    assert run.returncode != 0 and (repo / ".sandboy/agent.toml").read_bytes() == before
+
+
+def test_twin_the_rest_of_the_repository_stays_writable_and_a_deny_still_wins(world):
+    """Ordinary files stay writable for every target (and in the cage); a read.deny naming a
+    policy directory still makes it unreadable ("none" after "read" in Codex's profile); a
+    dropped Claude target takes the policy-file rules out with the rest."""
+    repo, home = world
+    (repo / "src").mkdir()
+    (repo / "owen.policy.toml").write_text('version = 1\nread.deny = ["/.codex"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    said = _explain_writable(repo, home, "src/main.py")
+    assert all(said[t] for t in ("policy", "claude", "codex", "sandboy")), said
+    import tomllib
+
+    roots = tomllib.loads((repo / ".codex/config.toml").read_text())["permissions"]["owen"]["filesystem"][":workspace_roots"]
+    assert roots[".codex"] == "none"
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "/bin/sh", "-c", "echo ok > src/main.py"], repo, home)
+    assert run.returncode == 0 and (repo / "src/main.py").read_text() == "ok\n", run.stderr
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["cursor", "sandboy"]\nread.deny = ["/.codex"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    if (repo / ".claude/settings.json").exists():
+        assert "owen.policy.toml" not in (repo / ".claude/settings.json").read_text()

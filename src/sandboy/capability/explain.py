@@ -1,7 +1,7 @@
 """`sandboy policy explain PATH`: per target, whether PATH is readable, indexable and writable,
 and which rule decided. Canonical first: that is what every target is measured against."""
 
-from sandboy.capability.targets import TARGETS
+from sandboy.capability.targets import POLICY_FILE_REASON, TARGETS, policy_file_of
 
 
 def canonical(policy, path: str) -> dict:
@@ -9,6 +9,9 @@ def canonical(policy, path: str) -> dict:
     read_hit = policy.read_rule(path)
     index_hit = policy.index_rule(path)
     writable, why = policy.write_rule(path)
+    own = policy_file_of(path)
+    if writable and own:  # every target keeps them (docs/capability.md), whatever write.allow says
+        writable, why = False, f"{own!r} is {POLICY_FILE_REASON}"
     label = lambda key, p: f"{key} {p.text!r}"  # noqa: E731
     return {
         "readable": (False, label("read.deny", read_hit)) if read_hit

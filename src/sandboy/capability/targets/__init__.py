@@ -9,6 +9,18 @@ and decides one path the way its agent would.
 """
 
 ENFORCED, ADVISORY, LOST = "enforced", "advisory", "lost"
+# The files that decide what an agent may do next time: Sandboy's policy and generated step
+# policy, and the agents' own settings. No target's files let an agent write them, whatever the
+# write roots (the cage since session 7/10; Claude Code's and Codex's files since session 11: an
+# agent under them rewrote `.sandboy/agent.toml`, the cage's next policy, or `.codex/config.toml`).
+POLICY_FILES = ("owen.policy.toml", ".sandboy", ".claude", ".codex")
+POLICY_FILE_REASON = "a policy file: never writable, so an agent cannot loosen its next run"
+
+
+def policy_file_of(path: str):
+    """The entry of POLICY_FILES that `path` (repository-relative) is or lies in, or None."""
+    path = path.strip("/")
+    return next((own for own in POLICY_FILES if path == own or path.startswith(own + "/")), None)
 MARKER = "generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one"
 
 

@@ -6,7 +6,8 @@ everything else in the file (the user's own rules, hooks, env, model...) is kept
 import json
 import re
 
-from sandboy.capability.targets import ADVISORY, LOST, Target, rules
+from sandboy.capability.targets import ADVISORY, LOST, POLICY_FILE_REASON, POLICY_FILES, Target, policy_file_of, rules
+from sandboy.capability.model import POLICY_FILE
 from sandboy.errors import PolicyError
 
 SETTINGS = ".claude/settings.json"
@@ -68,6 +69,16 @@ def claude_rule(tool: str, path: str) -> str:
 _RULE_ESCAPES = str.maketrans({"(": "\\(", ")": "\\)"})
 
 
+def _policy_file_paths() -> list:
+    """Claude rule paths for the policy files (POLICY_FILES): each, and everything under it."""
+    return [path for own in POLICY_FILES for path in _own_paths(own)]
+
+
+def _own_paths(own: str) -> tuple:
+    # owen.policy.toml is a file; the others are directories (each, and everything in it)
+    return ("./" + own,) if own == POLICY_FILE else ("./" + own, "./" + own + "/**")
+
+
 def wanted(policy) -> dict:
     """The entries this policy puts in the file: {dotted list key: [values]}."""
     allow, deny = [], []
@@ -83,6 +94,11 @@ def wanted(policy) -> dict:
         for path in paths(p):
             deny.append(claude_rule("Edit", path))
             deny_write.append(path)
+    for path in _policy_file_paths():
+        # session 11: with no write.allow, allowWrite ["."] let a sandboxed command (run without
+        # asking) rewrite .sandboy/agent.toml — the cage's next policy — or .codex/config.toml
+        deny.append(claude_rule("Edit", path))
+        deny_write.append(path)
     for p in policy.write_allow:
         for path in paths(p):
             allow.append(claude_rule("Edit", path))
@@ -307,7 +323,10 @@ class Claude(Target):
     def decide(self, policy, path: str) -> dict:
         read_hit = policy.denied_without_exceptions(path)
         write_hit = read_hit or next((p for p in policy.write_deny if p.covers(path)), None)
-        if write_hit is None and policy.write_allow and not any(p.covers(path) for p in policy.write_allow):
+        own = policy_file_of(path)
+        if write_hit is None and own:
+            writable = (False, f"{claude_rule('Edit', _own_paths(own)[-1])} deny: {POLICY_FILE_REASON}")
+        elif write_hit is None and policy.write_allow and not any(p.covers(path) for p in policy.write_allow):
             writable = (None, "no Edit() rule: Claude Code asks")
         else:
             writable = ((False, f"{claude_rule('Edit', paths(write_hit)[0])} deny") if write_hit

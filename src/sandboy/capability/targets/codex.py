@@ -6,7 +6,7 @@ The file is shared with the user: read with tomllib, only the profile (and `defa
 when Sandboy set it) replaced, written with tomli-w. TOML comments do not survive that round trip
 (tomllib drops them), which docs/capability.md says."""
 
-from sandboy.capability.targets import ADVISORY, LOST, MARKER, Target, rules
+from sandboy.capability.targets import ADVISORY, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target, policy_file_of, rules
 from sandboy.errors import PolicyError
 
 CONFIG = ".codex/config.toml"
@@ -23,6 +23,8 @@ def profile(policy) -> dict:
     for p in policy.write_allow:
         for e in entries(p):
             roots[e] = "write"
+    for own in POLICY_FILES:  # session 11: "." = "write" let Codex's commands rewrite .sandboy/agent.toml
+        roots[own] = "read"     # (a more specific entry wins in Codex, as its own built-in ".codex" = "read")
     for p in policy.write_deny:
         for e in entries(p):
             roots[e] = "read"
@@ -167,8 +169,11 @@ class Codex(Target):
     def decide(self, policy, path: str) -> dict:
         read_hit = policy.denied_without_exceptions(path)
         writable, why = policy.write_rule(path)
+        own = policy_file_of(path)
         if read_hit:
             writable, why = False, read_hit
+        elif own:
+            writable, why = False, f'{own} = "read": {POLICY_FILE_REASON}'
         why = why.text if hasattr(why, "text") else why
         return {
             "readable": (False, f"{entries(read_hit)[0]} = \"none\"") if read_hit else (True, ":workspace_roots readable"),

@@ -7,11 +7,12 @@ repository is readable, the write roots are write.allow (or the repository), rea
 literal write.deny paths become `fs.protect`, domains become `net.domains` (Layer 3's proxy).
 The policy files themselves are protected, so a caged agent cannot loosen its next run."""
 
-from sandboy.capability.targets import ENFORCED, LOST, MARKER, Target, rules
+from sandboy.capability.targets import (ENFORCED, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target,
+                                        policy_file_of, rules)
 from sandboy.policy.resolve import is_within
 
 AGENT = ".sandboy/agent.toml"
-SELF_PROTECTED = ("owen.policy.toml", ".sandboy", ".claude", ".codex")
+SELF_PROTECTED = POLICY_FILES
 
 
 def deny_entry(pattern) -> str:
@@ -127,7 +128,10 @@ class SandboyStep(Target):
             return {"readable": denied, "indexable": (None, "no index"), "writable": denied}
         roots, _ = write_roots(policy)
         protect = next((p for p in policy.write_deny if p.is_literal() and p.covers(path)), None)
-        if protect:
+        own = policy_file_of(path)
+        if own:  # explain said "inside a write root" for .sandboy/agent.toml, which fs.protect keeps
+            writable = (False, f"fs.protect {own!r}: {POLICY_FILE_REASON}")
+        elif protect:
             writable = (False, f"fs.protect {protect.body!r}")
         elif any(r == "." or is_within(path, r) for r in roots):
             writable = (True, "inside a write root")
