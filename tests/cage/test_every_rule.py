@@ -600,6 +600,19 @@ def check_tty_ioctls(cage) -> None:
     assert answer(cage.run("tiocsetd", 27, tty=True)) == "EPERM"
 
 
+def check_lease(cage) -> None:
+    """fcntl(F_SETLEASE) refused by the filter: on a bad fd the kernel would answer EBADF."""
+    assert answer(cage.run("nr", 72, -1, 1024, 0)) == "EPERM"  # F_SETLEASE, F_RDLCK
+
+
+def test_a_file_lease_is_refused_by_the_filter(cage):
+    check_lease(cage)
+    # twin: fcntl itself, and the lease query, reach the kernel (its answer for a bad fd)
+    assert answer(cage.run("nr", 72, -1, 1025, 0)) == "EBADF"  # F_GETLEASE
+    if ROOT:  # the filter alone, on a process keeping root's capabilities: still refused
+        assert answer(filter_only(cage_bpf(cage.policy()), [cage.probe, "nr", 72, -1, 1024, 0])) == "EPERM"
+
+
 @pytest.mark.parametrize("bit", NAMESPACE_BITS)
 def test_each_clone_namespace_flag_refused(cage, bit):
     check_clone_flag(cage, bit)

@@ -85,6 +85,7 @@ def _rule_patches(seccomp):
         ("TIOCSTI", [("TIOCSTI", 0x7FFF_FFF0)], lambda c, _v: rules.check_tty_ioctls(c)),
         ("TIOCLINUX", [("TIOCLINUX", 0x7FFF_FFF1)], lambda c, _v: rules.check_tty_ioctls(c)),
         ("TIOCSETD", [("TIOCSETD", 0x7FFF_FFF2)], lambda c, _v: rules.check_tty_ioctls(c)),
+        ("F_SETLEASE", [("F_SETLEASE", 0x7FFF_FFF3)], lambda c, _v: rules.check_lease(c)),
         ("x32 numbers", [("X32_SYSCALL_BIT", 0xFFFF_FFFF)], lambda c, _v: _check_x32(c)),
         ("prlimit block", [("_prlimit_rules", _no_rules)], lambda c, v: _check_prlimit(c, v["victim"])),
         ("socketpair block", [("_socketpair_rules", _no_rules)], lambda c, _v: _check_dgram_pair(c)),

@@ -237,3 +237,75 @@ def test_twin_a_policy_allowing_io_setup_gets_a_context(tmp_path):
     skip_unless_nobody_can_run()
     said = _aio_run(tmp_path, 1, 1.0, allow=["io_setup"])
     assert said["inside"] == "ok" and said["neighbour"] == "ok" and said["rc"] == 0, said
+
+
+# --- file leases ------------------------------------------------------------------------------
+#
+# fcntl(F_SETLEASE, F_RDLCK) needs an fd opened for reading and the file's ownership — as root
+# (capabilities dropped) that is every root-owned file a read grant reaches. The command took a
+# lease on such a file; every host process's open for writing then blocked until the lease broke
+# (fs.lease-break-time, 45 s; again at each open while the command re-took it), and the command
+# learnt of each open (SIGIO). Now refused by the filter.
+
+LEASE_TAKER = textwrap.dedent("""\
+    import fcntl, os, signal, sys, time
+    signal.signal(signal.SIGIO, signal.SIG_IGN)
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    try:
+        fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
+        said = "ok"
+    except OSError as exc:
+        said = str(exc.errno)
+    with open(sys.argv[2] + ".tmp", "w") as fh:
+        fh.write(said)
+    os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+    time.sleep(float(sys.argv[3]))
+""")
+
+
+def _lease_run(tmp_path, *, caged: bool) -> dict:
+    import time
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "take.py").write_text(LEASE_TAKER)
+    victim = tmp_path / "victim"  # the runner's own file (as root: root-owned), granted for reading only
+    victim.write_text("operator's\n")
+    policy = {"version": 1,
+              "fs": {"read": ["/usr", "/etc", str(tmp_path)], "exec": ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"],
+                     "write": [str(tmp_path / "w")]}}
+    (tmp_path / "p.toml").write_text(to_toml(policy))
+    said_at = tmp_path / "w" / "said"
+    argv = ["/usr/bin/python3", str(tmp_path / "take.py"), str(victim), str(said_at), "3"]
+    if caged:
+        argv = [sys.executable, "-m", "sandboy", "run", "--policy", str(tmp_path / "p.toml"), "--", *argv]
+    env = {**os.environ, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not said_at.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        said = {"inside": said_at.read_text() if said_at.exists() else None}
+        # the host's writer, without blocking: EAGAIN where a lease holds the file
+        try:
+            os.close(os.open(victim, os.O_WRONLY | os.O_NONBLOCK))
+            said["host_write_open"] = "ok"
+        except OSError as exc:
+            said["host_write_open"] = exc.errno
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+    said["stderr"] = run.stderr.read().decode(errors="replace")[-500:]
+    return said
+
+
+def test_a_command_cannot_lease_a_file_it_may_only_read(tmp_path):
+    said = _lease_run(tmp_path, caged=True)
+    assert said["inside"] == "1", said  # EPERM from the filter (was "ok")
+    assert said["host_write_open"] == "ok", said  # was EAGAIN: a blocking open waited 45 s
+
+
+def test_twin_the_same_lease_outside_the_cage_holds_the_file(tmp_path):
+    """What the filter stops is what the kernel grants: uncaged, the same program's lease makes
+    the host's non-blocking open for writing EAGAIN."""
+    said = _lease_run(tmp_path, caged=False)
+    assert said == {"inside": "ok", "host_write_open": 11, "stderr": ""}, said

@@ -98,6 +98,8 @@ def expected(nr, arch, args, deny, rules) -> int:
         return EPERM
     if nr == X86_64["ioctl"] and low[1] in (0x5412, 0x541C, 0x5423):  # TIOCSTI, TIOCLINUX, TIOCSETD
         return EPERM
+    if nr == X86_64["fcntl"] and low[1] == 1024:  # F_SETLEASE
+        return EPERM
     for name, index in SEND_FLAGS_AT.items():
         if nr == X86_64[name] and low[index] & MSG_FASTOPEN_BIT and not rules.tcp_any_protocol:
             return EPERM
@@ -165,12 +167,12 @@ def test_foreign_arch_and_x32_refused_before_anything():
 
 
 interesting_nr = st.sampled_from([X86_64[n] for n in (
-    "socket", "clone", "clone3", "openat2", "ioctl", "ptrace", "getpid", "unshare", "mount", "io_uring_setup",
+    "socket", "clone", "clone3", "openat2", "ioctl", "fcntl", "ptrace", "getpid", "unshare", "mount", "io_uring_setup",
     "sendto", "sendmsg", "sendmmsg", "prlimit64", "socketpair", *MODE_AT, *SELF_ONLY_AT, *SYSV, "getpriority",
     "modify_ldt", "mbind")])
 arg = st.one_of(st.integers(0, (1 << 64) - 1), st.sampled_from([
     1, 2, 3, 4, 9, 10, 15, 16, 17, 40, 0x1_00000002, 0x1_0000000A, 1 | 0o4000, 2 | 0o2000000, 5, 0, 6, 17, 132,
-    262, 0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5423, 0x1_00005423, 0x5413, 0x10000000,
+    262, 0x1_00000106, 0x20000000, 0x20004000, 0x1_00000040, 0x5412, 0x1_00005412, 0x541C, 0x5423, 0x1_00005423, 0x5413, 1024, 0x1_00000400, 1025, 0x10000000,
     0x40000000, 0x1_00000000, 0o4755, 0o2755, 0o1777, 0o6755, 0o755, 0o100755, 0x1_00000000 | 0o755,
     0x1_00000000 | 0o4755, 0o40000 | 0o2775, *NAMESPACE_BITS]))
 
@@ -289,7 +291,7 @@ def test_a_call_without_a_rule_is_decided_in_few_tests():
     is installed (to find the calls it always allows) and at every filtered call, so one test
     per rule (≈ 95) cost ≈ 0.06 ms of every run's start (docs/performance.md)."""
     program = seccomp.build(DENIED_BY_DEFAULT | SYSV, seccomp.SocketRules(False, False, False, False))
-    rules = DENIED_BY_DEFAULT | SYSV | {"clone", "clone3", "openat2", "ioctl", "socket", "socketpair", "prlimit64",
+    rules = DENIED_BY_DEFAULT | SYSV | {"clone", "clone3", "openat2", "ioctl", "fcntl", "socket", "socketpair", "prlimit64",
                                         *SEND_FLAGS_AT, *MODE_AT, *SELF_ONLY_AT}
     free = [nr for name, nr in X86_64.items() if name not in rules]
     assert len(decode(program)) > 250  # what the bound below is measured against

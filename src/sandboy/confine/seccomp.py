@@ -99,7 +99,7 @@ NETLINK_ALLOWED = (NETLINK_ROUTE,)
 # The numbers the default filter needs, so the full table (policy/syscalls.py, ≈ 0.3 ms to
 # import) loads only when a policy names other calls. tests/cage checks these against it.
 _COMMON_NRS = {
-    "ioctl": 16, "socket": 41, "sendto": 44, "sendmsg": 46, "listen": 50, "socketpair": 53, "clone": 56,
+    "ioctl": 16, "fcntl": 72, "socket": 41, "sendto": 44, "sendmsg": 46, "listen": 50, "socketpair": 53, "clone": 56,
     "ptrace": 101, "syslog": 103, "uselib": 134, "personality": 135, "vhangup": 153,
     "pivot_root": 155, "chroot": 161, "acct": 163, "mount": 165, "umount2": 166, "swapon": 167,
     "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173, "init_module": 175,
@@ -158,6 +158,14 @@ TIOCLINUX = 0x541C
 # (CVE-2017-2636 n_hdlc, n_gsm 2023-24) that no build uses, reachable from the cage's private pty
 # just as init_module (denied) would be. pppd, slattach and hciattach need it; a build does not.
 TIOCSETD = 0x5423
+# fcntl(F_SETLEASE): a read lease needs only an fd opened for reading and the file's ownership (as
+# root, capabilities dropped, still the owner of every root-owned file): a command took one on a
+# file its policy lets it READ, and every host process's open for writing or truncate of it blocked
+# for `fs.lease-break-time` (45 s) — again at each open while the command re-took the lease — and
+# the command was told of each (SIGIO): as root `/etc/*`, `/usr/*` under a read grant; as a user its
+# own files (`~/.bashrc` under the operator's editor). Builds never take leases (file servers do:
+# Samba's kernel oplocks, off by default).
+F_SETLEASE = 1024
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCK_STREAM, SOCK_DGRAM = 1, 2
@@ -295,7 +303,7 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
     for name in ENOSYS_CALLS:
         rules.setdefault(syscall_nr(name), [RET_K | errno_ret(ENOSYS) << 32])
     # The argument checks, each a list of (nr, body): each body starts with A = nr and returns.
-    checks = _clone_rules(eperm) + _ioctl_rules(eperm) + _socket_rules(sockets, eperm)
+    checks = _clone_rules(eperm) + _ioctl_rules(eperm) + _fcntl_rules(eperm) + _socket_rules(sockets, eperm)
     if not sockets.unix:
         checks += _socketpair_rules(eperm)
     if not sockets.tcp_any_protocol:
@@ -402,6 +410,10 @@ def _ioctl_rules(eperm: int) -> list:
     body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 2, 0), _insn(JEQ_K, TIOCLINUX, 1, 0), _insn(JEQ_K, TIOCSETD, 0, 1),
             RET_K | eperm << 32, _RET_ALLOW]
     return [(syscall_nr("ioctl"), body)]
+
+
+def _fcntl_rules(eperm: int) -> list:
+    return [(syscall_nr("fcntl"), [_LD_ARG[1], _insn(JEQ_K, F_SETLEASE, 0, 1), RET_K | eperm << 32, _RET_ALLOW])]
 
 
 def _fastopen_rules(eperm: int) -> list:
