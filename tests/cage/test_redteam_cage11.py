@@ -41,6 +41,12 @@ FILL = textwrap.dedent("""\
     import ctypes, json, os, select, sys, time
     libc = ctypes.CDLL(None, use_errno=True)
     out, most, where = {}, int(sys.argv[2]), sys.argv[1]
+    try:  # its own namespace's bound, raised: no CAP_SYS_RESOURCE left there (and a read-only /proc)
+        with open("/proc/sys/user/max_inotify_instances", "w") as fh:
+            fh.write("100000")
+        out["raise"] = "ok"
+    except OSError as exc:
+        out["raise"] = exc.errno
     os.makedirs(where + "/watched", exist_ok=True)
     fds = []
     while len(fds) < most:
@@ -157,6 +163,7 @@ def test_a_command_cannot_hold_its_uids_whole_inotify_and_fanotify_allowance(nam
     if namespaces_env == {}:  # under the tier: the cage's own bounds, whatever the host's are
         assert 0 < inside["inotify"] <= namespaces.USER_LIMITS["max_inotify_instances"], said
         assert inside["fanotify"] <= namespaces.USER_LIMITS["max_fanotify_groups"], said
+        assert inside["raise"] in (13, 30), said  # EACCES, EROFS: the command cannot lift them
     assert said["rc"] == 137, said  # ended at its wall_seconds, as the driver expects
 
 
