@@ -38,11 +38,14 @@ import _imp
 
 from sandboy import BUNDLE_FORMAT, bundle_path
 
-# What `sandboy run` imports, besides `sandboy` itself (which installs the finder), in groups of modules imported together. tests/test_bytecode_bundle.py fails if exec mode imports
-# anything but "cli" + "cached run" + "plan cache" (+ "cage" on a plan cache miss, + "seccomp" where no
-# program is kept for its inputs: plan_pieces.Pieces), if any run imports a module not listed, or if a listed module is
-# imported by none, so the list cannot drift. The C executor is an extension module: no code of it
-# is kept, the bundle only remembers its file, which saves importlib listing the directory.
+# What `sandboy run` imports, besides `sandboy` itself (which installs the finder), in groups of
+# modules imported together. tests/test_bytecode_bundle.py fails if exec mode imports anything but
+# "cli" + "cached run" + "plan cache" from a kept plan, those + "cage" + "plan pieces" on a miss
+# whose seccomp program is kept ("seccomp" too where none is: plan_pieces.Pieces), or "cli" +
+# "cached run" + "cage" + "seccomp" with the plan cache off; if any run imports a module not
+# listed, or if a listed module is imported by none, so the list cannot drift. The C executor is
+# an extension module: no code of it is kept, the bundle only remembers its file, which saves
+# importlib listing the directory.
 RUN_PATH_GROUPS = {
     # every `sandboy` command
     "cli": ("sandboy.errors", "sandboy.cli"),
