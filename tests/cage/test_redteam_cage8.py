@@ -37,7 +37,7 @@ import sys
 import time
 
 import pytest
-from userkit import as_user
+from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp
 from prockit import mentioning
 
 from sandboy.confine import namespaces
@@ -163,6 +163,15 @@ def _scenario(script: str, base, nobody: bool = False) -> tuple:
     return w, victim, before, json.loads(proc.stdout)
 
 
+def _scenario_as_nobody(scenario: str, check) -> None:
+    """`_scenario` run by uid 65534 in a directory it can reach (not pytest's tmp_path), its report
+    judged by `check`."""
+    skip_unless_nobody_can_run()
+    with world_readable_tmp("sandboy-cage8-") as base:
+        w, victim, before, report = _scenario(scenario, base, nobody=True)
+        check(report, w, victim, before)
+
+
 @TIER
 def test_a_retargeted_link_cannot_make_a_reused_cage_attach_a_host_directory(tmp_path):
     w, victim, before, report = _scenario(RETARGET, tmp_path)
@@ -172,14 +181,7 @@ def test_a_retargeted_link_cannot_make_a_reused_cage_attach_a_host_directory(tmp
 @TIER
 def test_as_an_ordinary_user_a_retargeted_link_cannot_reach_their_own_key(tmp_path):
     """The same as uid 65534: the victim is that user's own 0600 key, outside every grant."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import userkit
-
-    userkit.skip_unless_nobody_can_run()
-    with userkit.world_readable_tmp("sandboy-cage8-") as base:
-        w, victim, before, report = _scenario(RETARGET, base, nobody=True)
-        _check_retarget(report, w, victim, before)
-        shutil.rmtree(os.path.join(str(base), "w"), ignore_errors=True)
+    _scenario_as_nobody(RETARGET, _check_retarget)
 
 
 def _check_prebuilt(report, w, victim, before) -> None:
@@ -201,13 +203,7 @@ def test_a_prebuilt_cage_refuses_to_attach_a_write_root_through_a_swapped_in_lin
 
 @TIER
 def test_as_an_ordinary_user_a_prebuilt_cage_refuses_a_swapped_in_link(tmp_path):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import userkit
-
-    userkit.skip_unless_nobody_can_run()
-    with userkit.world_readable_tmp("sandboy-cage8-") as base:
-        w, victim, before, report = _scenario(PREBUILT, base, nobody=True)
-        _check_prebuilt(report, w, victim, before)
+    _scenario_as_nobody(PREBUILT, _check_prebuilt)
 
 
 def test_without_openat2_the_followed_write_roots_are_reported(tmp_path, monkeypatch):
@@ -339,13 +335,10 @@ def test_chains_of_forking_leftovers_do_not_outlive_a_supervised_run(tmp_path, i
     """Without the tier (the sweep walks /proc; under it the PID namespace ends everything): 60
     chains forking as fast as they can, the command itself gone at once. The run returns and no
     process of it is left (host /proc), as root and as uid 65534."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import userkit
-
     if identity == "nobody":
-        userkit.skip_unless_nobody_can_run()
+        skip_unless_nobody_can_run()
     marker = f"sandboy-racer-{os.urandom(4).hex()}"
-    with userkit.world_readable_tmp("sandboy-cage8-") as base:
+    with world_readable_tmp("sandboy-cage8-") as base:
         (base / "racer.py").write_text(RACER)
         (base / "policy.toml").write_text(
             'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "%s"]\nexec = ["/usr/bin", "/bin"]\n'
@@ -532,13 +525,10 @@ def test_a_device_node_under_a_read_grant_opens_nothing_under_the_tier(tmp_path,
 def test_as_an_ordinary_user_a_write_root_holding_a_kernel_file_system_is_refused(tmp_path):
     """The refusal does not depend on the uid (as uid 65534 a bound /dev/pts there would be the
     user's other terminals): the same chroot with a proc inside, `sandboy run` as 65534."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import userkit
-
-    userkit.skip_unless_nobody_can_run()
+    skip_unless_nobody_can_run()
     if not shutil.which("unshare"):
         pytest.skip("needs unshare")
-    with userkit.world_readable_tmp("sandboy-cage8-") as base:
+    with world_readable_tmp("sandboy-cage8-") as base:
         root = base / "chroot"
         (root / "mnt").mkdir(parents=True)
         policy = base / "policy.toml"
