@@ -164,3 +164,57 @@ def use_tier(tier: str, monkeypatch) -> None:
         import pytest
 
         pytest.skip("namespace tier unavailable here")
+
+
+def unused_uid(first: int) -> int:
+    """A uid no account has, looked for from `first` (offset by this process's pid): what a uid
+    holds — queued signals, inotify instances — is counted per uid, so a probe of such a bound
+    runs as a uid nothing else of the machine uses (root's or 65534's count is everyone's)."""
+    import pwd
+
+    for uid in range(first + os.getpid() % 1000, first + 2000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    import pytest
+
+    pytest.skip("no unused uid found")
+
+
+def run_as_unused_uid(fill: str, driver: str, most: int, extra_env: dict, *, uid_from: int, wall_seconds: int,
+                      prefix: str) -> dict:
+    """A per-uid bound probed from the host side: as an unused uid (`unused_uid(uid_from)`), the
+    Python script `driver` is run with a fresh directory and `most`; it starts `sandboy run` of
+    the command `fill.py` (the script `fill`) under a policy reading that directory, writing its
+    `w/` and ending the run after `wall_seconds`, and prints what it saw as JSON — returned. Runs
+    the checkout's package (PYTHONPATH); skipped where uid 65534 cannot run or read it."""
+    import json
+
+    import sandboy
+    from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp
+
+    skip_unless_nobody_can_run()
+    uid = unused_uid(uid_from)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))
+    with world_readable_tmp(prefix) as where:
+        (where / "fill.py").write_text(fill)
+        (where / "w").mkdir()
+        os.chmod(where, 0o777)
+        os.chmod(where / "w", 0o777)
+        policy = {"version": 1,
+                  "fs": {"read": ["/usr", "/etc", "/proc", str(where)],
+                         "exec": ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"], "write": [str(where / "w")]},
+                  "limits": {"wall_seconds": wall_seconds}}
+        (where / "p.toml").write_text(to_toml(policy))
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(where),
+               "SANDBOY_CACHE_DIR": str(where / "cache"), **extra_env}
+        if subprocess.run(as_user(["/usr/bin/python3", "-c", "import sandboy"], uid), env=env,
+                          capture_output=True).returncode != 0:
+            import pytest
+
+            pytest.skip("an ordinary uid cannot read this source tree")
+        done = subprocess.run(as_user(["/usr/bin/python3", "-c", driver, str(where), str(most)], uid),
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
