@@ -78,6 +78,19 @@ def _hit_run(policy: Path, script: str, env: dict, cwd) -> subprocess.CompletedP
     return proc
 
 
+def sandboy_run_as_nobody(base: Path, home: Path, policy: Path, script: str) -> subprocess.CompletedProcess:
+    """`sandboy run --policy POLICY -- sh -c SCRIPT` as uid 65534 in its home HOME, everything below
+    BASE (a `userkit.world_readable_tmp`) given to it first: the checkout's package, no plan cache."""
+    subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+    time.sleep(0.15)  # (the set-up's ctimes settled: `loosened._settled`)
+    package = Path(namespaces.__file__).resolve().parents[2]  # src/
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
+           "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
+    return subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
+                                           "/bin/sh", "-c", script]),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=home)
+
+
 # --- a protected file with another name in the write root -----------------------------------
 
 
@@ -363,7 +376,6 @@ def test_as_an_ordinary_user_their_linked_ssh_config_and_hard_linked_bashrc_are_
     userkit.skip_unless_nobody_can_run()
     if not namespaces.availability()[0]:
         pytest.skip("no namespace tier here")
-    package = Path(namespaces.__file__).resolve().parents[2]  # src/
     with userkit.world_readable_tmp("sandboy-cage10-") as base:
         home = base / "home"
         (home / "dotfiles" / "ssh").mkdir(parents=True)
@@ -375,14 +387,8 @@ def test_as_an_ordinary_user_their_linked_ssh_config_and_hard_linked_bashrc_are_
         (home / "dotfiles" / "notes").write_text("n\n")
         policy = base / "p.toml"
         policy.write_text(BASE.format(root=home))
-        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-        time.sleep(0.15)
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
-               "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
-        proc = subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
-                                               "/bin/sh", "-c", "echo '  ProxyCommand sh -c PLANTED' >> .ssh/config; "
-                                               "echo 'echo PLANTED' >> dotfiles/bashrc; echo twin >> dotfiles/notes"]),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=home)
+        proc = sandboy_run_as_nobody(base, home, policy, "echo '  ProxyCommand sh -c PLANTED' >> .ssh/config; "
+                                     "echo 'echo PLANTED' >> dotfiles/bashrc; echo twin >> dotfiles/notes")
         assert "PLANTED" not in (home / "dotfiles" / "ssh" / "config").read_text(), proc.stderr
         assert (home / ".bashrc").read_text() == "echo user\n", proc.stderr
         assert proc.returncode == 125, proc.stderr
