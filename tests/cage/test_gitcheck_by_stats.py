@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gitkit import GIT_ENV, fsmonitor, scratch_env
+from gitkit import GIT_ENV, scratch_env
 
 from sandboy.confine import gitcheck
 

@@ -16,7 +16,6 @@ import os
 import stat
 import time
 
-import pytest
 
 from sandboy.confine import cleanup, protected
 from sandboy.confine.loosened import ModeGuard, guarded_paths
