@@ -86,11 +86,8 @@ def test_a_step_asking_for_names_no_server_answers_ends_at_its_timeout(tmp_path,
     resolv = tmp_path / "resolv.conf"
     resolv.write_text(f"nameserver {silent_name_server}\n")  # glibc's defaults: timeout 5, attempts 2
     gate = [sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling)]
-    script = f'mount --bind "$1" /etc/resolv.conf && shift && exec "$@"'
     started = time.monotonic()
-    # --propagation private: the bind stays in this namespace (COMMON.md), never on the host
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                           str(resolv), *gate], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run(under_name_server(str(resolv), gate), capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
     took = time.monotonic() - started
     assert "dns: TIMED OUT" in proc.stdout, (proc.stdout, proc.stderr)
