@@ -7,8 +7,6 @@ Checked from the outside: the peak RSS of a real `sandboy audit validate` proces
 from __future__ import annotations
 
 import json
-import os
-import resource
 import subprocess
 import sys
 from pathlib import Path

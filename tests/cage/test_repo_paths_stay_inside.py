@@ -7,7 +7,6 @@ real CLI and look at the host; twins: a link that stays inside, and a plain path
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 from sandboy.egress.log import EgressLog
 from sandboy.egress.resolver import Resolver

@@ -12,7 +12,6 @@ fd budget does not bind first); its resident memory is read from /proc/PID/statu
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
