@@ -36,10 +36,12 @@ def test_a_write_root_linked_to_the_policy_files_does_not_let_the_agent_loosen_i
     (repo / ".claude").mkdir()
     (repo / ".claude/settings.json").write_text("{}\n")
     (repo / ".codex").mkdir()
-    (repo / "src").symlink_to(target)  # a link that stays inside the repository (ADR 0026 lets it be)
     (repo / "owen.policy.toml").write_text(
         'version = 1\ntargets = ["sandboy", "claude", "codex"]\n[write]\nallow = ["/src"]\n')
+    # compiled before the link comes (a later pull): since session 11 compile itself refuses a write
+    # root the checkout links to the repository or the policy files (test_redteam_capability11.py)
     assert sandboy_cli(["policy", "compile"], repo, home).returncode == 0
+    (repo / "src").symlink_to(target)  # a link that stays inside the repository (ADR 0026 lets it be)
     explained = sandboy_cli(["policy", "explain", "--json", ".sandboy/agent.toml"], repo, home)
     assert json.loads(explained.stdout)["targets"]["sandboy"]["writable"]["allowed"] is False
     kept = {rel: (repo / rel).read_bytes() for rel in

@@ -165,3 +165,23 @@ def test_twin_the_rest_of_the_repository_stays_writable_and_a_deny_still_wins(wo
     assert _cli(["policy", "compile"], repo, home).returncode == 0
     if (repo / ".claude/settings.json").exists():
         assert "owen.policy.toml" not in (repo / ".claude/settings.json").read_text()
+
+
+@pytest.mark.parametrize("target", [".", ".sandboy", ".claude", "sub/..", "owen.policy.toml"])
+def test_a_write_root_the_checkout_links_to_the_repository_or_the_policy_files_is_refused(world, target):
+    """`src -> .` (or `-> .sandboy`) with write.allow ["/src"]: the cage keeps the policy files
+    whatever its roots (session 10), but Claude Code's `Edit(./src/**)` / allowWrite `./src` and
+    Codex's `"src" = "write"` are judged by path in those agents: through the link they granted
+    the whole repository, agent.toml and the agents' own settings included — more than "src".
+    compile and check refuse such a root (exit 2) as they refuse one leading out; nothing written."""
+    repo, home = world
+    (repo / "sub").mkdir()
+    (repo / ".sandboy").mkdir()
+    (repo / ".claude").mkdir()
+    os.symlink(target, repo / "src")
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["claude", "codex", "sandboy"]\n[write]\nallow = ["/src/**"]\n')
+    for verb in ("compile", "check"):
+        run = _cli(["policy", verb], repo, home)
+        assert run.returncode == 2 and "owen.policy.toml: write.allow[0]: " in run.stderr, run.stderr
+    assert _written_grants(repo) == {} and not (repo / ".sandboy/agent.toml").exists()

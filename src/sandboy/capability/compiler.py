@@ -9,7 +9,7 @@ while it still carries the generated marker) or its entries taken out (Claude, C
 import json
 import os
 
-from sandboy.capability.targets import MARKER, TARGETS
+from sandboy.capability.targets import MARKER, POLICY_FILES, TARGETS, policy_file_of
 from sandboy.capability.targets.sandboy import AGENT
 from sandboy.errors import PolicyError
 from sandboy.policy.resolve import is_within
@@ -124,12 +124,23 @@ def refuse_write_roots_leading_out(policy, root: str) -> None:
         if not literal:
             continue
         try:
-            resolve_inside(root, "/".join(literal), policy.source, f"write.allow[{i}]")
+            reached = resolve_inside(root, "/".join(literal), policy.source, f"write.allow[{i}]")
         except OutsideRepository as exc:
             raise PolicyError(policy.source, f"write.allow[{i}]", f"{pattern.text!r}: the checkout's symlink "
                               f"{exc.link!r} leads outside the repository: the agents' sandboxes would grant "
                               "writing where it points, and the cage refuses it; write the path inside the "
                               "repository, or remove the link") from None
+        # `src -> .` or `src -> .sandboy`: the root the agents' files grant is the repository, or
+        # holds or lies in the policy files, which no target lets an agent write (the cage keeps
+        # them whatever its roots; an agent's matcher may judge the path as written)
+        where = os.path.relpath(reached, os.path.realpath(root)).replace(os.sep, "/")
+        if where == "/".join(literal):
+            continue  # no link on the way (a policy file named as written grants nothing: fidelity says so)
+        if where == "." or policy_file_of(where) or any(is_within(own, where) for own in POLICY_FILES):
+            raise PolicyError(policy.source, f"write.allow[{i}]", f"{pattern.text!r}: the checkout links it to "
+                              f"{where!r}, {'the whole repository' if where == '.' else 'the policy files'}: "
+                              "a write root there would let an agent rewrite its next run's policy; write the "
+                              "path of a directory of its own, or remove the link")
 
 
 def render(policy, root: str, warnings=None) -> dict:
