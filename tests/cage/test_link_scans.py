@@ -351,3 +351,50 @@ def test_as_an_ordinary_user_a_crowded_start_up_directory_is_refused_and_an_expl
         assert outcomes[0].returncode == 125 and not (crowded / "ran").exists(), outcomes[0].stderr
         assert (linked / "dotfiles" / "fish" / "config.fish").read_text() == "set x 1\n", outcomes[1].stderr
         assert outcomes[1].returncode == 125, outcomes[1].stderr
+
+
+# --- the same from a kept plan (ADR 0028): a hit runs the same checks ----------------------
+
+
+def _hit_env(tmp_path: Path, home: Path) -> dict:
+    env = _env(tmp_path, True, home)
+    for name in ("SANDBOY_PLAN_CACHE", "SANDBOY_NATIVE"):  # (the C executor keeps plans)
+        env.pop(name, None)
+    return env
+
+
+def _runs_kept(policy: Path, scripts, env: dict, cwd: Path) -> list:
+    """Each of `scripts` run in turn with the plan cache on, `-X importtime` telling a hit (a run
+    from a kept plan imports no compiler) from a build: [(proc, was a hit)]."""
+    argv = [sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c"]
+    done = []
+    for script in scripts:
+        time.sleep(0.15)  # (past fingerprint.TICK_NS: an entry is kept only where the root's stats settled)
+        proc = subprocess.run([*argv, script], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                              cwd=cwd, timeout=120)
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
+        proc.stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+        done.append((proc, "sandboy.confine.cage" not in imported))
+    return done
+
+
+def test_from_a_kept_plan_a_start_up_directory_grown_past_the_bound_is_refused(tmp_path):
+    """A plan kept for a home under the bound; `~/.config/fish` then grows past it (the operator's
+    own files): the next run is refused before the command runs (125, named), whether it is
+    served from the kept plan or rebuilt."""
+    home = tmp_path / "H"
+    home.mkdir()
+    _crowded_fish(home, 30, 60)
+    policy = tmp_path / "p.toml"
+    policy.write_text(BASE.format(root=home))
+    env = _hit_env(tmp_path, home)
+    runs = _runs_kept(policy, ["true", "true"], env, home)
+    assert all(proc.returncode == 0 for proc, _hit in runs) and runs[1][1], runs[1][0].stderr[-2000:]
+    for f in range(60, 70):
+        for d in range(30):
+            (home / ".config" / "fish" / f"c{d:02d}" / f"f{f}.fish").write_text("")
+    ((proc, _hit),) = _runs_kept(policy, ["touch ran"], env, home)
+    assert proc.returncode == 125, proc.stderr
+    assert not (home / "ran").exists(), "the command ran"
+    assert f"holds more than {loosened.MAX_LINKED_SCAN:,} entries" in proc.stderr, proc.stderr

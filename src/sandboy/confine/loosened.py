@@ -257,6 +257,15 @@ class ModeGuard:
                 continue  # gone: nothing is run from there
             if record[0] == "link":
                 _kind, target, reached, why = record
+                try:
+                    now_st = os.stat(path)
+                except OSError:
+                    now_st = None
+                if reached is not None and now_st is not None and (now_st.st_dev, now_st.st_ino) == reached:
+                    # the inode it reached at launch, by whatever way: what reads through the link
+                    # reads what it read then (its bytes are the file record's to judge) — one stat,
+                    # not the kernel's name for it
+                    continue
                 now, identity, _st = _resolved(path)
                 # where it leads by name (a link or directory on its way repointed: `ln -sfn evil
                 # dotfiles`), or, dangling at launch, that it leads to something now: a file made
