@@ -79,8 +79,10 @@ RUN_PATH_GROUPS = {
     "protected paths": ("sandboy.confine.protected",),
     # its judgement: a write root holding a repository (or one made by the run)
     "git judgement": ("sandboy.confine.gitjudge",),
-    # the build's other modules for write roots: the protected paths' resolution
-    "write roots": ("sandboy.confine.own_install", "sandboy.confine.path_dirs"),
+    # the build's other modules for write roots: the protected paths' resolution, and the git
+    # check as the build's run hook (GitCheck, a cage's Scope, the gate's launch record) — none
+    # of which a plan cache hit runs (session 11)
+    "write roots": ("sandboy.confine.own_install", "sandboy.confine.path_dirs", "sandboy.confine.gitcheck_hook"),
     # the interpreter a pre-commit hook stub runs (its launch warning, its start-up code judged
     # after the run): only where a write root's repository has such a stub
     "pre-commit interpreter": ("sandboy.confine.hook_python",),

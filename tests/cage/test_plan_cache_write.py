@@ -324,12 +324,14 @@ SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 MUTANTS = {
     "the protected paths' stats": ("fingerprint.py", "        if not resolve:\n            return False\n",
                                    "        if not resolve:\n            return True\n"),
-    "the git check on a hit": ("plan_cache.py", "snap = GitSnapshot.at_launch(Scope(**self._git_scope))",
+    "the git check on a hit": ("plan_cache.py",
+                               "snap = GitSnapshot.at_launch(Scope(**self._git_scope), mount_table=self._mount_table)",
                                "snap = None"),
     "the protected paths' modes on a hit": ("plan_cache.py", "Scope(**self._git_scope)",
                                             "Scope(self._git_scope['write_roots'])"),
     "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import())", "stdio_shape)"),
-    "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots):", "        if False:"),
+    "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots, table=table):",
+                                             "        if False:"),
     "the command's death signal on a hit": ("plan_cache.py", "supervised=snap is not None", "supervised=False"),
     # (session 10) a build's run with the git check, exec mode without a Supervision
     "the command's death signal on a build": ("exec_mode.py", "start_and_wait(argv, cage, supervised=True)",

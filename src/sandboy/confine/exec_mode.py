@@ -22,7 +22,7 @@ from sandboy.errors import CageError
 def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None, lookups=None) -> list:
     """The supervision hooks every run of `cage` gets, whoever runs it (the CLI, the API, the
     gate): the one list. Each is checked cheaply before its module is imported. `git_record`:
-    the gate's `gitcheck.LaunchRecord`, carrying where the git directories are from one step's
+    the gate's `gitcheck_hook.LaunchRecord`, carrying where the git directories are from one step's
     check to the next step's launch (ADR 0019, session 6). `egress_log_bytes`: the bound of the
     egress decision log (None: egress.log.MAX_LOG_BYTES; the gate gives a step's output cap).
     `lookups`: the gate's egress.resolver.LookupHelper, shared by its steps' proxies."""
@@ -31,13 +31,13 @@ def hooks_for(cage, egress_log=None, git_record=None, egress_log_bytes=None, loo
     # Any write root may get a repository planted in it. A policy writing only to `{tmp}` keeps
     # no check (nowhere else to leave a link leading the operator's git there; the commonest
     # policy: the import is left out for it); beside another write root, `{tmp}` is walked
-    # too unless it is the tier's private tmpfs (gitcheck._cage_scope)
+    # too unless it is the tier's private tmpfs (gitcheck_hook._cage_scope)
     # (normalised first: `{tmp}/../x` names a directory beside it, resolved so at run time)
     # (with the defaults off, the policy's own `fs.protect` entries still get the link and mode
-    # checks: `gitcheck.scope_args`, ADR 0013 "Session 11")
+    # checks: `gitcheck_hook.scope_args`, ADR 0013 "Session 11")
     if (policy.fs.protect_defaults or policy.fs.protect) and any(
             not os.path.normpath(w).startswith("{tmp}") for w in policy.fs.write):
-        from sandboy.confine.gitcheck import GitCheck
+        from sandboy.confine.gitcheck_hook import GitCheck
 
         check = GitCheck.for_cage(cage, git_record)
         if check is not None:
@@ -232,7 +232,7 @@ def exit_like(status: int) -> int:
 
 def _check_in_namespace(argv, cage, on_applied, check):
     """`_supervise_in_namespace` for the one hook exec mode meets under the tier — the post-run
-    git check (`gitcheck.GitCheck`: before and after the run only) — without a Supervision: this
+    git check (`gitcheck_hook.GitCheck`: before and after the run only) — without a Supervision: this
     process waits in C for the init, the child dying with it, as a plan-cache hit runs the same
     check (`plan_cache.CachedPlan.run`). The same snapshot, verdict, words and exit codes as
     under a Supervision (its hooks' rules: a refusal at the start is the cage's, 125; a check

@@ -512,13 +512,14 @@ def _whole_second_timestamps(path: str, sample: int = 8) -> bool:
     return all(stamp % 1_000_000_000 == 0 for stamp in stamps)
 
 
-def _mount_points_below(roots) -> list:
-    """The mount points strictly below `roots`, of any file system (`kernel_mounts.points_below`);
-    where the table cannot be read, the roots themselves (their answer is already asked)."""
+def _mount_points_below(roots, table=None) -> list:
+    """The mount points strictly below `roots`, of any file system (`kernel_mounts.points_below`;
+    `table`: the mount table's text the run read moments ago, else read now); where the table
+    cannot be read, the roots themselves (their answer is already asked)."""
     from sandboy.confine.kernel_mounts import points_below
 
     try:
-        return points_below(roots)
+        return points_below(roots, table=table)
     except OSError:
         return []
 
@@ -554,7 +555,8 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
-    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=False):
+    def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=False,
+                 mount_table=None):
         # why the run is refused before it starts where a protected start-up path holds more than
         # the link scan looks at (`loosened.ModeGuard.cut`; `beyond_bound` then names it too)
         self.links_cut = None
@@ -577,7 +579,7 @@ class GitSnapshot:
         # config written in the snapshot's second, or a `.git` made in a directory whose census
         # listing the walk reuses by its ctime, passed as older than the run: redcage10)
         if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside) or any(
-                _whole_second_timestamps(point) for point in _mount_points_below(self.roots)):
+                _whole_second_timestamps(point) for point in _mount_points_below(self.roots, mount_table)):
             # ext2/ext3, ext4 with 128-byte inodes: a ctime is cut to its second, so a file the
             # command writes in the snapshot's second looks older than the snapshot. Counted from
             # the second's start, that file is the run's (a change the operator made earlier in
@@ -669,7 +671,7 @@ class GitSnapshot:
             self.modes = ModeGuard(guarded_paths(self.writable, targets), scope.protected, self.writable,
                                    scope.installed)
             self._take_cut()
-        self.after = None  # the same record as the check found it after the run (see `verify`)
+        self._after = None  # (roots, files, dirs) as the check found them after the run: `after`
         # Whether the check after the run may pass a git directory it reaches by its stats alone
         # (`_Walk.unchanged`), without the judgement: nothing at launch leads the check elsewhere
         # — no global config inside a write root or following an include or core.hooksPath, no
@@ -696,7 +698,7 @@ class GitSnapshot:
         self.writable, self.exclude, self.home = list(scope.writable), frozenset(scope.exclude), scope.home
         self.path_dirs, self.since_ns, self.global_entries = {}, since_ns, []
         self.known, self.config_stats, self.manager_launch, self.python_launch, self.hooks_launch = {}, {}, {}, {}, {}
-        self.listings, self.launch_dirs, self.beyond_bound, self.after, self.by_stats = {}, {}, None, None, True
+        self.listings, self.launch_dirs, self.beyond_bound, self._after, self.by_stats = {}, {}, None, None, True
         self.modes = ModeGuard(guarded_paths(self.writable, scope.protected), scope.protected, self.writable,
                                scope.installed)
         self._take_cut()
@@ -707,6 +709,18 @@ class GitSnapshot:
 
             self.links_cut = links_beyond_bound(*self.modes.cut)
             self.beyond_bound = self.modes.cut[1]  # (a plan-cache hit returns at it: the build refuses)
+
+    @property
+    def after(self):
+        """Where every git directory in reach was once `verify` ran (`gitcheck_hook.GitDirs`: what
+        the next step of a gate takes as its launch record), or None: not verified, or its walk
+        was cut short (the next launch walks again). Made when asked: a plan-cache hit never
+        asks, and reads none of the hook's code."""
+        if self._after is None:
+            return None
+        from sandboy.confine.gitcheck_hook import GitDirs
+
+        return GitDirs(*self._after)
 
     def _launch_configs_follow_nothing(self) -> bool:
         """Whether every config of the repositories read at launch was absent then, or read and
@@ -740,7 +754,7 @@ class GitSnapshot:
         return paths
 
     @classmethod
-    def at_launch(cls, scope: Scope, carried=None, managers=None, load_judgement=False):
+    def at_launch(cls, scope: Scope, carried=None, managers=None, load_judgement=False, mount_table=None):
         """THE snapshot (the hook's `start` and `snapshot()` both take it here): the coarse
         realtime clock reading file timestamps are taken from, just before the child starts, the
         launch configs and where each git directory is (walked now, or `carried` from the
@@ -750,10 +764,13 @@ class GitSnapshot:
         `load_judgement`: True where a thread of this process may take every file descriptor
         while the command runs (the egress proxy: GitCheck), or the caller cannot tell
         (`snapshot()`): the judgement is loaded now wherever a repository is in reach. Else it is
-        loaded after the run, and only where the stats cannot decide (`by_stats`)."""
+        loaded after the run, and only where the stats cannot decide (`by_stats`). `mount_table`:
+        the mount table's text the caller read just before for its own question
+        (`kernel_mounts.read_table`: a plan-cache hit's kernel mounts), where the file systems
+        mounted below the roots are looked for — else read again."""
         if not scope:
             return None
-        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried, managers, load_judgement)
+        return cls(scope, time.clock_gettime_ns(CLOCK_REALTIME_COARSE), carried, managers, load_judgement, mount_table)
 
     def moved(self, gitdir: str, identity) -> bool:
         """Whether git directory `gitdir` (`identity`: its st_dev, st_ino) — or the worktree top
@@ -811,7 +828,7 @@ class GitSnapshot:
             except _Judged:
                 pass
             else:
-                self.after = GitDirs(self.roots, self.files, walk.dirs) if complete else None
+                self._after = (self.roots, self.files, walk.dirs) if complete else None
                 return walk.findings
         try:
             from sandboy.confine.gitjudge import _Check
@@ -832,76 +849,8 @@ class GitSnapshot:
             check.path_programs(directory, launch)
         # what the next step of a gate takes as its launch record (nothing runs between two
         # steps but Sandboy); a walk cut short leaves none: the next launch walks again
-        self.after = GitDirs(self.roots, self.files, check.dirs) if complete else None
+        self._after = (self.roots, self.files, check.dirs) if complete else None
         return check.findings
-
-
-class GitDirs:
-    """Where each git directory in reach of a check was, and the worktree top holding each `.git`
-    directory: `paths` (st_dev, st_ino) -> path, as the walk of `roots` (directories) and
-    `files` (files granted for writing) found them."""
-
-    __slots__ = ("roots", "files", "paths")
-
-    def __init__(self, roots, files, paths):
-        self.roots, self.files, self.paths = tuple(roots), frozenset(files), paths
-
-    def covers(self, path: str) -> bool:
-        """Whether the walk of one of `roots` reached everything below `path` (it never enters
-        a `.git`: a root there is walked on its own, as split_roots says)."""
-        return any(is_within(path, root) and ".git" not in path[len(root):].split("/") for root in self.roots)
-
-
-class LaunchRecord:
-    """Carries `GitDirs` from one run's check to the next run's launch, for runs that follow each
-    other with nothing but Sandboy in between (a gate's steps: `GateRun`). `take` empties it, so
-    a run whose check does not end (stopped, abandoned) leaves the next one to walk again.
-
-    It also keeps each cage's `Scope` (`scope_for`) where no run can change what the Scope
-    resolved: `reach` (set by the gate) holds every directory a run of the gate may write in."""
-
-    __slots__ = ("dirs", "reach", "_scopes", "_per_run")
-
-    def __init__(self, reach=None):
-        self.dirs = None
-        self.reach = reach  # realpaths (and as written) of every write root of the runs, or None
-        import weakref  # (the gate's: not on `sandboy run`'s path)
-
-        # cage -> its Scope, kept only where no run can change it; a cage closed after its step
-        # (one that could not be shared) takes its entry with it
-        self._scopes = weakref.WeakKeyDictionary()
-        # cages one of whose lookups a run could change: their Scope is made for every run, and
-        # the lookups are not judged again (a verdict that only ever costs a fresh Scope)
-        self._per_run = weakref.WeakSet()
-
-    def scope_for(self, cage):
-        """The check's Scope for a run of `cage` (None: no check), made once per cage where no run
-        can change any lookup it made — each write root, the run's `{tmp}` and the operator's
-        global configs resolve through no directory inside `reach` or the cage's own write roots
-        (`resolve.lookup_changeable`; the built-in ceiling's `{repo}` is an entry of the directory
-        above the repository) — else made again for every run, as before (session 8: ≈ 0.3 ms a
-        step). Under the namespace tier only: without it the Scope also holds the operator's PATH
-        directories, which have their own per-look check (path_dirs). A cage the gate rebuilt (its
-        reuse fingerprint saw a change) is another cage, with a Scope of its own."""
-        scope = self._scopes.get(cage)
-        if scope is not None:
-            return scope
-        scope = _cage_scope(cage)
-        if scope is not None and self.reach is not None and cage.tier is not None and cage not in self._per_run:
-            from sandboy.policy.resolve import lookup_changeable
-
-            write = cage.compiled["landlock.fs"].outputs["protected_args"][0]
-            reach = (*self.reach, *scope.writable)
-            if not any(lookup_changeable(path, reach) for path in (*write, *scope.exclude,
-                                                                   *global_configs(scope.home))):
-                self._scopes[cage] = scope
-            else:
-                self._per_run.add(cage)
-        return scope
-
-    def take(self):
-        dirs, self.dirs = self.dirs, None
-        return dirs
 
 
 class _Judged(Exception):
@@ -1286,124 +1235,12 @@ def after_run(snap) -> str:
             "(ADR 0019): " + "; ".join(parts))
 
 
-def beyond_bound(root: str, roots: int) -> str:
-    """Why a run is refused at launch: its write roots hold more than the check can walk."""
-    where = (f"{root} holds more than {WALK_BUDGET:,} entries" if roots == 1 else
-             f"the {roots} write roots hold more than {WALK_BUDGET:,} entries together ({root} reached the bound)")
-    return (f"fs.write: {where} to look through for repositories the command could plant; the post-run git "
-            "check (ADR 0019) would stop at that bound AFTER the command ran and fail the run, so it is refused "
-            "before it starts: grant the project's directory (or a cache or output directory), not a whole home "
-            "or tree — or set fs.protect_defaults = false to go without the check and the protected paths")
-
-
-def _cage_scope(cage):
-    """The check's Scope for one run of `cage`, or None when the policy turned the protected
-    defaults off (`fs.protect_defaults = false`) or writes nowhere. The run's `{tmp}` is not
-    walked where it is the namespace tier's private tmpfs (gone with the run; the host sees an
-    empty mount point). Without the tier it is a host directory that outlives the run while the
-    cage is kept (the API's reused cage, a gate's cache): a symlink left in a write root led the
-    operator's git into a repository planted there, so it is walked like any write root."""
-    args = scope_args(cage)
-    return None if args is None else Scope(**args)
-
-
-def scope_args(cage):
-    """The arguments of `_cage_scope`'s Scope, as plain values (a plan cache entry keeps them:
-    a hit makes the same Scope, `plan_cache.CachedPlan.run`), or None where there is no check."""
-    if not cage.policy.fs.write:
-        return None
-    if not cage.policy.fs.protect_defaults:
-        # no git check, no default set — but the policy's own `fs.protect` entries inside a write
-        # root are still "never writable": their other names (a hard link, a symlink inside one
-        # into the write root) and loosened modes are judged after the run (session 11: with the
-        # defaults off nothing was, and `echo ... >> dotfiles/x` wrote a protected file through
-        # its stow link, rc 0)
-        if not cage.protected:
-            return None
-        write = cage.compiled["landlock.fs"].outputs["protected_args"][0]
-        return {"write_roots": tuple(write), "exclude": (), "path_dirs": (), "protected": tuple(cage.protected),
-                "links_only": True}
-    private = cage.tier is not None and cage.tier.tmp_private
-    exclude = (cage.ctx.tmp,) if cage.ctx.tmp and private else ()
-    write, _protect, _defaults, work = cage.compiled["landlock.fs"].outputs["protected_args"]
-    path_dirs = ()
-    if cage.tier is None:  # under the tier they are bound read-only; without it, judged after the run
-        from sandboy.confine.path_dirs import held, on_path
-
-        # the directories and the symlinks on the way to them (a link replaced or repointed is
-        # judged too: `~/bin -> dotfiles/bin`)
-        path_dirs = list(dict.fromkeys(path for row in on_path(write, work)[0] for path in held(*row)))
-    return {"write_roots": tuple(write), "exclude": tuple(exclude), "path_dirs": tuple(path_dirs),
-            "protected": tuple(cage.protected), "installed": tuple(getattr(cage, "installed", ()))}
-
-
-class GitCheck:
-    """The check as a supervision hook (confine/supervision.py), made by `exec_mode.hooks_for`
-    for every run the check applies to: the snapshot just before the child starts (everything
-    the command changes is after it), the verdict once every process of the run has ended. Not
-    a subclass of supervision.Hook: exec mode carries it without importing that module."""
-
-    name = "git check"
-    during_run = False  # before and after only: under the namespace tier the init's end will do
-
-    def __init__(self, cage, scope: Scope, record=None):
-        self.cage = cage
-        self.scope = scope  # looked up once, when the hook is made
-        self.record = record  # a LaunchRecord shared by the runs of one gate, or None
-        self.snap = None
-
-    @classmethod
-    def for_cage(cls, cage, record=None):
-        """The hook for one run of `cage`, or None where the check does not apply. `record`: a
-        `LaunchRecord` the caller keeps across runs that follow each other with nothing else
-        writing their roots in between (a gate's steps): this run's launch walk is then the
-        previous check's (session 6: only the first step walks before it starts)."""
-        scope = record.scope_for(cage) if record is not None else _cage_scope(cage)
-        return cls(cage, scope, record) if scope else None
-
-    def start(self, run) -> tuple:
-        # the scope was looked up when the hook was made (for_cage), just before: only the clock,
-        # the launch configs and (unless carried) where the git directories are are read now
-        carried = self.record.take() if self.record is not None else None
-        # (the egress proxy's thread may hold every file descriptor when the check runs: the
-        # judgement is loaded at launch then, even where the stats may decide without it)
-        self.snap = GitSnapshot.at_launch(self.scope, carried, self.cage.take_launch_managers(),
-                                          load_judgement=bool(self.cage.policy.net.egress))
-        if self.snap is not None and self.snap.beyond_bound is not None:
-            from sandboy.errors import CageError
-
-            (root, cut), self.snap = (self.snap.beyond_bound, self.snap.links_cut), None  # (nothing runs)
-            raise CageError(cut or beyond_bound(root, len(self.scope.roots)))
-        return ()
-
-    def started(self, run) -> None:
-        pass
-
-    def stop(self, run, result) -> None:
-        """A run that left code for the host's next git command fails closed (125, outcome
-        PLANTED) whatever its own status, saying what was moved where (ADR 0019)."""
-        if self.snap is None:
-            return
-        if run.abandoned:  # the gate was stopped: it fails anyway (130)
-            result.error = ((result.error + "; ") if result.error else "") + (
-                "the post-run git check was skipped: the stopped step's processes were still being "
-                "torn down — check the repository before running git in it (ADR 0019)")
-            return
-        message = after_run(self.snap)
-        if self.record is not None:
-            # taken after the quarantine (which moves files, never a git directory): the next
-            # step starts from this tree
-            self.record.dirs = self.snap.after
-        if message:
-            from sandboy.confine.result import PLANTED
-
-            result.refuse(message, PLANTED)
-
-
-# The post-run judgement lives in gitjudge (loaded only when there is something to judge); its
-# names stay reachable from here.
+# The post-run judgement lives in gitjudge (loaded only when there is something to judge), the
+# check around runs — its hook, a cage's Scope, the gate's launch record — in gitcheck_hook (what a
+# plan-cache hit never runs: session 11); their names stay reachable from here.
 _FROM_JUDGE = ("SAFE_KEYS", "SAFE_SECTIONS", "is_safe", "_Check", "quarantine", "_open_below", "_quarantine_box",
                "_put_back")
+_FROM_HOOK = ("GitCheck", "GitDirs", "LaunchRecord", "beyond_bound", "scope_args", "_cage_scope")
 
 
 def __getattr__(name: str):
@@ -1411,4 +1248,8 @@ def __getattr__(name: str):
         from sandboy.confine import gitjudge
 
         return getattr(gitjudge, name)
+    if name in _FROM_HOOK:
+        from sandboy.confine import gitcheck_hook
+
+        return getattr(gitcheck_hook, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

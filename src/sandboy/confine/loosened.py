@@ -95,7 +95,7 @@ class ModeGuard:
         # or None) as the scan took it just now, not taken again below
         seen: dict = {}
         # (a protected start-up path, its write root) whose scan stopped at MAX_LINKED_SCAN, or
-        # None: the run is refused before it starts (`gitcheck.GitCheck.start`, `beyond_bound`);
+        # None: the run is refused before it starts (`gitcheck_hook.GitCheck.start`, `beyond_bound`);
         # `installed` (installations' code, ADR 0024) are looked at best-effort
         self.cut = None
         self.linked = _reached_elsewhere(protected, roots, now, seen, installed, self)

@@ -216,7 +216,8 @@ class CachedPlan:
     """A stored plan made ready to run in this process (`consult`): what exec mode needs of a Cage
     (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
 
-    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_scope=None):
+    def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_scope=None,
+                 mount_table=None):
         self.plan = plan
         self.clone_flags = clone_flags
         self.env = env
@@ -225,10 +226,13 @@ class CachedPlan:
         self._exec_paths = exec_paths
         self._ruleset_fd = ruleset_fd
         self._keepalive = keepalive  # the seccomp program the plan's sock_fprog points at
-        # the post-run git check's Scope, as the build's (`gitcheck.scope_args`: the write roots
+        # the post-run git check's Scope, as the build's (`gitcheck_hook.scope_args`: the write roots
         # it walks, the protected paths whose modes it puts back if loosened — ADR 0019); None:
         # the policy brings no check
         self._git_scope = git_scope
+        # the mount table as `_ready` read it for the kernel mounts below the write roots: the
+        # snapshot's question (file systems mounted below them) is answered from the same read
+        self._mount_table = mount_table
         self.start_failed = False
 
     @property
@@ -266,7 +270,7 @@ class CachedPlan:
         if self._git_scope is not None:
             from sandboy.confine.gitcheck import GitSnapshot, Scope
 
-            snap = GitSnapshot.at_launch(Scope(**self._git_scope))
+            snap = GitSnapshot.at_launch(Scope(**self._git_scope), mount_table=self._mount_table)
             if snap is not None and snap.beyond_bound is not None:
                 self.close()
                 return None  # refused before it starts: the build says so, in its words
@@ -419,10 +423,12 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     a write root with its submounts; the build refuses such a root, 125, and says why — so the
     miss does: mock mounts a chroot's /proc between its steps, redcage9), as `Cage.still_valid`
     asks before a reuse."""
+    table = None
     if mount_roots:
-        from sandboy.confine.kernel_mounts import below
+        from sandboy.confine.kernel_mounts import below, read_table
 
-        if below(mount_roots):  # (CageError where the table cannot be read: a miss too)
+        table = read_table()  # (OSError where it cannot be read: a miss, and the build refuses)
+        if below(mount_roots, table=table):
             return None
     from sandboy.confine.ruleset import build_ruleset
 
@@ -441,7 +447,7 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     plan[seccomp_at] = (*step[:4], fprog, *step[5:])
     environ = os.environ
     env = {name: environ[name] if value is None else value for name, value in env.items()}
-    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope)
+    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope, table)
 
 
 def _entry_for(cage, miss: Miss, hooks):
@@ -493,14 +499,14 @@ def _entry_for(cage, miss: Miss, hooks):
 
 
 def _git_scope(cage, hooks):
-    """The arguments of the post-run git check's Scope for a hit (`gitcheck.scope_args`: what the
+    """The arguments of the post-run git check's Scope for a hit (`gitcheck_hook.scope_args`: what the
     build's own check was made from), or None (no check), or False where this run's hooks are not
     only the git check `exec_mode.hooks_for` made for it (the only hook a hit runs). Its protected
     paths are the build's, which the fingerprint proves a rebuild's."""
     policy = cage.policy
     if not ((policy.fs.protect_defaults or policy.fs.protect) and policy.fs.write):  # `hooks_for`'s rule
         return False if hooks else None
-    from sandboy.confine.gitcheck import GitCheck, scope_args  # (imported already: `hooks_for` asked it)
+    from sandboy.confine.gitcheck_hook import GitCheck, scope_args  # (imported already: `hooks_for` asked it)
 
     if any(type(hook) is not GitCheck or hook.record is not None for hook in hooks):
         return False

@@ -15,7 +15,7 @@ C meanwhile). `exec_mode.supervisor_needed` is the one rule saying when a run ne
 its own to stay with it.
 
 Hooks (`Hook`): the egress proxy (egress/session.py) and the post-run git check
-(gitcheck.GitCheck). `exec_mode.hooks_for(cage)` is the one list every run gets.
+(gitcheck_hook.GitCheck). `exec_mode.hooks_for(cage)` is the one list every run gets.
 
     start(run)          before the command's process exists, in attach order. Returns the
                         (label, step) pairs the child runs first (see `_libc`). Raising refuses
@@ -84,7 +84,7 @@ class Handle:
 class Hook:
     """Something that lives exactly as long as a run (see the module docstring for when each
     method is called). Override what you need; `name` prefixes the refusal a failure causes.
-    Any object with these five attributes is a hook (gitcheck.GitCheck does not subclass this:
+    Any object with these five attributes is a hook (gitcheck_hook.GitCheck does not subclass this:
     exec mode carries it without importing this module)."""
 
     name = "hook"

@@ -353,7 +353,7 @@ class GateRun:
         self.interactive = frozenset(interactive)
         self.results = [StepResult(step, i) for i, step in enumerate(gate.steps)]
         self.cages = None  # a CageCache while run() runs
-        from sandboy.confine.gitcheck import LaunchRecord
+        from sandboy.confine.gitcheck_hook import LaunchRecord
 
         # where the git directories are, from one step's post-run check to the next step's
         # launch: nothing but the gate runs between two steps, so only the first walks before
