@@ -211,3 +211,85 @@ def test_resolving_the_results_source_files_stops_at_the_deadline(tmp_path) -> N
     with pytest.raises(PastDeadline):
         add_fingerprints({"runs": [{"results": results}]}, tmp_path, deadline)
     assert time.monotonic() - deadline < 1.0  # 256 resolutions past it at most (≈ 30 ms at load 7)
+
+
+# --- a begun check or serialisation (session 11) ---------------------------------------------
+
+
+def _merged_big(results: int = 60_000):
+    """A merged log of `results` results, each naming its own file (a hostile tool's many
+    findings), as `merge_logs` has it before `finish`."""
+    from sandboy.audit import merge
+
+    many = [_result(f"src/f{i}.py", 1 + i % 100, rule=f"R{i % 50}") for i in range(results)]
+    doc = _log("many", many)
+    doc["runs"][0]["tool"]["driver"]["rules"] = [{"id": f"R{i}"} for i in range(50)]
+    return merge.merge_docs([doc, _log("small", [_result("small.py")])], None)
+
+
+def test_a_begun_check_of_the_merged_log_stops_at_the_deadline() -> None:
+    """Session 10 looked at the deadline before the merged log's check and before its
+    serialisation, each then ran to its end: ≈ 2.5 + 1.1 s past the budget for 99,000 results
+    at load 8 (its semantic walk is Python, json.dumps one call). Now both look at it while they
+    work: a deadline passing just after the check began ends it with MergeCut within the schema's
+    own check (jsonschema-rs, ≈ 0.1–0.3 s here) and one part, and no text is made."""
+    from sandboy.audit import merge
+
+    out, report = _merged_big()
+    before = json.dumps(out)
+    deadline = time.monotonic() + 0.05
+    with pytest.raises(merge.MergeCut) as cut:
+        merge.finish(out, report, False, semantic_check=True, deadline=deadline)
+    late = time.monotonic() - deadline
+    assert cut.value.step == "checking the merged log"
+    assert late < 1.0, late  # (unbounded: the whole check and serialisation, ≥ 2 s here under load)
+    assert json.dumps(out) == before  # the check changes nothing
+
+
+def test_a_begun_serialisation_stops_between_its_parts_and_leaves_the_log_whole() -> None:
+    """The serialisation made in parts (`sarif.dumps_in_parts`): its `between` raising at the
+    third part stops it there, and every run has its results back (the cut merge's fallback
+    must not see a marker in place of a run's results)."""
+    from sandboy.audit import sarif
+
+    out, _ = _merged_big(3 * sarif.DUMPS_PART + 5)
+    before = json.dumps(out)
+    calls = []
+
+    def between():
+        calls.append(1)
+        if len(calls) == 3:
+            raise TimeoutError("the deadline")
+
+    with pytest.raises(TimeoutError):
+        sarif.dumps_in_parts(out, between)
+    assert len(calls) == 3 and json.dumps(out) == before
+
+
+def test_twin_a_merge_serialised_in_parts_is_the_same_bytes(tmp_path) -> None:
+    """The twin: what a merge with a deadline it meets writes is byte-identical to the merge
+    without one — on the big hostile log, on every real tool's log in tests/data/samples (each
+    and all merged), and on logs with empty, missing and odd `results`."""
+    from sandboy.audit import merge, sarif
+
+    out, report = _merged_big(20_000)
+    assert sarif.dumps_in_parts(out, lambda: None) == sarif.dumps(out)
+    far = time.monotonic() + 600
+    assert merge.finish(copy.deepcopy(out), copy.deepcopy(report), False, True, deadline=far) == \
+        merge.finish(out, report, False, True)
+    docs = []
+    for path in sorted(Path(__file__).resolve().parents[1].joinpath("data", "samples").rglob("*.sarif")):
+        if path.parent.name in ("negative", "sarif-v1"):
+            continue  # (not JSON, or SARIF 1.0.0, on purpose)
+        doc = json.loads(path.read_text("utf-8"))
+        assert sarif.dumps_in_parts(doc, lambda: None) == sarif.dumps(doc), path
+        if doc.get("version") == "2.1.0":
+            docs.append(doc)
+    assert len(docs) >= 5
+    odd = {"version": "2.1.0", "runs": [{"results": []}, {"tool": {}}, {"results": None}, "x",
+                                        {"results": [{"message": {"text": "é \u2028 \"q\""}}]}]}
+    assert sarif.dumps_in_parts(odd, lambda: None) == sarif.dumps(odd)
+    assert sarif.dumps_in_parts([1, 2], lambda: None) == sarif.dumps([1, 2])
+    merged, report = merge.merge_docs(docs, None)
+    assert merge.finish(copy.deepcopy(merged), copy.deepcopy(report), True, True, deadline=far) == \
+        merge.finish(merged, report, True, True)
