@@ -39,6 +39,22 @@ def profile(policy) -> dict:
     return prof
 
 
+# Settings a cloned repository's config.toml may carry (top level, or in a [profiles.*] table) that
+# send what Codex reads, or the operator's credentials, elsewhere, or run a program of the file's
+# choosing; kept (the file is shared), each named by compile and check (session 11; session 10
+# named model_providers, mcp_servers, notify, hooks at the top level only).
+_ELSEWHERE = {
+    "openai_base_url": "the built-in OpenAI provider sends the conversation (every file Codex reads) and "
+                       "the API key to the address it names",
+    "chatgpt_base_url": "requests to ChatGPT, with the operator's ChatGPT sign-in, go to the address it names",
+    "zsh_path": "Codex runs that program as the shell for every command",
+    "js_repl_node_path": "Codex runs that program as its JavaScript runtime",
+}
+# in a profile also what the top level names above (notify/mcp_servers/hooks: older Codex merges a
+# profile's mcp_servers over the top-level ones)
+_PROFILE_ELSEWHERE = {**_ELSEWHERE, "mcp_servers": "it runs commands on this machine (MCP servers)"}
+
+
 def _beyond_64_bits(doc):
     """The dotted key of the first integer outside TOML's 64-bit range (tomllib reads any size;
     the TOML spec says a parser must refuse one: session 10, as NaN in Claude's JSON), or None."""
@@ -99,6 +115,14 @@ class Codex(Target):
                 ctx.warnings.append(f"{CONFIG}: [profiles.{name}] sets approval_policy = \"never\" or sandbox_mode, "
                                     "kept from the file: selected, Codex runs without asking or IGNORES the "
                                     "permission profile; remove them")
+            for key, what in (_PROFILE_ELSEWHERE.items() if isinstance(table, dict) else ()):
+                if table.get(key):
+                    ctx.warnings.append(f"{CONFIG}: [profiles.{name}] {key} is kept from the file, not from "
+                                        f"owen.policy.toml: selected, {what}; read it before running Codex here")
+        for key, what in _ELSEWHERE.items():  # session 11: as model_providers, one key each
+            if doc.get(key):
+                ctx.warnings.append(f"{CONFIG}: {key} is kept from the file, not from owen.policy.toml: {what}; "
+                                    "read it before running Codex here")
         for key in ("notify", "mcp_servers", "hooks"):
             if doc.get(key):
                 ctx.warnings.append(f"{CONFIG}: {key} is kept from the file, not from owen.policy.toml: it runs "
