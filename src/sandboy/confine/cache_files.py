@@ -1,21 +1,21 @@
-"""Files Sandboy writes into its own cache directory, placed where no other user can choose.
+"""Files Sandboy writes into its own cache directory, placed where no other user can choose
+(`write_file`; ADR 0028 "Session 11"). A cache that cannot be written only costs speed."""
 
-The cache directory is $SANDBOY_CACHE_DIR, $XDG_CACHE_HOME/sandboy or ~/.cache/sandboy
-(`policy.resolve.cache_dir`). A root run with another user's HOME (`sudo -E`, a service started
-with a user's environment) finds it below directories that user owns, and that user may swap any
-name there for a symlink while we write. Written by path, a file went where the swapped link
-pointed: `plan_cache.store` created the directory and the entry in a directory of the other user's
-choosing, and the policy parse cache's `open(tmp, O_TRUNC)` followed a planted link onto any file
-root may write (session 11).
-
-Here a file is written only into a directory that this process opened by a walk from `/` which
-follows no symlink another user could have made or swapped (`_trusted_link`), that this euid owns
-and no one else may write (what every reader of the cache asks: `plan_cache._open_entry`); then
-relative to that directory's fd (`openat` O_EXCL|O_NOFOLLOW, `unlinkat`, `renameat`), so no swap
-of a name above it moves the file once it is open. Missing directories on the way are made (mode
-0700) in the same walk. A directory that fails any of it gets no file: a cache that cannot be
-written only costs speed.
-"""
+# Why (kept as comments, not docstrings: a build unmarshals this module's code on every miss).
+# The cache directory is $SANDBOY_CACHE_DIR, $XDG_CACHE_HOME/sandboy or ~/.cache/sandboy
+# (`policy.resolve.cache_dir`). A root run with another user's HOME (`sudo -E`, a service started
+# with a user's environment) finds it below directories that user owns, and that user may swap any
+# name there for a symlink while we write. Written by path, a file went where the swapped link
+# pointed: `plan_cache.store` made its directory and wrote the entry in a directory of the other
+# user's choosing, and the policy parse cache's and the namespace note's `open(tmp, O_TRUNC)`
+# followed a link planted there onto any file root may write (session 11).
+#
+# Here a file is written only into a directory opened without any symlink on the way (one openat2,
+# RESOLVE_NO_SYMLINKS), or else by a walk from `/` that follows no symlink another user could have
+# made or swapped (`_trusted_link`); that this euid owns and no one else may write (what every
+# reader of the cache asks: `plan_cache._open_entry`); then relative to that directory's fd
+# (openat O_EXCL|O_NOFOLLOW, unlinkat, renameat), so that no swap of a name above it moves the
+# file once it is open. Missing directories on the way are made (mode 0700) in the same walk.
 
 import os
 
