@@ -133,6 +133,29 @@ def test_the_namespace_note_is_not_written_through_a_link_in_a_directory_of_the_
     assert not os.path.exists(namespaces._note_path())
 
 
+def test_a_namespace_note_another_user_wrote_or_linked_is_not_taken(tmp_path, monkeypatch):
+    """The note says "the tier worked in this boot" and skips the probe's static refusals: one the
+    other user wrote into a cache directory of theirs (or linked to a file of root's holding the
+    kernel release) is not taken; the twin, root's own note, is."""
+    theirs = tmp_path / "cache"
+    theirs.mkdir()
+    os.chown(theirs, OTHER, OTHER)
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(theirs))
+    note = namespaces._note_path()
+    with open(note, "wb") as fh:
+        fh.write(namespaces._note_text())
+    os.chown(note, OTHER, OTHER)
+    assert not namespaces._known_good()
+    os.unlink(note)
+    release = tmp_path / "release"
+    release.write_bytes(namespaces._note_text())
+    os.symlink(release, note)
+    assert not namespaces._known_good()
+    os.unlink(note)
+    release.rename(note)  # root's own, no one else may write it: taken
+    assert namespaces._known_good()
+
+
 # --- the twins: a cache directory of root's own is written as before ---
 
 def test_a_cache_directory_of_its_own_gets_its_entry_made_with_its_directories(tmp_path):
