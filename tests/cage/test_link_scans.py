@@ -398,3 +398,24 @@ def test_from_a_kept_plan_a_start_up_directory_grown_past_the_bound_is_refused(t
     assert proc.returncode == 125, proc.stderr
     assert not (home / "ran").exists(), "the command ran"
     assert f"holds more than {loosened.MAX_LINKED_SCAN:,} entries" in proc.stderr, proc.stderr
+
+
+def test_a_linked_file_changed_in_the_launch_tick_is_always_read(tmp_path, monkeypatch):
+    """The shortcut's other half, in process: a linked file written just before the guard is made
+    (its ctime not settled: a change in the same clock tick keeps the ctime) is read after the
+    run even though every stat is as at launch — the stats cannot tell it unchanged. A mutant
+    trusting any unchanged ctime reads nothing here."""
+    home = tmp_path / "H"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / ".ssh").mkdir()
+    os.symlink("../dotfiles/ssh_config", home / ".ssh" / "config")
+    (home / "dotfiles" / "ssh_config").write_text("Host *\n")  # just now: unsettled at the guard's launch
+    protected = (str(home / ".ssh"),)
+    guard = loosened.ModeGuard(loosened.guarded_paths([str(home)], protected), protected, [str(home)])
+    record = guard.linked[str(home / "dotfiles" / "ssh_config")]
+    assert record[0] == "file" and record[6] is False, record[:7]
+    reads = []
+    real_read = loosened._read
+    monkeypatch.setattr(loosened, "_read", lambda path, size=1 << 16: reads.append(path) or real_read(path, size))
+    assert guard.written_through_links() == []
+    assert reads == [str(home / "dotfiles" / "ssh_config")], reads
