@@ -229,3 +229,40 @@ def test_twin_codex_settings_that_stay_here_give_no_warning(world):
     compiled = _cli(["policy", "compile"], repo, home)
     assert compiled.returncode == 0 and "warning" not in compiled.stderr, compiled.stderr
     assert _cli(["policy", "check"], repo, home).stdout == "generated files match owen.policy.toml\n"
+
+
+@pytest.mark.parametrize("allow", ["build/", "/docs/*/out", "/**/gen"])
+def test_a_link_a_glob_write_root_matches_is_refused_where_an_agent_expands_the_glob(world, allow):
+    """An unanchored or globbed write.allow (`build/`: `**/build/**` in Claude Code's allowWrite and
+    the Codex profile) has no literal part to look up; a checkout's `docs/build -> ~/work` (or
+    `docs/api/out`, `a/gen`) is a directory the glob matches, and a matcher that expands it to the
+    paths that exist binds the link's target. compile and check look for such links (the cage grants
+    no glob root) and refuse them."""
+    repo, home = world
+    link = {"build/": "docs/build", "/docs/*/out": "docs/api/out", "/**/gen": "a/gen"}[allow]
+    (repo / link).parent.mkdir(parents=True)
+    (repo / link).symlink_to(home / "work")
+    (repo / "owen.policy.toml").write_text(
+        f'version = 1\ntargets = ["claude", "codex"]\n[write]\nallow = [{json.dumps(allow)}]\n')
+    for verb in ("compile", "check"):
+        run = _cli(["policy", verb], repo, home)
+        assert run.returncode == 2 and "write.allow[0]" in run.stderr and repr(link) in run.stderr, run.stderr
+    assert _written_grants(repo) == {}
+
+
+def test_twin_glob_write_roots_with_links_inside_or_below_a_literal_root_compile(world):
+    """Links a glob matches that stay inside (to a directory of their own) are fine; a link out
+    BELOW a literal root (`/src/**` with `src/cache -> ~/work`) is resolved by the kernel in every
+    sandbox, as in the cage: not refused; links in `.git` are not looked at."""
+    repo, home = world
+    (repo / "real-build").mkdir()
+    (repo / "docs").mkdir()
+    (repo / "docs/build").symlink_to("../real-build")
+    (repo / "src").mkdir()
+    (repo / "src/cache").symlink_to(home / "work")
+    (repo / ".git/build").symlink_to(home / "work")
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["claude", "codex"]\n[write]\nallow = ["build/", "/src/**"]\n')
+    run = _cli(["policy", "compile"], repo, home)
+    assert run.returncode == 0, run.stderr
+    assert "**/build/**" in _written_grants(repo)["claude"]

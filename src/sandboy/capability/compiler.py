@@ -101,30 +101,29 @@ def _ours(text) -> bool:
 GRANTING_TARGETS = ("claude", "codex", "sandboy")
 
 
-def refuse_write_roots_leading_out(policy, root: str) -> None:
-    """PolicyError (exit 2) for a write.allow pattern whose literal part (the segments before the
-    first `*`) the checkout leads out of the repository through a symlink. `write.allow = ["/src"]`
-    with a committed `src -> ~/work` was written as `"./src"` into Claude Code's allowWrite and as
+MAX_LINK_SCAN = 200_000  # entries of the checkout looked at for links a glob write root matches
+
+
+def refuse_write_roots_leading_out(policy, root: str, warnings=None) -> None:
+    """PolicyError (exit 2) for a write.allow root that a symlink in the checkout leads out of the
+    repository, or to the repository itself or the policy files. `write.allow = ["/src"]` with a
+    committed `src -> ~/work` was written as `"./src"` into Claude Code's allowWrite and as
     `"src" = "write"` into the Codex profile — their sandboxes resolve the link: the operator's
     ~/work — while `explain src/x` said "inside a write root" and the cage refuses that root at
     launch (ADR 0026). A repository path stays inside the repository, for every target (session
-    11). An unanchored pattern (`build/`, at any depth) has no literal part to look up: not checked."""
+    11). Looked up: the literal part of each anchored pattern (the segments before the first `*`),
+    and, where Claude Code or Codex is a target, every symlink in the checkout a glob pattern
+    matches itself (`build/` with `docs/build -> ~`: a matcher that expands the glob binds the
+    link's target). Links below a root need no look-up: the kernel resolves them inside the
+    agents' sandboxes as in the cage. Past MAX_LINK_SCAN entries the rest is named in a warning."""
     from sandboy.repository_files import OutsideRepository, resolve_inside
 
     if not any(name in GRANTING_TARGETS for name in policy.targets):
         return
-    for i, pattern in enumerate(policy.write_allow):
-        if not pattern.anchored:
-            continue
-        literal = []
-        for segment in pattern.body.split("/"):
-            if "*" in segment:
-                break
-            literal.append(segment)
-        if not literal:
-            continue
+
+    def judge(i, pattern, rel, literal):
         try:
-            reached = resolve_inside(root, "/".join(literal), policy.source, f"write.allow[{i}]")
+            reached = resolve_inside(root, rel, policy.source, f"write.allow[{i}]")
         except OutsideRepository as exc:
             raise PolicyError(policy.source, f"write.allow[{i}]", f"{pattern.text!r}: the checkout's symlink "
                               f"{exc.link!r} leads outside the repository: the agents' sandboxes would grant "
@@ -134,19 +133,67 @@ def refuse_write_roots_leading_out(policy, root: str) -> None:
         # holds or lies in the policy files, which no target lets an agent write (the cage keeps
         # them whatever its roots; an agent's matcher may judge the path as written)
         where = os.path.relpath(reached, os.path.realpath(root)).replace(os.sep, "/")
-        if where == "/".join(literal):
-            continue  # no link on the way (a policy file named as written grants nothing: fidelity says so)
+        if literal and where == rel:
+            return  # no link on the way (a policy file named as written grants nothing: fidelity says so)
         if where == "." or policy_file_of(where) or any(is_within(own, where) for own in POLICY_FILES):
-            raise PolicyError(policy.source, f"write.allow[{i}]", f"{pattern.text!r}: the checkout links it to "
-                              f"{where!r}, {'the whole repository' if where == '.' else 'the policy files'}: "
+            raise PolicyError(policy.source, f"write.allow[{i}]", f"{pattern.text!r}: the checkout links "
+                              f"{rel!r} to {where!r}, {'the whole repository' if where == '.' else 'the policy files'}: "
                               "a write root there would let an agent rewrite its next run's policy; write the "
                               "path of a directory of its own, or remove the link")
+
+    globs = []
+    for i, pattern in enumerate(policy.write_allow):
+        literal = []
+        for segment in pattern.body.split("/") if pattern.anchored else ():
+            if "*" in segment:
+                break
+            literal.append(segment)
+        if literal:
+            judge(i, pattern, "/".join(literal), literal=True)
+        if not pattern.is_literal() and pattern.body != "/".join([*literal, "**"]):
+            globs.append((i, pattern))  # (`/src/**` is the root `src`: judged above)
+    if globs and any(name in ("claude", "codex") for name in policy.targets):
+        for rel in _links_in_checkout(root):
+            if rel is None:  # the bound
+                if warnings is not None:
+                    warnings.append(f"the checkout has more than {MAX_LINK_SCAN} entries: symlinks a write.allow "
+                                    "glob matches were not all looked for (a link out would be a write root "
+                                    "outside the repository for Claude Code or Codex)")
+                return
+            for i, pattern in globs:
+                if pattern.matches(rel, True):
+                    judge(i, pattern, rel, literal=False)
+
+
+def _links_in_checkout(root: str):
+    """The repository-relative path of every symlink in the checkout (no link followed, `.git`
+    left out), then None if MAX_LINK_SCAN entries were looked at before the end."""
+    pending, seen = [""], 0
+    while pending:
+        rel = pending.pop()
+        try:
+            entries = os.scandir(os.path.join(root, rel) if rel else root)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_LINK_SCAN:
+                    yield None
+                    return
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                if path == ".git":
+                    continue
+                if entry.is_symlink():
+                    yield path
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(path)
 
 
 def render(policy, root: str, warnings=None) -> dict:
     """{relative path: wanted text, REMOVE, or None (not written, not there)} for every target.
     What a target found that weakens it on the user's side is appended to `warnings`."""
-    refuse_write_roots_leading_out(policy, root)
+    refuse_write_roots_leading_out(policy, root, warnings)
     ctx = Context(root)
     ctx.warnings = warnings if warnings is not None else []
     files, retracted = {}, set()
