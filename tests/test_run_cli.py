@@ -87,8 +87,8 @@ def test_run_start_up_imports_nothing_heavy(policy, path, tmp_path, monkeypatch)
 @pytest.mark.parametrize("repository", [False, True], ids=["no repository", "a repository"])
 def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path, monkeypatch, repository):
     """`[fs] write = ["{cwd}"]` from a kept plan (ADR 0028, session 9): the CLI and the "cached
-    run" group, the git check's modules, and the protected paths' names where a repository is
-    there (its hook managers' discovery) — not the judgement, even in a repository, where the run
+    run" group, the git check's modules, and the hook managers' discovery where a repository is
+    there (not the protected paths' module since session 11) — not the judgement, even in a repository, where the run
     left the repository's configs and hooks alone (ADR 0019 session 10: judged by their stats;
     test_gitjudge_loaded has the runs that do load it) — no compiler, no policy loader, none of
     the protected paths' resolution."""
@@ -117,10 +117,11 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
         if "sandboy.confine.cage" not in used:
             break
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    # (a repository at launch: its hook managers' discovery — the protected paths' module — and
-    # the mode guard of its git files; the judgement neither there nor outside one, session 10)
+    # (a repository at launch: its hook managers' discovery — `hook_managers`, not the protected
+    # paths' resolution, session 11 — and the mode guard of its git files; the judgement neither
+    # there nor outside one, session 10; never the git check's run hook, `gitcheck_hook`)
     expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"],
-                *(groups["protected paths"] + groups["mode guard"] if repository else ())}
+                *(groups["hook managers"] + groups["mode guard"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 

@@ -74,9 +74,12 @@ RUN_PATH_GROUPS = {
     # the modes on the way to protected paths and git's files, put back after the run: where the
     # write roots hold any (a repository, a start-up file) — not a hit in a plain directory
     "mode guard": ("sandboy.confine.loosened",),
-    # the protected paths' names: the build's resolution, and the git check's launch side where a
-    # repository is there (its hook managers' discovery)
+    # the protected paths' names: the build's resolution
     "protected paths": ("sandboy.confine.protected",),
+    # what a repository's hooks run from its worktree (hooks directories, husky, the hook managers'
+    # configs): the git check's launch side where a repository is there — a plan cache hit's too,
+    # which reads none of "protected paths" (session 11) — the build's resolution and the judgement
+    "hook managers": ("sandboy.confine.hook_managers",),
     # its judgement: a write root holding a repository (or one made by the run)
     "git judgement": ("sandboy.confine.gitjudge",),
     # the build's other modules for write roots: the protected paths' resolution, and the git

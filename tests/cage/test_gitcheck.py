@@ -664,3 +664,27 @@ def test_the_operators_global_config_is_parsed_again_when_it_changes(tmp_path):
     assert gitcheck._global_entries(str(path)) is first  # unchanged and old: not parsed again
     path.write_text("[core]\n\thooksPath = cc\n")
     assert gitcheck._global_entries(str(path)) == [("core.hookspath", "cc")]
+
+
+@pytest.mark.parametrize("text, followed", [
+    ("[user]\n\tname = n\n\temail = e@example.org\n[init]\n\tdefaultBranch = main\n", []),
+    ("[credential \"https://example.org\"]\n\thelper = store\n[core]\n\teditor = vi\n", []),
+    ("[INCLUDE]\n\tPaTh = ~/more.inc\n", [("include.path", "~/more.inc")]),
+    ('[includeIf "gitdir:~/w/"]\n\tpATH = w.inc\n', [("includeif.gitdir:~/w/.path", "w.inc")]),
+    ("[Core]\n\tHOOKSPATH = hooks\n", [("core.hookspath", "hooks")]),
+    ("[core]\n\teditor = vi \\\n\t\thooksPath = x\n\thooksPath = y\n", [("core.hookspath", "y")]),
+], ids=["user", "credential", "include-upper", "includeif-mixed", "hookspath-upper", "continued-value"])
+def test_a_global_config_is_parsed_only_where_a_key_the_check_follows_may_be(tmp_path, monkeypatch, text, followed):
+    """Session 11: the operator's global configs are read at every write-root launch, and the
+    check follows only `include.path`, `includeIf.*.path` and `core.hooksPath` in them — keys git
+    matches in any case. A file with no `path` in its bytes (any case) is not parsed; one with
+    it is, and every followed key is found whatever its case (a hooks path hidden in a continued
+    value is no key, as git reads it)."""
+    path = tmp_path / ".gitconfig"
+    path.write_text(text)
+    parsed = []
+    real = gitcheck.parse_config
+    monkeypatch.setattr(gitcheck, "parse_config", lambda data: parsed.append(data) or real(data))
+    entries = gitcheck._global_entries(str(path))
+    assert [(name, value) for name, value in entries if gitcheck.followed(name)] == followed
+    assert bool(parsed) == ("path" in text.lower())

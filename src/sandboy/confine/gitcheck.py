@@ -54,8 +54,9 @@ import time
 
 from sandboy.policy.resolve import is_within, is_within_any
 
-# (`confine.protected` is imported where a repository is at launch: a run whose write roots hold
-# none — a plan-cache hit outside a repository — reads none of its code; session 10)
+# (`confine.hook_managers` is imported where a repository is at launch: a run whose write roots
+# hold none — a plan-cache hit outside a repository — reads none of its code (session 10); and
+# never `confine.protected`, the build's resolution of the protected paths (session 11))
 
 EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
 CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in Python's `time`)
@@ -288,7 +289,7 @@ def _hooks_paths_in(parsed, top: str, home: str) -> list:
     for entries in parsed:
         for name, value in entries:
             if name == "core.hookspath" and value:
-                from sandboy.confine.protected import hooks_directory
+                from sandboy.confine.hook_managers import hooks_directory
 
                 found[hooks_directory(value, top, home)] = None
     return list(found)
@@ -531,7 +532,14 @@ def _global_entries(path: str):
     """The entries of the operator's global config `path` (None: absent, unreadable or refused
     by git), parsed again only when the file is another or changed: its device, inode, size,
     mtime and ctime (which no one sets back) are the key — and only for a file whose ctime was
-    well before the earlier parse (a change within the same clock tick keeps the ctime)."""
+    well before the earlier parse (a change within the same clock tick keeps the ctime).
+
+    The check takes nothing from a global config but the entries it follows (`followed`:
+    `include.path`, `includeIf.*.path`, `core.hooksPath`), each a key `path` or `hookspath`: a key
+    is ASCII letters, digits and `-`, never escaped nor split across lines, and git matches it
+    case-insensitively. A file whose bytes hold no `path` in any case has none: [] without a
+    parse (≈ 50–70 µs a small file in a fresh process: every `sandboy run` with a write root reads
+    the operator's `~/.gitconfig` and `/etc/gitconfig`; session 11)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -541,8 +549,9 @@ def _global_entries(path: str):
     if cached is not None and cached[0] == identity and st.st_ctime_ns + 50_000_000 < cached[1]:
         return cached[2]
     parsed_at = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    data = _read_config(path)
     try:
-        entries = _entries(path)
+        entries = None if data is None else [] if b"path" not in data.lower() else _entries(path, data)
     except ConfigSyntaxError:
         entries = None  # git refuses it too
     _GLOBAL_PARSED[path] = (identity, parsed_at, entries)
@@ -626,7 +635,7 @@ class GitSnapshot:
                     hooks_paths = _hooks_paths_in(parsed, top, self.home)
                     for path in hooks_paths:
                         self.hooks_launch[path] = _identity(os.path.realpath(path))
-                    from sandboy.confine.protected import discover_managers
+                    from sandboy.confine.hook_managers import discover_managers
 
                     pythons: list = []
                     # (the discovery the cage's build made just before, where it made the same one)

@@ -18,7 +18,7 @@ from sandboy.confine.gitcheck import (
     CONFIG_PARSE_BUDGET, MAX_INCLUDE_DEPTH, QUARANTINE_DIR, ConfigSyntaxError, _commondir_of, _entries, _identity,
     _read_config, _Walk, followed,
 )
-from sandboy.confine.protected import hook_manager_configs, hooks_directory, husky_scripts
+from sandboy.confine.hook_managers import hook_manager_configs, hooks_directory, husky_scripts
 from sandboy.policy.resolve import is_within, is_within_any
 
 # Keys git itself, a clone, `git submodule add`, `git worktree add`, `git config user.*` and
@@ -256,7 +256,7 @@ class _Check(_Walk):
 
     def hook_managers(self, gitdir: str, top: str, full: bool) -> None:
         """What an installed pre-commit or lefthook runs from the worktree at `top` on the
-        operator's next commit (`protected.hook_manager_configs`: pre-commit's config, lefthook's
+        operator's next commit (`hook_managers.hook_manager_configs`: pre-commit's config, lefthook's
         configs and the scripts in `.lefthook*/<hook>/`): hooks one indirection away, judged as
         hooks are — made or changed during the run is a finding (ADR 0019, session 6). Under
         the tier those that existed at launch are bound read-only; this finds the rest."""
