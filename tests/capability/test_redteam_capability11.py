@@ -266,3 +266,50 @@ def test_twin_glob_write_roots_with_links_inside_or_below_a_literal_root_compile
     run = _cli(["policy", "compile"], repo, home)
     assert run.returncode == 0, run.stderr
     assert "**/build/**" in _written_grants(repo)["claude"]
+
+
+def _codex_roots(repo) -> dict:
+    import tomllib
+
+    return tomllib.loads((repo / ".codex/config.toml").read_text())["permissions"]["owen"]["filesystem"][":workspace_roots"]
+
+
+def _as_codex_reads_it(roots: dict) -> dict:
+    """The profile's read/write entries as Codex resolves them (codex-rs config/permissions.rs): a
+    trailing `/**` names the path itself, and of two entries for one path "none" beats "write",
+    "write" beats "read" (FileSystemAccessMode's conflict precedence)."""
+    rank = {"read": 0, "write": 1, "none": 2}
+    out = {}
+    for key, access in roots.items():
+        path = key[:-3] if key.endswith("/**") and "*" not in key[:-3] else key
+        if path not in out or rank[access] > rank[out[path]]:
+            out[path] = access
+    return out
+
+
+@pytest.mark.parametrize("policy, path", [
+    ('[write]\nallow = ["/src"]\ndeny = ["/src/"]\n', "src"),
+    ('[write]\nallow = ["/.claude/**"]\n', ".claude"),
+    ('[write]\nallow = ["/.sandboy/"]\n', ".sandboy"),
+])
+def test_codex_reads_no_write_where_the_policy_denies_it(world, policy, path):
+    """Codex reads `x/**` as the path `x`, and of two entries for one path "write" wins: write.deny
+    `/src/` (written `src/**` = "read") lost to write.allow `/src` (`src` = "write"), and a write.allow
+    inside the policy files (`/.claude/**` = "write") beat their "read" — Codex could write what the
+    policy (and `explain`) said it could not. Both keys are now written for every pattern, and a
+    write.allow inside the policy files is not written (fidelity: lost)."""
+    repo, home = world
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["codex"]\n' + policy)
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert _as_codex_reads_it(_codex_roots(repo))[path] == "read", _codex_roots(repo)
+    explained = json.loads(_cli(["policy", "explain", "--json", path + "/x"], repo, home).stdout)["targets"]
+    assert explained["codex"]["writable"]["allowed"] is False and explained["policy"]["writable"]["allowed"] is False
+
+
+def test_twin_codex_still_writes_what_the_policy_allows(world):
+    repo, home = world
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["codex"]\n[write]\nallow = ["/src", "/docs/"]\ndeny = ["/src/gen/"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    seen = _as_codex_reads_it(_codex_roots(repo))
+    assert seen["src"] == "write" and seen["docs"] == "write" and seen["src/gen"] == "read" and seen["."] == "read"

@@ -17,6 +17,12 @@ POLICY_FILES = ("owen.policy.toml", ".sandboy", ".claude", ".codex")
 POLICY_FILE_REASON = "a policy file: never writable, so an agent cannot loosen its next run"
 
 
+def grants_only_policy_files(pattern) -> bool:
+    """A write.allow pattern whose every match lies in the policy files (`/.sandboy`, `/.claude/**`):
+    it grants nothing in any target (fidelity: lost)."""
+    return pattern.anchored and policy_file_of(pattern.body.split("*")[0].rstrip("/")) is not None
+
+
 def policy_file_of(path: str):
     """The entry of POLICY_FILES that `path` (repository-relative) is or lies in, or None."""
     path = path.strip("/")

@@ -6,7 +6,8 @@ everything else in the file (the user's own rules, hooks, env, model...) is kept
 import json
 import re
 
-from sandboy.capability.targets import ADVISORY, LOST, POLICY_FILE_REASON, POLICY_FILES, Target, policy_file_of, rules
+from sandboy.capability.targets import (ADVISORY, LOST, POLICY_FILE_REASON, POLICY_FILES, Target,
+                                        grants_only_policy_files, policy_file_of, rules)
 from sandboy.capability.model import POLICY_FILE
 from sandboy.errors import PolicyError
 
@@ -100,6 +101,8 @@ def wanted(policy) -> dict:
         deny.append(claude_rule("Edit", path))
         deny_write.append(path)
     for p in policy.write_allow:
+        if grants_only_policy_files(p):
+            continue  # lost (fidelity): the policy files' deny rules win over it
         for path in paths(p):
             allow.append(claude_rule("Edit", path))
             allow_write.append(path)
@@ -309,6 +312,10 @@ class Claude(Target):
                             "the file entirely (that is read.deny)"))
             elif key == "write.deny":
                 out.append((key, text, ADVISORY, "Edit() deny and sandbox.filesystem.denyWrite; " + SANDBOX_NOTE))
+            elif key == "write.allow" and grants_only_policy_files(item):
+                out.append((key, text, LOST, "inside the policy files: the Edit() deny rules Sandboy writes for "
+                            "them win over this allow (a deny wins in Claude Code), so an agent cannot loosen its next "
+                            "run (stricter than asked)"))
             elif key == "write.allow":
                 out.append((key, text, ADVISORY, "Edit() allow and sandbox.filesystem.allowWrite; " + SANDBOX_NOTE))
             elif key.startswith("exec."):

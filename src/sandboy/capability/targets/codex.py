@@ -6,7 +6,9 @@ The file is shared with the user: read with tomllib, only the profile (and `defa
 when Sandboy set it) replaced, written with tomli-w. TOML comments do not survive that round trip
 (tomllib drops them), which docs/capability.md says."""
 
-from sandboy.capability.targets import ADVISORY, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target, policy_file_of, rules
+from sandboy.capability.targets import (ADVISORY, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target,
+                                        grants_only_policy_files, policy_file_of, rules)
+from sandboy.capability.model import POLICY_FILE
 from sandboy.errors import PolicyError
 
 CONFIG = ".codex/config.toml"
@@ -14,17 +16,25 @@ SANDBOX_NOTE = "Codex's own sandbox applies the profile to the commands it runs;
 
 
 def entries(pattern) -> list:
+    """The profile keys for one pattern: the path and everything under it — both keys even for a
+    directory-only pattern: Codex reads `x/**` as the path `x` for read/write entries, and when two
+    entries name the same path "write" beats "read", so a write.deny `/src/` written `src/**` alone
+    lost to a write.allow `/src`'s `src` (session 11). With both keys, a later rule replaces both."""
     base = ("" if pattern.anchored else "**/") + pattern.body
-    return [base + "/**"] if pattern.dir_only else [base, base + "/**"]
+    return [base, base + "/**"]
 
 
 def profile(policy) -> dict:
     roots = {".": "read" if policy.write_allow else "write"}
     for p in policy.write_allow:
+        if grants_only_policy_files(p):
+            continue  # lost (fidelity): `.claude/**` = "write" is the path `.claude` for Codex and beat "read"
         for e in entries(p):
             roots[e] = "write"
     for own in POLICY_FILES:  # session 11: "." = "write" let Codex's commands rewrite .sandboy/agent.toml
         roots[own] = "read"     # (a more specific entry wins in Codex, as its own built-in ".codex" = "read")
+        if own != POLICY_FILE:
+            roots[own + "/**"] = "read"
     for p in policy.write_deny:
         for e in entries(p):
             roots[e] = "read"
@@ -181,6 +191,9 @@ class Codex(Target):
                 out.append((key, text, ADVISORY, '"none" entries in the profile; ' + SANDBOX_NOTE))
             elif key == "index.exclude":
                 out.append((key, text, LOST, "Codex has no index or ignore setting"))
+            elif key == "write.allow" and grants_only_policy_files(item):
+                out.append((key, text, LOST, 'inside the policy files, which the profile keeps "read" (an agent '
+                            "cannot loosen its next run; stricter than asked)"))
             elif key in ("write.allow", "write.deny"):
                 out.append((key, text, ADVISORY, '"write"/"read" entries in the profile; ' + SANDBOX_NOTE))
             elif key.startswith("exec."):
