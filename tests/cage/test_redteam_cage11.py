@@ -18,18 +18,15 @@ while the command holds its instances. Twin: a command watching a directory stil
 
 from __future__ import annotations
 
-import json
 import os
-import pwd
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from cagekit import to_toml
-from userkit import as_user, skip_unless_nobody_can_run, world_readable_tmp
+from cagekit import run_as_unused_uid, to_toml
+from userkit import as_user, skip_unless_nobody_can_run
 
-import sandboy
 from sandboy.confine import namespaces
 
 pytestmark = pytest.mark.needs_kernel
@@ -99,15 +96,6 @@ DRIVER = textwrap.dedent("""\
 """)
 
 
-def _unused_uid() -> int:
-    for uid in range(45000 + os.getpid() % 1000, 47000):
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-    pytest.skip("no unused uid found")
-
-
 def _tier_or_skip():
     if not namespaces.availability()[0]:
         pytest.skip("no namespace tier here")
@@ -127,28 +115,7 @@ def namespaces_env(request):
 
 
 def _run_as_unused_uid(most: int, extra_env: dict) -> dict:
-    skip_unless_nobody_can_run()
-    uid = _unused_uid()
-    src = os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))
-    with world_readable_tmp("sandboy-uidobj-") as where:
-        (where / "fill.py").write_text(FILL)
-        (where / "w").mkdir()
-        os.chmod(where, 0o777)
-        os.chmod(where / "w", 0o777)
-        policy = {"version": 1,
-                  "fs": {"read": ["/usr", "/etc", "/proc", str(where)],
-                         "exec": ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"], "write": [str(where / "w")]},
-                  "limits": {"wall_seconds": 4}}
-        (where / "p.toml").write_text(to_toml(policy))
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": src, "HOME": str(where),
-               "SANDBOY_CACHE_DIR": str(where / "cache"), **extra_env}
-        if subprocess.run(as_user(["/usr/bin/python3", "-c", "import sandboy"], uid), env=env,
-                          capture_output=True).returncode != 0:
-            pytest.skip("an ordinary uid cannot read this source tree")
-        done = subprocess.run(as_user(["/usr/bin/python3", "-c", DRIVER, str(where), str(most)], uid),
-                              env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+    return run_as_unused_uid(FILL, DRIVER, most, extra_env, uid_from=45000, wall_seconds=4, prefix="sandboy-uidobj-")
 
 
 def test_a_command_cannot_hold_its_uids_whole_inotify_and_fanotify_allowance(namespaces_env, request):
