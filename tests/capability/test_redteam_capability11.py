@@ -313,3 +313,20 @@ def test_twin_codex_still_writes_what_the_policy_allows(world):
     assert _cli(["policy", "compile"], repo, home).returncode == 0
     seen = _as_codex_reads_it(_codex_roots(repo))
     assert seen["src"] == "write" and seen["docs"] == "write" and seen["src/gen"] == "read" and seen["."] == "read"
+
+
+@pytest.mark.parametrize("policy, path", [
+    ('[write]\nallow = ["/src/gen"]\ndeny = ["/src/"]\n', "src/gen"),
+    ('[read]\ndeny = ["/config/"]\n[write]\nallow = ["/config/local"]\n', "config/local"),
+])
+def test_codex_does_not_write_a_root_a_broader_deny_covers(world, policy, path):
+    """In Codex the more specific entry wins: `src/gen` = "write" beside write.deny `/src/`'s
+    `src` = "read" made src/gen writable for Codex, while the policy (deny first) and `explain` said
+    it was not. A literal write.allow a deny covers is not written for Codex (it stays under the
+    deny), as the policy decides."""
+    repo, home = world
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["codex"]\n' + policy)
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    assert _as_codex_reads_it(_codex_roots(repo)).get(path) != "write", _codex_roots(repo)
+    explained = json.loads(_cli(["policy", "explain", "--json", path + "/x"], repo, home).stdout)["targets"]
+    assert explained["policy"]["writable"]["allowed"] is False and explained["codex"]["writable"]["allowed"] is False

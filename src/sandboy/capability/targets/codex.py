@@ -29,6 +29,10 @@ def profile(policy) -> dict:
     for p in policy.write_allow:
         if grants_only_policy_files(p):
             continue  # lost (fidelity): `.claude/**` = "write" is the path `.claude` for Codex and beat "read"
+        if p.is_literal() and not policy.write_rule(p.body, is_dir=True)[0]:
+            # a write.deny or read.deny covers it: in Codex the more specific entry wins, so
+            # `src/gen` = "write" under write.deny `/src/` ("read") was writable (session 11)
+            continue
         for e in entries(p):
             roots[e] = "write"
     for own in POLICY_FILES:  # session 11: "." = "write" let Codex's commands rewrite .sandboy/agent.toml
@@ -194,6 +198,9 @@ class Codex(Target):
             elif key == "write.allow" and grants_only_policy_files(item):
                 out.append((key, text, LOST, 'inside the policy files, which the profile keeps "read" (an agent '
                             "cannot loosen its next run; stricter than asked)"))
+            elif key == "write.allow" and item.is_literal() and not policy.write_rule(item.body, is_dir=True)[0]:
+                out.append((key, text, LOST, "a write.deny or read.deny covers it; not written, since the more "
+                            "specific entry wins in Codex (the path stays as the deny says, as the policy decides)"))
             elif key in ("write.allow", "write.deny"):
                 out.append((key, text, ADVISORY, '"write"/"read" entries in the profile; ' + SANDBOX_NOTE))
             elif key.startswith("exec."):
