@@ -19,6 +19,7 @@ from sandboy.confine import loosened, namespaces
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
 import userkit  # noqa: E402
+from test_redteam_cage10 import sandboy_run_as_nobody  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -176,7 +177,6 @@ def test_as_an_ordinary_user_their_dangling_ssh_link_takes_no_planted_config():
     userkit.skip_unless_nobody_can_run()
     if not namespaces.availability()[0]:
         pytest.skip("no namespace tier here")
-    package = Path(namespaces.__file__).resolve().parents[2]  # src/
     with userkit.world_readable_tmp("sandboy-links11-") as base:
         home = base / "home"
         home.mkdir()
@@ -184,14 +184,8 @@ def test_as_an_ordinary_user_their_dangling_ssh_link_takes_no_planted_config():
         (home / "dotfiles" / "notes").write_text("n\n")
         policy = base / "p.toml"
         policy.write_text(BASE.format(root=home))
-        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-        time.sleep(0.15)
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
-               "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
-        proc = subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
-                                               "/bin/sh", "-c", "echo '  ProxyCommand sh -c PLANTED' > "
-                                               "dotfiles/ssh/config; echo twin >> dotfiles/notes"]),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=home)
+        proc = sandboy_run_as_nobody(base, home, policy, "echo '  ProxyCommand sh -c PLANTED' > dotfiles/ssh/config; "
+                                     "echo twin >> dotfiles/notes")
         assert "PLANTED" not in _what_ssh_reads(home), proc.stderr
         assert proc.returncode == 125, proc.stderr
         assert (home / "dotfiles" / "notes").read_text() == "n\ntwin\n"
@@ -327,7 +321,6 @@ def test_as_an_ordinary_user_a_crowded_start_up_directory_is_refused_and_an_expl
     userkit.skip_unless_nobody_can_run()
     if not namespaces.availability()[0]:
         pytest.skip("no namespace tier here")
-    package = Path(namespaces.__file__).resolve().parents[2]  # src/
     with userkit.world_readable_tmp("sandboy-links11-") as base:
         crowded, linked = base / "crowded", base / "linked"
         crowded.mkdir()
@@ -337,17 +330,8 @@ def test_as_an_ordinary_user_a_crowded_start_up_directory_is_refused_and_an_expl
         (base / "p1.toml").write_text(BASE.format(root=crowded))
         (base / "p2.toml").write_text(BASE.format(root=linked).replace(
             "write = ", f'protect_defaults = false\nprotect = ["{linked}/.config/fish"]\nwrite = '))
-        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-        time.sleep(0.15)
-        outcomes = []
-        for home, policy, script in ((crowded, "p1.toml", "touch ran"),
-                                     (linked, "p2.toml", "echo 'echo PLANTED' >> dotfiles/fish/config.fish")):
-            env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package), "HOME": str(home),
-                   "SANDBOY_CACHE_DIR": str(base / "cache"), "SANDBOY_PLAN_CACHE": "0"}
-            outcomes.append(subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy",
-                                                            str(base / policy), "--", "/bin/sh", "-c", script]),
-                                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
-                                           env=env, cwd=home))
+        outcomes = [sandboy_run_as_nobody(base, home, base / policy, script) for home, policy, script in (
+            (crowded, "p1.toml", "touch ran"), (linked, "p2.toml", "echo 'echo PLANTED' >> dotfiles/fish/config.fish"))]
         assert outcomes[0].returncode == 125 and not (crowded / "ran").exists(), outcomes[0].stderr
         assert (linked / "dotfiles" / "fish" / "config.fish").read_text() == "set x 1\n", outcomes[1].stderr
         assert outcomes[1].returncode == 125, outcomes[1].stderr
