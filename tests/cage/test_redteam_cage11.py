@@ -283,3 +283,85 @@ def test_twin_the_same_lease_outside_the_cage_holds_the_file(tmp_path):
     the host's non-blocking open for writing EAGAIN."""
     said = _lease_run(tmp_path, caged=False)
     assert said == {"inside": "ok", "host_write_open": 11, "stderr": ""}, said
+
+
+# --- a stop signal during the post-run git check ------------------------------------------------
+#
+# A write-root `sandboy run` under the tier waits for its init with the stop signals held (they
+# are passed to the command), then runs the git check in this process (`exec_mode._check_in_namespace`
+# for a build, `plan_cache.CachedPlan.run` for a hit). The signals were released before the check:
+# a ^C, a CI runner's SIGTERM or a hang-up landing once the command had ended killed Sandboy in
+# the check's walk or parse — rc -15/-2, no verdict, and the nested repository's `core.fsmonitor`
+# the check was about to move stayed for the operator's next git command. The command chooses how
+# long that window is (a 4 MiB config to parse, up to 2,000,000 entries to walk). A supervised run
+# (`wall_seconds`) held them through its stop hooks: 125, moved. Now the exec-mode check holds them
+# too (`exec_mode.start_and_wait(supervised=True)`), and `cli.finish` holds them from then on.
+
+PLANT_SLOWLY = textwrap.dedent("""\
+    set -e
+    mkdir -p sub/.git/objects sub/.git/refs
+    echo 'ref: refs/heads/main' > sub/.git/HEAD
+    {{ printf '[core]\\n\\tfsmonitor = "touch {marker}; false"\\n'
+      /usr/bin/python3 -c 'import sys; sys.stdout.write("[x]\\n\\ty = z\\n" * 330000)'; }} > sub/.git/config
+    : > ended
+""")
+
+
+def _interrupted_in_the_check(tmp_path, how: str, sig: int) -> dict:
+    import signal
+    import time
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    work = tmp_path / "repo"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    marker = tmp_path / "PLANT-RAN"
+    policy = tmp_path / "p.toml"
+    policy.write_text(to_toml({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc", "/bin", "/dev/null"],
+                                                    "exec": ["/usr/bin", "/bin"], "write": [str(work)]}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE", "PYTHONPATH")
+           and not (how == "hit" and k == "SANDBOY_NATIVE")}  # (plans are kept for the C executor only)
+    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"), SANDBOY_NAMESPACES="1",
+               SANDBOY_PLAN_CACHE="1" if how == "hit" else "0")
+    argv = [sys.executable, "-X", "importtime", "-m", "sandboy", "run", "--policy", str(policy), "--", "/bin/sh", "-c"]
+    if how == "hit":
+        for _ in range(2):  # the first builds and keeps the plan, the second shows it is used
+            time.sleep(0.15)  # (past fingerprint.TICK_NS: an entry is kept only where the root's stats settled)
+            subprocess.run([*argv, "true"], cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=120, check=True)
+        time.sleep(0.15)
+    run = subprocess.Popen([*argv, PLANT_SLOWLY.format(marker=marker)], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "ended").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.25)  # the command has ended: the check parses the 4 MiB config (≈ 2 s here)
+        in_check = run.poll() is None
+        run.send_signal(sig)
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
+    config = work / "sub" / ".git" / "config"
+    return {"in_check": in_check, "rc": run.returncode, "err": err[-1500:],
+            "hit": "sandboy.confine.cage" not in imported,
+            "planted_left": config.exists() and b"fsmonitor" in config.read_bytes()}
+
+
+@pytest.mark.parametrize("how", ["built", "hit"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_during_the_post_run_check_does_not_skip_it(tmp_path, how, sig):
+    import signal
+
+    said = _interrupted_in_the_check(tmp_path, how, getattr(signal, sig))
+    if not said["in_check"]:
+        pytest.skip(f"the run ended before the signal (a loaded machine?): {said}")
+    assert said["hit"] == (how == "hit"), said
+    # the verdict: the plant moved, the run failed closed (was rc -15/-2/-1 and the config left)
+    assert said["planted_left"] is False, said
+    assert said["rc"] == 125 and "core.fsmonitor" in said["err"], said

@@ -215,7 +215,16 @@ def start_and_wait(argv, cage, supervised: bool = False) -> tuple:
         finally:
             os.close(err_w)
         status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
-    finally:
+    except BaseException:
+        _release(held)
+        raise
+    # `supervised`: the git check runs next, in this process. The signals stay held through it
+    # (nothing is left to pass them to; `cli.finish` holds the stop signals from then on, and
+    # `die_like` unblocks the one it repeats): released here, a ^C, a CI runner's SIGTERM or a
+    # hang-up landing once the command had ended killed this process in the check's walk or parse
+    # — no verdict, and the plant it was about to move stayed (redcage11). Supervision's stop
+    # hooks ran with them held already.
+    if not supervised:
         _release(held)
     return status, _libc.read_all(err_r), first
 
