@@ -330,3 +330,33 @@ def test_codex_does_not_write_a_root_a_broader_deny_covers(world, policy, path):
     assert _as_codex_reads_it(_codex_roots(repo)).get(path) != "write", _codex_roots(repo)
     explained = json.loads(_cli(["policy", "explain", "--json", path + "/x"], repo, home).stdout)["targets"]
     assert explained["policy"]["writable"]["allowed"] is False and explained["codex"]["writable"]["allowed"] is False
+
+
+# --- a pattern that reads as another name ---------------------------------------------------------
+
+def test_a_pattern_that_reads_as_dot_env_but_is_not_is_named(world):
+    """read.deny = [".еnv"] with a Cyrillic `е` (U+0435): printable, accepted, shown in the fidelity
+    table as `read.deny = .еnv  sandboy enforced` — a reviewer reads `.env` — while `.env` stays
+    readable for every target and in the cage (checked for real). compile and check now name it,
+    code points spelled out; explain stays honest."""
+    repo, home = world
+    (repo / ".env").write_text("SECRET\n")
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["sandboy", "cursor"]\n[read]\ndeny = [".\u0435nv"]\n')
+    compiled = _cli(["policy", "compile"], repo, home)
+    checked = _cli(["policy", "check"], repo, home)
+    for run in (compiled, checked):
+        assert run.returncode == 0 and "read.deny '.\\u0435nv' mixes Latin letters with letters of another " \
+            "script (CYRILLIC) in one word" in run.stderr, run.stderr
+    assert checked.stdout != "generated files match owen.policy.toml\n"
+    run = _cli(["run", "--policy", ".sandboy/agent.toml", "--", "cat", ".env"], repo, home)
+    assert run.stdout == "SECRET\n"  # what the warning is about: the pattern does not cover .env
+    explained = json.loads(_cli(["policy", "explain", "--json", ".env"], repo, home).stdout)["targets"]
+    assert explained["policy"]["readable"]["allowed"] is True
+
+
+def test_twin_names_in_one_script_give_no_warning(world):
+    repo, home = world
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["cursor"]\n[read]\ndeny = ["caf\u00e9.txt", "\u6587\u66f8/", "\u0441\u0435\u043a\u0440\u0435\u0442.txt", "notes-\U0001F600.md"]\n')
+    compiled = _cli(["policy", "compile"], repo, home)
+    assert compiled.returncode == 0 and "warning" not in compiled.stderr, compiled.stderr

@@ -126,7 +126,7 @@ def _check(ns) -> int:
         print(f"sandboy policy: warning: {line(text)}", file=sys.stderr)
     if not diffs:
         print("generated files match owen.policy.toml" + (
-            f" (but {len(warnings)} warning(s) above: entries kept from the files themselves)" if warnings else ""))
+            f" (but {len(warnings)} warning(s) above)" if warnings else ""))
         return 0
     # One side of each diff is the file as the repository holds it: in a cloned repository its
     # bytes are the repository's (terminal escapes, `##[error]` for GitHub's runner), so each

@@ -196,6 +196,9 @@ def render(policy, root: str, warnings=None) -> dict:
     refuse_write_roots_leading_out(policy, root, warnings)
     ctx = Context(root)
     ctx.warnings = warnings if warnings is not None else []
+    from sandboy.capability.model import lookalike_warnings
+
+    ctx.warnings.extend(lookalike_warnings(policy))
     files, retracted = {}, set()
     for name in policy.targets:
         files.update(TARGETS[name].render(policy, ctx))

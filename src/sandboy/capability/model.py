@@ -279,6 +279,38 @@ def from_mapping(data: dict, src: str) -> CapabilityPolicy:
     return policy
 
 
+def _script(ch: str):
+    """The script a letter's Unicode name starts with (LATIN, CYRILLIC, GREEK...), None otherwise."""
+    import unicodedata
+
+    if not ch.isalpha():
+        return None
+    return unicodedata.name(ch, "?").split(" ")[0]
+
+
+def lookalike_warnings(policy) -> list:
+    """Patterns with a word that mixes Latin letters with letters of another script (`.\u0435nv`:
+    a Cyrillic `е`): printed, in the fidelity table too, they read as `.env`, which they do not
+    cover — a repository's owen.policy.toml "denying" `.env` that every target then leaves readable,
+    while compile said "enforced" (session 11). Kept (a name may be that), named by compile and check
+    with the code points spelled out."""
+    out = []
+    rules = [("read.deny", policy.read_deny), ("index.exclude", policy.index_exclude),
+             ("write.allow", policy.write_allow), ("write.deny", policy.write_deny)]
+    for key, patterns in rules:
+        for pattern in patterns:
+            # one word (a run of letters): `.еnv`, not `секрет.txt` (a Cyrillic name, a Latin extension)
+            for word in re.findall(r"[^\W\d_]+", pattern.body):
+                scripts = {_script(ch) for ch in word} - {None}
+                if "LATIN" in scripts and len(scripts) > 1:
+                    spelled = "".join(ch if ch.isascii() else f"\\u{ord(ch):04x}" for ch in pattern.text)
+                    out.append(f"{policy.source}: {key} '{spelled}' mixes Latin letters with letters of another "
+                               f"script ({', '.join(sorted(scripts - {'LATIN'}))}) in one word: it may read as a "
+                               "name it does not cover; spell it in one script")
+                    break
+    return out
+
+
 def load(path: str) -> CapabilityPolicy:
     # The step-policy reader: one bounded read (a file over the limit is refused, never cut and
     # parsed), UTF-8, and the TOML guards (long dotted keys, deep nesting) of policy files.
