@@ -370,3 +370,39 @@ def test_a_stop_signal_during_the_post_run_check_does_not_skip_it(tmp_path, how,
         # which it takes as a stop); the CLI's own exit is then the signal's, its report lost
         return
     assert said["rc"] == 125 and "core.fsmonitor" in said["err"], said
+
+
+# --- a stowed link that still reaches its launch inode, by another way --------------------------
+#
+# `~/.ssh/config -> ../.dotfiles/ssh/config`, `.dotfiles -> src/dotfiles` (a dotfiles checkout linked
+# into the home, as `stow` and hand-made set-ups do). The mode guard records the file the link
+# reaches (`src/dotfiles/ssh/config`: its stats and bytes) and the link (where it leads, which
+# inode). links11's shortcut (84e8934) passes a link after the run by one stat where it reaches
+# the inode it reached at launch. The command moves that inode away from the recorded path,
+# writes it there, and repoints `.dotfiles`: the file record's path is gone ("nothing is run from
+# there") and the link still reaches the same inode — rewritten. The operator's next `ssh` reads it.
+
+STOWED = ("mkdir -p .ssh src/dotfiles/ssh && printf 'Host example\\n  User me\\n' > src/dotfiles/ssh/config && "
+          "ln -s src/dotfiles .dotfiles && ln -s ../.dotfiles/ssh/config .ssh/config")
+MOVED_AND_WRITTEN = ("mkdir -p src/v3/ssh && mv src/dotfiles/ssh/config src/v3/ssh/config && "
+                     "printf 'Host *\\n  ProxyCommand sh -c \"touch PWNED\"\\n' >> src/v3/ssh/config && "
+                     "ln -s src/v3 .dotfiles.new && mv -T .dotfiles.new .dotfiles")
+
+
+def test_a_stowed_link_reaching_its_launch_file_by_another_way_is_still_judged(tmp_path):
+    import test_redteam_cage10 as cage10
+
+    env, home, policy = cage10._granted_home(tmp_path, STOWED)
+    done = cage10._sandboy_run(policy, MOVED_AND_WRITTEN, env, home)
+    seen = (home / ".ssh" / "config").read_text() if (home / ".ssh" / "config").exists() else ""
+    assert "ProxyCommand" not in seen, (done.returncode, done.stderr[-1500:], seen)  # what ssh reads
+    assert done.returncode == 125, done.stderr[-1500:]
+
+
+def test_twin_a_stowed_link_left_alone_passes(tmp_path):
+    import test_redteam_cage10 as cage10
+
+    env, home, policy = cage10._granted_home(tmp_path, STOWED)
+    done = cage10._sandboy_run(policy, "mkdir -p src/other && echo x > src/other/notes", env, home)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert (home / ".ssh" / "config").read_text() == "Host example\n  User me\n"

@@ -261,10 +261,13 @@ class ModeGuard:
                     now_st = os.stat(path)
                 except OSError:
                     now_st = None
-                if reached is not None and now_st is not None and (now_st.st_dev, now_st.st_ino) == reached:
-                    # the inode it reached at launch, by whatever way: what reads through the link
-                    # reads what it read then (its bytes are the file record's to judge) — one stat,
-                    # not the kernel's name for it
+                if (reached is not None and now_st is not None and (now_st.st_dev, now_st.st_ino) == reached
+                        and _identity_at(target) == reached):
+                    # the inode it reached at launch, still at the path it reached it by (`target`,
+                    # whose file record judges its bytes) — one stat each, not the kernel's name for
+                    # it. Reached by ANOTHER way only (that file moved, a link on its way repointed
+                    # after it), its record's path holds nothing of it: the inode was judged by no
+                    # one and the command wrote it (redcage11) — resolved below, found elsewhere
                     continue
                 now, identity, _st = _resolved(path)
                 # where it leads by name (a link or directory on its way repointed: `ln -sfn evil
@@ -423,6 +426,15 @@ def _reached_elsewhere(protected, roots, now: int, seen: dict, installed=(), gua
                     pending.append((target, True, reached))
         totals[root] = totals.get(root, MAX_LINKED_SCAN) - (budget - left)
     return found
+
+
+def _identity_at(path: str):
+    """(st_dev, st_ino) of what `path` reaches (symlinks followed), or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _resolved(path: str) -> tuple:
