@@ -133,6 +133,13 @@ class Codex(Target):
                 if table.get(key):
                     ctx.warnings.append(f"{CONFIG}: [profiles.{name}] {key} is kept from the file, not from "
                                         f"owen.policy.toml: selected, {what}; read it before running Codex here")
+        env_policy = doc.get("shell_environment_policy")
+        if isinstance(env_policy, dict) and (env_policy.get("ignore_default_excludes") is True or env_policy.get("set")):
+            # as Claude's `env` (session 7): the variables of every command Codex runs — the operator's
+            # *KEY*/*SECRET*/*TOKEN* ones kept in, or PATH / LD_PRELOAD / NODE_OPTIONS set by the file
+            ctx.warnings.append(f"{CONFIG}: shell_environment_policy (ignore_default_excludes or set) is kept from "
+                                "the file, not from owen.policy.toml: it passes the operator's KEY/SECRET/TOKEN "
+                                "variables to, or sets the environment of, every command Codex runs; read it first")
         for key, what in _ELSEWHERE.items():  # session 11: as model_providers, one key each
             if doc.get(key):
                 ctx.warnings.append(f"{CONFIG}: {key} is kept from the file, not from owen.policy.toml: {what}; "
