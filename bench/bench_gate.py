@@ -12,6 +12,11 @@ start-up and reports included, so its per-step figure is the honest amortized co
 in-gate per-step durations (spawn to reap, from the JSON report) are printed too.
 Target (issue 3): Sandboy's per-step overhead <= 5 ms over plain, and below bwrap's — bwrap given
 comparable isolation since issue 7: --unshare-all --new-session, a read-only root, --dev, --proc.
+
+Under load the best round of each case may come from a different round, so a last line pairs each
+round's gate with that same round's isolated bwrap (medians of the differences) — printed always
+since session 11 (before, only with --before) — and the load average at the start and end is
+printed with the figures, as docs/performance.md quotes them.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ def main() -> int:
     parser.add_argument("--before", metavar="SRC", help="a `sandboy` source tree to compare with")
     args = parser.parse_args()
     n = args.steps
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="sandboy-bench-") as base:
         repo = make_repo(base, n)
         report = os.path.join(base, "report.json")
@@ -100,7 +106,8 @@ def main() -> int:
             inner = [s["duration"] for s in json.load(fh)["steps"]]
     per_step = {name: min(times) / n * 1000 for name, times in best.items() if times}
     plain = per_step["plain"]
-    print(f"{n} steps of `true`, best of {args.rounds} rounds, ms per step:")
+    print(f"{n} steps of `true`, best of {args.rounds} rounds, ms per step (load {load_start:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end):")
     for name, ms in per_step.items():
         print(f"  {name:<16} {ms:7.2f} ms   overhead over plain {ms - plain:+6.2f} ms   ratio {ms / plain:5.2f}x")
     print(f"  inside the gate, spawn to reap per step: median {statistics.median(inner) * 1000:.2f} ms, "
@@ -114,15 +121,18 @@ def main() -> int:
             was = per_step["gate (before)"] - plain
             verdict.append(f"before {was:.2f} ms ({'below' if was < bw else 'NOT below'} isolated bwrap)")
     print("target: " + "; ".join(verdict))
-    if args.before and "bwrap" in per_step:
+    if "bwrap" in per_step:
         # Best-of-rounds takes each case's quietest round, which on a shared machine may be a
         # different round per case; each round's own differences hold better under load.
         rounds = range(args.rounds)
         vs_bwrap = [best["sandboy gate"][r] - best["bwrap, isolated"][r] for r in rounds]
-        vs_before = [best["sandboy gate"][r] - best["gate (before)"][r] for r in rounds]
-        print(f"paired by round (median of {args.rounds}, ms per step): gate - isolated bwrap "
-              f"{statistics.median(vs_bwrap) / n * 1000:+.2f} (below in {sum(d < 0 for d in vs_bwrap)}); "
-              f"gate - before {statistics.median(vs_before) / n * 1000:+.2f} (lower in {sum(d < 0 for d in vs_before)})")
+        line = (f"paired by round (median of {args.rounds}, ms per step): gate - isolated bwrap "
+                f"{statistics.median(vs_bwrap) / n * 1000:+.2f} (below in {sum(d < 0 for d in vs_bwrap)})")
+        if args.before:
+            vs_before = [best["sandboy gate"][r] - best["gate (before)"][r] for r in rounds]
+            line += (f"; gate - before {statistics.median(vs_before) / n * 1000:+.2f} "
+                     f"(lower in {sum(d < 0 for d in vs_before)})")
+        print(line)
     return 0
 
 
