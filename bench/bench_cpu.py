@@ -9,7 +9,7 @@ done, not the wait for a core, so its ratios hold under load. It does not replac
 targets (a run also waits for the kernel, e.g. RCU grace periods at namespace teardown); it says
 where the work went.
 
-    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC] [--only cli|gate]
+    .venv/bin/python bench/bench_cpu.py [--rounds N] [--before SRC] [--only cli|gate|api]
 
 --before SRC: also measure the `sandboy` package under SRC (a directory holding `sandboy/`:
 e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_ext --inplace`,
@@ -213,10 +213,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--before", metavar="SRC", action="append", default=[],
                         help="a `sandboy` source tree to compare with (see --help); may be given twice or more")
-    parser.add_argument("--only", choices=("cli", "gate"),
+    parser.add_argument("--only", choices=("cli", "gate", "api"),
                         help="cli: only the floor and `sandboy run` (no API, gate, bwrap); "
-                             "gate: only plain bash, isolated bwrap and the gate")
+                             "gate: only plain bash, isolated bwrap and the gate; "
+                             "api: only bwrap --unshare-all and the API")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]
     bwrap = shutil.which("bwrap") if args.only != "cli" else None
     with tempfile.TemporaryDirectory(prefix="sandboy-bench-cpu-") as base:
         policy = os.path.join(base, "bench.toml")
@@ -229,7 +231,7 @@ def main() -> int:
         home = os.path.join(base, "home")
         os.mkdir(home)
         write_dirs = {}
-        if args.only != "gate":
+        if args.only not in ("gate", "api"):  # (the API and the gate need no write roots)
             # a write root of the working directory, in a git repository and outside one
             write_policy = os.path.join(base, "write.toml")
             with open(write_policy, "w") as fh:
@@ -262,7 +264,9 @@ def main() -> int:
             del cases["plain bash -lc true"]
         if args.only == "gate":
             del cases["floor"], cases["bwrap --unshare-all"]
-        wanted = {None: "", "cli": "run CLI", "gate": "gate, per step"}[args.only]
+        if args.only == "api":
+            del cases["floor"], cases["plain bash -lc true"], cases["isolated bwrap bash -lc true"]
+        wanted = {None: "", "cli": "run CLI", "gate": "gate, per step", "api": "API"}[args.only]
         trees = [("", SRC)] + before_labels(args.before)
         for label, src in trees:
             chosen = cases_for(label, src, policy, repo, home, write_dirs)
@@ -275,7 +279,8 @@ def main() -> int:
                 samples[name].append(fn())
     med = {name: statistics.median(values) for name, values in samples.items()}
     print(f"CPU time ({'perf stat task-clock' if PERF else 'rusage'}, descendants included), "
-          f"medians of {args.rounds} interleaved rounds")
+          f"medians of {args.rounds} interleaved rounds (load {load_start:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end)")
     for name, secs in med.items():
         print(f"  {name:<36} {secs * 1000:8.2f} ms")
     print("  ratios")
@@ -290,14 +295,14 @@ def main() -> int:
             if name.startswith("run CLI, write root") and name.endswith(label) and (label or "(before" not in name):
                 what = name[len("run CLI, "):len(name) - len(label)] + " / floor" + label
                 print(f"    {what:<46} {med[name] / med['floor']:6.2f}x")
-        if args.only is None and bwrap:
+        if args.only in (None, "api") and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")
         if bwrap and f"gate, per step{label}" in med:
             over = med[f"gate, per step{label}"] - med["plain bash -lc true"]
             bw = med["isolated bwrap bash -lc true"] - med["plain bash -lc true"]
             print(f"    gate step over plain{label}: +{over * 1000:.2f} ms (isolated bwrap +{bw * 1000:.2f} ms)")
-        if args.only is None:
+        if args.only in (None, "api"):
             print(f"    API caller +100 MB / small caller{label} "
                   f"{med[f'API, caller +100 MB{label}'] / med[f'API, small caller{label}']:6.2f}x")
     return 0
