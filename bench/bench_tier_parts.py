@@ -14,8 +14,9 @@ it swings far more than the CPU).
   + net          ... and a network namespace
   + mount        ... and a mount namespace: `/` private, then everything read-only
   + pid          ... and a PID namespace: `/proc` mounted, the init (all five of the tier's)
-  whole tier     the same five with the tier's own steps: its whole mount tree (the minimal
-                 /dev, the private pts and shm, /proc), the init — no cage yet
+  whole tier     the same five with the tier's own steps instead: its whole mount tree (the
+                 minimal /dev, the private pts and shm, /proc), the init — no cage yet; its
+                 step is what that tree costs over "+ pid"'s bare read-only root and /proc
   + cage         the whole plan: also the command's steps (signals, capabilities, Landlock,
                  seccomp) — what `sandboy run` runs
 
@@ -176,7 +177,7 @@ def main() -> int:
     print(f"  {'':<12} {'CPU':>9} {'its step':>11}   {'wall':>9} {'its step':>11}")
     previous = None
     for name, value in parts.items():
-        if previous is None or name == "whole tier":
+        if previous is None:
             step, wall_step = "", ""
         else:
             step = f"({(value - parts[previous]) * 1e3:+.2f})"
