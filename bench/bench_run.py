@@ -143,7 +143,8 @@ def bench_api(policy_path: str, rounds: int) -> dict:
              "sandboy.run(cage)": api_prebuilt, "sandboy.run(cage without tier)": api_without_tier,
              "sandboy.run(policy with {tmp})": api_tmp}
     bwrap = shutil.which("bwrap")
-    if bwrap:  # issue 7's baseline, in the same rounds as the API (see the module docstring)
+    if bwrap:  # issue 7's baseline (and plain bwrap), in the same rounds as the API (see the module docstring)
+        cases["bwrap"] = lambda: _time_cmd([bwrap, "--ro-bind", "/", "/", "/bin/true"])
         cases["bwrap --unshare-all"] = lambda: _time_cmd([bwrap, "--unshare-all", "--ro-bind", "/", "/", "/bin/true"])
     try:
         for fn in cases.values():  # the first run of each policy builds its cage: not timed
@@ -541,7 +542,7 @@ def main() -> int:
         "cli / bwrap": cli["sandboy run"] / cli["bwrap"] if "bwrap" in cli else None,
         "api / subprocess": api["sandboy.run(policy)"] / api["subprocess.run"],
         "api(prebuilt cage) / subprocess": api["sandboy.run(cage)"] / api["subprocess.run"],
-        "api / bwrap": api["sandboy.run(policy)"] / cli["bwrap"] if "bwrap" in cli else None,
+        "api / bwrap": api["sandboy.run(policy)"] / api["bwrap"] if "bwrap" in api else None,
         "api / bwrap --unshare-all": (api["sandboy.run(policy)"] / api["bwrap --unshare-all"]
                                       if "bwrap --unshare-all" in api else None),
         "cli / bwrap --unshare-all": cli["sandboy run"] / cli["bwrap --unshare-all"] if "bwrap" in cli else None,
