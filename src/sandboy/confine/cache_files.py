@@ -72,7 +72,10 @@ def _walk(path: str):
     """`open_private_dir` one name at a time from `/`, making the missing ones and following only
     the symlinks `_trusted_link` allows."""
     parts = [part for part in path.split("/") if part and part != "."]
-    fd = os.open("/", _DIR_FLAGS)
+    try:  # (in a cage whose Landlock rules do not grant "/" itself, EACCES: no cache, not an error)
+        fd = os.open("/", _DIR_FLAGS)
+    except OSError:
+        return None
     links = 0
     try:
         while parts:
