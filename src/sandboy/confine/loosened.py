@@ -262,12 +262,17 @@ class ModeGuard:
                 except OSError:
                     now_st = None
                 if (reached is not None and now_st is not None and (now_st.st_dev, now_st.st_ino) == reached
+                        and _unchanged_since_launch(now_st, self.linked.get(target))
                         and _identity_at(target) == reached):
-                    # the inode it reached at launch, still at the path it reached it by (`target`,
-                    # whose file record judges its bytes) — one stat each, not the kernel's name for
-                    # it. Reached by ANOTHER way only (that file moved, a link on its way repointed
-                    # after it), its record's path holds nothing of it: the inode was judged by no
-                    # one and the command wrote it (redcage11) — resolved below, found elsewhere
+                    # the inode it reached at launch, unchanged since (its settled ctime), still at
+                    # the path it reached it by (`target`, whose record judges it) — one stat each,
+                    # not the kernel's name for it. Reached by ANOTHER way only (that file moved, a
+                    # link on its way repointed after it), its record's path holds nothing of it:
+                    # the inode was judged by no one and the command wrote it (redcage11). Changed,
+                    # and reached by another way too (a second hard link of it where the link on the
+                    # way was repointed to, written through that name: rvsec11), the record moves
+                    # the file at `target` and the link still reached what the command wrote —
+                    # resolved below: it leads elsewhere, moved
                     continue
                 now, identity, _st = _resolved(path)
                 # where it leads by name (a link or directory on its way repointed: `ln -sfn evil
@@ -426,6 +431,20 @@ def _reached_elsewhere(protected, roots, now: int, seen: dict, installed=(), gua
                     pending.append((target, True, reached))
         totals[root] = totals.get(root, MAX_LINKED_SCAN) - (budget - left)
     return found
+
+
+def _unchanged_since_launch(st, record) -> bool:
+    """Whether `st` (a stat taken now) is the inode `record` (a file's or directory's from
+    `_reached_elsewhere`) holds, with the ctime it had at launch, settled then: nothing changed
+    it since (a write, a new name, an entry made — each sets the ctime, which no process sets back)."""
+    if record is None or record[0] == "link":
+        return False
+    if record[0] == "file":
+        _kind, dev, ino, _size, _mtime, ctime, settled = record[:7]
+    else:
+        _kind, dev, ino, ctime = record[:4]
+        settled = ctime is not None
+    return settled and (st.st_dev, st.st_ino, st.st_ctime_ns) == (dev, ino, ctime)
 
 
 def _identity_at(path: str):
