@@ -120,3 +120,11 @@ def _nobody(base: Path, home: Path, policy: Path, script: str, tier_on: bool):
     return subprocess.run(userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(policy), "--",
                                            "/bin/sh", "-c", script]),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=env, cwd=home)
+
+
+def test_from_a_kept_plan_a_stowed_file_hard_linked_where_the_link_is_repointed_and_written_is_judged(tmp_path):
+    """The same hard-link probe as a plan-cache hit (ADR 0028): the hit's check is the same guard."""
+    env, home, policy = cage10._granted_home(tmp_path, STOWED)
+    done = cage10._hit_run(policy, f"{HARD_LINKED} && {PLANT}src/v3/ssh/config", env, home)
+    assert "ProxyCommand" not in _what_ssh_reads(home), (done.returncode, done.stderr[-1500:])
+    assert done.returncode == 125, done.stderr[-1500:]
