@@ -444,7 +444,7 @@ def _unchanged_since_launch(st, record) -> bool:
     else:
         _kind, dev, ino, ctime = record[:4]
         settled = ctime is not None
-    return settled and (st.st_dev, st.st_ino, st.st_ctime_ns) == (dev, ino, ctime)
+    return settled and st.st_ctime_ns == ctime and (st.st_dev, st.st_ino) == (dev, ino)
 
 
 def _identity_at(path: str):
