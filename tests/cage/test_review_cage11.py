@@ -128,3 +128,57 @@ def test_from_a_kept_plan_a_stowed_file_hard_linked_where_the_link_is_repointed_
     done = cage10._hit_run(policy, f"{HARD_LINKED} && {PLANT}src/v3/ssh/config", env, home)
     assert "ProxyCommand" not in _what_ssh_reads(home), (done.returncode, done.stderr[-1500:])
     assert done.returncode == 125, done.stderr[-1500:]
+
+
+# --- a core.hooksPath the operator's git config INCLUDES (not in the config itself) ----------
+
+INCLUDED_XFAIL = ("HOLE (rvsec11, pre-existing: 8179c54 too): git follows include.path/includeIf.*.path of "
+                  "the operator's global and system configs, neither the launch protection "
+                  "(protected._config_hooks_path: 'includes are not followed here') nor the after-run check "
+                  "(gitcheck._global_entries parses the file, not what it includes) does: a relative "
+                  "core.hooksPath in ~/.gitconfig.local left .githooks writable, rc 0, and the operator's next "
+                  "commit ran the plant. Fix: gitcheck.global_configs to list the files they include (git's "
+                  "rules: relative to the including file, ~/, depth 10, includeIf taken as if it matched)")
+
+
+@TIERS
+@pytest.mark.parametrize("where", ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"])
+@pytest.mark.xfail(strict=True, reason=INCLUDED_XFAIL)
+def test_a_hooks_path_an_operator_config_includes_is_kept_from_the_run(tmp_path, tier_on, where):
+    import os
+    import subprocess
+
+    import test_git_system_config as system
+
+    repo, env, prefix, policy = system._setup(tmp_path, "GIT_CONFIG_SYSTEM")
+    env.update(cage10._tier_env(tier_on))
+    included = tmp_path / "gitconfig.local"
+    included.write_text(system.HOOKS_PATH)
+    Path(env["GIT_CONFIG_SYSTEM"]).write_text("")
+    config = tmp_path / "including.gitconfig"
+    config.write_text(f"[include]\n\tpath = {included.name}\n")  # (relative: to the including file's directory)
+    env[where] = str(config)
+    assert system._origin(env, repo) == f"file:{included}\t.githooks"  # what the operator's git reads
+    mark, status = tmp_path / "RAN", tmp_path / "status.json"
+    proc = system._run(prefix, policy, system.PLANT.format(mark=mark), env, repo, status)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=o", "-c", "user.email=o@x", "commit", "-q",
+                    "--allow-empty", "-m", "x"], capture_output=True, timeout=60, env=env)
+    assert not mark.exists(), (proc.returncode, proc.stdout, proc.stderr[-1500:])  # the next commit ran nothing
+    assert sorted(os.listdir(repo / ".githooks")) == ["README"], (proc.returncode, proc.stdout, proc.stderr[-1500:])
+
+
+def test_twin_a_hooks_path_in_the_operator_config_itself_is_kept_from_the_run(tmp_path):
+    """The same layout without the include (the value in the global config itself): protected at launch."""
+    import os
+
+    import test_git_system_config as system
+
+    repo, env, prefix, policy = system._setup(tmp_path, "GIT_CONFIG_SYSTEM")
+    Path(env["GIT_CONFIG_SYSTEM"]).write_text("")
+    config = tmp_path / "global.gitconfig"
+    config.write_text(system.HOOKS_PATH)
+    env["GIT_CONFIG_GLOBAL"] = str(config)
+    mark, status = tmp_path / "RAN", tmp_path / "status.json"
+    proc = system._run(prefix, policy, system.PLANT.format(mark=mark), env, repo, status)
+    assert (proc.returncode, proc.stdout) == (0, "REFUSED\n"), (proc.returncode, proc.stdout, proc.stderr[-1500:])
+    assert sorted(os.listdir(repo / ".githooks")) == ["README"]
