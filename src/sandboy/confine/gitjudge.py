@@ -123,9 +123,14 @@ class _Check(_Walk):
         if real != path:
             launch_bytes = before = None  # judged where it leads: the file the run may have changed
         if depth:
-            if real in self.included:  # once each: a file including itself (git refuses it) or
-                return                 # included from many places costs one look
-            self.included.add(real)
+            # once each per repository: a file including itself (git refuses it) or included from
+            # many places costs one look — but a relative core.hooksPath in it is another directory
+            # for each repository's top (`~/.gitconfig` including `.gitconfig.local` with
+            # `hooksPath = .githooks`: looked at first for no repository, the repository's own
+            # `.githooks` was never judged — a planted pre-commit passed, rc 0; rvsec11)
+            if (real, top) in self.included:
+                return
+            self.included.add((real, top))
         if not self.writable(real):
             self._follow(path, real, False, top, gitdir, depth)  # not the command's: only where it leads
             return
