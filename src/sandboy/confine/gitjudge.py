@@ -131,8 +131,10 @@ class _Check(_Walk):
             if (real, top) in self.included:
                 return
             self.included.add((real, top))
-        if not self.writable(real):
-            self._follow(path, real, False, top, gitdir, depth)  # not the command's: only where it leads
+        if not self.writable(real):  # not the command's: only where it leads
+            entries = self._outside_entries(real)
+            if entries:
+                self._follow(path, real, False, top, gitdir, depth, entries)
             return
         if not (full or self.new(real) is not None):
             # unchanged: still follow its includes, which may lead to files the run made
@@ -182,6 +184,18 @@ class _Check(_Walk):
                         # a dict: a config naming one directory 20,000 times lists it once there too
                         self.hooks_by_top.setdefault(top, {})[hooks] = None
                     self.hooks(hooks, full)
+
+    def _outside_entries(self, real: str):
+        """`entries(real)` of a config no write root holds, parsed once per check (followed once
+        per repository top, `config`: one included by the operator's global config is met again
+        for each repository, and its bytes are not the command's to change)."""
+        cache = self.__dict__.setdefault("outside_parsed", {})
+        if real not in cache:
+            try:
+                cache[real] = self.entries(real)
+            except ConfigSyntaxError:
+                cache[real] = None  # git refuses it too: nothing in it is used
+        return cache[real]
 
     def entries(self, real: str):
         """`_entries(real)`, charged to the check's parse budget; beyond it None (not read) and
