@@ -58,3 +58,20 @@ def thread_cgroup(controller: str, pid, tid: int):
             if controller in controllers.split(","):
                 return path
     return None
+
+
+def children(pid: int) -> list:
+    """The pids of `pid`'s children, every thread's, from /proc/PID/task/TID/children (host side;
+    none once it is gone): only the test's own process tree is read."""
+    kids: list = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                kids += [int(kid) for kid in fh.read().split()]
+        except OSError:
+            continue
+    return kids

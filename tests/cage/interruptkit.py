@@ -13,28 +13,18 @@ was hit in 13/50 runs (session 11, ADR 0011 "Session 11"): the probe raced dash,
 Once the long step has exec'd, a signal to the group reaches it with its default action.
 """
 
-import os
 import signal
 import time
 
+from prockit import children
+
 
 def descendants(pid: int) -> list:
-    """The pids below `pid` (children first), from /proc/PID/task/TID/children: only the
-    test's own process tree is read."""
+    """The pids below `pid` (children first): only the test's own process tree is read."""
     found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            continue
-        for kid in kids:
-            found.append(kid)
-            found.extend(descendants(kid))
+    for kid in children(pid):
+        found.append(kid)
+        found.extend(descendants(kid))
     return found
 
 

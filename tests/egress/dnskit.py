@@ -15,6 +15,8 @@ import socket
 import struct
 import threading
 
+from prockit import children
+
 
 class NameServer:
     def __init__(self, names=None, silent=False):
@@ -108,22 +110,6 @@ def under_name_server(resolv_conf: str, argv: list) -> list:
 
 
 HELPER_MARK = b"-I\0-S\0-c\0"  # in the cmdline of egress.resolver's helper (python -I -S -c _HELPER)
-
-
-def children(pid: int) -> list:
-    """The pids of `pid`'s children, every thread's (read from /proc, host side; none once it is gone)."""
-    kids: list = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                kids += [int(kid) for kid in fh.read().split()]
-        except OSError:
-            continue
-    return kids
 
 
 def lookup_helpers(pid: int) -> list:
