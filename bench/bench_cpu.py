@@ -31,6 +31,15 @@ Cases (medians of N rounds):
                and in a directory outside one: from its cached plan and as a miss (as above); and
                from its cached plan in a committed repository of 10,000 files in 1,000 directories
                (a checkout's shape: half of them hold subdirectories; the git check walks it twice)
+  example      the README's policy (policy.example.toml, copied into the project, run from there
+               as the README does: `include = ["system", "python"]`, `write = [".", "{tmp}"]`, a
+               glob deny, `[net]`) in a small committed project, and in one that also holds a
+               `.venv` of 3,000 more files (a real `python -m venv` with a site-packages tree:
+               the python preset reads it, the git check walks it under the write root "."), each
+               in steady state (its Nth run) and as its first run (the plans removed after each
+               run, the cache directory's other parts kept); and `include = ["system", "python"]`
+               alone (no write root), from the small project: steady and first run. Each tree its
+               own cache directory per case (SANDBOY_CACHE_DIR), so nothing else reaches them
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -64,6 +73,8 @@ for _ in range(int(sys.argv[3])):
 API_RUNS = 20
 GATE_STEPS = 100
 BIG_REPO = "(10k repo)"
+GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.org", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
 
 
 def make_checkout(root: str, dirs: int = 1_000, files_per_dir: int = 10) -> None:
@@ -79,13 +90,49 @@ def make_checkout(root: str, dirs: int = 1_000, files_per_dir: int = 10) -> None
         for j in range(files_per_dir):
             with open(os.path.join(path, f"f{j}.txt"), "w") as fh:
                 fh.write(f"{i} {j}\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.org", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {**os.environ, **GIT_ENV}
     subprocess.run(["git", "init", "-q", root], check=True, env=env)
     subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
     subprocess.run(["git", "-C", root, "commit", "-qm", "tree"], check=True, env=env)
 
 
+VENV_PACKAGES, VENV_DIRS, VENV_FILES = 30, 10, 10  # 3,000 files in 330 directories of site-packages
+EXAMPLE_POLICY = os.path.join(os.path.dirname(HERE), "policy.example.toml")
+PRESETS_POLICY = 'version = 1\ninclude = ["system", "python"]\n'
+
+
+def make_project(root: str, venv_files: bool) -> None:
+    """A small committed project holding the README's policy (policy.example.toml) and a
+    presets-only one (presets.toml); with `venv_files`, also a `.venv` (a real `python -m venv
+    --without-pip`: pyvenv.cfg and bin/python3, which the python preset reads) whose site-packages
+    holds VENV_PACKAGES x VENV_DIRS x VENV_FILES small modules, ignored by git as a project's is."""
+    for rel, text in (("README.md", "# a project\n"), ("src/app/__init__.py", ""),
+                      ("src/app/main.py", "def main():\n    return 0\n"),
+                      ("tests/test_main.py", "from app.main import main\n\ndef test_main():\n    assert main() == 0\n"),
+                      (".gitignore", ".venv/\n"), ("presets.toml", PRESETS_POLICY)):
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        with open(os.path.join(root, rel), "w") as fh:
+            fh.write(text)
+    shutil.copyfile(EXAMPLE_POLICY, os.path.join(root, "policy.example.toml"))
+    if venv_files:
+        venv = os.path.join(root, ".venv")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        site = os.path.join(venv, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+        for p in range(VENV_PACKAGES):
+            for d in range(VENV_DIRS):
+                package = os.path.join(site, f"pkg{p}", f"sub{d}")
+                os.makedirs(package)
+                for f in range(VENV_FILES):
+                    with open(os.path.join(package, f"mod{f}.py"), "w") as fh:
+                        fh.write(f"VALUE = {p * 100 + d * 10 + f}\n")
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "init", "-q", root], check=True, env=env)
+    subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", root, "commit", "-qm", "project"], check=True, env=env)
+
+
+FIXED_CLI_CASES = ("run CLI", "run CLI, plan cache miss", "run CLI, first run", "run CLI, first of all",
+                   "run CLI, cache off", "run CLI, stdout a file")
 PERF = shutil.which("perf")
 
 
@@ -121,7 +168,37 @@ def with_src(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src)
 
 
-def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dirs=None) -> dict:
+def project_cases(label: str, env: dict, home: str, projects: dict) -> dict:
+    """The README's policy and the presets alone, run from their project directory as an agent
+    does (`sandboy run --policy policy.example.toml -- /bin/true`), steady and as a first run:
+    `projects` is {case name: (directory, policy file name in it)}."""
+    tag = label.strip(" ()").replace(" ", "-") or "this"
+    cases = {}
+    for name, (cwd, policy) in projects.items():
+        # -P: as for the write roots (`python -c` would import from the working directory first)
+        argv = [sys.executable, "-P", "-c", "from sandboy.cli import entry; entry()", "run", "--policy", policy,
+                "--", "/bin/true"]
+        slug = "".join(c if c.isalnum() else "-" for c in name)
+        steady = os.path.join(home, f"cache-{slug}-{tag}")
+        first = os.path.join(home, f"cache-{slug}-first-{tag}")
+
+        def first_run(argv=argv, cwd=cwd, first=first):
+            # the policy's first run here: its entry removed after each run, the rest of the
+            # cache directory (the seccomp pieces, the policy's parse) kept, as first_run below
+            try:
+                return cpu_of(argv, dict(env, SANDBOY_CACHE_DIR=first), cwd)
+            finally:
+                plans = os.path.join(first, "plans")
+                for entry in os.listdir(plans) if os.path.isdir(plans) else ():
+                    os.unlink(os.path.join(plans, entry))
+
+        cases[f"run CLI, {name}{label}"] = lambda argv=argv, cwd=cwd, steady=steady: cpu_of(
+            argv, dict(env, SANDBOY_CACHE_DIR=steady), cwd)
+        cases[f"run CLI, {name}, first run{label}"] = first_run
+    return cases
+
+
+def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dirs=None, projects=None) -> dict:
     env = with_src(src)
     py = sys.executable
 
@@ -194,6 +271,7 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         f"run CLI, cache off{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_PLAN_CACHE="0")),
         f"run CLI, stdout a file{label}": to_a_file,
         **write_cases,
+        **project_cases(label, env, home, projects or {}),
         f"API, small caller{label}": api(0),
         f"API, caller +100 MB{label}": api(100),
         f"gate, per step{label}": lambda: cpu_of([py, "-m", "sandboy.gate.cli", repo, "--json",
@@ -230,7 +308,7 @@ def main() -> int:
             fh.write("".join(f'[[step]]\nname = "s{i}"\nrun = "true"\n' for i in range(GATE_STEPS)))
         home = os.path.join(base, "home")
         os.mkdir(home)
-        write_dirs = {}
+        write_dirs, projects = {}, {}
         if args.only not in ("gate", "api"):  # (the API and the gate need no write roots)
             # a write root of the working directory, in a git repository and outside one
             write_policy = os.path.join(base, "write.toml")
@@ -250,6 +328,12 @@ def main() -> int:
                 own = write_policy[:-len(".toml")] + {True: "-repo", False: "-plain", None: "-big"}[git] + ".toml"
                 shutil.copyfile(write_policy, own)
                 write_dirs[where] = (own, work)
+            small, venv = os.path.join(base, "project"), os.path.join(base, "project-venv")
+            make_project(small, venv_files=False)
+            make_project(venv, venv_files=True)
+            projects = {"example (small project)": (small, "policy.example.toml"),
+                        f"example (+ .venv {VENV_PACKAGES * VENV_DIRS * VENV_FILES} files)": (venv, "policy.example.toml"),
+                        "presets only": (small, "presets.toml")}
         plain_env = dict(os.environ, HOME=home)
         cases = {
             "floor": lambda: cpu_of([sys.executable, "-c", "pass"]),
@@ -269,7 +353,7 @@ def main() -> int:
         wanted = {None: "", "cli": "run CLI", "gate": "gate, per step", "api": "API"}[args.only]
         trees = [("", SRC)] + before_labels(args.before)
         for label, src in trees:
-            chosen = cases_for(label, src, policy, repo, home, write_dirs)
+            chosen = cases_for(label, src, policy, repo, home, write_dirs, projects)
             cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)})
         for fn in cases.values():  # warm caches (policy parse cache, page cache)
             fn()
@@ -282,19 +366,18 @@ def main() -> int:
           f"medians of {args.rounds} interleaved rounds (load {load_start:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end)")
     for name, secs in med.items():
-        print(f"  {name:<36} {secs * 1000:8.2f} ms")
+        print(f"  {name:<56} {secs * 1000:8.2f} ms")
     print("  ratios")
     for label, src in before_labels(args.before):
         print(f"  {label.strip()}: {src}")
     for label, _ in [("", SRC)] + before_labels(args.before):
-        for case in ("run CLI", "run CLI, plan cache miss", "run CLI, first run", "run CLI, first of all",
-                     "run CLI, cache off", "run CLI, stdout a file"):
-            if f"{case}{label}" in med:
-                print(f"    {case + ' / floor' + label:<46} {med[f'{case}{label}'] / med['floor']:6.2f}x")
-        for name in med:
-            if name.startswith("run CLI, write root") and name.endswith(label) and (label or "(before" not in name):
-                what = name[len("run CLI, "):len(name) - len(label)] + " / floor" + label
-                print(f"    {what:<46} {med[name] / med['floor']:6.2f}x")
+        for name in med:  # every `sandboy run` case of this tree, in the order measured
+            if name.startswith("run CLI") and name.endswith(label) and (label or "(before" not in name):
+                what = name[:len(name) - len(label)]
+                if what not in FIXED_CLI_CASES:  # (their rows' names as before: scripts read them)
+                    what = what.removeprefix("run CLI, ")
+                what += " / floor" + label
+                print(f"    {what:<60} {med[name] / med['floor']:6.2f}x")
         if args.only in (None, "api") and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")
