@@ -143,7 +143,10 @@ def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> P
         return None
     uri = unquote(uri)
     uri = uri.removeprefix("file://")
-    if "://" in uri:
+    if "://" in uri or "\0" in uri:
+        # `%00` decodes to a NUL no file name holds, and os.path raises ValueError on it: a
+        # repository tool's result naming `a%00.py` ended `audit run` (and `merge --source-root`)
+        # in an internal error, every tool's results lost (redinput12)
         return None
     from sandboy.policy.resolve import is_within
 
