@@ -94,7 +94,7 @@ WHOLE = {"CLONE_NEWPID": (0x20000000, lambda label: label == "mount /proc"),
 # locked, but nothing in the cage can undo them — the command holds no capability and seccomp refuses
 # the mount calls. Its own inotify/fanotify bounds now tell it apart: `user limits`.)
 EQUIVALENT_AS_ROOT: dict = {}
-SIZE_OPTION = re.compile(rb",?(size|max)=[^,\0]*")
+SIZE_OPTION = re.compile(rb",?(size|max|nr_inodes)=[^,\0]*")
 MOUNT_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
 SYS_MOUNT = 165
 INIT_LABEL = "become the PID namespace's init"

@@ -91,7 +91,7 @@ def _():
             tags.append(fields[4] + " " + " ".join(fields[6:]))
     facts["rw"] = sorted(p for p, (mode, _) in top.items() if mode == "rw")
     facts["propagation"] = tags
-    facts["sizes"] = {p: [o for o in opts if o.startswith(("size=", "max="))] for p, (_, opts) in top.items()
+    facts["sizes"] = {p: [o for o in opts if o.startswith(("size=", "max=", "nr_inodes="))] for p, (_, opts) in top.items()
                       if p in private and p != "/proc"}
     facts["mount flags"] = flags
     return "read"
@@ -262,8 +262,9 @@ class Bench:
                           f"{work}/conf/deep", f"{work}/.dotfiles"]),
             "mounts": "read",
             "propagation": [],
-            "sizes": {"/dev": ["size=64k"], "/dev/shm": ["size=65536k"], "/dev/pts": ["max=64"],
-                      tmp: [f"size={MEMORY_MIB * 1024}k"]},
+            # inodes too: one per 4 KiB of size (their slab and a tmpfs's xattrs are outside `size`)
+            "sizes": {"/dev": ["size=64k"], "/dev/shm": ["size=65536k", "nr_inodes=16384"], "/dev/pts": ["max=64"],
+                      tmp: [f"size={MEMORY_MIB * 1024}k", f"nr_inodes={MEMORY_MIB * 256}"]},
             # no set-id programs, device nodes or programs on the private mounts ({tmp} holds builds' programs)
             "mount flags": {"/dev": ["nosuid", "nodev", "noexec"], "/dev/shm": ["nosuid", "nodev", "noexec"],
                             "/dev/pts": ["nosuid", "noexec"], "/proc": ["nosuid", "nodev", "noexec"],

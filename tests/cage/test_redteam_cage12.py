@@ -1,0 +1,151 @@
+"""Session 12 review of the cage from the attacker's side (redcage12).
+
+What got through, each with its probe here (host side, a legitimate twin in the same run):
+
+- The tier's tmpfs mounts were bounded by `size` only. A tmpfs's inodes and its user xattrs live
+  in kernel memory outside `size`, up to the kernel's default inode count (half the RAM's pages):
+  in the 64 MiB `/dev/shm` a command made 3,085,445 empty files (1.1 GiB of unreclaimable slab)
+  or 52,614 xattrs of 60 KB (3.3 GiB of the host's memory) on this 24 GiB machine, as root and as
+  an ordinary user; `{tmp}` the same on top of its size. Now each has `nr_inodes` (one per 4 KiB
+  of size; `namespaces.SHM_OPTIONS`, `namespaces.tmp_options`).
+
+What held is listed in docs/threat-model.md ("Session 12 review of the cage").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandboy.confine import namespaces
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
+import userkit  # noqa: E402
+
+pytestmark = pytest.mark.needs_kernel
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+MEMORY_MIB = 256  # limits.memory_mib: {tmp}'s size
+
+# Inside the cage: in each directory, empty files until refused (at most CAP), then 60 KB user
+# xattrs until refused (at most XATTR_CAP bytes); the twin's uses (a 60 MiB file in /dev/shm, a
+# small xattr, ordinary files in {tmp}) after the fill has been removed. Says what it did in
+# `said`, then waits for the host to look at its mounts through /proc/PID/root.
+FILL = r"""
+import errno, json, os, sys, time
+work, marker = sys.argv[1], sys.argv[2]
+CAP, XATTR_CAP, VALUE = 120_000, 96 << 20, b"x" * 60_000
+out = {"tmpdir": os.environ["TMPDIR"]}
+for name, where in (("shm", "/dev/shm"), ("tmp", os.environ["TMPDIR"])):
+    made = 0
+    try:
+        while made < CAP:
+            os.close(os.open(f"{where}/f{made}", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            made += 1
+        stop = "cap"
+    except OSError as exc:
+        stop = errno.errorcode[exc.errno]
+    for i in range(made):
+        os.unlink(f"{where}/f{i}")
+    xattrs = 0
+    os.close(os.open(f"{where}/x", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+    try:
+        while xattrs * len(VALUE) < XATTR_CAP:
+            os.setxattr(f"{where}/x", f"user.a{xattrs}", VALUE)
+            xattrs += 1
+        xstop = "cap"
+    except OSError as exc:
+        xstop = errno.errorcode[exc.errno]
+    os.unlink(f"{where}/x")
+    out[name] = {"files": made, "stop": stop, "xattr_bytes": xattrs * len(VALUE), "xstop": xstop}
+# the twin: what ordinary work needs from these mounts still works
+with open("/dev/shm/big", "wb") as fh:
+    fh.write(b"\0" * (60 << 20))
+os.setxattr("/dev/shm/big", "user.mime_type", b"application/octet-stream")
+os.makedirs(os.environ["TMPDIR"] + "/build/obj")
+for i in range(2000):
+    with open(os.environ["TMPDIR"] + f"/build/obj/{i}.o", "w") as fh:
+        fh.write("o")
+out["twin"] = os.getxattr("/dev/shm/big", "user.mime_type").decode() + f" {len(os.listdir(os.environ['TMPDIR'] + '/build/obj'))}"
+with open(work + "/said.tmp", "w") as fh:
+    json.dump(out, fh)
+os.rename(work + "/said.tmp", work + "/said")
+deadline = time.monotonic() + 60
+while not os.path.exists(work + "/seen") and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def _command_pid(marker: str) -> int:
+    """The host pid of the caged python carrying `marker` in its command line."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    argv = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[-2:] == [marker.encode(), b""] and argv[1].endswith(b"fill.py"):  # not the launcher
+                return int(entry)
+    raise AssertionError(f"no caged process carries {marker}")
+
+
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_tmpfs_inodes_and_xattrs_cannot_take_the_hosts_memory_beyond_the_size(who):
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    if who == "nobody":
+        userkit.skip_unless_nobody_can_run()
+    import sandboy
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))
+    marker = f"redcage12-{uuid.uuid4().hex}"
+    with userkit.world_readable_tmp("redcage12-") as where:
+        work = where / "w"
+        work.mkdir()
+        (where / "fill.py").write_text(FILL)
+        policy = where / "p.toml"
+        policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc", "%s"]\nexec = ["/usr/bin"]\n'
+                          'write = ["%s", "{tmp}"]\n[limits]\nmemory_mib = %d\n' % (where, work, MEMORY_MIB))
+        os.chmod(work, 0o777)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(where), "SANDBOY_CACHE_DIR": str(where / "cache"),
+               "SANDBOY_NAMESPACES": "1"}
+        argv = [SANDBOY, "run", "--policy", str(policy), "--", "/usr/bin/python3", str(where / "fill.py"),
+                str(work), marker]
+        if who == "nobody":
+            env["PYTHONPATH"] = src
+            argv = userkit.as_user(["/usr/bin/python3", "-m", "sandboy", *argv[1:]])
+        proc = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 90
+            while not (work / "said").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.1)
+            # host side: the cage's own mounts, seen through the command's root
+            pid = _command_pid(marker)
+            tmp = json.loads((work / "said").read_text())["tmpdir"]
+            seen = {name: os.statvfs(f"/proc/{pid}/root{path}") for name, path in (("shm", "/dev/shm"), ("tmp", tmp))}
+            (work / "seen").touch()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        said = json.loads((work / "said").read_text())
+    assert proc.returncode == 0, (out, err)
+    inodes = {"shm": (64 << 20) // 4096, "tmp": (MEMORY_MIB << 20) // 4096}
+    for name, most in inodes.items():
+        # host side: the mount allows one inode per 4 KiB of its size, not half the RAM's pages
+        assert seen[name].f_files == most, (name, seen[name])
+        # the command: refused at that count (ENOSPC), and its xattrs at a quarter of the size —
+        # before the fix 120,000 files and 96 MiB of xattrs went into a 64 MiB /dev/shm
+        assert said[name]["stop"] == "ENOSPC" and said[name]["files"] < most, said
+        assert said[name]["xstop"] == "ENOSPC" and said[name]["xattr_bytes"] <= most * 1024, said
+    assert said["twin"] == "application/octet-stream 2000", said
