@@ -29,21 +29,28 @@ SECTION_KEYS = {
     "sandboy": ("include",),
 }
 DEFAULT_INCLUDE = ("system", "python", "git")
+MAX_PATTERN_SEGMENTS = 64
 
 
 class Pattern:
     """One path pattern of the policy, parsed once; `covers(path)` is THE canonical decision."""
 
-    __slots__ = ("text", "body", "anchored", "dir_only", "negated", "_regex")
+    __slots__ = ("text", "body", "anchored", "dir_only", "negated", "_segments")
 
     def __init__(self, text: str, body: str, anchored: bool, dir_only: bool, negated=False):
         self.text, self.body, self.anchored, self.dir_only = text, body, anchored, dir_only
         self.negated = negated
-        self._regex = re.compile(_to_regex(body, anchored))
+        segments = body.split("/")
+        # a pattern without an inner `/` matches at any depth: a leading `**` of its own
+        self._segments = tuple(segments) if anchored else ("**", *segments)
 
     def gitignore(self) -> str:
         """The pattern as a gitignore line (anchored ones spelled with a leading `/`)."""
         return ("!" if self.negated else "") + ("/" if self.anchored else "") + self.body + ("/" if self.dir_only else "")
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
 
     def is_literal(self) -> bool:
         return self.anchored and "*" not in self.body
@@ -51,16 +58,20 @@ class Pattern:
     def matches(self, path: str, is_dir: bool) -> bool:
         if self.dir_only and not is_dir:
             return False
-        return self._regex.fullmatch(path) is not None
+        parts = path.split("/")
+        return len(parts) in _matching_prefixes(self._segments, parts)
 
     def covers(self, path: str, is_dir: bool = False) -> bool:
         """True when the pattern matches `path` (relative, `/`-separated) or a directory above it
         (gitignore: excluding a directory excludes everything in it)."""
         parts = path.strip("/").split("/")
-        for i in range(1, len(parts)):
-            if self.matches("/".join(parts[:i]), True):
-                return True
-        return self.matches("/".join(parts), is_dir)
+        n, prefixes = len(parts), _matching_prefixes(self._segments, parts)
+        return any(k < n for k in prefixes) or (n in prefixes and (is_dir or not self.dir_only))
+
+    def prefixes(self, parts: list) -> set:
+        """Each k such that the pattern matches the first k of `parts` (as a path, `dir_only`
+        not looked at): one pass for the path and every directory above it."""
+        return _matching_prefixes(self._segments, parts)
 
     def __repr__(self):
         return f"Pattern({self.text!r})"
@@ -71,30 +82,68 @@ def decide(patterns, path: str, is_dir: bool = False):
     `path` (a negated one = re-included), or None. A directory excluded above `path` decides,
     whatever comes later: git does not look inside an excluded directory."""
     parts = path.strip("/").split("/")
-    for i in range(1, len(parts) + 1):
-        here = "/".join(parts[:i])
-        leaf_is_dir = is_dir if i == len(parts) else True
+    n = len(parts)
+    matched = [(p, p.prefixes(parts)) for p in patterns]
+    for i in range(1, n + 1):
+        leaf_is_dir = is_dir if i == n else True
         last = None
-        for p in patterns:
-            if p.matches(here, leaf_is_dir):
+        for p, prefixes in matched:
+            if i in prefixes and (leaf_is_dir or not p.dir_only):
                 last = p
-        if last is not None and (i == len(parts) or not last.negated):
+        if last is not None and (i == n or not last.negated):
             return last
     return None
 
 
-def _to_regex(body: str, anchored: bool) -> str:
-    out = []
-    segments = body.split("/")
-    for i, seg in enumerate(segments):
-        last = i == len(segments) - 1
+def _matching_prefixes(pattern: tuple, parts: list) -> set:
+    """Each k (1..len(parts)) such that `parts[:k]` matches the pattern's segments: `**` is zero or
+    more non-empty segments (one or more segments of any kind when it ends the pattern:
+    everything below), `*` any run of characters within one segment.
+
+    Not a regular expression: the repository writes owen.policy.toml AND the checkout whose
+    symlinks compile matches against its write.allow globs, and the backtracking regex this
+    replaced (`(?:[^/]+/)*` per `**`, `[^/]*` per `*`) took exponential time —
+    `/**/**/**/**/**/**/**/**/**/**/**/**/gen/*` against one link 30 directories deep held
+    `sandboy policy check` for more than a minute of CPU (for ever at a few more `**`; redinput12).
+    Here each pattern segment moves a set of reachable path positions forward once: at most
+    segments x parts steps, each a linear scan of one name. A step only ever looks at the name it
+    consumes, so the positions reached at the end are the matching prefixes, all in one pass."""
+    n = len(parts)
+    states = {0}
+    for i, seg in enumerate(pattern):
         if seg == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-            continue
-        piece = "".join("[^/]*" if c == "*" else re.escape(c) for c in seg)
-        out.append(piece if last else piece + "/")
-    regex = "".join(out)
-    return regex if anchored else "(?:[^/]+/)*" + regex
+            if i == len(pattern) - 1:
+                return set(range(min(states) + 1, n + 1))
+            reached, reachable = set(), False
+            for k in range(min(states), n + 1):
+                # k is reachable: a state itself, or one non-empty segment after a reachable k - 1
+                reachable = k in states or (reachable and parts[k - 1] != "")
+                if reachable:
+                    reached.add(k)
+            states = reached
+        else:
+            states = {j + 1 for j in states if j < n and _match_name(seg, parts[j])}
+        if not states:
+            return states
+    return states
+
+
+def _match_name(seg: str, name: str) -> bool:
+    """`seg` with `*` (any characters, `/` never among them) against one name, in linear time:
+    with `*` the only wildcard, the leftmost place of each piece between stars is as good as any."""
+    if "*" not in seg:
+        return seg == name
+    pieces = seg.split("*")
+    head, tail = pieces[0], pieces[-1]
+    if len(head) + len(tail) > len(name) or not name.startswith(head) or not name.endswith(tail):
+        return False
+    at, end = len(head), len(name) - len(tail)
+    for piece in pieces[1:-1]:
+        found = name.find(piece, at, end)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return True
 
 
 def parse_pattern(src: str, key: str, text, negatable=False) -> Pattern:
@@ -131,6 +180,11 @@ def parse_pattern(src: str, key: str, text, negatable=False) -> Pattern:
     body = text[negated:].strip("/")
     anchored = text[negated:].startswith("/") or "/" in body
     segments = body.split("/")
+    if len(segments) > MAX_PATTERN_SEGMENTS:
+        # each segment is a step of every match, against every path compile and explain look at
+        # (every symlink of the checkout, for a write.allow glob): the repository chooses both
+        raise PolicyError(src, key, f"{text[:80]!r}…: {len(segments):,} segments; a pattern has at most "
+                          f"{MAX_PATTERN_SEGMENTS} (no repository path is that deep)")
     for seg in segments:
         if seg in ("", ".", ".."):
             raise PolicyError(src, key, f"{text!r}: empty, '.' or '..' segment (write paths relative to the repository root)")
