@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -83,7 +84,7 @@ while not os.path.exists(work + "/seen") and time.monotonic() < deadline:
 """
 
 
-def _command_pid(marker: str) -> int:
+def _command_pid(marker: str, script: bytes = b"fill.py") -> int:
     """The host pid of the caged python carrying `marker` in its command line."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -92,7 +93,7 @@ def _command_pid(marker: str) -> int:
                     argv = fh.read().split(b"\0")
             except OSError:
                 continue
-            if argv[-2:] == [marker.encode(), b""] and argv[1].endswith(b"fill.py"):  # not the launcher
+            if argv[-2:] == [marker.encode(), b""] and argv[1].endswith(script):  # not the launcher
                 return int(entry)
     raise AssertionError(f"no caged process carries {marker}")
 
@@ -149,3 +150,132 @@ def test_tmpfs_inodes_and_xattrs_cannot_take_the_hosts_memory_beyond_the_size(wh
         assert said[name]["stop"] == "ENOSPC" and said[name]["files"] < most, said
         assert said[name]["xstop"] == "ENOSPC" and said[name]["xattr_bytes"] <= most * 1024, said
     assert said["twin"] == "application/octet-stream 2000", said
+
+
+# Plants for what a host program runs by itself from a home directory, and the program that runs
+# each (`HOME` the planted home); each leaves a marker named after it when its plant runs.
+PLANTS = {
+    "vim": (".vim/plugin/p.vim", "call writefile([], '{m}/vim')\n", ["vim", "--not-a-term", "-c", "qa"]),
+    "docker": (".docker/cli-plugins/docker-buildx",
+               '#!/bin/sh\ntouch {m}/docker\necho \'{{"SchemaVersion":"0.1.0","Vendor":"x","Version":"1"}}\'\n',
+               ["docker", "buildx", "version"]),
+    "gdb": (".gdbinit", "shell touch {m}/gdb\n", ["gdb", "-batch"]),
+    "tmux": (".tmux.conf", "run-shell 'touch {m}/tmux'\n", None),  # started below: a server of its own
+    "ipython": (".ipython/profile_default/startup/00.py", "open('{m}/ipython', 'w')\n", ["ipython", "-c", "pass"]),
+}
+
+
+def _host_programs_run(home: Path, marker_dir: Path) -> list:
+    """Start each program the plants aim at, as the operator would (HOME the planted home); the
+    names whose plant ran (their markers)."""
+    env = dict(os.environ, HOME=str(home), TERM="dumb")
+    env.pop("TMUX", None)
+    for name, (_, _, argv) in PLANTS.items():
+        if argv is None:
+            sock = f"redcage12-{uuid.uuid4().hex[:8]}"
+            subprocess.run(["tmux", "-L", sock, "new-session", "-d", "sleep 5"], env=env, capture_output=True,
+                           timeout=20)
+            time.sleep(0.5)
+            subprocess.run(["tmux", "-L", sock, "kill-server"], env=env, capture_output=True, timeout=20)
+        else:
+            subprocess.run(argv, env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    return sorted(os.listdir(marker_dir))
+
+
+def test_a_run_granted_the_home_cannot_plant_what_host_programs_run_by_themselves(tmp_path):
+    """vim's ~/.vim/plugin, docker's ~/.docker/cli-plugins (`docker build` runs docker-buildx),
+    ~/.gdbinit, ~/.tmux.conf, IPython's startup scripts were outside the protected defaults: a run
+    granted the home planted each, and the operator's next vim, docker, gdb, tmux, ipython ran it.
+    Now each existing one is bound read-only under the tier. Host side: the real programs run
+    nothing; twin: the rest of the home written in the same run."""
+    import shutil
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    missing = [name for name in PLANTS if not shutil.which(name)]
+    if missing:
+        pytest.skip(f"not installed here: {', '.join(missing)}")
+    home, markers = tmp_path / "home", tmp_path / "markers"
+    markers.mkdir()
+    for rel, _, _ in PLANTS.values():  # what the operator has: each directory (and an ordinary .gdbinit, .tmux.conf)
+        target = home / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in (".gdbinit", ".tmux.conf"):
+            target.write_text("# the operator's\n")
+    plant = "".join(f"printf %s {shlex.quote(text.format(m=markers))} >> {rel} 2>/dev/null || echo refused {name}; "
+                    for name, (rel, text, _) in PLANTS.items())
+    plant += "chmod +x .docker/cli-plugins/docker-buildx 2>/dev/null; echo work > work.txt && echo WROTE"
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % home)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+           "SANDBOY_NAMESPACES": "1"}
+    done = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", plant], env=env, cwd=home,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "WROTE" in done.stdout, done
+    assert (home / "work.txt").read_text() == "work\n"  # the twin: the home is still the run's to write
+    assert _host_programs_run(home, markers) == [], "a host program ran what the caged command planted"
+    assert sorted(line.split()[1] for line in done.stdout.split("\n") if line.startswith("refused")) == sorted(PLANTS)
+
+
+MEMFD = r"""
+import os, sys, time
+work = sys.argv[1]
+fd = os.memfd_create("held")
+chunk, written = b"\1" * (1 << 20), 0
+try:
+    while written < 256:
+        os.write(fd, chunk)  # never mapped: no address space is taken
+        written += 1
+except OSError:
+    pass
+try:
+    bytearray(128 << 20)
+    mapped = "ok"
+except MemoryError:
+    mapped = "MemoryError"
+with open(work + "/said.tmp", "w") as fh:
+    fh.write(f"{fd} {written} {mapped}")
+os.rename(work + "/said.tmp", work + "/said")
+deadline = time.monotonic() + 60
+while not os.path.exists(work + "/seen") and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="limits.memory_mib is RLIMIT_AS for `sandboy run`: pages written "
+                   "into a memfd (or a pipe) are never mapped and count against no rlimit; only a gate "
+                   "step's memory cgroup bounds them (threat model, 'What it does not stop')")
+@pytest.mark.parametrize("tier", ["tier", "forced-off"])
+def test_limits_memory_bounds_what_a_memfd_holds(tmp_path, tier):
+    """With `limits.memory_mib = 64` a command holds 256 MiB of the host's memory in a memfd it
+    writes and never maps. Host side: the memfd's size through /proc/PID/fd. Twin: mapping
+    128 MiB is refused (RLIMIT_AS)."""
+    if tier == "tier" and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    marker = f"redcage12-{uuid.uuid4().hex}"
+    work = tmp_path / "w"
+    work.mkdir()
+    (tmp_path / "memfd.py").write_text(MEMFD)
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc", "%s"]\nexec = ["/usr/bin"]\nwrite = ["%s"]\n'
+                      "[limits]\nmemory_mib = 64\n" % (tmp_path, work))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+           "SANDBOY_NAMESPACES": "1" if tier == "tier" else "0"}
+    proc = subprocess.Popen([SANDBOY, "run", "--policy", str(policy), "--", "/usr/bin/python3",
+                             str(tmp_path / "memfd.py"), str(work), marker], env=env, cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "said").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        fd, written, mapped = (work / "said").read_text().split()
+        held = os.stat(f"/proc/{_command_pid(marker, b'memfd.py')}/fd/{fd}").st_size  # host side
+        (work / "seen").touch()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert mapped == "MemoryError", mapped  # the twin: RLIMIT_AS holds for mapped memory
+    assert held <= 64 << 20, f"the command held {held >> 20} MiB in a memfd under memory_mib = 64"

@@ -44,6 +44,24 @@ DEFAULT_PROTECTED = (
     ".docker/config.json", ".kube/config", ".aws/config",
     # GnuPG (gpg.conf, agent config naming programs)
     ".gnupg",
+    # Session 12 (redcage12): more that a host program runs by itself, each shown running a plant
+    # on the host (tests/cage/test_redteam_cage12.py). Files other start-up code sources by
+    # default: Debian's .bashrc (.bash_aliases), bash-completion (~/.bash_completion and the
+    # per-command completions it loads at the next TAB), Debian's Xsession (.xsessionrc), the
+    # session's environment (systemd's environment.d, KDE's env scripts)
+    ".bash_aliases", ".bash_completion", ".local/share/bash-completion", ".xsessionrc",
+    ".config/environment.d", ".config/plasma-workspace/env",
+    # editors and debuggers: vim's runtime directory (plugin/ runs at every start, vimrc), emacs'
+    # other init files, tmux (run-shell), gdb (shell), pdb (Python statements), IPython's startup
+    # scripts and its Python config, direnv's own rc (sourced for every .envrc)
+    ".vim", ".emacs.el", ".emacs.d/init.el", ".emacs.d/early-init.el", ".config/emacs/init.el",
+    ".config/emacs/early-init.el", ".tmux.conf", ".config/tmux", ".gdbinit", ".config/gdb", ".pdbrc",
+    ".ipython/profile_default/startup", ".ipython/profile_default/ipython_config.py", ".config/direnv",
+    # programs a tool looks up in the home before its own (docker's CLI plugins: `docker build`
+    # runs ~/.docker/cli-plugins/docker-buildx), build tools' init scripts and JVM options
+    # (Gradle runs ~/.gradle/init.d/* in every build), and more package indexes
+    ".docker/cli-plugins", ".gradle/init.d", ".gradle/init.gradle", ".gradle/gradle.properties",
+    ".m2/settings.xml", ".config/uv", ".condarc", ".gemrc",
 )
 
 
