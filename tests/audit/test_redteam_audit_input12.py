@@ -63,3 +63,18 @@ def test_a_nul_in_a_result_uri_does_not_end_merge(tmp_path: Path) -> None:
     assert "1 fingerprint(s) added" in done.stderr
     hashes = _fingerprints(tmp_path / "out.sarif")
     assert hashes["a.py"] and hashes["a%00.py"] is None
+
+
+def test_a_minified_log_without_a_newline_merges(tmp_path: Path) -> None:
+    """The size bound counted what the merge adds ($schema, the run's category) but not the
+    newline its output ends with: a minified log without `$schema` and without a final newline
+    (json.dump's own output) was refused, exit 1, "a Sandboy bug", nothing written."""
+    text = json.dumps(_sarif("a.py"), separators=(",", ":"))
+    (tmp_path / "min.sarif").write_text(text)
+    done = _audit("merge", "min.sarif", "-o", "out.sarif", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _fingerprints(tmp_path / "out.sarif") == {"a.py": None}
+    # twin: the bound still refuses a merge that grows beyond what it adds (tests/audit/test_merge.py
+    # holds those); the same log with its newline merges as before
+    (tmp_path / "min.sarif").write_text(text + "\n")
+    assert _audit("merge", "min.sarif", "-o", "out.sarif", cwd=tmp_path).returncode == 0
