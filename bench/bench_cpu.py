@@ -39,7 +39,9 @@ Cases (medians of N rounds):
                in steady state (its Nth run) and as its first run (the plans removed after each
                run, the cache directory's other parts kept); and `include = ["system", "python"]`
                alone (no write root), from the small project: steady and first run. Each tree its
-               own cache directory per case (SANDBOY_CACHE_DIR), so nothing else reaches them
+               own cache directory per case (SANDBOY_CACHE_DIR), so nothing else reaches them;
+               and the README's policy without `{tmp}`, the glob deny and the supervised limits
+               (EXAMPLE_KEPT_EDITS: what a kept presets plan runs since session 12), in both projects
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -99,6 +101,21 @@ def make_checkout(root: str, dirs: int = 1_000, files_per_dir: int = 10) -> None
 VENV_PACKAGES, VENV_DIRS, VENV_FILES = 30, 10, 10  # 3,000 files in 330 directories of site-packages
 EXAMPLE_POLICY = os.path.join(os.path.dirname(HERE), "policy.example.toml")
 PRESETS_POLICY = 'version = 1\ninclude = ["system", "python"]\n'
+# The README's policy without what no plan can keep yet ({tmp}, the glob deny) or what makes every
+# run supervised (wall_seconds; processes as root): the presets, the write root ".", `.env`
+# denied, [net], the limits that need no supervisor — what a kept presets plan runs (session 12)
+EXAMPLE_KEPT_EDITS = (('write = [".", "{tmp}"]', 'write = ["."]'), ('deny  = [".env", "*.pem"]', 'deny  = [".env"]'),
+                      (', HOME = "{tmp}"', ""), ("wall_seconds  = 600", "wall_seconds  = 0"),
+                      ("processes     = 512", "processes     = 0"))
+
+
+def example_kept_policy() -> str:
+    with open(EXAMPLE_POLICY) as fh:
+        text = fh.read()
+    for old, new in EXAMPLE_KEPT_EDITS:
+        assert text.count(old) == 1, f"policy.example.toml changed: {old!r} (bench/bench_cpu.py EXAMPLE_KEPT_EDITS)"
+        text = text.replace(old, new)
+    return text
 
 
 def make_project(root: str, venv_files: bool) -> None:
@@ -109,7 +126,8 @@ def make_project(root: str, venv_files: bool) -> None:
     for rel, text in (("README.md", "# a project\n"), ("src/app/__init__.py", ""),
                       ("src/app/main.py", "def main():\n    return 0\n"),
                       ("tests/test_main.py", "from app.main import main\n\ndef test_main():\n    assert main() == 0\n"),
-                      (".gitignore", ".venv/\n"), ("presets.toml", PRESETS_POLICY)):
+                      (".gitignore", ".venv/\n"), ("presets.toml", PRESETS_POLICY),
+                      ("example-kept.toml", example_kept_policy())):
         os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
         with open(os.path.join(root, rel), "w") as fh:
             fh.write(text)
@@ -333,7 +351,9 @@ def main() -> int:
             make_project(venv, venv_files=True)
             projects = {"example (small project)": (small, "policy.example.toml"),
                         f"example (+ .venv {VENV_PACKAGES * VENV_DIRS * VENV_FILES} files)": (venv, "policy.example.toml"),
-                        "presets only": (small, "presets.toml")}
+                        "presets only": (small, "presets.toml"),
+                        "example w/o {tmp}, glob, limits (small project)": (small, "example-kept.toml"),
+                        "example w/o {tmp}, glob, limits (+ .venv)": (venv, "example-kept.toml")}
         plain_env = dict(os.environ, HOME=home)
         cases = {
             "floor": lambda: cpu_of([sys.executable, "-c", "pass"]),

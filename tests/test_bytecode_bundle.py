@@ -102,6 +102,7 @@ RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the 
     "--tty": ("", ["--tty"]),
     "net.domains": ('\n[net]\ndomains = ["example.org"]\n', []),
     "include": ('', [], 'include = ["system"]\n'),  # (a top-level key: before POLICY's [fs])
+    "include, a miss": ('', [], 'include = ["system"]\n'),  # (the presets resolved: a build)
     "a warning": ('write = ["{tmp}/work"]\nprotect = ["{tmp}/work/not-yet"]\n', []),  # "... does not exist"
 }
 
@@ -158,6 +159,14 @@ def test_exec_mode_imports_exactly_the_cli_and_cached_run_groups(tier, tmp_path)
     assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"], *groups["plan pieces"]}
     assert run_imports("exec mode, plan cache off", tmp_path) == {*groups["cli"], *groups["cached run"], *groups["cage"],
                                                                   *groups["seccomp"]}
+
+
+def test_a_presets_hit_asks_their_questions_without_the_presets(tier, tmp_path):
+    """`include` kept (ADR 0028, session 12): a hit imports the recorded questions' module, not
+    the presets (nor the loader: no "cage" group); a miss resolves the presets."""
+    groups = bytecode_bundle.RUN_PATH_GROUPS
+    assert run_imports("include", tmp_path) == {*EXEC_MODE, *groups["preset lookups"]}
+    assert set(groups["include"]) <= run_imports("include, a miss", tmp_path)
 
 
 def test_every_listed_module_is_imported_by_some_run_and_no_run_imports_another(tier, tmp_path):

@@ -95,6 +95,9 @@ RUN_PATH_GROUPS = {
     # `include = [...]`: the presets, resolved on this machine at every load (a module found by
     # importlib's path finder costs ≈ 0.22 M instructions more than one served here: session 7)
     "include": ("sandboy.policy.presets",),
+    # the machine's answers the presets were resolved from, recorded at a load and asked again by
+    # a plan cache hit of such a policy (ADR 0028, session 12), which reads none of "include"
+    "preset lookups": ("sandboy.policy.lookups",),
     # net.domains (Layer 3): its rules and the proxy's session
     "egress": ("sandboy.egress", "sandboy.egress.rules", "sandboy.egress.enforcement", "sandboy.egress.session",
                "sandboy.confine.netns_listener"),

@@ -57,6 +57,7 @@ class Runner:
                     if line.startswith("import time:")}
         assert "sandboy.cli" in imported, proc.stderr  # the measurement works
         proc.hit = "sandboy.confine.cage" not in imported
+        proc.imported = imported
         proc.err = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
         assert "Traceback" not in proc.err, proc.err
         return proc
@@ -205,18 +206,15 @@ def test_the_code_that_built_it_is_a_key(runner, tmp_path):
 
 
 def test_what_is_never_kept(runner, tmp_path):
-    """`{tmp}` (a write root of it too), `include`, glob denies, the egress proxy, --status-json,
+    """`{tmp}` (a write root of it too), glob denies, the egress proxy, --status-json,
     --dry-run, a regular file on fd 1, SANDBOY_PLAN_CACHE=0: no entry is written. (Other write
-    roots are kept: test_plan_cache_write.py.)"""
+    roots are kept: test_plan_cache_write.py; `include` since session 12: test_plan_cache_presets.py.)"""
     (tmp_path / "w").mkdir()
     for more in (f'write = ["{tmp_path}/w", "{{tmp}}"]\n', 'write = ["{tmp}"]\n', f'deny = ["{tmp_path}/*.key"]\n',
                  '[net]\ndomains = ["example.org"]\n'):
         runner.write_policy(more=more)
         runner.run("/bin/true")
         assert runner.entries() == [], more
-    runner.policy.write_text('version = 1\ninclude = ["system"]\n')
-    runner.run("/bin/true")
-    assert runner.entries() == []
     runner.write_policy()
     runner.run("/bin/true", options=("--status-json", str(tmp_path / "s.json")))
     runner.run("/bin/true", env={"SANDBOY_PLAN_CACHE": "0"})

@@ -18,7 +18,10 @@ are all the same runs the stored plan instead of building one:
     standard library only by the interpreter in the key);
   - the FILE SYSTEM the rules were decided from: the build's `fingerprint.Fingerprint`, THE check
     `Reuse` trusts for the API's and the gate's kept cages (the inode behind every policy path,
-    the entries of every directory split around a deny).
+    the entries of every directory split around a deny);
+  - the PRESETS' ANSWERS (`include`): every question the presets asked of the machine at the
+    policy's load, with its answer (`policy.lookups`), asked again — the rules a load now would
+    add are those the plan was built with only where every answer is the same.
 
 What differs from process to process is made again on a hit: the Landlock ruleset (filled from
 the stored rules in this process: a rule that cannot be added as before is a miss) and the
@@ -41,7 +44,7 @@ from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's ch
 from sandboy.policy.resolve import PLAN_CACHE_ENV, exec_args, plan_cache_enabled, plan_entry_path, plan_may_keep, plans_dir
 
 DISABLE_ENV = PLAN_CACHE_ENV
-FORMAT = "sandboy plan cache 3"  # 2: no environment value in an entry; 3: write roots (their git check)
+FORMAT = "sandboy plan cache 4"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -325,11 +328,13 @@ def _applies(data: bytes, miss: "Miss"):
     """The entry `data` made ready to run, or None where it does not apply to this run."""
     try:
         # the key first, the plan (most of the bytes) unmarshalled only for an entry that applies
-        form, key, code, fingerprint, body = marshal.loads(data)
+        form, key, code, fingerprint, lookups, body = marshal.loads(data)
         miss.key = _key(miss.policy_arg, miss.policy_bytes, miss.cwd, miss.shape)
         if form != FORMAT or key != miss.key:
             return None
         if not _code_unchanged(code) or not Fingerprint.from_state(fingerprint).unchanged(resolve=False):
+            return None
+        if lookups and not _presets_unchanged(lookups):
             return None
         from sandboy.confine import terminal
 
@@ -338,6 +343,15 @@ def _applies(data: bytes, miss: "Miss"):
         return _ready(*marshal.loads(body))
     except Exception:  # an entry of another shape, garbage that unmarshalled: a miss, never an error
         return None
+
+
+def _presets_unchanged(record) -> bool:
+    """Whether every question the policy's presets asked of the machine when the plan was built
+    (`include`: policy/lookups.py) gets the same answer now — then a load now resolves them to
+    the same rules. Asked without the presets, the loader or tomllib."""
+    from sandboy.policy.lookups import unchanged
+
+    return unchanged(record)
 
 
 class Miss:
@@ -350,13 +364,13 @@ class Miss:
     that built it (`built`, before the command runs). The rest of the key is this process's own
     (ids, environment, kernel), the same before and after."""
 
-    __slots__ = ("policy_arg", "cwd", "policy_bytes", "shape", "path", "kept", "key", "code", "_pieces")
+    __slots__ = ("policy_arg", "cwd", "policy_bytes", "shape", "path", "kept", "key", "code", "lookups", "_pieces")
 
     def __init__(self, policy_arg: str, cwd: str, policy_bytes: bytes, shape: tuple, path=None):
         self.policy_arg, self.cwd, self.policy_bytes, self.shape = policy_arg, cwd, policy_bytes, shape
         self.path = plan_entry_path(policy_arg, cwd) if path is None else path
         self.kept = False
-        self.key = self.code = self._pieces = None
+        self.key = self.code = self.lookups = self._pieces = None
 
     @property
     def pieces(self):
@@ -399,6 +413,10 @@ class Miss:
         if self.key is None:
             self.key = _key(self.policy_arg, self.policy_bytes, self.cwd, self.shape)
         self.code = _code_identities()
+        # the machine's answers the policy's presets were resolved from (taken at its load, before
+        # the build): None where one could not be recorded (then nothing is kept)
+        lookups = sys.modules.get("sandboy.policy.lookups")
+        self.lookups = () if lookups is None else lookups.recorded()
         if self._pieces is not None and self._pieces.code:  # a kept program's makers, not imported here
             self.code = tuple(sorted(set(self.code).union(self._pieces.code)))
 
@@ -456,7 +474,7 @@ def _entry_for(cage, miss: Miss, hooks):
     policy `Miss.keeps` (asked before the build), fd 0-2 of a cached shape (`consult`). Asked once
     the command has run (`cage.launched`: the plan its child ran); everything it is keyed on was
     taken before (`Miss`)."""
-    if not miss.kept or miss.code is None or cage.tier is None or cage.fingerprint is None:
+    if not miss.kept or miss.code is None or miss.lookups is None or cage.tier is None or cage.fingerprint is None:
         return None
     git_scope = _git_scope(cage, hooks)
     if git_scope is False:
@@ -495,7 +513,7 @@ def _entry_for(cage, miss: Miss, hooks):
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
             git_scope, tuple(fs.get("mount_roots") or ()))
-    return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state()), body
+    return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state(), miss.lookups), body
 
 
 def _git_scope(cage, hooks):
@@ -522,7 +540,7 @@ def store(pending) -> None:
     root run below another user's home wrote through a swapped symlink, session 11). A cache that
     cannot be written only costs speed."""
     path, head, body = pending
-    try:  # (FORMAT, key, code, fingerprint, the rest marshalled on its own: see `_applies`)
+    try:  # (FORMAT, key, code, fingerprint, lookups, the rest marshalled on its own: see `_applies`)
         data = marshal.dumps((*head, marshal.dumps(body)))
     except ValueError:  # a value marshal cannot write (nothing on the cached path has one)
         return

@@ -13,9 +13,12 @@ policy. The preset's paths are added in front of the policy's own lists; `fs.den
 """
 
 import os
-import sys
 
+from sandboy.policy.lookups import ask, unsure
 from sandboy.policy.resolve import path_candidates
+
+# Every question about the machine goes through `ask` (policy/lookups.py): the rules are then a
+# function of its recorded answers, which a plan cache hit asks again without this module.
 
 # Host secrets under /etc that `system` (and the gate's built-in ceiling) never grant. The cage
 # expands a deny inside a granted directory into grants for its siblings.
@@ -39,6 +42,21 @@ SYSTEM_EXEC = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr
                "/usr/libexec")
 
 
+def _variable(environ, name: str):
+    """`environ[name]` or None; asked (recorded) where `environ` is this process's own."""
+    if environ is os.environ:
+        return ask("env", name)
+    unsure()  # another mapping (a test's, a caller's): not this process's to ask again
+    return environ.get(name)
+
+
+def _absolute(path: str) -> str:
+    """os.path.abspath, whose working directory is asked (recorded) where `path` is relative."""
+    if path.startswith("/"):
+        return os.path.normpath(path)
+    return os.path.normpath(os.path.join(ask("cwd", ""), path))
+
+
 class Rules:
     """Paths gathered by a preset, in order, without duplicates."""
 
@@ -49,7 +67,7 @@ class Rules:
 
     def add(self, kind: str, path: str) -> None:
         items = getattr(self, kind)
-        if path and path not in items and (path.startswith("{") or os.path.exists(path)):
+        if path and path not in items and (path.startswith("{") or ask("exists", path)):
             items.append(path)
 
     def merge(self, other: "Rules") -> None:
@@ -70,7 +88,7 @@ def which_all(name: str, path_var: str | None) -> list[str]:
         # session 7. A program found there gets no grant from a preset (its exec is refused).
         if not candidate.startswith("/"):
             continue
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and candidate not in found:
+        if candidate not in found and ask("program", candidate):
             found.append(candidate)
     return found
 
@@ -78,15 +96,15 @@ def which_all(name: str, path_var: str | None) -> list[str]:
 def symlink_chain(path: str, real: str | None = None) -> list[str]:
     """`path` and every path its symlinks lead to, up to the final file (`real`: its realpath,
     when the caller has it already)."""
-    chain = [os.path.abspath(path)]
+    chain = [_absolute(path)]
     for _ in range(40):
         current = chain[-1]
-        if not os.path.islink(current):
+        if not ask("islink", current):
             break
-        target = os.readlink(current)
+        target = ask("readlink", current)
         chain.append(os.path.normpath(os.path.join(os.path.dirname(current), target)))
     if real is None:
-        real = os.path.realpath(path)
+        real = ask("realpath", path)
     if real not in chain:
         chain.append(real)
     return chain
@@ -95,7 +113,7 @@ def symlink_chain(path: str, real: str | None = None) -> list[str]:
 def _add_program(rules: Rules, path: str, read_prefix: bool) -> None:
     """Execute rights for `path`, each symlink hop's directory and the real file's directory;
     with `read_prefix`, read rights for the installation it lives in (bin/..)."""
-    parts = os.path.abspath(path).split(os.sep)
+    parts = _absolute(path).split(os.sep)
     if "shims" in parts and ".pyenv" in parts:
         # A pyenv shim is a script that runs $PYENV_ROOT/libexec/pyenv, which picks a version
         # from files under the root: the whole (read-only) root is what it needs.
@@ -103,7 +121,7 @@ def _add_program(rules: Rules, path: str, read_prefix: bool) -> None:
         rules.add("read", root)
         for sub in ("bin", "libexec", "shims", "plugins", "versions"):
             rules.add("exec", os.path.join(root, sub))
-    real = os.path.realpath(path)  # once: posixpath.realpath walks every component in Python
+    real = ask("realpath", path)  # once: posixpath.realpath walks every component in Python
     for hop in symlink_chain(path, real):
         rules.add("exec", os.path.dirname(hop))
         rules.add("read", os.path.dirname(hop))
@@ -113,27 +131,14 @@ def _add_program(rules: Rules, path: str, read_prefix: bool) -> None:
             rules.add("read", prefix)
 
 
-def _venv_home(venv: str) -> str | None:
-    """The base interpreter's bin directory from a venv's pyvenv.cfg (`home = ...`)."""
-    try:
-        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition("=")
-                if key.strip() == "home":
-                    return value.strip()
-    except OSError:
-        return None
-    return None
-
-
 def _add_venv(rules: Rules, venv: str) -> None:
     rules.add("read", venv)
     rules.add("exec", os.path.join(venv, "bin"))
     for python in ("python3", "python"):
         candidate = os.path.join(venv, "bin", python)
-        if os.path.exists(candidate):
+        if ask("exists", candidate):
             _add_program(rules, candidate, read_prefix=True)
-    home = _venv_home(venv)
+    home = ask("venv_home", venv)  # the base interpreter's bin directory (pyvenv.cfg's `home = ...`)
     if home:
         rules.add("exec", home)
         rules.add("read", os.path.dirname(home.rstrip("/")))
@@ -156,17 +161,18 @@ def python(environ, project_venv: bool = True) -> Rules:
     interpreter running Sandboy."""
     rules = Rules()
     for name in ("python3", "python"):
-        for path in which_all(name, environ.get("PATH")):
+        for path in which_all(name, _variable(environ, "PATH")):
             _add_program(rules, path, read_prefix=True)
-    venv = environ.get("VIRTUAL_ENV")
-    if venv and os.path.isdir(venv):
+    venv = _variable(environ, "VIRTUAL_ENV")
+    if venv and ask("isdir", venv):
         _add_venv(rules, venv)
-    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+    for prefix in dict.fromkeys((ask("sys", "prefix"), ask("sys", "base_prefix"))):
         rules.add("read", prefix)
         rules.add("exec", os.path.join(prefix, "bin"))
-    _add_program(rules, sys.executable, read_prefix=True)
-    if project_venv and os.path.isfile(os.path.join(os.getcwd(), ".venv", "pyvenv.cfg")):
-        _add_project_venv(rules, os.path.join(os.getcwd(), ".venv"))
+    _add_program(rules, ask("sys", "executable"), read_prefix=True)
+    cwd = ask("cwd", "")
+    if project_venv and ask("isfile", os.path.join(cwd, ".venv", "pyvenv.cfg")):
+        _add_project_venv(rules, os.path.join(cwd, ".venv"))
     return rules
 
 
@@ -180,22 +186,22 @@ def _add_project_venv(rules: Rules, venv: str) -> None:
     for it (add its installation to fs.read)."""
     from sandboy.policy.resolve import is_within, is_within_any
 
-    real = os.path.realpath(venv)
-    if not is_within(real, os.path.realpath(os.getcwd())):
+    real = ask("realpath", venv)
+    if not is_within(real, ask("realpath", ask("cwd", ""))):
         return  # `.venv` a symlink out of the working directory: not the project's
-    trusted = [os.path.realpath(p) for p in rules.read]
+    trusted = [ask("realpath", p) for p in rules.read]
     found = Rules()
     _add_venv(found, venv)
     for kind in ("read", "exec"):
         for path in getattr(found, kind):
-            target = os.path.realpath(path)
+            target = ask("realpath", path)
             if is_within(target, real) or is_within_any(target, trusted):
                 rules.add(kind, path)
 
 
 def git(environ) -> Rules:
     rules = Rules()
-    for path in which_all("git", environ.get("PATH"))[:1]:
+    for path in which_all("git", _variable(environ, "PATH"))[:1]:
         _add_program(rules, path, read_prefix=False)
     for path in ("/usr/lib/git-core", "/usr/libexec/git-core"):
         rules.add("exec", path)
@@ -210,7 +216,7 @@ def node(environ) -> Rules:
     /usr/local prefix holds npm in lib/node_modules)."""
     rules = Rules()
     for name in ("node", "npm", "npx"):
-        for path in which_all(name, environ.get("PATH"))[:1]:
+        for path in which_all(name, _variable(environ, "PATH"))[:1]:
             _add_program(rules, path, read_prefix=True)
     for path in ("/usr/share/nodejs", "/usr/lib/nodejs", "/usr/share/node_modules"):
         rules.add("read", path)

@@ -298,17 +298,21 @@ def plan_entry_path(policy_arg: str, cwd: str) -> str:
 def plan_may_keep(policy) -> bool:
     """Whether a run of `policy` may be kept by the plan cache at all, asked of the loaded policy
     before the build (so a policy never kept costs no fingerprint, and with no entry to compare
-    with, not even the plan cache's import): no `{tmp}`, `include` or `[net]` egress, no run always
+    with, not even the plan cache's import): no `{tmp}` or `[net]` egress, no run always
     supervised, and $HOME set. Write roots are kept: the protected paths are the fingerprint's (checked by their stats on
-    a hit), the post-run git check runs on a hit too (`plan_cache.CachedPlan.run`)."""
+    a hit), the post-run git check runs on a hit too (`plan_cache.CachedPlan.run`). `include`
+    is kept where every question its presets asked of the machine was recorded (`lookups`)."""
     import sys
 
     # `include`: the presets are resolved on this machine at every load (which programs exist,
-    # where they lead), inputs no key holds; the loader imports them only for such a policy.
+    # where they lead), from answers `policy.lookups` records and a hit asks again; none kept
+    # where one could not be recorded (a question that failed, two answers to one question).
     # `limits.wall_seconds`, and `limits.processes` as root: `exec_mode.supervisor_needed` says a
     # supervisor for every such run, so none reaches exec mode, where an entry is made — a run
     # asked for none pays no fingerprint, key or code identities it never stores.
     limits = policy.limits
-    return not (uses_tmp(policy) or "sandboy.policy.presets" in sys.modules
+    lookups = sys.modules.get("sandboy.policy.lookups")
+    return not (uses_tmp(policy) or ("sandboy.policy.presets" in sys.modules
+                                     and (lookups is None or lookups.recorded() is None))
                 or policy.net.egress or "HOME" not in os.environ
                 or limits.wall_seconds or (limits.processes and os.geteuid() == 0))
