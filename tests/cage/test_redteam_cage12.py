@@ -279,3 +279,52 @@ def test_limits_memory_bounds_what_a_memfd_holds(tmp_path, tier):
             proc.wait()
     assert mapped == "MemoryError", mapped  # the twin: RLIMIT_AS holds for mapped memory
     assert held <= 64 << 20, f"the command held {held >> 20} MiB in a memfd under memory_mib = 64"
+
+
+PLANT_PTH = ('mkdir -p "$1" 2>/dev/null; '  # $1 the user site, $2 the marker its .pth makes
+             'echo "import os; open(\\"$2\\", \\"w\\")" > "$1/evil.pth" 2>/dev/null && echo PLANTED || echo refused')
+
+
+def test_a_plan_kept_by_a_run_without_the_user_site_is_not_taken_by_one_that_loads_it(tmp_path):
+    """`python3 -s` (or `-I`) runs Sandboy without the user site: its own-installation rows have
+    no user site to protect or make (ADR 0024). The plan cache's key held the interpreter's path
+    and sys.path[0], not its flags, so a later `python3 -P -m sandboy run` — whose interpreter runs
+    the user site's .pth files — took that plan: the command planted `evil.pth` in the user site
+    of the granted home, and the operator's next python3 (the next sandboy) ran it. Host side: the
+    next python3 runs nothing; twins: the same flags still hit, and the building run protects it."""
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
+                           capture_output=True, text=True)
+    if check.stdout.strip() != "True":
+        pytest.skip("needs a system python3 3.11 (the run-path bundle's)")
+    import sandboy
+
+    home, mark = tmp_path / "home", tmp_path / "PTH-RAN"
+    (home / "work").mkdir(parents=True)
+    user_site = subprocess.run(["/usr/bin/python3", "-c", "import site; print(site.getusersitepackages())"],
+                               env={"HOME": str(home)}, capture_output=True, text=True).stdout.strip()
+    assert user_site.startswith(str(home)), user_site
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % home)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__))),
+           }
+
+    def run(flags, *argv):
+        proc = subprocess.run(["/usr/bin/python3", *flags, "-X", "importtime", "-m", "sandboy", "run", "--policy",
+                               str(policy), "--", *argv], env=env, cwd=home / "work", stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)  # stdio of a shape the cache keeps
+        proc.hit = "sandboy.confine.cage" not in {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                                                   if line.startswith("import time:")}
+        return proc
+
+    assert not run(["-s", "-P"], "/bin/true").hit
+    assert run(["-s", "-P"], "/bin/true").hit  # the twin: a kept plan serves the same interpreter flags
+    planted = run(["-P"], "/bin/sh", "-c", PLANT_PTH, "sh", user_site, str(mark))
+    subprocess.run(["/usr/bin/python3", "-P", "-c", "pass"], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                   check=True)  # the operator's next python3
+    assert not mark.exists(), f"the host's python3 ran a .pth the command planted: {planted.stdout}"
+    assert not planted.hit and "refused" in planted.stdout and "user site" in planted.stderr, planted
+    run(["-P"], "/bin/true")  # (the user site made by the run before was too recent to keep an entry)
+    assert run(["-P"], "/bin/true").hit  # ... and from then on, a plan of its own

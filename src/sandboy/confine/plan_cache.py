@@ -111,7 +111,17 @@ def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
 
     return (FORMAT, sys.version, sys.executable, _PACKAGE, policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
             os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()), _environment(),
-            tuple(os.uname()), abi_version(), stdio_shape, _first_import())
+            tuple(os.uname()), abi_version(), stdio_shape, _first_import(), _interpreter_options())
+
+
+def _interpreter_options() -> tuple:
+    """What decides Sandboy's own-installation rows besides the environment and the paths in the
+    key (ADR 0024): the interpreter's flags (-s and -I drop the user site, -S the site module, -E
+    the PYTHON* variables) and its pycache prefix (-X pycache_prefix, no variable needed). Without
+    them a plan kept by `python3 -s -m sandboy`, which had no user site to protect, served a later
+    `python3 -m sandboy` whose interpreter runs that site's .pth files: the command planted one in
+    the granted home, and the operator's next python3 ran it (redcage12)."""
+    return tuple(sys.flags), getattr(sys, "pycache_prefix", None)
 
 
 def _first_import():
