@@ -328,3 +328,42 @@ def test_a_plan_kept_by_a_run_without_the_user_site_is_not_taken_by_one_that_loa
     assert not planted.hit and "refused" in planted.stdout and "user site" in planted.stderr, planted
     run(["-P"], "/bin/true")  # (the user site made by the run before was too recent to keep an entry)
     assert run(["-P"], "/bin/true").hit  # ... and from then on, a plan of its own
+
+
+def test_a_plan_kept_with_the_user_site_elsewhere_is_not_taken_once_it_is_in_the_home(tmp_path):
+    """The same hole by the environment: `PYTHONUSERBASE` moves the user site out of the granted
+    home (nothing to protect there), and the interpreter reads it when it starts, not the build.
+    A key narrowed to the variables the build reads would miss it; the key holds `site`'s answer
+    itself. Host side: the next python3 runs nothing."""
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
+                           capture_output=True, text=True)
+    if check.stdout.strip() != "True":
+        pytest.skip("needs a system python3 3.11 (the run-path bundle's)")
+    import sandboy
+
+    home, mark, elsewhere = tmp_path / "home", tmp_path / "PTH-RAN", tmp_path / "elsewhere"
+    (home / "work").mkdir(parents=True)
+    elsewhere.mkdir()
+    user_site = subprocess.run(["/usr/bin/python3", "-c", "import site; print(site.getusersitepackages())"],
+                               env={"HOME": str(home)}, capture_output=True, text=True).stdout.strip()
+    (home / user_site[len(str(home)) + 1:]).mkdir(parents=True)  # the operator's, made long before
+    os.utime(home, (1, 1))
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % home)
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+            "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))}
+
+    def run(env, *argv):
+        return subprocess.run(["/usr/bin/python3", "-P", "-m", "sandboy", "run", "--policy", str(policy), "--", *argv],
+                              env=env, cwd=home / "work", stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60)
+
+    time.sleep(0.1)  # (the user site's ctime settled)
+    for _ in range(2):
+        run(dict(base, PYTHONUSERBASE=str(elsewhere)), "/bin/true")
+    planted = run(base, "/bin/sh", "-c", PLANT_PTH, "sh", user_site, str(mark))
+    subprocess.run(["/usr/bin/python3", "-P", "-c", "pass"], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                   check=True)
+    assert not mark.exists() and "refused" in planted.stdout, planted

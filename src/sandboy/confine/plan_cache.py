@@ -120,8 +120,12 @@ def _interpreter_options() -> tuple:
     the PYTHON* variables) and its pycache prefix (-X pycache_prefix, no variable needed). Without
     them a plan kept by `python3 -s -m sandboy`, which had no user site to protect, served a later
     `python3 -m sandboy` whose interpreter runs that site's .pth files: the command planted one in
-    the granted home, and the operator's next python3 ran it (redcage12)."""
-    return tuple(sys.flags), getattr(sys, "pycache_prefix", None)
+    the granted home, and the operator's next python3 ran it (redcage12). The user site itself is
+    decided by `site` when the interpreter starts (HOME, PYTHONUSERBASE read then, not by the
+    build): its answer is the key's, whatever the environment's key holds."""
+    site = sys.modules.get("site")  # (imported at start-up unless -S; never imported here)
+    return (tuple(sys.flags), getattr(sys, "pycache_prefix", None), getattr(site, "ENABLE_USER_SITE", None),
+            getattr(site, "USER_SITE", None))
 
 
 def _first_import():
