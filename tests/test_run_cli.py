@@ -128,9 +128,10 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
 @pytest.mark.parametrize("kept", ["{tmp}", "egress", "wall_seconds"])
 def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkeypatch, kept):
     """ADR 0028 session 9: with no entry to compare with, `sandboy run` asks the plan cache only
-    once the loaded policy may be kept — a policy it never keeps (`{tmp}`, egress, a deadline:
-    always supervised, never exec mode) imports neither `plan_cache` nor `fingerprint`, and no
-    entry is written; a policy it keeps still writes one on its first run (the twin)."""
+    once the loaded policy may be kept — a policy it never keeps (`{tmp}` with the namespace tier
+    turned off, egress, a deadline: always supervised, never exec mode) imports neither
+    `plan_cache` nor `fingerprint`, and no entry is written; a policy it keeps still writes one on
+    its first run (the twin)."""
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     never = tmp_path / "never.toml"
     never.write_text(TRUE_POLICY + {"{tmp}": '[env]\nset = { HOME = "{tmp}" }\n',
@@ -138,9 +139,12 @@ def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkey
                                     "wall_seconds": "[limits]\nwall_seconds = 60\n"}[kept])
     kept_policy = tmp_path / "kept.toml"
     kept_policy.write_text(TRUE_POLICY)
+    # (`{tmp}` under the tier is kept since session 12: test_plan_cache_tmp.py)
+    never_env = dict(os.environ, SANDBOY_NAMESPACES="0") if kept == "{tmp}" else None
     for path, imports_it in ((never, False), (never, False), (kept_policy, True)):
         proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(path), "--", "/bin/true"],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True,
+                              env=never_env if path == never else None)
         assert proc.returncode == 0, proc.stderr[-2000:]
         used = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
         assert "sandboy.confine.cage" in used  # built (the measurement works)

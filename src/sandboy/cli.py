@@ -111,7 +111,7 @@ def cmd_run(args: RunArgs) -> int:
     # Exec mode may run a plan built by an earlier `sandboy run` with the same inputs (ADR 0028):
     # before the compilers are even imported. `miss`: the inputs of a build the cache may keep.
     # `first`: no entry to compare with — the plan cache is imported only once the loaded policy
-    # may be kept (a policy never kept, `{tmp}` or egress, pays nothing of it).
+    # may be kept (a policy never kept, `include` or egress, pays nothing of it).
     miss = said = entry = None
     first = False
     # (`SANDBOY_PLAN_CACHE=0`: none of it, not even its import)
@@ -163,8 +163,10 @@ def cmd_run(args: RunArgs) -> int:
         elif miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
+        # `{tmp}` at a fixed mount point under the tier: nothing of this run's own in the plan
+        # (the plan cache keeps it), nothing on the host to remove after it (ADR 0028, session 12)
         cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None,
-                             pieces=None if miss is None else miss.pieces)  # (parts kept by earlier runs)
+                             pieces=None if miss is None else miss.pieces, fixed_tmp=True)  # (parts kept by earlier runs)
         if miss is not None:
             miss.built(cage)  # the code that built it: taken before the command runs
         if not said:

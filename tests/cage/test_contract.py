@@ -179,14 +179,26 @@ def test_dry_run_json_runs_nothing(cage):
 
 
 def test_private_tmp_removed_after_the_run(cage):
+    """Nothing of a run's `{tmp}` outlives it on the host: without the tier its directory is
+    removed; under the tier `sandboy run`'s `{tmp}` is the fixed mount point each run covers with
+    a tmpfs of its own (`cage.fixed_tmp_dir`, ADR 0028 session 12): it stays, empty."""
     status = cage.root / "status.json"
     policy = cage.policy(fs={"write": ["{tmp}"]})
-    r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "0"], policy)
+    tmpdir = cage.root / "T"
+    tmpdir.mkdir()
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(cage.root / "cache"), TMPDIR=str(tmpdir))
+    r = cage.cli(["--status-json", str(status), "--", cage.probe, "exit", "0"], policy, env=env)
     assert r.rc == 0, r
-    rules = json.loads(status.read_text())["enforced"]["landlock"]["fs_rules"]
+    doc = json.loads(status.read_text())
+    rules = doc["enforced"]["landlock"]["fs_rules"]
     tmp = [p for p, _ in rules if os.path.basename(p).startswith("sandboy-")]
     assert len(tmp) == 1
-    assert not os.path.exists(tmp[0]), "the per-run {tmp} outlived the run"
+    if doc["enforced"]["namespaces"].get("tmp") is None:
+        assert not os.path.exists(tmp[0]), "the per-run {tmp} outlived the run"
+        assert os.listdir(tmpdir) == []
+    else:
+        assert tmp[0] == str(tmpdir / f"sandboy-tmp-{os.geteuid()}")
+        assert os.listdir(tmpdir) == [os.path.basename(tmp[0])] and os.listdir(tmp[0]) == []
 
 
 def test_a_cage_error_names_the_step_that_failed(tmp_path):

@@ -206,14 +206,16 @@ def test_the_code_that_built_it_is_a_key(runner, tmp_path):
 
 
 def test_what_is_never_kept(runner, tmp_path):
-    """`{tmp}` (a write root of it too), glob denies, the egress proxy, --status-json,
-    --dry-run, a regular file on fd 1, SANDBOY_PLAN_CACHE=0: no entry is written. (Other write
-    roots are kept: test_plan_cache_write.py; `include` since session 12: test_plan_cache_presets.py.)"""
+    """`{tmp}` without the tier (a write root of it too), glob denies, the egress proxy,
+    --status-json, --dry-run, a regular file on fd 1, SANDBOY_PLAN_CACHE=0: no entry is written.
+    (Other write roots are kept: test_plan_cache_write.py; `include` since session 12:
+    test_plan_cache_presets.py; `{tmp}` under the tier since session 12: test_plan_cache_tmp.py.)"""
     (tmp_path / "w").mkdir()
-    for more in (f'write = ["{tmp_path}/w", "{{tmp}}"]\n', 'write = ["{tmp}"]\n', f'deny = ["{tmp_path}/*.key"]\n',
-                 '[net]\ndomains = ["example.org"]\n'):
+    for more, env in ((f'write = ["{tmp_path}/w", "{{tmp}}"]\n', {"SANDBOY_NAMESPACES": "0"}),
+                      ('write = ["{tmp}"]\n', {"SANDBOY_NAMESPACES": "0"}), (f'deny = ["{tmp_path}/*.key"]\n', None),
+                      ('[net]\ndomains = ["example.org"]\n', None)):
         runner.write_policy(more=more)
-        runner.run("/bin/true")
+        runner.run("/bin/true", env=env)
         assert runner.entries() == [], more
     runner.write_policy()
     runner.run("/bin/true", options=("--status-json", str(tmp_path / "s.json")))

@@ -59,6 +59,9 @@ class Cage:
         self._runs = 0
         self.launched = None  # (ruleset fd, plan) of the last child started: see start_child
         self.launched_stdio_per_run = True  # whether its fd 0-2 took anything of that run's own
+        # `{tmp}` at the fixed, shared mount point (`build(fixed_tmp=True)`, under the tier only):
+        # (path, its lstat when the build found it empty, the clock before it), else None
+        self.tmp_mount_point = None
         # In plan order (`protections.compile_all`). Both Landlock compilers fill ONE ruleset
         # (a second one would deny REFER, see landlock.py): it is applied once, after them both.
         # The ruleset's step is not stored: `plan()` asks the ruleset for it at each launch, so
@@ -235,12 +238,13 @@ class Cage:
 
     def close(self, deadline=None) -> bool:
         """In the parent, when no more children will be started from this cage. False when its
-        `{tmp}` could not be removed entirely (or not before `deadline`, a time.monotonic() value)."""
+        `{tmp}` could not be removed entirely (or not before `deadline`, a time.monotonic() value).
+        A shared mount point (`tmp_mount_point`) stays: other runs mount their own tmpfs on it."""
         self.ruleset.close()
         egress = self.compiled.get("egress")
         if egress is not None and egress.outputs.get("listener") is not None:
             egress.outputs["listener"].close()  # the fallback's host port goes with the cage
-        if self.ctx.tmp:
+        if self.ctx.tmp and self.tmp_mount_point is None:
             try:
                 os.rmdir(self.ctx.tmp)  # empty: under the namespace tier a tmpfs covered it in every run
                 return True
@@ -261,25 +265,78 @@ class Cage:
         }
 
 
-def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusable=True, pieces=None) -> Cage:
+def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusable=True, pieces=None,
+          fixed_tmp=False) -> Cage:
     """Compile `policy` for this kernel. Raises PolicyError (exit 2) or CageError (exit 125).
     `tty`: the command will get a terminal (`--tty`), so the minimal /dev keeps /dev/tty.
     `reusable=False`: the caller runs one command with it (`sandboy run`), so no fingerprint is
     taken for `Reuse` (a stat of every policy path and a listing of every split directory).
-    `pieces`: parts an earlier `sandboy run` compiled from the same inputs (`plan_pieces.Pieces`)."""
+    `pieces`: parts an earlier `sandboy run` compiled from the same inputs (`plan_pieces.Pieces`).
+    `fixed_tmp`: under the namespace tier, `{tmp}` is the fixed mount point `fixed_tmp_dir()`
+    (`sandboy run`: its plan names nothing of one run, so the plan cache may keep it, and nothing
+    is left to remove after the run, even one killed outright); elsewhere a directory per cage."""
     abi = landlock.abi_version() if abi is None else abi
     if not protections.protection("landlock.fs").available(abi):
         raise CageError("Landlock is not available on this kernel (needs Linux >= 5.13 with "
                         "landlock in the LSM list); refusing to run unconfined. See `sandboy doctor`.")
 
-    tmp = make_private_dir("sandboy-") if uses_tmp(policy) else None
+    tmp = shared = None
+    if uses_tmp(policy):
+        # (availability() is asked once per process: the tier's compile below takes this answer)
+        if fixed_tmp and namespaces.availability()[0]:
+            shared = fixed_tmp_dir()
+        tmp = make_private_dir("sandboy-") if shared is None else shared[0]
     ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir(policy, None), repo=repo)
     try:
-        return _build(policy, ctx, abi, environ, tty, reusable, pieces)
+        cage = _build(policy, ctx, abi, environ, tty, reusable, pieces)
     except BaseException:
-        if tmp:
+        if tmp and shared is None:
             os.rmdir(tmp)  # still empty: nothing has run
         raise
+    if shared is not None:
+        cage.tmp_mount_point = shared
+        if cage.tier is None or not cage.tier.tmp_private:  # (never seen: the tier was available)
+            # a shared host directory is private only under a tmpfs of each run's own
+            cage.close()
+            return build(policy, cwd, repo, environ, abi, tty, reusable, pieces)
+    return cage
+
+
+FIXED_TMP_NAME = "sandboy-tmp-{euid}"
+
+
+def fixed_tmp_dir():
+    """(path, its lstat, the clock before it) of the euid's fixed `{tmp}` mount point, or None where there is
+    none to trust (then the caller makes a directory per cage). It sits where `make_private_dir`
+    would make one ($TMPDIR, ... /tmp: the first place a directory can be made), named
+    `FIXED_TMP_NAME`, and never removed: every run under the namespace tier mounts a tmpfs of
+    its own on it, inside its own mount namespace, so concurrent runs share no file and the host
+    directory stays empty (removing it would detach the tmpfs of every run using it). Taken only
+    where it is a directory (not a link) of the euid's, mode 0700, and EMPTY: the identity
+    (`fingerprint._identity`) is taken before the listing, so anything made there since moves its
+    times, and a plan cache hit compares it (`plan_cache._ready`). Another user's name there (a
+    shared /tmp) only costs the cache: a directory per cage, as before."""
+    from stat import S_IMODE, S_ISDIR
+    import time
+
+    euid = os.geteuid()
+    for base in _tmp_bases():
+        try:
+            path = os.path.join(os.path.abspath(base or os.getcwd()), FIXED_TMP_NAME.format(euid=euid))
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue  # not usable (missing, read-only, not ours, the working directory gone): the next place
+        try:
+            now = time.time_ns()
+            st = os.lstat(path)
+            if not (S_ISDIR(st.st_mode) and st.st_uid == euid and S_IMODE(st.st_mode) == 0o700) or os.listdir(path):
+                return None
+        except OSError:
+            return None
+        return path, st, now
+    return None
 
 
 # Where tempfile.gettempdir() looks, in its order (the working directory last).
@@ -299,10 +356,14 @@ def make_private_dir(prefix: str) -> str:
     return _mkdtemp_without_tempfile(prefix)
 
 
-def _mkdtemp_without_tempfile(prefix: str) -> str:
+def _tmp_bases() -> list:
     # "" stands for the working directory, asked for only when reached: a process whose working
     # directory was removed still gets its {tmp} in $TMPDIR or /tmp, as tempfile's would
-    bases = [os.environ[name] for name in _TMP_ENV if os.environ.get(name)] + [*_TMP_DIRS, ""]
+    return [os.environ[name] for name in _TMP_ENV if os.environ.get(name)] + [*_TMP_DIRS, ""]
+
+
+def _mkdtemp_without_tempfile(prefix: str) -> str:
+    bases = _tmp_bases()
     for base in bases:
         try:
             base = os.path.abspath(base or os.getcwd())

@@ -80,7 +80,8 @@ def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None)
         return "a pids cgroup for limits.processes (as root, RLIMIT_NPROC does not bind)"
     # In exec mode nothing would be left to remove {tmp}: every run leaked a /tmp/sandboy-*
     # directory. Not under the namespace tier, where it is a tmpfs that dies with the run (and
-    # the waiting parent removes the empty mount point).
+    # the waiting parent removes the empty mount point, or — `sandboy run`'s fixed one,
+    # `cage.fixed_tmp_dir` — leaves it for the next run).
     if uses_tmp(policy) and not (cage.tier is not None and cage.tier.tmp_private):
         return "a private {tmp} to remove after the run"
     for hook in hooks:

@@ -40,11 +40,11 @@ import sys
 from stat import S_ISREG  # (os imports stat: nothing to load)
 
 from sandboy.confine import _libc
-from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
+from sandboy.confine.fingerprint import Fingerprint, _identity, _settled  # (an inode's change signature: the one)
 from sandboy.policy.resolve import PLAN_CACHE_ENV, exec_args, plan_cache_enabled, plan_entry_path, plan_may_keep, plans_dir
 
 DISABLE_ENV = PLAN_CACHE_ENV
-FORMAT = "sandboy plan cache 4"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets
+FORMAT = "sandboy plan cache 5"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -448,13 +448,21 @@ class Miss:
 
 
 def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_scope,
-           mount_roots):
+           mount_roots, tmp):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
     where the plan names the ruleset) and the seccomp program's address in its sock_fprog. None
     where a kernel file system is mounted below a write root now (`kernel_mounts`: the tier copies
     a write root with its submounts; the build refuses such a root, 125, and says why — so the
     miss does: mock mounts a chroot's /proc between its steps, redcage9), as `Cage.still_valid`
-    asks before a reuse."""
+    asks before a reuse. None too where `{tmp}`'s fixed mount point is not the directory the
+    build found empty (`tmp`: its path and identity; `cage.fixed_tmp_dir`): removed, replaced, a
+    link now, written to — one lstat; the rebuild takes it again, or a directory per run."""
+    if tmp is not None:
+        try:
+            if _identity(os.lstat(tmp[0])) != tmp[1]:
+                return None
+        except OSError:
+            return None
     table = None
     if mount_roots:
         from sandboy.confine.kernel_mounts import below, read_table
@@ -504,6 +512,9 @@ def _entry_for(cage, miss: Miss, hooks):
     # launch's own handoff: asking the tier again cost ≈ 0.1 ms)
     if cage.launched is None or cage.launched_stdio_per_run:
         return None
+    tmp = _tmp_mount_point(cage)
+    if tmp is False:
+        return None
     # The protected paths (write roots): resolved again now, after the run — a command that
     # changed what decides them (made a `.bashrc`, `git init`, a hooks path) gets the rebuild's
     # protection next time — and kept only where the stats of what decides them, taken before
@@ -526,8 +537,29 @@ def _entry_for(cage, miss: Miss, hooks):
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
-            git_scope, tuple(fs.get("mount_roots") or ()))
+            git_scope, tuple(fs.get("mount_roots") or ()), tmp)
     return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state(), miss.lookups), body
+
+
+def _tmp_mount_point(cage):
+    """What a hit checks of the run's `{tmp}`: None (the policy has none), (path, identity) of
+    the fixed mount point every run of the tier covers with a tmpfs of its own
+    (`cage.fixed_tmp_dir`), or False where the plan names a directory of this run's own (made
+    per cage: without the tier, or where the fixed one was not ours to take) — never kept — or
+    where the mount point changed since the build found it empty, or changed too recently for
+    its times to show a later change (`fingerprint._settled`: the first run, which made it,
+    keeps no entry; the next does)."""
+    if not cage.ctx.tmp:
+        return None
+    shared = cage.tmp_mount_point
+    if shared is None or cage.tier is None or not cage.tier.tmp_private:
+        return False
+    path, st, clock = shared
+    try:
+        identity = _identity(os.lstat(path))
+    except OSError:
+        return False
+    return (path, identity) if identity == _identity(st) and _settled(st.st_ctime_ns, clock) else False
 
 
 def _git_scope(cage, hooks):
@@ -543,8 +575,10 @@ def _git_scope(cage, hooks):
     if any(type(hook) is not GitCheck or hook.record is not None for hook in hooks):
         return False
     args = scope_args(cage)
-    if args is not None and (args["exclude"] or args["path_dirs"]):
-        return False  # (not expected: `{tmp}` is never kept, and PATH directories are judged only without the tier)
+    # (not expected: PATH directories are judged only without the tier, and the walk leaves out
+    # only the tier's private `{tmp}`: here the fixed mount point, `_tmp_mount_point`)
+    if args is not None and (args["path_dirs"] or any(path != cage.ctx.tmp for path in args["exclude"])):
+        return False
     return args
 
 

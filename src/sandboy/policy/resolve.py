@@ -298,10 +298,13 @@ def plan_entry_path(policy_arg: str, cwd: str) -> str:
 def plan_may_keep(policy) -> bool:
     """Whether a run of `policy` may be kept by the plan cache at all, asked of the loaded policy
     before the build (so a policy never kept costs no fingerprint, and with no entry to compare
-    with, not even the plan cache's import): no `{tmp}` or `[net]` egress, no run always
+    with, not even the plan cache's import): no `[net]` egress, no run always
     supervised, and $HOME set. Write roots are kept: the protected paths are the fingerprint's (checked by their stats on
     a hit), the post-run git check runs on a hit too (`plan_cache.CachedPlan.run`). `include`
-    is kept where every question its presets asked of the machine was recorded (`lookups`)."""
+    is kept where every question its presets asked of the machine was recorded (`lookups`). `{tmp}`
+    is kept under the namespace tier, where it is a fixed mount point (`cage.fixed_tmp_dir`, session
+    12): not with the tier turned off (`SANDBOY_NAMESPACES=0`: a directory per run, supervised);
+    where the kernel refuses the tier, the build keeps none (`plan_cache._tmp_mount_point`)."""
     import sys
 
     # `include`: the presets are resolved on this machine at every load (which programs exist,
@@ -312,7 +315,7 @@ def plan_may_keep(policy) -> bool:
     # asked for none pays no fingerprint, key or code identities it never stores.
     limits = policy.limits
     lookups = sys.modules.get("sandboy.policy.lookups")
-    return not (uses_tmp(policy) or ("sandboy.policy.presets" in sys.modules
-                                     and (lookups is None or lookups.recorded() is None))
+    return not ((uses_tmp(policy) and os.environ.get("SANDBOY_NAMESPACES") == "0")  # (namespaces.FORCE_OFF_ENV)
+                or ("sandboy.policy.presets" in sys.modules and (lookups is None or lookups.recorded() is None))
                 or policy.net.egress or "HOME" not in os.environ
                 or limits.wall_seconds or (limits.processes and os.geteuid() == 0))
