@@ -26,6 +26,8 @@ Cases (medians of N rounds):
                plan-pieces/, ADR 0028 session 10), as the first run of all (those pieces gone too),
                with the cache turned off
                (SANDBOY_PLAN_CACHE=0), and with stdout on a regular file (a run never kept)
+  {tmp}        `sandboy run` with `[fs] write = ["{tmp}"]` added to the same policy, steady (a
+               $TMPDIR of its own): under the tier a kept plan since session 12
   write root   `sandboy run` with `[fs] write = ["{cwd}"]` (an agent editing its repository: the
                protected paths and the post-run git check come with it), run in a git repository
                and in a directory outside one: from its cached plan and as a miss (as above); and
@@ -256,6 +258,14 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
                 for name in os.listdir(plans) if os.path.isdir(plans) else ():
                     os.unlink(os.path.join(plans, name))
 
+    # `[fs] write = ["{tmp}"]` beside the same policy (ADR 0028 session 12: kept under the tier, its
+    # {tmp} the fixed mount point; before, built at every run), with a $TMPDIR of its own per tree
+    tmp_policy, tmpdir = policy[:-len(".toml")] + "-tmp.toml", os.path.join(home, f"tmpdir-{tag or 'this'}")
+    with open(policy) as src_fh, open(tmp_policy, "w") as fh:
+        fh.write(src_fh.read() + 'write = ["{tmp}"]\n')
+    os.makedirs(tmpdir, exist_ok=True)
+    run_tmp = [*run_cli[:5], tmp_policy, *run_cli[6:]]
+
     def to_a_file():
         # stdout on a regular file: a run the plan cache never keeps (the init reopens or relays it)
         with open(first + ".out", "wb") as out:
@@ -288,6 +298,7 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         f"run CLI, first of all{label}": lambda: first_run("-all-cache", ("plans", "plan-pieces")),
         f"run CLI, cache off{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_PLAN_CACHE="0")),
         f"run CLI, stdout a file{label}": to_a_file,
+        f"run CLI, write {{tmp}}{label}": lambda: cpu_of(run_tmp, dict(env, TMPDIR=tmpdir)),
         **write_cases,
         **project_cases(label, env, home, projects or {}),
         f"API, small caller{label}": api(0),

@@ -567,9 +567,14 @@ def _git_scope(cage, hooks):
     build's own check was made from), or None (no check), or False where this run's hooks are not
     only the git check `exec_mode.hooks_for` made for it (the only hook a hit runs). Its protected
     paths are the build's, which the fingerprint proves a rebuild's."""
+    if not hooks:
+        # the build's run had none, so a hit runs none: `hooks_for` makes no check for a policy
+        # writing only to `{tmp}` (kept since session 12: its Scope, asked here, walked `{tmp}`'s
+        # mount point on every hit, ≈ 1 ms of the git check's imports and walk for nothing)
+        return None
     policy = cage.policy
     if not ((policy.fs.protect_defaults or policy.fs.protect) and policy.fs.write):  # `hooks_for`'s rule
-        return False if hooks else None
+        return False
     from sandboy.confine.gitcheck_hook import GitCheck, scope_args  # (imported already: `hooks_for` asked it)
 
     if any(type(hook) is not GitCheck or hook.record is not None for hook in hooks):
