@@ -367,3 +367,22 @@ def test_a_plan_kept_with_the_user_site_elsewhere_is_not_taken_once_it_is_in_the
     subprocess.run(["/usr/bin/python3", "-P", "-c", "pass"], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
                    check=True)
     assert not mark.exists() and "refused" in planted.stdout, planted
+
+
+def test_a_call_newer_than_the_denylist_is_enosys_not_allowed(probe, monkeypatch):
+    """The filter is a denylist: a call it does not name runs. On a kernel newer than the list
+    every call added since ran unreviewed (on this one, 6.18, the list knows them all — the
+    probe pretends the list was written before file_setattr, 469, so that a real call is above
+    it). The cage's filter (as `sandboy.run` compiles it) on the real kernel: ENOSYS, where the
+    same program with the list's real bound lets the kernel answer (EINVAL here)."""
+    from cagekit import cage_bpf, filter_only
+
+    from sandboy.confine import seccomp
+
+    policy = {"version": 1, "fs": {"read": ["/usr"]}}
+    argv = [probe, "nr", "469", "-1", "s:x", "0", "0", "0"]  # file_setattr(-1, "x", NULL, 0, 0)
+    kernel = filter_only(cage_bpf(policy), argv)
+    assert "ENOSYS" not in kernel.out and kernel.out, kernel  # the twin: decided by the kernel
+    monkeypatch.setattr(seccomp, "HIGHEST_KNOWN_NR", 468)
+    newer = filter_only(cage_bpf(policy), argv)
+    assert "ENOSYS" in newer.out, newer

@@ -12,6 +12,7 @@ number wins, and the rules are laid out in number order, in ranges a call withou
 
     arch != x86_64            -> EPERM   (i386 `int 0x80` and every foreign ABI)
     nr >= 0x40000000          -> EPERM   (x32 ABI)
+    nr > HIGHEST_KNOWN_NR     -> ENOSYS  (a call of a newer kernel than this list was written for)
     nr == each denied call    -> EPERM   (the denylist; SysV IPC unless `ipc.sysv`)
     clone3, openat2           -> ENOSYS  (arguments live in memory BPF cannot read; libc falls back)
     clone: namespace flags    -> EPERM
@@ -65,6 +66,13 @@ SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", 
 # Calls whose arguments live in memory BPF cannot read: ENOSYS makes libc fall back to the older
 # call, whose arguments the filter does check (clone's flags, openat's mode).
 ENOSYS_CALLS = ("clone3", "openat2")
+
+# The highest x86_64 system call number this denylist was written against (policy/syscalls.py's
+# table; a test keeps them equal). A denylist lets through what it does not name, so on a newer
+# kernel every call added since — a new namespace, mount or process interface (open_tree_attr,
+# file_setattr came this way) — ran unreviewed (redcage12). Those get ENOSYS, the kernel's own
+# answer for a call it lacks: libc then falls back to the older call, as for clone3 and openat2.
+HIGHEST_KNOWN_NR = 469
 
 # Where each call keeps the file mode the kernel reads (umode_t). S_ISUID/S_ISGID in it would leave
 # a setuid file for the host (as root the cage owns every root-owned file, and `chmod 4755` on a
@@ -322,6 +330,8 @@ def build(deny_names, sockets: SocketRules, allow_names=()) -> bytes:
         LD_W_ABS | OFF_NR << 32,
         JGE_K | _SKIP_NEXT | X32_SYSCALL_BIT << 32,
         ret_eperm,
+        JGE_K | _SKIP_NEXT | (HIGHEST_KNOWN_NR + 1) << 32,
+        RET_K | errno_ret(ENOSYS) << 32,
     ]
     numbers = sorted(rules)
     for first in range(0, len(numbers), RULES_PER_RANGE):
