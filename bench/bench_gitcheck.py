@@ -13,11 +13,13 @@ Every figure is a ratio against a baseline measured in the same run, interleaved
         git directory is) and verify() alone (after the run) on that repository, verify() on a
         tree of the same files that is no repository (session 5: every write root is walked,
         not only those holding a repository at launch), and the snapshot of a gate's later step,
-        which takes the previous check's record instead of walking (session 6)
+        which takes the previous check's record instead of walking (session 6); and, in CPU time,
+        snapshot + verify with the walk index and without it (session 12), on that repository and
+        on each --tree
   plain API with the tier, write root = that plain tree: check on vs off (before session 5
         there was no check there at all, so "off" is the old cost)
 
-    .venv/bin/python bench/bench_gitcheck.py [--rounds N] [--files N] [--json]
+    .venv/bin/python bench/bench_gitcheck.py [--rounds N] [--files N] [--json] [--tree DIR ...] [--parts-only]
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def bench_gate(repo: str, base: str, rounds: int, steps: int = 20) -> dict:
     return _interleaved({"per step, check on": case("on"), "per step, check off": case("off")}, max(3, rounds // 5))
 
 
-def bench_parts(repo: str, plain: str, rounds: int) -> dict:
+def bench_parts(repo: str, plain: str, rounds: int, trees=()) -> dict:
     from sandboy.confine import gitcheck
 
     def snap():
@@ -201,7 +203,31 @@ def bench_parts(repo: str, plain: str, rounds: int) -> dict:
             return time.perf_counter() - start
 
         cases["snapshot, record carried (a gate's later step)"] = snap_carried
+    for tree in trees:
+        # CPU time of the launch and the check after the run of one `sandboy run` on `tree`, with
+        # the walk index (session 12: the last walk's listings kept in the cache directory) and
+        # without it (SANDBOY_PLAN_CACHE=0: every directory listed, every leaf looked into)
+        cases[f"snapshot + verify, CPU: {tree}"] = run_cpu(tree, index=True)
+        cases[f"snapshot + verify, CPU, walk index off: {tree}"] = run_cpu(tree, index=False)
     return _interleaved(cases, rounds)
+
+
+def run_cpu(root: str, index: bool):
+    from sandboy.confine import gitcheck
+
+    def run():
+        saved = os.environ.pop("SANDBOY_PLAN_CACHE", None)
+        if not index:
+            os.environ["SANDBOY_PLAN_CACHE"] = "0"
+        try:
+            start = time.thread_time()
+            assert gitcheck.snapshot([root]).verify() == []
+            return time.thread_time() - start
+        finally:
+            os.environ.pop("SANDBOY_PLAN_CACHE", None)
+            if saved is not None:
+                os.environ["SANDBOY_PLAN_CACHE"] = saved
+    return run
 
 
 def main() -> int:
@@ -209,6 +235,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--tree", action="append", default=[],
+                        help="also measure the snapshot and the check after the run, in-process, on this existing "
+                             "directory (e.g. a checkout with its .venv: the README example's write root), with and "
+                             "without the walk index (may be given twice or more)")
+    parser.add_argument("--parts-only", action="store_true", help="only the in-process parts (no API, CLI, gate)")
     args = parser.parse_args()
     if not shutil.which("git"):
         print("git not installed: skipped")
@@ -217,7 +248,13 @@ def main() -> int:
     try:
         repo = make_tree(base, args.files, True)
         plain = make_tree(base, args.files, False)
-        parts = bench_parts(repo, plain, args.rounds)
+        # (the walk index keeps only directories older than its margin: as a checkout's are)
+        time.sleep(2.5)
+        parts = bench_parts(repo, plain, args.rounds, [repo, *(os.path.realpath(t) for t in args.tree)])
+        if args.parts_only:
+            for name, secs in parts.items():
+                print(f"    {name:<36} {secs * 1000:8.2f} ms")
+            return 0
         api_plain_tree = bench_api(plain, args.rounds, tier=True)
         api_tier = bench_api(repo, args.rounds, tier=True)
         api_plain = bench_api(repo, args.rounds, tier=False)

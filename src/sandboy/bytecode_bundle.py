@@ -70,7 +70,7 @@ RUN_PATH_GROUPS = {
     # a policy with write roots: the post-run git check and the kernel mounts below a write root —
     # what a plan cache hit of such a policy imports too (ADR 0028, session 9), and all a hit in a
     # plain directory reads (session 10)
-    "git check": ("sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts"),
+    "git check": ("sandboy.confine.gitcheck", "sandboy.confine.kernel_mounts", "sandboy.confine.walk_index"),
     # the modes on the way to protected paths and git's files, put back after the run: where the
     # write roots hold any (a repository, a start-up file) — not a hit in a plain directory
     "mode guard": ("sandboy.confine.loosened",),

@@ -156,10 +156,9 @@ MUTANTS = {
                                          "self.by_stats = not (", "the operator's global config in the write root, changed"),
     "no PATH directory": ("gitcheck.py", "self.by_stats = not (self.global_inside or self.path_dirs or ",
                           "self.by_stats = not (self.global_inside or ", "a program planted in a PATH directory"),
-    "a listed directory's ctime": ("gitcheck.py", "if not census and st.st_ctime_ns < since:", "if not census:",
+    "a listed directory's ctime": ("gitcheck.py", "elif st.st_ctime_ns < since:", "else:",
                                    "a nested repository made in a directory the census listed"),
-    "ctime, not mtime": ("gitcheck.py", "if not census and st.st_ctime_ns < since:",
-                         "if not census and st.st_mtime_ns < since:",
+    "ctime, not mtime": ("gitcheck.py", "elif st.st_ctime_ns < since:", "elif st.st_mtime_ns < since:",
                          "a nested repository made with every time set back (touch -d)"),
     "listings by identity, not path": (
         "gitcheck.py", ("listings[(st.st_dev, st.st_ino)] = ", "listings.get((st.st_dev, st.st_ino))"),

@@ -173,6 +173,38 @@ def read_file(path: str) -> bytes:
     return read_all(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
 
+def read_private(path: str, limit: int):
+    """The bytes of a file of Sandboy's cache directory (a plan cache entry or piece, a walk
+    index), or None: only a regular file this euid owns that no one else may write, of at most
+    `limit` bytes, reached without a symlink, in a directory of ours no one else may write — what
+    every reader of the cache asks (its writer: `cache_files.write_file`)."""
+    try:
+        dirfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(dirfd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dirfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dirfd)
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000 != 0o100000 or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                or st.st_size > limit):
+            return None
+        data = os.read(fd, st.st_size + 1)
+        return data if len(data) == st.st_size else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def status_masks(*names: bytes) -> dict:
     """{name: value} of the hexadecimal masks `names` (b"SigIgn", b"CapEff", ...) in
     /proc/self/status, the kernel's own view of this process's signals and capabilities (what

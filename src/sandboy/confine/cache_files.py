@@ -13,7 +13,7 @@
 # Here a file is written only into a directory opened without any symlink on the way (one openat2,
 # RESOLVE_NO_SYMLINKS), or else by a walk from `/` that follows no symlink another user could have
 # made or swapped (`_trusted_link`); that this euid owns and no one else may write (what every
-# reader of the cache asks: `plan_cache._open_entry`); then relative to that directory's fd
+# reader of the cache asks: `_libc.read_private`); then relative to that directory's fd
 # (openat O_EXCL|O_NOFOLLOW, unlinkat, renameat), so that no swap of a name above it moves the
 # file once it is open. Missing directories on the way are made (mode 0700) in the same walk.
 

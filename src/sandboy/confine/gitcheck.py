@@ -587,6 +587,25 @@ class GitSnapshot:
         # share, a loop-mounted ext4 of 128-byte inodes — on one of those, a nested repository's
         # config written in the snapshot's second, or a `.git` made in a directory whose census
         # listing the walk reuses by its ctime, passed as older than the run: redcage10)
+        # what the last complete walk of each root found in its directories (`walk_index`; ADR 0019
+        # "Session 12"), bound to the mount table read now: (that binding, {root: entries}), the
+        # entries of all those roots together in `prior`
+        self.index_where, self.index_kept, self.prior = None, {}, {}
+        if self.roots and self._may_index():
+            from sandboy.confine import walk_index
+
+            if walk_index.enabled():
+                if mount_table is None:
+                    from sandboy.confine.kernel_mounts import read_table
+
+                    try:
+                        mount_table = read_table()
+                    except OSError:
+                        pass
+                self.index_where = walk_index.machine(mount_table)
+                self.index_kept = {root: walk_index.load(root, self.index_where) for root in self.roots}
+                for entries in self.index_kept.values():
+                    self.prior = entries if not self.prior else {**self.prior, **entries}
         if any(_whole_second_timestamps(root) for root in self.roots + self.global_inside) or any(
                 _whole_second_timestamps(point) for point in _mount_points_below(self.roots, mount_table)):
             # ext2/ext3, ext4 with 128-byte inodes: a ctime is cut to its second, so a file the
@@ -697,6 +716,19 @@ class GitSnapshot:
             # if they do not.
             import sandboy.confine.gitjudge  # noqa: F401
 
+    def _may_index(self) -> bool:
+        """Whether the walk index may be read and written for this run's roots: not where the
+        run's `{tmp}` lies inside one (the walk leaves it out of a listing: another run's listing
+        of the same directory would not)."""
+        return not any(is_within(excluded, root) for excluded in self.exclude for root in self.roots)
+
+    def _save_index(self, walk) -> None:
+        """What `walk` (complete, no finding) gathered per root, kept for the next run's census."""
+        from sandboy.confine import walk_index
+
+        for root, entries in walk.gathered.items():
+            walk_index.save(root, self.index_where, entries, self.index_kept.get(root))
+
     def _guard_only(self, scope, since_ns: int) -> None:
         """The snapshot of a `links_only` scope (`fs.protect_defaults = false`, `fs.protect`
         entries inside a write root): no census, no configs, no judgement — the mode guard over
@@ -708,6 +740,7 @@ class GitSnapshot:
         self.path_dirs, self.since_ns, self.global_entries = {}, since_ns, []
         self.known, self.config_stats, self.manager_launch, self.python_launch, self.hooks_launch = {}, {}, {}, {}, {}
         self.listings, self.launch_dirs, self.beyond_bound, self._after, self.by_stats = {}, {}, None, None, True
+        self.index_where, self.index_kept, self.prior = None, {}, {}
         self.modes = ModeGuard(guarded_paths(self.writable, scope.protected), scope.protected, self.writable,
                                scope.installed)
         self._take_cut()
@@ -838,6 +871,8 @@ class GitSnapshot:
                 pass
             else:
                 self._after = (self.roots, self.files, walk.dirs) if complete else None
+                if complete and not walk.findings and walk.gathered:
+                    self._save_index(walk)
                 return walk.findings
         try:
             from sandboy.confine.gitjudge import _Check
@@ -859,7 +894,16 @@ class GitSnapshot:
         # what the next step of a gate takes as its launch record (nothing runs between two
         # steps but Sandboy); a walk cut short leaves none: the next launch walks again
         self._after = (self.roots, self.files, check.dirs) if complete else None
+        if complete and not check.findings and check.gathered:
+            self._save_index(check)
         return check.findings
+
+
+def _index_entry_valid(entry, ctime: int) -> bool:
+    """Whether `entry` (of the walk index, or None) is well formed and was taken at `ctime`:
+    (ctime, entries or -1 for a leaf, `.git` there, `HEAD` there, subdirectories' names or None)."""
+    return (type(entry) is tuple and len(entry) == 5 and entry[0] == ctime and type(entry[1]) is int
+            and (entry[1] < 0 or type(entry[4]) is list))
 
 
 class _Judged(Exception):
@@ -884,6 +928,15 @@ class _Walk:
         self.hooks_by_top: dict = {}  # worktree top -> {core.hooksPath directory its configs name: None}
         self.parse_left = CONFIG_PARSE_BUDGET
         self.cut_at = None  # the root being walked when the walk reached its budget
+        # After the run, where the walk index applies (`GitSnapshot.index_where`): per root, the
+        # entries for the next run's index (`walk_index`), each a directory whose ctime lies before
+        # `cut`, from the clock read now — before this walk lists anything
+        self.gathered: dict = {}
+        self.cut = None
+        if not census and snap.index_where is not None:
+            from sandboy.confine.walk_index import cut_now
+
+            self.cut = cut_now()
 
     def add(self, path, why: str, restore=None) -> None:
         # a set, not `in self.findings`: 20,000 files made in a hooks directory (a tenth of a
@@ -944,9 +997,22 @@ class _Walk:
         directory's ctime (and the command cannot set one back), and the census listed it after
         that reading, so its names are the census's (`GitSnapshot.listings`, by (st_dev, st_ino):
         a directory moved keeps its entries; ADR 0019 "Session 10"). Each subdirectory is still
-        looked at (its own ctime and link count) and descended into."""
+        looked at (its own ctime and link count) and descended into.
+
+        At launch, likewise, a directory whose ctime is the one the last complete check's walk saw
+        is not listed: its listing is that walk's, kept in the cache directory (`walk_index`, ADR
+        0019 "Session 12"); after the run a leaf's `.git` and `HEAD` are taken from it the same way."""
         census = self.census  # (locals: looked at once per entry of the tree)
         listings, since = self.snap.listings, self.snap.since_ns
+        # the walk index (ADR 0019 "Session 12"): what the last complete walk found in each
+        # directory, by (st_dev, st_ino), taken where the directory's ctime is still the one it had
+        # then — at launch for the listings, after the run for the leaves' `.git` and `HEAD`; and,
+        # after the run, what this walk finds, for the next run (`gathered`, before `cut` only)
+        prior = self.snap.prior if self.snap.index_where is not None else None
+        cut, gathered = self.cut, None
+        if cut is not None:
+            gathered = self.gathered.setdefault(root, {})
+        valid = _index_entry_valid
         exists = os.access
         try:
             pending = [(root, os.lstat(root))]
@@ -965,17 +1031,30 @@ class _Walk:
                     # symlink, or a `commondir`: no layout git makes) is left out — found after the
                     # run, it is judged whole. Two lookups fewer per leaf, most of a tree's directories.
                     continue
-                # (os.access with F_OK, not followed, as the effective user: an lstat that builds
-                # no stat result)
-                if exists(directory + "/.git", os.F_OK, effective_ids=True, follow_symlinks=False):
+                known = prior.get((st.st_dev, st.st_ino)) if prior else None
+                if known is not None and valid(known, st.st_ctime_ns) and known[1] < 0:
+                    # the names are those the last walk looked up (its ctime is theirs); what they
+                    # lead to is read again below
+                    has_git, has_head = known[2], known[3]
+                else:
+                    # (os.access with F_OK, not followed, as the effective user: an lstat that
+                    # builds no stat result)
+                    has_git = exists(directory + "/.git", os.F_OK, effective_ids=True, follow_symlinks=False)
+                    has_head = exists(directory + "/HEAD", os.F_OK, effective_ids=True, follow_symlinks=False)
+                if gathered is not None and st.st_ctime_ns < cut:
+                    gathered[(st.st_dev, st.st_ino)] = (st.st_ctime_ns, -1, has_git, has_head, None)
+                if has_git:
                     self.dot_git(directory + "/.git")
                 # a leaf may still be a git directory: `objects` a symlink or a file, or a commondir
-                if (exists(directory + "/HEAD", os.F_OK, effective_ids=True, follow_symlinks=False)
-                        and _is_git_directory(directory)):
+                if has_head and _is_git_directory(directory):
                     self.gitdir(directory, full=False, top=directory)
                 continue
             listed = None
-            if not census and st.st_ctime_ns < since:
+            if census:
+                known = prior.get((st.st_dev, st.st_ino)) if prior else None
+                if known is not None and valid(known, st.st_ctime_ns) and known[1] >= 0:
+                    listed = self._as_listed(directory, known[1:])
+            elif st.st_ctime_ns < since:
                 listed = self._as_listed(directory, listings.get((st.st_dev, st.st_ino)))
             if listed is None:
                 try:
@@ -991,8 +1070,10 @@ class _Walk:
                     self.add(None, f"{directory}: cannot be looked through for repositories "
                              f"({exc.strerror or exc}): not checked")
                     continue
-                if census:
-                    listings[(st.st_dev, st.st_ino)] = listed[:4]
+            if census:
+                listings[(st.st_dev, st.st_ino)] = listed[:4]
+            elif gathered is not None and st.st_ctime_ns < cut:
+                gathered[(st.st_dev, st.st_ino)] = (st.st_ctime_ns, *listed[:4])
             count, has_git, has_head, names, stats = listed
             left -= count
             if has_git:
@@ -1040,7 +1121,7 @@ class _Walk:
         for name in names:
             try:
                 sub = os.lstat(prefix + name)
-            except OSError:
+            except (OSError, TypeError, ValueError):  # (a name of the walk index that is no name)
                 return None
             if not stat.S_ISDIR(sub.st_mode):
                 return None

@@ -201,32 +201,9 @@ def _code_unchanged(identities) -> bool:
 
 def _open_entry(path: str):
     """The entry's bytes, or None: only a regular file we own, that no one else may write, of a
-    bounded size, reached without a symlink, in a directory of ours no one else may write."""
-    try:
-        dirfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(dirfd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return None
-        fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=dirfd)
-    except OSError:
-        return None
-    finally:
-        os.close(dirfd)
-    try:
-        st = os.fstat(fd)
-        if (st.st_mode & _S_IFMT != 0o100000 or st.st_uid != os.geteuid() or st.st_mode & 0o022
-                or st.st_size > MAX_ENTRY_BYTES):
-            return None
-        data = os.read(fd, st.st_size + 1)
-        return data if len(data) == st.st_size else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    bounded size, reached without a symlink, in a directory of ours no one else may write
+    (`_libc.read_private`, the cache's one reader)."""
+    return _libc.read_private(path, MAX_ENTRY_BYTES)
 
 
 class CachedPlan:

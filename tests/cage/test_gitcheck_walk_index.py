@@ -1,0 +1,400 @@
+"""The git check's walk index (confine/walk_index.py, ADR 0019 "Session 12"): what the last walk
+of a write root found in each directory, kept in Sandboy's cache for the next run, whose census
+lists a directory again only where its ctime changed.
+
+Called directly, as test_gitcheck.py does: a first run writes the index (the tree older than the
+index's margin, as a checkout is), then the attacker's script between a second snapshot and its
+verify, run by the host's real shell and git. Each probe plants where an index trusted wrongly —
+a stale listing, a leaf's `.git` or `HEAD` taken from it — would hide the plant, and asserts the
+finding and, host side, that the operator's git ran the plant before the quarantine and runs
+nothing after it. The twins count what the walk lists and looks up (through a counting wrapper
+around the walk's own calls, not time), and what makes the index a miss."""
+
+from __future__ import annotations
+
+import marshal
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sandboy.confine import gitcheck, walk_index
+
+from gitkit import fsmonitor, scratch_env, sh
+
+MARGIN_S = walk_index.MARGIN_NS / 1e9 + 0.2
+
+
+@pytest.fixture(autouse=True)
+def _git():
+    if not shutil.which("git"):
+        pytest.skip("needs git")
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))  # (this test's own index)
+    monkeypatch.delenv("SANDBOY_PLAN_CACHE", raising=False)
+    return scratch_env(tmp_path / "home")
+
+
+def checkout(root, env, dirs: int = 120):
+    """A committed repository shaped like a checkout: directory i lies in directory (i - 1) // 2
+    (half of them hold subdirectories, half are leaves), two files each."""
+    paths = [root]
+    for i in range(1, dirs):
+        paths.append(paths[(i - 1) // 2] / f"d{i}")
+    for i, path in enumerate(paths):
+        path.mkdir(parents=True, exist_ok=True)
+        for j in range(2):
+            (path / f"f{j}.txt").write_text(f"{i} {j}\n")
+    sh("git init -q . && git add -A && git commit -q -m tree", root, env)
+    return root
+
+
+def host_git_status(where, env) -> None:
+    subprocess.run(["git", "-c", "safe.directory=*", "-C", str(where), "status"], capture_output=True, env=env,
+                   timeout=30)
+
+
+def run(roots, script, env, exclude=()):
+    """One run: the snapshot (a clock tick after whatever the host did before), `script` as the
+    command, the check after it."""
+    time.sleep(0.02)
+    snap = gitcheck.snapshot([str(r) for r in roots], exclude=[str(e) for e in exclude], home=env["HOME"])
+    if script:
+        sh(script, roots[0], env)
+    return snap, snap.verify()
+
+
+def index_files(tmp_path) -> list:
+    folder = tmp_path / "cache" / "walks"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+@pytest.fixture
+def indexed(tmp_path, env):
+    """A checkout whose first run wrote its walk index (every directory older than the margin)."""
+    repo = checkout(tmp_path / "repo", env)
+    time.sleep(MARGIN_S)
+    _snap, findings = run([repo], "", env)
+    assert findings == []
+    assert len(index_files(tmp_path)) == 1, "the first run kept no walk index"
+    return repo
+
+
+class Counted:
+    """What the walk lists (`_Walk._list`, at launch and after the run) and looks up in leaves
+    (its `os.access` of `.git` and `HEAD`), counted by wrapping the walk's own calls."""
+
+    def __init__(self, monkeypatch):
+        self.listed = {True: [], False: []}  # census -> directories listed
+        self.looked_up = []
+        real_list, real_access = gitcheck._Walk._list, os.access
+
+        def _list(walk, directory):
+            self.listed[walk.census].append(directory)
+            return real_list(walk, directory)
+
+        def access(path, *args, **kwargs):
+            if isinstance(path, str) and (path.endswith("/.git") or path.endswith("/HEAD")):
+                self.looked_up.append(path)
+            return real_access(path, *args, **kwargs)
+
+        monkeypatch.setattr(gitcheck._Walk, "_list", _list)
+        monkeypatch.setattr(os, "access", access)
+
+    def reset(self):
+        self.listed = {True: [], False: []}
+        self.looked_up = []
+
+
+def non_leaves(root) -> list:
+    out = []
+    for top, dirs, _files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        if os.lstat(top).st_nlink != 2:
+            out.append(top)
+    return out
+
+
+def leaf(repo) -> str:
+    found = [p for p in non_leaves_and_leaves(repo) if os.lstat(p).st_nlink == 2]
+    return found[-1]
+
+
+def non_leaves_and_leaves(root) -> list:
+    out = []
+    for top, dirs, _files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        out.append(top)
+    return out
+
+
+# --- the twins: what an unchanged tree costs, and what a change costs -----------------------------
+
+def test_an_unchanged_tree_is_not_listed_again(tmp_path, env, indexed, monkeypatch):
+    count = Counted(monkeypatch)
+    _snap, findings = run([indexed], "", env)
+    assert findings == []
+    assert count.listed == {True: [], False: []}, "a directory the index holds unchanged was listed again"
+    assert count.looked_up == [], "a leaf the index holds unchanged had its .git and HEAD looked up again"
+    # the same with the index turned off: the census lists every directory with subdirectories,
+    # the check after the run looks into every leaf (what each run paid before)
+    monkeypatch.setenv("SANDBOY_PLAN_CACHE", "0")
+    _snap, findings = run([indexed], "", env)
+    assert findings == []
+    assert sorted(count.listed[True]) == sorted(non_leaves(indexed))
+    assert len(count.looked_up) == 2 * (len(non_leaves_and_leaves(indexed)) - len(non_leaves(indexed)))
+
+
+def test_only_what_changed_is_listed_and_the_index_follows_it(tmp_path, env, indexed, monkeypatch):
+    """The host adds a file in one directory and a directory in another between two runs: the
+    census lists those two (and walks the new one, a leaf: looked into after the run); the run
+    itself writes a file in a third, listed after the run only."""
+    changed = indexed / "d1" / "d3"
+    (changed / "new.txt").write_text("x")
+    (indexed / "d2" / "made").mkdir()
+    count = Counted(monkeypatch)
+    _snap, findings = run([indexed], "echo y > d1/d4/during.txt", env)
+    assert findings == []
+    assert sorted(count.listed[True]) == sorted([str(changed), str(indexed / "d2")])
+    assert count.listed[False] == [str(indexed / "d1" / "d4")]
+    made = indexed / "d2" / "made"
+    assert sorted(count.looked_up) == [f"{made}/.git", f"{made}/HEAD"]
+    # the next run: the changes of this one are older than the margin by then, and in the index
+    time.sleep(MARGIN_S)
+    assert run([indexed], "", env)[1] == []
+    count.reset()
+    assert run([indexed], "", env)[1] == []
+    assert (count.listed, count.looked_up) == ({True: [], False: []}, [])
+
+
+# --- the probes: each plant lies where an index trusted wrongly would hide it ---------------------
+
+def test_a_repository_the_host_made_between_runs_and_the_run_plants_in_is_judged(tmp_path, env, indexed):
+    """The operator makes a nested repository between two runs (its directory's ctime changes,
+    nothing else in the index does); the second run appends core.fsmonitor to its config, in
+    place: no directory changes during the run. A census that took the index's listing of the
+    directory by identity alone (not its ctime) never reached the repository, and after the run
+    the same stale listing was reused — the plant passed."""
+    marker = tmp_path / "PWNED"
+    nested = indexed / "d1" / "d3" / "hostrepo"
+    sh(f"git init -q '{nested}' && git -C '{nested}' commit -q --allow-empty -m n", indexed, env)
+    snap, findings = run([indexed], f"printf '{fsmonitor(marker)}' >> d1/d3/hostrepo/.git/config", env)
+    host_git_status(nested, env)
+    assert marker.exists(), "the plant does not run (probe broken)"
+    marker.unlink()
+    assert any(f.path == f"{nested}/.git/config" for f in findings), findings
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed
+    host_git_status(nested, env)
+    assert not marker.exists(), "the operator's git ran the plant after the check"
+
+
+def test_a_dot_git_file_planted_in_an_indexed_leaf_is_found(tmp_path, env, indexed):
+    """A `.git` file made in a leaf the index holds (the leaf stays a leaf) leading to a git
+    directory in the run's `{tmp}`, which is never walked: only the leaf's own lookup finds it."""
+    marker = tmp_path / "PWNED"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    target = leaf(indexed)
+    script = (f"git init -q --bare '{tmp}/evil.git' && printf '{fsmonitor(marker)}' >> '{tmp}/evil.git/config' "
+              f"&& git config -f '{tmp}/evil.git/config' core.bare false "
+              f"&& git config -f '{tmp}/evil.git/config' core.worktree '{target}' "
+              f"&& echo 'gitdir: {tmp}/evil.git' > '{target}/.git'")
+    snap, findings = run([indexed, tmp], script, env, exclude=[tmp])
+    assert os.lstat(target).st_nlink == 2
+    host_git_status(target, env)
+    assert marker.exists(), "the plant does not run (probe broken)"
+    marker.unlink()
+    assert findings, "a .git file planted in an indexed leaf was not found"
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    host_git_status(target, env)
+    assert not marker.exists()
+
+
+BARE_IN_A_LEAF = {
+    # HEAD, `objects` and `refs` as executable files (git's access(X_OK) passes them) and a config:
+    # the leaf stays a leaf, and its new names change its ctime
+    "made": "git init -q --bare {tmp}/tmpl && cp {tmp}/tmpl/HEAD {leaf}/ && cp {tmp}/tmpl/config {leaf}/config "
+            "&& git config -f {leaf}/config core.bare false && git config -f {leaf}/config core.worktree {leaf} "
+            "&& printf 'FSM' >> {leaf}/config && : > {leaf}/objects && : > {leaf}/refs "
+            "&& chmod +x {leaf}/objects {leaf}/refs",
+    # the same layout there before the first run with a HEAD git refuses (not a git directory
+    # then): the run rewrites HEAD and the config in place — the leaf's names, and so its ctime,
+    # stay what the index holds; HEAD's bytes are read again every run
+    "completed in place": "printf 'ref: refs/heads/main\\n' > {leaf}/HEAD && printf 'FSM' >> {leaf}/config",
+}
+
+
+@pytest.mark.parametrize("how", BARE_IN_A_LEAF)
+def test_a_bare_layout_in_an_indexed_leaf_is_found(tmp_path, env, how):
+    marker = tmp_path / "PWNED"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    repo = checkout(tmp_path / "repo", env)
+    target = leaf(repo)
+    if how == "completed in place":
+        sh(f"git init -q --bare '{tmp}/tmpl' && echo 'not a ref' > '{target}/HEAD' "
+           f"&& cp '{tmp}/tmpl/config' '{target}/config' && git config -f '{target}/config' core.bare false "
+           f"&& git config -f '{target}/config' core.worktree '{target}' "
+           f"&& : > '{target}/objects' && : > '{target}/refs' && chmod +x '{target}/objects' '{target}/refs'", repo, env)
+    time.sleep(MARGIN_S)
+    assert run([repo], "", env)[1] == []
+    script = BARE_IN_A_LEAF[how].format(tmp=tmp, leaf=target).replace("FSM", fsmonitor(marker))
+    snap, findings = run([repo], script, env)
+    assert os.lstat(target).st_nlink == 2
+    host_git_status(target, env)
+    assert marker.exists(), "the plant does not run (probe broken)"
+    marker.unlink()
+    assert findings, f"{how}: a bare layout in an indexed leaf was not found"
+    moved, failed = gitcheck.quarantine(findings, snap.writable)
+    assert moved and not failed, (moved, failed)
+    host_git_status(target, env)
+    assert not marker.exists()
+
+
+def test_a_directory_prepared_in_tmp_and_renamed_in_is_walked_whole(tmp_path, env, indexed):
+    """A tree prepared in the run's `{tmp}` (never walked) before the launch — old ctimes all the
+    way down but for the renamed directory itself — with a repository two levels inside, renamed
+    into an indexed directory: none of it is in the census or the index, all of it is walked."""
+    marker = tmp_path / "PWNED"
+    tmp = tmp_path / "tmp"
+    (tmp / "prep" / "a" / "b").mkdir(parents=True)
+    sh(f"git init -q '{tmp}/prep/a/b/r' && printf '{fsmonitor(marker)}' >> '{tmp}/prep/a/b/r/.git/config'", tmp, env)
+    time.sleep(0.05)
+    snap, findings = run([indexed, tmp], f"mv '{tmp}/prep' d1/d3/prep", env, exclude=[tmp])
+    where = indexed / "d1" / "d3" / "prep" / "a" / "b" / "r"
+    host_git_status(where, env)
+    assert marker.exists(), "the plant does not run (probe broken)"
+    marker.unlink()
+    assert any(f.path == f"{where}/.git/config" for f in findings), findings
+    gitcheck.quarantine(findings, snap.writable)
+    host_git_status(where, env)
+    assert not marker.exists()
+
+
+def test_a_directory_replaced_by_a_symlink(tmp_path, env, indexed):
+    """An indexed directory with subdirectories replaced by a symlink — by the host between runs
+    (a twin: a symlink is never followed, nothing is found, nothing fails) and by the run, to a
+    directory of another write root where it plants a repository (found there, by that root's
+    own walk)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    sh("mv d1/d3 d1/d3.real && ln -s d3.real d1/d3", indexed, env)
+    _snap, findings = run([indexed, other], "", env)
+    assert findings == []
+    marker = tmp_path / "PWNED"
+    script = (f"git init -q '{other}/r' && printf '{fsmonitor(marker)}' >> '{other}/r/.git/config' "
+              f"&& rm -rf d2/d5 && ln -s '{other}/r' d2/d5")
+    snap, findings = run([indexed, other], script, env)
+    assert any(f.path == f"{other}/r/.git/config" for f in findings), findings
+    host_git_status(indexed / "d2" / "d5", env)
+    assert marker.exists()
+    marker.unlink()
+    gitcheck.quarantine(findings, snap.writable)
+    host_git_status(indexed / "d2" / "d5", env)
+    assert not marker.exists()
+
+
+def test_a_deep_repository_planted_on_the_second_run_is_found(tmp_path, env, indexed):
+    marker = tmp_path / "PWNED"
+    deep = indexed / "d1" / "d3" / "d7" / "d15" / "dir"
+    snap, findings = run([indexed], f"mkdir -p '{deep}' && git init -q '{deep}' "
+                                    f"&& printf '{fsmonitor(marker)}' >> '{deep}/.git/config'", env)
+    assert any(f.path == f"{deep}/.git/config" for f in findings), findings
+    gitcheck.quarantine(findings, snap.writable)
+    host_git_status(deep, env)
+    assert not marker.exists()
+
+
+# --- the index itself: a miss (a full walk), never an error ---------------------------------------
+
+def _full_walk(repo, env, monkeypatch) -> bool:
+    count = Counted(monkeypatch)
+    _snap, findings = run([repo], "", env)
+    assert findings == []
+    return sorted(count.listed[True]) == sorted(non_leaves(repo))
+
+
+def _rewrite(path, change) -> None:
+    """The index file at `path` with its header changed by `change` (a tuple -> tuple), the checksum
+    kept valid: what only another state of the machine (a stepped clock, another boot) writes."""
+    head = list(marshal.loads(path.read_bytes()))
+    path.write_bytes(marshal.dumps(tuple(change(head))))
+
+
+SPOILED = {
+    "garbage": lambda p: p.write_bytes(b"\x00garbage"),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:-40]),
+    "one byte of the entries changed": lambda p: p.write_bytes(p.read_bytes()[:-30] + bytes([p.read_bytes()[-30] ^ 1])
+                                                              + p.read_bytes()[-29:]),
+    "writable by others": lambda p: p.chmod(0o666),
+    "another boot": lambda p: _rewrite(p, lambda h: h[:3] + [(b"another boot id", h[3][1])] + h[4:]),
+    "another mount table": lambda p: _rewrite(p, lambda h: h[:3] + [(h[3][0], "0" * 16)] + h[4:]),
+    "the clock stepped back since": lambda p: _rewrite(p, lambda h: h[:4] + [h[4] + 5_000_000_000] + h[5:]),
+    "another write root's": lambda p: _rewrite(p, lambda h: h[:2] + [h[2] + "-other"] + h[3:]),
+}
+
+
+@pytest.mark.parametrize("how", SPOILED)
+def test_an_index_that_cannot_be_trusted_is_a_full_walk(tmp_path, env, indexed, monkeypatch, how):
+    [path] = index_files(tmp_path)
+    assert not _full_walk(indexed, env, monkeypatch)  # (the index is used as it is)
+    SPOILED[how](path)
+    assert _full_walk(indexed, env, monkeypatch), f"{how}: the index was used"
+
+
+def test_an_index_of_another_owner_is_not_read(tmp_path, env, indexed, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a file of another user)")
+    [path] = index_files(tmp_path)
+    os.chown(path, 65534, 65534)
+    assert _full_walk(indexed, env, monkeypatch)
+
+
+def test_a_mount_below_the_write_root_since_the_index_is_a_full_walk(tmp_path, env, indexed):
+    """A file system mounted below the root between two runs (the mount table changed): the
+    index's inode numbers and ctimes are another state's. In a mount namespace of its own."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare")
+    (indexed / "d2" / "mnt").mkdir()
+    time.sleep(MARGIN_S)
+    assert run([indexed], "", env)[1] == []  # (the index now holds d2 with mnt)
+    probe = ("import os, sys\nfrom sandboy.confine import gitcheck\nlisted = []\nreal = gitcheck._Walk._list\n"
+             "gitcheck._Walk._list = lambda w, d: (listed.append(d), real(w, d))[1]\n"
+             "snap = gitcheck.snapshot([sys.argv[1]], home=sys.argv[2])\nassert snap.verify() == []\n"
+             "print(len(listed))\n")
+    script = (f"mount --make-rprivate / && mount -t tmpfs none '{indexed}/d2/mnt' && "
+              f"PYTHONPATH='{os.path.dirname(os.path.dirname(gitcheck.__file__))}' '{sys.executable}' -c \"$PROBE\" "
+              f"'{indexed}' '{env['HOME']}' && '{sys.executable}' -c \"$PROBE\" '{indexed}' '{env['HOME']}'")
+    out = subprocess.run(["unshare", "-m", "sh", "-ec", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PROBE": probe, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, second = [int(n) for n in out.stdout.split()]
+    assert first >= len(non_leaves(indexed)), (first, "the index of another mount table was used")
+    assert second == 0, (second, "the index written under the new mount table was not used")
+
+
+def test_no_index_is_kept_past_its_bound_or_where_the_runs_tmp_lies_inside_the_root(tmp_path, env, monkeypatch):
+    repo = checkout(tmp_path / "repo", env, dirs=20)
+    time.sleep(MARGIN_S)
+    monkeypatch.setattr(walk_index, "MAX_DIRS", 10)
+    assert run([repo], "", env)[1] == []
+    assert index_files(tmp_path) == []
+    monkeypatch.setattr(walk_index, "MAX_DIRS", 200_000)
+    inside = repo / "d1" / "tmp"
+    inside.mkdir()
+    time.sleep(MARGIN_S)
+    assert run([repo], "", env, exclude=[inside])[1] == []
+    assert index_files(tmp_path) == []
+    assert run([repo], "", env)[1] == []
+    assert len(index_files(tmp_path)) == 1
+    [path] = index_files(tmp_path)
+    st = os.lstat(path)
+    assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o600)
