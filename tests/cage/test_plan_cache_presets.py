@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_plan_cache import SANDBOY, Runner  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
+from sandboy.policy.presets import ETC_SECRETS  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -95,6 +96,26 @@ def test_a_presets_policy_is_kept_and_a_hit_imports_neither_presets_nor_loader(r
     assert not {"sandboy.policy.presets", "sandboy.policy.load", "tomllib", "sandboy.confine.cage"} & proc.imported
     assert "sandboy.policy.lookups" in proc.imported  # (the questions were asked again)
     assert reads(runner, a) == (True, {"interp-A": "A"})
+
+
+def test_a_granted_prefix_removed_is_a_miss(runner, tmp_path):
+    """An `exists` the kept plan's fingerprint proves (a path of its rules, stat'ed by every hit)
+    is not kept to be asked again (`lookups.without_implied`), one answered False is: the prefix
+    the rules grant, removed and made again empty, is a miss (its program's `program` answer, the
+    fingerprint's stat and the ruleset's refill each see it)."""
+    import marshal
+
+    a = interpreter(tmp_path, "A")
+    path_dir(runner, tmp_path, a / "bin" / "python3")
+    assert reads(runner, a) == (False, {"interp-A": "A"})
+    (entry,) = runner.entries()
+    *_, lookups, _ = marshal.loads(entry.read_bytes())
+    asked = {argument for kind, argument, _ in lookups if kind == "exists"}
+    assert str(a) not in asked and "/usr" not in asked
+    assert {p for p in ETC_SECRETS if not os.path.exists(p)} <= asked  # (absent: no rule, asked again)
+    shutil.rmtree(a)
+    a.mkdir()
+    assert reads(runner, a) == (False, {"interp-A": None})
 
 
 def test_a_program_made_on_path_since_is_a_miss_and_granted(runner, tmp_path):

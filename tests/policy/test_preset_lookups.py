@@ -7,6 +7,8 @@ tests/cage/test_plan_cache_presets.py; here: that the presets look at the machin
 
 import ast
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,9 +49,9 @@ def test_the_presets_look_at_the_machine_only_through_ask():
     assert imported == {"os"}
     sources = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                for alias in node.names}
-    assert sources <= {("sandboy.policy.lookups", "ask"), ("sandboy.policy.lookups", "unsure"),
-                       ("sandboy.policy.resolve", "path_candidates"), ("sandboy.policy.resolve", "is_within"),
-                       ("sandboy.policy.resolve", "is_within_any")}, sources
+    assert sources <= {("sandboy.policy.lookups", "ask"), ("sandboy.policy.lookups", "real_path"),
+                       ("sandboy.policy.lookups", "unsure"), ("sandboy.policy.resolve", "path_candidates"),
+                       ("sandboy.policy.resolve", "is_within"), ("sandboy.policy.resolve", "is_within_any")}, sources
     environ_in = set()
     for function in ast.walk(tree):
         if not isinstance(function, ast.FunctionDef):
@@ -73,7 +75,7 @@ def test_a_record_is_asked_again_answer_for_answer(fresh, tmp_path):
     record = lookups.recorded()
     assert record and lookups.unchanged(record)
     kinds = {kind for kind, _, _ in record}
-    assert {"exists", "program", "env", "sys", "cwd", "realpath"} <= kinds
+    assert {"exists", "program", "env", "sys", "cwd", "islink", "readlink"} <= kinds
     for i, (kind, argument, answer) in enumerate(record):
         if kind in ("exists", "program", "islink", "isdir", "isfile"):
             flipped = record[:i] + ((kind, argument, not answer),) + record[i + 1:]
@@ -119,3 +121,29 @@ def test_a_question_that_fails_or_another_environment_keeps_nothing(fresh, tmp_p
     (tmp_path / "later").mkdir()
     lookups.ask("exists", str(tmp_path / "later"))
     assert lookups.recorded() is None
+
+
+def test_real_path_walks_as_posixpath_does(fresh, tmp_path):
+    """`lookups.real_path` is os.path.realpath's walk with each lstat and readlink recorded: the
+    same answer for this machine's interpreters and prefixes, and for links that are relative,
+    absolute, chained, dangling, through `..`, in a loop, and on the way to a directory."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_text("")
+    links = {"rel": "a/b/f", "abs": str(tmp_path / "a" / "b"), "chain": "rel", "dangling": "nowhere/x",
+             "up": "a/b/../../abs", "loop1": "loop2", "loop2": "loop1", "dir": "a"}
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+    paths = [str(tmp_path / name) for name in links] + [
+        str(tmp_path / "dir" / "b" / "f"), str(tmp_path / "abs" / ".." / "b" / "f"), str(tmp_path / "chain" / "x"),
+        str(tmp_path / "loop1" / "y"), str(tmp_path / "missing" / ".." / "a"), "//usr//bin/./python3", "/",
+        "/..", os.path.realpath(os.__file__), os.path.dirname(os.__file__)]
+    paths += [sys.executable, sys.prefix, sys.base_prefix, shutil.which("python3") or "/usr/bin/python3",
+              "/bin/sh", "/lib64/ld-linux-x86-64.so.2", "/proc/self/exe", "/proc/self/cwd/x"]
+    for path in paths:
+        assert lookups.real_path(path) == os.path.realpath(path), path
+    kinds = {kind for kind, _, _ in lookups.recorded()}
+    assert kinds == {"islink", "readlink"}, kinds  # (no `realpath` asked whole for an absolute path)
+    assert lookups.unchanged(lookups.recorded())
+    (tmp_path / "rel").unlink()
+    (tmp_path / "rel").symlink_to("a/b")
+    assert not lookups.unchanged(lookups.recorded())

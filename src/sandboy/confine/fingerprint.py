@@ -140,6 +140,11 @@ class Fingerprint:
             setattr(fingerprint, name, value)
         return fingerprint
 
+    def present(self) -> frozenset:
+        """The policy paths whose stat (following symlinks) succeeded when this fingerprint was
+        taken: each still exists wherever `unchanged()` is True (its stat_key must be the same)."""
+        return frozenset(path for path, key in zip(self.inputs, self._input_keys) if key is not None)
+
     def _inputs_now(self) -> tuple:
         return tuple(stat_key(p) for p in self.inputs)
 

@@ -515,7 +515,12 @@ def _entry_for(cage, miss: Miss, hooks):
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
             git_scope, tuple(fs.get("mount_roots") or ()), tmp)
-    return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state(), miss.lookups), body
+    lookups = miss.lookups
+    if lookups:  # (an `exists` the fingerprint's own stat proves is not asked twice by a hit)
+        from sandboy.policy.lookups import without_implied  # (imported: the presets asked through it)
+
+        lookups = without_implied(lookups, cage.fingerprint.present())
+    return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state(), lookups), body
 
 
 def _tmp_mount_point(cage):

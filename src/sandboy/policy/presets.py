@@ -14,7 +14,7 @@ policy. The preset's paths are added in front of the policy's own lists; `fs.den
 
 import os
 
-from sandboy.policy.lookups import ask, unsure
+from sandboy.policy.lookups import ask, real_path, unsure
 from sandboy.policy.resolve import path_candidates
 
 # Every question about the machine goes through `ask` (policy/lookups.py): the rules are then a
@@ -104,7 +104,7 @@ def symlink_chain(path: str, real: str | None = None) -> list[str]:
         target = ask("readlink", current)
         chain.append(os.path.normpath(os.path.join(os.path.dirname(current), target)))
     if real is None:
-        real = ask("realpath", path)
+        real = real_path(path)
     if real not in chain:
         chain.append(real)
     return chain
@@ -121,7 +121,7 @@ def _add_program(rules: Rules, path: str, read_prefix: bool) -> None:
         rules.add("read", root)
         for sub in ("bin", "libexec", "shims", "plugins", "versions"):
             rules.add("exec", os.path.join(root, sub))
-    real = ask("realpath", path)  # once: posixpath.realpath walks every component in Python
+    real = real_path(path)  # once: posixpath.realpath walks every component in Python
     for hop in symlink_chain(path, real):
         rules.add("exec", os.path.dirname(hop))
         rules.add("read", os.path.dirname(hop))
@@ -186,15 +186,15 @@ def _add_project_venv(rules: Rules, venv: str) -> None:
     for it (add its installation to fs.read)."""
     from sandboy.policy.resolve import is_within, is_within_any
 
-    real = ask("realpath", venv)
-    if not is_within(real, ask("realpath", ask("cwd", ""))):
+    real = real_path(venv)
+    if not is_within(real, real_path(ask("cwd", ""))):
         return  # `.venv` a symlink out of the working directory: not the project's
-    trusted = [ask("realpath", p) for p in rules.read]
+    trusted = [real_path(p) for p in rules.read]
     found = Rules()
     _add_venv(found, venv)
     for kind in ("read", "exec"):
         for path in getattr(found, kind):
-            target = ask("realpath", path)
+            target = real_path(path)
             if is_within(target, real) or is_within_any(target, trusted):
                 rules.add(kind, path)
 
