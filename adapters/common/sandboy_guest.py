@@ -148,7 +148,13 @@ def as_int(value: Any, default: int = 1) -> int:
 
 def artifact_location(path: str) -> dict[str, Any]:
     """A URI reference for a tool-reported path: relative paths under %SRCROOT%."""
-    path = path.replace("\\", "/")
+    if path.startswith("\\\\") or (len(path) > 2 and path[0].isascii() and path[0].isalpha() and path[1] == ":"
+                                   and path[2] in "\\/"):
+        # a Windows path (`C:\a\b.cs`, `\\server\share\f`): its backslashes are separators. Elsewhere
+        # a backslash is a character of a Linux file name: read as `/`, the findings in a
+        # repository's `app\views.py` were shown on `app/views.py`, another file (its line hashes
+        # too) — a reviewer dismissed the alert on the clean file (redinput12). Percent-encoded.
+        path = path.replace("\\", "/")
     if path.startswith("file:"):
         return {"uri": quote(path, safe="/:@!$&'()*+,;=-._~%")}
     if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
