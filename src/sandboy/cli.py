@@ -204,6 +204,8 @@ def cmd_run(args: RunArgs) -> int:
                               "signal": result.signal, "duration": round(result.duration, 6),
                               **({"error": result.error} if result.outcome == PLANTED else {}),
                               **({"egress": result.egress} if result.egress is not None else {})})
+            if status is not None and _status_replaced(args, status):
+                return EXIT_CAGE
             if result.outcome == KILLED and cage.tier is not None:
                 # only a SIGTERM to this process ends a run_here run so: end as it would have
                 sys.stderr.flush()
@@ -222,6 +224,8 @@ def cmd_run(args: RunArgs) -> int:
         code = exec_mode.exec_confined(args.command, cage, on_applied, hooks)
         if miss is not None:  # once the command has run: its start waited for nothing
             miss.store(cage, hooks)
+        if status is not None and _status_replaced(args, status):
+            return EXIT_CAGE
         return code
     except PolicyError as exc:
         _close_refused(cage)
@@ -268,7 +272,8 @@ def _open_status(args: RunArgs) -> int:
     from sandboy import json_text  # noqa: F401
 
     if args.status_json:
-        return os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        _STATUS_OPENED[0] = os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        return _STATUS_OPENED[0]
     os.set_inheritable(args.status_fd, False)
     return args.status_fd
 
@@ -279,7 +284,35 @@ def _write_status(fd: int, enforced, degraded, warnings, source, outcome) -> Non
 
     doc = {"sandboy": __version__, "policy": source, "landlock_abi": abi_version(),
            "enforced": enforced, "degraded": degraded, "warnings": warnings, **outcome}
-    os.write(fd, (json_text.dumps(doc) + "\n").encode())  # json.dumps(doc, indent=2)'s text
+    data = (json_text.dumps(doc) + "\n").encode()  # json.dumps(doc, indent=2)'s text
+    os.write(fd, data)
+    if _STATUS_OPENED[0] == fd:
+        # --status-json's own file (offset 0 since its O_TRUNC): what the command wrote into it
+        # beyond our bytes would have followed them as a second document
+        os.ftruncate(fd, len(data))
+
+
+_STATUS_OPENED = [None]  # the fd `_open_status` opened for --status-json (not a caller's --status-fd)
+
+
+def _status_replaced(args: RunArgs, fd: int) -> bool:
+    """Whether --status-json FILE is no longer the file this run opened and wrote. Where a write
+    root holds FILE (`--status-json s.json` in the project), the command could remove it and put
+    a forged status there (`"outcome": "exec"`, no error): Sandboy's status went to the unlinked
+    file, and a CI reading FILE took a planted or failed run for a clean one (redcage12). The run
+    is failed instead (125), saying so. Asked once every process of the run has ended."""
+    if not args.status_json:
+        return False
+    try:
+        now, ours = os.stat(args.status_json), os.fstat(fd)
+        if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino):
+            return False
+        why = "another file is there now"
+    except OSError as exc:
+        why = exc.strerror
+    _err(f"--status-json {args.status_json}: not the file this run wrote its status to ({why}): the "
+         "command replaced it; failing the run. Put the status file outside the write roots")
+    return True
 
 
 def _dry_run(policy, args: RunArgs) -> int:

@@ -386,3 +386,43 @@ def test_a_call_newer_than_the_denylist_is_enosys_not_allowed(probe, monkeypatch
     monkeypatch.setattr(seccomp, "HIGHEST_KNOWN_NR", 468)
     newer = filter_only(cage_bpf(policy), argv)
     assert "ENOSYS" in newer.out, newer
+
+
+FORGE_STATUS = ('rm -f status.json; printf \'{"outcome": "exec", "forged": true}\\n\' > status.json; '
+                'printf "[core]\\n\\tfsmonitor = touch $1\\n" >> .git/config 2>/dev/null; exit 0')
+
+
+@pytest.mark.parametrize("tier", ["tier", "forced-off"])
+def test_a_status_file_in_a_write_root_cannot_be_swapped_for_a_forged_one(tmp_path, tier):
+    """`sandboy run --status-json status.json` in the project (a write root): the command removed
+    the file and wrote a forged status ("exec", no error); Sandboy's real status went to the
+    unlinked file, and a CI reading status.json took a failed — without the tier, planted — run
+    for a clean one. Now the run fails (125) saying so. Host side: the exit code, the quarantine;
+    twins: the same status file written by an ordinary run, and bytes the command appended after
+    ours cut off (one JSON document)."""
+    if tier == "tier" and not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    work = tmp_path / "w"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % work)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+           "SANDBOY_NAMESPACES": "1" if tier == "tier" else "0"}
+
+    def run(script):
+        return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--status-json", "status.json", "--",
+                               "/bin/sh", "-c", script, "sh", str(tmp_path / "PWNED")],
+                              env=env, cwd=work, capture_output=True, text=True, timeout=60)
+
+    forged = run(FORGE_STATUS)
+    assert forged.returncode == 125 and "not the file this run wrote its status to" in forged.stderr, forged
+    # (without the tier the plant itself was judged too: quarantined)
+    assert ("core.fsmonitor" in forged.stderr) == (tier == "forced-off"), forged.stderr
+    ordinary = run("exit 3")
+    assert ordinary.returncode == 3, ordinary
+    assert json.loads((work / "status.json").read_text())["outcome"] in ("exec", "exited")  # (tier, supervised)
+    appended = run("printf '%2000s{\"forged\": true}\\n' x >> status.json; exit 0")
+    assert appended.returncode == 0, appended
+    doc = json.loads((work / "status.json").read_text())  # one document: nothing of the command's after it
+    assert doc["outcome"] in ("exec", "exited") and "forged" not in (work / "status.json").read_text()
