@@ -43,7 +43,9 @@ Cases (medians of N rounds):
                alone (no write root), from the small project: steady and first run. Each tree its
                own cache directory per case (SANDBOY_CACHE_DIR), so nothing else reaches them;
                and the README's policy without `{tmp}`, the glob deny and the supervised limits
-               (EXAMPLE_KEPT_EDITS: what a kept presets plan runs since session 12), in both projects
+               (EXAMPLE_KEPT_EDITS: what a kept presets plan runs since session 12), in both projects;
+               and the same with its glob deny (kept since session 12: EXAMPLE_GLOB_EDITS), in both
+               projects, and as `**/*.pem` in the .venv project (the glob walks every directory there)
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -111,10 +113,16 @@ EXAMPLE_KEPT_EDITS = (('write = [".", "{tmp}"]', 'write = ["."]'), ('deny  = [".
                       ("processes     = 512", "processes     = 0"))
 
 
-def example_kept_policy() -> str:
+# The same with the glob deny kept (ADR 0028 session 12, glob12): `*.pem` as written, and as
+# `**/*.pem` (the walk then looks into every directory of the project, its .venv's included)
+EXAMPLE_GLOB_EDITS = tuple(edit for edit in EXAMPLE_KEPT_EDITS if not edit[0].startswith("deny"))
+EXAMPLE_ALL_PEM_EDITS = (*EXAMPLE_GLOB_EDITS, ('"*.pem"]', '"**/*.pem"]'))
+
+
+def example_kept_policy(edits=EXAMPLE_KEPT_EDITS) -> str:
     with open(EXAMPLE_POLICY) as fh:
         text = fh.read()
-    for old, new in EXAMPLE_KEPT_EDITS:
+    for old, new in edits:
         assert text.count(old) == 1, f"policy.example.toml changed: {old!r} (bench/bench_cpu.py EXAMPLE_KEPT_EDITS)"
         text = text.replace(old, new)
     return text
@@ -129,7 +137,9 @@ def make_project(root: str, venv_files: bool) -> None:
                       ("src/app/main.py", "def main():\n    return 0\n"),
                       ("tests/test_main.py", "from app.main import main\n\ndef test_main():\n    assert main() == 0\n"),
                       (".gitignore", ".venv/\n"), ("presets.toml", PRESETS_POLICY),
-                      ("example-kept.toml", example_kept_policy())):
+                      ("example-kept.toml", example_kept_policy()),
+                      ("example-globs.toml", example_kept_policy(EXAMPLE_GLOB_EDITS)),
+                      ("example-all-pem.toml", example_kept_policy(EXAMPLE_ALL_PEM_EDITS))):
         os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
         with open(os.path.join(root, rel), "w") as fh:
             fh.write(text)
@@ -364,7 +374,11 @@ def main() -> int:
                         f"example (+ .venv {VENV_PACKAGES * VENV_DIRS * VENV_FILES} files)": (venv, "policy.example.toml"),
                         "presets only": (small, "presets.toml"),
                         "example w/o {tmp}, glob, limits (small project)": (small, "example-kept.toml"),
-                        "example w/o {tmp}, glob, limits (+ .venv)": (venv, "example-kept.toml")}
+                        "example w/o {tmp}, glob, limits (+ .venv)": (venv, "example-kept.toml"),
+                        # the glob deny kept too (session 12, glob12): `*.pem`; `**/*.pem` over the .venv
+                        "example w/o {tmp}, limits (small project)": (small, "example-globs.toml"),
+                        "example w/o {tmp}, limits (+ .venv)": (venv, "example-globs.toml"),
+                        "example w/o {tmp}, limits, **/*.pem (+ .venv)": (venv, "example-all-pem.toml")}
         plain_env = dict(os.environ, HOME=home)
         cases = {
             "floor": lambda: cpu_of([sys.executable, "-c", "pass"]),

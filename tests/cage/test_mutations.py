@@ -434,8 +434,8 @@ def _without_cache_deny():
     from sandboy.policy.load import cache_dir
 
     real = landlock.expand_denies
-    return lambda denies, warn, budget=None: real([d for d in denies if d != os.path.realpath(cache_dir())], warn,
-                                                  budget)
+    return lambda denies, warn, budget=None, watch=None: real(
+        [d for d in denies if d != os.path.realpath(cache_dir())], warn, budget, watch)
 
 
 # Mutants no probe can tell apart from the intact cage, each with the reason (checked: exactly
@@ -480,7 +480,7 @@ def _protection_mutants():
         # and the hygiene steps one by one
         ("listen refused without a legitimate listener", seccomp, "build",
          (lambda real: lambda deny, *a, **k: real(set(deny) - {"listen"}, *a, **k))(seccomp.build), _check_listen),
-        ("fs.deny", landlock, "expand_denies", lambda denies, warn, budget=None: [], _check_deny),
+        ("fs.deny", landlock, "expand_denies", lambda denies, warn, budget=None, watch=None: [], _check_deny),
         ("Sandboy's cache denied", landlock, "expand_denies", _without_cache_deny(), _check_cache_denied),
         # (patched where it lives: gitcheck only forwards the name, and after_run imports it from gitjudge)
         ("git check quarantine", gitjudge, "quarantine", lambda findings, roots, stamp=None: ([], []),

@@ -206,13 +206,14 @@ def test_the_code_that_built_it_is_a_key(runner, tmp_path):
 
 
 def test_what_is_never_kept(runner, tmp_path):
-    """`{tmp}` without the tier (a write root of it too), glob denies, the egress proxy,
+    """`{tmp}` without the tier (a write root of it too), the egress proxy,
     --status-json, --dry-run, a regular file on fd 1, SANDBOY_PLAN_CACHE=0: no entry is written.
-    (Other write roots are kept: test_plan_cache_write.py; `include` since session 12:
-    test_plan_cache_presets.py; `{tmp}` under the tier since session 12: test_plan_cache_tmp.py.)"""
+    (Other write roots are kept: test_plan_cache_write.py; since session 12 `include`, glob denies
+    and `{tmp}` under the tier: test_plan_cache_presets.py, test_plan_cache_globs.py,
+    test_plan_cache_tmp.py.)"""
     (tmp_path / "w").mkdir()
     for more, env in ((f'write = ["{tmp_path}/w", "{{tmp}}"]\n', {"SANDBOY_NAMESPACES": "0"}),
-                      ('write = ["{tmp}"]\n', {"SANDBOY_NAMESPACES": "0"}), (f'deny = ["{tmp_path}/*.key"]\n', None),
+                      ('write = ["{tmp}"]\n', {"SANDBOY_NAMESPACES": "0"}),
                       ('[net]\ndomains = ["example.org"]\n', None)):
         runner.write_policy(more=more)
         runner.run("/bin/true", env=env)

@@ -68,14 +68,25 @@ def test_a_deny_that_appears_is_enforced_next_run(cage):
     assert cage.run("read", "secret.pem", policy=policy).out == "EACCES"
 
 
-def test_glob_denies_are_never_reused(cage):
-    policy = _policy(cage, read=["."], deny=["**/*.pem"])
-    first, owned = cagemod.for_run(policy, cwd=str(cage.work))
-    assert owned and first.fingerprint is None
-    first.close()
-    os.makedirs(cage.work / "sub", exist_ok=True)
+def test_a_glob_deny_is_reused_until_a_directory_it_looked_into_changes(cage):
+    """The fingerprint keeps the identity of every directory a deny glob looked into
+    (`deny_globs.GlobWatch`): unchanged, the cage is reused; a match made since in a
+    subdirectory (only that directory changes) makes it be built anew, and the new file is
+    denied. (Until session 12 a glob deny was never reused.)"""
+    import time
+
+    from sandboy.confine.fingerprint import TICK_NS
+
+    (cage.work / "sub").mkdir()
+    time.sleep(3 * TICK_NS / 1e9)  # (a directory changed within the clock tick proves nothing)
+    spec = cage.policy(fs={"read": ["."], "deny": ["**/*.pem"]})
+    first, owned = cagemod.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))
+    assert not owned and first.fingerprint is not None
+    assert cagemod.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))[0] is first
+    assert cage.run("read", "sub/k.pem", policy=spec).out == "ENOENT"
     (cage.work / "sub" / "k.pem").write_text("KEY")
-    assert cage.run("read", "sub/k.pem", policy=cage.policy(fs={"read": ["."], "deny": ["**/*.pem"]})).out == "EACCES"
+    assert cage.run("read", "sub/k.pem", policy=spec).out == "EACCES"
+    assert cagemod.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))[0] is not first
 
 
 def test_a_split_directory_is_listed_again_only_when_its_ctime_moved(tmp_path, monkeypatch):

@@ -45,8 +45,9 @@ class Cage:
         for name in ("namespaces", "hygiene", "environment", "egress"):
             if name in compiled:
                 self.enforced.update(compiled[name].enforced)
-        # A fingerprint.Fingerprint, set by build() unless the policy has glob denies (matched anew at
-        # every launch) or the caller runs one command (`reusable=False`):
+        # A fingerprint.Fingerprint, set by build() unless the caller runs one command
+        # (`reusable=False`) or the policy's deny globs looked into what proves nothing
+        # (`deny_globs.GlobWatch`: too many directories, one changed within the clock tick...):
         self.fingerprint = None
         # The hook-manager discoveries the protected paths' resolution just made (build, or a
         # reuse check that resolved anew), for the next launch's git check to take once
@@ -420,7 +421,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> 
         from sandboy.confine.fingerprint import Fingerprint  # only where a cage may run again
 
         cage.fingerprint = Fingerprint(fs["inputs"], fs["split_dirs"], fs["protected_args"], job.protected_by_origin(),
-                                       before, watch_before)
+                                       before, watch_before, fs["globs"])
     return cage
 
 

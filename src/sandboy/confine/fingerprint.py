@@ -6,6 +6,7 @@ a cached `sandboy run` can check a fingerprint without importing the compilers (
 paths' resolution, its slow way, imports them when it is needed).
 """
 
+import marshal
 import os
 import stat
 import time
@@ -71,8 +72,9 @@ def stats_before(fs) -> dict:
 class Fingerprint:
     """What a compiled cage's rules depend on in the file system (`inputs`: the inode each policy
     path leads to, or that it is missing; `split_dirs`: the entries of each directory split
-    around a deny; the protected paths that exist now: a `.bashrc` made since must be
-    protected), and the check that a rebuild would still give the same (`unchanged`).
+    around a deny; `globs`: each directory a deny glob looked into, unchanged since; the
+    protected paths that exist now: a `.bashrc` made since must be protected), and the check
+    that a rebuild would still give the same (`unchanged`).
 
     The check runs before every reuse (each step of a gate), so it looks only at what shows a
     change: a split directory's inode and ctime (listed again only when they moved), and the
@@ -83,9 +85,9 @@ class Fingerprint:
     are the protected paths resolved anew and compared, as a rebuild would."""
 
     __slots__ = ("inputs", "_input_keys", "_split", "protected_args", "_protected", "_install", "_installed",
-                 "_watch", "_watched", "_env")
+                 "_watch", "_watched", "_env", "_globs")
 
-    def __init__(self, inputs, split_dirs, protected_args, protected, before=None, watch_before=None):
+    def __init__(self, inputs, split_dirs, protected_args, protected, before=None, watch_before=None, globs=()):
         self.inputs = tuple(dict.fromkeys(inputs))  # (a path named by two keys is looked up once)
         # `before`: {path: stat_key} of the policy's own paths taken BEFORE the rules were decided
         # (`stats_before`). A fingerprint taken after them described a deny file made while the
@@ -105,6 +107,9 @@ class Fingerprint:
                 continue
             ident = (st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns)
             self._split.append([directory, ident[:3], listing, ident if _settled(st.st_ctime_ns, now) else None])
+        # the directories the deny globs looked into, as they were before each was looked into
+        # (`deny_globs.GlobWatch.state`: settled when taken), so a glob's matches need no new walk
+        self._globs = tuple(globs)
         self.protected_args = tuple(protected_args)
         self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
         self._watch = self._watched = self._installed = self._env = None
@@ -126,8 +131,11 @@ class Fingerprint:
 
     def state(self) -> tuple:
         """Everything this fingerprint holds, as plain values (tuples, lists, strings, numbers,
-        None) that `marshal` can write: a plan cache entry keeps it (`from_state` makes it again)."""
-        return tuple(getattr(self, name) for name in self.__slots__)
+        None) that `marshal` can write: a plan cache entry keeps it (`from_state` makes it again).
+        The deny globs' directories (up to `deny_globs.GLOB_WATCH_MAX_DIRS`) as marshalled bytes,
+        read by their check only: a miss whose key differs never unmarshals them."""
+        return tuple(marshal.dumps(self._globs) if name == "_globs" and type(self._globs) is tuple
+                     else getattr(self, name) for name in self.__slots__)
 
     @classmethod
     def from_state(cls, state: tuple) -> "Fingerprint":
@@ -154,7 +162,7 @@ class Fingerprint:
         (`protected.discover_managers`). `resolve=False`: False instead of resolving them anew
         where the stats do not settle it (a plan cache hit, which imports no compiler: the
         miss builds, and its entry takes the stats again)."""
-        return (self._inputs_now() == self._input_keys and self._split_unchanged()
+        return (self._inputs_now() == self._input_keys and self._split_unchanged() and self._globs_unchanged()
                 and self._protected_unchanged(managers, resolve))
 
     def protected_settled(self) -> bool:
@@ -183,6 +191,25 @@ class Fingerprint:
             except OSError:
                 return False
             entry[3] = ident if _settled(st.st_ctime_ns, now) else None
+        return True
+
+    def _globs_unchanged(self) -> bool:
+        """Every directory a deny glob looked into is the one it was, with no entry made, removed or
+        renamed in it since (`deny_globs.GlobWatch`: one stat each). Any difference — a directory
+        that cannot be stat'ed now, made where the glob's prefix was missing — is a change: the
+        walk is not made again here (a build does it)."""
+        if type(self._globs) is bytes:  # (from an entry: see `state`)
+            self._globs = marshal.loads(self._globs)
+        stat_, lstat = os.stat, os.lstat
+        for path, follow, identity in self._globs:
+            try:
+                now = _identity(stat_(path) if follow else lstat(path))
+            except (FileNotFoundError, NotADirectoryError):
+                now = None
+            except OSError:
+                return False
+            if now != identity:
+                return False
         return True
 
     def _installed_now(self):

@@ -98,9 +98,10 @@ def existing_realpath(path: str):
     return os.path.realpath(path) if os.path.exists(path) else None
 
 
-def expand_denies(denies, warn, budget=None) -> list[str]:
+def expand_denies(denies, warn, budget=None, watch=None) -> list[str]:
     """Deny patterns → the real paths that exist now (globs matched at launch, docs/design.md, within
-    one `deny_globs.GlobBudget`: a CageError names a pattern that costs too much)."""
+    one `deny_globs.GlobBudget`: a CageError names a pattern that costs too much). `watch`: a
+    `deny_globs.GlobWatch` that gets what the globs' matches depend on (a kept cage's fingerprint)."""
     out: list[str] = []
     seen: set[str] = set()
     for pattern in denies:
@@ -109,7 +110,11 @@ def expand_denies(denies, warn, budget=None) -> list[str]:
             from sandboy.confine.deny_globs import GlobBudget, glob_nofollow
 
             budget = budget if budget is not None else GlobBudget()
-            matches = glob_nofollow(pattern, budget)
+            matches = glob_nofollow(pattern, budget, watch)
+            if watch is not None:
+                matches = list(matches)
+                for match in matches:
+                    watch.matched(match)
         else:
             matches = [pattern] if os.path.lexists(pattern) else []
         for match in matches:

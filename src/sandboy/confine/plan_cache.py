@@ -18,7 +18,7 @@ are all the same runs the stored plan instead of building one:
     standard library only by the interpreter in the key);
   - the FILE SYSTEM the rules were decided from: the build's `fingerprint.Fingerprint`, THE check
     `Reuse` trusts for the API's and the gate's kept cages (the inode behind every policy path,
-    the entries of every directory split around a deny);
+    the entries of every directory split around a deny, the directories a deny glob looked into);
   - the PRESETS' ANSWERS (`include`): every question the presets asked of the machine at the
     policy's load, with its answer (`policy.lookups`), asked again — the rules a load now would
     add are those the plan was built with only where every answer is the same.
@@ -469,7 +469,8 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
 
 def _entry_for(cage, miss: Miss, hooks):
     """What a later run may take instead of building `cage`, or None where this run may not be
-    cached: exec mode under the namespace tier with no hook but the git check (`_git_scope`), a fingerprint (no glob denies), a
+    cached: exec mode under the namespace tier with no hook but the git check (`_git_scope`), a fingerprint (none
+    where the deny globs' directories prove nothing: `deny_globs.GlobWatch`), a
     policy `Miss.keeps` (asked before the build), fd 0-2 of a cached shape (`consult`). Asked once
     the command has run (`cage.launched`: the plan its child ran); everything it is keyed on was
     taken before (`Miss`)."""

@@ -313,7 +313,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     """Filesystem rules: the policy's grants split around its denies (and, unless a mount
     namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
     [(path, rights)], `handled_fs`, and what the rules depend on for cage reuse (`inputs`,
-    `split_dirs`, `reusable`)."""
+    `split_dirs`, `globs`: `deny_globs.GlobWatch.state`, `reusable`)."""
     fs, source = job.resolved.fs, job.policy.source
     warnings: list[str] = []
     degraded: list[str] = []
@@ -351,7 +351,14 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
             warnings.append(f"fs: Sandboy's own cache {cache} lies inside the write grant {path}: it is denied, "
                             f"which splits {os.path.dirname(cache)} (no new entries there); set "
                             "SANDBOY_CACHE_DIR outside the granted tree to avoid this")
-    denies = landlock.expand_denies((*fs.deny, cache), warnings.append)
+    # what the deny globs' matches depend on, for a fingerprint (a cage kept for another run)
+    globs = [d for d in fs.deny if is_glob(d)]
+    watch = None
+    if globs:
+        from sandboy.confine.deny_globs import GlobWatch
+
+        watch = GlobWatch()
+    denies = landlock.expand_denies((*fs.deny, cache), warnings.append, watch=watch)
     # Landlock refuses every access to a denied path but does not mediate chmod, chown, utimensat
     # or xattrs, and under the tier a write root is a read-write mount: `chmod 0644` of a denied
     # 0600 secret inside a write root (issue 7 item 1 again), `chmod 0777` of Sandboy's own cache
@@ -437,6 +444,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
                             + ", ".join(from_defaults))
     split_dirs: list[str] = []
     rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects)
+    # a glob's matches are kept (a fingerprint) only where the directories it looked into prove them
+    glob_state = () if watch is None else watch.state(globs)
 
     handled_fs = fs_rights_for(job.abi)
     for row in PROTECTIONS:
@@ -463,7 +472,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *fs.protect, *grants),
         protected_args=protected_args(job),
-        split_dirs=split_dirs, reusable=not any(is_glob(d) for d in fs.deny), mount_roots=mount_roots,
+        split_dirs=split_dirs, globs=glob_state, reusable=glob_state is not None, mount_roots=mount_roots,
         denied_in_write_roots=denied_in_write_roots)
 
 

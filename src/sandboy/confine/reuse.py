@@ -21,7 +21,8 @@ class Reuse:
 
     A cage is reused only while a rebuild would give the same rules (`Cage.still_valid`: the
     same inode behind every policy path, the same entries in every directory split around a
-    deny), never with glob denies (matched anew at each launch: no fingerprint), and with a
+    deny, every directory a deny glob looked into unchanged — `deny_globs.GlobWatch`; where that
+    proves nothing the glob is matched anew at each launch: no fingerprint), and with a
     `{tmp}` only where each run starts with it empty: under the namespace tier every run mounts
     a fresh tmpfs there; without it only a caller that runs one command at a time may ask
     for the host directory to be emptied between runs (`empty_tmp`, the gate)."""

@@ -170,7 +170,7 @@ class CageCache:
     Compiling a cage costs a few ms per step (the /etc secrets split /etc into ~150 rules), more
     than the target overhead. When a cage may run again is `reuse.Reuse`'s rule (the same one as
     `sandboy.run`'s): the rules a rebuild would give are unchanged (a previous step may have
-    changed a policy path or a split directory), no glob denies, and each step starts with an
+    changed a policy path, a split directory or a directory a deny glob looked into), and each step starts with an
     empty private `{tmp}` (a tmpfs per step under the namespace tier; elsewhere the directory is
     emptied between steps, when no process of the previous step is alive any more).
     """
