@@ -66,7 +66,7 @@ def build_parser():
                      help="give the command a fresh pseudo-terminal, relayed while it runs (interactive "
                           "programs); without it the command never gets a terminal")
     run.add_argument("--egress-log", metavar="FILE",
-                     help="with net.domains: append every proxy decision to FILE (JSON lines)")
+                     help="with net.domains: append every proxy decision to FILE (JSON lines; outside the write roots)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments (after --)")
     run.set_defaults(func=_run_from_argparse)
 

