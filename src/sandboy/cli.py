@@ -175,7 +175,7 @@ def cmd_run(args: RunArgs) -> int:
             # The proxy appends its decisions while the command runs: in a write root the command
             # could empty or rewrite the record of what it reached (`: > egress.jsonl` after a
             # refused exfiltration, rc 0; redcage12). As the gate does for its reports.
-            _egress_log_outside(args.egress_log, policy.fs.write)
+            _egress_log_outside(args.egress_log, policy, cage.ctx)
         hooks = exec_mode.hooks_for(cage, args.egress_log)  # the git check, the egress proxy
         terminal = has_controlling_terminal()  # probed once: the decision and the signals below
         if exec_mode.supervisor_needed(cage, tty=args.tty, in_place=True, controlling_terminal=terminal, hooks=hooks):
@@ -261,13 +261,14 @@ def _say_notes(cage, argv0: str) -> None:
             _err(f"warning: {skipped}")
 
 
-def _egress_log_outside(path: str, write_roots) -> None:
-    """Refuse (exit 2, nothing ran) an --egress-log inside a write root (`_cmd_run` says why)."""
-    from sandboy.policy.resolve import is_within
+def _egress_log_outside(path: str, policy, ctx) -> None:
+    """Refuse (exit 2, nothing ran) an --egress-log inside a write root (`_cmd_run` says why):
+    the write roots as the build resolved them (`{cwd}`, `{repo}`, relative paths), links followed."""
+    from sandboy.policy.resolve import is_within, resolve
 
     real = os.path.realpath(path)
-    for root in write_roots:
-        if not root.startswith("{") and is_within(real, os.path.realpath(root)):
+    for root in resolve(policy, ctx).fs.write:
+        if is_within(real, os.path.realpath(root)):
             raise PolicyError("sandboy run", "--egress-log",
                               f"{path} lies inside the write root {root}: the command could empty or rewrite "
                               "the record of the hosts it reached; write it outside the write roots")

@@ -428,7 +428,8 @@ def test_a_status_file_in_a_write_root_cannot_be_swapped_for_a_forged_one(tmp_pa
     assert doc["outcome"] in ("exec", "exited") and "forged" not in (work / "status.json").read_text()
 
 
-def test_the_egress_log_cannot_be_where_the_command_rewrites_it(tmp_path):
+@pytest.mark.parametrize("spelled", ["absolute", "{cwd}"])
+def test_the_egress_log_cannot_be_where_the_command_rewrites_it(tmp_path, spelled):
     """`--egress-log` is appended by the proxy while the command runs: inside a write root the
     command erased the record of a refused exfiltration (`: > egress.jsonl`, rc 0). Now such a
     path is refused before anything runs (exit 2, naming the option and the fix), as the gate
@@ -445,7 +446,8 @@ def test_the_egress_log_cannot_be_where_the_command_rewrites_it(tmp_path):
     policy = tmp_path / "p.toml"
     policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc", "/lib", "/lib64", "/bin"]\n'
                       'exec = ["/usr/bin", "/bin", "/usr/lib"]\nwrite = ["%s"]\n'
-                      '[net]\ndomains = ["allowed.test:9"]\nprivate = ["127.0.0.0/8"]\n' % work)
+                      '[net]\ndomains = ["allowed.test:9"]\nprivate = ["127.0.0.0/8"]\n'
+                      % (work if spelled == "absolute" else spelled))  # (a placeholder: as the build resolves it)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
            "SANDBOY_EGRESS_HOSTS": str(hosts)}
     script = ('touch ran; curl -s -o /dev/null -w "%{http_code}\\n" http://denied.test:9/exfil; '
