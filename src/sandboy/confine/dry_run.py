@@ -11,7 +11,8 @@ def report(policy, command: list, cwd=None, tty: bool = False) -> dict:
     from sandboy.confine.exec_mode import hooks_for, supervisor_needed
     from sandboy.confine.terminal import describe as describe_terminal
 
-    cage = build(policy, cwd=cwd, tty=tty, reusable=False)  # as `sandboy run` builds it (--tty keeps /dev/tty)
+    # as `sandboy run` builds it (--tty keeps /dev/tty; `{tmp}` at its fixed mount point under the tier)
+    cage = build(policy, cwd=cwd, tty=tty, reusable=False, fixed_tmp=True)
     try:
         out = cage.report()
         out["supervised"] = supervisor_needed(cage, tty=tty, in_place=True, hooks=hooks_for(cage)) is not None
