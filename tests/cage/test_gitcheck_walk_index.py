@@ -12,18 +12,20 @@ around the walk's own calls, not time), and what makes the index a miss."""
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from sandboy.confine import gitcheck, walk_index
 
-from gitkit import fsmonitor, scratch_env, sh
+from gitkit import GIT_ENV, fsmonitor, scratch_env, sh
 
 MARGIN_S = walk_index.MARGIN_NS / 1e9 + 0.2
 
@@ -398,3 +400,162 @@ def test_no_index_is_kept_past_its_bound_or_where_the_runs_tmp_lies_inside_the_r
     [path] = index_files(tmp_path)
     st = os.lstat(path)
     assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o600)
+
+
+# --- each use of the index has a probe that fails without its ctime test ------------------------
+
+DRIVER = r"""
+import json, subprocess, sys
+from sandboy.confine import gitcheck
+spec = json.loads(sys.argv[1])
+snap = gitcheck.snapshot(spec["roots"], exclude=spec["exclude"], home=spec["home"])
+if spec["script"]:
+    subprocess.run(["/bin/sh", "-ec", spec["script"]], cwd=spec["roots"][0], check=True, env=spec["env"])
+print(json.dumps([f.path for f in snap.verify()]))
+"""
+
+# mutant -> (source text in gitcheck.py, its replacement, the probe that must then miss its plant)
+MUTANTS = {
+    "the census's listing by identity alone": (
+        "if known is not None and valid(known, st.st_ctime_ns) and known[1] >= 0:",
+        "if known is not None and valid(known, known[0]) and known[1] >= 0:", "host repository"),
+    "a leaf's names by identity alone": (
+        "if known is not None and valid(known, st.st_ctime_ns) and known[1] < 0:",
+        "if known is not None and valid(known, known[0]) and known[1] < 0:", "leaf .git file"),
+}
+
+
+def _driven(tree, roots, script, env, tmp_path, exclude=()) -> list:
+    time.sleep(0.02)
+    spec = {"roots": [str(r) for r in roots], "exclude": [str(e) for e in exclude], "home": env["HOME"],
+            "script": script, "env": env}
+    out = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(spec)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(tree), "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("mutant", [None, *MUTANTS])
+def test_each_use_of_the_index_has_a_probe_that_fails_without_its_ctime_test(tmp_path, env, mutant):
+    """The two probes above through a fresh interpreter importing `sandboy` from this checkout (None:
+    the plant is found) or from a copy whose use of the index skips the ctime test (the plant is
+    missed, and the operator's next `git status` there runs it)."""
+    tree = Path(gitcheck.__file__).resolve().parents[2]
+    scenarios = {"host repository", "leaf .git file"} if mutant is None else {MUTANTS[mutant][2]}
+    if mutant is not None:
+        copy = tmp_path / "tree"
+        shutil.copytree(tree / "sandboy", copy / "sandboy", ignore=shutil.ignore_patterns("__pycache__"))
+        source = copy / "sandboy" / "confine" / "gitcheck.py"
+        text, replacement, _ = MUTANTS[mutant]
+        assert source.read_text().count(text) == 1, mutant
+        source.write_text(source.read_text().replace(text, replacement))
+        tree = copy
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    repo = checkout(tmp_path / "repo", env)
+    time.sleep(MARGIN_S)
+    assert _driven(tree, [repo, tmp], "", env, tmp_path, [tmp]) == []
+    marker = tmp_path / "PWNED"
+    scripts, caught = [], {}
+    if "host repository" in scenarios:
+        nested = repo / "d1" / "d3" / "hostrepo"
+        sh(f"git init -q '{nested}' && git -C '{nested}' commit -q --allow-empty -m n", repo, env)
+        scripts.append(f"printf '{fsmonitor(marker)}' >> d1/d3/hostrepo/.git/config")
+        caught["host repository"] = (nested, lambda found: f"{nested}/.git/config" in found)
+    if "leaf .git file" in scenarios:
+        target = leaf(repo)
+        scripts.append(f"git init -q --bare '{tmp}/evil.git' && printf '{fsmonitor(marker)}' >> '{tmp}/evil.git/config' "
+                       f"&& git config -f '{tmp}/evil.git/config' core.bare false "
+                       f"&& git config -f '{tmp}/evil.git/config' core.worktree '{target}' "
+                       f"&& echo 'gitdir: {tmp}/evil.git' > '{target}/.git'")
+        caught["leaf .git file"] = (Path(target), lambda found: f"{tmp}/evil.git/config" in found)
+    found = _driven(tree, [repo, tmp], " && ".join(scripts), env, tmp_path, [tmp])
+    for name, (where, seen) in caught.items():
+        if mutant is None:
+            assert seen(found), (name, found)
+        else:
+            assert not seen(found), f"{mutant}: still caught ({found})"
+            host_git_status(where, env)
+            assert marker.exists(), f"{mutant}: the plant was not live"
+            marker.unlink()
+
+
+# --- the margin: a change in the same second as the listing, on a whole-second file system -------
+
+SAME_SECOND = r'''
+set -e
+mount --make-rprivate /
+mount -o loop "$IMG" "$DISK"
+R="$DISK/root"
+mkdir -p "$R/a/b" "$R/a/c" && echo x > "$R/a/b/f" && echo y > "$R/a/c/f"
+sleep 1.1
+for try in 1 2 3 4; do
+  rm -rf "$R/a/hostrepo"
+  # at the start of a second: the host changes `a`, a run's check lists it (and keeps it in the
+  # index where the margin lets it), the host makes a repository in `a` — `a`'s ctime the same
+  # whole second as when it was listed
+  "$PYTHON" -c 'import time; time.sleep(1.02 - time.time() % 1)'
+  start=$(date +%s)
+  touch "$R/a/t$try"
+  "$PYTHON" -c "$DRIVER" "$(printf '%s' "$EMPTY" | sed "s|ROOT|$R|")" > /dev/null
+  git init -q "$R/a/hostrepo"
+  same=$([ "$(date +%s)" = "$start" ] && echo 1 || echo 0)
+  sleep 1.1
+  # the next run plants core.fsmonitor in that repository's config, in place: `a` unchanged
+  found=$("$PYTHON" -c "$DRIVER" "$(printf '%s' "$ATTACK" | sed "s|ROOT|$R|g")")
+  rm -f "$MARKER"
+  git -c safe.directory='*' -C "$R/a/hostrepo" status > /dev/null 2>&1 || true
+  live=$([ -e "$MARKER" ] && echo 1 || echo 0)
+  echo "$same $live $found"
+done
+'''
+
+
+@pytest.mark.parametrize("margin", ["as it is", "none (mutant)"])
+def test_a_change_within_the_second_of_an_indexed_listing_on_a_whole_second_file_system_is_seen(
+        tmp_path, env, margin):
+    """A loop-mounted ext4 of 128-byte inodes keeps whole seconds: a directory listed by a run's
+    check and changed by the host later in the same second keeps the ctime the index holds. The
+    index keeps an entry only 2 s before the clock reading taken before its walk: the next run's
+    census lists that directory again, finds the repository made there and judges the config the
+    run planted in it. With no margin (mutant: MARGIN_NS = 0) the listing of before hid the
+    repository and the plant passed while the operator's `git status` ran it."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not shutil.which("unshare") \
+            or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs root, mkfs.ext4, unshare and loop devices")
+    tree = Path(gitcheck.__file__).resolve().parents[2]
+    if margin != "as it is":
+        copy = tmp_path / "tree"
+        shutil.copytree(tree / "sandboy", copy / "sandboy", ignore=shutil.ignore_patterns("__pycache__"))
+        source = copy / "sandboy" / "confine" / "walk_index.py"
+        assert source.read_text().count("MARGIN_NS = 2_000_000_000\n") == 1
+        source.write_text(source.read_text().replace("MARGIN_NS = 2_000_000_000\n", "MARGIN_NS = 0\n"))
+        tree = copy
+    image = tmp_path / "img"
+    with open(image, "wb") as fh:
+        fh.truncate(16 << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-I", "128", "-F", str(image)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.ext4 -I 128: {made.stderr.strip()}")
+    (tmp_path / "disk").mkdir()
+    marker = tmp_path / "PWNED"
+
+    def spec(script):
+        return json.dumps({"roots": ["ROOT"], "exclude": [], "home": env["HOME"], "script": script, "env": env})
+
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-ec", SAME_SECOND], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **GIT_ENV, "HOME": env["HOME"], "IMG": str(image), "DISK": str(tmp_path / "disk"),
+             "PYTHON": sys.executable, "DRIVER": DRIVER, "MARKER": str(marker), "EMPTY": spec(""),
+             "ATTACK": spec(f"printf '{fsmonitor(marker)}' >> a/hostrepo/.git/config"),
+             "PYTHONPATH": str(tree), "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    tries = [line.split(" ", 2) for line in out.stdout.splitlines()]
+    valid = [(live == "1", json.loads(found)) for same, live, found in tries if same == "1"]
+    assert valid, f"no try kept the host's change within the listing's second (load?): {tries}"
+    caught = [any(path.endswith("/a/hostrepo/.git/config") for path in found) for _live, found in valid]
+    assert all(live for live, _found in valid), "the plant does not run (probe broken)"
+    if margin == "as it is":
+        assert all(caught), tries
+    else:
+        assert not all(caught), f"the mutant still caught every plant: {tries}"
