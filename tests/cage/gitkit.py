@@ -48,6 +48,19 @@ def sh(script, cwd, env) -> None:
     subprocess.run(["/bin/sh", "-ec", script], cwd=cwd, env=env, check=True, capture_output=True, timeout=120)
 
 
+def whole_second_image(path) -> None:
+    """A 16 MiB ext4 image at `path` whose inodes are 128 bytes: its timestamps are whole seconds
+    (what the git check's probes on such file systems loop-mount). Skips the test where mkfs.ext4
+    cannot make one."""
+    import pytest
+
+    with open(path, "wb") as fh:
+        fh.truncate(16 << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-I", "128", "-F", str(path)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.ext4 -I 128: {made.stderr.strip()}")
+
+
 def git_repo(path, env):
     """A repository with one commit at `path`, made with `env` (see `scratch_env`)."""
     sh(f"git init -q '{path}' && git -C '{path}' commit -q --allow-empty -m init", path.parent, env)

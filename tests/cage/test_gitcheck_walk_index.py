@@ -25,7 +25,7 @@ import pytest
 
 from sandboy.confine import gitcheck, walk_index
 
-from gitkit import GIT_ENV, fsmonitor, scratch_env, sh
+from gitkit import GIT_ENV, fsmonitor, scratch_env, sh, whole_second_image
 
 MARGIN_S = walk_index.MARGIN_NS / 1e9 + 0.2
 
@@ -532,11 +532,7 @@ def test_a_change_within_the_second_of_an_indexed_listing_on_a_whole_second_file
         source.write_text(source.read_text().replace("MARGIN_NS = 2_000_000_000\n", "MARGIN_NS = 0\n"))
         tree = copy
     image = tmp_path / "img"
-    with open(image, "wb") as fh:
-        fh.truncate(16 << 20)
-    made = subprocess.run(["mkfs.ext4", "-q", "-I", "128", "-F", str(image)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"mkfs.ext4 -I 128: {made.stderr.strip()}")
+    whole_second_image(image)
     (tmp_path / "disk").mkdir()
     marker = tmp_path / "PWNED"
 

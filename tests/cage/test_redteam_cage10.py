@@ -19,6 +19,7 @@ from sandboy.confine import namespaces
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
 import userkit  # noqa: E402
+from gitkit import whole_second_image  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -498,11 +499,7 @@ def test_a_repository_on_a_whole_second_file_system_below_the_write_root_is_judg
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     (work / "disk").mkdir()
     image = tmp_path / "img"
-    with open(image, "wb") as fh:
-        fh.truncate(16 << 20)
-    made = subprocess.run(["mkfs.ext4", "-q", "-I", "128", "-F", str(image)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"mkfs.ext4 -I 128: {made.stderr.strip()}")
+    whole_second_image(image)
     policy = tmp_path / "p.toml"
     policy.write_text(BASE.format(root=work))
     attack = ("git init -q disk/x && printf '[core]\\n\\tfsmonitor = \"touch PLANTED\"\\n' >> disk/x/.git/config; "
