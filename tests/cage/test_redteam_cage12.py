@@ -281,6 +281,17 @@ def test_limits_memory_bounds_what_a_memfd_holds(tmp_path, tier):
     assert held <= 64 << 20, f"the command held {held >> 20} MiB in a memfd under memory_mib = 64"
 
 
+def _skip_unless_the_system_python_runs_sandboy() -> None:
+    """The plan cache keeps runs under the tier only; /usr/bin/python3 (with its user site, unlike
+    the venv's) must be the run-path bundle's 3.11."""
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
+                           capture_output=True, text=True)
+    if check.stdout.strip() != "True":
+        pytest.skip("needs a system python3 3.11 (the run-path bundle's)")
+
+
 PLANT_PTH = ('mkdir -p "$1" 2>/dev/null; '  # $1 the user site, $2 the marker its .pth makes
              'echo "import os; open(\\"$2\\", \\"w\\")" > "$1/evil.pth" 2>/dev/null && echo PLANTED || echo refused')
 
@@ -292,12 +303,7 @@ def test_a_plan_kept_by_a_run_without_the_user_site_is_not_taken_by_one_that_loa
     the user site's .pth files — took that plan: the command planted `evil.pth` in the user site
     of the granted home, and the operator's next python3 (the next sandboy) ran it. Host side: the
     next python3 runs nothing; twins: the same flags still hit, and the building run protects it."""
-    if not namespaces.availability()[0]:
-        pytest.skip("the plan cache keeps runs under the namespace tier only")
-    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
-                           capture_output=True, text=True)
-    if check.stdout.strip() != "True":
-        pytest.skip("needs a system python3 3.11 (the run-path bundle's)")
+    _skip_unless_the_system_python_runs_sandboy()
     import sandboy
 
     home, mark = tmp_path / "home", tmp_path / "PTH-RAN"
@@ -335,12 +341,7 @@ def test_a_plan_kept_with_the_user_site_elsewhere_is_not_taken_once_it_is_in_the
     home (nothing to protect there), and the interpreter reads it when it starts, not the build.
     A key narrowed to the variables the build reads would miss it; the key holds `site`'s answer
     itself. Host side: the next python3 runs nothing."""
-    if not namespaces.availability()[0]:
-        pytest.skip("the plan cache keeps runs under the namespace tier only")
-    check = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
-                           capture_output=True, text=True)
-    if check.stdout.strip() != "True":
-        pytest.skip("needs a system python3 3.11 (the run-path bundle's)")
+    _skip_unless_the_system_python_runs_sandboy()
     import sandboy
 
     home, mark, elsewhere = tmp_path / "home", tmp_path / "PTH-RAN", tmp_path / "elsewhere"
