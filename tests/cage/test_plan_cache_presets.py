@@ -209,6 +209,25 @@ def test_a_project_venv_made_since_is_a_miss_and_granted(runner, tmp_path):
     assert not gone.hit and gone.stdout == "refused\n"
 
 
+def test_the_processs_own_working_directory_is_asked_not_the_runs(runner, tmp_path):
+    """`--cwd W` keys the entry on W, but the presets look for a `.venv` in the directory
+    `sandboy run` itself was started in (`os.getcwd()`): started from another directory — one
+    holding a `.venv` — with the same `--cwd`, the environment and everything else equal, the
+    kept plan (which read no `.venv`) is not run; the rebuild reads that `.venv`."""
+    plain, project = tmp_path / "plain", tmp_path / "project"
+    plain.mkdir()
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /nonexistent/bin\n")
+    (project / ".venv" / "marker").write_text("venv\n")
+    probe = ("/bin/sh", "-c", f"cat {project}/.venv/marker 2>/dev/null || echo refused")
+    options = ("--cwd", str(runner.cwd))
+    runner.run(*probe, cwd=plain, options=options)
+    kept = runner.run(*probe, cwd=plain, options=options)
+    assert kept.hit and kept.stdout == "refused\n"
+    moved = runner.run(*probe, cwd=project, options=options)
+    assert not moved.hit and moved.stdout == "venv\n"
+
+
 def test_without_the_check_a_retargeted_interpreter_keeps_the_old_grant(runner, tmp_path):
     """The mutant: the hit's check of the presets' answers taken out of a copy of the package —
     the probe above then sees the stale plan (the old prefix read, the new one refused)."""
