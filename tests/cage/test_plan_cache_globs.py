@@ -11,6 +11,7 @@ the hit. Hit or miss is seen as in test_plan_cache.py (a hit imports no compiler
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -203,6 +204,56 @@ def test_a_glob_walking_more_directories_than_the_bound_keeps_no_entry(runner):
         proc = read(runner, "tree/d7/k.pem")
         assert not proc.hit and refused(proc, "tree/d7/k.pem"), proc.err
     assert runner.entries() == []
+
+
+def test_a_glob_on_a_file_system_whose_directory_times_prove_nothing_keeps_no_entry(runner):
+    """A glob that looks into procfs (new processes leave /proc's times as they were) keeps no
+    entry; its twin on a tmpfs (/dev/shm) is kept."""
+    runner.write_policy(read=f', "{runner.cwd}"', more='deny = ["/proc/sys/kernel/no-such-*"]\n')
+    for _ in range(2):
+        assert not runner.run(*READ).hit
+    assert runner.entries() == []
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or deny_globs._file_systems({shm.stat().st_dev}).get(shm.stat().st_dev) != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm for the twin")
+    own = shm / f"glob12-{os.getpid()}-{runner.tmp.name}"
+    own.mkdir()
+    try:
+        runner.write_policy(read=f', "{runner.cwd}"', more=f'deny = ["{own}/*.pem"]\n')
+        settle()
+        assert entry_applies(runner, *READ).hit
+    finally:
+        shutil.rmtree(own)
+
+
+def test_procfs_lists_a_new_process_with_its_times_unchanged_so_a_glob_there_proves_nothing():
+    """Why DIRECTORY_TIMES_TRACKED: /proc's identity stays the same while a process started since
+    appears in its listing. A glob that looks into /proc gives no record (matched at every
+    launch); the same glob is recorded where the allowlist is taken out (its mutant)."""
+    settle()
+    before = os.stat("/proc")
+    later = subprocess.Popen(["sleep", "60"])
+    try:
+        assert str(later.pid) in os.listdir("/proc") and os.stat("/proc").st_ctime_ns == before.st_ctime_ns
+    finally:
+        later.kill()
+        later.wait()
+    pattern = "/proc/no-such-*"
+    watch = deny_globs.GlobWatch()
+    assert list(deny_globs.glob_nofollow(pattern, watch=watch)) == []
+    assert watch.state([pattern]) is None
+    allowed = deny_globs.DIRECTORY_TIMES_TRACKED
+    try:
+        deny_globs.DIRECTORY_TIMES_TRACKED = allowed | {"proc"}
+        assert watch.state([pattern]) == (("/proc", True, fingerprint_identity("/proc")),)
+    finally:
+        deny_globs.DIRECTORY_TIMES_TRACKED = allowed
+
+
+def fingerprint_identity(path: str) -> tuple:
+    from sandboy.confine.fingerprint import _identity
+
+    return _identity(os.stat(path))
 
 
 def test_a_directory_changed_within_the_tick_proves_nothing(tmp_path):

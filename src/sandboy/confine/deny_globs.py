@@ -124,6 +124,37 @@ class GlobBudget:
 GLOB_WATCH_MAX_DIRS = 10_000
 
 
+# File systems whose directories' ctime moves with every entry made, removed or renamed in them,
+# as the kernel's VFS does for a local disk or memory file system. Elsewhere it may not: procfs
+# lists a new process with /proc's times unchanged (measured), sysfs and cgroupfs are the kernel's
+# own, a network or FUSE file system answers from a server or a cache. A glob that looks into a
+# directory of any other file system keeps no record (`GlobWatch.state`): matched at every launch.
+DIRECTORY_TIMES_TRACKED = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "zfs",
+                                     "bcachefs"})
+
+
+def _file_systems(devices) -> dict:
+    """{st_dev: file system type} for `devices`, from this process's mount table (a device it does
+    not list — a btrfs subvolume not mounted itself — is absent). {} where it cannot be read."""
+    from sandboy.confine.kernel_mounts import read_table
+
+    try:
+        table = read_table()
+    except OSError:
+        return {}
+    found = {}
+    for line in table.splitlines():
+        fields = line.split(" ")
+        try:
+            major, minor = fields[2].split(":")
+            device = os.makedev(int(major), int(minor))
+            if device in devices:
+                found[device] = fields[fields.index("-", 6) + 1]
+        except (ValueError, IndexError):
+            continue
+    return found
+
+
 class GlobWatch:
     """What the matches of a cage's deny globs depend on, so a compiled cage with glob denies can
     be kept (the plan cache's entries, `Reuse`): the identity (`fingerprint._identity`: device,
@@ -137,7 +168,8 @@ class GlobWatch:
     keeps no fingerprint (built at every launch, as before): more than `max_dirs` directories, a
     directory that cannot be stat'ed (the literal prefix may be missing: that is a state too), an
     identity too recent to show a later change (`fingerprint.TICK_NS`), a match that is a symlink
-    (denied where it points: a path outside every directory watched)."""
+    (denied where it points: a path outside every directory watched), a directory on a file system
+    whose directory times are not known to follow its entries (DIRECTORY_TIMES_TRACKED)."""
 
     __slots__ = ("dirs", "patterns", "max_dirs", "usable", "since")
 
@@ -184,4 +216,9 @@ class GlobWatch:
             return None
         if not all(ident is None or _settled(ident[5], self.since) for _, ident in self.dirs.values()):
             return None
+        devices = {ident[0] for _, ident in self.dirs.values() if ident is not None}
+        if devices:
+            kinds = _file_systems(devices)
+            if any(kinds.get(device) not in DIRECTORY_TIMES_TRACKED for device in devices):
+                return None
         return tuple((path, follow, ident) for path, (follow, ident) in self.dirs.items())
