@@ -101,3 +101,43 @@ def test_a_trailing_double_star_covers_a_name_holding_a_newline_as_git_does(tmp_
     assert git == b"secrets/a\nb\0"
     pattern = parse_pattern("t", "read.deny[0]", "/secrets/**")
     assert pattern.covers("secrets/a\nb") and not pattern.covers("secrets", is_dir=True)
+
+
+def test_many_patterns_compile_in_linear_time(world):
+    """Claude's merge (`v in added`, `v not in kept`: lists), its widening check and the sandboy
+    target's fidelity (`item in not_roots`: a list) were quadratic in what owen.policy.toml lists:
+    30,000 read.deny and 30,000 write.allow patterns (an 800 kB file, under the 1 MiB bound) held
+    `policy compile` for more than 5 minutes. A few seconds now; 120 s is the hang guard."""
+    import json
+
+    repo, home = world
+    patterns = [f"/d{i}/x*" for i in range(30_000)]
+    (repo / "owen.policy.toml").write_text(
+        'version = 1\ntargets = ["claude", "codex", "cursor", "sandboy"]\n'
+        f'[read]\ndeny = {json.dumps(patterns)}\n[write]\nallow = {json.dumps([p[:-2] + "y*" for p in patterns])}\n')
+    done = _cli(["policy", "compile"], repo, home)
+    assert done.returncode == 0, done.stderr[-2000:]
+    settings = json.loads((repo / ".claude/settings.json").read_text())
+    assert len(settings["permissions"]["deny"]) == 4 * 30_000 + 7  # Read/Edit of x and x/**, and the policy files
+
+
+@pytest.mark.parametrize("own", [["Bash(make test)"], ["Bash(make test)", {"odd": 1}]])
+def test_the_merge_drops_what_the_policy_no_longer_says_and_keeps_the_files_own(world, own):
+    """The twin of the above, and a probe of its own: a shipped settings.json holding an object (or
+    a list) among the rules ended the second compile in a traceback (TypeError: unhashable type:
+    'dict', exit 1) once a rule Sandboy owned had to go."""
+    import json
+
+    repo, home = world
+    (repo / ".claude").mkdir()
+    (repo / ".claude/settings.json").write_text(json.dumps({"permissions": {"allow": own}}))
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[write]\nallow = ["/a/y*", "/b/y*"]\n')
+    assert _cli(["policy", "compile"], repo, home).returncode == 0
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude"]\n[write]\nallow = ["/b/y*"]\n')
+    done = _cli(["policy", "compile"], repo, home)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads((repo / ".claude/settings.json").read_text())["permissions"]["allow"] == [
+        *own, "Edit(./b/y*)", "Edit(./b/y*/**)"]
+    assert 'permissions.allow "Bash(make test)" is kept from the file' in done.stderr
+    assert _cli(["policy", "check"], repo, home).returncode == 0

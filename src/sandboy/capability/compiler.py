@@ -102,7 +102,7 @@ GRANTING_TARGETS = ("claude", "codex", "sandboy")
 
 
 MAX_LINK_SCAN = 200_000  # entries of the checkout looked at for links a glob write root matches
-MAX_LINK_MATCH_WORK = 10_000_000  # pattern segments x link depth, for all of them: ≈ 1-4 s here
+MAX_LINK_MATCH_WORK = 4_000_000  # pattern segments x link depth, for all of them: ≈ 1-2 s here
 
 
 def refuse_write_roots_leading_out(policy, root: str, warnings=None) -> None:
@@ -154,13 +154,13 @@ def refuse_write_roots_leading_out(policy, root: str, warnings=None) -> None:
         if not pattern.is_literal() and pattern.body != "/".join([*literal, "**"]):
             globs.append((i, pattern))  # (`/src/**` is the root `src`: judged above)
     if globs and any(name in ("claude", "codex") for name in policy.targets):
-        work = 0
+        # every glob against every link: the repository chooses how many of each and how deep
+        # (5,000 globs x 20,000 links was hours): a match costs about its segments x the link's
+        # depth, and all of them together at most MAX_LINK_MATCH_WORK
+        work, per_level = 0, sum(pattern.segment_count + 1 for _, pattern in globs)
         for rel in _links_in_checkout(root):
             if rel is not None:
-                # every glob against every link: the repository chooses how many of each and how
-                # deep (5,000 globs x 20,000 links was hours): a match costs about its segments x
-                # the link's depth, and all of them together at most MAX_LINK_MATCH_WORK
-                work += sum(pattern.segment_count + 1 for _, pattern in globs) * (rel.count("/") + 2)
+                work += per_level * (rel.count("/") + 2)
             if rel is None or work > MAX_LINK_MATCH_WORK:  # the bounds
                 if warnings is not None:
                     why = (f"the checkout has more than {MAX_LINK_SCAN} entries" if rel is None else

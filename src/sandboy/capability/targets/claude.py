@@ -141,16 +141,22 @@ def merge(doc: dict, want: dict, previously_owned: dict) -> dict:
     lists = [k for k, v in previously_owned.items() if isinstance(v, list)]
     for key in sorted(set(want) | set(lists)):
         values = want.get(key, [])
-        stale = set(previously_owned.get(key, ())) - set(values)
+        stale = {_hashable(v) for v in previously_owned.get(key, ())} - {_hashable(v) for v in values}
         node, leaf = _node(doc, key, create=bool(values))
         if node is None:
             continue
         current = node.get(leaf, [])
         if not isinstance(current, list):
             raise PolicyError(SETTINGS, key, f"expected a list, found {type(current).__name__}: fix or remove it")
-        kept = [v for v in current if v not in stale]
-        added = [v for v in values if v not in kept]
-        owned[key] = [v for v in values if v in added or v in previously_owned.get(key, ())]
+        kept = [v for v in current if _hashable(v) not in stale]
+        # membership through sets (`_hashable`): lists made these quadratic, and the repository
+        # writes owen.policy.toml — 30,000 read.deny and 30,000 write.allow patterns held
+        # `policy compile` for more than 5 minutes (redinput12)
+        kept_keys = {_hashable(v) for v in kept}
+        added = [v for v in values if _hashable(v) not in kept_keys]
+        added_keys = {_hashable(v) for v in added}
+        before = {_hashable(v) for v in previously_owned.get(key, ())}
+        owned[key] = [v for v in values if _hashable(v) in added_keys or _hashable(v) in before]
         if kept or added:
             node[leaf] = kept + added
         elif leaf in node:
@@ -161,6 +167,16 @@ def merge(doc: dict, want: dict, previously_owned: dict) -> dict:
     elif previously_owned.get("sandbox.enabled"):
         owned["sandbox.enabled"] = True
     return {k: v for k, v in owned.items() if v}
+
+
+def _hashable(value):
+    """`value` as a set member: itself when hashable (strings, the rules Sandboy writes), else its
+    canonical JSON text (a list or object a settings file may hold where rules go)."""
+    try:
+        hash(value)
+    except TypeError:
+        return json.dumps(value, sort_keys=True)
+    return value
 
 
 def _empty(node) -> bool:
@@ -207,8 +223,9 @@ def widening(doc: dict, want: dict, name: str = SETTINGS) -> list:
     for key in _WIDENING_LISTS:
         node, leaf = _node(doc, key, create=False)
         values = node.get(leaf) if node is not None else None
+        wanted = {_hashable(v) for v in want.get(key, ())}
         for value in values if isinstance(values, list) else ():
-            if value not in want.get(key, ()):
+            if _hashable(value) not in wanted:
                 out.append(f"{name}: {key} {json.dumps(value, ensure_ascii=False)} is kept from the file, not "
                            "from owen.policy.toml: it grants more than the policy says")
     perms = doc.get("permissions")

@@ -80,7 +80,8 @@ class SandboyStep(Target):
         return {AGENT: "\n".join(lines)}
 
     def fidelity(self, policy) -> list:
-        _, not_roots = write_roots(policy)
+        # a set (patterns compare by identity): `item in` a list of 30,000 was quadratic (redinput12)
+        not_roots = set(write_roots(policy)[1])
         out = []
         for key, text, item in rules(policy):
             if key == "read.deny" and item.negated:
