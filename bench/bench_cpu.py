@@ -20,8 +20,11 @@ e.g. `git archive REV src | tar -x -C /tmp/before`, then `python setup.py build_
 Cases (medians of N rounds):
   floor        python -c pass (same venv)
   run CLI      sandboy run --policy P -- /bin/true                 (/ floor): from its cached plan
-               (ADR 0028: the warm-up run keeps it), and as a plan cache miss (another
-               environment variable each run: the key differs, the cage is built, the entry written),
+               (ADR 0028: the warm-up run keeps it), in another environment (an unrelated
+               variable changed each run: a miss before session 12, a hit since — the key holds
+               the variables the build read), as a plan cache miss (a variable the build reads,
+               SANDBOY_NAMESPACES, another value each run, "0" never: the key differs, the cage
+               is built, the entry written),
                as a policy's first run (no entry under its name; the parts kept by earlier runs stay:
                plan-pieces/, ADR 0028 session 10), as the first run of all (those pieces gone too),
                with the cache turned off
@@ -161,8 +164,8 @@ def make_project(root: str, venv_files: bool) -> None:
     subprocess.run(["git", "-C", root, "commit", "-qm", "project"], check=True, env=env)
 
 
-FIXED_CLI_CASES = ("run CLI", "run CLI, plan cache miss", "run CLI, first run", "run CLI, first of all",
-                   "run CLI, cache off", "run CLI, stdout a file")
+FIXED_CLI_CASES = ("run CLI", "run CLI, another environment", "run CLI, plan cache miss", "run CLI, first run",
+                   "run CLI, first of all", "run CLI, cache off", "run CLI, stdout a file")
 PERF = shutil.which("perf")
 
 
@@ -249,6 +252,9 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
     miss_policy = policy[:-len(".toml")] + "-miss.toml"
     shutil.copyfile(policy, miss_policy)
     run_miss = [*run_cli[:5], miss_policy, *run_cli[6:]]
+    other_policy = policy[:-len(".toml")] + "-other.toml"  # (its own entry too: a miss rewrites it)
+    shutil.copyfile(policy, other_policy)
+    run_other = [*run_cli[:5], other_policy, *run_cli[6:]]
     misses = iter(range(1 << 30))
     first = os.path.join(home, f"first-{tag}")
 
@@ -298,12 +304,16 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         write_cases[f"run CLI, write root {where}{label}"] = lambda argv=argv, cwd=cwd: cpu_of(argv, env, cwd)
         if where != BIG_REPO:  # (a hit only there: the tree's walks are the question, not the build)
             write_cases[f"run CLI, write root {where}, miss{label}"] = (
-                lambda argv=argv_miss, cwd=cwd: cpu_of(argv, dict(env, SANDBOY_BENCH_MISS=str(next(misses))), cwd))
+                lambda argv=argv_miss, cwd=cwd: cpu_of(argv, dict(env, SANDBOY_NAMESPACES=str(next(misses) + 1)), cwd))
     return {
         f"run CLI{label}": lambda: cpu_of(run_cli, env),
-        # ADR 0028: another environment each time, so the plan cache misses, builds and writes
-        # its entry (a tree without the cache simply builds)
-        f"run CLI, plan cache miss{label}": lambda: cpu_of(run_miss, dict(env, SANDBOY_BENCH_MISS=str(next(misses)))),
+        # ADR 0028: another value of a variable the build reads each time (SANDBOY_NAMESPACES:
+        # any value but "0" keeps the namespace tier), so the plan cache misses, builds and
+        # writes its entry (a tree without the cache simply builds)
+        f"run CLI, plan cache miss{label}": lambda: cpu_of(run_miss, dict(env, SANDBOY_NAMESPACES=str(next(misses) + 1))),
+        # an unrelated variable changed each time (OLDPWD after a `cd`, a CI's job id): a miss
+        # while the whole environment was the key, a hit since session 12 (ADR 0028)
+        f"run CLI, another environment{label}": lambda: cpu_of(run_other, dict(env, SANDBOY_BENCH_OTHER=str(next(misses)))),
         f"run CLI, first run{label}": first_run,
         f"run CLI, first of all{label}": lambda: first_run("-all-cache", ("plans", "plan-pieces")),
         f"run CLI, cache off{label}": lambda: cpu_of(run_cli, dict(env, SANDBOY_PLAN_CACHE="0")),

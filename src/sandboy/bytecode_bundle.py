@@ -50,7 +50,8 @@ RUN_PATH_GROUPS = {
     # every `sandboy` command
     "cli": ("sandboy.errors", "sandboy.cli"),
     # exec mode with a cached plan (ADR 0028): what a hit imports, and a build first
-    "cached run": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native", "sandboy.policy",
+    "cached run": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native", "sandboy.confine.env_reads",
+                   "sandboy.policy",
                    "sandboy.policy.resolve", "sandboy.confine.ruleset", "sandboy.confine.terminal",
                    "sandboy.confine.exec_mode"),
     # the plan cache itself: a hit, a miss, a run it may keep (and a reused cage's fingerprint:

@@ -81,6 +81,18 @@ def _err(message: str) -> None:
 
 
 def cmd_run(args: RunArgs) -> int:
+    try:
+        return _cmd_run(args)
+    finally:  # (an in-process caller gets its own os.environ back: env_reads.start)
+        if "sandboy.confine.env_reads" in sys.modules:
+            from sandboy.confine import env_reads
+
+            recording = env_reads.recording()
+            if recording is not None:
+                env_reads.stop(recording)
+
+
+def _cmd_run(args: RunArgs) -> int:
     global _exit_without_finalizing
     # No cycle collection during start-up: the imports and the cage's build allocate enough
     # to trigger several collections that find nothing (≈ 3 % of the CLI's instructions),
@@ -114,11 +126,18 @@ def cmd_run(args: RunArgs) -> int:
     # may be kept (a policy never kept, `include` or egress, pays nothing of it).
     miss = said = entry = None
     first = False
+    cacheable = args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None
+                                      or args.egress_log)
+    if cacheable:
+        # From here every read of the environment is recorded: an entry is keyed with the values
+        # of the variables this run read, not with all of them (env_reads; ADR 0028, session 12)
+        from sandboy.confine import env_reads
+
+        env_reads.start()
     # (`SANDBOY_PLAN_CACHE=0`: none of it, not even its import)
     from sandboy.policy.resolve import plan_cache_enabled
 
-    if args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None
-                             or args.egress_log) and plan_cache_enabled():
+    if cacheable and plan_cache_enabled():
         from sandboy.policy.resolve import plan_entry_path
 
         try:

@@ -121,6 +121,18 @@ def test_a_command_that_cannot_start_is_reported_as_a_build_would(runner):
     assert refused.returncode == 126 and not refused.hit
 
 
+def run_a_mutant(runner, tmp_path, relative: str, text: str, replacement: str) -> None:
+    """The runner's runs take a copy of the package in which `text` (found once) in the file
+    `relative` (to `sandboy/confine/`) reads `replacement`: a check taken out, for its probe."""
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    source = tree / "sandboy" / "confine" / relative
+    assert source.read_text().count(text) == 1, (relative, text)
+    source.write_text(source.read_text().replace(text, replacement))
+    runner.env["PYTHONPATH"] = str(tree)
+
+
 def entry_applies(runner, *argv, **kwargs):
     """Run twice; the second run's (hit, stdout)."""
     runner.run(*argv, **kwargs)
@@ -172,13 +184,18 @@ def test_a_file_added_to_a_split_directory_is_a_miss(runner, tmp_path):
 
 
 def test_the_environment_the_working_directory_and_stdio_are_keys(runner, tmp_path):
+    """The variables the build read, the working directory and fd 0-2's shape are keys; a passed
+    variable is the command's (today's value on a hit) and an unrelated one no key at all
+    (session 12: tests/cage/test_plan_cache_env.py)."""
     runner.write_policy(more='[env]\npass = ["FOO"]\n')
     show = ("/bin/sh", "-c", 'echo "$FOO $PWD"')
     assert entry_applies(runner, *show, env={"FOO": "1"}).stdout == f"1 {runner.cwd}\n"
     changed = runner.run(*show, env={"FOO": "2"})
-    assert not changed.hit and changed.stdout == f"2 {runner.cwd}\n"
-    unrelated = runner.run(*show, env={"FOO": "2", "UNRELATED": "x"})  # all of the environment is the key
-    assert not unrelated.hit
+    assert changed.hit and changed.stdout == f"2 {runner.cwd}\n"
+    unrelated = runner.run(*show, env={"FOO": "2", "UNRELATED": "x"})  # not read by the build: no key
+    assert unrelated.hit and unrelated.stdout == f"2 {runner.cwd}\n"
+    read = runner.run(*show, env={"FOO": "2", "UNRELATED": "x", "SANDBOY_NAMESPACES": "1"})  # read: a key
+    assert not read.hit and read.stdout == f"2 {runner.cwd}\n"
     other = tmp_path / "other"
     other.mkdir()
     moved = runner.run(*show, env={"FOO": "2", "UNRELATED": "x"}, cwd=other)

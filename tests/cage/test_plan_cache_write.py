@@ -24,7 +24,7 @@ import pytest
 from prockit import mentioning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_plan_cache import Runner, entry_applies  # noqa: E402
+from test_plan_cache import Runner, entry_applies, run_a_mutant  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -329,8 +329,8 @@ MUTANTS = {
                                "snap = None"),
     "the protected paths' modes on a hit": ("plan_cache.py", "Scope(**self._git_scope)",
                                             "Scope(self._git_scope['write_roots'])"),
-    "where the interpreter imports from": ("plan_cache.py", "stdio_shape, _first_import(), _interpreter_options())",
-                                           "stdio_shape, _interpreter_options())"),
+    "where the interpreter imports from": ("plan_cache.py", "tuple(os.getgroups()), tuple(sys.path),",
+                                           "tuple(os.getgroups()),"),
     "the kernel mounts below a write root": ("plan_cache.py", "        if below(mount_roots, table=table):",
                                              "        if False:"),
     "the command's death signal on a hit": ("plan_cache.py", "supervised=snap is not None", "supervised=False"),
@@ -352,14 +352,7 @@ MUTANTS = {
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_each_write_root_check_of_a_hit_has_a_probe_that_fails_without_it(runner, tmp_path, mutant):
-    tree = tmp_path / "tree"
-    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    name, text, replacement = MUTANTS[mutant]
-    source = tree / "sandboy" / "confine" / name
-    assert source.read_text().count(text) == 1, mutant
-    source.write_text(source.read_text().replace(text, replacement))
-    runner.env["PYTHONPATH"] = str(tree)
+    run_a_mutant(runner, tmp_path, *MUTANTS[mutant])
     if mutant == "the protected paths' stats":  # test_a_start_up_file_made_since_is_a_miss_and_read_only
         assert entry_applies(runner, "/bin/true").hit
         (runner.cwd / ".bashrc").write_text("# made since\n")

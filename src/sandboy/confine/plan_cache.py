@@ -39,12 +39,13 @@ import os
 import sys
 from stat import S_ISREG  # (os imports stat: nothing to load)
 
-from sandboy.confine import _libc
+from sandboy.confine import _libc, env_reads
 from sandboy.confine.fingerprint import Fingerprint, _identity, _settled  # (an inode's change signature: the one)
 from sandboy.policy.resolve import PLAN_CACHE_ENV, exec_args, plan_cache_enabled, plan_entry_path, plan_may_keep, plans_dir
 
 DISABLE_ENV = PLAN_CACHE_ENV
-FORMAT = "sandboy plan cache 5"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
+FORMAT = "sandboy plan cache 6"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
+# 6: keyed with the environment variables the build read (`env_reads`), not all of them
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -84,34 +85,68 @@ def _stdio_shape():
     return tuple(shape)
 
 
-def _environment() -> bytes:
-    """The whole environment, as a 128-bit digest of the bytes the process has (os.environ's own
-    dict: `dict(os.environ)` decodes every name and value in Python, ≈ 0.1 ms a run) — never the
-    values: an entry sits on disk, and the environment holds the operator's tokens. Two keyed
-    SipHashes (the .pyc's, built in): the invoker is trusted, so collision resistance against
-    them is not the point; a change of any name or value shows."""
-    data = getattr(os.environ, "_data", None)
-    items = data.items() if type(data) is dict else ((os.fsencode(k), os.fsencode(v)) for k, v in os.environ.items())
-    blob = marshal.dumps(tuple(sorted(items)), 2)  # version 2: no back-references, the same bytes for the same pairs
+def _environment(names):
+    """The environment the build read, as a 128-bit digest of (name, value or None for absent)
+    for each of `names` (bytes, sorted: the variables a build recorded, `_env_names`), or of every
+    pair where `names` is None (a build that saw the whole environment) — never the values: an
+    entry sits on disk, and the environment holds the operator's tokens. Read from os.environ's
+    own dict of bytes (not through `sandboy run`'s Recording: these reads are the key's, not the
+    build's); None where there is none (a miss, never a guess). Two keyed SipHashes (the .pyc's,
+    built in): the invoker is trusted, so collision resistance against them is not the point; a
+    change of any value read shows."""
+    data = getattr(env_reads.real(), "_data", None)
+    if type(data) is not dict:
+        return None
+    if names is None:
+        items = tuple(sorted(data.items()))
+    else:
+        get = data.get
+        items = tuple([(name, get(name)) for name in names])
+    blob = marshal.dumps(items, 2)  # version 2: no back-references, the same bytes for the same pairs
     return _imp.source_hash(_ENV_KEYS[0], blob) + _imp.source_hash(_ENV_KEYS[1], blob)
 
 
-def _env_by_name(env: dict) -> dict:
-    """The command's environment as an entry keeps it: a value the same as the operator's
-    variable of that name as None (taken from os.environ at the hit, which the key's digest
-    proves the same), so no value of the operator's environment is written; what the policy
-    set is kept as is (it is in the policy file already)."""
-    environ = os.environ
-    return {name: None if environ.get(name) == value else value for name, value in env.items()}
+def _env_names():
+    """The names of the variables this run read (bytes, sorted) — every lookup since `sandboy run`
+    started its Recording, and the interpreter's locale (read before any of it) — or None where
+    it saw the whole environment, or recorded nothing (a caller that started none: keyed with
+    all of it)."""
+    recording = env_reads.recording()
+    if recording is None or recording.everything:
+        return None
+    return tuple(sorted({os.fsencode(name) for name in (*recording.names, *env_reads.READ_AT_START_UP)}))
+
+
+def _command_env(cage):
+    """The command's environment as an entry keeps it: the names the policy passes (a hit takes
+    their values from today's environment, `env_reads.command_env`, as a build does: no value of
+    the operator's environment is written) and the values the build gave the rest — what the
+    policy sets (placeholders replaced) and adds (`{tmp}`'s TMPDIR: the mount point, a function of
+    keyed inputs) — or None where today's passed values and those do not give exactly the
+    build's environment, order included (the egress proxy's variables: never kept anyway)."""
+    passed = tuple(cage.policy.env.pass_)
+    set_names = {name for name, _ in cage.policy.env.set}
+    env = cage.env
+    set_pairs = tuple((name, value) for name, value in env.items() if name in set_names or name not in passed)
+    if list(env_reads.command_env(passed, set_pairs, env_reads.real()).items()) != list(env.items()):
+        return None
+    return passed, set_pairs
 
 
 def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
     """Every input of the build that is not a file the fingerprint watches (see the module)."""
     from sandboy.confine.ruleset import abi_version
 
+    # (the environment is the entry's own names' digest: `_environment`; what the interpreter
+    # made of it at start-up, before `sandboy run` recorded anything, is here: its import path —
+    # PYTHONPATH, PYTHONHOME, the user site, which decide the standard library's files; where it
+    # imports from first, `sys.path[0]` unless -P, which gets the build's warning where a write
+    # root holds it, `own_install.first_import_warning` — its file system encoding, and its
+    # flags and user site: `_interpreter_options`)
     return (FORMAT, sys.version, sys.executable, _PACKAGE, policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
-            os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()), _environment(),
-            tuple(os.uname()), abi_version(), stdio_shape, _first_import(), _interpreter_options())
+            os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()), tuple(sys.path),
+            sys.getfilesystemencoding(), sys.getfilesystemencodeerrors(), tuple(os.uname()), abi_version(), stdio_shape,
+            _interpreter_options())
 
 
 def _interpreter_options() -> tuple:
@@ -126,12 +161,6 @@ def _interpreter_options() -> tuple:
     site = sys.modules.get("site")  # (imported at start-up unless -S; never imported here)
     return (tuple(sys.flags), getattr(sys, "pycache_prefix", None), getattr(site, "ENABLE_USER_SITE", None),
             getattr(site, "USER_SITE", None))
-
-
-def _first_import():
-    """Where this interpreter imports from first (`sys.path[0]`, unless -P): a write root holding
-    it gets the build's warning (`own_install.first_import_warning`), said again on a hit."""
-    return None if sys.flags.safe_path or not sys.path else sys.path[0]
 
 
 def _read_policy(policy_arg: str):
@@ -319,9 +348,12 @@ def _applies(data: bytes, miss: "Miss"):
     """The entry `data` made ready to run, or None where it does not apply to this run."""
     try:
         # the key first, the plan (most of the bytes) unmarshalled only for an entry that applies
-        form, key, code, fingerprint, lookups, body = marshal.loads(data)
+        head = marshal.loads(data)
+        if head[0] != FORMAT:
+            return None
+        _, key, names, environment, code, fingerprint, lookups, body = head
         miss.key = _key(miss.policy_arg, miss.policy_bytes, miss.cwd, miss.shape)
-        if form != FORMAT or key != miss.key:
+        if key != miss.key or environment is None or environment != _environment(names):
             return None
         if not _code_unchanged(code) or not Fingerprint.from_state(fingerprint).unchanged(resolve=False):
             return None
@@ -462,8 +494,8 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     keepalive, fprog = _libc.sock_fprog(bpf)
     step = plan[seccomp_at]
     plan[seccomp_at] = (*step[:4], fprog, *step[5:])
-    environ = os.environ
-    env = {name: environ[name] if value is None else value for name, value in env.items()}
+    passed, set_pairs = env
+    env = env_reads.command_env(passed, set_pairs, env_reads.real())  # today's values of the passed variables
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope, table)
 
 
@@ -510,18 +542,23 @@ def _entry_for(cage, miss: Miss, hooks):
     # the plan's one pointer: its sock_fprog, at this process's bpf
     if not ruleset_at or len(seccomp_at) != 1 or plan[seccomp_at[0]][4] != _libc.sock_fprog(bpf)[1]:
         return None
+    env = _command_env(cage)
+    names = _env_names()
+    environment = _environment(names)
+    if env is None or environment is None:
+        return None
     fs, net = cage.compiled["landlock.fs"].outputs, cage.compiled["landlock.net"].outputs
     body = (tuple(plan), ruleset_at, seccomp_at[0], bpf,
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
-            cage.clone_flags, _env_by_name(cage.env), tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
+            cage.clone_flags, env, tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
             git_scope, tuple(fs.get("mount_roots") or ()), tmp)
     lookups = miss.lookups
     if lookups:  # (an `exists` the fingerprint's own stat proves is not asked twice by a hit)
         from sandboy.policy.lookups import without_implied  # (imported: the presets asked through it)
 
         lookups = without_implied(lookups, cage.fingerprint.present())
-    return miss.path, (FORMAT, miss.key, miss.code, cage.fingerprint.state(), lookups), body
+    return miss.path, (FORMAT, miss.key, names, environment, miss.code, cage.fingerprint.state(), lookups), body
 
 
 def _tmp_mount_point(cage):
@@ -576,7 +613,7 @@ def store(pending) -> None:
     root run below another user's home wrote through a swapped symlink, session 11). A cache that
     cannot be written only costs speed."""
     path, head, body = pending
-    try:  # (FORMAT, key, code, fingerprint, lookups, the rest marshalled on its own: see `_applies`)
+    try:  # (FORMAT, key, names, environment, code, fingerprint, lookups, the rest marshalled apart: `_applies`)
         data = marshal.dumps((*head, marshal.dumps(body)))
     except ValueError:  # a value marshal cannot write (nothing on the cached path has one)
         return

@@ -17,7 +17,7 @@ in `compile_all` at its place in the plan order (ADR 0008).
 
 import os
 
-from sandboy.confine import hygiene, landlock
+from sandboy.confine import env_reads, hygiene, landlock
 from sandboy.errors import CageError, PolicyError
 from sandboy.policy.resolve import expand_value, is_glob, is_within
 
@@ -577,9 +577,11 @@ def compile_environment(job) -> Compiled:
     """The command's environment: passed names, then set values, then TMPDIR for `{tmp}`.
     Output: `env`."""
     policy = job.policy
-    source_env = os.environ if job.environ is None else job.environ
-    env = {name: source_env[name] for name in policy.env.pass_ if name in source_env}
-    env.update((name, expand_value(value, job.ctx)) for name, value in policy.env.set)
+    # the passed variables are the command's, not inputs of the build: read past `sandboy run`'s
+    # env_reads.Recording (a plan cache hit passes today's values: `command_env`)
+    source_env = env_reads.real() if job.environ is None else job.environ
+    set_pairs = ((name, expand_value(value, job.ctx)) for name, value in policy.env.set)
+    env = env_reads.command_env(policy.env.pass_, set_pairs, source_env)
     if job.ctx.tmp and "TMPDIR" not in env:
         # The private {tmp} is granted, so say where it is: tempfile, mktemp and pytest read
         # TMPDIR and would otherwise try /tmp, which a policy rarely grants.
