@@ -202,6 +202,12 @@ def test_a_run_granted_the_home_cannot_plant_what_host_programs_run_by_themselve
         target.parent.mkdir(parents=True, exist_ok=True)
         if rel in (".gdbinit", ".tmux.conf"):
             target.write_text("# the operator's\n")
+    # a plugin manager's packages: thousands of files in ~/.vim, which must not refuse the run
+    # (protecting ~/.vim whole did: past the link scan's bound, 125)
+    big = home / ".vim" / "pack" / "plugins" / "start" / "big"
+    big.mkdir(parents=True)
+    for i in range(2500):
+        (big / f"f{i}.vim").touch()
     plant = "".join(f"printf %s {shlex.quote(text.format(m=markers))} >> {rel} 2>/dev/null || echo refused {name}; "
                     for name, (rel, text, _) in PLANTS.items())
     plant += "chmod +x .docker/cli-plugins/docker-buildx 2>/dev/null; echo work > work.txt && echo WROTE"

@@ -51,10 +51,12 @@ DEFAULT_PROTECTED = (
     # session's environment (systemd's environment.d, KDE's env scripts)
     ".bash_aliases", ".bash_completion", ".local/share/bash-completion", ".xsessionrc",
     ".config/environment.d", ".config/plasma-workspace/env",
-    # editors and debuggers: vim's runtime directory (plugin/ runs at every start, vimrc), emacs'
-    # other init files, tmux (run-shell), gdb (shell), pdb (Python statements), IPython's startup
+    # editors and debuggers: what vim runs from its runtime directory at every start (vimrc,
+    # plugin/, ftdetect/, ftplugin/, after/ — not ~/.vim whole: a plugin manager's pack/ or plugged/
+    # of thousands of files passed the link scan's bound and refused a home's run), emacs' other
+    # init files, tmux (run-shell), gdb (shell), pdb (Python statements), IPython's startup
     # scripts and its Python config, direnv's own rc (sourced for every .envrc)
-    ".vim", ".emacs.el", ".emacs.d/init.el", ".emacs.d/early-init.el", ".config/emacs/init.el",
+    ".vim/vimrc", ".vim/gvimrc", ".vim/plugin", ".vim/ftdetect", ".vim/ftplugin", ".vim/after", ".emacs.el", ".emacs.d/init.el", ".emacs.d/early-init.el", ".config/emacs/init.el",
     ".config/emacs/early-init.el", ".tmux.conf", ".config/tmux", ".gdbinit", ".config/gdb", ".pdbrc",
     ".ipython/profile_default/startup", ".ipython/profile_default/ipython_config.py", ".config/direnv",
     # programs a tool looks up in the home before its own (docker's CLI plugins: `docker build`
