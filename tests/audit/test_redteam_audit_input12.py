@@ -80,13 +80,6 @@ def test_a_minified_log_without_a_newline_merges(tmp_path: Path) -> None:
     assert _audit("merge", "min.sarif", "-o", "out.sarif", cwd=tmp_path).returncode == 0
 
 
-def _uris(path: Path) -> dict:
-    doc = json.loads(path.read_text())
-    return {res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]:
-            res.get("partialFingerprints", {}).get("primaryLocationLineHash")
-            for run in doc["runs"] for res in run.get("results", [])}
-
-
 def test_a_backslash_in_a_file_name_is_not_another_file(tmp_path: Path) -> None:
     """The adapters read every `\\` as a Windows separator: Bandit's finding in the repository's
     `app\\views.py` (one Linux file name) was reported at `app/views.py` — another file, whose clean
@@ -98,13 +91,13 @@ def test_a_backslash_in_a_file_name_is_not_another_file(tmp_path: Path) -> None:
     (repo / "app\\views.py").write_text("import subprocess\nsubprocess.call(input(), shell=True)\n")
     done = _audit("run", str(repo), "--tools=bandit", "-o", str(tmp_path / "out.sarif"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    uris = _uris(tmp_path / "out.sarif")
+    uris = _fingerprints(tmp_path / "out.sarif")
     assert "app/views.py" not in uris, uris  # before: every finding there
     assert uris.get("app%5Cviews.py"), uris  # the file it is in, hashed from that file's line
     # twin: the same finding in `app/views.py` itself is reported there
     (repo / "app\\views.py").rename(repo / "app" / "views.py")
     done = _audit("run", str(repo), "--tools=bandit", "-o", str(tmp_path / "out.sarif"), cwd=tmp_path)
-    assert done.returncode == 0 and _uris(tmp_path / "out.sarif").get("app/views.py"), done.stderr
+    assert done.returncode == 0 and _fingerprints(tmp_path / "out.sarif").get("app/views.py"), done.stderr
 
 
 def test_twin_a_windows_path_in_a_report_still_reads_its_backslashes_as_separators(built, tmp_path: Path) -> None:
@@ -114,4 +107,4 @@ def test_twin_a_windows_path_in_a_report_still_reads_its_backslashes_as_separato
     (tmp_path / "b.json").write_text(json.dumps(report))
     done = _audit("convert", "--tool", "bandit", "--artifact", "b.json=b.json", "-o", "out.sarif", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert list(_uris(tmp_path / "out.sarif")) == ["file:///C:/work/app/views.py"]
+    assert list(_fingerprints(tmp_path / "out.sarif")) == ["file:///C:/work/app/views.py"]
