@@ -114,21 +114,6 @@ def _stop_gate(repo, report, home, ready: str, sig, before_signal=None):
             proc.wait()
 
 
-def _time_to_free_a_filled_tmp(tmp_path, home) -> float:
-    """Seconds from a confined command's last line to `sandboy run`'s return, the command having
-    filled its private {tmp} with 300,000 files: mostly the kernel freeing that tmpfs."""
-    policy = tmp_path / "fill-tmp.toml"
-    policy.write_text('version = 1\ninclude = ["system"]\n[fs]\nwrite = ["{tmp}"]\n[env]\nset = { TMPDIR = "{tmp}" }\n')
-    proc = subprocess.Popen([sys.executable, "-m", "sandboy", "run", "--policy", str(policy), "--", "sh", "-c",
-                             'cd "$TMPDIR" && mkdir d && cd d && seq 1 300000 | xargs touch && echo ready'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HOME=str(home)))
-    line = proc.stdout.readline()
-    printed = time.monotonic()
-    _, err = proc.communicate(timeout=60)
-    assert line.strip() == "ready" and proc.returncode == 0, err
-    return time.monotonic() - printed
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_during_cage_build_ends_the_gate_within_a_second(slow_build_repo, tmp_path, fake_home, sig):
     report = tmp_path / "report.json"
@@ -150,8 +135,8 @@ def test_stop_during_cage_build_ends_the_gate_within_a_second(slow_build_repo, t
 
 def test_stop_does_not_wait_for_the_kernel_to_free_a_huge_tmp(tmp_path, fake_home):
     """A step fills its {tmp} with 300,000 files (under the namespace tier a private tmpfs the
-    kernel frees while the killed step exits: 1.8 s here) — SIGTERM still ends the gate within a
-    second, and no process of the step is left running."""
+    kernel frees while the killed step exits: 1.8 s here) — SIGTERM ends the gate without waiting for that (within a
+    second on a quiet machine), and no process of the step is left running."""
     marker = f"SBX-{os.getpid()}-tmpfill"
     repo = make_repo(tmp_path, f"""
         [[step]]
@@ -159,15 +144,26 @@ def test_stop_does_not_wait_for_the_kernel_to_free_a_huge_tmp(tmp_path, fake_hom
         run = "cd \\"$TMPDIR\\" && mkdir d && cd d && seq 1 300000 | xargs touch && echo ready && exec -a {marker} sleep 300"
     """)
     report = tmp_path / "report.json"
-    proc, stopped = _stop_gate(repo, report, fake_home, "[fill] ready", signal.SIGTERM)
-    # ~0.66 s with the fix, 1.8-2.1 s when the gate waited for the kernel to free the tmpfs
-    # (measured on a quiet machine). A fixed bound alone failed at load 10 on 2 cores (1.88 s with
-    # the fix in place), so the bound grows with what the freeing costs on this machine now: a
-    # confined run that fills its {tmp} the same way and exits, timed from its last line to its
-    # return (its parent waits for the namespace to end, the freeing included: 1.8 s quiet, 2.4 s
-    # at load 8). The old behaviour took that time and more.
-    freeing = _time_to_free_a_filled_tmp(tmp_path, fake_home)
-    assert stopped < max(1.5, 0.85 * freeing), f"the gate took {stopped:.2f} s to stop (freeing such a {{tmp}}: {freeing:.2f} s)"
+    step = []
+
+    def find_the_step(proc):  # "ready" is printed just before the shell execs the marked sleep
+        deadline = time.monotonic() + 10
+        while not step and time.monotonic() < deadline:
+            step.extend(survivors(marker)) or time.sleep(0.01)
+        # and the process that holds the step's namespaces, whose exit frees the tmpfs: the
+        # namespace's init, the marked command's parent
+        step.append(open(f"/proc/{step[0]}/stat").read().rsplit(")", 1)[1].split()[1])
+
+    proc, stopped = _stop_gate(repo, report, fake_home, "[fill] ready", signal.SIGTERM, before_signal=find_the_step)
+    # What the fix changed, seen from the host: the gate returns while the kernel is still tearing
+    # the killed step down (freeing its tmpfs: 1.8 s quiet, longer under load, against the gate's
+    # 0.5 s grace), so the step's process is still there when the gate has exited. The gate that
+    # waited for it returned only once it was reaped.
+    assert len(step) == 2, step
+    assert os.path.exists(f"/proc/{step[1]}"), "the gate waited for the kernel to free the step's tmpfs"
+    # ~0.66 s on a quiet machine; the bound is loose because a fixed one is a timing test (1.88 s
+    # at load 10 on 2 cores, the fix in place): the check above is what proves the behaviour.
+    assert stopped < 5, f"the gate took {stopped:.2f} s to stop"
     assert proc.returncode == 130
     assert by_name(json.loads(report.read_text()))["fill"]["status"] == "killed"
     deadline = time.monotonic() + 10
