@@ -55,15 +55,19 @@ DEFAULT_PROTECTED = (
     # plugin/, ftdetect/, ftplugin/, after/ — not ~/.vim whole: a plugin manager's pack/ or plugged/
     # of thousands of files passed the link scan's bound and refused a home's run), emacs' other
     # init files, tmux (run-shell), gdb (shell), pdb (Python statements), IPython's startup
-    # scripts and its Python config, direnv's own rc (sourced for every .envrc)
+    # scripts and its Python config, direnv's own rc and lib/ (sourced for every .envrc). Files,
+    # not their directories, where a plugin manager fills the directory (tmux's TPM in
+    # ~/.config/tmux/plugins): the link scan's bound
     ".vim/vimrc", ".vim/gvimrc", ".vim/plugin", ".vim/ftdetect", ".vim/ftplugin", ".vim/after", ".emacs.el", ".emacs.d/init.el", ".emacs.d/early-init.el", ".config/emacs/init.el",
-    ".config/emacs/early-init.el", ".tmux.conf", ".config/tmux", ".gdbinit", ".config/gdb", ".pdbrc",
-    ".ipython/profile_default/startup", ".ipython/profile_default/ipython_config.py", ".config/direnv",
+    ".config/emacs/early-init.el", ".tmux.conf", ".config/tmux/tmux.conf", ".gdbinit", ".config/gdb/gdbinit",
+    ".pdbrc",
+    ".ipython/profile_default/startup", ".ipython/profile_default/ipython_config.py", ".config/direnv/direnvrc",
+    ".config/direnv/lib",
     # programs a tool looks up in the home before its own (docker's CLI plugins: `docker build`
     # runs ~/.docker/cli-plugins/docker-buildx), build tools' init scripts and JVM options
     # (Gradle runs ~/.gradle/init.d/* in every build), and more package indexes
     ".docker/cli-plugins", ".gradle/init.d", ".gradle/init.gradle", ".gradle/gradle.properties",
-    ".m2/settings.xml", ".config/uv", ".condarc", ".gemrc",
+    ".m2/settings.xml", ".config/uv/uv.toml", ".condarc", ".gemrc",
 )
 
 
