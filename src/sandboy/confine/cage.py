@@ -387,7 +387,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> 
         from sandboy.repository_files import check_repository_grants  # only such policies pay for it
 
         check_repository_grants(policy, ctx.repo)  # `{repo}/x` stays inside the repository
-    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty, pieces)
+    job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty, pieces, reusable)
     before = watch_before = None
     if reusable:  # the policy's paths as they were before any rule was decided (Fingerprint's `before`)
         from sandboy.confine.fingerprint import protected_watch, stats_before

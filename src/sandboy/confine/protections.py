@@ -97,9 +97,10 @@ class Job:
     """What every compiler may read: the policy (as written and resolved), the run's context,
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
-    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers", "notes", "pieces")
+    __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers", "notes", "pieces",
+                 "reusable")
 
-    def __init__(self, policy, resolved, ctx, abi, environ, tty=False, pieces=None):
+    def __init__(self, policy, resolved, ctx, abi, environ, tty=False, pieces=None, reusable=True):
         self.policy = policy
         self.resolved = resolved
         self.ctx = ctx
@@ -109,6 +110,9 @@ class Job:
         # parts compiled by an earlier `sandboy run` from the same inputs (plan_pieces.Pieces: the
         # seccomp program), or None: every part compiled here (the API, the gate, a run never kept)
         self.pieces = pieces
+        # whether the cage may run again (`cage.build(reusable=)`): only then is what its deny
+        # globs looked into recorded (`deny_globs.GlobWatch`: a stat a directory, the mount table)
+        self.reusable = reusable
         self._protected = None
         # the hook-manager discoveries the protected paths made (protected.discover_managers):
         # the launch warnings and the first run's git check take them instead of looking again
@@ -354,7 +358,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     # what the deny globs' matches depend on, for a fingerprint (a cage kept for another run)
     globs = [d for d in fs.deny if is_glob(d)]
     watch = None
-    if globs:
+    if globs and job.reusable:
         from sandboy.confine.deny_globs import GlobWatch
 
         watch = GlobWatch()
@@ -445,7 +449,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     split_dirs: list[str] = []
     rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects)
     # a glob's matches are kept (a fingerprint) only where the directories it looked into prove them
-    glob_state = () if watch is None else watch.state(globs)
+    glob_state = () if not globs else None if watch is None else watch.state(globs)
 
     handled_fs = fs_rights_for(job.abi)
     for row in PROTECTIONS:
