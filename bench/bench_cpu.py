@@ -86,6 +86,14 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.org", "GIT_COM
            "GIT_COMMITTER_EMAIL": "b@example.org", "GIT_CONFIG_NOSYSTEM": "1"}
 
 
+def commit_all(root: str, message: str) -> None:
+    """`root` made a git repository holding every file in it, committed (GIT_ENV's author)."""
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "init", "-q", root], check=True, env=env)
+    subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", root, "commit", "-qm", message], check=True, env=env)
+
+
 def make_checkout(root: str, dirs: int = 1_000, files_per_dir: int = 10) -> None:
     """A committed git repository of `dirs` directories holding `files_per_dir` small files each,
     shaped like a checkout: directory i lies in directory (i - 1) // 2, so half of them hold
@@ -99,18 +107,17 @@ def make_checkout(root: str, dirs: int = 1_000, files_per_dir: int = 10) -> None
         for j in range(files_per_dir):
             with open(os.path.join(path, f"f{j}.txt"), "w") as fh:
                 fh.write(f"{i} {j}\n")
-    env = {**os.environ, **GIT_ENV}
-    subprocess.run(["git", "init", "-q", root], check=True, env=env)
-    subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", root, "commit", "-qm", "tree"], check=True, env=env)
+    commit_all(root, "tree")
 
 
 VENV_PACKAGES, VENV_DIRS, VENV_FILES = 30, 10, 10  # 3,000 files in 330 directories of site-packages
 EXAMPLE_POLICY = os.path.join(os.path.dirname(HERE), "policy.example.toml")
 PRESETS_POLICY = 'version = 1\ninclude = ["system", "python"]\n'
-# The README's policy without what no plan can keep yet ({tmp}, the glob deny) or what makes every
-# run supervised (wall_seconds; processes as root): the presets, the write root ".", `.env`
-# denied, [net], the limits that need no supervisor — what a kept presets plan runs (session 12)
+# The README's policy without `{tmp}`, the glob deny and what makes every run supervised
+# (wall_seconds; processes as root): the presets, the write root ".", `.env` denied, [net], the
+# limits that need no supervisor — the first README-shaped plan the cache kept (session 12,
+# presets12). `{tmp}` and the glob deny are kept since (tmp12, glob12): these rows, measured
+# before them, show what each costs beside the whole README policy's rows
 EXAMPLE_KEPT_EDITS = (('write = [".", "{tmp}"]', 'write = ["."]'), ('deny  = [".env", "*.pem"]', 'deny  = [".env"]'),
                       (', HOME = "{tmp}"', ""), ("wall_seconds  = 600", "wall_seconds  = 0"),
                       ("processes     = 512", "processes     = 0"))
@@ -158,10 +165,7 @@ def make_project(root: str, venv_files: bool) -> None:
                 for f in range(VENV_FILES):
                     with open(os.path.join(package, f"mod{f}.py"), "w") as fh:
                         fh.write(f"VALUE = {p * 100 + d * 10 + f}\n")
-    env = {**os.environ, **GIT_ENV}
-    subprocess.run(["git", "init", "-q", root], check=True, env=env)
-    subprocess.run(["git", "-C", root, "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", root, "commit", "-qm", "project"], check=True, env=env)
+    commit_all(root, "project")
 
 
 FIXED_CLI_CASES = ("run CLI", "run CLI, another environment", "run CLI, plan cache miss", "run CLI, first run",

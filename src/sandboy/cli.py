@@ -123,7 +123,8 @@ def _cmd_run(args: RunArgs) -> int:
     # Exec mode may run a plan built by an earlier `sandboy run` with the same inputs (ADR 0028):
     # before the compilers are even imported. `miss`: the inputs of a build the cache may keep.
     # `first`: no entry to compare with — the plan cache is imported only once the loaded policy
-    # may be kept (a policy never kept, `include` or egress, pays nothing of it).
+    # may be kept (a policy never kept — `[net]` egress, a run always supervised: `plan_may_keep` —
+    # pays nothing of it).
     miss = said = entry = None
     first = False
     cacheable = args.command and not (args.dry_run or args.tty or args.status_json or args.status_fd is not None

@@ -3,8 +3,9 @@
 Placeholders: {cwd} {home} {tmp} {policy_dir} {repo}; a relative path is under {cwd}. They are
 replaced in one pass over the text as written, and not in a path written absolute: a directory
 may be named `{home}`, and a policy the gate resolved is resolved again in the cage (session 8).
-`{tmp}` is a private directory made per run; a context without one keeps the literal `{tmp}`
-prefix so that two policies (a step and its ceiling) can still be compared path by path.
+`{tmp}` is private to each run (a directory made for the cage, or under the namespace tier a
+tmpfs of the run's own on `sandboy run`'s fixed mount point: `cage.build(fixed_tmp=)`); a context
+without one keeps the literal `{tmp}` prefix so that two policies (a step and its ceiling) can still be compared path by path.
 """
 
 import _imp
