@@ -310,8 +310,10 @@ def _open_status(args: RunArgs) -> int:
     from sandboy import json_text  # noqa: F401
 
     if args.status_json:
-        _STATUS_OPENED[0] = os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        return _STATUS_OPENED[0]
+        fd = os.open(args.status_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        there = os.lstat(args.status_json)
+        _STATUS_OPENED[:] = [fd, (there.st_dev, there.st_ino)]
+        return fd
     os.set_inheritable(args.status_fd, False)
     return args.status_fd
 
@@ -324,13 +326,15 @@ def _write_status(fd: int, enforced, degraded, warnings, source, outcome) -> Non
            "enforced": enforced, "degraded": degraded, "warnings": warnings, **outcome}
     data = (json_text.dumps(doc) + "\n").encode()  # json.dumps(doc, indent=2)'s text
     os.write(fd, data)
-    if _STATUS_OPENED[0] == fd:
+    if _STATUS_OPENED and _STATUS_OPENED[0] == fd:
         # --status-json's own file (offset 0 since its O_TRUNC): what the command wrote into it
         # beyond our bytes would have followed them as a second document
         os.ftruncate(fd, len(data))
 
 
-_STATUS_OPENED = [None]  # the fd `_open_status` opened for --status-json (not a caller's --status-fd)
+# --status-json's fd (not a caller's --status-fd) and what its path was then (lstat: the link
+# itself where the operator named one): `_status_replaced` compares both
+_STATUS_OPENED: list = []
 
 
 def _status_replaced(args: RunArgs, fd: int) -> bool:
@@ -342,8 +346,10 @@ def _status_replaced(args: RunArgs, fd: int) -> bool:
     if not args.status_json:
         return False
     try:
-        now, ours = os.stat(args.status_json), os.fstat(fd)
-        if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino):
+        # both: the file it leads to is ours, and the path is what it was (a symlink put there to
+        # /proc/self/fd/N leads, for this process only, to our own fd)
+        now, ours, there = os.stat(args.status_json), os.fstat(fd), os.lstat(args.status_json)
+        if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino) and (there.st_dev, there.st_ino) == _STATUS_OPENED[1]:
             return False
         why = "another file is there now"
     except OSError as exc:

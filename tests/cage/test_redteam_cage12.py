@@ -433,6 +433,9 @@ def test_a_status_file_in_a_write_root_cannot_be_swapped_for_a_forged_one(tmp_pa
     assert appended.returncode == 0, appended
     doc = json.loads((work / "status.json").read_text())  # one document: nothing of the command's after it
     assert doc["outcome"] in ("exec", "exited") and "forged" not in (work / "status.json").read_text()
+    # a link to /proc/self/fd/3 leads, in Sandboy's process alone, to its own status fd (3 here)
+    linked = run("rm -f status.json; ln -s /proc/self/fd/3 status.json; exit 0")
+    assert linked.returncode == 125 and "not the file this run wrote its status to" in linked.stderr, linked
 
 
 @pytest.mark.parametrize("spelled", ["absolute", "{cwd}"])
