@@ -193,8 +193,8 @@ def test_a_run_with_a_terminal_on_stdin_pays_nothing_of_an_entry(tmp_path, monke
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     policy = tmp_path / "kept.toml"
     policy.write_text(TRUE_POLICY)
-    ask = ("import sys; from sandboy.confine import plan_cache; "
-           "print(plan_cache.Miss.first(sys.argv[1], None, open(sys.argv[1], 'rb').read()) is not None)")
+    ask = ("import sys; from sandboy.confine import plan_keep; "
+           "print(plan_keep.Miss.first(sys.argv[1], None, open(sys.argv[1], 'rb').read()) is not None)")
     run = [SANDBOY, "run", "--policy", str(policy), "--", "/bin/true"]
     master, slave = pty.openpty()
     try:

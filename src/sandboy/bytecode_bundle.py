@@ -58,8 +58,9 @@ RUN_PATH_GROUPS = {
     # the gate, the API) — not a run it never keeps, which thus unmarshals none of its ≈ 53 kB
     "plan cache": ("sandboy.confine.fingerprint", "sandboy.confine.plan_cache"),
     # the parts of a build kept apart from the plans (the seccomp program): a miss, a first run;
-    # and the writer of the cache's files (an entry or piece is written only after such a build)
-    "plan pieces": ("sandboy.confine.plan_pieces", "sandboy.confine.cache_files"),
+    # the writer of the cache's files (an entry or piece is written only after such a build); and
+    # what keeps the plan a build made (`plan_keep`: a hit reads none of it, session 12)
+    "plan pieces": ("sandboy.confine.plan_pieces", "sandboy.confine.cache_files", "sandboy.confine.plan_keep"),
     # the cage's build: imported together by `sandboy run` (a miss), the gate, doctor and the API
     "cage": ("sandboy.confine.hygiene", "sandboy.confine.landlock", "sandboy.confine.namespaces",
              "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load", "sandboy.policy.model"),

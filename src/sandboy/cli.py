@@ -177,9 +177,9 @@ def _cmd_run(args: RunArgs) -> int:
             return _dry_run(policy, args)
         if first:
             if plan_may_keep(policy):
-                from sandboy.confine import plan_cache
+                from sandboy.confine.plan_keep import Miss
 
-                miss = plan_cache.Miss.first(args.policy, (cwd, entry), raw)  # (kept: asked just now)
+                miss = Miss.first(args.policy, (cwd, entry), raw)  # (kept: asked just now)
         elif miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)

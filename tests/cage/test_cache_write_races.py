@@ -2,7 +2,7 @@
 
 A root run with another user's HOME (`sudo -E`) keeps its cache below directories that user owns;
 that user may swap a name there for a symlink while root writes. Before, every writer went by path:
-`plan_cache.store` (the plan entries and the seccomp pieces) made its directory and wrote its
+`plan_keep.store` (then `plan_cache.store`: the plan entries and the seccomp pieces) made its directory and wrote its
 entry wherever the swapped link pointed, the policy parse cache opened `NAME.PID.tmp` with O_TRUNC
 through a link planted in a directory that user swapped in (any file root may write, overwritten),
 and the namespace note did the same with `NOTE.tmp`. Each probe below is the attack, checked from
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from sandboy.confine import cache_files, namespace_probe, namespaces, plan_cache
+from sandboy.confine import cache_files, namespace_probe, namespaces, plan_cache, plan_keep
 from sandboy.policy import load
 from test_path_swap_races import swapping
 
@@ -57,7 +57,7 @@ def _everything_in(path) -> list:
 def test_a_cache_directory_the_other_user_made_a_symlink_gets_no_plan_entry(tmp_path):
     cache, victim = _others_home(tmp_path)
     (cache / "sandboy").symlink_to(victim)  # (before: plans/ made in the victim, the entry written there)
-    plan_cache.store(_entry(cache / "sandboy"))
+    plan_keep.store(_entry(cache / "sandboy"))
     assert _everything_in(victim) == []
 
 
@@ -91,7 +91,7 @@ def test_a_cache_directory_swapped_for_a_symlink_while_entries_are_written_puts_
             if time.monotonic() > deadline:
                 break
             path, head, body = _entry(real)
-            plan_cache.store((path.replace("0123456789abcdef", f"{i:016x}"), head, body))
+            plan_keep.store((path.replace("0123456789abcdef", f"{i:016x}"), head, body))
     assert _everything_in(victim) == ["plans"]
     where = real if not real.is_symlink() else cache / "evil"  # the real directory, wherever its name is now
     assert all(name.endswith(".plan") for name in os.listdir(where / "plans"))
@@ -161,12 +161,12 @@ def test_a_namespace_note_another_user_wrote_or_linked_is_not_taken(tmp_path, mo
 def test_a_cache_directory_of_its_own_gets_its_entry_made_with_its_directories(tmp_path):
     cache_dir = tmp_path / "a" / "b" / "sandboy"  # none of it there yet
     path, head, body = _entry(cache_dir)
-    plan_cache.store((path, head, body))
+    plan_keep.store((path, head, body))
     assert plan_cache._open_entry(path) is not None
     for folder in (cache_dir, cache_dir / "plans"):
         st = os.lstat(folder)
         assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
-    plan_cache.store((path, head, ("another body",)))  # a later run's entry replaces it
+    plan_keep.store((path, head, ("another body",)))  # a later run's entry replaces it
     assert os.listdir(cache_dir / "plans") == [os.path.basename(path)]
 
 
@@ -179,7 +179,7 @@ def test_a_cache_directory_reached_through_links_no_other_user_can_change_is_wri
     home.mkdir(mode=0o755)
     (home / ".cache").symlink_to(real)
     path, head, body = _entry(home / ".cache" / "sandboy")
-    plan_cache.store((path, head, body))
+    plan_keep.store((path, head, body))
     assert (real / "sandboy" / "plans" / os.path.basename(path)).is_file()
     sticky = tmp_path / "sticky"
     sticky.mkdir()

@@ -497,7 +497,7 @@ def test_a_file_on_stdin_is_never_run_from_a_kept_plan(runner, tmp_path):
 # Each check of a hit, taken out of a copy of the package: the probe above that covers it must
 # then see the wrong behaviour (else the probe could not fail). (source text, replacement)
 MUTANTS = {
-    "the key": ("key != miss.key", "False"),
+    "the key": ("kept_key != key", "False"),
     "the fingerprint": ("not Fingerprint.from_state(fingerprint).unchanged(resolve=False)", "False"),
     "the code": ("not _code_unchanged(code)", "False"),
     # (the cache's one reader, `_libc.read_private`: `_open_entry` is it)

@@ -322,7 +322,7 @@ def test_a_build_that_sees_the_whole_environment_is_keyed_with_all_of_it(runner,
 
 MUTANTS = {  # file, text, replacement: each must make SANDBOY_NAMESPACES=0 run the kept plan
     "a lookup recorded": ("env_reads.py", "            self.names[name] = None\n", "            pass\n"),
-    "the recorded names in the key": ("plan_cache.py", "for name in (*recording.names, *env_reads.READ_AT_START_UP)",
+    "the recorded names in the key": ("plan_keep.py", "for name in (*recording.names, *env_reads.READ_AT_START_UP)",
                                       "for name in env_reads.READ_AT_START_UP"),
     "the recording started": ("../cli.py", "        env_reads.start()\n", "        pass\n"),
 }

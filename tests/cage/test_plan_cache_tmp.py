@@ -269,7 +269,7 @@ MUTANTS = {
     # the fixed mount point itself (test_a_killed_run_leaves_nothing_on_the_host)
     "the fixed mount point": ("cli.py", "miss.pieces, fixed_tmp=True)", "miss.pieces, fixed_tmp=False)"),
     # a plan naming a directory of its run's own never kept (test_a_mount_point_of_another_user_is_not_taken)
-    "only the fixed mount point kept": ("plan_cache.py", "    if shared is None or cage.tier is None or not "
+    "only the fixed mount point kept": ("plan_keep.py", "    if shared is None or cage.tier is None or not "
                                         "cage.tier.tmp_private:\n        return False\n",
                                         "    if shared is None or cage.tier is None or not "
                                         "cage.tier.tmp_private:\n        return None\n"),

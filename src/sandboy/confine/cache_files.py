@@ -6,7 +6,7 @@
 # (`policy.resolve.cache_dir`). A root run with another user's HOME (`sudo -E`, a service started
 # with a user's environment) finds it below directories that user owns, and that user may swap any
 # name there for a symlink while we write. Written by path, a file went where the swapped link
-# pointed: `plan_cache.store` made its directory and wrote the entry in a directory of the other
+# pointed: `plan_keep.store` (then `plan_cache.store`) made its directory and wrote the entry in a directory of the other
 # user's choosing, and the policy parse cache's and the namespace note's `open(tmp, O_TRUNC)`
 # followed a link planted there onto any file root may write (session 11).
 #

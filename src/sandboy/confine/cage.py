@@ -221,7 +221,7 @@ class Cage:
             own = self.plan(stdio, handoff=handoff)
             plan = [step for _, step in self.child_plan(own, first, in_command)]
             # what the last child ran of this cage's own plan, and the ruleset fd it names: a
-            # `sandboy run` plan cache entry is made of it (plan_cache._entry_for, ADR 0028) —
+            # `sandboy run` plan cache entry is made of it (plan_keep._entry_for, ADR 0028) —
             # never of one whose fd 0-2 needed this run's own (a file reopened or relayed)
             self.launched = (self.ruleset.fd, [step for _, step in own])
             self.launched_stdio_per_run = handoff is not None and handoff.per_run()

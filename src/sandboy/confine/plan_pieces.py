@@ -6,7 +6,7 @@ seccomp program is one (`protections.seccomp_inputs`: the ABI, `seccomp.deny`/`a
 `ipc.sysv`, the network rules): kept under a key of exactly those inputs and the code that makes
 it from them, a miss whose inputs an earlier run saw imports no BPF assembler (`seccomp` is a
 bundle group of its own: ≈ 0.6 ms of a miss). Read and written as the plan cache's entries are
-(`plan_cache._open_entry`, `plan_cache.store`: one reader, one writer), in a directory of their
+(`plan_cache._open_entry`, `plan_keep.store`: one reader, one writer), in a directory of their
 own beside `plans/`. This module is a bundle group of its own too: a hit reads none of it.
 """
 
@@ -17,7 +17,8 @@ import sys
 
 from sandboy.confine import _libc
 from sandboy.confine.fingerprint import _identity
-from sandboy.confine.plan_cache import _PACKAGE, _open_entry, _served_stats, store
+from sandboy.confine.plan_cache import _PACKAGE, _open_entry, _served_stats
+from sandboy.confine.plan_keep import store
 from sandboy.policy.resolve import cache_dir
 
 PIECE_FORMAT = "sandboy plan piece 1"
@@ -76,7 +77,7 @@ class Pieces:
         self._missing = None
         self._to_write = None
         # (file, identity) of the code that made a kept program this run took (its key's): that code
-        # is not imported here, yet the run's plan entry must name it (`plan_cache.Miss.built`), or
+        # is not imported here, yet the run's plan entry must name it (`plan_keep.Miss.built`), or
         # an edit of `seccomp.py` never reached that entry's hits
         self.code = ()
 

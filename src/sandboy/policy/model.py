@@ -137,7 +137,7 @@ class Policy(_Record):
     def load(cls, path, use_cache: bool = True, raw: bytes | None = None) -> "Policy":
         """Load and validate a policy file; raises `PolicyError` naming file, key and fix. `raw`:
         the file's bytes where the caller has read them already (`sandboy run`'s plan cache keys
-        its entry with exactly the bytes the build parsed: plan_cache.Miss)."""
+        its entry with exactly the bytes the build parsed: plan_keep.Miss)."""
         import os
 
         from sandboy.policy.load import read_table

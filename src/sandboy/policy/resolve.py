@@ -305,7 +305,7 @@ def plan_may_keep(policy) -> bool:
     is kept where every question its presets asked of the machine was recorded (`lookups`). `{tmp}`
     is kept under the namespace tier, where it is a fixed mount point (`cage.fixed_tmp_dir`, session
     12): not with the tier turned off (`SANDBOY_NAMESPACES=0`: a directory per run, supervised);
-    where the kernel refuses the tier, the build keeps none (`plan_cache._tmp_mount_point`)."""
+    where the kernel refuses the tier, the build keeps none (`plan_keep._tmp_mount_point`)."""
     import sys
 
     # `include`: the presets are resolved on this machine at every load (which programs exist,
