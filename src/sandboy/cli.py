@@ -198,7 +198,10 @@ def _cmd_run(args: RunArgs) -> int:
             _egress_log_outside(args.egress_log, policy, cage.ctx)
         hooks = exec_mode.hooks_for(cage, args.egress_log)  # the git check, the egress proxy
         terminal = has_controlling_terminal()  # probed once: the decision and the signals below
-        if exec_mode.supervisor_needed(cage, tty=args.tty, in_place=True, controlling_terminal=terminal, hooks=hooks):
+        # (--status-json without the tier: a run that execs in place writes its status before the
+        # command starts and is not there to see the command replace it — `_status_replaced`)
+        if exec_mode.supervisor_needed(cage, tty=args.tty, in_place=True, controlling_terminal=terminal, hooks=hooks) \
+                or (args.status_json and cage.tier is None):
             if terminal:
                 # The terminal's ^C and ^\ reach the supervisor too (it is in our job), which
                 # passes them on to the command (in a session of its own) and reports the outcome.

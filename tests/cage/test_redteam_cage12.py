@@ -399,7 +399,9 @@ FORGE_STATUS = ('rm -f status.json; printf \'{"outcome": "exec", "forged": true}
                 'printf "[core]\\n\\tfsmonitor = touch $1\\n" >> .git/config 2>/dev/null; exit 0')
 
 
-@pytest.mark.parametrize("tier", ["tier", "forced-off"])
+# forced-off-no-check: without the tier and without the git check (fs.protect_defaults = false)
+# such a run exec'd in place, its status written before the command started
+@pytest.mark.parametrize("tier", ["tier", "forced-off", "forced-off-no-check"])
 def test_a_status_file_in_a_write_root_cannot_be_swapped_for_a_forged_one(tmp_path, tier):
     """`sandboy run --status-json status.json` in the project (a write root): the command removed
     the file and wrote a forged status ("exec", no error); Sandboy's real status went to the
@@ -413,7 +415,8 @@ def test_a_status_file_in_a_write_root_cannot_be_swapped_for_a_forged_one(tmp_pa
     work.mkdir()
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     policy = tmp_path / "p.toml"
-    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % work)
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/etc"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["%s"]\n' % work
+                      + ("protect_defaults = false\n" if tier == "forced-off-no-check" else ""))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
            "SANDBOY_NAMESPACES": "1" if tier == "tier" else "0"}
 
