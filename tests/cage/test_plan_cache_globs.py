@@ -11,7 +11,6 @@ the hit. Hit or miss is seen as in test_plan_cache.py (a hit imports no compiler
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -224,59 +223,6 @@ def test_a_glob_on_a_file_system_whose_directory_times_prove_nothing_keeps_no_en
         assert entry_applies(runner, *READ).hit
     finally:
         shutil.rmtree(own)
-
-
-def test_procfs_lists_a_new_process_with_its_times_unchanged_so_a_glob_there_proves_nothing():
-    """Why DIRECTORY_TIMES_TRACKED: /proc's identity stays the same while a process started since
-    appears in its listing. A glob that looks into /proc gives no record (matched at every
-    launch); the same glob is recorded where the allowlist is taken out (its mutant)."""
-    settle()
-    before = os.stat("/proc")
-    later = subprocess.Popen(["sleep", "60"])
-    try:
-        assert str(later.pid) in os.listdir("/proc") and os.stat("/proc").st_ctime_ns == before.st_ctime_ns
-    finally:
-        later.kill()
-        later.wait()
-    pattern = "/proc/no-such-*"
-    watch = deny_globs.GlobWatch()
-    assert list(deny_globs.glob_nofollow(pattern, watch=watch)) == []
-    assert watch.state([pattern]) is None
-    allowed = deny_globs.DIRECTORY_TIMES_TRACKED
-    try:
-        deny_globs.DIRECTORY_TIMES_TRACKED = allowed | {"proc"}
-        assert watch.state([pattern]) == (("/proc", True, fingerprint_identity("/proc")),)
-    finally:
-        deny_globs.DIRECTORY_TIMES_TRACKED = allowed
-
-
-def fingerprint_identity(path: str) -> tuple:
-    from sandboy.confine.fingerprint import _identity
-
-    return _identity(os.stat(path))
-
-
-def test_a_directory_changed_within_the_tick_proves_nothing(tmp_path):
-    """`GlobWatch.state` is None where a directory it looked into changed within the clock tick
-    before it looked (a later change could keep that ctime), and the identities once settled."""
-    (tmp_path / "sub").mkdir()
-    settle()
-
-    def watched():
-        watch = deny_globs.GlobWatch()
-        pattern = f"{tmp_path}/**/*.pem"
-        list(deny_globs.glob_nofollow(pattern, watch=watch))
-        return watch.state([pattern])
-
-    def just_changed(i: int):
-        (tmp_path / "sub" / f"new{i}").write_text("x")  # `sub` changed just now
-        return watched()
-
-    # (three tries: a loaded machine may stop this process for a whole tick in between)
-    assert any(just_changed(i) is None for i in range(3))
-    settle()
-    state = watched()
-    assert state is not None and sorted(path for path, _, _ in state) == [str(tmp_path), str(tmp_path / "sub")]
 
 
 def test_the_glob_check_of_a_hit_has_a_probe_that_fails_without_it(runner):

@@ -147,3 +147,15 @@ def test_real_path_walks_as_posixpath_does(fresh, tmp_path):
     (tmp_path / "rel").unlink()
     (tmp_path / "rel").symlink_to("a/b")
     assert not lookups.unchanged(lookups.recorded())
+
+
+def test_without_implied_drops_only_the_exists_a_hits_fingerprint_proves():
+    """A hit stats the fingerprint's present paths before it asks the record again (and fails
+    unless each still exists): an `exists` answered True for one of them is implied and dropped.
+    Kept: `exists` answered False (the path may have been made since), `exists` True of a path
+    the fingerprint does not hold, and every other kind about a present path (a file is not a
+    directory, a program's mode may change)."""
+    record = (("exists", "/a", True), ("exists", "/b", False), ("exists", "/c", True), ("isdir", "/a", True),
+              ("program", "/a", True), ("islink", "/a", False))
+    assert lookups.without_implied(record, frozenset(("/a", "/b"))) == record[1:]
+    assert lookups.without_implied(record, frozenset()) == record
