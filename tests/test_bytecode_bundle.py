@@ -89,8 +89,10 @@ def sandboy_run(pkg: Path, tmp_path: Path, *python_options: str) -> subprocess.C
 EXEC_MODE = (bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_GROUPS["cached run"]
              + bytecode_bundle.RUN_PATH_GROUPS["plan cache"])
 # (the BPF assembler too: no seccomp program kept for these inputs yet, plan_pieces.Pieces)
+# (and the is-within rule the resolver imports: a group of its own, which a write-root hit reads too)
 EXEC_MODE_BUILT = (EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"] + bytecode_bundle.RUN_PATH_GROUPS["plan pieces"]
-                   + bytecode_bundle.RUN_PATH_GROUPS["seccomp"])
+                   + bytecode_bundle.RUN_PATH_GROUPS["seccomp"] + bytecode_bundle.RUN_PATH_GROUPS["paths"]
+                   + bytecode_bundle.RUN_PATH_GROUPS["policy package"])
 RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the groups are for
     "exec mode": ("", []),
     "exec mode, plan cache off": ("", []),
@@ -158,16 +160,18 @@ def test_exec_mode_imports_exactly_the_cli_and_cached_run_groups(tier, tmp_path)
     the plan cache off the cage group and the assembler, none of the plan cache (session 10)."""
     assert run_imports("exec mode", tmp_path) == set(EXEC_MODE)
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"], *groups["plan pieces"]}
+    assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"], *groups["plan pieces"],
+                                                          *groups["paths"], *groups["policy package"]}
     assert run_imports("exec mode, plan cache off", tmp_path) == {*groups["cli"], *groups["cached run"], *groups["cage"],
-                                                                  *groups["seccomp"]}
+                                                                  *groups["seccomp"], *groups["paths"],
+                                                                  *groups["policy package"]}
 
 
 def test_a_presets_hit_asks_their_questions_without_the_presets(tier, tmp_path):
     """`include` kept (ADR 0028, session 12): a hit imports the recorded questions' module, not
     the presets (nor the loader: no "cage" group); a miss resolves the presets."""
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    assert run_imports("include", tmp_path) == {*EXEC_MODE, *groups["preset lookups"]}
+    assert run_imports("include", tmp_path) == {*EXEC_MODE, *groups["preset lookups"], *groups["policy package"]}
     assert set(groups["include"]) <= run_imports("include, a miss", tmp_path)
 
 

@@ -120,7 +120,8 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
     # (a repository at launch: its hook managers' discovery — `hook_managers`, not the protected
     # paths' resolution, session 11 — and the mode guard of its git files; the judgement neither
     # there nor outside one, session 10; never the git check's run hook, `gitcheck_hook`)
-    expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"],
+    # (the is-within rule the checks share: `paths`, not the policy's resolver, session 12)
+    expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"], *groups["paths"],
                 *(groups["hook managers"] + groups["mode guard"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 

@@ -50,20 +50,31 @@ RUN_PATH_GROUPS = {
     # every `sandboy` command
     "cli": ("sandboy.errors", "sandboy.cli"),
     # exec mode with a cached plan (ADR 0028): what a hit imports, and a build first
-    "cached run": ("sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native", "sandboy.confine.env_reads",
-                   "sandboy.policy",
-                   "sandboy.policy.resolve", "sandboy.confine.ruleset", "sandboy.confine.terminal",
-                   "sandboy.confine.exec_mode"),
+    # (not the policy's resolver: a hit asks only cache_places and _libc's PATH search, session 12)
+    "cached run": ("sandboy.cache_places", "sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native",
+                   "sandboy.confine.env_reads", "sandboy.confine.ruleset", "sandboy.confine.terminal",
+                   "sandboy.confine.init_wait"),
+    # the one is-within rule: a build's resolver, and a write-root hit's checks without it (session 12)
+    "paths": ("sandboy.paths",),
+    # the policy package itself (its docstring): a build's loader, and an `include` hit's recorded
+    # questions (`policy.lookups`) without the loader — not a plain hit (session 12)
+    "policy package": ("sandboy.policy",),
     # the plan cache itself: a hit, a miss, a run it may keep (and a reused cage's fingerprint:
     # the gate, the API) — not a run it never keeps, which thus unmarshals none of its ≈ 53 kB
     "plan cache": ("sandboy.confine.fingerprint", "sandboy.confine.plan_cache"),
     # the parts of a build kept apart from the plans (the seccomp program): a miss, a first run;
     # the writer of the cache's files (an entry or piece is written only after such a build); and
-    # what keeps the plan a build made (`plan_keep`: a hit reads none of it, session 12)
-    "plan pieces": ("sandboy.confine.plan_pieces", "sandboy.confine.cache_files", "sandboy.confine.plan_keep"),
+    # what keeps the plan a build made (`plan_keep`: a hit reads none of it, session 12); and the
+    # build side of the fingerprint, taken only for a cage that may run again: a kept plan, the
+    # API's and the gate's reused cages (`fingerprint_build`, session 12)
+    "plan pieces": ("sandboy.confine.plan_pieces", "sandboy.confine.cache_files", "sandboy.confine.plan_keep",
+                    "sandboy.confine.fingerprint_build"),
     # the cage's build: imported together by `sandboy run` (a miss), the gate, doctor and the API
-    "cage": ("sandboy.confine.hygiene", "sandboy.confine.landlock", "sandboy.confine.namespaces",
-             "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load", "sandboy.policy.model"),
+    # (and exec mode's decisions — the hooks, whether a supervisor stays — which a build's run
+    # takes and a hit does not: exec_mode, apart from the wait a hit runs, init_wait, session 12)
+    "cage": ("sandboy.policy.resolve", "sandboy.confine.hygiene", "sandboy.confine.landlock",
+             "sandboy.confine.namespaces", "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load",
+             "sandboy.policy.model", "sandboy.confine.exec_mode"),
     # the BPF assembler: a build, unless a miss takes the program an earlier run kept (plan_pieces.Pieces)
     "seccomp": ("sandboy.confine.seccomp",),
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains

@@ -136,10 +136,10 @@ def _cmd_run(args: RunArgs) -> int:
 
         env_reads.start()
     # (`SANDBOY_PLAN_CACHE=0`: none of it, not even its import)
-    from sandboy.policy.resolve import plan_cache_enabled
+    from sandboy.cache_places import plan_cache_enabled
 
     if cacheable and plan_cache_enabled():
-        from sandboy.policy.resolve import plan_entry_path
+        from sandboy.cache_places import plan_entry_path
 
         try:
             cwd = os.path.abspath(args.cwd or os.getcwd())

@@ -339,11 +339,11 @@ MUTANTS = {
                                               "start_and_wait(argv, cage, supervised=False)"),
     # the protected paths resolved again once the building run ended (`_entry_for`), compared with the build's
     "the protected paths after the building run": (
-        "fingerprint.py", "        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:\n"
-                          "            return False\n",
-        "        protections.protected_paths(*self.protected_args, managers=managers)\n"),
+        "fingerprint_build.py", "    if protections.protected_paths(*fp.protected_args, managers=managers) != fp._protected:\n"
+                                "        return False\n",
+        "    protections.protected_paths(*fp.protected_args, managers=managers)\n"),
     # (session 10) the stats of what decides the protected paths, taken by the build BEFORE it
-    # resolved them (`fingerprint.protected_watch`), compared again once the building run ended:
+    # resolved them (`fingerprint_build.protected_watch`), compared again once the building run ended:
     # the entry is written from that comparison, with no second resolution where they are equal
     "the build's protected-path stats compared after its run": (
         "fingerprint.py", "and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched", "and True"),

@@ -295,7 +295,7 @@ def test_twin_the_same_lease_outside_the_cage_holds_the_file(tmp_path):
 # the check was about to move stayed for the operator's next git command. The command chooses how
 # long that window is (a 4 MiB config to parse, up to 2,000,000 entries to walk). A supervised run
 # (`wall_seconds`) held them through its stop hooks: 125, moved. Now the exec-mode check holds them
-# too (`exec_mode.start_and_wait(supervised=True)`), and `cli.finish` holds them from then on.
+# too (`init_wait.start_and_wait(supervised=True)`), and `cli.finish` holds them from then on.
 
 PLANT_SLOWLY = textwrap.dedent("""\
     set -e

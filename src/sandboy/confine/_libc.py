@@ -142,6 +142,38 @@ def exit_code_for_exec_error(err: int) -> int:
     return EXIT_NOT_FOUND if err in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
 
 
+# The executor's arguments (`exec_args`; here since session 12, `policy.resolve` names them too).
+# Where a command named without a slash is looked for when PATH is unset (the C executor's and
+# `explain`'s search; glibc's execvp(3) default plus /usr/local/bin).
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def path_candidates(name: str, path_var: str | None) -> list[str]:
+    """Where execvp(3) looks for `name`, in order: `name` itself when it holds a slash, else each
+    entry of `path_var` (an empty entry is the working directory); `path_var` None means PATH is
+    unset: DEFAULT_PATH. THE PATH search: the cage's exec (`Cage.exec_args`), the reasons
+    `explain` gives for a refused exec and the presets' program lookup all use it."""
+    if "/" in name:
+        return [name]
+    search = DEFAULT_PATH if path_var is None else path_var
+    # os.path.join(d or ".", name)'s strings (name holds no "/"), without its Python per entry:
+    # the presets search PATH for several programs at every policy load (session 7)
+    return [d + name if d.endswith("/") else f"{d or '.'}/{name}" for d in search.split(":")]
+
+
+def exec_args(argv, env: dict) -> tuple:
+    """(candidate paths, argv, envp) as bytes for the executor (`_libc.fork_exec`/`exec_first`):
+    PATH (the command's, from `env`) is searched inside the cage, by the child, as execvp(3)
+    would, so a directory the cage refuses is skipped like a miss. `Cage.exec_args` and a cached
+    plan's (`plan_cache`) both call this."""
+    paths = [os.fsencode(p) for p in path_candidates(os.fsdecode(argv[0]), env.get("PATH"))]
+    envp = [os.fsencode(f"{k}={v}") for k, v in env.items()]
+    args = [os.fsencode(a) for a in argv]
+    if any(b"\0" in item for item in (*paths, *args, *envp)):
+        raise ValueError("argv and environment must not contain NUL bytes")
+    return paths, args, envp
+
+
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
     return syscall(SYS_PRCTL, option, arg2, arg3, arg4, arg5)
 

@@ -390,7 +390,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> 
     job = protections.Job(policy, resolve(policy, ctx), ctx, abi, environ, tty, pieces, reusable)
     before = watch_before = None
     if reusable:  # the policy's paths as they were before any rule was decided (Fingerprint's `before`)
-        from sandboy.confine.fingerprint import protected_watch, stats_before
+        from sandboy.confine.fingerprint_build import protected_watch, stats_before
 
         before = stats_before(job.resolved.fs)
     try:

@@ -63,12 +63,6 @@ def _stats(paths, look) -> tuple:
     return tuple(out)
 
 
-def stats_before(fs) -> dict:
-    """{path: stat_key} of a resolved policy's own paths, taken before its rules are decided (see
-    `Fingerprint`'s `before`): what a fingerprint then holds for them instead of later stats."""
-    return {path: stat_key(path) for path in (*fs.read, *fs.exec, *fs.write, *fs.deny, *fs.protect)}
-
-
 class Fingerprint:
     """What a compiled cage's rules depend on in the file system (`inputs`: the inode each policy
     path leads to, or that it is missing; `split_dirs`: the entries of each directory split
@@ -88,46 +82,12 @@ class Fingerprint:
                  "_watch", "_watched", "_env", "_globs")
 
     def __init__(self, inputs, split_dirs, protected_args, protected, before=None, watch_before=None, globs=()):
-        self.inputs = tuple(dict.fromkeys(inputs))  # (a path named by two keys is looked up once)
-        # `before`: {path: stat_key} of the policy's own paths taken BEFORE the rules were decided
-        # (`stats_before`). A fingerprint taken after them described a deny file made while the
-        # cage was built (absent for `expand_denies`, present now): the rules granted it and every
-        # later check said "unchanged" (redcage9). Stats older than every decision make any change
-        # since show at the next check.
-        self._input_keys = (self._inputs_now() if before is None else
-                            tuple(before[p] if p in before else stat_key(p) for p in self.inputs))
-        now = time.time_ns()
-        self._split = []  # [directory, stat_key, listing, identity settled at `now` or None]
-        for directory in split_dirs:
-            try:
-                st = os.stat(directory)
-                listing = tuple(os.listdir(directory))
-            except OSError:
-                self._split.append([directory, None, (), None])
-                continue
-            ident = (st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns)
-            self._split.append([directory, ident[:3], listing, ident if _settled(st.st_ctime_ns, now) else None])
-        # the directories the deny globs looked into, as they were before each was looked into
-        # (`deny_globs.GlobWatch.state`: settled when taken), so a glob's matches need no new walk
-        self._globs = tuple(globs)
-        self.protected_args = tuple(protected_args)
-        self._protected = protected  # protections.protected_paths(*protected_args) as the build found them
-        self._watch = self._watched = self._installed = self._env = None
-        if watch_before is not None and watch_before[0] == self.protected_args:
-            # what decided the build's own resolution, stat'ed BEFORE it (`protected_watch`,
-            # taken by `cage.build`): trusted where settled then, so the first check — a plan
-            # cache entry's, after the building run — only stats again, as every later one
-            self._install = watch_before[1]
-            self._trust(watch_before[2])
-            return
-        write_roots = protected_args[0]
-        self._install = None
-        if write_roots and protected_args[2]:
-            from sandboy.confine import own_install
+        """Taken by a build (`cage.build`, a reusable cage) or a test: see `fingerprint_build.take`,
+        where this lives so that a plan cache hit, which only checks one (`from_state`), does not
+        read the code that takes one (the run path's bundle reads a module whole: ADR 0023)."""
+        from sandboy.confine.fingerprint_build import take
 
-            self._install = own_install.candidates(write_roots)
-        # No stats yet: the first check resolves anew (and takes them, before resolving), so the
-        # build itself pays one resolution, and a cage never reused none more.
+        take(self, inputs, split_dirs, protected_args, protected, before, watch_before, globs)
 
     def state(self) -> tuple:
         """Everything this fingerprint holds, as plain values (tuples, lists, strings, numbers,
@@ -236,79 +196,6 @@ class Fingerprint:
                 return True
         if not resolve:
             return False
-        from sandboy.confine import protections
-        from sandboy.confine.protected import launch_reads
+        from sandboy.confine.fingerprint_build import resolved_unchanged  # (the compilers: a build's)
 
-        taken = _watch_now(self.protected_args, self._install)
-        if protections.protected_paths(*self.protected_args, managers=managers) != self._protected:
-            return False
-        self._watch = self._watched = None
-        watch = taken[2]
-        if watch is None or launch_reads(write_roots, explicit, defaults) == watch:
-            self._trust(taken)
-        return True
-
-    def _trust(self, taken) -> None:
-        """Keep `taken` (`_watch_now`'s, from before a resolution that gave `_protected`) as what
-        decides the protected paths, where every stat in it was settled when it was taken (a
-        later change of any of them must then show: TICK_NS) and no path looked up is a symlink."""
-        now, env, watch, watched, installed = taken
-        if (watch is not None
-                and all(st is None or (_settled(st[5], now) and not stat.S_ISLNK(st[2]))
-                        for st in watched[:len(watch[0])])
-                and all(st is None or _settled(st[5], now) for st in watched[len(watch[0]):])):
-            self._watch, self._watched, self._installed, self._env = watch, watched, installed, env
-
-
-
-def _path_dirs_protected(protected_args) -> bool:
-    """Whether directories of the operator's PATH are protected inside the write roots
-    (`confine.path_dirs`): no short list of stats decides those (a symlink on the way to one,
-    one made again where missing), so such a cage's protected paths are resolved at each
-    check, as before. Where none is (the usual gate: a PATH directory in the repository is
-    the run's own work), the PATH's text is kept with the stats (`_environment`): another PATH
-    resolves anew."""
-    if not protected_args[2] or len(protected_args) < 4:
-        return False
-    from sandboy.confine.path_dirs import on_path
-
-    return bool(on_path(protected_args[0], protected_args[3])[0])
-
-
-def _watch_now(protected_args, install) -> tuple:
-    """(the clock, `_environment()`, `launch_reads`' (looked up, read) or None, their stats, the
-    installation rows present) — in that order, each taken before the next: what decides the
-    protected paths of `protected_args` now, to be taken BEFORE a resolution whose answer they
-    then vouch for (`Fingerprint._trust`)."""
-    from sandboy.confine.protected import launch_reads
-
-    write_roots, explicit, defaults = protected_args[:3]
-    now = time.time_ns()
-    env = _environment()
-    watch = None if _path_dirs_protected(protected_args) else launch_reads(write_roots, explicit, defaults)
-    watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
-    installed = None
-    if install is not None:
-        installed = []
-        if install:
-            from sandboy.confine import own_install
-
-            installed = own_install.present(install)
-    return now, env, watch, watched, installed
-
-
-def protected_watch(protected_args):
-    """What `Fingerprint(..., watch_before=)` takes: `_watch_now` for a cage with write roots,
-    called by the build BEFORE it resolves the protected paths (`protections.protected_paths`),
-    or None (no write root: nothing to watch). The miss of a plan cache then writes its entry
-    after the run from these stats compared again, instead of resolving the protected paths a
-    second time (≈ 0.5-1.3 ms: docs/performance.md, "Session 10 — write-root runs")."""
-    protected_args = tuple(protected_args)
-    if not protected_args[0] or protected_args[1]:
-        return None  # no write root; or fs.protect entries, which no short list decides (resolved at every check)
-    install = None
-    if protected_args[2]:
-        from sandboy.confine import own_install
-
-        install = own_install.candidates(protected_args[0])
-    return protected_args, install, _watch_now(protected_args, install)
+        return resolved_unchanged(self, managers)

@@ -52,7 +52,7 @@ import os
 import stat
 import time
 
-from sandboy.policy.resolve import is_within, is_within_any
+from sandboy.paths import is_within, is_within_any
 
 # (`confine.hook_managers` is imported where a repository is at launch: a run whose write roots
 # hold none — a plan-cache hit outside a repository — reads none of its code (session 10); and

@@ -18,7 +18,7 @@ import os
 
 from sandboy.confine._libc import above_stdio
 from sandboy.errors import CageError
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 # File systems whose files are the kernel's own interfaces (settings, devices, cgroups, ...).
 KERNEL_FILE_SYSTEMS = frozenset({

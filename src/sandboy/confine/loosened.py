@@ -25,7 +25,7 @@ import os
 import stat
 import time
 
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 # the bits that let a user other than the owner add, remove or rename entries (a directory) or
 # change the bytes (a file)

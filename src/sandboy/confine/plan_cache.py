@@ -39,9 +39,10 @@ import os
 import sys
 from stat import S_ISREG  # (os imports stat: nothing to load)
 
+from sandboy.cache_places import PLAN_CACHE_ENV, plan_cache_enabled, plan_entry_path, plans_dir
 from sandboy.confine import _libc, env_reads
+from sandboy.confine._libc import exec_args
 from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
-from sandboy.policy.resolve import PLAN_CACHE_ENV, exec_args, plan_cache_enabled, plan_entry_path, plans_dir
 
 DISABLE_ENV = PLAN_CACHE_ENV
 FORMAT = "sandboy plan cache 6"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
@@ -53,8 +54,8 @@ _S_IFMT, _S_IFCHR, _S_IFIFO, _S_IFSOCK = 0o170000, 0o020000, 0o010000, 0o140000
 _PACKAGE = os.path.dirname(os.path.dirname(__file__))  # the `sandboy` package this process runs
 
 
-enabled = plan_cache_enabled  # (policy.resolve: the CLI asks without importing this module)
-directory = plans_dir  # where the entries live (policy.resolve: the CLI asks without importing this module)
+enabled = plan_cache_enabled  # (cache_places: the CLI asks without importing this module)
+directory = plans_dir  # where the entries live (cache_places: the CLI asks without importing this module)
 
 
 def _stdio_shape():
@@ -241,7 +242,7 @@ class CachedPlan:
         under `exec_mode._supervise_in_namespace`): the snapshot just before the child starts,
         the verdict once the namespace's init — and with it every process of the run — has
         ended; a finding fails the run (125) with the build's message."""
-        from sandboy.confine import exec_mode
+        from sandboy.confine import init_wait  # (not exec_mode: the build's decisions, ≈ 14 kB a hit never runs)
 
         snap = None
         if self._git_scope is not None:
@@ -252,7 +253,7 @@ class CachedPlan:
                 self.close()
                 return None  # refused before it starts: the build says so, in its words
         try:
-            status, report, _ = exec_mode.start_and_wait(argv, self, supervised=snap is not None)
+            status, report, _ = init_wait.start_and_wait(argv, self, supervised=snap is not None)
         except Exception:
             if not self.start_failed:
                 raise
@@ -270,11 +271,11 @@ class CachedPlan:
             except Exception as exc:  # a check that could not run did not pass (HookChain.stop)
                 message = f"git check: {exc}"
             if message:
-                exec_mode._say(message)
+                init_wait.say(message)
                 from sandboy.errors import EXIT_CAGE
 
                 return EXIT_CAGE
-        return exec_mode.exit_like(status if reported is None else reported)
+        return init_wait.exit_like(status if reported is None else reported)
 
 
 def consult(policy_arg: str, cwd_arg=None, where=None) -> tuple:

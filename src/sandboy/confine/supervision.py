@@ -47,7 +47,7 @@ from sandboy.confine._libc import above_stdio
 from sandboy.confine.result import CAGE_ERROR, KILLED, OUT_OF_MEMORY, STATUS_LOST, RunResult, from_child
 from sandboy.errors import EXIT_CAGE, CageError
 
-PR_SET_PDEATHSIG = 1  # (the command's death signal: exec_mode.die_with_the_supervisor)
+PR_SET_PDEATHSIG = 1  # (the command's death signal: init_wait.die_with_the_supervisor)
 PR_SET_CHILD_SUBREAPER = 36
 
 # How long the namespace's init may take to end a run the supervision ends (a timeout, kill()):
@@ -278,7 +278,7 @@ class Supervision(Handle):
         # The command leads a session of its own (`ctty` becomes its controlling terminal) and
         # dies with this process: if the supervisor is killed outright its descendants are still
         # ours to kill while we live, but one killed by SIGKILL cannot sweep them.
-        from sandboy.confine.exec_mode import die_with_the_supervisor
+        from sandboy.confine.init_wait import die_with_the_supervisor
 
         return (*session_steps(self.ctty), die_with_the_supervisor())
 

@@ -33,7 +33,7 @@ import os
 import time
 
 from sandboy.confine._libc import read_file, read_private
-from sandboy.policy.resolve import PLAN_CACHE_ENV, cache_dir
+from sandboy.cache_places import PLAN_CACHE_ENV, cache_dir  # (not the resolver: a write-root hit reads none, session 12)
 
 FORMAT = "sandboy walk index 1"
 MAX_BYTES = 32 << 20  # ≈ 45 bytes a directory: far more than MAX_DIRS holds

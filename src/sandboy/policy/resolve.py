@@ -8,13 +8,16 @@ tmpfs of the run's own on `sandboy run`'s fixed mount point: `cage.build(fixed_t
 without one keeps the literal `{tmp}` prefix so that two policies (a step and its ceiling) can still be compared path by path.
 """
 
-import _imp
 import os
 
+# (kept apart so that a plan cache hit, which needs only them, reads none of this module: the
+# cache's places in sandboy/cache_places.py, the executor's PATH search in confine/_libc.py;
+# session 12. Their callers may still import them from here.)
+from sandboy.cache_places import PLAN_CACHE_ENV, cache_dir, plan_cache_enabled, plan_entry_path, plans_dir  # noqa: F401
+from sandboy.confine._libc import DEFAULT_PATH, exec_args, path_candidates  # noqa: F401
+from sandboy.paths import is_within, is_within_any  # noqa: F401  (the write-root hit's checks: sandboy/paths.py)
+
 TMP_TOKEN = "{tmp}"
-# Where a command named without a slash is looked for when PATH is unset (the C executor's and
-# `explain`'s search; glibc's execvp(3) default plus /usr/local/bin).
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 class Context:
@@ -71,21 +74,6 @@ def expand(raw: str, ctx: Context) -> str:
     if not out.startswith("/"):
         out = os.path.join(ctx.cwd, out)
     return os.path.normpath(out)
-
-
-def is_within(path: str, root: str) -> bool:
-    """True when `path` is `root` or lies beneath it, comparing whole components ("/a/bc" is
-    not within "/a/b"). Both must be normalized the same way (both realpaths, or both as
-    resolved); this is the one place the rule is written."""
-    if root.endswith("/"):  # "/" itself, or a root not normalized: the rule as written above
-        return path == root or path.startswith(root.rstrip("/") + "/")
-    # the same answer without making root + "/" (called ≈ 100 times a build)
-    return path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/")
-
-
-def is_within_any(path: str, roots) -> bool:
-    """True when `path` is within (`is_within`) at least one of `roots`; False for no roots."""
-    return any(is_within(path, root) for root in roots)
 
 
 def lookup_changeable(path: str, roots, max_links: int = 40) -> bool:
@@ -151,32 +139,6 @@ class PathSet:
         return is_within_any(path, self._other)
 
 
-def path_candidates(name: str, path_var: str | None) -> list[str]:
-    """Where execvp(3) looks for `name`, in order: `name` itself when it holds a slash, else each
-    entry of `path_var` (an empty entry is the working directory); `path_var` None means PATH is
-    unset: DEFAULT_PATH. THE PATH search: the cage's exec (`Cage.exec_args`), the reasons
-    `explain` gives for a refused exec and the presets' program lookup all use it."""
-    if "/" in name:
-        return [name]
-    search = DEFAULT_PATH if path_var is None else path_var
-    # os.path.join(d or ".", name)'s strings (name holds no "/"), without its Python per entry:
-    # the presets search PATH for several programs at every policy load (session 7)
-    return [d + name if d.endswith("/") else f"{d or '.'}/{name}" for d in search.split(":")]
-
-
-def exec_args(argv, env: dict) -> tuple:
-    """(candidate paths, argv, envp) as bytes for the executor (`_libc.fork_exec`/`exec_first`):
-    PATH (the command's, from `env`) is searched inside the cage, by the child, as execvp(3)
-    would, so a directory the cage refuses is skipped like a miss. `Cage.exec_args` and a cached
-    plan's (`plan_cache`) both call this."""
-    paths = [os.fsencode(p) for p in path_candidates(os.fsdecode(argv[0]), env.get("PATH"))]
-    envp = [os.fsencode(f"{k}={v}") for k, v in env.items()]
-    args = [os.fsencode(a) for a in argv]
-    if any(b"\0" in item for item in (*paths, *args, *envp)):
-        raise ValueError("argv and environment must not contain NUL bytes")
-    return paths, args, envp
-
-
 def policy_dir(policy, fallback: str) -> str:
     """`{policy_dir}` for a policy: the directory of the file it was loaded from, or
     `fallback` for a policy that has no file (built-in, from a mapping, a gate step's table)."""
@@ -238,62 +200,6 @@ def unfollowable(exc: OSError, source: str, fs):
                                    "cannot trace), so what the entry would grant or hide is unknown; name the "
                                    "path it leads to instead, or remove the entry")
     return None
-
-
-def cache_dir() -> str:
-    """Sandboy's cache directory: the policy parse cache, `sandboy run`'s plan cache (ADR 0028) and
-    the audit adapters' components (`audit.build.cache_dir`) live under it, and the cage denies it
-    to every command (ADR 0006). The one place this rule is written (here, beside the other paths
-    a run resolves, so the plan cache finds it without importing the policy loader;
-    `policy.load.cache_dir` is the same function)."""
-    # The same strings as os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(
-    # os.path.expanduser("~"), ".cache"), "sandboy") (tests/policy/test_load.py compares them), at
-    # half its cost: a `sandboy run` asks three times (the parse cache, the cage's deny of it, the
-    # namespace note), and expanduser and join are ≈ 25 k instructions of Python (session 7).
-    environ = os.environ
-    base = environ.get("SANDBOY_CACHE_DIR")
-    if base:
-        return base
-    xdg = environ.get("XDG_CACHE_HOME")
-    if not xdg:
-        home = environ.get("HOME")
-        if home is None:  # expanduser asks the password database
-            xdg = os.path.join(os.path.expanduser("~"), ".cache")
-        else:  # expanduser("~") is $HOME without trailing slashes, or "/"
-            xdg = home.rstrip("/") + "/.cache"
-    return xdg + "sandboy" if xdg.endswith("/") else xdg + "/sandboy"
-
-
-_PLAN_NAME_KEY = 0x53424F59504C414E  # the SipHash key of plan cache entries' names ("SBOYPLAN")
-PLAN_CACHE_ENV = "SANDBOY_PLAN_CACHE"  # "0": no entry read or written
-
-
-def plan_cache_enabled() -> bool:
-    """May this process read and write plan cache entries? Not with `SANDBOY_PLAN_CACHE=0`, and
-    only with the C executor (whose plans the entries hold). Here, so that a run with the cache
-    turned off imports none of it (`confine.plan_cache.enabled` is this function: its import
-    alone was ≈ 0.45 ms of such a run, session 10)."""
-    if os.environ.get(PLAN_CACHE_ENV, "1") == "0":
-        return False
-    from sandboy.confine._libc import IMPLEMENTATION  # (the cached run's group: a build imports it anyway)
-
-    return IMPLEMENTATION == "native"
-
-
-def plans_dir() -> str:
-    """Where `sandboy run`'s plan cache keeps its entries: `plans/` in the cache directory (ADR 0028;
-    `sandboy doctor` says it)."""
-    return os.path.join(cache_dir(), "plans")
-
-
-def plan_entry_path(policy_arg: str, cwd: str) -> str:
-    """The plan cache's entry for `policy_arg` run in `cwd` (absolute) by this euid. The name only
-    spreads entries out (one per policy file and working directory): whether an entry applies is
-    decided by comparing its whole key (`confine.plan_cache`). Here, beside `cache_dir`, so that
-    `sandboy run` can see there is none without importing the plan cache: a run with no entry asks
-    it only once the policy is loaded and may be kept (`plan_may_keep`)."""
-    name = f"{os.geteuid()}\0{os.path.abspath(policy_arg)}\0{cwd}".encode("utf-8", "surrogateescape")
-    return os.path.join(plans_dir(), _imp.source_hash(_PLAN_NAME_KEY, name).hex() + ".plan")
 
 
 def plan_may_keep(policy) -> bool:

@@ -1,0 +1,108 @@
+"""Exec mode's wait under the namespace tier: start a plan's init (a built Cage's or a cached
+plan's, `plan_cache.CachedPlan`) in a session of its own, wait for it in C with the forwarded
+signals held, and leave as the command did (its exit code, or its signal repeated here).
+
+Apart from `exec_mode` (which decides what a run needs and builds its hooks and supervision) so
+that a plan cache hit, which runs only this, does not read that module's ≈ 14 kB of code it
+never runs (the run path's byte-code bundle reads a module's whole group: ADR 0023).
+"""
+
+import os
+import sys
+
+
+def die_with_the_supervisor() -> tuple:
+    """The (label, step) a supervised child runs first: it dies (SIGKILL) when the process
+    supervising it does, whose checks after the run could then never run (supervision.py; a
+    cached plan's run with the git check, plan_cache.CachedPlan)."""
+    from sandboy.confine._libc import SYS_PRCTL
+
+    return ("die with the supervisor", (SYS_PRCTL, False, PR_SET_PDEATHSIG, SIGKILL))
+
+
+PR_SET_PDEATHSIG, SIGKILL = 1, 9  # Linux (`signal` imports enum)
+
+
+def start_and_wait(argv, cage, supervised: bool = False) -> tuple:
+    """(wait status, the child's report, the session steps it ran first): start `cage`'s init
+    (`cage.start_child`: a built Cage, or a cached plan's, plan_cache.CachedPlan) in a session of
+    its own and wait for it in C, the forwarded signals held until the wait takes them.
+    `supervised`: this process checks after the run (the git check), so the child dies with it,
+    as under `Supervision`."""
+    from sandboy.confine import _libc
+    from sandboy.confine.terminal import session_steps
+
+    first = session_steps() + ((die_with_the_supervisor(),) if supervised else ())
+    held = hold_forwarded_signals()
+    try:
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = cage.start_child(argv, (None, None, None), err_w, first)
+        except BaseException:
+            os.close(err_r)
+            raise
+        finally:
+            os.close(err_w)
+        status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
+    except BaseException:
+        release(held)
+        raise
+    # `supervised`: the git check runs next, in this process. The signals stay held through it
+    # (nothing is left to pass them to; `cli.finish` holds the stop signals from then on, and
+    # `die_like` unblocks the one it repeats): released here, a ^C, a CI runner's SIGTERM or a
+    # hang-up landing once the command had ended killed this process in the check's walk or parse
+    # — no verdict, and the plant it was about to move stayed (redcage11). Supervision's stop
+    # hooks ran with them held already.
+    if not supervised:
+        release(held)
+    return status, _libc.read_all(err_r), first
+
+
+def exit_like(status: int) -> int:
+    """`sandboy run`'s exit for the command's wait status: its exit code passed through, its
+    death by a signal repeated on this process (128 + the signal where that fails)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        die_like(sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+def say(error: str) -> None:
+    """A run's error on stderr, escaped: it quotes paths the command chose (a planted
+    repository's, ADR 0019), which printed raw repaint the terminal or forge lines."""
+    from sandboy.escape import line
+
+    sys.stderr.write(line(f"sandboy: {error}") + "\n")
+
+
+def hold_forwarded_signals():
+    """The command runs before fork_exec returns (it waits until the command has exec'd): the
+    signals the init passes on are held from now until wait_forwarding takes them, else one
+    sent early would end this process (default action) and never reach the command."""
+    import _signal as signal  # the C module: `signal` imports enum
+
+    from sandboy.confine import _libc
+
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _libc.FORWARDED_SIGNALS)
+
+
+def release(held) -> None:
+    import _signal as signal
+
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def die_like(sig: int) -> None:
+    """End this process by `sig`, as the command ended, so a shell sees the same status."""
+    import _signal as signal  # the C module: `signal` imports enum
+
+    from sandboy.confine import _libc, hygiene
+
+    try:
+        _libc.syscall(_libc.SYS_PRLIMIT64, 0, hygiene.RLIMIT_CORE, bytes(16), None)  # no core of ours
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass
