@@ -83,6 +83,7 @@ def test_every_glob_against_every_link_is_bounded(world):
     done = _cli(["policy", "compile"], repo, home)
     assert done.returncode == 0, done.stderr
     assert "takes too long: symlinks a write.allow glob matches were not all looked for" in done.stderr
+    assert "write those write.allow entries as directories (`src/**`" in done.stderr  # (the fix)
     # twin: a handful of globs over the same links is looked through whole, without the warning
     _policy(repo, *globs[:3])
     done = _cli(["policy", "compile"], repo, home)

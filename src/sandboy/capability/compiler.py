@@ -166,7 +166,9 @@ def refuse_write_roots_leading_out(policy, root: str, warnings=None) -> None:
                     why = (f"the checkout has more than {MAX_LINK_SCAN} entries" if rel is None else
                            "matching every write.allow glob against every symlink of the checkout takes too long")
                     warnings.append(f"{why}: symlinks a write.allow glob matches were not all looked for (a link "
-                                    "out would be a write root outside the repository for Claude Code or Codex)")
+                                    "out would be a write root outside the repository for Claude Code or Codex); "
+                                    "write those write.allow entries as directories (`src/**`, judged without "
+                                    "the scan) to have them all checked")
                 return
             for i, pattern in globs:
                 if pattern.matches(rel, True):
