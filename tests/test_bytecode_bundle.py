@@ -37,7 +37,7 @@ print(json.dumps({
                      if getattr(getattr(m, "__spec__", None), "loader_state", None) == sandboy.SERVED_FROM_BUNDLE),
     "plain": sorted(n for n in RUN_PATH_MODULES if sys.modules[n].__spec__.loader_state != sandboy.SERVED_FROM_BUNDLE
                     and type(sys.modules[n].__spec__.loader).__name__ in ("SourceFileLoader", "ExtensionFileLoader")),
-    "exit_not_executable": sandboy.errors.EXIT_NOT_EXECUTABLE,
+    "exit_not_executable": sandboy.exit_codes.EXIT_NOT_EXECUTABLE,
 }))
 """
 
@@ -92,7 +92,7 @@ EXEC_MODE = (bytecode_bundle.RUN_PATH_GROUPS["cli"] + bytecode_bundle.RUN_PATH_G
 # (and the is-within rule the resolver imports: a group of its own, which a write-root hit reads too)
 EXEC_MODE_BUILT = (EXEC_MODE + bytecode_bundle.RUN_PATH_GROUPS["cage"] + bytecode_bundle.RUN_PATH_GROUPS["plan pieces"]
                    + bytecode_bundle.RUN_PATH_GROUPS["seccomp"] + bytecode_bundle.RUN_PATH_GROUPS["paths"]
-                   + bytecode_bundle.RUN_PATH_GROUPS["policy package"])
+                   + bytecode_bundle.RUN_PATH_GROUPS["policy package"] + bytecode_bundle.RUN_PATH_GROUPS["errors"])
 RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the groups are for
     "exec mode": ("", []),
     "exec mode, plan cache off": ("", []),
@@ -161,10 +161,10 @@ def test_exec_mode_imports_exactly_the_cli_and_cached_run_groups(tier, tmp_path)
     assert run_imports("exec mode", tmp_path) == set(EXEC_MODE)
     groups = bytecode_bundle.RUN_PATH_GROUPS
     assert run_imports("exec mode, a miss", tmp_path) == {*EXEC_MODE, *groups["cage"], *groups["plan pieces"],
-                                                          *groups["paths"], *groups["policy package"]}
+                                                          *groups["paths"], *groups["policy package"], *groups["errors"]}
     assert run_imports("exec mode, plan cache off", tmp_path) == {*groups["cli"], *groups["cached run"], *groups["cage"],
                                                                   *groups["seccomp"], *groups["paths"],
-                                                                  *groups["policy package"]}
+                                                                  *groups["policy package"], *groups["errors"]}
 
 
 def test_a_presets_hit_asks_their_questions_without_the_presets(tier, tmp_path):
@@ -215,25 +215,25 @@ def test_nothing_is_written_at_run_time(tmp_path):
 
 def test_an_edit_that_keeps_the_size_runs_the_new_code(package):
     """Same size, new mtime and bytes: the hash differs, so that module is imported from its source."""
-    source = package / "errors.py"
+    source = package / "exit_codes.py"
     text = source.read_text()
     edited = text.replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121")
     assert edited != text and len(edited) == len(text)
     source.write_text(edited)
-    recorded = index_of(package)["sandboy.errors"]
+    recorded = index_of(package)["sandboy.exit_codes"]
     assert (source.stat().st_size, source.stat().st_mtime_ns) != (recorded["source_size"], recorded["source_mtime_ns"])
     assert source.stat().st_size == recorded["source_size"]
     result = probe(package)
     assert result["exit_not_executable"] == 121
-    assert result["plain"] == ["sandboy.errors"]
-    assert result["served"] == sorted(set(bytecode_bundle.RUN_PATH_MODULES) - {"sandboy.errors"})
+    assert result["plain"] == ["sandboy.exit_codes"]
+    assert result["served"] == sorted(set(bytecode_bundle.RUN_PATH_MODULES) - {"sandboy.exit_codes"})
 
 
 def test_a_source_rewritten_while_the_bundle_is_built_runs_the_new_code(package, monkeypatch):
     """`make compile` while an editor rewrites a file in place (same size): the builder must
     not record the new file's mtime beside the code of the old bytes. The rewrite happens on
-    disk right after the builder has read errors.py (its own `open`, wrapped)."""
-    source = package / "errors.py"
+    disk right after the builder has read exit_codes.py (its own `open`, wrapped)."""
+    source = package / "exit_codes.py"
     text = source.read_text()
     edited = text.replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121")
     assert len(edited) == len(text)
@@ -269,14 +269,14 @@ def test_a_source_rewritten_while_the_bundle_is_built_runs_the_new_code(package,
     monkeypatch.undo()
     assert source.read_text() == edited
     result = probe(package)
-    assert (result["exit_not_executable"], result["plain"]) == (121, ["sandboy.errors"])
+    assert (result["exit_not_executable"], result["plain"]) == (121, ["sandboy.exit_codes"])
 
 
 def test_an_edit_that_changes_the_size_runs_the_new_code(package):
-    source = package / "errors.py"
+    source = package / "exit_codes.py"
     source.write_text(source.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 1260"))
     result = probe(package)
-    assert (result["exit_not_executable"], result["plain"]) == (1260, ["sandboy.errors"])
+    assert (result["exit_not_executable"], result["plain"]) == (1260, ["sandboy.exit_codes"])
 
 
 def test_a_touched_source_is_still_served_by_its_hash(package):
@@ -306,10 +306,10 @@ def _damage(bundle: Path, how: str) -> None:
     elif how == "index of the wrong shape":
         index = marshal.dumps(("sandboy.cli", 1, 2))
         bundle.write_bytes(data[:8] + len(index).to_bytes(4, "little") + index + data[12:])
-    elif how == "an entry of the wrong type":  # errors.py's size missing; the index keeps its length
+    elif how == "an entry of the wrong type":  # exit_codes.py's size missing; the index keeps its length
         end = 12 + int.from_bytes(data[8:12], "little")
         entries = [list(entry) for entry in marshal.loads(data[12:end])]
-        next(entry for entry in entries if entry[0] == "sandboy.errors")[3] = None
+        next(entry for entry in entries if entry[0] == "sandboy.exit_codes")[3] = None
         index = marshal.dumps(tuple(map(tuple, entries)))
         assert len(index) <= end - 12
         bundle.write_bytes(data[:12] + index.ljust(end - 12, b"\0") + data[end:])
@@ -358,10 +358,10 @@ def test_only_the_groups_a_process_imports_are_read(package):
 
 def _another_cli_group(package, tmp_path):
     """(our bundle, a twin's bundle, where the CLI group's bytes start and end): the twin's package
-    sits at a path as long as ours and its errors.py says 121 where ours says 126, so its CLI
+    sits at a path as long as ours and its exit_codes.py says 121 where ours says 126, so its CLI
     group has the same length and other code."""
     other = copy_package(tmp_path / "twin")
-    errors = other / "errors.py"
+    errors = other / "exit_codes.py"
     errors.write_text(errors.read_text().replace("EXIT_NOT_EXECUTABLE = 126", "EXIT_NOT_EXECUTABLE = 121"))
     bytecode_bundle.build(str(other))
     ours, theirs = bundle_of(package).read_bytes(), bundle_of(other).read_bytes()
@@ -374,13 +374,13 @@ def _another_cli_group(package, tmp_path):
 def test_a_bundle_replaced_after_its_index_was_read_is_not_served(package, tmp_path):
     """A group is read when it is needed, from the file opened again: if `make compile` (or anyone)
     replaced the bundle since the index was read, the new file's groups do not belong to the old
-    index. Here the replacement keeps the layout but its CLI group holds another errors.py (126
+    index. Here the replacement keeps the layout but its CLI group holds another exit_codes.py (126
     became 121, same length): served, the process would run code no source of it matches."""
     ours, theirs, start, end = _another_cli_group(package, tmp_path)
     replacement = tmp_path / "replacement.bundle"
     replacement.write_bytes(ours[:start] + theirs[start:end] + ours[end:])
     script = (f"import os, sandboy; os.replace({str(replacement)!r}, {str(bundle_of(package))!r}); "
-              "import sandboy.errors as e; print(e.EXIT_NOT_EXECUTABLE, type(e.__spec__.loader).__name__)")
+              "import sandboy.exit_codes as e; print(e.EXIT_NOT_EXECUTABLE, type(e.__spec__.loader).__name__)")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(package))
     assert (proc.returncode, proc.stdout.split()) == (0, ["126", "SourceFileLoader"]), proc.stderr
 
@@ -398,7 +398,7 @@ def test_a_bundle_edited_in_place_after_its_index_was_read_is_not_served(package
               "os.close(fd); os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns)); "
               "after = os.stat(path); assert (after.st_ino, after.st_size, after.st_mtime_ns) == "
               "(st.st_ino, st.st_size, st.st_mtime_ns); "
-              "import sandboy.errors as e; print(e.EXIT_NOT_EXECUTABLE, type(e.__spec__.loader).__name__)")
+              "import sandboy.exit_codes as e; print(e.EXIT_NOT_EXECUTABLE, type(e.__spec__.loader).__name__)")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env_for(package))
     assert (proc.returncode, proc.stdout.split()) == (0, ["126", "SourceFileLoader"]), proc.stderr
 

@@ -122,6 +122,7 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
     # there nor outside one, session 10; never the git check's run hook, `gitcheck_hook`)
     # (the is-within rule the checks share: `paths`, not the policy's resolver, session 12)
     expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"], *groups["paths"],
+                *groups["errors"],
                 *(groups["hook managers"] + groups["mode guard"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 

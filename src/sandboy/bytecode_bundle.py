@@ -48,7 +48,9 @@ from sandboy import BUNDLE_FORMAT, bundle_path
 # importlib listing the directory.
 RUN_PATH_GROUPS = {
     # every `sandboy` command
-    "cli": ("sandboy.errors", "sandboy.cli"),
+    "cli": ("sandboy.exit_codes", "sandboy.cli"),
+    # the exceptions (their classes): a build, a write-root hit's checks — not a plain hit (session 12)
+    "errors": ("sandboy.errors",),
     # exec mode with a cached plan (ADR 0028): what a hit imports, and a build first
     # (not the policy's resolver: a hit asks only cache_places and _libc's PATH search, session 12)
     "cached run": ("sandboy.cache_places", "sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native",

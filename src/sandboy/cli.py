@@ -10,7 +10,7 @@ import gc
 import os
 import sys
 
-from sandboy.errors import EXIT_CAGE, EXIT_OUTPUT_FAILED, EXIT_READER_GONE, EXIT_USAGE, CageError, PolicyError
+from sandboy.exit_codes import EXIT_CAGE, EXIT_OUTPUT_FAILED, EXIT_READER_GONE, EXIT_USAGE
 
 class RunArgs:
     __slots__ = ("policy", "status_json", "status_fd", "dry_run", "json", "cwd", "tty", "command", "egress_log")
@@ -162,6 +162,7 @@ def _cmd_run(args: RunArgs) -> int:
     from sandboy.confine import exec_mode
     from sandboy.confine.terminal import has_controlling_terminal
     from sandboy.policy.model import Policy
+    from sandboy.errors import CageError, PolicyError  # (a build's: a hit makes no exception class)
     from sandboy.policy.resolve import plan_may_keep
 
     cage = None
@@ -287,6 +288,7 @@ def _say_notes(cage, argv0: str) -> None:
 def _egress_log_outside(path: str, policy, ctx) -> None:
     """Refuse (exit 2, nothing ran) an --egress-log inside a write root (`_cmd_run` says why):
     the write roots as the build resolved them (`{cwd}`, `{repo}`, relative paths), links followed."""
+    from sandboy.errors import PolicyError
     from sandboy.policy.resolve import is_within, resolve
 
     real = os.path.realpath(path)
@@ -413,6 +415,7 @@ def finish(main_function, argv=None) -> int:
         # started with fd 0-2 closed: /dev/null there before anything opens a descriptor that a
         # run's dup2 onto 0-2 would replace (hygiene.hold_free_stdio), and sys.std* on it
         from sandboy.confine.hygiene import hold_free_stdio
+        from sandboy.errors import CageError
 
         try:
             hold_free_stdio()

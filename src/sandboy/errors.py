@@ -1,12 +1,8 @@
 """Errors that carry the exit code the contract gives them (README.md, "Exit codes of `sandboy run`")."""
 
-EXIT_USAGE = 2          # usage or policy error, found before anything ran
-EXIT_CAGE = 125         # the cage could not be applied: the command never ran unconfined
-EXIT_NOT_EXECUTABLE = 126
-EXIT_INTERRUPTED = 130  # ^C or SIGTERM stopped a gate: the shell's convention for SIGINT
-EXIT_NOT_FOUND = 127
-EXIT_READER_GONE = 141  # stdout's reader went away: what a shell reports for a tool ended by SIGPIPE
-EXIT_OUTPUT_FAILED = 74  # stdout could not be written (a full disk, /dev/full, EIO): sysexits' EX_IOERR
+# the exit codes themselves (their own module: a plan cache hit needs them, not these classes)
+from sandboy.exit_codes import (  # noqa: F401
+    EXIT_CAGE, EXIT_INTERRUPTED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_OUTPUT_FAILED, EXIT_READER_GONE, EXIT_USAGE)
 
 
 class SandboyError(Exception):

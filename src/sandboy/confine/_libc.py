@@ -137,7 +137,7 @@ def sock_fprog(program: bytes) -> tuple:
 def exit_code_for_exec_error(err: int) -> int:
     import errno
 
-    from sandboy.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
+    from sandboy.exit_codes import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
     return EXIT_NOT_FOUND if err in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
 

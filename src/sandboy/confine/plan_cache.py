@@ -272,7 +272,7 @@ class CachedPlan:
                 message = f"git check: {exc}"
             if message:
                 init_wait.say(message)
-                from sandboy.errors import EXIT_CAGE
+                from sandboy.exit_codes import EXIT_CAGE
 
                 return EXIT_CAGE
         return init_wait.exit_like(status if reported is None else reported)

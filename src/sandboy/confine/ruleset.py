@@ -10,7 +10,6 @@ ruleset from the stored rules without importing the rules' compiler.
 import os
 import stat
 
-from sandboy.errors import CageError
 from sandboy.confine._libc import (
     AT_FDCWD,
     SYS_LANDLOCK_ADD_RULE,
@@ -86,6 +85,8 @@ class Ruleset:
         another ruleset (a closed cage ran with a wider cage's rules), so a closed ruleset
         refuses to be planned."""
         if self.fd < 0:
+            from sandboy.errors import CageError  # (a hit, which plans no ruleset, makes no exception class)
+
             raise CageError("this cage was closed (its Landlock ruleset fd is released); build a new one")
         return [("landlock_restrict_self", (SYS_LANDLOCK_RESTRICT_SELF, False, self.fd, 0))]
 
