@@ -247,7 +247,7 @@ def _cmd_run(args: RunArgs) -> int:
             if status is not None:
                 _write_status(status, cage.enforced, cage.degraded, cage.warnings, policy.source,
                              {"outcome": "exec", "returncode": None} if result is None else
-                             {"outcome": result.outcome, "returncode": result.returncode, "error": result.error})
+                             _exec_outcome(result))
 
         _exit_without_finalizing = True
         code = exec_mode.exec_confined(args.command, cage, on_applied, hooks)
@@ -321,6 +321,16 @@ def _open_status(args: RunArgs) -> int:
         return fd
     os.set_inheritable(args.status_fd, False)
     return args.status_fd
+
+
+def _exec_outcome(result) -> dict:
+    """--status-json's outcome of an exec-mode run whose end this process saw: a git check's
+    refusal (with its words), or the policy's deadline — in the supervised run's shape (its
+    signal and duration), so a timeout reads the same however the run was waited for."""
+    if result.outcome == "timed_out":
+        return {"outcome": result.outcome, "returncode": result.returncode, "signal": result.signal,
+                "duration": round(result.duration, 6)}
+    return {"outcome": result.outcome, "returncode": result.returncode, "error": result.error}
 
 
 def _write_status(fd: int, enforced, degraded, warnings, source, outcome) -> None:

@@ -1,4 +1,5 @@
-"""`sandboy run` supervised (the policy sets limits.wall_seconds), started as a test's own session
+"""`sandboy run` with a deadline (the policy sets limits.wall_seconds: supervised without the
+namespace tier; under it, since session 12, exec mode waiting for the init in C), started as a test's own session
 and ended from outside (a signal to the CLI), then looked at from the host: which of the run's
 processes, named with `exec -a`, are still there."""
 

@@ -335,8 +335,8 @@ MUTANTS = {
                                              "        if False:"),
     "the command's death signal on a hit": ("plan_cache.py", "supervised=snap is not None", "supervised=False"),
     # (session 10) a build's run with the git check, exec mode without a Supervision
-    "the command's death signal on a build": ("exec_mode.py", "start_and_wait(argv, cage, supervised=True)",
-                                              "start_and_wait(argv, cage, supervised=False)"),
+    "the command's death signal on a build": ("exec_mode.py", "start_and_wait(argv, cage, supervised=True,",
+                                              "start_and_wait(argv, cage, supervised=False,"),
     # the protected paths resolved again once the building run ended (`_entry_for`), compared with the build's
     "the protected paths after the building run": (
         "fingerprint_build.py", "    if protections.protected_paths(*fp.protected_args, managers=managers) != fp._protected:\n"

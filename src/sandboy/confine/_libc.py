@@ -75,6 +75,9 @@ FORWARDED_SIGNALS = (1, 2, 3, 15, 10, 12, 14, 28, 18)  # HUP INT QUIT TERM USR1 
 # The supervision asks a namespace's init to end the run (a timeout, kill()): the init kills the
 # command's tree, then drains its relays and carries offsets back before it reports (_native.c).
 END_RUN_SIGNAL = 64  # SIGRTMAX: queued with its sender's pid, which must read 0 (outside the namespace)
+# Set in `wait_forwarding`'s status where its deadline killed the child (above any real wait
+# status, which is 16 bits): exec mode's `limits.wall_seconds` under the tier (session 12).
+DEADLINE_PASSED = 1 << 16
 SI_USER = 0  # ... and a kill(2)'s si_code: a sigqueue's si_pid is whatever its sender wrote
 
 

@@ -12,6 +12,7 @@ import _ctypes
 import _signal  # the C module: `signal` imports enum
 
 from sandboy.confine._libc import (
+    DEADLINE_PASSED,
     END_RUN_SIGNAL,
     FORWARDED_SIGNALS,
     NR_INIT,
@@ -289,9 +290,13 @@ def _end_run(fds: list, kinds: list, errpipe: int, status: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
-def wait_forwarding(pid: int) -> int:
-    """As `wait_forwarding` in _native.c."""
+def wait_forwarding(pid: int, seconds: float = 0) -> int:
+    """As `wait_forwarding` in _native.c: with `seconds` > 0, the child killed once they have
+    passed and its wait status returned with DEADLINE_PASSED set."""
+    import time
+
     watched = {*FORWARDED_SIGNALS, SIGCHLD}
+    end = time.monotonic() + seconds if seconds > 0 else None
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)
     try:
         signum = SIGCHLD
@@ -300,12 +305,20 @@ def wait_forwarding(pid: int) -> int:
                 got, status = os.waitpid(pid, os.WNOHANG)
                 if got == pid:
                     return status
-            else:
+            elif signum is not None:
                 try:
                     os.killpg(pid, signum)
                 except ProcessLookupError:
                     os.kill(pid, signum)
-            signum = _signal.sigwaitinfo(watched).si_signo
+            if end is None:
+                signum = _signal.sigwaitinfo(watched).si_signo
+                continue
+            left = end - time.monotonic()
+            if left < 0:  # the deadline: unreaped, its pid is still its own
+                os.kill(pid, _signal.SIGKILL)
+                return os.waitpid(pid, 0)[1] | DEADLINE_PASSED
+            info = _signal.sigtimedwait(watched, left)
+            signum = None if info is None else info.si_signo
     finally:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 

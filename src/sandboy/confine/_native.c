@@ -42,6 +42,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ARGS 6
@@ -892,14 +893,19 @@ static PyObject *address_of(PyObject *self, PyObject *obj) {
 }
 
 PyDoc_STRVAR(wait_forwarding_doc,
-"wait_forwarding(pid) -> wait status\n\n"
+"wait_forwarding(pid, seconds=0) -> wait status\n\n"
 "Wait for the child `pid`, passing on to its process group the signals an init forwards\n"
 "(HUP, INT, QUIT, TERM, USR1, USR2, ALRM, WINCH, CONT), without running Python until it has\n"
-"exited.");
+"exited. `seconds` > 0: a deadline (CLOCK_MONOTONIC, from now); once it passes the child is\n"
+"killed (SIGKILL: a namespace's init takes its whole PID namespace with it), reaped, and its\n"
+"wait status comes back with DEADLINE_PASSED (bit 16, above any real wait status) set.");
 
-static PyObject *wait_forwarding(PyObject *self, PyObject *arg) {
-    long child = PyLong_AsLong(arg);
-    if (child == -1 && PyErr_Occurred())
+#define DEADLINE_PASSED (1 << 16)  /* _libc.DEADLINE_PASSED */
+
+static PyObject *wait_forwarding(PyObject *self, PyObject *args) {
+    long child;
+    double seconds = 0;
+    if (!PyArg_ParseTuple(args, "l|d:wait_forwarding", &child, &seconds))
         return NULL;
     sigset_t set, old;
     forwarding_set(&set);
@@ -907,9 +913,22 @@ static PyObject *wait_forwarding(PyObject *self, PyObject *arg) {
     int status = 0;
     long got = 0;
     int err = 0;
+    int passed = 0;
+    struct timespec end = {0, 0};
+    if (seconds > 0) {
+        /* (a deadline of years: held as it is, never reached; no overflow of tv_sec for the
+           policy's bound, limits.wall_seconds <= 2^31) */
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        end.tv_sec += (time_t)seconds;
+        end.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+        if (end.tv_nsec >= 1000000000L) {
+            end.tv_sec++;
+            end.tv_nsec -= 1000000000L;
+        }
+    }
     Py_BEGIN_ALLOW_THREADS
     for (long sig = SIGCHLD;;) {  /* checks once first: the child may have exited already */
-        if (sig != SIGCHLD) {
+        if (sig > 0 && sig != SIGCHLD) {
             /* to the child's process group (a namespace's init and its command share one) */
             if (syscall(SYS_kill, -child, sig) < 0)
                 syscall(SYS_kill, child, sig);
@@ -923,7 +942,31 @@ static PyObject *wait_forwarding(PyObject *self, PyObject *arg) {
                 break;
         }
         siginfo_t info;
-        sig = syscall(SYS_rt_sigtimedwait, &set, &info, NULL, 8);
+        struct timespec left, *timeout = NULL;
+        if (seconds > 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            left.tv_sec = end.tv_sec - now.tv_sec;
+            left.tv_nsec = end.tv_nsec - now.tv_nsec;
+            if (left.tv_nsec < 0) {
+                left.tv_sec--;
+                left.tv_nsec += 1000000000L;
+            }
+            if (left.tv_sec < 0) {
+                /* The deadline: the child is unreaped, so its pid is still its own. Then a
+                   blocking wait (the signals stay held: nothing is left to pass them to). */
+                passed = DEADLINE_PASSED;
+                syscall(SYS_kill, child, SIGKILL);
+                do
+                    got = syscall(SYS_wait4, child, &status, 0, NULL);
+                while (got < 0 && errno == EINTR);
+                if (got < 0)
+                    err = errno;
+                break;
+            }
+            timeout = &left;
+        }
+        sig = syscall(SYS_rt_sigtimedwait, &set, &info, timeout, 8);  /* -1 (EAGAIN): time to look */
     }
     Py_END_ALLOW_THREADS
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -931,11 +974,11 @@ static PyObject *wait_forwarding(PyObject *self, PyObject *arg) {
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    return PyLong_FromLong(status);
+    return PyLong_FromLong(status | passed);
 }
 
 static PyMethodDef methods[] = {
-    {"wait_forwarding", wait_forwarding, METH_O, wait_forwarding_doc},
+    {"wait_forwarding", wait_forwarding, METH_VARARGS, wait_forwarding_doc},
     {"fork_exec", fork_exec, METH_VARARGS, fork_exec_doc},
     {"apply_plan", apply_plan, METH_O, apply_plan_doc},
     {"exec_first", exec_first, METH_VARARGS, exec_first_doc},

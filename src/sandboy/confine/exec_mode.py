@@ -5,7 +5,8 @@ must stay with it (`supervisor_needed`).
 Without the namespace tier this process applies the cage to itself and execs. Under the tier it
 cannot enter a new PID namespace itself, so it starts the namespace's init (which leads a new
 session; the command runs in it) and waits for it in C (`_libc.wait_forwarding`), passing
-signals on: no Python runs while the command does. A run with hooks that act only before and
+signals on: no Python runs while the command does. The policy's `limits.wall_seconds` is that
+wait's deadline: the init is killed then, and the PID namespace with it (session 12). A run with hooks that act only before and
 after it (the git check) is then supervised by this process (supervision.Supervision): the
 init's end is the end of the whole tree.
 
@@ -76,7 +77,10 @@ def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None)
     limits = policy.limits
     if tty:
         return "a fresh pseudo-terminal to relay (--tty)"
-    if timeout is not None or limits.wall_seconds:
+    # The policy's deadline in exec mode under the PID namespace: the C wait for the init holds it
+    # (`init_wait.start_and_wait`: SIGKILL to the init ends the namespace, every process of the run with
+    # it), as the supervision's would (session 12) — no supervisor for the README's example
+    if timeout is not None or (limits.wall_seconds and not (in_place and cage.tier is not None and cage.tier.pid)):
         return "a deadline to enforce (limits.wall_seconds or a timeout)"
     if limits.processes and os.geteuid() == 0:
         return "a pids cgroup for limits.processes (as root, RLIMIT_NPROC does not bind)"
@@ -150,9 +154,10 @@ def exec_confined(argv, cage, on_applied=None, hooks=()):
 
 
 def _wait_in_namespace(argv, cage, on_applied):
-    """Exec mode under the namespace tier: start the init, wait for it in C. The command's exit
-    status is passed through, and its death by a signal repeated on this process."""
-    status, report, first = start_and_wait(argv, cage)
+    """Exec mode under the namespace tier: start the init, wait for it in C (until the policy's
+    `limits.wall_seconds`). The command's exit status is passed through, and its death by a
+    signal repeated on this process."""
+    status, report, first = start_and_wait(argv, cage, wall_seconds=cage.policy.limits.wall_seconds)
     return _ended_in_namespace(status, report, first, argv, cage, on_applied)
 
 
@@ -160,18 +165,23 @@ def _ended_in_namespace(status, report, first, argv, cage, on_applied, message="
     """The exit status of an exec-mode run under the tier once its init has ended
     (`_wait_in_namespace`, `_check_in_namespace`): a start that failed is said (before close:
     the message names a plan step) or, where the cage was not applied, raised; `message`, the
-    git check's finding, refuses the run as planted."""
+    git check's finding, refuses the run as planted. A `status` with `_libc.DEADLINE_PASSED`: the
+    wait's deadline killed the run — reported as a supervision's timeout (137, "timed_out")."""
     from sandboy.confine import _libc
 
+    timed_out = status & _libc.DEADLINE_PASSED
+    status &= ~_libc.DEADLINE_PASSED
     failed, reported = _libc.read_child_report(report)
-    if failed is None and not message:
+    if failed is None and not message and not timed_out:
         cage.close()
         if on_applied is not None:
             on_applied()
         return exit_like(status if reported is None else reported)
-    from sandboy.confine.result import CAGE_ERROR, PLANTED, from_child
+    from sandboy.confine.result import CAGE_ERROR, PLANTED, TIMED_OUT, from_child
 
-    result = from_child(status, report, argv, cage, first=first)
+    result = from_child(status, report, argv, cage, first=first, outcome=TIMED_OUT if timed_out else None)
+    if timed_out:
+        result.duration = float(cage.policy.limits.wall_seconds)  # (its C wait's deadline, from the start)
     refused = result.outcome == CAGE_ERROR  # the cage was not applied: nothing ran
     if message:
         result.refuse(message, PLANTED)
@@ -179,7 +189,7 @@ def _ended_in_namespace(status, report, first, argv, cage, on_applied, message="
     if refused:
         raise CageError(result.error)
     if on_applied is not None:
-        on_applied(result if result.outcome == PLANTED else None)
+        on_applied(result if result.outcome in (PLANTED, TIMED_OUT) else None)
     if result.error:
         say(result.error)
     return result.returncode
@@ -201,7 +211,8 @@ def _check_in_namespace(argv, cage, on_applied, check):
     except Exception as exc:
         raise CageError(f"{check.name}: {exc}") from None
     try:
-        status, report, first = start_and_wait(argv, cage, supervised=True)
+        status, report, first = start_and_wait(argv, cage, supervised=True,
+                                               wall_seconds=cage.policy.limits.wall_seconds)
     except OSError as exc:
         raise CageError(f"fork failed: {exc.strerror}") from None
     from sandboy.confine.gitcheck import after_run
@@ -216,7 +227,7 @@ def _check_in_namespace(argv, cage, on_applied, check):
 def _supervise_in_namespace(argv, cage, on_applied, hooks):
     """`_wait_in_namespace` with hooks: this process supervises the run (supervision.py), still
     waiting in C; the init's end is the end of the tree, so the stop hooks see it all gone."""
-    from sandboy.confine.result import CAGE_ERROR, PLANTED, SIGNALED
+    from sandboy.confine.result import CAGE_ERROR, PLANTED, SIGNALED, TIMED_OUT
     from sandboy.confine.supervision import Supervision
 
     held = hold_forwarded_signals()
@@ -230,7 +241,7 @@ def _supervise_in_namespace(argv, cage, on_applied, hooks):
     if run.cage_refused:
         raise CageError(result.error)
     if on_applied is not None:
-        on_applied(result if result.outcome in (PLANTED, CAGE_ERROR) else None)
+        on_applied(result if result.outcome in (PLANTED, CAGE_ERROR, TIMED_OUT) else None)
     if result.error:
         say(result.error)
     if result.outcome == SIGNALED:

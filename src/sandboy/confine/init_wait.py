@@ -23,12 +23,14 @@ def die_with_the_supervisor() -> tuple:
 PR_SET_PDEATHSIG, SIGKILL = 1, 9  # Linux (`signal` imports enum)
 
 
-def start_and_wait(argv, cage, supervised: bool = False) -> tuple:
+def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0) -> tuple:
     """(wait status, the child's report, the session steps it ran first): start `cage`'s init
     (`cage.start_child`: a built Cage, or a cached plan's, plan_cache.CachedPlan) in a session of
     its own and wait for it in C, the forwarded signals held until the wait takes them.
     `supervised`: this process checks after the run (the git check), so the child dies with it,
-    as under `Supervision`."""
+    as under `Supervision`. `wall_seconds`: the run's deadline (0: none), from the command's
+    start: the wait kills the init then (the whole PID namespace) and its status says so
+    (`_libc.DEADLINE_PASSED`)."""
     from sandboy.confine import _libc
     from sandboy.confine.terminal import session_steps
 
@@ -43,7 +45,7 @@ def start_and_wait(argv, cage, supervised: bool = False) -> tuple:
             raise
         finally:
             os.close(err_w)
-        status = _libc.wait_forwarding(pid)  # the init has exited: the PID namespace is empty
+        status = _libc.wait_forwarding(pid, wall_seconds)  # the init has exited: the PID namespace is empty
     except BaseException:
         release(held)
         raise

@@ -44,7 +44,7 @@ import time
 
 from sandboy.confine import reaping
 from sandboy.confine._libc import above_stdio
-from sandboy.confine.result import CAGE_ERROR, KILLED, OUT_OF_MEMORY, STATUS_LOST, RunResult, from_child
+from sandboy.confine.result import CAGE_ERROR, KILLED, OUT_OF_MEMORY, STATUS_LOST, TIMED_OUT, RunResult, from_child
 from sandboy.errors import EXIT_CAGE, CageError
 
 PR_SET_PDEATHSIG = 1  # (the command's death signal: init_wait.die_with_the_supervisor)
@@ -384,10 +384,14 @@ class Supervision(Handle):
         """Wait for the command in C, passing this process's signals on to its process group
         (`_libc.wait_forwarding`): exec mode under the namespace tier supervises this way, with
         no Python running while the command does."""
-        from sandboy.confine._libc import wait_forwarding
+        from sandboy.confine._libc import DEADLINE_PASSED, wait_forwarding
 
         if self._status is None:
-            self._status = wait_forwarding(self.pid)
+            left = self.time_left()  # the deadline held in C: SIGKILL to the init ends the tree
+            status = wait_forwarding(self.pid, 0 if left is None else max(left, 1e-6))
+            if status & DEADLINE_PASSED and self._outcome is None:
+                self._outcome = TIMED_OUT
+            self._status = status & ~DEADLINE_PASSED
 
     def end(self, outcome=None, deadline=None, before_sweep=None) -> None:
         """Kill the command (if still running) and every descendant; `outcome` names why.
