@@ -123,6 +123,15 @@ def non_leaves(root) -> list:
     return out
 
 
+def leaf_dot_git_plant(tmp, marker, target) -> str:
+    """The command's script: a git directory in `tmp` (never walked) whose config runs `marker`'s
+    fsmonitor, and a `.git` file in the leaf `target` leading to it — found by the leaf's lookup only."""
+    return (f"git init -q --bare '{tmp}/evil.git' && printf '{fsmonitor(marker)}' >> '{tmp}/evil.git/config' "
+            f"&& git config -f '{tmp}/evil.git/config' core.bare false "
+            f"&& git config -f '{tmp}/evil.git/config' core.worktree '{target}' "
+            f"&& echo 'gitdir: {tmp}/evil.git' > '{target}/.git'")
+
+
 def leaf(repo) -> str:
     found = [p for p in non_leaves_and_leaves(repo) if os.lstat(p).st_nlink == 2]
     return found[-1]
@@ -204,10 +213,7 @@ def test_a_dot_git_file_planted_in_an_indexed_leaf_is_found(tmp_path, env, index
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     target = leaf(indexed)
-    script = (f"git init -q --bare '{tmp}/evil.git' && printf '{fsmonitor(marker)}' >> '{tmp}/evil.git/config' "
-              f"&& git config -f '{tmp}/evil.git/config' core.bare false "
-              f"&& git config -f '{tmp}/evil.git/config' core.worktree '{target}' "
-              f"&& echo 'gitdir: {tmp}/evil.git' > '{target}/.git'")
+    script = leaf_dot_git_plant(tmp, marker, target)
     snap, findings = run([indexed, tmp], script, env, exclude=[tmp])
     assert os.lstat(target).st_nlink == 2
     host_git_status(target, env)
@@ -464,10 +470,7 @@ def test_each_use_of_the_index_has_a_probe_that_fails_without_its_ctime_test(tmp
         caught["host repository"] = (nested, lambda found: f"{nested}/.git/config" in found)
     if "leaf .git file" in scenarios:
         target = leaf(repo)
-        scripts.append(f"git init -q --bare '{tmp}/evil.git' && printf '{fsmonitor(marker)}' >> '{tmp}/evil.git/config' "
-                       f"&& git config -f '{tmp}/evil.git/config' core.bare false "
-                       f"&& git config -f '{tmp}/evil.git/config' core.worktree '{target}' "
-                       f"&& echo 'gitdir: {tmp}/evil.git' > '{target}/.git'")
+        scripts.append(leaf_dot_git_plant(tmp, marker, target))
         caught["leaf .git file"] = (Path(target), lambda found: f"{tmp}/evil.git/config" in found)
     found = _driven(tree, [repo, tmp], " && ".join(scripts), env, tmp_path, [tmp])
     for name, (where, seen) in caught.items():
