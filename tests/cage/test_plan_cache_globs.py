@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_plan_cache import Runner, entry_applies  # noqa: E402
+from test_plan_cache import Runner, entry_applies, run_a_mutant  # noqa: E402
 
 from sandboy.confine import deny_globs, namespaces  # noqa: E402
 from sandboy.confine.fingerprint import TICK_NS  # noqa: E402
@@ -132,13 +132,7 @@ def symlinked_match(runner: Runner) -> Path:
 
 def mutate(runner: Runner, module: str, text: str, replacement: str) -> None:
     """The runs take a copy of the package whose `confine/<module>` has `text` replaced."""
-    tree = runner.tmp / "tree"
-    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    source = tree / "sandboy" / "confine" / module
-    assert source.read_text().count(text) == 1
-    source.write_text(source.read_text().replace(text, replacement))
-    runner.env["PYTHONPATH"] = str(tree)
+    run_a_mutant(runner, runner.tmp, module, text, replacement)
 
 
 def test_a_match_that_is_a_symlink_keeps_no_entry_and_its_target_is_denied_anew(runner):

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_plan_cache import SANDBOY, Runner  # noqa: E402
+from test_plan_cache import SANDBOY, Runner, run_a_mutant  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 from sandboy.policy.presets import ETC_SECRETS  # noqa: E402
@@ -76,14 +76,7 @@ def path_dir(runner: Runner, tmp_path: Path, python3: Path | None = None) -> Pat
 
 def without_the_check(runner: Runner, tmp_path: Path) -> None:
     """The runs take a copy of the package whose hits do not ask the presets' questions again."""
-    tree = tmp_path / "tree"
-    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    source = tree / "sandboy" / "confine" / "plan_cache.py"
-    text = "if lookups and not _presets_unchanged(lookups):"
-    assert source.read_text().count(text) == 1
-    source.write_text(source.read_text().replace(text, "if False:"))
-    runner.env["PYTHONPATH"] = str(tree)
+    run_a_mutant(runner, tmp_path, "plan_cache.py", "if lookups and not _presets_unchanged(lookups):", "if False:")
 
 
 def test_a_presets_policy_is_kept_and_a_hit_imports_neither_presets_nor_loader(runner, tmp_path):

@@ -10,7 +10,6 @@ each running command's `{tmp}` as the host reads it through `/proc/PID/root`.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 from prockit import children
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_plan_cache import SANDBOY, Runner  # noqa: E402
+from test_plan_cache import SANDBOY, Runner, run_a_mutant  # noqa: E402
 
 from sandboy.confine import namespaces  # noqa: E402
 
@@ -278,14 +277,8 @@ MUTANTS = {
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_each_part_has_a_probe_that_fails_without_it(runner, tmp_path, mutant):
-    tree = tmp_path / "tree"
-    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
     name, text, replacement = MUTANTS[mutant]
-    source = tree / "sandboy" / ("cli.py" if name == "cli.py" else os.path.join("confine", name))
-    assert source.read_text().count(text) == 1, mutant
-    source.write_text(source.read_text().replace(text, replacement))
-    runner.env["PYTHONPATH"] = str(tree)
+    run_a_mutant(runner, tmp_path, "../cli.py" if name == "cli.py" else name, text, replacement)
     # (`{tmp}` in an env.set value only: no policy path, so the fingerprint does not watch it)
     runner.write_policy(more=TMP_POLICY if mutant == "the fixed mount point" else WHERE_TMP["env.set only"])
     if mutant == "the mount point's identity on a hit":
