@@ -508,14 +508,8 @@ MUTANTS = {
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_each_check_of_a_hit_has_a_probe_that_fails_without_it(runner, tmp_path, mutant):
-    tree = tmp_path / "tree"
-    shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
     text, replacement, *where = MUTANTS[mutant]
-    source = tree / "sandboy" / "confine" / (where[0] if where else "plan_cache.py")
-    assert source.read_text().count(text) == 1, mutant
-    source.write_text(source.read_text().replace(text, replacement))
-    runner.env["PYTHONPATH"] = str(tree)
+    run_a_mutant(runner, tmp_path, where[0] if where else "plan_cache.py", text, replacement)
     data = tmp_path / "data"
     data.mkdir()
     (data / "a").write_text("A")
@@ -533,7 +527,7 @@ def test_each_check_of_a_hit_has_a_probe_that_fails_without_it(runner, tmp_path,
     elif mutant == "the code":  # test_the_code_that_built_it_is_a_key
         runner.write_policy()
         assert entry_applies(runner, "/bin/true").hit
-        seccomp = tree / "sandboy" / "confine" / "seccomp.py"
+        seccomp = tmp_path / "tree" / "sandboy" / "confine" / "seccomp.py"  # (run_a_mutant's copy)
         seccomp.write_text(seccomp.read_text() + "\n# edited\n")
         assert runner.run("/bin/true").hit  # the old code's plan
     else:  # test_a_forged_plan_in_a_foreign_entry_is_not_run
