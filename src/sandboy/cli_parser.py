@@ -21,7 +21,7 @@ stdin becomes /dev/null, on stdout/stderr a pipe Sandboy copies to it while the 
 
 exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
 be applied (the command never runs unconfined); 126/127 command not executable / not found;
-128+n killed by signal n (supervised mode, e.g. limits.wall_seconds); 141 from --dry-run when
+128+n killed by signal n (137: limits.wall_seconds passed); 141 from --dry-run when
 the reader of stdout went away (`| head`); 74 stdout could not be written.
 Policy reference: README.md and policy.example.toml."""
 
