@@ -156,9 +156,9 @@ MUTANTS = {
                                          "self.by_stats = not (", "the operator's global config in the write root, changed"),
     "no PATH directory": ("gitcheck.py", "self.by_stats = not (self.global_inside or self.path_dirs or ",
                           "self.by_stats = not (self.global_inside or ", "a program planted in a PATH directory"),
-    "a listed directory's ctime": ("gitcheck.py", "elif st.st_ctime_ns < since:", "else:",
+    "a listed directory's ctime": ("gitcheck.py", "elif st.st_ctime_ns < since and tracked:", "else:",
                                    "a nested repository made in a directory the census listed"),
-    "ctime, not mtime": ("gitcheck.py", "elif st.st_ctime_ns < since:", "elif st.st_mtime_ns < since:",
+    "ctime, not mtime": ("gitcheck.py", "elif st.st_ctime_ns < since and tracked:", "elif st.st_mtime_ns < since and tracked:",
                          "a nested repository made with every time set back (touch -d)"),
     "listings by identity, not path": (
         "gitcheck.py", ("listings[(st.st_dev, st.st_ino)] = ", "listings.get((st.st_dev, st.st_ino))"),

@@ -558,3 +558,56 @@ def test_a_change_within_the_second_of_an_indexed_listing_on_a_whole_second_file
         assert all(caught), tries
     else:
         assert not all(caught), f"the mutant still caught every plant: {tries}"
+
+
+def _table(lines) -> str:
+    """A mountinfo text: (mount point, st_dev, file system type) per line."""
+    return "".join(f"{n} 1 {os.major(dev)}:{os.minor(dev)} / {point} rw,relatime shared:1 - {kind} src rw\n"
+                   for n, (point, dev, kind) in enumerate(lines, 20))
+
+
+def test_the_index_applies_only_where_every_file_system_of_the_roots_tracks_directory_times(tmp_path):
+    """kernel_mounts.directory_times_tracked, without the kernel's answer: the file system a root
+    lies on (by its st_dev) and each one mounted below it must move a directory's ctime with its
+    entries (a FUSE or network server may keep it: rvsec12)."""
+    from sandboy.confine.kernel_mounts import directory_times_tracked
+
+    root = str(tmp_path)
+    dev = os.stat(root).st_dev
+    other = os.makedev(250, 7)
+    assert directory_times_tracked([root], _table([("/", dev, "ext4")]))
+    assert not directory_times_tracked([root], _table([("/", dev, "fuse.sshfs")]))
+    assert not directory_times_tracked([root], _table([("/", other, "ext4")]))  # the root's device unlisted
+    assert not directory_times_tracked([root], _table([("/", dev, "ext4"), (f"{root}/share", other, "nfs4")]))
+    assert directory_times_tracked([root], _table([("/", dev, "ext4"), (f"{root}/scratch", other, "tmpfs")]))
+    assert directory_times_tracked([root], _table([("/", dev, "ext4"), ("/srv/share", other, "nfs4")]))  # elsewhere
+    assert not directory_times_tracked([root], _table([("/", dev, "ext4"), (f"{root}/a\\040b", other, "9p")]))
+    assert not directory_times_tracked([root, str(tmp_path / "gone")], _table([("/", dev, "ext4")]))
+
+
+@pytest.mark.parametrize("kind", ["ramfs", "tmpfs"])
+def test_no_index_is_kept_for_a_root_on_a_file_system_not_known_to_track_directory_times(tmp_path, env, kind):
+    """A write root on ramfs (not on DIRECTORY_TIMES_TRACKED, standing in for a FUSE or network
+    file system, which this machine cannot mount) keeps no index, and its census's listings are
+    not reused after the run: every directory is listed at launch and again after; the twin on
+    tmpfs keeps an index and reuses both. In a mount namespace of its own."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    probe = ("import sys\nfrom sandboy.confine import gitcheck\nlisted = []\nreal = gitcheck._Walk._list\n"
+             "gitcheck._Walk._list = lambda w, d: (listed.append(d), real(w, d))[1]\n"
+             "snap = gitcheck.snapshot([sys.argv[1]], home=sys.argv[2])\nat_launch = len(listed)\n"
+             "assert snap.verify() == []\nprint(at_launch, len(listed) - at_launch)\n")
+    script = (f"mount --make-rprivate / && mount -t {kind} none '{disk}' && mkdir -p '{disk}/repo/a/b/c' && "
+              f"git init -q '{disk}/repo' && sleep {MARGIN_S} && "
+              f"for i in 1 2; do PYTHONPATH='{os.path.dirname(os.path.dirname(gitcheck.__file__))}' "
+              f"'{sys.executable}' -c \"$PROBE\" '{disk}/repo' '{env['HOME']}'; done")
+    out = subprocess.run(["unshare", "-m", "sh", "-ec", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env, "PROBE": probe, "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(index_files(tmp_path)) == (0 if kind == "ramfs" else 1)
+    # (listings at launch, after the run) of the second run: on tmpfs the index spares the census
+    # and the census's listings spare the walk after the run (session 10); on ramfs neither
+    second = [int(n) for n in out.stdout.split()[2:]]
+    assert second == ([3, 3] if kind == "ramfs" else [0, 0]), out.stdout

@@ -9,6 +9,7 @@ import os
 import time
 
 from sandboy.confine.fingerprint import _identity, _settled  # (stdlib only: an inode's change signature)
+from sandboy.confine.kernel_mounts import DIRECTORY_TIMES_TRACKED, file_systems as _file_systems  # (shared with the walk index)
 from sandboy.errors import CageError
 from sandboy.policy.resolve import is_glob
 
@@ -122,37 +123,6 @@ class GlobBudget:
 # and write; 10,000 keep an entry below 1 MB (MAX_ENTRY_BYTES: 4 MiB) and a hit's check near 40 ms
 # against a miss's ≈ 0.4 s (docs/performance.md, "Session 12 — deny globs in the plan cache").
 GLOB_WATCH_MAX_DIRS = 10_000
-
-
-# File systems whose directories' ctime moves with every entry made, removed or renamed in them,
-# as the kernel's VFS does for a local disk or memory file system. Elsewhere it may not: procfs
-# lists a new process with /proc's times unchanged (measured), sysfs and cgroupfs are the kernel's
-# own, a network or FUSE file system answers from a server or a cache. A glob that looks into a
-# directory of any other file system keeps no record (`GlobWatch.state`): matched at every launch.
-DIRECTORY_TIMES_TRACKED = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "zfs",
-                                     "bcachefs"})
-
-
-def _file_systems(devices) -> dict:
-    """{st_dev: file system type} for `devices`, from this process's mount table (a device it does
-    not list — a btrfs subvolume not mounted itself — is absent). {} where it cannot be read."""
-    from sandboy.confine.kernel_mounts import read_table
-
-    try:
-        table = read_table()
-    except OSError:
-        return {}
-    found = {}
-    for line in table.splitlines():
-        fields = line.split(" ")
-        try:
-            major, minor = fields[2].split(":")
-            device = os.makedev(int(major), int(minor))
-            if device in devices:
-                found[device] = fields[fields.index("-", 6) + 1]
-        except (ValueError, IndexError):
-            continue
-    return found
 
 
 class GlobWatch:

@@ -564,6 +564,8 @@ class GitSnapshot:
     edits one legitimately (`git config user.name`, where no mount protects it) is judged by
     what it added, not by what the operator had there."""
 
+    times_tracked = False  # (set by __init__ where the roots are walked; see there)
+
     def __init__(self, scope: Scope, since_ns: int, carried=None, managers=None, load_judgement=False,
                  mount_table=None):
         # why the run is refused before it starts where a protected start-up path holds more than
@@ -591,17 +593,25 @@ class GitSnapshot:
         # "Session 12"), bound to the mount table read now: (that binding, {root: entries}), the
         # entries of all those roots together in `prior`
         self.index_where, self.index_kept, self.prior = None, {}, {}
-        if self.roots and self._may_index():
+        if mount_table is None and self.roots:
+            from sandboy.confine.kernel_mounts import read_table
+
+            try:
+                mount_table = read_table()  # (read once: the mount points below the roots too)
+            except OSError:
+                pass
+        # Whether a directory's ctime moves with its entries on every file system of the roots,
+        # which both reuses of a listing rest on: the census's after the run (session 10) and the
+        # walk index's across runs. A FUSE or network root's server may keep a directory's times
+        # when an entry is made in it (rvsec12): there every directory is listed again.
+        from sandboy.confine.kernel_mounts import directory_times_tracked
+
+        self.times_tracked = mount_table is not None and bool(self.roots) and directory_times_tracked(
+            self.roots, mount_table)
+        if self.times_tracked and self._may_index():
             from sandboy.confine import walk_index
 
             if walk_index.enabled():
-                if mount_table is None:
-                    from sandboy.confine.kernel_mounts import read_table
-
-                    try:
-                        mount_table = read_table()
-                    except OSError:
-                        pass
                 self.index_where = walk_index.machine(mount_table)
                 self.index_kept = {root: walk_index.load(root, self.index_where) for root in self.roots}
                 for entries in self.index_kept.values():
@@ -1003,7 +1013,7 @@ class _Walk:
         is not listed: its listing is that walk's, kept in the cache directory (`walk_index`, ADR
         0019 "Session 12"); after the run a leaf's `.git` and `HEAD` are taken from it the same way."""
         census = self.census  # (locals: looked at once per entry of the tree)
-        listings, since = self.snap.listings, self.snap.since_ns
+        listings, since, tracked = self.snap.listings, self.snap.since_ns, self.snap.times_tracked
         # the walk index (ADR 0019 "Session 12"): what the last complete walk found in each
         # directory, by (st_dev, st_ino), taken where the directory's ctime is still the one it had
         # then — at launch for the listings, after the run for the leaves' `.git` and `HEAD`; and,
@@ -1054,7 +1064,7 @@ class _Walk:
                 known = prior.get((st.st_dev, st.st_ino)) if prior else None
                 if known is not None and valid(known, st.st_ctime_ns) and known[1] >= 0:
                     listed = self._as_listed(directory, known[1:])
-            elif st.st_ctime_ns < since:
+            elif st.st_ctime_ns < since and tracked:
                 listed = self._as_listed(directory, listings.get((st.st_dev, st.st_ino)))
             if listed is None:
                 try:

@@ -30,6 +30,16 @@ KERNEL_FILE_SYSTEMS = frozenset({
 
 MOUNTINFO = "/proc/self/mountinfo"
 
+# File systems whose directories' ctime moves with every entry made, removed or renamed in them,
+# as the kernel's VFS does for a local disk or memory file system. Elsewhere it may not: procfs
+# lists a new process with /proc's times unchanged (measured), sysfs and cgroupfs are the kernel's
+# own, a network or FUSE file system answers from a server or a cache. What is decided from a
+# directory's ctime across runs is decided only on these: a deny glob's record
+# (`deny_globs.GlobWatch.state`: elsewhere matched at every launch) and the git check's walk index
+# (`directory_times_tracked`: elsewhere every directory is listed again).
+DIRECTORY_TIMES_TRACKED = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "f2fs", "zfs",
+                                     "bcachefs"})
+
 
 def _unescape(field: str) -> str:
     """A mountinfo path field: spaces, tabs, newlines and backslashes are written as \\ooo."""
@@ -76,6 +86,54 @@ def read_table(mountinfo: str = MOUNTINFO) -> str:
         return b"".join(iter(lambda: os.read(fd, 65536), b"")).decode("utf-8", "surrogateescape")
     finally:
         os.close(fd)
+
+
+def file_systems(devices, table=None) -> dict:
+    """{st_dev: file system type} for `devices`, from this process's mount table (`table`: its
+    text as `read_table` gave it moments ago, else read now; a device it does not list — a btrfs
+    subvolume not mounted itself — is absent). {} where it cannot be read."""
+    if table is None:
+        try:
+            table = read_table()
+        except OSError:
+            return {}
+    found = {}
+    for line in table.splitlines():
+        fields = line.split(" ")
+        try:
+            major, minor = fields[2].split(":")
+            device = os.makedev(int(major), int(minor))
+            if device in devices:
+                found[device] = fields[fields.index("-", 6) + 1]
+        except (ValueError, IndexError):
+            continue
+    return found
+
+
+def directory_times_tracked(roots, table: str) -> bool:
+    """Whether every file system a walk of `roots` (realpaths) meets is one of
+    DIRECTORY_TIMES_TRACKED: the one each root lies on (by its st_dev) and each mounted below one.
+    False where a root cannot be stat'ed. On a FUSE or network write root whose server keeps a
+    directory's times when an entry is made in it, a listing kept by ctime would hide a `.git`
+    planted there (rvsec12)."""
+    try:
+        devices = {os.stat(root).st_dev for root in roots}
+    except OSError:
+        return False
+    kinds = file_systems(devices, table)
+    if any(kinds.get(device) not in DIRECTORY_TIMES_TRACKED for device in devices):
+        return False
+    for line in table.splitlines():
+        fields = line.split(" ")
+        try:
+            fstype = fields[fields.index("-", 6) + 1]
+        except (ValueError, IndexError):
+            continue
+        if fstype not in DIRECTORY_TIMES_TRACKED:
+            point = _unescape(fields[4])
+            if any(point != root and is_within(point, root) for root in roots):
+                return False
+    return True
 
 
 def below(roots, mountinfo: str = MOUNTINFO, table=None) -> list:

@@ -20,7 +20,9 @@ may write, in a directory of ours no one else may write (as the plan cache's ent
 larger than `MAX_BYTES`, of another format, euid or write root, whose checksum does not match
 (a torn or corrupt file), written under another boot, another mount table (a file system
 mounted, unmounted or replaced anywhere: its inode numbers and ctimes are not this one's), or
-before the realtime clock was stepped back by more than a second. The index of a root the run's
+before the realtime clock was stepped back by more than a second. Nor is any read or written
+where a file system of the roots is not known to move a directory's ctime with its entries (a
+FUSE or network one: `kernel_mounts.directory_times_tracked`, asked by the git check). The index of a root the run's
 `{tmp}` lies in is neither read nor written (the walk leaves `{tmp}` out of its listings).
 
 A cache that cannot be read or written only costs speed. `SANDBOY_PLAN_CACHE=0` turns it off
