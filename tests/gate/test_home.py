@@ -58,4 +58,8 @@ def test_env_set_values_take_placeholders_in_sandboy_run(tmp_path):
     home, tmpdir, where = proc.stdout.split()
     assert home == tmpdir and home != os.path.expanduser("~") and "{" not in home
     assert where == f"{tmp_path}/x"
-    assert not os.path.exists(home), "the private directory is removed after the run"
+    # Under the namespace tier `sandboy run`'s {tmp} is a tmpfs on a fixed mount point, left for the
+    # next run (session 12): nothing the command made there reaches the host. Without the tier a
+    # directory made for the run, removed after it.
+    assert not os.path.exists(os.path.join(home, ".made")), "the command's file is left on the host"
+    assert not os.path.exists(home) or os.listdir(home) == [], "the private directory is left with files"
