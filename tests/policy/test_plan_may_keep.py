@@ -53,3 +53,13 @@ def test_include_is_kept_only_while_every_question_was_recorded(recorded, monkey
 def test_egress_is_never_kept(recorded):
     assert not plan_may_keep(policy(net={"domains": ["pypi.org"]}))
     assert plan_may_keep(policy(net={"connect_tcp": [443]}))  # (ports without the proxy: not egress)
+
+
+def test_a_deadline_is_kept_except_with_the_tier_forced_off(recorded, monkeypatch):
+    """exec mode's C wait holds `limits.wall_seconds` under the tier (session 12); without it a
+    supervisor does, and a supervised run makes no entry."""
+    deadline = policy(limits={"wall_seconds": 60})
+    assert plan_may_keep(deadline)
+    monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    assert not plan_may_keep(deadline)
+    assert plan_may_keep(policy(fs={"read": ["/usr"]}))  # (the twin: no deadline, the tier off)

@@ -78,6 +78,7 @@ END_RUN_SIGNAL = 64  # SIGRTMAX: queued with its sender's pid, which must read 0
 # Set in `wait_forwarding`'s status where its deadline killed the child (above any real wait
 # status, which is 16 bits): exec mode's `limits.wall_seconds` under the tier (session 12).
 DEADLINE_PASSED = 1 << 16
+END_GRACE_MS = 1000  # then SIGKILL (supervision.END_GRACE_SECONDS; _native.c's own)
 SI_USER = 0  # ... and a kill(2)'s si_code: a sigqueue's si_pid is whatever its sender wrote
 
 

@@ -13,6 +13,7 @@ import _signal  # the C module: `signal` imports enum
 
 from sandboy.confine._libc import (
     DEADLINE_PASSED,
+    END_GRACE_MS,
     END_RUN_SIGNAL,
     FORWARDED_SIGNALS,
     NR_INIT,
@@ -291,12 +292,14 @@ def _end_run(fds: list, kinds: list, errpipe: int, status: int) -> None:
 
 
 def wait_forwarding(pid: int, seconds: float = 0) -> int:
-    """As `wait_forwarding` in _native.c: with `seconds` > 0, the child killed once they have
-    passed and its wait status returned with DEADLINE_PASSED set."""
+    """As `wait_forwarding` in _native.c: with `seconds` > 0, the child asked to end the run
+    once they have passed (END_RUN_SIGNAL), killed after the grace, its wait status returned
+    with DEADLINE_PASSED set."""
     import time
 
     watched = {*FORWARDED_SIGNALS, SIGCHLD}
     end = time.monotonic() + seconds if seconds > 0 else None
+    passed = 0
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, watched)
     try:
         signum = SIGCHLD
@@ -304,7 +307,7 @@ def wait_forwarding(pid: int, seconds: float = 0) -> int:
             if signum == SIGCHLD:
                 got, status = os.waitpid(pid, os.WNOHANG)
                 if got == pid:
-                    return status
+                    return status | passed
             elif signum is not None:
                 try:
                     os.killpg(pid, signum)
@@ -314,7 +317,13 @@ def wait_forwarding(pid: int, seconds: float = 0) -> int:
                 signum = _signal.sigwaitinfo(watched).si_signo
                 continue
             left = end - time.monotonic()
-            if left < 0:  # the deadline: unreaped, its pid is still its own
+            if left < 0 and not passed:  # the deadline: unreaped, its pid is still its own
+                passed = DEADLINE_PASSED
+                os.kill(pid, END_RUN_SIGNAL)  # the init ends the run as under a supervision
+                end += END_GRACE_MS / 1000
+                signum = SIGCHLD
+                continue
+            if left < 0:
                 os.kill(pid, _signal.SIGKILL)
                 return os.waitpid(pid, 0)[1] | DEADLINE_PASSED
             info = _signal.sigtimedwait(watched, left)

@@ -896,11 +896,14 @@ PyDoc_STRVAR(wait_forwarding_doc,
 "wait_forwarding(pid, seconds=0) -> wait status\n\n"
 "Wait for the child `pid`, passing on to its process group the signals an init forwards\n"
 "(HUP, INT, QUIT, TERM, USR1, USR2, ALRM, WINCH, CONT), without running Python until it has\n"
-"exited. `seconds` > 0: a deadline (CLOCK_MONOTONIC, from now); once it passes the child is\n"
-"killed (SIGKILL: a namespace's init takes its whole PID namespace with it), reaped, and its\n"
-"wait status comes back with DEADLINE_PASSED (bit 16, above any real wait status) set.");
+"exited. `seconds` > 0: a deadline (CLOCK_MONOTONIC, from now); once it passes the child (a\n"
+"namespace's init) is asked to end the run (END_RUN_SIGNAL: it kills the command's tree, drains\n"
+"its relays, carries offsets back, reports), given END_GRACE_MS, then killed (SIGKILL: the\n"
+"whole PID namespace with it); its wait status comes back with DEADLINE_PASSED (bit 16, above\n"
+"any real wait status) set.");
 
 #define DEADLINE_PASSED (1 << 16)  /* _libc.DEADLINE_PASSED */
+#define END_GRACE_MS 1000          /* supervision.END_GRACE_SECONDS */
 
 static PyObject *wait_forwarding(PyObject *self, PyObject *args) {
     long child;
@@ -952,10 +955,18 @@ static PyObject *wait_forwarding(PyObject *self, PyObject *args) {
                 left.tv_sec--;
                 left.tv_nsec += 1000000000L;
             }
-            if (left.tv_sec < 0) {
-                /* The deadline: the child is unreaped, so its pid is still its own. Then a
-                   blocking wait (the signals stay held: nothing is left to pass them to). */
+            if (left.tv_sec < 0 && !passed) {
+                /* The deadline: the child is unreaped, so its pid is still its own. The init
+                   ends the run as a supervision's timeout has it (what is in a relay's pipe
+                   reaches the caller's file); after the grace, SIGKILL. */
                 passed = DEADLINE_PASSED;
+                syscall(SYS_kill, child, END_RUN_SIGNAL);
+                end.tv_sec += END_GRACE_MS / 1000;
+                sig = 0;
+                continue;
+            }
+            if (left.tv_sec < 0) {
+                /* Then a blocking wait (the signals stay held: nothing is left to pass them to). */
                 syscall(SYS_kill, child, SIGKILL);
                 do
                     got = syscall(SYS_wait4, child, &status, 0, NULL);

@@ -6,7 +6,7 @@ Without the namespace tier this process applies the cage to itself and execs. Un
 cannot enter a new PID namespace itself, so it starts the namespace's init (which leads a new
 session; the command runs in it) and waits for it in C (`_libc.wait_forwarding`), passing
 signals on: no Python runs while the command does. The policy's `limits.wall_seconds` is that
-wait's deadline: the init is killed then, and the PID namespace with it (session 12). A run with hooks that act only before and
+wait's deadline: the init ends the run then (END_RUN_SIGNAL, SIGKILL after 1 s) (session 12). A run with hooks that act only before and
 after it (the git check) is then supervised by this process (supervision.Supervision): the
 init's end is the end of the whole tree.
 

@@ -45,8 +45,9 @@ from sandboy.confine._libc import exec_args
 from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
 
 DISABLE_ENV = PLAN_CACHE_ENV
-FORMAT = "sandboy plan cache 6"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
-# 6: keyed with the environment variables the build read (`env_reads`), not all of them
+FORMAT = "sandboy plan cache 7"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
+# 6: keyed with the environment variables the build read (`env_reads`), not all of them; 7: the
+# policy's `limits.wall_seconds` in the body (the deadline a hit's C wait holds: `CachedPlan.run`)
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -195,7 +196,7 @@ class CachedPlan:
     (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
 
     def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_scope=None,
-                 mount_table=None):
+                 mount_table=None, wall_seconds=0):
         self.plan = plan
         self.clone_flags = clone_flags
         self.env = env
@@ -211,6 +212,9 @@ class CachedPlan:
         # the mount table as `_ready` read it for the kernel mounts below the write roots: the
         # snapshot's question (file systems mounted below them) is answered from the same read
         self._mount_table = mount_table
+        # the policy's deadline (0: none), held by the wait as the build's run held it
+        # (`exec_mode._wait_in_namespace`): the policy's bytes are in the key, this is their value
+        self._wall_seconds = wall_seconds
         self.start_failed = False
 
     @property
@@ -241,7 +245,9 @@ class CachedPlan:
         write roots, the post-run git check around it as the build's run has it (`GitCheck`
         under `exec_mode._supervise_in_namespace`): the snapshot just before the child starts,
         the verdict once the namespace's init — and with it every process of the run — has
-        ended; a finding fails the run (125) with the build's message."""
+        ended; a finding fails the run (125) with the build's message. Past the policy's
+        `limits.wall_seconds` the init is killed (the whole PID namespace) and the run ends 137,
+        as the build's run does."""
         from sandboy.confine import init_wait  # (not exec_mode: the build's decisions, ≈ 14 kB a hit never runs)
 
         snap = None
@@ -253,7 +259,8 @@ class CachedPlan:
                 self.close()
                 return None  # refused before it starts: the build says so, in its words
         try:
-            status, report, _ = init_wait.start_and_wait(argv, self, supervised=snap is not None)
+            status, report, _ = init_wait.start_and_wait(argv, self, supervised=snap is not None,
+                                                         wall_seconds=self._wall_seconds)
         except Exception:
             if not self.start_failed:
                 raise
@@ -275,6 +282,8 @@ class CachedPlan:
                 from sandboy.exit_codes import EXIT_CAGE
 
                 return EXIT_CAGE
+        if status & _libc.DEADLINE_PASSED:
+            return 128 + 9  # timed out: SIGKILL, exit 137 (`result.classify`'s TIMED_OUT, as the build's run)
         return init_wait.exit_like(status if reported is None else reported)
 
 
@@ -345,7 +354,7 @@ def _presets_unchanged(record) -> bool:
 
 
 def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_scope,
-           mount_roots, tmp):
+           mount_roots, tmp, wall_seconds):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
     where the plan names the ruleset) and the seccomp program's address in its sock_fprog. None
     where a kernel file system is mounted below a write root now (`kernel_mounts`: the tier copies
@@ -384,4 +393,5 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     plan[seccomp_at] = (*step[:4], fprog, *step[5:])
     passed, set_pairs = env
     env = env_reads.command_env(passed, set_pairs, env_reads.real())  # today's values of the passed variables
-    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope, table)
+    return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope, table,
+                      wall_seconds)
