@@ -123,17 +123,24 @@ def directory_times_tracked(roots, table: str) -> bool:
     kinds = file_systems(devices, table)
     if any(kinds.get(device) not in DIRECTORY_TIMES_TRACKED for device in devices):
         return False
+    return not _mounted_below(roots, table, lambda kind: kind not in DIRECTORY_TIMES_TRACKED)
+
+
+def _mounted_below(roots, table: str, wanted) -> list:
+    """[(mount point, file system type)] of the mounts in `table` strictly below one of `roots`
+    whose type `wanted(type)` accepts."""
+    found = []
     for line in table.splitlines():
         fields = line.split(" ")
         try:
             fstype = fields[fields.index("-", 6) + 1]
         except (ValueError, IndexError):
             continue
-        if fstype not in DIRECTORY_TIMES_TRACKED:
+        if wanted(fstype):
             point = _unescape(fields[4])
             if any(point != root and is_within(point, root) for root in roots):
-                return False
-    return True
+                found.append((point, fstype))
+    return found
 
 
 def below(roots, mountinfo: str = MOUNTINFO, table=None) -> list:
@@ -155,19 +162,7 @@ def below(roots, mountinfo: str = MOUNTINFO, table=None) -> list:
     # root holding a character mountinfo escapes is looked for line by line)
     if all(not any(c in r for c in " \t\n\\") and f" {r}/" not in text for r in roots):
         return []
-    found = []
-    for line in text.splitlines():
-        fields = line.split(" ")
-        try:
-            fstype = fields[fields.index("-", 6) + 1]
-        except (ValueError, IndexError):
-            continue
-        if fstype not in KERNEL_FILE_SYSTEMS:
-            continue
-        point = _unescape(fields[4])
-        if any(point != root and is_within(point, root) for root in roots):
-            found.append((point, fstype))
-    return found
+    return _mounted_below(roots, text, KERNEL_FILE_SYSTEMS.__contains__)
 
 
 def refuse(roots, source: str) -> None:
