@@ -184,9 +184,11 @@ def test_the_installed_wheel_serves_sandboy_run_from_its_bundle(installed: Path,
               if line.startswith("import 'sandboy") and "BundledSourceLoader" in line}
     # exec mode's, building the cage and its seccomp program (a first run: the plan cache misses
     # and keeps no program yet, ADR 0028; the C executor: its file, named by the index, is loaded
-    # by importlib's own loader)
+    # by importlib's own loader); the build's errors, path helpers and policy package, each a group
+    # of its own since session 12 so that a hit reads none of them
     assert served == (set(RUN_PATH_GROUPS["cli"] + RUN_PATH_GROUPS["cached run"] + RUN_PATH_GROUPS["plan cache"]
-                          + RUN_PATH_GROUPS["cage"] + RUN_PATH_GROUPS["plan pieces"] + RUN_PATH_GROUPS["seccomp"])
+                          + RUN_PATH_GROUPS["cage"] + RUN_PATH_GROUPS["plan pieces"] + RUN_PATH_GROUPS["seccomp"]
+                          + RUN_PATH_GROUPS["errors"] + RUN_PATH_GROUPS["paths"] + RUN_PATH_GROUPS["policy package"])
                          - {"sandboy.confine._native"})
     # every installed source's mtime differs from the one the bundle recorded: the hash decided
     stale = _run([str(venv / "bin" / "python"), "-c", """

@@ -28,7 +28,7 @@ import pytest
 from prockit import named_exactly
 from mutantkit import first_failure, mutant, report, run_mutants
 
-from sandboy.confine import _libc, exec_mode, reaping, supervision
+from sandboy.confine import _libc, init_wait, reaping, supervision
 
 pytestmark = [pytest.mark.needs_kernel, pytest.mark.mutation, pytest.mark.without_namespaces]
 
@@ -155,7 +155,7 @@ def _mutants():
         ("the sweep of the tree", reaping, "sweep", lambda cgroup=None, deadline=None, spare=None: True),
         ("the supervisor as child subreaper", _libc, "prctl", _without_subreaper(_libc.prctl)),
         # the step stays (the plan's shape is unchanged) but asks the kernel for nothing
-        ("the command's death signal", exec_mode, "PR_SET_PDEATHSIG", PR_GET_DUMPABLE),
+        ("the command's death signal", init_wait, "PR_SET_PDEATHSIG", PR_GET_DUMPABLE),
         ("the timeout", supervision.Supervision, "_watch", _without_deadline(supervision.Supervision._watch)),
     ]]
     if os.geteuid() == 0:  # for everyone else RLIMIT_NPROC (a cage step) is the limit
