@@ -291,6 +291,9 @@ def _end_run(fds: list, kinds: list, errpipe: int, status: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
+MAX_WAIT_SLICE = 1 << 30  # seconds (≈ 34 years) a single sigtimedwait of `wait_forwarding` waits at most
+
+
 def wait_forwarding(pid: int, seconds: float = 0) -> int:
     """As `wait_forwarding` in _native.c: with `seconds` > 0, the child asked to end the run
     once they have passed (END_RUN_SIGNAL), killed after the grace, its wait status returned
@@ -326,7 +329,9 @@ def wait_forwarding(pid: int, seconds: float = 0) -> int:
             if left < 0:
                 os.kill(pid, _signal.SIGKILL)
                 return os.waitpid(pid, 0)[1] | DEADLINE_PASSED
-            info = _signal.sigtimedwait(watched, left)
+            # (in slices: sigtimedwait's timeout is nanoseconds in 64 bits, ≈ 292 years, and a policy may
+            # give thousands of years — an OverflowError here ended the run in a traceback)
+            info = _signal.sigtimedwait(watched, min(left, MAX_WAIT_SLICE))
             signum = None if info is None else info.si_signo
     finally:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
