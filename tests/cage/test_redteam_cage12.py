@@ -332,14 +332,16 @@ def test_a_plan_kept_by_a_run_without_the_user_site_is_not_taken_by_one_that_loa
         return proc
 
     assert not run(["-s", "-P"], "/bin/true").hit
-    assert run(["-s", "-P"], "/bin/true").hit  # the twin: a kept plan serves the same interpreter flags
+    # the twin: a kept plan serves the same interpreter flags (the first run may keep none: the home
+    # made just before it is too recent to settle — `fingerprint.TICK_NS` — failed the Python-executor pass once)
+    assert any(run(["-s", "-P"], "/bin/true").hit for _ in range(3))
     planted = run(["-P"], "/bin/sh", "-c", PLANT_PTH, "sh", user_site, str(mark))
     subprocess.run(["/usr/bin/python3", "-P", "-c", "pass"], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
                    check=True)  # the operator's next python3
     assert not mark.exists(), f"the host's python3 ran a .pth the command planted: {planted.stdout}"
     assert not planted.hit and "refused" in planted.stdout and "user site" in planted.stderr, planted
-    run(["-P"], "/bin/true")  # (the user site made by the run before was too recent to keep an entry)
-    assert run(["-P"], "/bin/true").hit  # ... and from then on, a plan of its own
+    # (the user site made by the run before was too recent to keep an entry) ... then a plan of its own
+    assert any(run(["-P"], "/bin/true").hit for _ in range(3))
 
 
 def test_a_plan_kept_with_the_user_site_elsewhere_is_not_taken_once_it_is_in_the_home(tmp_path):
