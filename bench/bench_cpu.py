@@ -48,7 +48,10 @@ Cases (medians of N rounds):
                and the README's policy without `{tmp}`, the glob deny and the supervised limits
                (EXAMPLE_KEPT_EDITS: what a kept presets plan runs since session 12), in both projects;
                and the same with its glob deny (kept since session 12: EXAMPLE_GLOB_EDITS), in both
-               projects, and as `**/*.pem` in the .venv project (the glob walks every directory there)
+               projects, and as `**/*.pem` in the .venv project (the glob walks every directory there);
+               the README's policy again as an ordinary user (uid 65534, setpriv; over its own floor,
+               `python -c pass` as that user): as root its `processes` limit needs a supervisor, so
+               the root rows never run a kept plan of it (`user_projects`)
   bwrap        bwrap --unshare-all --ro-bind / / /bin/true
   API          per sandboy.run(["/bin/true"], policy) in a loop of 20, from a process with no
                extra heap and with 100 MB more (the tier's clone used to copy the caller)
@@ -168,6 +171,49 @@ def make_project(root: str, venv_files: bool) -> None:
     commit_all(root, "project")
 
 
+# The README's example as an ordinary user (uid 65534, as the tests drop to it: tests/userkit.py):
+# as root its `processes` limit is a pids cgroup, which a supervisor holds (pids13), so the root
+# rows above never measure a kept plan of it; as a user it is RLIMIT_NPROC, and the plan is kept.
+# The user runs this tree's interpreter and sources (world-readable here: the bench checks) in
+# copies of the projects it owns, with a home and a $TMPDIR of its own ({tmp}, HOME = "{tmp}").
+USER_UID = 65534
+AS_USER = " as uid 65534"
+
+
+def as_user() -> list:
+    return ["setpriv", f"--reuid={USER_UID}", f"--regid={USER_UID}", "--clear-groups", "--inh-caps=-all"]
+
+
+def user_env(env: dict, home: str) -> dict:
+    return dict(env, HOME=home, TMPDIR=os.path.join(home, "tmp"))
+
+
+def user_projects(base: str, projects: dict) -> tuple:
+    """(the user's home, {case name as the user: (its copy of the project, policy)}) for the README
+    example's rows of `projects`, or None where this process cannot become USER_UID (not root, no
+    setpriv) or that user cannot run this interpreter with Sandboy's sources."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return None
+    probe = subprocess.run([*as_user(), sys.executable, "-P", "-c", "import sandboy"], env=with_src(SRC),
+                           cwd="/", capture_output=True)
+    if probe.returncode != 0:
+        print(f"(no rows as uid {USER_UID}: it cannot import sandboy from {SRC} with {sys.executable})")
+        return None
+    os.chmod(base, 0o755)  # (TemporaryDirectory's is 0700: the user reaches its own parts only)
+    home = os.path.join(base, "user-home")
+    os.makedirs(os.path.join(home, "tmp"))
+    copies = {}
+    for name, (cwd, policy) in projects.items():
+        if policy != "policy.example.toml":
+            continue
+        copy = os.path.join(base, "user-" + os.path.basename(cwd))
+        if not os.path.isdir(copy):
+            shutil.copytree(cwd, copy, symlinks=True)
+        copies[name + AS_USER] = (copy, policy)
+    subprocess.run(["chown", "-R", f"{USER_UID}:{USER_UID}", home, *{c for c, _ in copies.values()}], check=True)
+    return home, copies
+
+
 FIXED_CLI_CASES = ("run CLI", "run CLI, another environment", "run CLI, plan cache miss", "run CLI, first run",
                    "run CLI, first of all", "run CLI, cache off", "run CLI, stdout a file")
 PERF = shutil.which("perf")
@@ -205,16 +251,17 @@ def with_src(src: str) -> dict:
     return dict(os.environ, PYTHONPATH=src)
 
 
-def project_cases(label: str, env: dict, home: str, projects: dict) -> dict:
+def project_cases(label: str, env: dict, home: str, projects: dict, prefix=()) -> dict:
     """The README's policy and the presets alone, run from their project directory as an agent
     does (`sandboy run --policy policy.example.toml -- /bin/true`), steady and as a first run:
-    `projects` is {case name: (directory, policy file name in it)}."""
+    `projects` is {case name: (directory, policy file name in it)}; `prefix`: put before the
+    interpreter (`as_user`: the run as an ordinary user, `home` and the projects then its own)."""
     tag = label.strip(" ()").replace(" ", "-") or "this"
     cases = {}
     for name, (cwd, policy) in projects.items():
         # -P: as for the write roots (`python -c` would import from the working directory first)
-        argv = [sys.executable, "-P", "-c", "from sandboy.cli import entry; entry()", "run", "--policy", policy,
-                "--", "/bin/true"]
+        argv = [*prefix, sys.executable, "-P", "-c", "from sandboy.cli import entry; entry()", "run", "--policy",
+                policy, "--", "/bin/true"]
         slug = "".join(c if c.isalnum() else "-" for c in name)
         steady = os.path.join(home, f"cache-{slug}-{tag}")
         first = os.path.join(home, f"cache-{slug}-first-{tag}")
@@ -235,7 +282,9 @@ def project_cases(label: str, env: dict, home: str, projects: dict) -> dict:
     return cases
 
 
-def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dirs=None, projects=None) -> dict:
+def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dirs=None, projects=None,
+              user=None) -> dict:
+    """`user`: (its home, {case name: (project, policy)}) for the rows run as USER_UID, or None."""
     env = with_src(src)
     py = sys.executable
 
@@ -325,6 +374,7 @@ def cases_for(label: str, src: str, policy: str, repo: str, home: str, write_dir
         f"run CLI, write {{tmp}}{label}": lambda: cpu_of(run_tmp, dict(env, TMPDIR=tmpdir)),
         **write_cases,
         **project_cases(label, env, home, projects or {}),
+        **({} if user is None else project_cases(label, user_env(env, user[0]), user[0], user[1], as_user())),
         f"API, small caller{label}": api(0),
         f"API, caller +100 MB{label}": api(100),
         f"gate, per step{label}": lambda: cpu_of([py, "-m", "sandboy.gate.cli", repo, "--json",
@@ -348,6 +398,8 @@ def main() -> int:
                         help="cli: only the floor and `sandboy run` (no API, gate, bwrap); "
                              "gate: only plain bash, isolated bwrap and the gate; "
                              "api: only bwrap --unshare-all and the API")
+    parser.add_argument("--match", metavar="TEXT", action="append", default=[],
+                        help="only the `sandboy run` cases whose name holds TEXT (and the floors); may be repeated")
     args = parser.parse_args()
     load_start = os.getloadavg()[0]
     bwrap = shutil.which("bwrap") if args.only != "cli" else None
@@ -394,6 +446,7 @@ def main() -> int:
                         "example w/o {tmp}, limits (+ .venv)": (venv, "example-globs.toml"),
                         "example w/o {tmp}, limits, **/*.pem (+ .venv)": (venv, "example-all-pem.toml")}
         plain_env = dict(os.environ, HOME=home)
+        user = None if args.only in ("gate", "api") else user_projects(base, projects)
         cases = {
             "floor": lambda: cpu_of([sys.executable, "-c", "pass"]),
             "plain bash -lc true": lambda: cpu_of(["bash", "-lc", "true"], plain_env, repo),
@@ -403,6 +456,8 @@ def main() -> int:
             cases["isolated bwrap bash -lc true"] = lambda: cpu_of(
                 [bwrap, "--unshare-all", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                  "bash", "-lc", "true"], plain_env, repo)
+        if user is not None:  # (setpriv's own exec in both: the user's rows over this floor)
+            cases["floor" + AS_USER] = lambda: cpu_of([*as_user(), sys.executable, "-c", "pass"], cwd="/")
         if args.only == "cli":
             del cases["plain bash -lc true"]
         if args.only == "gate":
@@ -412,8 +467,9 @@ def main() -> int:
         wanted = {None: "", "cli": "run CLI", "gate": "gate, per step", "api": "API"}[args.only]
         trees = [("", SRC)] + before_labels(args.before)
         for label, src in trees:
-            chosen = cases_for(label, src, policy, repo, home, write_dirs, projects)
-            cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)})
+            chosen = cases_for(label, src, policy, repo, home, write_dirs, projects, user)
+            cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)
+                          and (not args.match or any(text in name for text in args.match))})
         for fn in cases.values():  # warm caches (policy parse cache, page cache)
             fn()
         samples = {name: [] for name in cases}
@@ -435,8 +491,9 @@ def main() -> int:
                 what = name[:len(name) - len(label)]
                 if what not in FIXED_CLI_CASES:  # (their rows' names as before: scripts read them)
                     what = what.removeprefix("run CLI, ")
-                what += " / floor" + label
-                print(f"    {what:<60} {med[name] / med['floor']:6.2f}x")
+                floor = "floor" + AS_USER if AS_USER in what else "floor"
+                what += f" / {floor}{label}"
+                print(f"    {what:<60} {med[name] / med[floor]:6.2f}x")
         if args.only in (None, "api") and bwrap:
             print(f"    API (small caller) / bwrap --unshare-all{label} "
                   f"{med[f'API, small caller{label}'] / med['bwrap --unshare-all']:6.2f}x")
