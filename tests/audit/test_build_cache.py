@@ -65,8 +65,12 @@ def test_every_adapter_has_sources():
 @pytest.mark.parametrize("variable", ["SANDBOY_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
 def test_one_cache_rule_for_policies_components_and_the_cage(variable, monkeypatch, tmp_path):
     """ADR 0006: the cage keeps commands out of the directory the components live in, found by
-    `policy.load.cache_dir`; the components must be where that rule says, whichever variable decides."""
-    from sandboy.policy.load import cache_dir
+    `cache_places.cache_dir`; the components, the policy parse cache and the cage's deny must all be
+    where that rule says, whichever variable decides (a copy of the rule that disagreed would
+    leave the components reachable from a cage)."""
+    from sandboy.cache_places import cache_dir
+    from sandboy.confine.protections import _own_cache_dir
+    from sandboy.policy.load import _cache_path
 
     for name in ("SANDBOY_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
@@ -76,3 +80,5 @@ def test_one_cache_rule_for_policies_components_and_the_cage(variable, monkeypat
     components = build.cache_dir("components")
     assert components == build.Path(cache_dir()) / "components"
     assert str(components).startswith(str(base) + "/")
+    assert _own_cache_dir() == os.path.realpath(components.parent)  # what every cage is denied
+    assert os.path.dirname(os.path.dirname(_cache_path("p.toml"))) == str(components.parent)  # parsed policies

@@ -431,7 +431,7 @@ def _without_fs_right(right):
 
 def _without_cache_deny():
     from sandboy.confine import landlock
-    from sandboy.policy.load import cache_dir
+    from sandboy.cache_places import cache_dir
 
     real = landlock.expand_denies
     return lambda denies, warn, budget=None, watch=None: real(

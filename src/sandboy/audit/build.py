@@ -43,9 +43,9 @@ def _stderr(message: str) -> None:
 def cache_dir(*parts: str) -> Path:
     """`parts` under Sandboy's cache directory (created 0700). Where that is — $SANDBOY_CACHE_DIR,
     else $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy — is decided in one place,
-    `sandboy.policy.load.cache_dir`, which the cage also uses to keep every command out of it
+    `sandboy.cache_places.cache_dir`, which the cage also uses to keep every command out of it
     (ADR 0006): two copies of the rule could disagree and leave the components reachable."""
-    from sandboy.policy.load import cache_dir as cache_root
+    from sandboy.cache_places import cache_dir as cache_root  # (not via policy.load: no resolver, no _libc)
 
     root = Path(cache_root())
     path = root.joinpath(*parts)

@@ -3,7 +3,7 @@
 
 # Why (kept as comments, not docstrings: a build unmarshals this module's code on every miss).
 # The cache directory is $SANDBOY_CACHE_DIR, $XDG_CACHE_HOME/sandboy or ~/.cache/sandboy
-# (`policy.resolve.cache_dir`). A root run with another user's HOME (`sudo -E`, a service started
+# (`cache_places.cache_dir`). A root run with another user's HOME (`sudo -E`, a service started
 # with a user's environment) finds it below directories that user owns, and that user may swap any
 # name there for a symlink while we write. Written by path, a file went where the swapped link
 # pointed: `plan_keep.store` (then `plan_cache.store`) made its directory and wrote the entry in a directory of the other

@@ -235,7 +235,7 @@ def _own_cache_dir() -> str:
     the same policy, or swap the native code wasmtime loads. Made now if missing, so the deny
     has something to bind to; where it cannot be made, the caged command (same uid, fewer
     rights) cannot make it either."""
-    from sandboy.policy.load import cache_dir
+    from sandboy.cache_places import cache_dir
 
     wanted = cache_dir()
     path = landlock.existing_realpath(wanted)
