@@ -8,6 +8,8 @@ and decides one path the way its agent would.
     decide(policy, path) -> {"readable": (bool|None, why), "indexable": ..., "writable": ...}
 """
 
+from sandboy.paths import is_within
+
 ENFORCED, ADVISORY, LOST = "enforced", "advisory", "lost"
 # The files that decide what an agent may do next time: Sandboy's policy and generated step
 # policy, and the agents' own settings. No target's files let an agent write them, whatever the
@@ -26,7 +28,9 @@ def grants_only_policy_files(pattern) -> bool:
 def policy_file_of(path: str):
     """The entry of POLICY_FILES that `path` (repository-relative) is or lies in, or None."""
     path = path.strip("/")
-    return next((own for own in POLICY_FILES if path == own or path.startswith(own + "/")), None)
+    return next((own for own in POLICY_FILES if is_within(path, own)), None)
+
+
 MARKER = "generated from owen.policy.toml by `sandboy policy compile`: edit that file, not this one"
 
 
