@@ -118,7 +118,7 @@ def check_repository_grants(policy, repo: str) -> None:
     owen.policy.toml), and a checkout shipping `src -> ~/work` made the write root `src` the
     operator's ~/work (session 7). A grant meant for the target names it by its own path.
     Denies and protected paths only narrow: not checked."""
-    from sandboy.policy.resolve import is_within
+    from sandboy.paths import is_within
 
     fs = policy.fs
     for field in _GRANTS:

@@ -148,7 +148,7 @@ def source_path(location: dict[str, Any], artifacts: list[Any], root: Path) -> P
         # repository tool's result naming `a%00.py` ended `audit run` (and `merge --source-root`)
         # in an internal error, every tool's results lost (redinput12)
         return None
-    from sandboy.policy.resolve import is_within
+    from sandboy.paths import is_within
 
     base = os.path.realpath(root)
     full = os.path.realpath(uri if uri.startswith("/") else os.path.join(base, uri))

@@ -335,7 +335,7 @@ def _made_here(path: Path, inside: Path) -> bool:
     read. Checked once the tool's run is over."""
     import stat
 
-    from sandboy.policy.resolve import is_within
+    from sandboy.paths import is_within
 
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):

@@ -12,7 +12,7 @@ import os
 from sandboy.capability.targets import MARKER, POLICY_FILES, TARGETS, policy_file_of
 from sandboy.capability.targets.sandboy import AGENT
 from sandboy.errors import PolicyError
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 OWNED = ".sandboy/owned.json"
 REMOVE = "\0remove"  # a value of render(): this generated file must not exist any more

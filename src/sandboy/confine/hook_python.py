@@ -438,7 +438,7 @@ def launch_warnings(write_roots, managers=None) -> list:
     write root holding a `.git` directory (the stubs are read only where a hook is installed),
     none where the protected paths' resolution made the same discovery (`managers`)."""
     from sandboy.confine.protected import discover_managers, hooks_paths
-    from sandboy.policy.resolve import is_within
+    from sandboy.paths import is_within
 
     roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
     warnings = []

@@ -23,7 +23,7 @@ known here (ADR 0013 says so).
 import os
 import stat
 
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 _RESOLVED: dict = {}  # PATH text -> ((entry, realpath, its ancestors, links on the way), ...): per process
 

@@ -48,7 +48,7 @@ repository (or inside one) is project work: left writable, said in a note.
 import os
 
 from sandboy.confine.landlock import existing_realpath
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 CODE_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libexec", "include", "pyvenv.cfg")
 MANAGER_TREES = frozenset({"shims", "versions", "installs", "toolchains", "candidates"})

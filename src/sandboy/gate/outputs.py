@@ -12,7 +12,7 @@ import os
 import stat
 
 from sandboy.errors import PolicyError
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 

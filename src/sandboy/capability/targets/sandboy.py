@@ -9,7 +9,7 @@ The policy files themselves are protected, so a caged agent cannot loosen its ne
 
 from sandboy.capability.targets import (ENFORCED, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target,
                                         policy_file_of, rules)
-from sandboy.policy.resolve import is_within
+from sandboy.paths import is_within
 
 AGENT = ".sandboy/agent.toml"
 SELF_PROTECTED = POLICY_FILES
