@@ -107,3 +107,32 @@ def test_twin_the_root_and_a_file_as_rule_paths(layout, refuse_openat2):
     assert _reads_under_rules([(ok, landlock.READ_FILE)], ok, refuse_openat2) == (True, "")
     assert _reads_under_rules([("/", landlock.READ)], str(tmp_path / "secret" / "b" / "key"), refuse_openat2) \
         == (True, "")
+
+
+@pytest.mark.parametrize("refuse_openat2", [False, True], ids=["openat2", "openat2-refused"])
+def test_the_rule_path_itself_swapped_for_a_symlink_grants_nothing(layout, refuse_openat2):
+    """The last component replaced by a symlink to the secret: opened as the link, refused with
+    its own warning (the C executor's loop, `_native.add_path_rules`, hands it back to the
+    same words), and its target stays unreadable."""
+    tmp_path, rules = layout
+    granted = tmp_path / "work" / "a" / "b"
+    os.rename(granted, tmp_path / "b-moved")
+    os.symlink(tmp_path / "secret" / "b", granted)
+    read, warnings = _reads_under_rules(rules, str(tmp_path / "secret" / "b" / "key"), refuse_openat2)
+    assert not read
+    assert f"fs: {rules[0][0]} became a symlink while the rules were built; not granted" in warnings, warnings
+
+
+@pytest.mark.parametrize("refuse_openat2", [False, True], ids=["openat2", "openat2-refused"])
+def test_twin_a_file_given_directory_rights_gets_its_file_rights(layout, refuse_openat2):
+    """A file rule asking for directory rights too (READ = READ_FILE | READ_DIR: a directory
+    that became a file) gets the file's part, as the kernel takes no directory right on a file
+    (EINVAL otherwise); missing rule paths are warned about, in order, and the rest still added."""
+    tmp_path, _ = layout
+    ok = landlock.existing_realpath(str(tmp_path / "work" / "a" / "b" / "ok"))
+    gone = str(tmp_path / "gone")
+    rules = [(gone, landlock.READ), (ok, landlock.READ), (gone + "2", landlock.READ)]
+    read, warnings = _reads_under_rules(rules, ok, refuse_openat2)
+    assert read
+    assert warnings == f"fs: {gone}: No such file or directory; not granted\n" \
+                       f"fs: {gone}2: No such file or directory; not granted", warnings

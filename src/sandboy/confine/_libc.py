@@ -311,6 +311,7 @@ if _native is not None:
     exec_first = _native.exec_first
     fork_exec = _native.fork_exec
     wait_forwarding = _native.wait_forwarding
+    add_path_rules = _native.add_path_rules  # (ruleset._add_path_rules: the Python loop without it)
 
     def pointer_to(data: bytes):
         """(object to keep alive, its address) for structs that point at other buffers."""
@@ -330,3 +331,5 @@ else:
         syscall,
         wait_forwarding,
     )
+
+    add_path_rules = None

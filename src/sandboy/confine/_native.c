@@ -988,7 +988,114 @@ static PyObject *wait_forwarding(PyObject *self, PyObject *args) {
     return PyLong_FromLong(status | passed);
 }
 
+PyDoc_STRVAR(add_path_rules_doc,
+"add_path_rules(ruleset_fd, rules, handled_fs, file_rights) -> [(index, errno), ...]\n\n"
+"`ruleset.build_ruleset`'s loop over the path rules, each as `ruleset._add_path_rule` makes it:\n"
+"the path (str) opened O_PATH with openat2's RESOLVE_NO_SYMLINKS (no symlink followed on the\n"
+"way, the last component opened as itself), fstat'ed, its rights (& handled_fs) cut to\n"
+"file_rights for a non-directory, added where any are left, closed. The rules not added come\n"
+"back: (index, errno) where the open failed (the caller warns, or opens the path its other way\n"
+"where openat2 itself is refused: ENOSYS, EPERM), (index, -1) where the path is a symlink now.\n"
+"A rule the kernel refuses raises OSError, as the syscall would.");
+
+/* landlock_path_beneath_attr { u64 allowed_access; s32 parent_fd; } __attribute__((packed)) */
+struct path_beneath_attr {
+    unsigned long long allowed_access;
+    int parent_fd;
+} __attribute__((packed));
+
+struct rule_open_how {  /* struct open_how (linux/openat2.h) */
+    unsigned long long flags, mode, resolve;
+};
+
+#define RULE_PATH_BENEATH 1
+#define OPEN_RESOLVE_NO_SYMLINKS 0x04
+
+/* (index, err) appended to `skipped`; -1 on a Python error */
+static int skipped_rule(PyObject *skipped, Py_ssize_t index, long err) {
+    PyObject *item = Py_BuildValue("(nl)", index, err);
+    if (item == NULL)
+        return -1;
+    int r = PyList_Append(skipped, item);
+    Py_DECREF(item);
+    return r;
+}
+
+static PyObject *add_path_rules(PyObject *self, PyObject *args) {
+    int ruleset_fd;
+    PyObject *rules;
+    unsigned long long handled_fs, file_rights;
+    if (!PyArg_ParseTuple(args, "iOKK:add_path_rules", &ruleset_fd, &rules, &handled_fs, &file_rights))
+        return NULL;
+    PyObject *seq = PySequence_Fast(rules, "add_path_rules(): rules must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    PyObject *skipped = PyList_New(0);
+    if (skipped == NULL)
+        goto fail;
+    struct rule_open_how how = {O_PATH | O_NOFOLLOW | O_CLOEXEC, 0, OPEN_RESOLVE_NO_SYMLINKS};
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rule = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(rule) || PyTuple_GET_SIZE(rule) != 2) {
+            PyErr_SetString(PyExc_TypeError, "add_path_rules(): a rule is (path, rights)");
+            goto fail;
+        }
+        PyObject *encoded;
+        if (!PyUnicode_FSConverter(PyTuple_GET_ITEM(rule, 0), &encoded))
+            goto fail;
+        unsigned long long rights = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(rule, 1));
+        if (rights == (unsigned long long)-1 && PyErr_Occurred()) {
+            Py_DECREF(encoded);
+            goto fail;
+        }
+        rights &= handled_fs;
+        long fd = syscall(SYS_openat2, AT_FDCWD, PyBytes_AS_STRING(encoded), &how, sizeof how);
+        Py_DECREF(encoded);
+        if (fd < 0) {
+            if (skipped_rule(skipped, i, errno) < 0)
+                goto fail;
+            continue;
+        }
+        struct stat st;
+        long err = 0;
+        if (fstat((int)fd, &st) < 0) {  /* (never expected of an O_PATH fd: raised, as os.fstat's) */
+            int saved = errno;
+            close((int)fd);
+            errno = saved;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto fail;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            err = -1;     /* the rule path became a symlink since it was checked */
+        } else {
+            if (!S_ISDIR(st.st_mode))
+                rights &= file_rights;  /* directory-only rights on a file are EINVAL */
+            if (rights) {
+                struct path_beneath_attr attr = {rights, (int)fd};
+                if (syscall(SYS_landlock_add_rule, ruleset_fd, RULE_PATH_BENEATH, &attr, 0) < 0) {
+                    int saved = errno;
+                    close((int)fd);
+                    errno = saved;
+                    PyErr_SetFromErrno(PyExc_OSError);
+                    goto fail;
+                }
+            }
+        }
+        close((int)fd);
+        if (err != 0 && skipped_rule(skipped, i, err) < 0)
+            goto fail;
+    }
+    Py_DECREF(seq);
+    return skipped;
+fail:
+    Py_DECREF(seq);
+    Py_XDECREF(skipped);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"add_path_rules", add_path_rules, METH_VARARGS, add_path_rules_doc},
     {"wait_forwarding", wait_forwarding, METH_VARARGS, wait_forwarding_doc},
     {"fork_exec", fork_exec, METH_VARARGS, fork_exec_doc},
     {"apply_plan", apply_plan, METH_O, apply_plan_doc},
