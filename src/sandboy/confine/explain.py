@@ -10,7 +10,8 @@ cage too, after an exec failed (import this module before the cage is applied).
 
 import os
 
-from sandboy.policy.resolve import is_within_any, path_candidates
+from sandboy.confine._libc import path_candidates
+from sandboy.paths import is_within_any
 
 INTERPRETERS = ("python", "pip", "pytest", "node", "npm", "npx", "perl", "ruby")
 _PRESET_FOR = {"python": "python", "pip": "python", "pytest": "python", "node": "node", "npm": "node",

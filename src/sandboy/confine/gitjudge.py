@@ -19,7 +19,7 @@ from sandboy.confine.gitcheck import (
     _read_config, _Walk, followed,
 )
 from sandboy.confine.hook_managers import hook_manager_configs, hooks_directory, husky_scripts
-from sandboy.policy.resolve import is_within, is_within_any
+from sandboy.paths import is_within, is_within_any
 
 # Keys git itself, a clone, `git submodule add`, `git worktree add`, `git config user.*` and
 # common porcelain settings write, none of which names a program or a file git executes.
