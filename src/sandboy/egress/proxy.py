@@ -391,15 +391,20 @@ class EgressProxy:
         # reaches the server before the client's first bytes are judged.
         down = asyncio.ensure_future(_pipe(up_reader, writer))
         try:
-            buf = initial
-            while True:
-                verdict = sni.client_hello(buf)
-                if verdict != sni.NEED_MORE:
-                    break
-                chunk = await asyncio.wait_for(reader.read(READ_SIZE), HELLO_TIMEOUT)
+            hello = sni.HelloReader()  # linear in the bytes, however they are cut (sni.py)
+            verdict = hello.feed(initial)
+            # One deadline for the whole ClientHello, not one per read (session 13): a client
+            # dripping a byte every 29 s held the tunnel and its upstream connection for weeks.
+            deadline = asyncio.get_running_loop().time() + HELLO_TIMEOUT
+            while verdict == sni.NEED_MORE:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise TimeoutError
+                chunk = await asyncio.wait_for(reader.read(READ_SIZE), left)
                 if not chunk:
                     return
-                buf += chunk
+                verdict = hello.feed(chunk)
+            buf = bytes(hello.data)
             refusal = self._tunnel_refusal(verdict, host, is_ip, port)
             if refusal:
                 self.log.record("deny", "tls", host, port, refusal, "tls.sni")
