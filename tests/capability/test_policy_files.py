@@ -1,12 +1,12 @@
-"""Which repository paths are the policy files (`targets.policy_file_of`), and which write.allow
-patterns grant nothing but them (`targets.grants_only_policy_files`): pure decisions, checked
+"""Which repository paths are the policy files (`policy_files.policy_file_of`), and which
+write.allow patterns grant nothing but them (`grants_only_policy_files`): pure decisions, checked
 without compiling or running anything. Every target leaves such a pattern out (fidelity: lost)
 and denies the policy files, so an agent cannot loosen its next run."""
 
 import pytest
 
 from sandboy.capability.model import parse_pattern
-from sandboy.capability.targets import POLICY_FILES, grants_only_policy_files, policy_file_of
+from sandboy.capability.targets.policy_files import POLICY_FILES, grants_only_policy_files, policy_file_of
 
 
 @pytest.mark.parametrize("path, own", [

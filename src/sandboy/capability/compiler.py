@@ -9,7 +9,9 @@ while it still carries the generated marker) or its entries taken out (Claude, C
 import json
 import os
 
-from sandboy.capability.targets import MARKER, POLICY_FILES, TARGETS, policy_file_of
+from sandboy.capability.targets import TARGETS
+from sandboy.capability.targets.policy_files import POLICY_FILES, policy_file_of
+from sandboy.capability.targets.target import MARKER
 from sandboy.capability.targets.sandboy import AGENT
 from sandboy.errors import PolicyError
 from sandboy.paths import is_within

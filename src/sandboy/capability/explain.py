@@ -1,7 +1,8 @@
 """`sandboy policy explain PATH`: per target, whether PATH is readable, indexable and writable,
 and which rule decided. Canonical first: that is what every target is measured against."""
 
-from sandboy.capability.targets import POLICY_FILE_REASON, TARGETS, policy_file_of
+from sandboy.capability.targets import TARGETS
+from sandboy.capability.targets.policy_files import POLICY_FILE_REASON, policy_file_of
 
 
 def canonical(policy, path: str) -> dict:

@@ -6,8 +6,8 @@ everything else in the file (the user's own rules, hooks, env, model...) is kept
 import json
 import re
 
-from sandboy.capability.targets import (ADVISORY, LOST, POLICY_FILE_REASON, POLICY_FILES, Target,
-                                        grants_only_policy_files, policy_file_of, rules)
+from sandboy.capability.targets.policy_files import POLICY_FILE_REASON, POLICY_FILES, grants_only_policy_files, policy_file_of
+from sandboy.capability.targets.target import ADVISORY, LOST, Target, rules
 from sandboy.capability.model import POLICY_FILE
 from sandboy.errors import PolicyError
 

@@ -6,8 +6,8 @@ The file is shared with the user: read with tomllib, only the profile (and `defa
 when Sandboy set it) replaced, written with tomli-w. TOML comments do not survive that round trip
 (tomllib drops them), which docs/capability.md says."""
 
-from sandboy.capability.targets import (ADVISORY, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target,
-                                        grants_only_policy_files, policy_file_of, rules)
+from sandboy.capability.targets.policy_files import POLICY_FILE_REASON, POLICY_FILES, grants_only_policy_files, policy_file_of
+from sandboy.capability.targets.target import ADVISORY, LOST, MARKER, Target, rules
 from sandboy.capability.model import POLICY_FILE
 from sandboy.errors import PolicyError
 

@@ -5,8 +5,7 @@ They hide paths from an agent's own tools and index. They say nothing about writ
 and nothing stops a shell `cat`: every rule they carry is advisory."""
 
 from sandboy.capability.model import decide
-from sandboy.capability.targets import ADVISORY, LOST, MARKER, Target, rules
-
+from sandboy.capability.targets.target import ADVISORY, LOST, MARKER, Target, rules
 SHELL = "the agent's own tools honour it; a shell command (cat, grep) still reads the file"
 
 

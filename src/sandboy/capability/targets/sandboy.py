@@ -7,8 +7,8 @@ repository is readable, the write roots are write.allow (or the repository), rea
 literal write.deny paths become `fs.protect`, domains become `net.domains` (Layer 3's proxy).
 The policy files themselves are protected, so a caged agent cannot loosen its next run."""
 
-from sandboy.capability.targets import (ENFORCED, LOST, MARKER, POLICY_FILE_REASON, POLICY_FILES, Target,
-                                        policy_file_of, rules)
+from sandboy.capability.targets.policy_files import POLICY_FILE_REASON, POLICY_FILES, policy_file_of
+from sandboy.capability.targets.target import ENFORCED, LOST, MARKER, Target, rules
 from sandboy.paths import is_within
 
 AGENT = ".sandboy/agent.toml"
