@@ -106,6 +106,7 @@ RUNS = {  # a policy (POLICY + what is added) and options: the kinds of run the 
     "include": ('', [], 'include = ["system"]\n'),  # (a top-level key: before POLICY's [fs])
     "include, a miss": ('', [], 'include = ["system"]\n'),  # (the presets resolved: a build)
     "a warning": ('write = ["{tmp}/work"]\nprotect = ["{tmp}/work/not-yet"]\n', []),  # "... does not exist"
+    "limits.processes": ('\n[limits]\nprocesses = 64\n', []),  # as root: the run's pids cgroup (a hit's too)
 }
 
 
@@ -181,7 +182,18 @@ def test_every_listed_module_is_imported_by_some_run_and_no_run_imports_another(
     imported = {kind: run_imports(kind, tmp_path) for kind in RUNS}
     for kind, names in imported.items():
         assert names <= set(bytecode_bundle.RUN_PATH_MODULES), (kind, names - set(bytecode_bundle.RUN_PATH_MODULES))
-    assert set().union(*imported.values()) == set(bytecode_bundle.RUN_PATH_MODULES)
+    # (an ordinary user's `limits.processes` is RLIMIT_NPROC, a plan step: no cgroup)
+    as_root = set() if os.geteuid() == 0 else set(bytecode_bundle.RUN_PATH_GROUPS["pids cgroup"])
+    assert set().union(*imported.values()) == set(bytecode_bundle.RUN_PATH_MODULES) - as_root
+
+
+def test_a_processes_hit_as_root_reads_the_pids_cgroup_not_the_memory_one(tier, tmp_path):
+    """`limits.processes` as root, kept since session 13: a hit imports the pids cgroup's module
+    only (cgroup.py, the memory cgroup's, is ≈ 47 kB of byte code a run never needs)."""
+    if os.geteuid() != 0:
+        pytest.skip("as an ordinary user limits.processes is RLIMIT_NPROC: no cgroup")
+    groups = bytecode_bundle.RUN_PATH_GROUPS
+    assert run_imports("limits.processes", tmp_path) == {*EXEC_MODE, *groups["pids cgroup"]}
 
 
 def test_sandboy_run_is_served_from_the_bundle(package, tmp_path):

@@ -127,23 +127,27 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 
-@pytest.mark.parametrize("kept", ["{tmp}", "egress", "wall_seconds"])
+@pytest.mark.parametrize("kept", ["{tmp}", "egress", "wall_seconds", "processes as root"])
 def test_a_policy_the_plan_cache_never_keeps_does_not_import_it(tmp_path, monkeypatch, kept):
     """ADR 0028 session 9: with no entry to compare with, `sandboy run` asks the plan cache only
     once the loaded policy may be kept — a policy it never keeps (`{tmp}` with the namespace tier
     turned off, egress, a deadline: always supervised, never exec mode) imports neither
     `plan_cache` nor `fingerprint`, and no entry is written; a policy it keeps still writes one on
     its first run (the twin)."""
+    if kept == "processes as root" and os.geteuid() != 0:
+        pytest.skip("an ordinary user's limits.processes is RLIMIT_NPROC: kept")
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path / "cache"))
     never = tmp_path / "never.toml"
     never.write_text(TRUE_POLICY + {"{tmp}": '[env]\nset = { HOME = "{tmp}" }\n',
                                     "egress": '[net]\ndomains = ["example.invalid"]\n',
-                                    "wall_seconds": "[limits]\nwall_seconds = 60\n"}[kept])
+                                    "wall_seconds": "[limits]\nwall_seconds = 60\n",
+                                    "processes as root": "[limits]\nprocesses = 64\n"}[kept])
     kept_policy = tmp_path / "kept.toml"
     kept_policy.write_text(TRUE_POLICY)
     # (`{tmp}` under the tier is kept since session 12: test_plan_cache_tmp.py)
     # (a deadline too: held by exec mode's C wait under the tier since session 12, test_plan_cache_deadline.py)
-    never_env = dict(os.environ, SANDBOY_NAMESPACES="0") if kept in ("{tmp}", "wall_seconds") else None
+    # (and as root a pids cgroup: made and removed by that wait since session 13, test_exec_pids_cgroup.py)
+    never_env = dict(os.environ, SANDBOY_NAMESPACES="0") if kept != "egress" else None
     for path, imports_it in ((never, False), (never, False), (kept_policy, True)):
         proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(path), "--", "/bin/true"],
                               capture_output=True, text=True, stdin=subprocess.DEVNULL, start_new_session=True,

@@ -77,6 +77,9 @@ RUN_PATH_GROUPS = {
     "cage": ("sandboy.policy.resolve", "sandboy.confine.hygiene", "sandboy.confine.landlock",
              "sandboy.confine.namespaces", "sandboy.confine.protections", "sandboy.confine.cage", "sandboy.policy.load",
              "sandboy.policy.model", "sandboy.confine.exec_mode"),
+    # `limits.processes` as root: the run's own pids cgroup, a hit's too (init_wait.start_and_wait,
+    # session 13) — not the memory cgroup's module (cgroup.py)
+    "pids cgroup": ("sandboy.confine.pids_cgroup",),
     # the BPF assembler: a build, unless a miss takes the program an earlier run kept (plan_pieces.Pieces)
     "seccomp": ("sandboy.confine.seccomp",),
     # a supervised run: --tty, a terminal on fd 0-2, a post-run check, net.domains

@@ -2,8 +2,8 @@
 decided before the build (ADR 0028), without the cage. Session 12 turned three refusals into
 conditions: `{tmp}` (kept, except with the tier forced off: a directory per run), `include` (kept
 where the presets' questions were all recorded: `policy.lookups`); egress and a missing $HOME
-stay refused. Each case has its twin that differs in the one input. (`limits`: exec_mode's
-decision, another test's.)
+stay refused. Each case has its twin that differs in the one input. `limits.wall_seconds` (session
+12) and, as root, `limits.processes` (session 13) are kept except with the tier forced off.
 """
 
 import pytest
@@ -63,3 +63,18 @@ def test_a_deadline_is_kept_except_with_the_tier_forced_off(recorded, monkeypatc
     monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
     assert not plan_may_keep(deadline)
     assert plan_may_keep(policy(fs={"read": ["/usr"]}))  # (the twin: no deadline, the tier off)
+
+
+@pytest.mark.parametrize("euid", [0, 1000], ids=["root", "user"])
+def test_processes_are_kept_except_as_root_with_the_tier_forced_off(recorded, monkeypatch, euid):
+    """As root `limits.processes` is a pids cgroup: under the tier exec mode's wait makes and removes
+    it, a hit's too (session 13: tests/cage/test_exec_pids_cgroup.py); without the tier a supervisor
+    does, and a supervised run makes no entry. An ordinary user's is RLIMIT_NPROC, a plan step."""
+    import os
+
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    processes = policy(limits={"processes": 64})
+    assert plan_may_keep(processes)
+    monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
+    assert plan_may_keep(processes) == (euid != 0)
+    assert plan_may_keep(policy(fs={"read": ["/usr"]}))  # (the twin: no limit, the tier off)

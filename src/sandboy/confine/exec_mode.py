@@ -6,7 +6,9 @@ Without the namespace tier this process applies the cage to itself and execs. Un
 cannot enter a new PID namespace itself, so it starts the namespace's init (which leads a new
 session; the command runs in it) and waits for it in C (`_libc.wait_forwarding`), passing
 signals on: no Python runs while the command does. The policy's `limits.wall_seconds` is that
-wait's deadline: the init ends the run then (END_RUN_SIGNAL, SIGKILL after 1 s) (session 12). A run with hooks that act only before and
+wait's deadline: the init ends the run then (END_RUN_SIGNAL, SIGKILL after 1 s) (session 12); as
+root its `limits.processes` is a pids cgroup of the run's own, which the init joins first and
+the wait removes (session 13). A run with hooks that act only before and
 after it (the git check) is then supervised by this process (supervision.Supervision): the
 init's end is the end of the whole tree.
 
@@ -77,12 +79,15 @@ def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None)
     limits = policy.limits
     if tty:
         return "a fresh pseudo-terminal to relay (--tty)"
-    # The policy's deadline in exec mode under the PID namespace: the C wait for the init holds it
-    # (`init_wait.start_and_wait`: SIGKILL to the init ends the namespace, every process of the run with
-    # it), as the supervision's would (session 12) — no supervisor for the README's example
-    if timeout is not None or (limits.wall_seconds and not (in_place and cage.tier is not None and cage.tier.pid)):
+    # Exec mode under the PID namespace waits for the init (`init_wait.start_and_wait`), and the
+    # init's end is the end of every process of the run: that wait holds the policy's deadline
+    # (SIGKILL to the init ends the namespace), as the supervision's would (session 12), and as
+    # root the run's own pids cgroup, which the init joins first and the wait removes after it
+    # (session 13) — no supervisor for the README's example, as root too
+    waits_for_the_init = in_place and cage.tier is not None and cage.tier.pid
+    if timeout is not None or (limits.wall_seconds and not waits_for_the_init):
         return "a deadline to enforce (limits.wall_seconds or a timeout)"
-    if limits.processes and os.geteuid() == 0:
+    if limits.processes and os.geteuid() == 0 and not waits_for_the_init:
         return "a pids cgroup for limits.processes (as root, RLIMIT_NPROC does not bind)"
     # In exec mode nothing would be left to remove {tmp}: every run leaked a /tmp/sandboy-*
     # directory. Not under the namespace tier, where it is a tmpfs that dies with the run (and
@@ -157,7 +162,8 @@ def _wait_in_namespace(argv, cage, on_applied):
     """Exec mode under the namespace tier: start the init, wait for it in C (until the policy's
     `limits.wall_seconds`). The command's exit status is passed through, and its death by a
     signal repeated on this process."""
-    status, report, first = start_and_wait(argv, cage, wall_seconds=cage.policy.limits.wall_seconds)
+    limits = cage.policy.limits
+    status, report, first = start_and_wait(argv, cage, wall_seconds=limits.wall_seconds, processes=limits.processes)
     return _ended_in_namespace(status, report, first, argv, cage, on_applied)
 
 
@@ -211,8 +217,9 @@ def _check_in_namespace(argv, cage, on_applied, check):
     except Exception as exc:
         raise CageError(f"{check.name}: {exc}") from None
     try:
-        status, report, first = start_and_wait(argv, cage, supervised=True,
-                                               wall_seconds=cage.policy.limits.wall_seconds)
+        limits = cage.policy.limits
+        status, report, first = start_and_wait(argv, cage, supervised=True, wall_seconds=limits.wall_seconds,
+                                               processes=limits.processes)
     except OSError as exc:
         raise CageError(f"fork failed: {exc.strerror}") from None
     from sandboy.confine.gitcheck import after_run

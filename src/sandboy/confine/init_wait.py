@@ -23,18 +23,24 @@ def die_with_the_supervisor() -> tuple:
 PR_SET_PDEATHSIG, SIGKILL = 1, 9  # Linux (`signal` imports enum)
 
 
-def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0) -> tuple:
+def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0, processes: int = 0) -> tuple:
     """(wait status, the child's report, the session steps it ran first): start `cage`'s init
     (`cage.start_child`: a built Cage, or a cached plan's, plan_cache.CachedPlan) in a session of
     its own and wait for it in C, the forwarded signals held until the wait takes them.
     `supervised`: this process checks after the run (the git check), so the child dies with it,
     as under `Supervision`. `wall_seconds`: the run's deadline (0: none), from the command's
     start: the wait kills the init then (the whole PID namespace) and its status says so
-    (`_libc.DEADLINE_PASSED`)."""
+    (`_libc.DEADLINE_PASSED`). `processes`: the policy's `limits.processes`, which as root only a
+    pids cgroup holds (RLIMIT_NPROC does not bind uid 0): the run gets a group of its own
+    (`pids_cgroup.PidsCgroup.for_run`), which the init joins as its first step, before it runs
+    anything else, and which is removed once the init has been reaped (CageError where none
+    can be made: the run is refused, never run without the limit)."""
     from sandboy.confine import _libc
     from sandboy.confine.terminal import session_steps
 
-    first = session_steps() + ((die_with_the_supervisor(),) if supervised else ())
+    group = _pids_group(processes) if processes and os.geteuid() == 0 else None
+    first = ((group.join_step(),) if group is not None else ()) + session_steps() \
+        + ((die_with_the_supervisor(),) if supervised else ())
     held = hold_forwarded_signals()
     try:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -49,6 +55,9 @@ def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0) 
     except BaseException:
         release(held)
         raise
+    finally:
+        if group is not None:
+            group.end()  # (before a death by the command's signal is repeated here: exit_like)
     # `supervised`: the git check runs next, in this process. The signals stay held through it
     # (nothing is left to pass them to; `cli.finish` holds the stop signals from then on, and
     # `die_like` unblocks the one it repeats): released here, a ^C, a CI runner's SIGTERM or a
@@ -58,6 +67,19 @@ def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0) 
     if not supervised:
         release(held)
     return status, _libc.read_all(err_r), first
+
+
+def _pids_group(processes: int):
+    """The run's own pids cgroup, limited to the command's tree plus the init (which the group
+    holds too, Sandboy's: `limits.processes` counts the command and its descendants)."""
+    from sandboy.confine.pids_cgroup import NO_PIDS_CGROUP, PidsCgroup
+
+    group = PidsCgroup.for_run(processes + 1)
+    if group is None:
+        from sandboy.errors import CageError
+
+        raise CageError(NO_PIDS_CGROUP)
+    return group
 
 
 def exit_like(status: int) -> int:

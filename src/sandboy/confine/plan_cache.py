@@ -45,9 +45,10 @@ from sandboy.confine._libc import exec_args
 from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
 
 DISABLE_ENV = PLAN_CACHE_ENV
-FORMAT = "sandboy plan cache 7"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
+FORMAT = "sandboy plan cache 8"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
 # 6: keyed with the environment variables the build read (`env_reads`), not all of them; 7: the
-# policy's `limits.wall_seconds` in the body (the deadline a hit's C wait holds: `CachedPlan.run`)
+# policy's `limits.wall_seconds` in the body (the deadline a hit's C wait holds: `CachedPlan.run`);
+# 8: its `limits.processes` too (as root, the pids cgroup a hit's run makes: `init_wait.start_and_wait`)
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -196,7 +197,7 @@ class CachedPlan:
     (`start_child`, `close`, and for the notes `degraded`, `warnings`, `env`, `exec_roots`)."""
 
     def __init__(self, plan, clone_flags, env, degraded, warnings, exec_paths, ruleset_fd, keepalive, git_scope=None,
-                 mount_table=None, wall_seconds=0):
+                 mount_table=None, wall_seconds=0, processes=0):
         self.plan = plan
         self.clone_flags = clone_flags
         self.env = env
@@ -215,6 +216,7 @@ class CachedPlan:
         # the policy's deadline (0: none), held by the wait as the build's run held it
         # (`exec_mode._wait_in_namespace`): the policy's bytes are in the key, this is their value
         self._wall_seconds = wall_seconds
+        self._processes = processes  # the policy's `limits.processes`: as root, the run's pids cgroup's
         self.start_failed = False
 
     @property
@@ -260,9 +262,11 @@ class CachedPlan:
                 return None  # refused before it starts: the build says so, in its words
         try:
             status, report, _ = init_wait.start_and_wait(argv, self, supervised=snap is not None,
-                                                         wall_seconds=self._wall_seconds)
-        except Exception:
-            if not self.start_failed:
+                                                         wall_seconds=self._wall_seconds, processes=self._processes)
+        except Exception as exc:
+            from sandboy.errors import CageError  # (no pids cgroup could be made: the build refuses, in its words)
+
+            if not (self.start_failed or isinstance(exc, CageError)):
                 raise
             return None
         finally:
@@ -354,7 +358,7 @@ def _presets_unchanged(record) -> bool:
 
 
 def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degraded, warnings, exec_paths, git_scope,
-           mount_roots, tmp, wall_seconds):
+           mount_roots, tmp, wall_seconds, processes):
     """The stored plan with this process's values: a ruleset filled from the stored rules (its fd
     where the plan names the ruleset) and the seccomp program's address in its sock_fprog. None
     where a kernel file system is mounted below a write root now (`kernel_mounts`: the tier copies
@@ -394,4 +398,4 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     passed, set_pairs = env
     env = env_reads.command_env(passed, set_pairs, env_reads.real())  # today's values of the passed variables
     return CachedPlan(plan, clone_flags, env, degraded, warnings, exec_paths, built.fd, keepalive, git_scope, table,
-                      wall_seconds)
+                      wall_seconds, processes)

@@ -196,7 +196,8 @@ def _entry_for(cage, miss: Miss, hooks):
             (cage.ruleset.abi, tuple(fs["rules"]), fs["handled_fs"], net["handled_net"], tuple(net["connect_ports"]),
              tuple(net["bind_ports"]), net["scoped"]),
             cage.clone_flags, env, tuple(cage.degraded), tuple(cage.warnings), tuple(cage._exec_paths),
-            git_scope, tuple(fs.get("mount_roots") or ()), tmp, cage.policy.limits.wall_seconds)
+            git_scope, tuple(fs.get("mount_roots") or ()), tmp, cage.policy.limits.wall_seconds,
+            cage.policy.limits.processes)
     lookups = miss.lookups
     if lookups:  # (an `exists` the fingerprint's own stat proves is not asked twice by a hit)
         from sandboy.policy.lookups import without_implied  # (imported: the presets asked through it)

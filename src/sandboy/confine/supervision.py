@@ -55,11 +55,6 @@ PR_SET_CHILD_SUBREAPER = 36
 # 1 MiB if the command grew it) and report. Past it the init is killed with the tree.
 END_GRACE_SECONDS = 1.0
 
-NO_PIDS_CGROUP = ("limits.processes: running as root, RLIMIT_NPROC does not bind uid 0 and no pids "
-                  "cgroup could be created; refusing to run without the limit (run it where "
-                  "/sys/fs/cgroup is writable — not inside another cage — or with a policy or gate "
-                  "ceiling without limits.processes)")
-
 NO_MEMORY_CGROUP = ("limits.memory_mib: no memory cgroup could be created for the run; refusing to run "
                     "without the bound (run it where /sys/fs/cgroup is writable — not inside another cage)")
 
@@ -302,7 +297,7 @@ class Supervision(Handle):
             except OSError as exc:
                 raise CageError(f"limits.processes: cannot set pids.max: {exc.strerror}") from None
         elif limit:
-            from sandboy.confine.cgroup import PidsCgroup
+            from sandboy.confine.pids_cgroup import NO_PIDS_CGROUP, PidsCgroup
 
             # This process joins a group of its own (+1 for itself); the child is born inside.
             self._own_group = PidsCgroup.create_and_join(limit + 1)

@@ -217,15 +217,20 @@ def plan_may_keep(policy) -> bool:
     # `include`: the presets are resolved on this machine at every load (which programs exist,
     # where they lead), from answers `policy.lookups` records and a hit asks again; none kept
     # where one could not be recorded (a question that failed, two answers to one question).
-    # `limits.processes` as root, and `limits.wall_seconds` with the tier forced off:
+    # `limits.wall_seconds`, and `limits.processes` as root, with the tier forced off:
     # `exec_mode.supervisor_needed` says a supervisor for every such run, so none reaches exec
     # mode, where an entry is made — a run asked for none pays no fingerprint, key or code
-    # identities it never stores. Under the tier exec mode's C wait holds the deadline (session
-    # 12): kept, its value in the entry (`plan_cache.CachedPlan`), its bytes in the key.
+    # identities it never stores. Under the tier exec mode's wait for the init holds the deadline
+    # (session 12) and as root makes, and removes after it, the run's pids cgroup (session 13):
+    # kept, their values in the entry (`plan_cache.CachedPlan`), their bytes in the key; the
+    # cgroup is made by every run, a hit's too (`init_wait.start_and_wait`), so nothing of it is
+    # in the plan. (Where the kernel refuses the PID namespace at the build, the run is
+    # supervised and keeps no entry: `plan_keep.store` is exec mode's.)
     limits = policy.limits
     lookups = sys.modules.get("sandboy.policy.lookups")
-    return not ((uses_tmp(policy) and os.environ.get("SANDBOY_NAMESPACES") == "0")  # (namespaces.FORCE_OFF_ENV)
+    tier_off = os.environ.get("SANDBOY_NAMESPACES") == "0"  # (namespaces.FORCE_OFF_ENV)
+    return not ((uses_tmp(policy) and tier_off)
                 or ("sandboy.policy.presets" in sys.modules and (lookups is None or lookups.recorded() is None))
                 or policy.net.egress or "HOME" not in os.environ
-                or (limits.wall_seconds and os.environ.get("SANDBOY_NAMESPACES") == "0")
-                or (limits.processes and os.geteuid() == 0))
+                or (limits.wall_seconds and tier_off)
+                or (limits.processes and tier_off and os.geteuid() == 0))
