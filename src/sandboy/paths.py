@@ -2,9 +2,9 @@
 the cage's build and the checks a write-root run makes after it (the git check, the kernel mounts
 below a write root, the mode guard).
 
-Apart from `policy.resolve` (which holds it before session 12 and still names it) so that a plan
-cache hit with write roots, whose checks need only this, does not load the resolver (≈ 19 kB of
-code and two classes) and the `sandboy.policy` package.
+A module of its own so that a plan cache hit with write roots, whose checks need only this, does
+not load the resolver (≈ 19 kB of code and two classes) and the `sandboy.policy` package; import it
+from here (`policy.resolve` re-exports it for the modules that need the resolver anyway).
 """
 
 

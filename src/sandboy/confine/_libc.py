@@ -146,7 +146,8 @@ def exit_code_for_exec_error(err: int) -> int:
     return EXIT_NOT_FOUND if err in (errno.ENOENT, errno.ENOTDIR) else EXIT_NOT_EXECUTABLE
 
 
-# The executor's arguments (`exec_args`; here since session 12, `policy.resolve` names them too).
+# The executor's arguments (`exec_args`): here, not in `policy.resolve` (which re-exports them), so a
+# plan cache hit finds the command without loading the resolver.
 # Where a command named without a slash is looked for when PATH is unset (the C executor's and
 # `explain`'s search; glibc's execvp(3) default plus /usr/local/bin).
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
