@@ -158,6 +158,35 @@ def parse_entry(value: str) -> Entry:
     return Entry(text, name, wildcard, False, ports)
 
 
+# Single-label suffixes a `*.suffix` allow entry may name: the special-use names no registry
+# hands out (RFC 6761: test, example, invalid, localhost; RFC 6762: local, and its Appendix G's
+# private-use names) — an organisation's own, as `*.build.corp`, not a public TLD's every name.
+PRIVATE_USE_TLDS = frozenset(("test", "example", "invalid", "localhost", "local",
+                              "intranet", "internal", "private", "corp", "home", "lan"))
+# Second-level labels under which anyone registers a name in many country-code TLDs (co.uk, com.au,
+# org.nz, net.br): `*.co.uk` is every UK company's host, as `*.com` is every .com's.
+_OPEN_SECOND_LEVELS = frozenset(("co", "com", "net", "org"))
+
+
+def public_suffix_wildcard(entry: Entry):
+    """Why an ALLOW entry `*.suffix` reaches every name anyone can register under a public suffix
+    (`*.com`, `*.io`, `*.co.uk`), else None. Session 13 (an open item since session 8): such an
+    entry was taken silently and made the egress rules a formality — any attacker's .com host
+    was allowed, so any exfiltration. Refused, not warned: a warning scrolls away and the run
+    then goes ahead with it; the error names the fix (list the hosts, or say
+    `net.unrestricted = true` plainly). Registry-run shared suffixes anyone can get a name under
+    (`*.github.io`, `*.s3.amazonaws.com`) need the Public Suffix List, which Sandboy does not
+    ship: not detected (docs/egress.md). A deny entry may be as broad as it likes."""
+    if not entry.wildcard or entry.ip:
+        return None
+    labels = entry.host.split(".")
+    if len(labels) == 1 and labels[0] not in PRIVATE_USE_TLDS:
+        return f"top-level domain {entry.host!r}"
+    if len(labels) == 2 and labels[0] in _OPEN_SECOND_LEVELS and len(labels[1]) == 2 and labels[1].isalpha():
+        return f"public suffix {entry.host!r}"
+    return None
+
+
 def _as_compared(ip) -> str:
     """An entry's IP literal as `normalize_host` spells what a client sends: an IPv4-mapped IPv6
     address is its IPv4 address. Session 8: a deny entry `[::ffff:10.0.0.1]` never matched (the

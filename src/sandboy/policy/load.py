@@ -113,6 +113,18 @@ def check_domain(src: str, key: str, value: str) -> None:
         raise PolicyError(src, key, str(exc)) from None
 
 
+def check_allowed_domain(src: str, key: str, value: str) -> None:
+    """check_domain, and not a wildcard over a public suffix (`*.com`): an allow entry only."""
+    from sandboy.egress.rules import parse_entry, public_suffix_wildcard
+
+    check_domain(src, key, value)
+    broad = public_suffix_wildcard(parse_entry(value))
+    if broad:
+        raise PolicyError(src, key, f"{value!r} allows every host anyone can register under the {broad}: "
+                          "list the hosts you need (\"pypi.org\", \"*.pythonhosted.org\"), or, to allow every "
+                          "host, say so with net.unrestricted = true instead of net.domains")
+
+
 def _cidr(src: str, key: str, value: str) -> None:
     import ipaddress
 
@@ -191,7 +203,8 @@ def _net(src, value) -> dict:
         if k in ("connect_tcp", "bind_tcp"):
             out[k] = _port_list(src, key, v)
         elif k in ("domains", "domains_deny"):
-            out[k] = tuple(dict.fromkeys(d.lower() for d in _str_list(src, key, v, check_domain)))
+            check = check_allowed_domain if k == "domains" else check_domain
+            out[k] = tuple(dict.fromkeys(d.lower() for d in _str_list(src, key, v, check)))
         elif k == "private":
             out[k] = _str_list(src, key, v, _cidr)
         else:
