@@ -50,8 +50,8 @@ def test_the_presets_look_at_the_machine_only_through_ask():
     sources = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                for alias in node.names}
     assert sources <= {("sandboy.policy.lookups", "ask"), ("sandboy.policy.lookups", "real_path"),
-                       ("sandboy.policy.lookups", "unsure"), ("sandboy.policy.resolve", "path_candidates"),
-                       ("sandboy.policy.resolve", "is_within"), ("sandboy.policy.resolve", "is_within_any")}, sources
+                       ("sandboy.policy.lookups", "unsure"), ("sandboy.confine._libc", "path_candidates"),
+                       ("sandboy.paths", "is_within"), ("sandboy.paths", "is_within_any")}, sources
     environ_in = set()
     for function in ast.walk(tree):
         if not isinstance(function, ast.FunctionDef):

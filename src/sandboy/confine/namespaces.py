@@ -40,7 +40,8 @@ import time
 from sandboy.confine import _libc
 from sandboy.confine.hygiene import PENDING_SIGNALS_STEP
 from sandboy.errors import CageError
-from sandboy.policy.resolve import PathSet, is_within, is_within_any
+from sandboy.paths import is_within, is_within_any
+from sandboy.policy.resolve import PathSet
 from sandboy.confine._libc import (
     AT_FDCWD,
     NR_INIT,
@@ -951,7 +952,7 @@ def availability() -> tuple:
 # kernel start refusing later in the same boot (a sysctl changed), the run fails closed (125,
 # naming the clone or mount step) and `forget` removes the note, so the next run probes again.
 def _note_path():
-    from sandboy.policy.load import cache_dir
+    from sandboy.cache_places import cache_dir
 
     # not the name of the notes that held the boot id (namespaces-ok-UID): a Sandboy of before
     # and one of now on the same machine would otherwise each take the other's note as stale

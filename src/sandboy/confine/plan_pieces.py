@@ -19,7 +19,7 @@ from sandboy.confine import _libc
 from sandboy.confine.fingerprint import _identity
 from sandboy.confine.plan_cache import _PACKAGE, _open_entry, _served_stats
 from sandboy.confine.plan_keep import store
-from sandboy.policy.resolve import cache_dir
+from sandboy.cache_places import cache_dir
 
 PIECE_FORMAT = "sandboy plan piece 1"
 _PIECE_NAME_KEY = 0x53424F5950494543  # the SipHash key of pieces' names ("SBOYPIEC")

@@ -14,7 +14,7 @@ import _imp
 import os
 
 from sandboy.errors import PolicyError
-from sandboy.policy.resolve import cache_dir  # noqa: F401  (THE rule; callers import it from here too)
+from sandboy.cache_places import cache_dir  # noqa: F401  (the one rule; tests read it from here too)
 
 # The policy's sections and keys, shared with the records (`policy.model` imports them from
 # here). Not a module of their own: model and load are both on every `sandboy run`'s path, and a

@@ -15,7 +15,7 @@ policy. The preset's paths are added in front of the policy's own lists; `fs.den
 import os
 
 from sandboy.policy.lookups import ask, real_path, unsure
-from sandboy.policy.resolve import path_candidates
+from sandboy.confine._libc import path_candidates
 
 # Every question about the machine goes through `ask` (policy/lookups.py): the rules are then a
 # function of its recorded answers, which a plan cache hit asks again without this module.
@@ -184,7 +184,7 @@ def _add_project_venv(rules: Rules, venv: str) -> None:
     interpreters on PATH, $VIRTUAL_ENV's, Sandboy's own and their installations): a venv made
     from one of those works as before; one whose base interpreter is none of them gets no grant
     for it (add its installation to fs.read)."""
-    from sandboy.policy.resolve import is_within, is_within_any
+    from sandboy.paths import is_within, is_within_any
 
     real = real_path(venv)
     if not is_within(real, real_path(ask("cwd", ""))):
