@@ -14,6 +14,12 @@ What got through, each with its probe here (host side, a legitimate twin in the 
   needs a key no checkout or cage can have written (docs/threat-model.md, "What it does not
   stop").
 
+- Exec mode under the tier without a git check started the namespace's init with no death
+  signal: `sandboy run` killed outright (SIGKILL: a harness's timeout, `subprocess.kill`) left the
+  init and the command running unwaited (ppid 1), past `limits.wall_seconds`, build and plan cache
+  hit, both executors, root and uid 65534. Now every exec-mode wait sets PR_SET_PDEATHSIG
+  (`init_wait.start_and_wait`), as a checked run and a supervision did.
+
 What held is listed in docs/threat-model.md ("Session 13 review of the cage").
 """
 
@@ -29,6 +35,9 @@ from pathlib import Path
 import pytest
 
 from sandboy.policy import load
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
+import userkit  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -82,3 +91,133 @@ def test_a_parse_cache_entry_the_checkout_ships_does_not_widen_the_policy(tmp_pa
     proc = _run(project, outside, "shipped", tier)
     assert not (outside / "shipped").exists(), "the checkout's cache file chose the policy: " + proc.stderr
     assert proc.returncode != 0, proc.stderr
+
+
+# --- exec mode's waiting parent killed: the init must not outlive it --------------------------
+
+def _marked(marker: str) -> list[int]:
+    """Host pids whose command line carries `marker` (this test's own processes only)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _start_then_kill_sandboy(tmp_path: Path, marker: str, env_more: dict, kill: bool):
+    """`sandboy run` of a read-only policy with `limits.wall_seconds = 2` (exec mode, the tier, no
+    git check: the unsupervised wait), its command printing a line then sleeping 30 s; with `kill`,
+    `sandboy run` itself is SIGKILLed once the line came (what a harness's timeout does). Returns
+    (sandboy's exit status, the pids left carrying `marker` 4 s later, past the deadline)."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"), HOME=str(tmp_path), **env_more)
+    argv = [SANDBOY, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/sh", "-c",
+            f"echo started; sleep 30; : {marker}" if kill else f"echo started; sleep 0.2; : {marker}"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"started\n", proc.stderr.read()
+        if kill:
+            os.kill(proc.pid, signal.SIGKILL)
+        status = proc.wait(timeout=30)
+        time.sleep(4)
+        return status, _marked(marker)
+    finally:
+        for pid in _marked(marker):  # (tidy what a failing probe left)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def _deadline_policy(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                                     'exec = ["/usr/bin", "/bin"]\n[limits]\nwall_seconds = 2\n')
+
+
+RUNS = [pytest.param({}, 1, id="C executor, build"), pytest.param({}, 2, id="C executor, plan cache hit"),
+        pytest.param({"SANDBOY_NATIVE": "0"}, 1, id="Python executor")]
+
+
+@pytest.mark.parametrize("env_more, nth", RUNS)
+def test_killing_sandboy_run_ends_its_cage_not_just_the_waiter(tmp_path, env_more, nth):
+    """Under the tier, exec mode's `sandboy run` waits for the namespace's init (it holds the
+    deadline there). Killed with SIGKILL, the init and the command ran on unwaited (ppid 1), past
+    `limits.wall_seconds`, while the caller saw its pid gone: the init now dies with it
+    (PR_SET_PDEATHSIG), as a supervised run's child does."""
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    _deadline_policy(tmp_path)
+    marker = f"redcage13-{os.urandom(6).hex()}"
+    for _ in range(nth - 1):  # (the plan kept by a first run: the second is a hit)
+        assert _start_then_kill_sandboy(tmp_path, marker, env_more, kill=False)[0] == 0
+        assert list((tmp_path / "cache" / "plans").iterdir()), "no plan kept: the next run is no hit"
+    status, left = _start_then_kill_sandboy(tmp_path, marker, env_more, kill=True)
+    assert status == -9
+    assert left == [], f"the cage outlived sandboy run past its deadline: pids {left}"
+
+
+def test_twin_an_unkilled_run_still_ends_as_its_command(tmp_path):
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    _deadline_policy(tmp_path)
+    marker = f"redcage13-{os.urandom(6).hex()}"
+    assert _start_then_kill_sandboy(tmp_path, marker, {}, kill=False) == (0, [])
+
+
+def test_as_an_ordinary_user_killing_sandboy_run_ends_its_cage(tmp_path):
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    userkit.skip_unless_nobody_can_run()
+    import sandboy
+
+    with userkit.world_readable_tmp("redcage13-") as where:
+        _deadline_policy(where)
+        marker = f"redcage13-{os.urandom(6).hex()}"
+        src = os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))
+        # (as uid 65534: the system python3 running this tree's sandboy, as userkit's callers do)
+        status, left = _start_then_kill_sandboy_as_user(where, marker, {"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert status == -9
+    assert left == [], f"the cage outlived sandboy run: pids {left}"
+
+
+def _start_then_kill_sandboy_as_user(where: Path, marker: str, env: dict):
+    import signal
+    import time
+
+    env = dict(env, SANDBOY_CACHE_DIR=str(where / "cache"), HOME=str(where))
+    argv = userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(where / "p.toml"), "--",
+                            "/bin/sh", "-c", f"echo started; sleep 30; : {marker}"])
+    # setpriv execs: the pid is sandboy's own
+    proc = subprocess.Popen(argv, cwd=where, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"started\n", proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)
+        status = proc.wait(timeout=30)
+        time.sleep(4)
+        return status, _marked(marker)
+    finally:
+        for pid in _marked(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.stdout.close()
+        proc.stderr.close()

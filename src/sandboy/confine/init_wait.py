@@ -27,8 +27,9 @@ def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0, 
     """(wait status, the child's report, the session steps it ran first): start `cage`'s init
     (`cage.start_child`: a built Cage, or a cached plan's, plan_cache.CachedPlan) in a session of
     its own and wait for it in C, the forwarded signals held until the wait takes them.
-    `supervised`: this process checks after the run (the git check), so the child dies with it,
-    as under `Supervision`. `wall_seconds`: the run's deadline (0: none), from the command's
+    `supervised`: this process checks after the run (the git check): the forwarded signals stay
+    held through it. The child dies with this process either way (its death signal, as under
+    `Supervision`). `wall_seconds`: the run's deadline (0: none), from the command's
     start: the wait kills the init then (the whole PID namespace) and its status says so
     (`_libc.DEADLINE_PASSED`). `processes`: the policy's `limits.processes`, which as root only a
     pids cgroup holds (RLIMIT_NPROC does not bind uid 0): the run gets a group of its own
@@ -39,8 +40,11 @@ def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0, 
     from sandboy.confine.terminal import session_steps
 
     group = _pids_group(processes) if processes and os.geteuid() == 0 else None
-    first = ((group.join_step(),) if group is not None else ()) + session_steps() \
-        + ((die_with_the_supervisor(),) if supervised else ())
+    # The init dies with this process whether or not a check follows: it is the only holder of
+    # the deadline and the only one waiting, and the caller knows the run by THIS pid (exec mode
+    # stands for an exec in place). Killed with SIGKILL (a harness's timeout, subprocess.kill),
+    # it left the init and the command running unwaited, past limits.wall_seconds (redcage13).
+    first = ((group.join_step(),) if group is not None else ()) + session_steps() + (die_with_the_supervisor(),)
     held = hold_forwarded_signals()
     try:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
