@@ -593,14 +593,12 @@ class GateRun:
             poller.register(fd, select.POLLIN)
         # cgroup v1: the group's OOM killer is off (its tasks wait at the bound) and its OOM event
         # tells the gate to end the tree (v2 kills the group together: memory.oom.group). ADR 0027.
-        oom_fd = run.memory_group.oom_event_fd if run.memory_group is not None else None
+        oom_fd = _oom_event_fd(run)
         if oom_fd is not None:
             poller.register(oom_fd, select.POLLIN)
         watching = {read_fd, run.pidfd}
         while watching:
-            left = run.time_left()
-            wait_ms = 250 if left is None else max(0, min(250, int(left * 1000) + 1))
-            for fd, _ in poller.poll(wait_ms):
+            for fd, _ in poller.poll(_poll_ms(run)):
                 if fd == self.stop.fd:
                     self.stop.drain()
                 elif fd == oom_fd:
@@ -639,7 +637,7 @@ class GateRun:
         import signal
 
         previous = signal.signal(signal.SIGWINCH, relay.update_window_size)
-        oom_fd = run.memory_group.oom_event_fd if run.memory_group is not None else None  # as in _pump
+        oom_fd = _oom_event_fd(run)
         try:
             while True:
                 poller = select.poll()
@@ -647,9 +645,8 @@ class GateRun:
                     poller.register(fd, select.POLLIN)
                 for fd, events in relay.poll_set():
                     poller.register(fd, events)
-                left = run.time_left()
                 exited = out_of_memory = False
-                for fd, events in poller.poll(250 if left is None else max(0, min(250, int(left * 1000) + 1))):
+                for fd, events in poller.poll(_poll_ms(run)):
                     if fd == self.stop.fd:
                         self.stop.drain()
                     elif fd == run.pidfd:
@@ -674,6 +671,18 @@ class GateRun:
         finally:
             relay.close()
             signal.signal(signal.SIGWINCH, previous)
+
+
+def _poll_ms(run) -> int:
+    """How long a pump may wait for its fds: the console's tick (250 ms), and never past the step's
+    deadline (+1 ms: woken before it, the pump would only wait again)."""
+    left = run.time_left()
+    return 250 if left is None else max(0, min(250, int(left * 1000) + 1))
+
+
+def _oom_event_fd(run):
+    """The fd of the step's memory group's OOM event, which the pumps watch (cgroup v1), or None."""
+    return run.memory_group.oom_event_fd if run.memory_group is not None else None
 
 
 def _end_unwound(run, unwound: BaseException) -> None:
