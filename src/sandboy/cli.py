@@ -307,6 +307,11 @@ def _close_refused(cage) -> None:
         cage.close()
 
 
+# --status-json's fd (not a caller's --status-fd) and what its path was then (lstat: the link
+# itself where the operator named one): `_status_replaced` compares both
+_STATUS_OPENED: list = []  # (set by `_open_status`, read by `_write_status`)
+
+
 def _open_status(args: RunArgs) -> int:
     """`--status-json FILE` / `--status-fd N`: the descriptor, opened before the cage closes,
     written after (`_write_status`)."""
@@ -345,11 +350,6 @@ def _write_status(fd: int, enforced, degraded, warnings, source, outcome) -> Non
         # --status-json's own file (offset 0 since its O_TRUNC): what the command wrote into it
         # beyond our bytes would have followed them as a second document
         os.ftruncate(fd, len(data))
-
-
-# --status-json's fd (not a caller's --status-fd) and what its path was then (lstat: the link
-# itself where the operator named one): `_status_replaced` compares both
-_STATUS_OPENED: list = []
 
 
 def _status_replaced(args: RunArgs, fd: int) -> bool:

@@ -27,7 +27,7 @@ def test_made_when_missing_and_taken_again_while_empty(mount_point):
     assert path == str(mount_point) and mount_point.is_dir() and not mount_point.is_symlink()
     assert (mount_point.stat().st_mode & 0o777) == 0o700 and st.st_uid == os.geteuid()
     assert (st.st_dev, st.st_ino) == (mount_point.lstat().st_dev, mount_point.lstat().st_ino)
-    assert before <= now <= time.time_ns()  # the clock before the lstat (a hit's `_settled` asks it)
+    assert before <= now <= time.time_ns()  # the clock before the lstat (a hit's `ctime_settled` asks it)
     again = cage.fixed_tmp_dir()
     assert again is not None and again[0] == path and again[1].st_ino == st.st_ino
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from sandboy.confine import deny_globs
-from sandboy.confine.fingerprint import TICK_NS, Fingerprint, _identity
+from sandboy.confine.fingerprint import TICK_NS, Fingerprint, inode_identity
 
 
 def settle() -> None:
@@ -64,8 +64,8 @@ def test_the_directories_looked_into_are_recorded_and_no_others(tree):
     pattern = f"{tree}/keys*/*.pem"
     assert walk(pattern, watch) == [f"{tree}/keys/a.pem"]
     state = watch.state([pattern])
-    assert state == ((str(tree), True, _identity(os.stat(tree))),
-                     (f"{tree}/keys", False, _identity(os.lstat(tree / "keys"))))
+    assert state == ((str(tree), True, inode_identity(os.stat(tree))),
+                     (f"{tree}/keys", False, inode_identity(os.lstat(tree / "keys"))))
     everywhere = deny_globs.GlobWatch()
     pattern = f"{tree}/**/*.pem"
     walk(pattern, everywhere)
@@ -104,7 +104,7 @@ def test_an_entry_made_removed_or_renamed_in_a_watched_directory_is_a_change(tre
         change()
         assert not fingerprint.unchanged()
         fingerprint = watching(tuple(
-            (path, follow, _identity(os.stat(path) if follow else os.lstat(path)))
+            (path, follow, inode_identity(os.stat(path) if follow else os.lstat(path)))
             for path, follow, _ in fingerprint._globs))  # (the change taken in: the next one must show too)
 
 
@@ -171,7 +171,7 @@ def test_procfs_lists_a_new_process_with_its_times_unchanged_so_a_glob_there_pro
     allowed = deny_globs.DIRECTORY_TIMES_TRACKED
     try:
         deny_globs.DIRECTORY_TIMES_TRACKED = allowed | {"proc"}
-        assert watch.state([pattern]) == (("/proc", True, _identity(os.stat("/proc"))),)
+        assert watch.state([pattern]) == (("/proc", True, inode_identity(os.stat("/proc"))),)
     finally:
         deny_globs.DIRECTORY_TIMES_TRACKED = allowed
 

@@ -289,14 +289,14 @@ def test_twin_a_settled_unchanged_guard_reads_no_acl_again(tmp_path, monkeypatch
 
 
 def test_the_settled_rule_is_the_fingerprints(tmp_path):
-    """`loosened._settled` repeats `fingerprint._settled` (so the guard needs no plan-cache module):
+    """`loosened._settled` repeats `fingerprint.ctime_settled` (so the guard needs no plan-cache module):
     the same answers around both margins."""
     from sandboy.confine import fingerprint, loosened
 
     now = 10**18 + 123_456_789
     for ctime in (now, now - 49_000_000, now - 51_000_000, (now // 10**9) * 10**9, (now // 10**9 - 1) * 10**9,
                   (now // 10**9 - 3) * 10**9):
-        assert loosened._settled(ctime, now) == fingerprint._settled(ctime, now), ctime
+        assert loosened._settled(ctime, now) == fingerprint.ctime_settled(ctime, now), ctime
 
 
 @pytest.mark.parametrize("how", ["mode", "ACL only (the mode's group bits kept)"])

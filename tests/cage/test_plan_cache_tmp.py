@@ -263,7 +263,7 @@ def test_a_mount_point_of_another_user_is_not_taken(runner, tmp_path, where):
 # Each part of the change taken out of a copy of the package: its probe above must then fail.
 MUTANTS = {
     # the hit's check of the mount point's identity (test_a_changed_mount_point_is_a_miss_...)
-    "the mount point's identity on a hit": ("plan_cache.py", "            if _identity(os.lstat(tmp[0])) != tmp[1]:",
+    "the mount point's identity on a hit": ("plan_cache.py", "            if inode_identity(os.lstat(tmp[0])) != tmp[1]:",
                                             "            if False:"),
     # the fixed mount point itself (test_a_killed_run_leaves_nothing_on_the_host)
     "the fixed mount point": ("cli.py", "miss.pieces, fixed_tmp=True)", "miss.pieces, fixed_tmp=False)"),

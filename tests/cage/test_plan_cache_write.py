@@ -349,7 +349,7 @@ MUTANTS = {
     # resolved them (`fingerprint_build.protected_watch`), compared again once the building run ended:
     # the entry is written from that comparison, with no second resolution where they are equal
     "the build's protected-path stats compared after its run": (
-        "fingerprint.py", "and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched", "and True"),
+        "fingerprint.py", "and identities(looked_up, os.lstat) + identities(read, os.stat) == self._watched", "and True"),
 }
 
 

@@ -314,7 +314,7 @@ def fixed_tmp_dir():
     its own on it, inside its own mount namespace, so concurrent runs share no file and the host
     directory stays empty (removing it would detach the tmpfs of every run using it). Taken only
     where it is a directory (not a link) of the euid's, mode 0700, and EMPTY: the identity
-    (`fingerprint._identity`) is taken before the listing, so anything made there since moves its
+    (`fingerprint.inode_identity`) is taken before the listing, so anything made there since moves its
     times, and a plan cache hit compares it (`plan_cache._ready`). Another user's name there (a
     shared /tmp) only costs the cache: a directory per cage, as before."""
     from stat import S_IMODE, S_ISDIR

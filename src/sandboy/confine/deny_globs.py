@@ -8,7 +8,7 @@ loads this module only for a policy that has a deny glob. `GlobWatch`: what the 
 import os
 import time
 
-from sandboy.confine.fingerprint import _identity, _settled  # (stdlib only: an inode's change signature)
+from sandboy.confine.fingerprint import ctime_settled, inode_identity  # (stdlib only: an inode's change signature)
 from sandboy.confine.kernel_mounts import DIRECTORY_TIMES_TRACKED, file_systems as _file_systems  # (shared with the walk index)
 from sandboy.errors import CageError
 from sandboy.policy.resolve import is_glob
@@ -179,7 +179,7 @@ GLOB_WATCH_MAX_DIRS = 10_000
 
 class GlobWatch:
     """What the matches of a cage's deny globs depend on, so a compiled cage with glob denies can
-    be kept (the plan cache's entries, `Reuse`): the identity (`fingerprint._identity`: device,
+    be kept (the plan cache's entries, `Reuse`): the identity (`fingerprint.inode_identity`: device,
     inode, mode, size, mtime, ctime) of every directory `glob_nofollow` looked into — listed, or
     a name looked up in it — taken BEFORE it looked. A match appears, goes or changes type only
     by an entry made, removed or renamed in such a directory, or by a directory swapped for
@@ -197,7 +197,7 @@ class GlobWatch:
 
     def __init__(self, max_dirs: int = GLOB_WATCH_MAX_DIRS):
         # the clock before any stat: an identity is settled if no change after its stat can give
-        # the same ctime (`fingerprint._settled`), asked at a time no later than the stat
+        # the same ctime (`fingerprint.ctime_settled`), asked at a time no later than the stat
         self.since = time.time_ns()
         self.dirs: dict = {}  # path -> (follow symlinks, identity or None)
         self.patterns: list = []
@@ -217,7 +217,7 @@ class GlobWatch:
             self.dirs.clear()  # (nothing more to keep)
             return
         try:
-            self.dirs[path] = (follow, _identity(os.stat(path) if follow else os.lstat(path)))
+            self.dirs[path] = (follow, inode_identity(os.stat(path) if follow else os.lstat(path)))
         except (FileNotFoundError, NotADirectoryError):
             if not follow:
                 self.usable = False  # listed a moment ago, gone now: nothing settled to keep
@@ -236,7 +236,7 @@ class GlobWatch:
         watch (else what it matched is not in it)."""
         if not self.usable or sorted(self.patterns) != sorted(globs):
             return None
-        if not all(ident is None or _settled(ident[5], self.since) for _, ident in self.dirs.values()):
+        if not all(ident is None or ctime_settled(ident[5], self.since) for _, ident in self.dirs.values()):
             return None
         devices = {ident[0] for _, ident in self.dirs.values() if ident is not None}
         if devices:

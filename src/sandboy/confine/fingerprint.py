@@ -30,20 +30,25 @@ TICK_NS = 50_000_000
 SECOND_NS = 1_000_000_000
 
 
-def _settled(ctime_ns: int, now_ns: int) -> bool:
-    """Whether a later change of the inode must show in its ctime (see TICK_NS)."""
+def ctime_settled(ctime_ns: int, now_ns: int) -> bool:
+    """Whether a later change of the inode whose ctime is `ctime_ns` must show in its ctime, seen
+    at `now_ns` (see TICK_NS): what lets an unchanged `inode_identity` stand for an unchanged
+    inode across runs (the plan cache's entries and pieces, the deny globs' watch, the split
+    directories, the protected paths' stats)."""
     margin = 2 * SECOND_NS if ctime_ns % SECOND_NS == 0 else TICK_NS
     return ctime_ns < now_ns - margin
 
 
-def _identity(st) -> tuple:
-    """What a change of an inode changes: which inode, its type, size and times. No process can
-    set a ctime back (utimensat sets atime and mtime; the clock needs CAP_SYS_TIME), and
-    writing, creating, removing or renaming an entry, chmod and link() each update one."""
+def inode_identity(st) -> tuple:
+    """What a change of an inode changes, from its `os.stat_result`: which inode, its type, size
+    and times — THE change signature every kept thing is checked by (the code that built a plan,
+    `{tmp}`'s mount point, a glob's directories, the pieces of a build). No process can set a
+    ctime back (utimensat sets atime and mtime; the clock needs CAP_SYS_TIME), and writing,
+    creating, removing or renaming an entry, chmod and link() each update one."""
     return st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _environment() -> tuple:
+def protected_environment() -> tuple:
     """What the protected paths read from the environment, kept with the stats: PATH (the PATH
     directories: confine.path_dirs), HOME, XDG_CONFIG_HOME and git's GIT_CONFIG_GLOBAL,
     GIT_CONFIG_SYSTEM and GIT_CONFIG_NOSYSTEM (which global and system git configs are read:
@@ -53,11 +58,13 @@ def _environment() -> tuple:
             env.get("GIT_CONFIG_SYSTEM"), env.get("GIT_CONFIG_NOSYSTEM"))
 
 
-def _stats(paths, look) -> tuple:
+def identities(paths, look) -> tuple:
+    """`inode_identity` of each of `paths` by `look` (os.stat or os.lstat), None for one that
+    cannot be looked at: the protected paths' watch, taken by a build and compared by a check."""
     out = []
     for path in paths:
         try:
-            out.append(_identity(look(path)))
+            out.append(inode_identity(look(path)))
         except OSError:
             out.append(None)
     return tuple(out)
@@ -150,7 +157,7 @@ class Fingerprint:
                     return False  # (unsorted: an unchanged directory lists in the same order)
             except OSError:
                 return False
-            entry[3] = ident if _settled(st.st_ctime_ns, now) else None
+            entry[3] = ident if ctime_settled(st.st_ctime_ns, now) else None
         return True
 
     def _globs_unchanged(self) -> bool:
@@ -163,7 +170,7 @@ class Fingerprint:
         stat_, lstat = os.stat, os.lstat
         for path, follow, identity in self._globs:
             try:
-                now = _identity(stat_(path) if follow else lstat(path))
+                now = inode_identity(stat_(path) if follow else lstat(path))
             except (FileNotFoundError, NotADirectoryError):
                 now = None
             except OSError:
@@ -190,8 +197,8 @@ class Fingerprint:
             return True
         if self._watch is not None:
             looked_up, read = self._watch
-            if (_environment() == self._env
-                    and _stats(looked_up, os.lstat) + _stats(read, os.stat) == self._watched
+            if (protected_environment() == self._env
+                    and identities(looked_up, os.lstat) + identities(read, os.stat) == self._watched
                     and self._installed_now() == self._installed):
                 return True
         if not resolve:

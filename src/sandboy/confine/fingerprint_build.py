@@ -9,7 +9,7 @@ import os
 import stat
 import time
 
-from sandboy.confine.fingerprint import _environment, _settled, _stats, stat_key
+from sandboy.confine.fingerprint import ctime_settled, identities, protected_environment, stat_key
 
 
 def stats_before(fs) -> dict:
@@ -38,7 +38,7 @@ def take(fp, inputs, split_dirs, protected_args, protected, before=None, watch_b
             fp._split.append([directory, None, (), None])
             continue
         ident = (st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns)
-        fp._split.append([directory, ident[:3], listing, ident if _settled(st.st_ctime_ns, now) else None])
+        fp._split.append([directory, ident[:3], listing, ident if ctime_settled(st.st_ctime_ns, now) else None])
     # the directories the deny globs looked into, as they were before each was looked into
     # (`deny_globs.GlobWatch.state`: settled when taken), so a glob's matches need no new walk
     fp._globs = tuple(globs)
@@ -68,9 +68,9 @@ def trust(fp, taken) -> None:
     later change of any of them must then show: TICK_NS) and no path looked up is a symlink."""
     now, env, watch, watched, installed = taken
     if (watch is not None
-            and all(st is None or (_settled(st[5], now) and not stat.S_ISLNK(st[2]))
+            and all(st is None or (ctime_settled(st[5], now) and not stat.S_ISLNK(st[2]))
                     for st in watched[:len(watch[0])])
-            and all(st is None or _settled(st[5], now) for st in watched[len(watch[0]):])):
+            and all(st is None or ctime_settled(st[5], now) for st in watched[len(watch[0]):])):
         fp._watch, fp._watched, fp._installed, fp._env = watch, watched, installed, env
 
 
@@ -107,7 +107,7 @@ def _path_dirs_protected(protected_args) -> bool:
 
 
 def _watch_now(protected_args, install) -> tuple:
-    """(the clock, `_environment()`, `launch_reads`' (looked up, read) or None, their stats, the
+    """(the clock, `protected_environment()`, `launch_reads`' (looked up, read) or None, their stats, the
     installation rows present) — in that order, each taken before the next: what decides the
     protected paths of `protected_args` now, to be taken BEFORE a resolution whose answer they
     then vouch for (`trust`)."""
@@ -115,9 +115,9 @@ def _watch_now(protected_args, install) -> tuple:
 
     write_roots, explicit, defaults = protected_args[:3]
     now = time.time_ns()
-    env = _environment()
+    env = protected_environment()
     watch = None if _path_dirs_protected(protected_args) else launch_reads(write_roots, explicit, defaults)
-    watched = None if watch is None else _stats(watch[0], os.lstat) + _stats(watch[1], os.stat)
+    watched = None if watch is None else identities(watch[0], os.lstat) + identities(watch[1], os.stat)
     installed = None
     if install is not None:
         installed = []

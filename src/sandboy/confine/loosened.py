@@ -35,7 +35,7 @@ ACLS = ("system.posix_acl_access", "system.posix_acl_default")
 
 def _settled(ctime_ns: int, now_ns: int) -> bool:
     """Whether any later change of the inode must show in its ctime: the rule of
-    `fingerprint._settled` (file timestamps come from a coarse clock, or whole seconds), kept
+    `fingerprint.ctime_settled` (file timestamps come from a coarse clock, or whole seconds), kept
     here so that the git check's guard needs no module of the plan cache."""
     margin = 2_000_000_000 if ctime_ns % 1_000_000_000 == 0 else 50_000_000
     return ctime_ns < now_ns - margin

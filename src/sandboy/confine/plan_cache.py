@@ -42,7 +42,7 @@ from stat import S_ISREG  # (os imports stat: nothing to load)
 from sandboy.cache_places import PLAN_CACHE_ENV, plan_cache_enabled, plan_entry_path, plans_dir
 from sandboy.confine import _libc, env_reads
 from sandboy.confine._libc import exec_args
-from sandboy.confine.fingerprint import Fingerprint, _identity  # (an inode's change signature: the one)
+from sandboy.confine.fingerprint import Fingerprint, inode_identity  # (an inode's change signature: the one)
 
 DISABLE_ENV = PLAN_CACHE_ENV
 FORMAT = "sandboy plan cache 8"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
@@ -178,7 +178,7 @@ def _code_unchanged(identities) -> bool:
     for path, identity in identities:
         st = served.get(path)
         try:
-            if _identity(os.stat(path) if st is None else st) != identity:
+            if inode_identity(os.stat(path) if st is None else st) != identity:
                 return False
         except OSError:
             return False
@@ -369,7 +369,7 @@ def _ready(plan, ruleset_at, seccomp_at, bpf, ruleset, clone_flags, env, degrade
     link now, written to — one lstat; the rebuild takes it again, or a directory per run."""
     if tmp is not None:
         try:
-            if _identity(os.lstat(tmp[0])) != tmp[1]:
+            if inode_identity(os.lstat(tmp[0])) != tmp[1]:
                 return None
         except OSError:
             return None

@@ -12,7 +12,7 @@ import sys
 from stat import S_ISREG  # (os imports stat: nothing to load)
 
 from sandboy.confine import _libc, env_reads
-from sandboy.confine.fingerprint import _identity, _settled
+from sandboy.confine.fingerprint import ctime_settled, inode_identity
 from sandboy.confine.plan_cache import (_PACKAGE, FORMAT, MAX_ENTRY_BYTES, _environment, _key, _served_stats,
                                         _stdio_shape)
 from sandboy.policy.resolve import plan_entry_path, plan_may_keep
@@ -137,7 +137,7 @@ def _code_identities() -> tuple:
         if type(path) is str and path.startswith(_PACKAGE + "/"):
             st = served.get(path)
             try:
-                out.append((path, _identity(os.stat(path) if st is None else st)))
+                out.append((path, inode_identity(os.stat(path) if st is None else st)))
             except OSError:
                 continue
     return tuple(sorted(set(out)))
@@ -212,7 +212,7 @@ def _tmp_mount_point(cage):
     (`cage.fixed_tmp_dir`), or False where the plan names a directory of this run's own (made
     per cage: without the tier, or where the fixed one was not ours to take) — never kept — or
     where the mount point changed since the build found it empty, or changed too recently for
-    its times to show a later change (`fingerprint._settled`: the first run, which made it,
+    its times to show a later change (`fingerprint.ctime_settled`: the first run, which made it,
     keeps no entry; the next does)."""
     if not cage.ctx.tmp:
         return None
@@ -221,10 +221,10 @@ def _tmp_mount_point(cage):
         return False
     path, st, clock = shared
     try:
-        identity = _identity(os.lstat(path))
+        identity = inode_identity(os.lstat(path))
     except OSError:
         return False
-    return (path, identity) if identity == _identity(st) and _settled(st.st_ctime_ns, clock) else False
+    return (path, identity) if identity == inode_identity(st) and ctime_settled(st.st_ctime_ns, clock) else False
 
 
 def _git_scope(cage, hooks):

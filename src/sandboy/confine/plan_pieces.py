@@ -16,7 +16,7 @@ import os
 import sys
 
 from sandboy.confine import _libc
-from sandboy.confine.fingerprint import _identity
+from sandboy.confine.fingerprint import inode_identity
 from sandboy.confine.plan_cache import _PACKAGE, _open_entry, _served_stats
 from sandboy.confine.plan_keep import store
 from sandboy.cache_places import cache_dir
@@ -52,7 +52,7 @@ def _code_of(names) -> tuple:
     for name in names:
         path = _module_file(name)
         st = served.get(path)
-        out.append((path, _identity(os.stat(path) if st is None else st)))
+        out.append((path, inode_identity(os.stat(path) if st is None else st)))
     return tuple(out)
 
 

@@ -363,7 +363,7 @@ def launch_reads(write_roots, explicit, defaults: bool):
         if hooks_paths(root) or included_configs(root):
             return None
         # hooks_paths read the operator's global and the system's configs too: their bytes,
-        # wherever they lead (which files those are: the environment, `fingerprint._environment`)
+        # wherever they lead (which files those are: the environment, `fingerprint.protected_environment`)
         read += _operator_configs(os.path.expanduser("~"))
         hooks = f"{git_dir}/hooks"
         try:

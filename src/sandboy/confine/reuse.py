@@ -12,7 +12,7 @@ from sandboy.confine.cage import build
 # the fingerprint (THE still-valid check) lives in its own module, shared with plan_cache; its names
 # stay reachable from here
 from sandboy.confine.fingerprint import (  # noqa: F401
-    SECOND_NS, TICK_NS, Fingerprint, _environment, _identity, _settled, _stats, stat_key)
+    SECOND_NS, TICK_NS, Fingerprint, ctime_settled, identities, inode_identity, protected_environment, stat_key)
 
 
 class Reuse:
