@@ -78,25 +78,36 @@ def test_twin_a_log_within_its_bound_has_every_decision(tmp_path):
     assert [line["decision"] for line in lines] == ["deny"] * 20
 
 
-def test_a_gate_steps_egress_log_is_bounded_by_its_output_cap(tmp_path):
+def _spam_gate(tmp_path, seconds: float):
+    """A gate of one step (`spam`) sending refused SOCKS requests for `seconds` under a ceiling
+    allowing *.test, and how to run it: `run(report)` -> the step's JSON report (64K output cap,
+    --logs in tmp_path/logs)."""
     repo = tmp_path / "repo"
     (repo / ".007").mkdir(parents=True)
     (repo / "spam.py").write_text(SPAM)
     (repo / ".007" / "gate.toml").write_text(
         '[[step]]\nname = "spam"\npolicy = "p"\n'
-        f'run = "python3 spam.py 3 {SOCKS_REQUEST.hex()}"\n'
+        f'run = "python3 spam.py {seconds} {SOCKS_REQUEST.hex()}"\n'
         '[policy.p]\nversion = 1\nnet.domains = ["allowed.test"]\n')
     ceiling = tmp_path / "ceiling.toml"
     ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": ["*.test"]}}))
-    logs, report = tmp_path / "logs", tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
-                           "--logs", str(logs), "--json", str(report), "--max-step-output", "64K"],
-                          capture_output=True, text=True, timeout=180,
-                          env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
-    step = json.loads(report.read_text())["steps"][0]
-    assert step["status"] == "passed", (step, proc.stdout[-2000:])
+
+    def run(report) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
+                               "--logs", str(tmp_path / "logs"), "--json", str(report), "--max-step-output", "64K"],
+                              capture_output=True, text=True, timeout=180,
+                              env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
+        step = json.loads(report.read_text())["steps"][0]
+        assert step["status"] == "passed", (step, proc.stdout[-2000:])
+        return step
+
+    return run
+
+
+def test_a_gate_steps_egress_log_is_bounded_by_its_output_cap(tmp_path):
+    step = _spam_gate(tmp_path, 3)(tmp_path / "report.json")
     made = int(step["output_tail"].split("requests")[1])
-    egress_log = logs / "spam.egress.jsonl"
+    egress_log = tmp_path / "logs" / "spam.egress.jsonl"
     assert egress_log.stat().st_size <= 64 << 10, (egress_log.stat().st_size, made)
     lines = _lines(egress_log)
     assert made > len(lines), (made, len(lines))  # the probe made more decisions than the bound holds
@@ -108,25 +119,10 @@ def test_a_logs_directory_used_again_holds_one_runs_decisions_within_the_cap(tmp
     """The proxy appends to its log; the gate's step log is truncated at each run. A --logs
     directory used for a second gate run grew the step's .egress.jsonl by a whole cap per run (and
     the second run's output budget was charged the first run's lines): each run's file is its own."""
-    repo = tmp_path / "repo"
-    (repo / ".007").mkdir(parents=True)
-    (repo / "spam.py").write_text(SPAM)
-    (repo / ".007" / "gate.toml").write_text(
-        '[[step]]\nname = "spam"\npolicy = "p"\n'
-        f'run = "python3 spam.py 1.5 {SOCKS_REQUEST.hex()}"\n'
-        '[policy.p]\nversion = 1\nnet.domains = ["allowed.test"]\n')
-    ceiling = tmp_path / "ceiling.toml"
-    ceiling.write_text(ceilings.to_toml({**ceilings.BUILTIN, "net": {"domains": ["*.test"]}}))
-    logs = tmp_path / "logs"
-    egress_log = logs / "spam.egress.jsonl"
+    gate = _spam_gate(tmp_path, 1.5)
+    egress_log = tmp_path / "logs" / "spam.egress.jsonl"
     for run in range(2):
-        report = tmp_path / f"report{run}.json"
-        proc = subprocess.run([sys.executable, "-m", "sandboy.gate.cli", str(repo), "--ceiling", str(ceiling),
-                               "--logs", str(logs), "--json", str(report), "--max-step-output", "64K"],
-                              capture_output=True, text=True, timeout=180,
-                              env=dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache")))
-        step = json.loads(report.read_text())["steps"][0]
-        assert step["status"] == "passed", (step, proc.stdout[-2000:])
+        gate(tmp_path / f"report{run}.json")
         assert egress_log.stat().st_size <= 64 << 10, (run, egress_log.stat().st_size)
         lines = _lines(egress_log)
         assert lines[-1]["decision"] == "log_full", lines[-1]
