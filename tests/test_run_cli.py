@@ -117,13 +117,13 @@ def test_a_write_root_run_from_a_cached_plan_imports_the_git_check_only(tmp_path
         if "sandboy.confine.cage" not in used:
             break
     groups = bytecode_bundle.RUN_PATH_GROUPS
-    # (a repository at launch: its hook managers' discovery — `hook_managers`, not the protected
-    # paths' resolution, session 11 — and the mode guard of its git files; the judgement neither
-    # there nor outside one, session 10; never the git check's run hook, `gitcheck_hook`)
+    # (a repository at launch: the mode guard of its git files — and no hook managers' discovery
+    # where its hooks directory holds no hook, as `git init` makes it: session 13; nor the protected
+    # paths' resolution, session 11; the judgement neither there nor outside one, session 10; never
+    # the git check's run hook, `gitcheck_hook`; nor the exception classes, session 13)
     # (the is-within rule the checks share: `paths`, not the policy's resolver, session 12)
     expected = {*groups["cli"], *groups["cached run"], *groups["plan cache"], *groups["git check"], *groups["paths"],
-                *groups["errors"],
-                *(groups["hook managers"] + groups["mode guard"] if repository else ())}
+                *(groups["mode guard"] if repository else ())}
     assert {name for name in used if name.startswith("sandboy.")} - {"sandboy"} == expected
 
 

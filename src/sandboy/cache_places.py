@@ -36,15 +36,23 @@ def cache_dir() -> str:
 
 
 _PLAN_NAME_KEY = 0x53424F59504C414E  # the SipHash key of plan cache entries' names ("SBOYPLAN")
-PLAN_CACHE_ENV = "SANDBOY_PLAN_CACHE"  # "0": no entry read or written
+PLAN_CACHE_ENV = "SANDBOY_PLAN_CACHE"  # "0": nothing kept between runs (`keeps_between_runs`)
+
+
+def keeps_between_runs() -> bool:
+    """May this process read or write what Sandboy keeps from one `sandboy run` for the next —
+    the plan cache's entries (ADR 0028) and the git check's walk index (ADR 0019 "Session 12")?
+    Not with `SANDBOY_PLAN_CACHE=0`: the one switch for both, asked here (a run then reads and
+    writes neither, and is built and walked in full)."""
+    return os.environ.get(PLAN_CACHE_ENV, "1") != "0"
 
 
 def plan_cache_enabled() -> bool:
-    """May this process read and write plan cache entries? Not with `SANDBOY_PLAN_CACHE=0`, and
-    only with the C executor (whose plans the entries hold). Here, so that a run with the cache
-    turned off imports none of it (`confine.plan_cache.enabled` is this function: its import
-    alone was ≈ 0.45 ms of such a run, session 10)."""
-    if os.environ.get(PLAN_CACHE_ENV, "1") == "0":
+    """May this process read and write plan cache entries? Not where nothing is kept between runs
+    (`keeps_between_runs`), and only with the C executor (whose plans the entries hold). Here, so
+    that a run with the cache turned off imports none of it (`confine.plan_cache.enabled` is this
+    function: its import alone was ≈ 0.45 ms of such a run, session 10)."""
+    if not keeps_between_runs():
         return False
     from sandboy.confine._libc import IMPLEMENTATION  # (the cached run's group: a build imports it anyway)
 

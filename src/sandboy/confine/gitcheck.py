@@ -246,7 +246,22 @@ def _read_config_stat(path: str, limit: int = CONFIG_READ_LIMIT) -> tuple:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None, None
-        return os.read(fd, limit + 1), st
+        # the size the fstat gave, plus one byte: a buffer of `limit` + 1 (4 MiB) for a config of
+        # a few hundred bytes was a fresh mapping each (mmap, mremap, munmap: a write-root run reads
+        # four to six such files, session 13); a file that grew since is read on up to the limit
+        want = limit + 1
+        data = os.read(fd, min(st.st_size + 1, want))
+        if len(data) == st.st_size + 1 < want:
+            parts = [data]
+            got = len(data)
+            while got < want:
+                more = os.read(fd, want - got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data, st
     finally:
         os.close(fd)
 
@@ -293,6 +308,22 @@ def _hooks_paths_in(parsed, top: str, home: str) -> list:
 
                 found[hooks_directory(value, top, home)] = None
     return list(found)
+
+
+def _samples_only(hooks_dirs) -> bool:
+    """Whether every one of `hooks_dirs` is absent, unreadable or holds nothing but `*.sample`
+    files — what `git init` makes. A hook manager's stub is a file named as a hook git runs
+    (`hook_managers.GIT_HOOK_NAMES`, none of them ending in `.sample`), so its discovery
+    (`hook_manager_configs`: the same listing) finds nothing there: the launch of a write-root
+    run in such a repository reads none of its code (≈ 0.1 ms of a fresh process, session 13)."""
+    for hooks in hooks_dirs:
+        try:
+            names = os.listdir(hooks)
+        except OSError:
+            continue  # (as the discovery: a hooks directory it cannot list holds no stub it reads)
+        if any(not name.endswith(".sample") for name in names):
+            return False
+    return True
 
 
 def _commondir_of(gitdir: str, path: str) -> tuple:
@@ -664,11 +695,14 @@ class GitSnapshot:
                     hooks_paths = _hooks_paths_in(parsed, top, self.home)
                     for path in hooks_paths:
                         self.hooks_launch[path] = _identity(os.path.realpath(path))
+                    hooks_dirs = [os.path.join(gitdir, "hooks"), *hooks_paths]
+                    if _samples_only(hooks_dirs):
+                        continue  # no hook manager's stub there: its discovery finds nothing
                     from sandboy.confine.hook_managers import discover_managers
 
                     pythons: list = []
                     # (the discovery the cage's build made just before, where it made the same one)
-                    for path in discover_managers(top, [os.path.join(gitdir, "hooks"), *hooks_paths], managers, pythons):
+                    for path in discover_managers(top, hooks_dirs, managers, pythons):
                         data = _read_config(path)
                         if data is not None and len(data) <= CONFIG_READ_LIMIT:
                             self.manager_launch[path] = data

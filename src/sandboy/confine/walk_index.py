@@ -26,7 +26,8 @@ FUSE or network one: `kernel_mounts.directory_times_tracked`, asked by the git c
 `{tmp}` lies in is neither read nor written (the walk leaves `{tmp}` out of its listings).
 
 A cache that cannot be read or written only costs speed. `SANDBOY_PLAN_CACHE=0` turns it off
-with the plan cache (one switch for what Sandboy keeps between runs).
+with the plan cache (`cache_places.keeps_between_runs`: one switch for what Sandboy keeps
+between runs).
 """
 
 import _imp
@@ -35,7 +36,7 @@ import os
 import time
 
 from sandboy.confine._libc import read_file, read_private
-from sandboy.cache_places import PLAN_CACHE_ENV, cache_dir  # (not the resolver: a write-root hit reads none, session 12)
+from sandboy.cache_places import cache_dir, keeps_between_runs  # (not the resolver: a write-root hit reads none, session 12)
 
 FORMAT = "sandboy walk index 1"
 MAX_BYTES = 32 << 20  # ≈ 45 bytes a directory: far more than MAX_DIRS holds
@@ -50,8 +51,7 @@ _NAME_KEY = 0x53424F5957414C4B  # the SipHash key of the files' names ("SBOYWALK
 _SUM_KEY = 0x53424F5953554D31   # and of their checksum ("SBOYSUM1")
 
 
-def enabled() -> bool:
-    return os.environ.get(PLAN_CACHE_ENV, "1") != "0"
+enabled = keeps_between_runs  # (the one "keep nothing between runs" switch: cache_places)
 
 
 def _where(root: str) -> tuple:
