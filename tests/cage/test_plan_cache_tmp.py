@@ -10,6 +10,7 @@ each running command's `{tmp}` as the host reads it through `/proc/PID/root`.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,8 +81,10 @@ def test_a_tmp_policy_is_kept_and_a_hit_runs_it(runner):
               '&& f=$(mktemp) && echo ok > "$f" && cat "$f" && echo "$TMPDIR"')
     hit = runner.kept("/bin/sh", "-c", script)
     assert hit.hit and len(runner.entries()) == 1
-    # as the build's run (`exec_mode.hooks_for`: no git check for a policy writing only to `{tmp}`)
-    assert "sandboy.confine.gitcheck" not in hit.stderr
+    # as the build's run (`exec_mode.hooks_for`: no git check for a policy writing only to `{tmp}`),
+    # nor the mount table: nothing can be mounted below the mount point the hit proves unchanged
+    # (`plan_keep._mount_roots_to_check`; test_a_kernel_file_system_mounted_at_or_below_...)
+    assert "sandboy.confine.gitcheck" not in hit.stderr and "sandboy.confine.kernel_mounts" not in hit.imported
     assert hit.stdout.splitlines() == ["ran", "ok", str(runner.mount_point)], hit.err
     assert runner.left() == [runner.mount_point.name]
 
@@ -227,6 +230,45 @@ def test_a_changed_mount_point_is_a_miss_and_the_rebuild_takes_no_other(runner, 
     remade = runner.run(*ls)  # gone: the rebuild makes it again
     assert not remade.hit and remade.stdout.splitlines() == [str(runner.mount_point)]
     assert runner.kept(*ls).hit
+
+
+# In a mount namespace of its own (private at once: nothing reaches the host's table): the plan
+# kept, then a proc file system mounted below the fixed mount point (a directory made in it) or on
+# it, and the run again; each run's {tmp} and exit code printed.
+KERNEL_MOUNT_AT_TMP = r"""
+mount --make-rprivate / || exit 97
+run() { out=$("$SANDBOY" -X importtime "$SCRIPT" run --policy "$POLICY" -- /bin/sh -c 'echo "ran $TMPDIR"' \
+        </dev/null 2>&1); echo "rc=$? built=$(echo "$out" | grep -c 'sandboy.confine.cage$') $(echo "$out" | grep '^ran')"; }
+for i in 1 2 3; do run >/dev/null; sleep 0.1; done
+run
+case "$HOW" in
+  below) mkdir "$MP/p" && mount -t proc proc "$MP/p" || exit 97 ;;
+  on) mount -t proc proc "$MP" || exit 97 ;;
+esac
+run
+"""
+
+
+@pytest.mark.parametrize("how", ["below", "on"])
+def test_a_kernel_file_system_mounted_at_or_below_the_mount_point_is_a_miss(runner, how):
+    """A hit looks for kernel file systems below the write roots in the mount table — all but
+    `{tmp}`'s fixed mount point, which its identity check covers (`plan_keep._mount_roots_to_check`):
+    a proc mounted below it needs a directory made in it, one mounted on it is another inode. Each
+    is a miss, and the rebuild does not take the changed mount point (a `{tmp}` of the run's own).
+    Host side: the runs' exit codes, whether each built, the `{tmp}` each command saw."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root (and unshare) to mount")
+    runner.write_policy(more=TMP_POLICY)
+    env = dict(runner.env, SANDBOY=sys.executable, SCRIPT=SANDBOY, POLICY=str(runner.policy),
+               MP=str(runner.mount_point), HOW=how)
+    proc = subprocess.run(["unshare", "-m", "/bin/sh", "-c", KERNEL_MOUNT_AT_TMP], capture_output=True, text=True,
+                          env=env, cwd=runner.cwd, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    kept, changed = proc.stdout.splitlines()
+    assert kept == f"rc=0 built=0 ran {runner.mount_point}", proc.stdout  # the twin: a hit (no compiler)
+    rc, built, ran, tmp = changed.split(" ")
+    assert (rc, built, ran) == ("rc=0", "built=1", "ran"), proc.stdout  # a miss: the build ran it
+    assert tmp != str(runner.mount_point), proc.stdout  # not the changed mount point
 
 
 def test_without_the_tier_a_tmp_run_keeps_todays_behaviour(runner):
