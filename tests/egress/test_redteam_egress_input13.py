@@ -198,3 +198,72 @@ def test_twin_a_client_hello_in_one_byte_records_still_passes_or_is_refused_by_i
         assert recorder.received[-1] == (hello if passes else b""), name
     denials = [line for line in p.log() if line["decision"] == "deny"]
     assert [line["via"] for line in denials] == ["tls"] and "'other.test'" in denials[0]["reason"]
+
+
+def _hello_naming(entries: list, extra_extensions: bytes = b"") -> bytes:
+    """One TLS record: a ClientHello whose server_name extension holds `entries` ((type, bytes))."""
+    listed = b"".join(bytes([kind]) + len(name).to_bytes(2, "big") + name for kind, name in entries)
+    ext = b"\x00\x00" + (len(listed) + 2).to_bytes(2, "big") + len(listed).to_bytes(2, "big") + listed
+    extensions = ext + extra_extensions
+    body = (b"\x03\x03" + bytes(32) + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
+            + len(extensions).to_bytes(2, "big") + extensions)
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + len(hs).to_bytes(2, "big") + hs
+
+
+# (what the hello names, passes?) for a tunnel CONNECTed to allowed.test. Held before session 13
+# too; kept as probes (docs/threat-model.md, session 13 review).
+_ECH_GREASE = b"\xfe\x0d\x00\x04" + bytes(4)  # an encrypted_client_hello extension (Chrome sends GREASE)
+SNI_SPELLINGS = [
+    ([(0, b"ALLOWED.TEST.")], b"", True),              # case and one trailing dot: the same name
+    ([(0, b"allowed.test")], _ECH_GREASE, True),       # ECH's outer name is all the proxy sees (documented)
+    ([(0, b"allowed.test\x00.other.test")], b"", False),  # NUL inside the name
+    ([(0, b"other.test")], b"", False),                # fronting: another allowed name
+    ([(0, b"127.0.0.1")], b"", False),                 # an address as the name
+    ([(0, b"allowed.test"), (0, b"other.test")], b"", False),  # two host_names
+    ([(1, b"other.test"), (0, b"allowed.test")], b"", True),   # a non-host_name entry is not a name
+    ([(0, "allowed.tеst".encode())], b"", False),      # Cyrillic е: not ASCII
+    ([(0, b"xn--allowed-9za.test")], b"", False),      # a punycode lookalike is another name
+]
+
+
+@pytest.mark.parametrize("entries, extra, passes", SNI_SPELLINGS)
+def test_sni_spellings_in_a_tunnel(make_proxy, recorder, entries, extra, passes):
+    p = make_proxy([f"allowed.test:{recorder.port}", f"other.test:{recorder.port}"])
+    hello = _hello_naming(entries, extra)
+    s, status = connect_tunnel(p.port, "allowed.test", recorder.port)
+    assert " 200 " in status
+    with s:
+        s.sendall(hello)
+        s.shutdown(socket.SHUT_WR)
+        assert _closed_within(s, 10)
+    deadline = time.monotonic() + 5
+    while not recorder.received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert recorder.received == [hello if passes else b""]
+    assert any(line["decision"] == "deny" and line["via"] == "tls" for line in p.log()) is not passes
+
+
+@pytest.mark.parametrize("target", ["0x7f.0.0.1:{port}", "2130706433:{port}", "127.1:{port}", "allowed.test..:{port}",
+                                    "user@allowed.test:{port}", "allowed.test:+{port}", "[fe80::1%25eth0]:{port}",
+                                    "allowed.test:{port}:{port}", "allowed.test%2e:{port}"])
+def test_connect_authority_spellings_are_refused(make_proxy, recorder, target):
+    """Numeric spellings of the allowed 127.0.0.1, a zone, userinfo, a signed port, doubled dots."""
+    from egresskit import http_exchange
+
+    p = make_proxy([f"allowed.test:{recorder.port}", f"127.0.0.1:{recorder.port}"])
+    authority = target.format(port=recorder.port)
+    answer = http_exchange(p.port, f"CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), timeout=5)
+    assert answer.split(b" ")[1] in (b"400", b"403"), (authority, answer[:80])
+    assert recorder.received == []
+
+
+def test_twin_the_plain_spellings_connect(make_proxy, recorder):
+    from egresskit import http_exchange
+
+    p = make_proxy([f"allowed.test:{recorder.port}", f"127.0.0.1:{recorder.port}"])
+    for authority in (f"ALLOWED.test.:{recorder.port}", f"127.0.0.1:{recorder.port}", f"[::ffff:127.0.0.1]:{recorder.port}",
+                      f"[127.0.0.1]:{recorder.port}"):  # bracketed IPv4: the same address, decided as such
+        answer = http_exchange(p.port, f"CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n".encode() + b"SSH-2.0-x\r\n",
+                               timeout=2)
+        assert answer.startswith(b"HTTP/1.1 200"), (authority, answer[:80])
