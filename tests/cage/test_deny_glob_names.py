@@ -96,3 +96,53 @@ def test_a_split_takes_each_entry_s_type_from_its_listing(tmp_path):
     assert rules[str(tmp_path / "file.txt")] != rules[str(tmp_path / "dir")]
     assert rules[str(tmp_path)] == landlock.READ_DIR
     assert not warnings
+
+
+def test_a_fingerprint_keeps_the_listing_the_split_was_decided_from(tmp_path):
+    """`plan_rules(listed=)` hands each split directory's stat and names, taken as the rules were
+    decided, to the fingerprint (`fingerprint_build.take`), which takes none of its own: an entry
+    made after the listing and before the fingerprint is then a change at the next check. A
+    fingerprint that listed again after the rules described it as decided, and every later check
+    said "unchanged" for rules that never granted it (the twin below: a path-only split list)."""
+    from sandboy.confine import landlock
+    from sandboy.confine.fingerprint import Fingerprint
+
+    (tmp_path / "secret.env").write_text("TOKEN")
+    (tmp_path / "old.txt").write_text("x")
+    split_dirs, listed = [], {}
+    rules = dict(landlock.plan_rules({str(tmp_path): landlock.READ}, [str(tmp_path / "secret.env")], print,
+                                     split_dirs, (), listed))
+    assert split_dirs == [str(tmp_path)] and set(listed[str(tmp_path)][2]) == {"secret.env", "old.txt"}
+    (tmp_path / "new.txt").write_text("made while the cage was built")
+    assert str(tmp_path / "new.txt") not in rules
+    kept = Fingerprint((), [(path, listed[path]) for path in split_dirs], ((), (), False), ([], [], []))
+    assert not kept.unchanged()
+    # the twin: the directory as it is now (a listing after the rules) finds nothing to say
+    relisted = Fingerprint((), split_dirs, ((), (), False), ([], [], []))
+    assert relisted.unchanged()
+    # and without a change since, the kept listing is unchanged
+    again = {}
+    landlock.plan_rules({str(tmp_path): landlock.READ}, [str(tmp_path / "secret.env")], print, [], (), again)
+    assert Fingerprint((), [(str(tmp_path), again[str(tmp_path)])], ((), (), False), ([], [], [])).unchanged()
+
+
+def test_a_kept_build_s_fingerprint_lists_no_split_directory_again(tmp_path, monkeypatch):
+    """The build hands its listings on (`protections.compile_landlock_fs` -> `cage.build`): a cage
+    that may be kept lists each split directory once, for its rules."""
+    from sandboy.confine import cage
+    from sandboy.policy.model import Policy
+
+    (tmp_path / "secret.env").write_text("TOKEN")
+    (tmp_path / "old.txt").write_text("x")
+    policy = Policy.from_mapping({"version": 1, "fs": {"read": [str(tmp_path)], "deny": [str(tmp_path / "secret.env")]}})
+    listed_again = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p=".": listed_again.append(str(p)) or real_listdir(p))
+    built = cage.build(policy, cwd=str(tmp_path), reusable=True)
+    try:
+        assert built.fingerprint is not None
+        assert str(tmp_path) not in listed_again
+        (tmp_path / "new.txt").write_text("x")
+        assert not built.fingerprint.unchanged()
+    finally:
+        built.close()

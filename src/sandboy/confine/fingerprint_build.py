@@ -28,12 +28,18 @@ def take(fp, inputs, split_dirs, protected_args, protected, before=None, watch_b
     # since show at the next check.
     fp._input_keys = (fp._inputs_now() if before is None else
                       tuple(before[p] if p in before else stat_key(p) for p in fp.inputs))
-    now = time.time_ns()
+    clock = time.time_ns()
     fp._split = []  # [directory, stat_key, listing, identity settled at `now` or None]
     for directory in split_dirs:
+        # (directory, (clock, stat, names)): the stat and the listing the rules were decided from
+        # (`landlock.plan_rules(listed=)`), else (a path: a caller that did not keep them) taken now
+        directory, taken = directory if type(directory) is tuple else (directory, None)
         try:
-            st = os.stat(directory)
-            listing = tuple(os.listdir(directory))
+            if taken is None:
+                now, st = clock, os.stat(directory)
+                listing = tuple(os.listdir(directory))
+            else:
+                now, st, listing = taken
         except OSError:
             fp._split.append([directory, None, (), None])
             continue

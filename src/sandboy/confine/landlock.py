@@ -10,6 +10,7 @@ without this module: ADR 0028); they are reachable from here as before.
 """
 
 import os
+import time
 
 from sandboy.policy.resolve import is_glob, is_within_any
 from sandboy.confine.ruleset import (  # noqa: F401  (this module's interface, as before the split)
@@ -68,6 +69,7 @@ ELF_INTERPRETERS = ("/lib64/ld-linux-x86-64.so.2",)
 
 
 _O_PATH = 0o10000000
+_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def existing_realpath(path: str):
@@ -126,7 +128,8 @@ def expand_denies(denies, warn, budget=None, watch=None) -> list[str]:
     return out
 
 
-def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None, protects=()) -> list[tuple[str, int]]:
+def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None, protects=(),
+               listed=None) -> list[tuple[str, int]]:
     """Split grants around denied and protected paths.
 
     Landlock can only grant, so a deny inside a granted directory becomes grants for each
@@ -134,7 +137,11 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
     A grant at or under a denied path is dropped (deny wins). A protected path is split out
     the same way and then granted only the read part (READ_FILE, READ_DIR, EXECUTE) of what
     covered it; a grant at or under it is cut to that too. `split_dirs`, if given, receives
-    the directories that were split (their listing decided the rules).
+    the directories that were split (their listing decided the rules); `listed`, if given, a
+    dict that gets for each of them (the clock, its stat, the names listed): the stat of the
+    directory listed (one fd), taken just before the listing the rules were decided from — what a
+    fingerprint keeps of it (`fingerprint_build.take`), instead of a stat and a listing of its own
+    made after the rules, which described entries made meanwhile as decided (session 13).
     """
     rules: dict[str, int] = {}
 
@@ -171,13 +178,22 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
             add(path, rights, is_dir)
             return
         try:
-            # the entries with their types (getdents' d_type): no lstat and stat of each entry
-            # of a split directory (/etc's ≈ 140 for the `system` preset's secrets: session 13)
-            with os.scandir(path) as listing:
-                entries = [(entry.name, entry.is_symlink(), entry.is_dir(follow_symlinks=False)) for entry in listing]
+            fd = os.open(path, _LIST_FLAGS)
+            try:
+                if listed is not None:
+                    now, st = time.time_ns(), os.fstat(fd)
+                # the entries with their types (getdents' d_type): no lstat and stat of each entry
+                # of a split directory (/etc's ≈ 140 for the `system` preset's secrets: session 13)
+                with os.scandir(fd) as listing:
+                    entries = [(entry.name, entry.is_symlink(), entry.is_dir(follow_symlinks=False))
+                               for entry in listing]
+            finally:
+                os.close(fd)
         except OSError as exc:
             warn(f"fs: cannot list {path} to split it around a deny ({exc.strerror}); not granted")
             return
+        if listed is not None:
+            listed[path] = (now, st, tuple(name for name, _, _ in entries))
         if split_dirs is not None:
             split_dirs.append(path)
         # READ_DIR on the split directory keeps it listable, as docs/design.md allows; nothing

@@ -447,7 +447,10 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
             degraded.append("fs.protect_defaults: without a mount namespace these stay writable: "
                             + ", ".join(from_defaults))
     split_dirs: list[str] = []
-    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects)
+    # a cage that may be kept: each split directory's stat and names as the rules were decided from
+    # them (`fingerprint_build.take` keeps those, taking none of its own)
+    listed = {} if job.reusable else None
+    rules = landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects, listed)
     # a glob's matches are kept (a fingerprint) only where the directories it looked into prove them
     glob_state = () if not globs else None if watch is None else watch.state(globs)
 
@@ -476,7 +479,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         inputs=(*fs.read, *fs.exec, *fs.write, *fs.deny, cache, *landlock.ELF_INTERPRETERS,
                 *fs.protect, *grants),
         protected_args=protected_args(job),
-        split_dirs=split_dirs, globs=glob_state, reusable=glob_state is not None, mount_roots=mount_roots,
+        split_dirs=split_dirs if listed is None else [(path, listed.get(path)) for path in split_dirs],
+        globs=glob_state, reusable=glob_state is not None, mount_roots=mount_roots,
         denied_in_write_roots=denied_in_write_roots)
 
 
