@@ -182,7 +182,7 @@ def candidates(write_roots, resolved=None, all_ours=None) -> tuple:
     roots' realpaths: ((path, kind, [(realpath, kind, write root)]), ...), one per installation
     path a write root holds by the string comparisons alone. Nothing here changes while the
     write roots lead to the same directories, so a compiled cage keeps it for its reuse check
-    (`reuse.Fingerprint`), which then pays only `present`'s lookups (none for the usual write
+    (`fingerprint.Fingerprint`), which then pays only `present`'s lookups (none for the usual write
     root, which holds no part of the installation).
 
     `resolved`: other rows of the same shape as `_resolved()`'s, (path, kind, realpath, symlinks
