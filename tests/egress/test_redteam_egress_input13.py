@@ -267,3 +267,26 @@ def test_twin_the_plain_spellings_connect(make_proxy, recorder):
         answer = http_exchange(p.port, f"CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n".encode() + b"SSH-2.0-x\r\n",
                                timeout=2)
         assert answer.startswith(b"HTTP/1.1 200"), (authority, answer[:80])
+
+
+def test_hostile_names_forge_no_line_of_the_egress_log(make_proxy, recorder):
+    """SOCKS5 names are raw bytes of the client's choosing: a newline and a whole forged JSON
+    line, ESC sequences, U+2028 in UTF-8, a quote and a backslash. Each decision is one line;
+    no raw control character reaches the file (held: names are validated before they are logged
+    and json.dumps escapes the rest)."""
+    p = make_proxy([f"allowed.test:{recorder.port}"])
+    names = [b'x.test\n{"decision": "allow", "host": "evil.test", "port": 443}',
+             b"\x1b[2J\x1b]0;owned\x07allowed.test", "allowed.test\u2028".encode(), b'a"b\\c.test', b"\r\rother.test"]
+    for name in names:
+        s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
+        with s:
+            s.sendall(b"\x05\x01\x00")
+            assert s.recv(2) == b"\x05\x00"
+            s.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + recorder.port.to_bytes(2, "big"))
+            assert s.recv(10)[1] == 0x02  # refused by the ruleset
+    raw = p.log_path.read_bytes()
+    lines = raw.decode("ascii").splitlines()
+    assert len(lines) == len(names)
+    assert all(json.loads(line)["decision"] == "deny" for line in lines)
+    assert not any(c < 0x20 and c != 0x0A for c in raw)
+    assert recorder.received == []
