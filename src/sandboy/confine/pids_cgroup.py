@@ -81,7 +81,7 @@ class PidsCgroup:
         except OSError:
             return None
         try:
-            fd = os.open(os.path.join(path, "pids.max"), os.O_WRONLY | os.O_CLOEXEC)
+            fd = os.open(f"{path}/pids.max", os.O_WRONLY | os.O_CLOEXEC)
             try:
                 os.write(fd, str(max_pids).encode())
             finally:
@@ -106,20 +106,20 @@ class PidsCgroup:
         here once that pid is gone and the leaf is empty."""
         name = f"{os.getpid()}-{os.urandom(4).hex()}"
         for base in _pids_bases():
-            parent = os.path.join(base, RUNS_PARENT)
+            parent = f"{base}/{RUNS_PARENT}"
             try:
                 os.mkdir(parent, 0o755)
-                if base != V1_ROOT and not base.startswith(V1_ROOT + "/"):
-                    _write(os.path.join(parent, "cgroup.subtree_control"), "+pids")  # v2: leaves get the controller
+                if _join_file(base) == "cgroup.procs":
+                    _write(f"{parent}/cgroup.subtree_control", "+pids")  # v2: leaves get the controller
             except FileExistsError:
                 _sweep(parent)
             except OSError:
                 continue
-            group = cls._made(os.path.join(parent, name), max_pids)
+            group = cls._made(f"{parent}/{name}", max_pids)
             if group is None:
                 continue
             try:
-                group.join_fd = above_stdio(os.open(os.path.join(group.path, _join_file(base)), os.O_WRONLY | os.O_CLOEXEC))
+                group.join_fd = above_stdio(os.open(f"{group.path}/{_join_file(base)}", os.O_WRONLY | os.O_CLOEXEC))
             except OSError:
                 group.remove()
                 continue
@@ -139,12 +139,7 @@ class PidsCgroup:
         its pids by SIGKILL), then remove it. Under the tier nothing is left once the init is
         reaped (the kernel ends the PID namespace with it): the first rmdir takes it. Whether the
         group is gone (it stays where something in it would not die within `seconds`)."""
-        if self.join_fd is not None:
-            os.close(self.join_fd)
-            self.join_fd = None
-        if self._current_fd is not None:
-            os.close(self._current_fd)
-            self._current_fd = None
+        self._close()
         deadline = None
         while True:
             try:
@@ -219,16 +214,18 @@ class PidsCgroup:
         self.remove()
 
     def remove(self) -> None:
-        if self._current_fd is not None:
-            os.close(self._current_fd)
-            self._current_fd = None
-        if self.join_fd is not None:
-            os.close(self.join_fd)
-            self.join_fd = None
+        self._close()
         try:
             os.rmdir(self.path)
         except OSError:
             pass
+
+    def _close(self) -> None:
+        """The group's files this process keeps open (pids.current, the join file) closed."""
+        for fd in (self._current_fd, self.join_fd):
+            if fd is not None:
+                os.close(fd)
+        self._current_fd = self.join_fd = None
 
 
 RUNS_PARENT = "sandboy-runs"  # where exec mode's per-run leaves are made (PidsCgroup.for_run)
@@ -237,18 +234,17 @@ RUNS_PARENT = "sandboy-runs"  # where exec mode's per-run leaves are made (PidsC
 def _pids_bases() -> list:
     """The cgroup directories a pids group of this process may be made in: its own group of the
     v1 pids hierarchy (not the hierarchy's root: a group there would be outside whatever limit
-    the caller itself is under), and its own v2 group where that hands the pids controller down."""
-    bases = []
+    the caller itself is under), and its own v2 group where that hands the pids controller down.
+    (On `sandboy run`'s path as root: one read of /proc/self/cgroup, v2's only where it is mounted.)"""
     v1 = _own_v1_dir("pids")
-    if v1 and os.path.isfile(os.path.join(v1, "pids.max" if v1 != V1_ROOT else "cgroup.procs")):
-        bases.append(v1)
-    v2 = _own_v2_dir()
-    if v2 and os.path.isfile(os.path.join(V2_ROOT, "cgroup.controllers")):
+    bases = [v1] if v1 and os.path.isfile(f"{v1}/pids.max" if v1 != V1_ROOT else f"{v1}/cgroup.procs") else []
+    if os.path.isfile(f"{V2_ROOT}/cgroup.controllers"):
+        v2 = _own_v2_dir()
         try:
-            with open(os.path.join(v2, "cgroup.subtree_control")) as fh:
-                if "pids" in fh.read().split():
+            with open(f"{v2}/cgroup.subtree_control") as fh:
+                if v2 and "pids" in fh.read().split():
                     bases.append(v2)
-        except OSError:
+        except (OSError, TypeError):
             pass
     return bases
 
@@ -278,9 +274,11 @@ def _kill_members(group: str) -> None:
 def _sweep(parent: str) -> None:
     """Remove the leaves in `parent` that a run killed outright left behind: empty, and named
     after a `sandboy run` that is gone. A leaf of a live run is never touched (it may be empty
-    between its making and its init's join), nor one still holding processes (rmdir refuses)."""
+    between its making and its init's join), nor one still holding processes (rmdir refuses).
+    (The parent's own files are named by the kernel — cgroup.procs, tasks, pids.max, ... — and
+    never start with a digit: a leaf's name does.)"""
     try:
-        names = [e.name for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)]
+        names = os.listdir(parent)
     except OSError:
         return
     for name in names:
@@ -295,7 +293,7 @@ def _sweep(parent: str) -> None:
         except OSError:
             continue
         try:
-            os.rmdir(os.path.join(parent, name))
+            os.rmdir(f"{parent}/{name}")
         except OSError:
             pass
 
