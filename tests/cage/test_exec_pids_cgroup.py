@@ -368,3 +368,35 @@ def test_a_changed_limit_is_a_miss_and_the_new_one_holds(tier, tmp_path):
             assert not os.path.exists(leaf)
         finally:
             run.kill()
+
+
+def _current(leaf: str):
+    """The leaf's pids.current, or None once it is gone (another run as root swept it)."""
+    try:
+        return read(leaf, "pids.current")
+    except FileNotFoundError:
+        return None
+
+
+def test_sandboy_run_killed_outright_leaves_an_empty_leaf_the_next_run_removes(tier, tmp_path):
+    """SIGKILL to `sandboy run` mid-run: nothing of it can remove the leaf, but its init dies with
+    it (PR_SET_PDEATHSIG) and the PID namespace with the init — the leaf is left empty (host
+    side: no marked process, `pids.current` 0) — and the next run removes it."""
+    run = Run(tmp_path, "1", processes=5)
+    try:
+        assert run.started() == 4, run.err()
+        leaf = leaf_of(settled_named(run.marker, 4))
+        run.cli.kill()
+        run.cli.wait(60)
+        assert gone(run.marker) == [], "the run outlived sandboy run killed outright"
+        deadline = time.monotonic() + 10  # (the init, orphaned, is reaped by the host's init)
+        while _current(leaf) not in ("0", None) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _current(leaf) in ("0", None)
+    finally:
+        run.kill()
+    if not os.path.exists(leaf):
+        return  # (swept by another run already)
+    after = Run(tmp_path, "1", processes=5, n=0, how="exit")
+    assert after.started() == 0 and after.end() == 0, after.err()
+    assert not os.path.exists(leaf), "the next run left the empty leaf of a run killed outright"
