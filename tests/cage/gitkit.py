@@ -1,5 +1,5 @@
 """Host-side git helpers for the probes that plant code for the operator's next git command
-(test_redteam_tier.py, test_git_planted.py, test_gitcheck.py, test_gitcheck_attacks.py). A unique module name, like cagekit."""
+(test_redteam_tier.py, test_git_planted.py, test_gitcheck*.py, test_hook_python.py). A unique module name, like cagekit."""
 
 from __future__ import annotations
 
@@ -113,3 +113,24 @@ def husky_install(repo, env=None) -> None:
         with open(path, "w") as fh:
             fh.write('#!/usr/bin/env sh\n. "$(dirname "$0")/h"')
         os.chmod(path, 0o755)
+
+
+def snapshot(repo, env):
+    """The git check's launch snapshot of `repo` (`gitcheck.snapshot`), taken a clock tick after the
+    set-up (see test_gitcheck.check): else the check after the run rightly takes the set-up's own
+    files for ones the run wrote."""
+    import time
+
+    from sandboy.confine import gitcheck
+
+    time.sleep(0.02)
+    return gitcheck.snapshot([str(repo)], home=env["HOME"])
+
+
+def operators_commit(repo, env, message):
+    """The operator's next commit of a change of theirs (lefthook skips a commit with nothing
+    staged): what runs the hooks a command may have planted."""
+    (repo / f"{message}.txt").write_text(message)
+    subprocess.run(["git", "add", f"{message}.txt"], cwd=repo, env=env, check=True, timeout=30)
+    return subprocess.run(["git", "-c", "safe.directory=*", "commit", "-q", "-m", message],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)

@@ -28,7 +28,7 @@ from cagekit import use_tier
 
 from sandboy.confine import gitcheck, protected
 
-from gitkit import GIT_ENV, git_repo, manager_env, sh
+from gitkit import GIT_ENV, git_repo, manager_env, operators_commit, sh, snapshot
 
 VENV_BIN = os.path.dirname(sys.executable)
 PRE_COMMIT = shutil.which("pre-commit", path=VENV_BIN)
@@ -69,20 +69,6 @@ def managed_repo(tmp_path, env, manager, own):
     sh(f"{install} && git add -A && git commit -qm managed", repo, env)
     own.unlink()  # the set-up's own commit ran the hook
     return repo
-
-
-def operators_commit(repo, env, message):
-    """The operator's next commit of a change of theirs (lefthook skips a commit with nothing
-    staged)."""
-    (repo / f"{message}.txt").write_text(message)
-    subprocess.run(["git", "add", f"{message}.txt"], cwd=repo, env=env, check=True, timeout=30)
-    return subprocess.run(["git", "-c", "safe.directory=*", "commit", "-q", "-m", message],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)
-
-
-def snapshot(repo, env):
-    time.sleep(0.02)
-    return gitcheck.snapshot([str(repo)], home=env["HOME"])
 
 
 ATTACKS = {

@@ -24,7 +24,7 @@ import pytest
 
 from sandboy.confine import gitcheck
 
-from gitkit import git_repo, scratch_env, sh
+from gitkit import git_repo, scratch_env, sh, snapshot
 
 GITLINK = "git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),{path}"
 
@@ -63,11 +63,6 @@ def a_submodule(repo, env, name="lib"):
     committed): `.gitmodules`, `<name>/.git` a git file, its git directory in `.git/modules`."""
     upstream = git_repo(repo.parent / f"{name}-upstream", env)
     sh(f"git -c protocol.file.allow=always submodule add -q '{upstream}' {name} && git commit -qm sub", repo, env)
-
-
-def snapshot(repo, env):
-    time.sleep(0.02)  # the set-up is a clock tick older than the snapshot (see test_gitcheck.check)
-    return gitcheck.snapshot([str(repo)], home=env["HOME"])
 
 
 # --- the ways: each a script the command runs, where the operator's git then runs, and what the

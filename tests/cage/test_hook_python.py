@@ -29,7 +29,7 @@ from cagekit import use_tier
 
 from sandboy.confine import gitcheck, hook_python
 
-from gitkit import GIT_ENV, git_repo, manager_env, sh
+from gitkit import GIT_ENV, git_repo, manager_env, operators_commit, sh, snapshot
 from wheelkit import make_wheel, pip_install
 
 VENV_BIN = os.path.dirname(sys.executable)
@@ -86,18 +86,6 @@ def python_repo(tmp_path, env, own, path=None):
     assert f"INSTALL_PYTHON={repo}/.venv/bin/python\n" in (repo / ".git/hooks/pre-commit").read_text()
     own.unlink()
     return repo, site
-
-
-def operators_commit(repo, env, message):
-    (repo / f"{message}.txt").write_text(message)
-    subprocess.run(["git", "add", f"{message}.txt"], cwd=repo, env=env, check=True, timeout=30)
-    return subprocess.run(["git", "-c", "safe.directory=*", "commit", "-q", "-m", message],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)
-
-
-def snapshot(repo, env):
-    time.sleep(0.02)
-    return gitcheck.snapshot([str(repo)], home=env["HOME"])
 
 
 PLANT = "open('{pwned}', 'w').close()"
