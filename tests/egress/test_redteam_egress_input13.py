@@ -290,3 +290,47 @@ def test_hostile_names_forge_no_line_of_the_egress_log(make_proxy, recorder):
     assert all(json.loads(line)["decision"] == "deny" for line in lines)
     assert not any(c < 0x20 and c != 0x0A for c in raw)
     assert recorder.received == []
+
+
+# --- the unspecified address ------------------------------------------------------------------
+
+
+def test_an_answer_of_0_0_0_0_never_reaches_the_hosts_own_services(tmp_path, recorder):
+    """`net.private = ["0.0.0.0/8"]` loads (Python calls the range private) and reads as "the zero
+    network", but connect(2) to 0.0.0.0 reaches this host's own listeners (Linux: the local
+    address): an allowed name answering 0.0.0.0 — the "0.0.0.0 day" rebinding — reached a service
+    on the host's 127.0.0.1 that no 127.0.0.0/8 entry granted. The unspecified address is never a
+    destination now, whatever net.private holds."""
+    from egresskit import http_exchange
+
+    log = tmp_path / "egress.jsonl"
+    rules = Rules([f"zero.test:{recorder.port}"], (), ["0.0.0.0/8", "::/128"], source="test.toml")
+    service = ProxyService(rules, loopback_listener(), str(log), Resolver({"zero.test": ["0.0.0.0"]})).start()
+    try:
+        for authority in (f"zero.test:{recorder.port}",):
+            answer = http_exchange(service.port, f"CONNECT {authority} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+                                   + b"SSH-2.0-x\r\n", timeout=2)
+            assert answer.startswith(b"HTTP/1.1 403"), answer[:80]
+    finally:
+        service.stop()
+    time.sleep(0.2)
+    assert recorder.received == [], "a host-local service was reached through 0.0.0.0"
+    assert Rules(["a.org"], private=["0.0.0.0/8", "::/128"]).address_refusal("::")
+
+
+def test_twin_a_listed_loopback_range_still_reaches_the_host(tmp_path, recorder):
+    from egresskit import http_exchange
+
+    rules = Rules([f"loop.test:{recorder.port}"], (), ["127.0.0.0/8"], source="test.toml")
+    service = ProxyService(rules, loopback_listener(), str(tmp_path / "e.jsonl"),
+                           Resolver({"loop.test": ["127.0.0.1"]})).start()
+    try:
+        answer = http_exchange(service.port, f"CONNECT loop.test:{recorder.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+                               + b"SSH-2.0-x\r\n", timeout=2)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    finally:
+        service.stop()
+    deadline = time.monotonic() + 5
+    while not recorder.received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert recorder.received == [b"SSH-2.0-x\r\n"]

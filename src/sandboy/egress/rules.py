@@ -267,6 +267,13 @@ class Rules:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
         if ip.version == 6:
             ip = _embedded_ipv4(ip) or ip
+        if ip.is_unspecified or (ip.version == 4 and ip.packed[0] == 0):
+            # Never a destination, whatever net.private holds (session 13): connect(2) to 0.0.0.0
+            # or :: reaches this host's own listeners, and Python calls 0.0.0.0/8 and ::/128
+            # private, so `net.private = ["0.0.0.0/8"]` ("the zero network") let an allowed name
+            # answering 0.0.0.0 reach a service on the host's 127.0.0.1 no loopback entry granted.
+            return (f"address {ip} is unspecified ('this host': a connection reaches the host's own "
+                    "services; list 127.0.0.0/8 in net.private if that is meant)")
         if any(ip.version == net.version and ip in net for net in self.private):
             return None
         if ip.is_global and not ip.is_multicast and not (ip.version == 6 and _never_global(ip)):
