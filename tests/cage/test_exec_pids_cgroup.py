@@ -81,7 +81,8 @@ def tier():
 class Run:
     """One `sandboy run` of SLEEPERS, its stdout a pipe the test reads the count from."""
 
-    def __init__(self, tmp_path, native: str, processes: int, n: int = 8, how: str = "wait", wall: int = 0):
+    def __init__(self, tmp_path, native: str, processes: int, n: int = 8, how: str = "wait", wall: int = 0,
+                 env=None):
         self.tmp = tmp_path
         self.said = []  # what the command said before its count
         self.marker = f"pids13-{os.getpid()}-{time.monotonic_ns()}"
@@ -99,7 +100,7 @@ class Run:
         sys_fs = ', "/sys/fs/cgroup"' if how == "leave" else ""  # (read: what it may see of its groups)
         policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", '
                           f'"{work}", "{signals}"{sys_fs}]\nexec = ["/usr/bin", "/bin"]\n[limits]\n{limits}')
-        env = {k: v for k, v in os.environ.items() if k not in ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE")}
+        env = {k: v for k, v in (env or os.environ).items() if k not in ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE")}
         env.update(SANDBOY_NATIVE=native, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
         self.cli = subprocess.Popen([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--",
                                      PYTHON, "-I", str(script), self.marker, str(n), how, str(self.done)],
@@ -259,9 +260,9 @@ def test_the_command_cannot_leave_its_group(tier, tmp_path, native):
         run.kill()
 
 
-def _kept(tmp_path, native: str, processes: int) -> None:
+def _kept(tmp_path, native: str, processes: int, env=None) -> None:
     for _ in range(3):
-        run = Run(tmp_path, native, processes=processes, n=0, how="exit")
+        run = Run(tmp_path, native, processes=processes, n=0, how="exit", env=env)
         try:
             assert run.started() == 0
             assert run.end() == 0, run.err()
@@ -400,3 +401,42 @@ def test_sandboy_run_killed_outright_leaves_an_empty_leaf_the_next_run_removes(t
     after = Run(tmp_path, "1", processes=5, n=0, how="exit")
     assert after.started() == 0 and after.end() == 0, after.err()
     assert not os.path.exists(leaf), "the next run left the empty leaf of a run killed outright"
+
+
+# Each protection taken out of a copy of the package (test_plan_cache.run_a_mutant), and the probe
+# above that must then fail, as its own judge: (file, text, replacement, what the probe sees).
+MUTANTS = {
+    "the init's join": ("init_wait.py", "((group.join_step(),) if group is not None else ())", "()"),
+    "the leaf's removal": ("init_wait.py", "            group.end()", "            pass"),
+    "a hit's limit": ("plan_cache.py", "processes=self._processes)", "processes=0)"),
+}
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_each_protection_taken_out_fails_its_probe(tier, tmp_path, mutant):
+    """The probes above are not vacuous: with the join step gone the sleepers run outside any
+    leaf of the run (all 8 start); with the removal gone the leaf outlives the run; with a hit's
+    limit gone a kept plan starts all 8."""
+    from test_plan_cache import run_a_mutant
+
+    holder = type("Holder", (), {})()
+    holder.env = dict(os.environ)
+    run_a_mutant(holder, tmp_path, *MUTANTS[mutant])
+    if mutant == "a hit's limit":
+        _kept(tmp_path, "1", 5, env=holder.env)
+    run = Run(tmp_path, "1", processes=5, env=holder.env)
+    try:
+        started = run.started()
+        pids = settled_named(run.marker, started)
+        groups = {thread_cgroup("pids", pid, pid) for pid in pids}
+        assert run.end() == 0, run.err()
+        if mutant == "the leaf's removal":
+            (leaf,) = groups
+            assert os.path.isdir(PIDS_ROOT + leaf), "the leaf was removed without its removal"
+            os.rmdir(PIDS_ROOT + leaf)
+        else:
+            assert started == 8, f"{mutant} taken out, and still refused at the limit: {started}"
+            if mutant == "a hit's limit":
+                assert run.hit
+    finally:
+        run.kill()
