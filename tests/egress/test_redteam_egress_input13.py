@@ -152,6 +152,21 @@ def _closed_within(sock, seconds: float) -> bool:
         return True
 
 
+def _through_a_tunnel(p, recorder, data: bytes) -> bytes:
+    """What the upstream received of `data` sent (then half-closed) in a tunnel to allowed.test."""
+    seen = len(recorder.received)
+    s, status = connect_tunnel(p.port, "allowed.test", recorder.port)
+    assert " 200 " in status
+    with s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        assert _closed_within(s, 10)
+    deadline = time.monotonic() + 5
+    while len(recorder.received) == seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return recorder.received[seen]
+
+
 def test_a_client_hello_dripped_past_its_deadline_ends_the_tunnel(make_proxy, recorder, monkeypatch):
     """HELLO_TIMEOUT bounded each read, not the hello: a byte every 29 s held the tunnel and its
     upstream connection open for as long as the client liked (64 KiB: three weeks). Now the whole
@@ -186,16 +201,7 @@ def test_twin_a_client_hello_in_one_byte_records_still_passes_or_is_refused_by_i
     p = make_proxy([f"allowed.test:{recorder.port}", f"other.test:{recorder.port}"])
     for name, passes in (("allowed.test", True), ("other.test", False)):
         hello = b"".join(in_records(client_hello(name), 1)) + b"early data"
-        s, status = connect_tunnel(p.port, "allowed.test", recorder.port)
-        assert " 200 " in status
-        with s:
-            s.sendall(hello)
-            s.shutdown(socket.SHUT_WR)
-            assert _closed_within(s, 10)
-        deadline = time.monotonic() + 5
-        while len(recorder.received) < (1 if passes else 2) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert recorder.received[-1] == (hello if passes else b""), name
+        assert _through_a_tunnel(p, recorder, hello) == (hello if passes else b""), name
     denials = [line for line in p.log() if line["decision"] == "deny"]
     assert [line["via"] for line in denials] == ["tls"] and "'other.test'" in denials[0]["reason"]
 
@@ -231,16 +237,8 @@ SNI_SPELLINGS = [
 def test_sni_spellings_in_a_tunnel(make_proxy, recorder, entries, extra, passes):
     p = make_proxy([f"allowed.test:{recorder.port}", f"other.test:{recorder.port}"])
     hello = _hello_naming(entries, extra)
-    s, status = connect_tunnel(p.port, "allowed.test", recorder.port)
-    assert " 200 " in status
-    with s:
-        s.sendall(hello)
-        s.shutdown(socket.SHUT_WR)
-        assert _closed_within(s, 10)
-    deadline = time.monotonic() + 5
-    while not recorder.received and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert recorder.received == [hello if passes else b""]
+    assert _through_a_tunnel(p, recorder, hello) == (hello if passes else b"")
+    assert len(recorder.received) == 1
     assert any(line["decision"] == "deny" and line["via"] == "tls" for line in p.log()) is not passes
 
 
