@@ -94,7 +94,7 @@ def test_fingerprints_read_only_regular_files_inside_the_root_and_bounded(tmp_pa
 
 
 def test_a_source_root_of_slash_still_holds_its_files(tmp_path: Path) -> None:
-    """"Inside the root" is policy.resolve.is_within: with "/" as the root every absolute path is
+    """"Inside the root" is sandboy.paths.is_within: with "/" as the root every absolute path is
     inside (a hand-written `base + os.sep` test made that "//" and matched nothing)."""
     (tmp_path / "a.py").write_text("x\n")
     assert fingerprint.source_path({"uri": f"file://{tmp_path}/a.py"}, [], Path("/")) == tmp_path / "a.py"
