@@ -76,3 +76,26 @@ def test_the_capability_policy_cannot_hand_agents_a_public_suffix_wildcard(tmp_p
                           env=env)
     assert twin.returncode == 0, twin.stderr
     assert "*.github.com" in (repo / ".claude" / "settings.json").read_text()
+
+
+def test_the_fidelity_table_says_claude_code_allows_every_port_of_a_bare_domain(tmp_path):
+    """Session 13: `network.domains = ["pypi.org"]` means ports 80 and 443 to the cage, but Claude
+    Code's sandbox matches the host alone (sandbox-runtime's filter, source read): the agent's file
+    allowed pypi.org:22 and every other port while compile called the row "advisory" and said
+    nothing of it. The table now says so; a `host:port` entry is named as such (twin: the cage's
+    row is unchanged)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "owen.policy.toml").write_text('version = 1\ntargets = ["claude", "sandboy"]\n[network]\n'
+                                           'domains = ["pypi.org", "files.example.com:8443"]\n')
+    done = subprocess.run([*SANDBOY, "policy", "compile"], capture_output=True, text=True, timeout=120, cwd=repo,
+                          env={**os.environ, "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.split("network.domains = ")
+    bare = next(r for r in rows if r.startswith("pypi.org"))
+    ported = next(r for r in rows if r.startswith("files.example.com:8443"))
+    claude_bare = next(line for line in bare.splitlines() if line.strip().startswith("claude"))
+    assert "every port of the host" in claude_bare and "80 and 443" in claude_bare
+    assert "host:port" in next(line for line in ported.splitlines() if line.strip().startswith("claude"))
+    assert "every port" not in next(line for line in bare.splitlines() if line.strip().startswith("sandboy"))

@@ -341,7 +341,7 @@ class Claude(Target):
                             "interpreter)"))
             else:
                 out.append((key, text, ADVISORY, "WebFetch(domain:) allow and sandbox.network.allowedDomains; "
-                            + SANDBOX_NOTE))
+                            + _domain_ports(text) + SANDBOX_NOTE))
         return out
 
     def decide(self, policy, path: str) -> dict:
@@ -360,3 +360,19 @@ class Claude(Target):
             "indexable": (None, "Claude Code has no index"),
             "writable": writable,
         }
+
+
+def _domain_ports(text: str) -> str:
+    """What Claude Code's sandbox makes of a domain entry's ports, for the fidelity table (session 13
+    red team: the agent's file was broader than the policy without a word). Its runtime's domain
+    patterns carry no port — anthropic-experimental/sandbox-runtime's schema refuses ':' and its
+    filter compares the host alone (source read, December 2025) — so a bare entry, ports 80 and 443
+    to the cage, allows every port of that host there; a `host:port` entry is no pattern of that
+    runtime (newer Claude Code documents an optional port; not verified here)."""
+    from sandboy.egress.rules import WEB_PORTS, parse_entry
+
+    if parse_entry(text).ports == WEB_PORTS:
+        return "there it allows every port of the host (the cage: 80 and 443); "
+    return ("a host:port entry: Claude Code sandbox runtimes without port patterns refuse it, "
+            "newer ones limit it to that port; ")
+
