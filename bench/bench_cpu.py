@@ -399,7 +399,8 @@ def main() -> int:
                              "gate: only plain bash, isolated bwrap and the gate; "
                              "api: only bwrap --unshare-all and the API")
     parser.add_argument("--match", metavar="TEXT", action="append", default=[],
-                        help="only the `sandboy run` cases whose name holds TEXT (and the floors); may be repeated")
+                        help="only the `sandboy run` cases whose name holds TEXT (=TEXT: whose name is TEXT, "
+                             "the tree's label aside), and the floors; may be repeated")
     args = parser.parse_args()
     load_start = os.getloadavg()[0]
     bwrap = shutil.which("bwrap") if args.only != "cli" else None
@@ -469,7 +470,8 @@ def main() -> int:
         for label, src in trees:
             chosen = cases_for(label, src, policy, repo, home, write_dirs, projects, user)
             cases.update({name: fn for name, fn in chosen.items() if name.startswith(wanted)
-                          and (not args.match or any(text in name for text in args.match))})
+                          and (not args.match or any(name.removesuffix(label) == text[1:] if text.startswith("=")
+                                                     else text in name for text in args.match))})
         for fn in cases.values():  # warm caches (policy parse cache, page cache)
             fn()
         samples = {name: [] for name in cases}
