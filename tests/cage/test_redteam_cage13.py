@@ -19,6 +19,9 @@ What got through, each with its probe here (host side, a legitimate twin in the 
   init and the command running unwaited (ppid 1), past `limits.wall_seconds`, build and plan cache
   hit, both executors, root and uid 65534. Now every exec-mode wait sets PR_SET_PDEATHSIG
   (`init_wait.start_and_wait`), as a checked run and a supervision did.
+- A file handed in on stdin is opened again by the init before the command starts, outside
+  `limits.wall_seconds`; the open blocked where a concurrent writer of its directory had swapped a
+  FIFO in at its path: the run hung for ever. Now opened O_NONBLOCK, the FIFO refused (125).
 
 What held is listed in docs/threat-model.md ("Session 13 review of the cage").
 """
@@ -221,3 +224,77 @@ def _start_then_kill_sandboy_as_user(where: Path, marker: str, env: dict):
                 pass
         proc.stdout.close()
         proc.stderr.close()
+
+
+# --- a file handed in on stdin: the init's reopen must never block --------------------------
+
+def test_the_reopen_of_a_file_handed_in_never_blocks(tmp_path):
+    """Kernel-free: the init opens the path of a file handed in on fd 0-2 again (under the tier),
+    before the command starts — outside `limits.wall_seconds`. Opened blocking, a FIFO another
+    run swapped in at that path meanwhile held the open, and the run, for ever: every kind is
+    opened O_NONBLOCK (the check after it refuses a FIFO), the caller's O_NONBLOCK put back."""
+    from sandboy.confine import _libc, namespaces
+
+    data = tmp_path / "in.txt"
+    data.write_text("hello\n")
+    for status in (os.O_RDONLY, os.O_RDONLY | os.O_NONBLOCK):
+        steps = namespaces._reopen_steps(0, str(data), os.stat(data), status, 3)
+        (_label, (nr, _flags, _dirfd, _path, open_flags)) = steps[0]
+        assert nr == _libc.SYS_OPENAT and open_flags & os.O_NONBLOCK, steps[0]
+        restore = [args for label, args in steps if "caller's flags" in label]
+        assert restore and restore[0][-1] == status & os.O_NONBLOCK, steps
+
+
+def test_a_fifo_swapped_in_for_the_file_on_stdin_cannot_hold_the_run(tmp_path):
+    """Host side: a concurrent writer of the directory of the operator's stdin file swaps a FIFO
+    in and out every 0.3 ms while `sandboy run -- cat < in.txt` runs 30 times with
+    `wall_seconds = 2`: each run ends within 6 s — 0 with the file's bytes, or 125 where the swap
+    met the reopen. Before: 2 of 30 hung (the init blocked opening the FIFO for reading)."""
+    import threading
+    import time
+
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here (without it fd 0 is passed on as it is)")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("hello\n")
+    os.mkfifo(data / "f")
+    (tmp_path / "p.toml").write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                                     'exec = ["/usr/bin", "/bin"]\n[limits]\nwall_seconds = 2\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [SANDBOY, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/cat"]
+    with open(data / "in.txt", "rb") as stdin:
+        twin = subprocess.run(argv, stdin=stdin, capture_output=True, env=env, timeout=60)
+        assert (twin.returncode, twin.stdout) == (0, b"hello\n"), twin.stderr
+
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            os.rename(data / "in.txt", data / "real")
+            os.rename(data / "f", data / "in.txt")
+            time.sleep(0.0003)
+            os.rename(data / "in.txt", data / "f")
+            os.rename(data / "real", data / "in.txt")
+            time.sleep(0.0003)
+
+    outcomes = []
+    with open(data / "in.txt", "rb") as stdin:
+        swapper = threading.Thread(target=swap)
+        swapper.start()
+        try:
+            for _ in range(30):
+                stdin.seek(0)
+                try:
+                    proc = subprocess.run(argv, stdin=stdin, capture_output=True, env=env, timeout=6)
+                    outcomes.append((proc.returncode, proc.stdout, proc.stderr.decode()[-200:]))
+                except subprocess.TimeoutExpired:
+                    outcomes.append(("hung", b"", ""))
+        finally:
+            stop.set()
+            swapper.join()
+    assert all(rc != "hung" for rc, _, _ in outcomes), outcomes
+    assert all((rc, out) == (0, b"hello\n") or rc == 125 for rc, out, _ in outcomes), outcomes

@@ -498,19 +498,23 @@ def _reopen_steps(target: int, path: str, st, status: int, slot: int, refuse: bo
     kind = st.st_mode & S_IFMT
     fifo = kind == S_IFIFO
     # a FIFO with no writer left would block its opening for reading (for writing: ENXIO with
-    # no reader left, the run fails): O_NONBLOCK, then the caller's flags back
-    flags = (access | O_CLOEXEC | O_NOCTTY | (status & O_NONBLOCK) | (O_NONBLOCK if fifo else 0)
-             | (O_DIRECTORY if kind == S_IFDIR else 0))
+    # no reader left, the run fails): O_NONBLOCK, then the caller's flags back. For every kind,
+    # not only a FIFO found here: the path is opened again by the init, before the command
+    # starts and so before limits.wall_seconds runs, and a FIFO another run swapped in at that
+    # path meanwhile held the open — and the run — for ever (redcage13); opened non-blocking,
+    # the check below refuses it (125)
+    flags = access | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (O_DIRECTORY if kind == S_IFDIR else 0)
     steps = [
         (f"reopen fd {target} on the cage's read-only tree", (SYS_OPENAT, step_flags(save=slot), AT_FDCWD,
                                                               _path(path), flags)),
         (f"check that fd {target}'s path still leads to the file handed in", (_libc.NR_SAME_FILE, 0, (slot,),
                                                                               st.st_dev, st.st_ino)),
     ]
-    if fifo:
-        steps.append((f"give the reopened fd {target} the caller's flags", (SYS_FCNTL, 0, (slot,), F_SETFL,
-                                                                           status & ~O_ACCMODE)))
-    elif kind == S_IFREG:  # (a directory's position is an opaque cookie: it starts over)
+    # the caller's flags back (a FIFO's all of them, as before; another kind's O_NONBLOCK alone,
+    # what its open carried before: F_SETFL of the caller's O_NOATIME could be refused)
+    steps.append((f"give the reopened fd {target} the caller's flags", (SYS_FCNTL, 0, (slot,), F_SETFL,
+                                                                       status & ~O_ACCMODE if fifo else status & O_NONBLOCK)))
+    if kind == S_IFREG:  # (a directory's position is an opaque cookie: it starts over)
         steps += [
             (f"read the caller's offset on fd {target}", (SYS_LSEEK, step_flags(save=OFFSET_SLOT), target, 0, SEEK_CUR)),
             (f"carry the offset of fd {target} in", (SYS_LSEEK, 0, (slot,), (OFFSET_SLOT,), SEEK_SET)),
