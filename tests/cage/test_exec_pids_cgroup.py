@@ -82,7 +82,7 @@ class Run:
     """One `sandboy run` of SLEEPERS, its stdout a pipe the test reads the count from."""
 
     def __init__(self, tmp_path, native: str, processes: int, n: int = 8, how: str = "wait", wall: int = 0,
-                 env=None):
+                 env=None, extra_env=None):
         self.tmp = tmp_path
         self.said = []  # what the command said before its count
         self.marker = f"pids13-{os.getpid()}-{time.monotonic_ns()}"
@@ -101,7 +101,7 @@ class Run:
         policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", '
                           f'"{work}", "{signals}"{sys_fs}]\nexec = ["/usr/bin", "/bin"]\n[limits]\n{limits}')
         env = {k: v for k, v in (env or os.environ).items() if k not in ("SANDBOY_NAMESPACES", "SANDBOY_PLAN_CACHE")}
-        env.update(SANDBOY_NATIVE=native, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+        env.update(SANDBOY_NATIVE=native, SANDBOY_CACHE_DIR=str(tmp_path / "cache"), **(extra_env or {}))
         self.cli = subprocess.Popen([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--",
                                      PYTHON, "-I", str(script), self.marker, str(n), how, str(self.done)],
                                     cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -438,5 +438,23 @@ def test_each_protection_taken_out_fails_its_probe(tier, tmp_path, mutant):
             assert started == 8, f"{mutant} taken out, and still refused at the limit: {started}"
             if mutant == "a hit's limit":
                 assert run.hit
+    finally:
+        run.kill()
+
+
+@EXECUTORS
+def test_with_the_tier_off_a_supervisor_still_bounds_the_run(tier, tmp_path, native):
+    """SANDBOY_NAMESPACES=0: no PID namespace whose init could join, so the supervisor's own
+    group holds the limit (`supervisor_needed`): still refused at the limit, host side the
+    sleepers in a `sandboy-<pid>-...` group of the supervisor's, not in `sandboy-runs/`, and
+    nothing of the run left after it."""
+    run = Run(tmp_path, native, processes=5, extra_env={"SANDBOY_NAMESPACES": "0"})
+    try:
+        started = run.started()
+        assert 1 <= started < 5, (started, run.err())
+        leaf = leaf_of(settled_named(run.marker, started))
+        assert os.path.basename(leaf).startswith("sandboy-") and "sandboy-runs" not in leaf, leaf
+        assert run.end() == 0, run.err()
+        assert gone(run.marker) == [] and not os.path.exists(leaf)
     finally:
         run.kill()
