@@ -1,0 +1,200 @@
+"""Security review of session 13's run-path changes, from the attacker's side (rvsec13).
+
+What was attacked: what can change between a kept plan's build and a hit, between two runs, or
+during one, that the new cheap paths do not see —
+
+- the pids cgroup exec mode makes as root for `limits.processes` (pids13: `pids_cgroup.for_run`,
+  `init_wait.start_and_wait`): a kept plan run with the tier forced off; two kept-plan runs at
+  once; a hostile leaf in `sandboy-runs/` for the sweep (named after a dead run, holding a
+  process); a caller already under a tighter pids limit of its own (the leaf must be below it,
+  not at the hierarchy's root);
+- the deny globs' matcher without fnmatch (build13: `deny_globs.name_matcher`): names a hostile
+  tree holds (newlines, leading dots, undecodable bytes, the pattern's own metacharacters) must
+  match exactly as fnmatch matches them, and a pathological pattern must stay cheap.
+
+Every run is checked from the host side (the processes in /proc, their cgroups, the cgroup
+directories). Each attack has its twin that still works.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from prockit import named  # noqa: E402
+from test_exec_pids_cgroup import PIDS_ROOT, Run, _kept, gone, leaf_of, read, settled_named, tier  # noqa: E402,F401
+
+
+# --- the run's pids cgroup (pids13) ------------------------------------------------------------
+
+def test_a_plan_kept_under_the_tier_does_not_serve_a_tier_off_run_unbounded(tier, tmp_path):
+    """The plan was kept under the tier, where the init's pids cgroup holds the limit; the next
+    run forces the tier off (SANDBOY_NAMESPACES=0: no PID namespace whose init could join). Hit or
+    miss, the run is bounded: host side fewer than 5 of 8 sleepers start, and nothing of the run
+    (processes, a leaf) is left."""
+    _kept(tmp_path, "1", 5)
+    run = Run(tmp_path, "1", processes=5, extra_env={"SANDBOY_NAMESPACES": "0"})
+    try:
+        started = run.started()
+        assert 1 <= started < 5, (started, run.err())
+        leaf = leaf_of(settled_named(run.marker, started))
+        assert read(leaf, "pids.max") in ("5", "6"), leaf
+        assert run.end() == 0, run.err()
+        assert gone(run.marker) == [] and not os.path.exists(leaf)
+    finally:
+        run.kill()
+
+
+def test_two_kept_plan_runs_at_once_are_each_bounded_in_a_leaf_of_their_own(tier, tmp_path):
+    """Two hits of the same kept plan running together: each in a leaf of its own (the sweep the
+    second run's `for_run` makes never takes the first's, empty between its making and its init's
+    join), each bounded at its own limit, both leaves gone after."""
+    _kept(tmp_path, "1", 5)
+    first, second = Run(tmp_path, "1", processes=5), Run(tmp_path, "1", processes=5)
+    try:
+        assert first.started() == 4, first.err()
+        assert second.started() == 4, second.err()
+        leaves = {leaf_of(settled_named(first.marker, 4)), leaf_of(settled_named(second.marker, 4))}
+        assert len(leaves) == 2, leaves
+        assert all(read(leaf, "pids.max") == "6" for leaf in leaves)
+        assert first.end() == 0 and second.end() == 0, (first.err(), second.err())
+        assert first.hit and second.hit
+        assert not any(os.path.exists(leaf) for leaf in leaves)
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_the_sweep_never_empties_or_removes_a_leaf_holding_a_process(tier, tmp_path):
+    """A leaf in `sandboy-runs/` named after a run that is gone, but holding a process (what a
+    concurrent writer, or a run of another PID namespace whose pid means nothing here, may leave):
+    the next run's sweep must neither kill what is in it nor take the leaf. Its twin, the same name
+    empty, is swept."""
+    dead = subprocess.Popen(["/bin/true"])
+    dead.wait()
+    parent = os.path.join(PIDS_ROOT, "sandboy-runs")
+    run = Run(tmp_path, "1", processes=5, n=0, how="exit")  # (makes the parent where no run did yet)
+    assert run.started() == 0 and run.end() == 0, run.err()
+    held, empty = os.path.join(parent, f"{dead.pid}-rvsec13held"), os.path.join(parent, f"{dead.pid}-rvsec13empty")
+    os.mkdir(held)
+    os.mkdir(empty)
+    sleeper = subprocess.Popen(["/usr/bin/sleep", "300"])
+    try:
+        with open(os.path.join(held, "cgroup.procs"), "w") as fh:
+            fh.write(str(sleeper.pid))
+        run = Run(tmp_path, "1", processes=5, n=0, how="exit")
+        assert run.started() == 0 and run.end() == 0, run.err()
+        assert sleeper.poll() is None, "the sweep killed a process it did not start"
+        assert os.path.isdir(held) and read(held, "cgroup.procs") == str(sleeper.pid)
+        assert not os.path.exists(empty), "the twin: an empty leaf of a run that is gone was left"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for path in (held, empty):
+            for _ in range(100):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+# Moves itself into the pids group $GROUP (the caller's own, tighter limit), then runs sandboy.
+IN_GROUP = 'echo $$ > "$GROUP/cgroup.procs" && exec "$@"'
+
+
+def _wrapped(prefix: list, *args, **kwargs) -> Run:
+    """A `Run` whose `sandboy run` is started through `prefix` (its argv put before it)."""
+    real = subprocess.Popen
+
+    def popen(argv, *a, **kw):
+        return real([*prefix, *argv], *a, **kw)
+
+    subprocess.Popen = popen
+    try:
+        return Run(*args, **kwargs)
+    finally:
+        subprocess.Popen = real
+
+
+def test_a_caller_under_a_tighter_pids_limit_stays_under_it(tier, tmp_path):
+    """`sandboy run` started by a caller that is itself in a pids group of 6 tasks: the run's leaf
+    is made below the caller's group (`_pids_bases`), never at the hierarchy's root, where the
+    policy's 64 would have lifted the caller's own limit. Host side: the leaf's path is below the
+    caller's group and fewer than 6 of 8 sleepers start (the caller's shell, sandboy and the init
+    count too). Twin: the same run outside that group starts all 8."""
+    group = os.path.join(PIDS_ROOT, f"rvsec13-caller-{os.getpid()}")
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, "pids.max"), "w") as fh:
+            fh.write("6")
+        run = _wrapped(["/bin/sh", "-c", IN_GROUP, "sh"], tmp_path, "1", processes=64, extra_env={"GROUP": group})
+        try:
+            started = run.started()
+            assert started < 6, (started, run.err())
+            leaf = leaf_of(settled_named(run.marker, started))
+            assert leaf.startswith(group + "/"), (leaf, group)
+            assert run.end() == 0, run.err()
+        finally:
+            run.kill()
+        twin = Run(tmp_path, "1", processes=64)
+        try:
+            assert twin.started() == 8, twin.err()
+            assert twin.end() == 0, twin.err()
+        finally:
+            twin.kill()
+    finally:
+        for _ in range(200):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.02)
+
+
+# --- deny globs matched without fnmatch (build13) ----------------------------------------------
+
+HOSTILE_NAMES = [
+    "key.pem", ".pem", "x.pem\n", "\n.pem", "a\nb.pem", "KEY.PEM", "key.pem.bak", "key.pe", "key.pemm",
+    "*.pem", "?.pem", "k*y.pem", "id_rsa", "id_", "id_\n", "\udcff.pem", "\udcffid_x", ".", "..", "é.pem",
+    "a" * 255, "a" * 254 + "b", "ab" * 100 + "c", "x" * 200 + ".pem", "",
+]
+PATTERNS = [
+    "*.pem", "*", ".*", "?", "??", "id_*", "*_rsa", "k?y*", "*a*a*a*a*a*a*b", "*?*?*?", "a*", "*b",
+    "key.pem", "*\n*", "*.pem*", "**", "?*?", "*.p?m", "*é*",
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_deny_glob_matcher_matches_hostile_names_as_fnmatch(pattern):
+    """A name the cheap matcher passes where fnmatch would match it is a secret left granted
+    (the deny split grants it); one it matches where fnmatch would not only denies too much. Both
+    ways must agree on names a hostile tree may hold."""
+    from sandboy.confine.deny_globs import name_matcher
+
+    matches = name_matcher(pattern)
+    for name in HOSTILE_NAMES:
+        assert matches(name) == fnmatch.fnmatchcase(name, pattern), (pattern, name)
+
+
+def test_a_pathological_deny_glob_stays_cheap():
+    """`*a*a*a...*b` against a long name of a's: a backtracking matcher takes exponential time
+    there (a repository's name could hold the build for ever, as redinput12's capability matcher
+    did); the leftmost placement is linear per piece. Counted, not timed: the name's characters
+    looked at, through the matcher's one primitive."""
+    from sandboy.confine import deny_globs
+
+    pattern = "*a" * 40 + "*b"
+    name = "a" * 255
+    assert deny_globs.name_matcher(pattern)(name) is False
+    assert deny_globs.name_matcher(pattern)(name[:-1] + "b") is True
+    assert fnmatch.fnmatchcase(name[:-1] + "b", pattern)
