@@ -67,10 +67,12 @@ setup(
     ext_modules=[
         Extension(
             "sandboy.confine._native",
-            ["src/sandboy/confine/_native.c"],
+            ["src/sandboy/confine/_native.c", "src/sandboy/confine/_native_walk.c"],
             # the size of the source it was built from: `_libc` does not use a build whose source
-            # beside it has changed since (a checkout moved on without `make compile`)
-            define_macros=[("NATIVE_SOURCE_SIZE", str((Path(__file__).parent / "src/sandboy/confine/_native.c").stat().st_size))],
+            # beside it has changed since (a checkout moved on without `make compile`); and of the
+            # git check's walk (`gitcheck._native_scan` asks the same of it)
+            define_macros=[("NATIVE_SOURCE_SIZE", str((Path(__file__).parent / "src/sandboy/confine/_native.c").stat().st_size)),
+                           ("WALK_SOURCE_SIZE", str((Path(__file__).parent / "src/sandboy/confine/_native_walk.c").stat().st_size))],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror=implicit-function-declaration"],
             optional=True,
         )

@@ -96,10 +96,13 @@ class Counted:
         self.listed = {True: [], False: []}  # census -> directories listed
         self.looked_up = []
         real_list, real_access = gitcheck._Walk._list, os.access
+        # (counted in the Python walk, whose calls can be wrapped: the C walk makes the same
+        # decisions — tests/cage/test_gitcheck_native_walk.py)
+        monkeypatch.setattr(gitcheck, "_NATIVE_SCAN", [None])
 
-        def _list(walk, directory):
+        def _list(walk, directory, *args):
             self.listed[walk.census].append(directory)
-            return real_list(walk, directory)
+            return real_list(walk, directory, *args)
 
         def access(path, *args, **kwargs):
             if isinstance(path, str) and (path.endswith("/.git") or path.endswith("/HEAD")):
@@ -375,7 +378,8 @@ def test_a_mount_below_the_write_root_since_the_index_is_a_full_walk(tmp_path, e
     time.sleep(MARGIN_S)
     assert run([indexed], "", env)[1] == []  # (the index now holds d2 with mnt)
     probe = ("import os, sys\nfrom sandboy.confine import gitcheck\nlisted = []\nreal = gitcheck._Walk._list\n"
-             "gitcheck._Walk._list = lambda w, d: (listed.append(d), real(w, d))[1]\n"
+             "gitcheck._NATIVE_SCAN[:] = [None]\n"  # (the Python walk, whose listings can be counted)
+             "gitcheck._Walk._list = lambda w, d, *a: (listed.append(d), real(w, d, *a))[1]\n"
              "snap = gitcheck.snapshot([sys.argv[1]], home=sys.argv[2])\nassert snap.verify() == []\n"
              "print(len(listed))\n")
     script = (f"mount --make-rprivate / && mount -t tmpfs none '{indexed}/d2/mnt' && "
@@ -417,7 +421,11 @@ spec = json.loads(sys.argv[1])
 snap = gitcheck.snapshot(spec["roots"], exclude=spec["exclude"], home=spec["home"])
 if spec["script"]:
     subprocess.run(["/bin/sh", "-ec", spec["script"]], cwd=spec["roots"][0], check=True, env=spec["env"])
-print(json.dumps([f.path for f in snap.verify()]))
+findings = snap.verify()
+found = [f.path for f in findings]
+if spec.get("quarantine"):
+    gitcheck.quarantine(findings, snap.writable)
+print(json.dumps({"found": found, "walk": "C" if gitcheck._native_scan() else "python"}))
 """
 
 # mutant -> (source text in gitcheck.py, its replacement, the probe that must then miss its plant)
@@ -431,21 +439,34 @@ MUTANTS = {
 }
 
 
-def _driven(tree, roots, script, env, tmp_path, exclude=()) -> list:
+def _driven(tree, roots, script, env, tmp_path, exclude=(), walk="python", quarantine=False) -> list:
     time.sleep(0.02)
     spec = {"roots": [str(r) for r in roots], "exclude": [str(e) for e in exclude], "home": env["HOME"],
-            "script": script, "env": env}
+            "script": script, "env": env, "quarantine": quarantine}
     out = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(spec)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(tree), "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
+                         env={**os.environ, "PYTHONPATH": str(tree), "SANDBOY_CACHE_DIR": str(tmp_path / "cache"),
+                              "SANDBOY_NATIVE": "1" if walk == "C" else "0"})
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    result = json.loads(out.stdout)
+    assert result["walk"] == walk, result  # (the walk meant: the C one where the executor was built)
+    return result["found"]
 
 
-@pytest.mark.parametrize("mutant", [None, *MUTANTS])
-def test_each_use_of_the_index_has_a_probe_that_fails_without_its_ctime_test(tmp_path, env, mutant):
+def _native_built() -> bool:
+    from sandboy.confine import _libc
+
+    return _libc.IMPLEMENTATION == "native" and gitcheck._native_scan() is not None
+
+
+# (the walk, the mutant): the mutants are the Python walk's (the C walk's same tests are held to it
+# by tests/cage/test_gitcheck_native_walk.py, whose stale-index cases fail without them)
+@pytest.mark.parametrize("walk, mutant", [("C", None), ("python", None), *(("python", m) for m in MUTANTS)])
+def test_each_use_of_the_index_has_a_probe_that_fails_without_its_ctime_test(tmp_path, env, walk, mutant):
     """The two probes above through a fresh interpreter importing `sandboy` from this checkout (None:
-    the plant is found) or from a copy whose use of the index skips the ctime test (the plant is
-    missed, and the operator's next `git status` there runs it)."""
+    the plant is found, by the C walk and by its Python stand-in) or from a copy whose use of the
+    index skips the ctime test (the plant is missed, and the operator's next `git status` there runs it)."""
+    if walk == "C" and not _native_built():
+        pytest.skip("the C walk is not built here")
     tree = Path(gitcheck.__file__).resolve().parents[2]
     scenarios = {"host repository", "leaf .git file"} if mutant is None else {MUTANTS[mutant][2]}
     if mutant is not None:
@@ -460,7 +481,7 @@ def test_each_use_of_the_index_has_a_probe_that_fails_without_its_ctime_test(tmp
     tmp.mkdir()
     repo = checkout(tmp_path / "repo", env)
     time.sleep(MARGIN_S)
-    assert _driven(tree, [repo, tmp], "", env, tmp_path, [tmp]) == []
+    assert _driven(tree, [repo, tmp], "", env, tmp_path, [tmp], walk) == []
     marker = tmp_path / "PWNED"
     scripts, caught = [], {}
     if "host repository" in scenarios:
@@ -472,10 +493,12 @@ def test_each_use_of_the_index_has_a_probe_that_fails_without_its_ctime_test(tmp
         target = leaf(repo)
         scripts.append(leaf_dot_git_plant(tmp, marker, target))
         caught["leaf .git file"] = (Path(target), lambda found: f"{tmp}/evil.git/config" in found)
-    found = _driven(tree, [repo, tmp], " && ".join(scripts), env, tmp_path, [tmp])
+    found = _driven(tree, [repo, tmp], " && ".join(scripts), env, tmp_path, [tmp], walk, quarantine=mutant is None)
     for name, (where, seen) in caught.items():
         if mutant is None:
             assert seen(found), (name, found)
+            host_git_status(where, env)  # host side: quarantined, the operator's git runs nothing
+            assert not marker.exists(), f"{name}: the plant ran after the check"
         else:
             assert not seen(found), f"{mutant}: still caught ({found})"
             host_git_status(where, env)
@@ -550,7 +573,7 @@ def test_a_change_within_the_second_of_an_indexed_listing_on_a_whole_second_file
              "PYTHONPATH": str(tree), "SANDBOY_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr[-3000:]
     tries = [line.split(" ", 2) for line in out.stdout.splitlines()]
-    valid = [(live == "1", json.loads(found)) for same, live, found in tries if same == "1"]
+    valid = [(live == "1", json.loads(found)["found"]) for same, live, found in tries if same == "1"]
     assert valid, f"no try kept the host's change within the listing's second (load?): {tries}"
     caught = [any(path.endswith("/a/hostrepo/.git/config") for path in found) for _live, found in valid]
     assert all(live for live, _found in valid), "the plant does not run (probe broken)"
@@ -596,7 +619,8 @@ def test_no_index_is_kept_for_a_root_on_a_file_system_not_known_to_track_directo
     disk = tmp_path / "disk"
     disk.mkdir()
     probe = ("import sys\nfrom sandboy.confine import gitcheck\nlisted = []\nreal = gitcheck._Walk._list\n"
-             "gitcheck._Walk._list = lambda w, d: (listed.append(d), real(w, d))[1]\n"
+             "gitcheck._NATIVE_SCAN[:] = [None]\n"  # (the Python walk, whose listings can be counted)
+             "gitcheck._Walk._list = lambda w, d, *a: (listed.append(d), real(w, d, *a))[1]\n"
              "snap = gitcheck.snapshot([sys.argv[1]], home=sys.argv[2])\nat_launch = len(listed)\n"
              "assert snap.verify() == []\nprint(at_launch, len(listed) - at_launch)\n")
     script = (f"mount --make-rprivate / && mount -t {kind} none '{disk}' && mkdir -p '{disk}/repo/a/b/c' && "

@@ -943,6 +943,29 @@ class GitSnapshot:
         return check.findings
 
 
+_NATIVE_SCAN: list = []  # [the C walk, or None], once asked (`_native_scan`)
+
+
+def _native_scan():
+    """The C walk (`_native.walk_scan`, `_native_walk.c`), or None: with SANDBOY_NATIVE=0 (the
+    executor's own switch: `_libc`), where it was not built, or where its build is older than the
+    source beside it (`WALK_SOURCE_SIZE`, as `_libc` asks of the executor) — the walk is then
+    `_Walk._scan_python`, which makes the same decisions. Asked once per process."""
+    if not _NATIVE_SCAN:
+        from sandboy.confine import _libc  # (the hit's and every cage's: loaded already)
+
+        native, scan = _libc._native, None
+        if native is not None and hasattr(native, "walk_scan"):
+            try:
+                size = os.stat(os.path.join(os.path.dirname(native.__file__), "_native_walk.c")).st_size
+            except (OSError, TypeError):
+                size = native.WALK_SOURCE_SIZE  # (an installation without its sources)
+            if size == native.WALK_SOURCE_SIZE:
+                scan = native.walk_scan
+        _NATIVE_SCAN.append(scan)
+    return _NATIVE_SCAN[0]
+
+
 def _index_entry_valid(entry, ctime: int) -> bool:
     """Whether `entry` (of the walk index, or None) is well formed and was taken at `ctime`:
     (ctime, entries or -1 for a leaf, `.git` there, `HEAD` there, subdirectories' names or None)."""
@@ -1046,22 +1069,63 @@ class _Walk:
         At launch, likewise, a directory whose ctime is the one the last complete check's walk saw
         is not listed: its listing is that walk's, kept in the cache directory (`walk_index`, ADR
         0019 "Session 12"); after the run a leaf's `.git` and `HEAD` are taken from it the same way."""
-        census = self.census  # (locals: looked at once per entry of the tree)
-        listings, since, tracked = self.snap.listings, self.snap.since_ns, self.snap.times_tracked
+        # The walk goes through the tree (`scan`: in C where the executor is, else `_scan_python`,
+        # the same decisions) and returns what it met that needs more than a listing — a `.git`,
+        # a `HEAD`, a directory it could not list — in the order met; it is done here, in that
+        # order (ADR 0019 "Session 13"). Nothing that follows changes what the scan decided: the
+        # run's processes have all ended (or not started), and the scan writes only `listings`
+        # and `gathered`, which nothing here reads.
+        snap = self.snap
+        gathered = self.gathered.setdefault(root, {}) if self.cut is not None else None
+        prior = snap.prior if snap.index_where is not None else None
+        scan = _native_scan() or self._scan_python
+        left, events = scan(root, left, self.census, prior, snap.listings, snap.since_ns, snap.times_tracked, self.cut,
+                            gathered, snap.exclude)
+        for event in events:
+            directory = event[1]
+            if event[0] == 0:
+                self.dot_git(directory + "/.git")
+            elif event[0] == 1:
+                # no `.git` names it, but git run here reads its config and hooks (a leaf too:
+                # `objects` a symlink or a file, or a commondir)
+                if _is_git_directory(directory):
+                    self.gitdir(directory, full=False, top=directory)
+            else:
+                self._unlistable(directory, OSError(event[2], os.strerror(event[2])))
+        return left
+
+    def _unlistable(self, directory: str, exc: OSError) -> None:
+        """A directory the walk could not list (`exc`)."""
+        if not self.census and os.path.lexists(directory + "/.git"):
+            self.dot_git(directory + "/.git")  # (what can be found without a listing)
+        if not self.unlistable_matters(directory, exc):
+            return
+        # Fail closed: a directory the parent cannot list (mode 0311 set by the command,
+        # which a parent without CAP_DAC_READ_SEARCH obeys, while the operator's git
+        # still walks through it; or no fd left) may hold a planted repository.
+        self.add(None, f"{directory}: cannot be looked through for repositories "
+                 f"({exc.strerror or exc}): not checked")
+
+    def _scan_python(self, root: str, left: int, census: bool, prior, listings: dict, since: int, tracked: bool, cut,
+                     gathered, exclude) -> tuple:
+        """(`left` less the entries met, [(0, directory): a `.git` there | (1, directory): a `HEAD`
+        there | (2, directory, errno): not listed], in the order met) of the walk of `root` —
+        recording the census's listings in `listings` (at launch) and the walk index's next
+        entries in `gathered` (after the run, those before `cut`). The stand-in for the C walk
+        (`_native.walk_scan`, `_native_walk.c`): with SANDBOY_NATIVE=0, or where it was not built;
+        tests/cage/test_gitcheck_native_walk.py holds the two to the same answers."""
+
         # the walk index (ADR 0019 "Session 12"): what the last complete walk found in each
         # directory, by (st_dev, st_ino), taken where the directory's ctime is still the one it had
         # then — at launch for the listings, after the run for the leaves' `.git` and `HEAD`; and,
         # after the run, what this walk finds, for the next run (`gathered`, before `cut` only)
-        prior = self.snap.prior if self.snap.index_where is not None else None
-        cut, gathered = self.cut, None
-        if cut is not None:
-            gathered = self.gathered.setdefault(root, {})
         valid = _index_entry_valid
         exists = os.access
+        events = []
         try:
             pending = [(root, os.lstat(root))]
-        except OSError:
-            return left
+        except (OSError, ValueError):
+            return left, events
         while pending:
             directory, st = pending.pop()
             left -= 1
@@ -1088,10 +1152,10 @@ class _Walk:
                 if gathered is not None and st.st_ctime_ns < cut:
                     gathered[(st.st_dev, st.st_ino)] = (st.st_ctime_ns, -1, has_git, has_head, None)
                 if has_git:
-                    self.dot_git(directory + "/.git")
+                    events.append((0, directory))
                 # a leaf may still be a git directory: `objects` a symlink or a file, or a commondir
-                if has_head and _is_git_directory(directory):
-                    self.gitdir(directory, full=False, top=directory)
+                if has_head:
+                    events.append((1, directory))
                 continue
             listed = None
             if census:
@@ -1102,17 +1166,9 @@ class _Walk:
                 listed = self._as_listed(directory, listings.get((st.st_dev, st.st_ino)))
             if listed is None:
                 try:
-                    listed = self._list(directory)
+                    listed = self._list(directory, exclude)
                 except OSError as exc:
-                    if not census and os.path.lexists(directory + "/.git"):
-                        self.dot_git(directory + "/.git")  # (what can be found without a listing)
-                    if not self.unlistable_matters(directory, exc):
-                        continue
-                    # Fail closed: a directory the parent cannot list (mode 0311 set by the command,
-                    # which a parent without CAP_DAC_READ_SEARCH obeys, while the operator's git
-                    # still walks through it; or no fd left) may hold a planted repository.
-                    self.add(None, f"{directory}: cannot be looked through for repositories "
-                             f"({exc.strerror or exc}): not checked")
+                    events.append((2, directory, exc.errno or 5))  # (EIO where it gave none)
                     continue
             if census:
                 listings[(st.st_dev, st.st_ino)] = listed[:4]
@@ -1121,22 +1177,20 @@ class _Walk:
             count, has_git, has_head, names, stats = listed
             left -= count
             if has_git:
-                self.dot_git(directory + "/.git")
-            if has_head and _is_git_directory(directory):
-                # no `.git` names it, but git run here reads its config and hooks
-                self.gitdir(directory, full=False, top=directory)
+                events.append((0, directory))
+            if has_head:
+                events.append((1, directory))
             prefix = directory if directory.endswith("/") else directory + "/"
             pending.extend(zip(map(prefix.__add__, names), stats))
             if left < 0:
-                return left
-        return left
+                return left, events
+        return left, events
 
-    def _list(self, directory: str) -> tuple:
+    def _list(self, directory: str, exclude=frozenset()) -> tuple:
         """(entries, whether `.git` is one, whether `HEAD` is one, the names and the lstats of
-        the subdirectories to walk — not `.git`, not the run's {tmp}, not followed if symlinks)
-        of `directory`, listed now."""
+        the subdirectories to walk — not `.git`, not those in `exclude` (the run's {tmp}), not
+        followed if symlinks) of `directory`, listed now."""
         count, has_git, has_head, names, stats = 0, False, False, [], []
-        exclude = self.snap.exclude
         with os.scandir(directory) as entries:
             for entry in entries:
                 count += 1
