@@ -7,7 +7,9 @@ during one, that the new cheap paths do not see —
   `init_wait.start_and_wait`): a kept plan run with the tier forced off; two kept-plan runs at
   once; a hostile leaf in `sandboy-runs/` for the sweep (named after a dead run, holding a
   process); a caller already under a tighter pids limit of its own (the leaf must be below it,
-  not at the hierarchy's root);
+  not at the hierarchy's root); a write root ON a cgroup file system (a HOLE: the command moved
+  itself out of its group — fixed, `protections._refuse_a_pids_group_the_command_could_leave`),
+  also mounted on a kept plan's root after it was kept;
 - the deny globs' matcher without fnmatch (build13: `deny_globs.name_matcher`): names a hostile
   tree holds (newlines, leading dots, undecodable bytes, the pattern's own metacharacters) must
   match exactly as fnmatch matches them, and a pathological pattern must stay cheap.
@@ -29,7 +31,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prockit import named  # noqa: E402
-from test_exec_pids_cgroup import PIDS_ROOT, Run, _kept, gone, leaf_of, read, settled_named, tier  # noqa: E402,F401
+from test_exec_pids_cgroup import PIDS_ROOT, SANDBOY, Run, _kept, gone, leaf_of, read, settled_named, tier  # noqa: E402,F401
 
 
 # --- the run's pids cgroup (pids13) ------------------------------------------------------------
@@ -198,3 +200,86 @@ def test_a_pathological_deny_glob_stays_cheap():
     assert deny_globs.name_matcher(pattern)(name) is False
     assert deny_globs.name_matcher(pattern)(name[:-1] + "b") is True
     assert fnmatch.fnmatchcase(name[:-1] + "b", pattern)
+
+
+# --- a write root ON a cgroup file system (found by this review) -------------------------------
+
+MOVE_OUT = 'echo $$ > "$1/cgroup.procs" && echo moved'
+
+
+@pytest.mark.parametrize("processes", [5, 0], ids=["limited (refused)", "twin: no limit (runs)"])
+def test_a_write_root_on_a_cgroup_file_system_cannot_lift_limits_processes(tier, tmp_path, processes):
+    """HOLE found here (fixed: protections._refuse_a_pids_group_the_command_could_leave): a
+    write root lying ON a cgroup file system is no mount strictly below a write root, so
+    `kernel_mounts.refuse` let it through, and with `limits.processes` as root the command wrote
+    its pid into a group outside its own (`echo $$ > G/cgroup.procs`) and ran unbounded — the
+    run's leaf (exec mode) and a supervisor's group alike. Now 125, the command never run; host
+    side the group holds nothing. Twin: without `limits.processes` the grant stays the policy's
+    explicit choice and runs (there is no limit to lift)."""
+    group = os.path.join(PIDS_ROOT, f"rvsec13-grant-{os.getpid()}")
+    os.mkdir(group)
+    try:
+        policy = tmp_path / "g.toml"
+        limits = f"[limits]\nprocesses = {processes}\n" if processes else ""
+        policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
+                          f'write = ["{group}"]\n{limits}')
+        env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+        env.pop("SANDBOY_NAMESPACES", None)
+        proc = subprocess.run([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c", MOVE_OUT, "sh", group],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+        if processes:
+            assert proc.returncode == 125, (proc.returncode, proc.stdout, proc.stderr)
+            assert "moved" not in proc.stdout, "the command left its pids cgroup"
+            assert "limits.processes" in proc.stderr and group in proc.stderr, proc.stderr
+        else:
+            assert proc.returncode == 0 and "moved" in proc.stdout, (proc.stdout, proc.stderr)
+        assert read(group, "cgroup.procs") == ""  # (host side: nothing of the run left in it)
+    finally:
+        for _ in range(200):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.02)
+
+
+# In a mount namespace of its own: the plan kept for a plain write root, then the pids hierarchy
+# mounted ON that root, and the same run again; each run's exit code and whether the command moved.
+CGROUP_ON_A_KEPT_ROOT = r"""
+mount --make-rprivate / || exit 97
+run() { out=$("$SANDBOY" -X importtime "$SCRIPT" run --policy "$POLICY" -- /bin/sh -c "$MOVE" sh "$ROOT" \
+        </dev/null 2>&1); echo "rc=$? built=$(echo "$out" | grep -c 'sandboy.confine.cage$') $(echo "$out" | grep -c '^moved')"; }
+for i in 1 2 3; do run >/dev/null; sleep 0.1; done
+run
+mount -t cgroup -o pids cgroup "$ROOT" || exit 97
+mkdir "$ROOT/rvsec13-on-a-kept-root" || exit 97
+ROOT="$ROOT/rvsec13-on-a-kept-root"
+run
+rmdir "$ROOT"
+"""
+
+
+def test_a_cgroup_file_system_mounted_on_a_kept_write_root_is_refused_on_the_next_run(tier, tmp_path):
+    """The kept plan's side of the same hole: its write root a plain directory when kept (the
+    twin: a hit, its `cgroup.procs` a plain file it writes), then the pids hierarchy mounted ON it.
+    The next run is a miss (the fingerprint's stat of the root is another inode), and the build
+    refuses it: 125, the command never moved into a group outside its own. (Without the fix the
+    miss runs it: rc 0, moved — tried by hand.)"""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    root = tmp_path / "root"
+    root.mkdir()
+    policy = tmp_path / "k.toml"
+    policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n'
+                      f'write = ["{root}"]\n[limits]\nprocesses = 5\n')
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"), SANDBOY=sys.executable, SCRIPT=SANDBOY,
+               POLICY=str(policy), ROOT=str(root), MOVE=MOVE_OUT)
+    env.pop("SANDBOY_NAMESPACES", None)
+    proc = subprocess.run(["unshare", "-m", "/bin/sh", "-c", CGROUP_ON_A_KEPT_ROOT], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    kept, mounted = proc.stdout.splitlines()
+    assert kept == "rc=0 built=0 1", proc.stdout  # the twin: a hit (no compiler), its write a plain file
+    assert mounted == "rc=125 built=1 0", proc.stdout  # a miss, refused by the build, never moved

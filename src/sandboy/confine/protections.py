@@ -293,6 +293,34 @@ def _write_roots_to_watch(grants: dict) -> tuple:
                  if rights & landlock.WRITE & ~landlock.READ and not is_within_any(path, PRIVATE_TREES))
 
 
+def _refuse_a_pids_group_the_command_could_leave(write_roots, source: str) -> None:
+    """CageError (125) where a write root lies ON a cgroup file system while `limits.processes`
+    is a pids cgroup (as root RLIMIT_NPROC does not bind): the command could write its pid into
+    an ancestor's `cgroup.procs`/`tasks` and run unbounded — the run's own leaf (exec mode under
+    the tier) or a supervisor's group alike. `kernel_mounts.refuse` only meets a kernel file
+    system mounted strictly BELOW a write root; a grant of one itself (`write =
+    ["/sys/fs/cgroup/pids"]`) is otherwise the policy's explicit choice, but here it contradicts
+    the limit the same policy asks for: fail closed (rvsec13: `echo $$ > .../pids/tasks` left a
+    `processes = 5` run's leaf)."""
+    from sandboy.confine import kernel_mounts
+
+    devices = {}
+    for root in write_roots:
+        try:
+            devices[root] = os.stat(root).st_dev
+        except OSError:
+            continue  # (gone since it was resolved: no rule is added for it)
+    kinds = kernel_mounts.file_systems(set(devices.values()))
+    for root, device in devices.items():
+        if kinds.get(device) in ("cgroup", "cgroup2"):
+            from sandboy.errors import CageError
+
+            raise CageError(f"{source}: fs.write: {root} is on the kernel's {kinds[device]} file system while "
+                            "limits.processes asks for a pids cgroup (as root): the command could move itself out "
+                            "of its group and run unbounded. Grant no write on a cgroup file system, or drop "
+                            "limits.processes")
+
+
 def _denied_with_other_names(denied) -> list:
     """A line for each denied regular file with hard links beyond the names denied: Landlock
     denies a PATH, and the file's other names are other paths — readable and writable wherever a
@@ -339,6 +367,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         from sandboy.confine import kernel_mounts
 
         kernel_mounts.refuse(mount_roots, source)
+        if job.policy.limits.processes and os.geteuid() == 0:
+            _refuse_a_pids_group_the_command_could_leave(mount_roots, source)
     for path, rights in landlock.DEVICE_GRANTS:
         if os.path.exists(path):
             grants[path] = grants.get(path, 0) | rights
