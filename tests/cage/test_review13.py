@@ -79,12 +79,11 @@ def test_the_sweep_never_empties_or_removes_a_leaf_holding_a_process(tier, tmp_p
     concurrent writer, or a run of another PID namespace whose pid means nothing here, may leave):
     the next run's sweep must neither kill what is in it nor take the leaf. Its twin, the same name
     empty, is swept."""
-    dead = subprocess.Popen(["/bin/true"])
-    dead.wait()
+    dead_pid = 4194305  # above PID_MAX_LIMIT: no process has it (an exited pid may be taken again at once)
     parent = os.path.join(PIDS_ROOT, "sandboy-runs")
     run = Run(tmp_path, "1", processes=5, n=0, how="exit")  # (makes the parent where no run did yet)
     assert run.started() == 0 and run.end() == 0, run.err()
-    held, empty = os.path.join(parent, f"{dead.pid}-rvsec13held"), os.path.join(parent, f"{dead.pid}-rvsec13empty")
+    held, empty = os.path.join(parent, f"{dead_pid}-rvsec13held"), os.path.join(parent, f"{dead_pid}-rvsec13empty")
     os.mkdir(held)
     os.mkdir(empty)
     sleeper = subprocess.Popen(["/usr/bin/sleep", "300"])
