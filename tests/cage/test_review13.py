@@ -10,6 +10,9 @@ during one, that the new cheap paths do not see —
   not at the hierarchy's root); a write root ON a cgroup file system (a HOLE: the command moved
   itself out of its group — fixed, `protections._refuse_a_pids_group_the_command_could_leave`),
   also mounted on a kept plan's root after it was kept;
+- the git check's walk in C (walk13: `_native_walk.c`) against its Python stand-in on a tree's
+  limits: 255-byte names, a chain beyond PATH_MAX (both report the same directory unlistable,
+  ENAMETOOLONG, which the check then fails closed on), a root reached through a symlink;
 - the deny globs' matcher without fnmatch (build13: `deny_globs.name_matcher`): names a hostile
   tree holds (newlines, leading dots, undecodable bytes, the pattern's own metacharacters) must
   match exactly as fnmatch matches them, and a pathological pattern must stay cheap.
@@ -35,6 +38,18 @@ from test_exec_pids_cgroup import PIDS_ROOT, SANDBOY, Run, _kept, gone, leaf_of,
 
 
 # --- the run's pids cgroup (pids13) ------------------------------------------------------------
+
+def _remove_group(path: str) -> None:
+    """rmdir of a cgroup the test made, once the kernel has let go of what was in it."""
+    for _ in range(200):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
 
 def test_a_plan_kept_under_the_tier_does_not_serve_a_tier_off_run_unbounded(tier, tmp_path):
     """The plan was kept under the tier, where the init's pids cgroup holds the limit; the next
@@ -99,14 +114,7 @@ def test_the_sweep_never_empties_or_removes_a_leaf_holding_a_process(tier, tmp_p
         sleeper.kill()
         sleeper.wait()
         for path in (held, empty):
-            for _ in range(100):
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+            _remove_group(path)
 
 
 # Moves itself into the pids group $GROUP (the caller's own, tighter limit), then runs sandboy.
@@ -145,6 +153,7 @@ def test_a_caller_under_a_tighter_pids_limit_stays_under_it(tier, tmp_path):
             leaf = leaf_of(settled_named(run.marker, started))
             assert leaf.startswith(group + "/"), (leaf, group)
             assert run.end() == 0, run.err()
+            assert not os.path.exists(leaf)
         finally:
             run.kill()
         twin = Run(tmp_path, "1", processes=64)
@@ -154,12 +163,8 @@ def test_a_caller_under_a_tighter_pids_limit_stays_under_it(tier, tmp_path):
         finally:
             twin.kill()
     finally:
-        for _ in range(200):
-            try:
-                os.rmdir(group)
-                break
-            except OSError:
-                time.sleep(0.02)
+        _remove_group(os.path.join(group, "sandboy-runs"))  # (the runs' parent, kept between runs)
+        _remove_group(group)
 
 
 # --- deny globs matched without fnmatch (build13) ----------------------------------------------
@@ -234,12 +239,7 @@ def test_a_write_root_on_a_cgroup_file_system_cannot_lift_limits_processes(tier,
             assert proc.returncode == 0 and "moved" in proc.stdout, (proc.stdout, proc.stderr)
         assert read(group, "cgroup.procs") == ""  # (host side: nothing of the run left in it)
     finally:
-        for _ in range(200):
-            try:
-                os.rmdir(group)
-                break
-            except OSError:
-                time.sleep(0.02)
+        _remove_group(group)
 
 
 # In a mount namespace of its own: the plan kept for a plain write root, then the pids hierarchy
@@ -282,3 +282,58 @@ def test_a_cgroup_file_system_mounted_on_a_kept_write_root_is_refused_on_the_nex
     kept, mounted = proc.stdout.splitlines()
     assert kept == "rc=0 built=0 1", proc.stdout  # the twin: a hit (no compiler), its write a plain file
     assert mounted == "rc=125 built=1 0", proc.stdout  # a miss, refused by the build, never moved
+
+
+# --- the git check's walk in C against its Python stand-in (walk13) ----------------------------
+
+def _deep(root: Path, levels: int, name: str) -> None:
+    """`levels` directories named `name` one in another below `root`, made by a file descriptor
+    each (the whole path is soon beyond PATH_MAX), a `.git` and a `HEAD` at the bottom."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir(name, dir_fd=fd)
+            fd, above = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd
+            os.close(above)
+        os.mkdir(".git", dir_fd=fd)
+        os.close(os.open("HEAD", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("levels,name", [(3, "n" * 255), (30, "d" * 200)], ids=["255-byte names", "beyond PATH_MAX"])
+def test_the_c_walk_and_its_stand_in_agree_on_names_at_the_limits(tmp_path, levels, name):
+    """A hostile tree's limits: names of 255 bytes, and a chain of directories whose whole path
+    passes PATH_MAX (4096) — where a path-based lstat or opendir fails (ENAMETOOLONG) where a
+    descriptor-based one would not, the C walk must answer as the stand-in does (the same events,
+    the same directory reported unlistable), or the two checks would see different trees: at
+    launch, after the run, and with the census's listings trusted."""
+    from sandboy.confine import gitcheck
+
+    if gitcheck._native_scan() is None:
+        pytest.skip("the C walk is not built here")
+    from test_gitcheck_native_walk import _same
+
+    root = tmp_path / "root"
+    root.mkdir()
+    _deep(root, levels, name)
+    census = _same(root)
+    assert census[1], "no event: a `.git` or an unlistable directory is down there"
+    for since in (0, 1 << 62):
+        _same(root, census=False, listings=census[2], since=since, cut=1 << 62)
+
+
+def test_the_c_walk_and_its_stand_in_agree_on_a_root_reached_through_a_symlink(tmp_path):
+    """A root spelled through a symlink (the walk is handed realpaths, but a directory above one
+    may be swapped for a link between the snapshot and the check): both walks follow it the same."""
+    from sandboy.confine import gitcheck
+
+    if gitcheck._native_scan() is None:
+        pytest.skip("the C walk is not built here")
+    from test_gitcheck_native_walk import _same, _tree
+
+    real = _tree(tmp_path)
+    link = tmp_path / "via"
+    link.symlink_to(real)
+    census = _same(link)
+    _same(link, census=False, listings=census[2], since=0, cut=1 << 62)
