@@ -176,18 +176,23 @@ def _cmd_run(args: RunArgs) -> int:
         policy = Policy.load(args.policy, raw=raw)
         if args.dry_run:
             return _dry_run(policy, args)
+        pieces = None  # the parts earlier runs kept (plan_pieces: the seccomp program), for the build
         if first:
             if plan_may_keep(policy):
                 from sandboy.confine.plan_keep import Miss
 
                 miss = Miss.first(args.policy, (cwd, entry), raw)  # (kept: asked just now)
+                if miss is None:
+                    pieces = _pieces_unkept()
         elif miss is not None and not miss.keeps(policy):
             miss = None  # never kept: no fingerprint to compute, no entry to make
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
         # `{tmp}` at a fixed mount point under the tier: nothing of this run's own in the plan
         # (the plan cache keeps it), nothing on the host to remove after it (ADR 0028, session 12)
+        if miss is not None:
+            pieces = miss.pieces
         cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None,
-                             pieces=None if miss is None else miss.pieces, fixed_tmp=True)  # (parts kept by earlier runs)
+                             pieces=pieces, fixed_tmp=True)
         if miss is not None:
             miss.built(cage)  # the code that built it: taken before the command runs
         if not said:
@@ -221,6 +226,8 @@ def _cmd_run(args: RunArgs) -> int:
                     result = launch.run(args.command, cage, supervise=True, tty=args.tty, builtin_hooks=hooks)
             finally:
                 cage.close()
+            if pieces is not None:  # (a run supervised here is never kept: its pieces alone)
+                pieces.store()
             # the supervisor process has ended, and with it the egress proxy (its thread, the
             # listener, the --egress-log fd, written unbuffered): nothing of this process is left
             # to finalize (cage.close() closed a fallback cage's host port)
@@ -252,7 +259,9 @@ def _cmd_run(args: RunArgs) -> int:
         _exit_without_finalizing = True
         code = exec_mode.exec_confined(args.command, cage, on_applied, hooks)
         if miss is not None:  # once the command has run: its start waited for nothing
-            miss.store(cage, hooks)
+            miss.store(cage, hooks)  # (its pieces with it)
+        elif pieces is not None:
+            pieces.store()
         if status is not None and _status_replaced(args, status):
             return EXIT_CAGE
         return code
@@ -264,6 +273,18 @@ def _cmd_run(args: RunArgs) -> int:
         _close_refused(cage)
         _err(f"cage not applied, command not run: {exc}")
         return EXIT_CAGE
+
+
+def _pieces_unkept():
+    """`plan_pieces.Pieces` for the build of a run whose fd 0-2 the plan cache never keeps (a file
+    there: `sandboy run ... > build.log`, so every such run is a first run), of a policy it may
+    keep: no plan is kept, but a piece is keyed by neither (ADR 0028, session 13). Asked only where
+    `Miss.first` loaded the pieces' code ("plan pieces" bundle group) already: a kept program then
+    costs ≈ 0.2 ms in-process, building it ≈ 0.45 ms; where the group is not loaded (`--tty`,
+    `--status-json`, an existing entry) its import costs more than the program (+0.15..+0.9 ms)."""
+    from sandboy.confine.plan_pieces import Pieces
+
+    return Pieces()
 
 
 def _say_notes(cage, argv0: str) -> None:

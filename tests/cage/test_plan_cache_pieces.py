@@ -52,17 +52,22 @@ class Runs:
                                  **sections}))
         return path
 
-    def run(self, policy: Path, *args, env=None):
-        """(the probe's answer, whether the seccomp program was built here: the module imported)."""
+    def run(self, policy: Path, *args, env=None, to_a_file=False):
+        """(the probe's answer, whether the seccomp program was built here: the module imported).
+        `to_a_file`: its stdout on a regular file (a run the plan cache never keeps)."""
         self.key += 1
         argv = [*args] if args else [*MSG, hex(self.key)]
-        proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy), "--",
-                               self.probe, *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              env=dict(self.env, **(env or {})), cwd=self.tmp, start_new_session=True, timeout=60)
+        out = self.tmp / "out.txt"
+        with open(out, "w+") as sink:
+            proc = subprocess.run([sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", str(policy),
+                                   "--", self.probe, *argv], stdout=sink if to_a_file else subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                                  env=dict(self.env, **(env or {})), cwd=self.tmp, start_new_session=True, timeout=60)
+        stdout = out.read_text() if to_a_file else proc.stdout
         imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
         assert "sandboy.confine.cage" in imported, proc.stderr[-2000:]  # a build (a miss): the measurement works
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-        return proc.stdout.strip().split(" ")[0], "sandboy.confine.seccomp" in imported
+        return stdout.strip().split(" ")[0], "sandboy.confine.seccomp" in imported
 
     def pieces(self) -> list:
         folder = self.cache / "plan-pieces"
@@ -87,6 +92,27 @@ def test_a_miss_takes_the_program_kept_for_its_inputs_and_confines_as_a_build(ru
     assert runs.run(runs.policy(ipc={"sysv": True})) == ("ok", False)
     assert runs.run(runs.policy(), env={"SANDBOY_PLAN_CACHE": "0"}) == ("EPERM", True)  # as with the cache off
     assert len(runs.pieces()) == 2
+
+
+def test_a_run_with_stdout_on_a_file_takes_and_keeps_the_program_for_its_inputs(runs):
+    """A run with stdout on a regular file (`sandboy run ... > build.log`) is never kept by the
+    plan cache (no plan entry is written, checked below: each run is a build), but its seccomp
+    program is keyed by exactly its inputs and code, not by fd 0-2 (ADR 0028, session 13): it
+    takes a kept one and keeps the one it built. From the host side: the same answers a build
+    gives — SysV refused without `ipc.sysv`, allowed with it, through each change of the input.
+    With cli's `_pieces_unkept` not asked (by hand) every run below imported the BPF assembler;
+    with the inputs out of the key (MUTANTS) the plain policy took the sysv one's program."""
+    assert runs.run(runs.policy(ipc={"sysv": True}), to_a_file=True) == ("ok", True)
+    assert len(runs.pieces()) == 1
+    assert runs.run(runs.policy(), to_a_file=True) == ("EPERM", True)  # other inputs: built
+    assert len(runs.pieces()) == 2
+    assert runs.run(runs.policy(), to_a_file=True) == ("EPERM", False)  # the same inputs: the kept program
+    assert runs.run(runs.policy(ipc={"sysv": True}), to_a_file=True) == ("ok", False)
+    assert runs.run(runs.policy(), to_a_file=True) == ("EPERM", False)  # and back
+    assert runs.run(runs.policy(), to_a_file=True, env={"SANDBOY_PLAN_CACHE": "0"}) == ("EPERM", True)
+    assert len(runs.pieces()) == 2
+    plans = runs.cache / "plans"
+    assert not plans.is_dir() or not any(plans.iterdir())  # never kept: the runs above were all builds
 
 
 def job_for(tmp_path, abi=6, **sections):
@@ -264,6 +290,8 @@ def test_each_check_of_a_piece_has_a_probe_that_fails_without_it(runs, tmp_path,
     if mutant == "the inputs":  # test_a_miss_takes_the_program_kept_for_its_inputs...
         assert runs.run(runs.policy(ipc={"sysv": True})) == ("ok", True)
         assert runs.run(runs.policy()) == ("ok", False)  # the sysv policy's program: SysV let through
+        # ... and test_a_run_with_stdout_on_a_file_takes_and_keeps_the_program_for_its_inputs
+        assert runs.run(runs.policy(), to_a_file=True) == ("ok", False)
     elif mutant == "the code":  # test_the_code_that_made_it_is_a_key
         assert runs.run(runs.policy()) == ("EPERM", True)
         seccomp = tree / "sandboy" / "confine" / "seccomp.py"
