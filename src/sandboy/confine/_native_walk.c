@@ -397,7 +397,12 @@ static PyObject *walk_scan(PyObject *self, PyObject *args) {
     }
     Py_DECREF(root_bytes);
     int stop = 0;
+    unsigned long walked = 0;
     while (stack.count > 0 && !failed) {
+        if ((++walked & 4095) == 0 && PyErr_CheckSignals() < 0) {
+            failed = 1;  /* (a signal's handler raised, as it would between two of the stand-in's steps) */
+            break;
+        }
         pending_t item = stack.items[--stack.count];
         const char *directory = item.path;
         struct stat *st = &item.st;
