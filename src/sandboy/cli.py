@@ -353,7 +353,9 @@ def _exec_outcome(result) -> dict:
     """--status-json's outcome of an exec-mode run whose end this process saw: a git check's
     refusal (with its words), or the policy's deadline — in the supervised run's shape (its
     signal and duration), so a timeout reads the same however the run was waited for."""
-    if result.outcome == "timed_out":
+    from sandboy.confine.result import TIMED_OUT
+
+    if result.outcome == TIMED_OUT:
         return {"outcome": result.outcome, "returncode": result.returncode, "signal": result.signal,
                 "duration": round(result.duration, 6)}
     return {"outcome": result.outcome, "returncode": result.returncode, "error": result.error}

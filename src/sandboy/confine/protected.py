@@ -325,7 +325,7 @@ def launch_reads(write_roots, explicit, defaults: bool):
     (looked up, read) — each path it looks up (lstat: what is there, which inode; a directory's
     ctime says whether an entry was added, removed or renamed in it) and each file it reads only
     for its bytes (stat, symlinks followed). While every one of them shows the same inode, mode,
-    size, mtime and ctime, its answer is the same: `reuse.Fingerprint` checks these stats for a
+    size, mtime and ctime, its answer is the same: `fingerprint.Fingerprint` checks these stats for a
     compiled cage run again, instead of the whole resolution (a gate step's reuse check).
 
     None where more decides it — fs.protect entries, a core.hooksPath or an include named by a
