@@ -189,6 +189,13 @@ def _cmd_run(args: RunArgs) -> int:
         # a fingerprint only for a run the plan cache may keep (`sandboy run` runs one command)
         # `{tmp}` at a fixed mount point under the tier: nothing of this run's own in the plan
         # (the plan cache keeps it), nothing on the host to remove after it (ADR 0028, session 12)
+        # the policy file is what the NEXT run is made of: read-only wherever a write root holds
+        # it (own_install's rows, which exist only with write roots and the defaults: a policy
+        # without them imports none of it; the command rewrote it, and the next run took its rules)
+        if policy.fs.write and policy.fs.protect_defaults:
+            from sandboy.confine.own_install import protect_policy_file
+
+            protect_policy_file(args.policy)
         if miss is not None:
             pieces = miss.pieces
         cage = cagemod.build(policy, cwd=args.cwd, tty=args.tty, reusable=miss is not None,

@@ -33,6 +33,7 @@ import marshal
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,104 @@ def test_a_fifo_swapped_in_for_the_file_on_stdin_cannot_hold_the_run(tmp_path):
             swapper.join()
     assert all(rc != "hung" for rc, _, _ in outcomes), outcomes
     assert all((rc, out) == (0, b"hello\n") or rc == 125 for rc, out, _ in outcomes), outcomes
+
+
+# --- the policy file in a write root: the next run's rules ----------------------------------
+
+WIDEN = "sed -i 's|^write = .*|write = [\".\", \"{outside}\"]|' p.toml; echo edited=$?"
+
+
+def _policy_in_the_project(tmp_path: Path) -> tuple:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "p.toml").write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+                                    'exec = ["/usr/bin", "/bin"]\nwrite = ["."]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    return project, outside, env
+
+
+def _run_in(project: Path, env: dict, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SANDBOY, "run", "--policy", "p.toml", "--", "/bin/sh", "-c", script], cwd=project, env=env,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.mark.parametrize("runs", [1, 3], ids=["build", "plan cache hit"])
+def test_the_command_cannot_rewrite_the_policy_of_its_next_run(tmp_path, runs):
+    """`sandboy run --policy p.toml` with p.toml in the project and `write = ["."]` — the README's
+    own layout: the command widened p.toml (`write` on a directory outside), and the next run of
+    the same command line wrote there. Now the policy file is read-only in the cage (a row of
+    Sandboy's own installation: bound read-only under the tier), built or kept; host side: its
+    bytes, and nothing outside."""
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here (without it: degraded, see the forced-off test)")
+    project, outside, env = _policy_in_the_project(tmp_path)
+    before = (project / "p.toml").read_bytes()
+    for _ in range(runs - 1):  # (the plan kept by earlier runs: the last is a hit)
+        assert _run_in(project, env, "true").returncode == 0
+    widen = _run_in(project, env, WIDEN.format(outside=outside) + "; echo work > built.txt")
+    assert "edited=0" not in widen.stdout, widen
+    assert (project / "p.toml").read_bytes() == before
+    assert (project / "built.txt").read_text() == "work\n"  # twin: the rest of the project is the command's
+    after = _run_in(project, env, f"echo planted > {outside}/x")
+    assert after.returncode != 0 and os.listdir(outside) == [], after
+
+
+def test_without_the_tier_a_writable_policy_file_is_said(tmp_path):
+    """Forced off, Landlock could only split the working directory around the file (no new entry
+    in it at all): the policy file stays writable and the run says so (`degraded:`)."""
+    project, _outside, env = _policy_in_the_project(tmp_path)
+    env["SANDBOY_NAMESPACES"] = "0"
+    proc = _run_in(project, env, "echo work > new.txt")
+    assert proc.returncode == 0 and (project / "new.txt").exists(), proc.stderr
+    assert f"the policy file stays writable" in proc.stderr and str(project / "p.toml") in proc.stderr
+
+
+def test_twin_a_policy_outside_the_write_roots_costs_nothing(tmp_path):
+    project, _outside, env = _policy_in_the_project(tmp_path)
+    (tmp_path / "p.toml").write_bytes((project / "p.toml").read_bytes())
+    proc = subprocess.run([SANDBOY, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/sh", "-c",
+                           "echo work > new.txt"], cwd=project, env=dict(env, SANDBOY_NAMESPACES="0"),
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 0 and "policy file" not in proc.stderr, proc.stderr
+
+
+def test_a_policy_reached_through_a_retargeted_link_is_protected_where_it_now_is(tmp_path):
+    """`--policy links/cfg/p.toml` with `links/cfg -> project/a` (the link outside the write root,
+    the files inside it), `a/p.toml` and `b/p.toml` holding the same bytes: the kept plan protected
+    `a/p.toml` (its realpath). `cfg` retargeted to `b` by the operator: the key's path and bytes
+    are the same, and no watched directory changed, but the file is another (its identity is in
+    the key): a miss, whose build protects `b/p.toml` — which a hit of the old plan left writable,
+    for the command to widen the next run's rules."""
+    from sandboy.confine import namespaces
+
+    if not namespaces.availability()[0]:
+        pytest.skip("no namespace tier here")
+    project, outside, env = _policy_in_the_project(tmp_path)
+    for name in ("a", "b"):
+        (project / name).mkdir()
+        (project / name / "p.toml").write_bytes((project / "p.toml").read_bytes())
+    links = tmp_path / "links"
+    links.mkdir()
+    os.symlink(project / "a", links / "cfg")
+    policy = str(links / "cfg" / "p.toml")
+    argv = [sys.executable, "-X", "importtime", SANDBOY, "run", "--policy", policy, "--", "/bin/sh", "-c"]
+
+    def run(script: str):
+        proc = subprocess.run(argv + [script], cwd=project, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+        return proc, "| sandboy.confine.cage\n" not in proc.stderr
+
+    run("true")
+    time.sleep(1.1)  # (the build's stats settled: the next runs are hits)
+    run("true")
+    assert run("true")[1]  # kept: the next run is a hit
+    os.unlink(links / "cfg")
+    os.symlink(project / "b", links / "cfg")
+    before = (project / "b" / "p.toml").read_bytes()
+    widen, hit = run("sed -i 's|^write = .*|write = [\".\", \"%s\"]|' b/p.toml; echo edited=$?" % outside)
+    assert not hit and "edited=0" not in widen.stdout, widen.stderr[-500:]
+    assert (project / "b" / "p.toml").read_bytes() == before

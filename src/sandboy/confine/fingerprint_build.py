@@ -63,7 +63,7 @@ def take(fp, inputs, split_dirs, protected_args, protected, before=None, watch_b
     if write_roots and protected_args[2]:
         from sandboy.confine import own_install
 
-        fp._install = own_install.candidates(write_roots)
+        fp._install = own_install.candidates_to_watch(write_roots)
     # No stats yet: the first check resolves anew (and takes them, before resolving), so the
     # build itself pays one resolution, and a cage never reused none more.
 
@@ -147,5 +147,5 @@ def protected_watch(protected_args):
     if protected_args[2]:
         from sandboy.confine import own_install
 
-        install = own_install.candidates(protected_args[0])
+        install = own_install.candidates_to_watch(protected_args[0])
     return protected_args, install, _watch_now(protected_args, install)

@@ -37,6 +37,7 @@ WHY = {
     "pycache prefix": "the byte code the interpreter running Sandboy reads instead of __pycache__ (PYTHONPYCACHEPREFIX)",
     "console script": "the `sandboy` command the operator runs next",
     "next environment": "the Python environment the `sandboy` command on PATH runs in (its script's interpreter)",
+    "policy file": "the policy file `sandboy run` was given (the rules of its next run)",
 }
 # Kinds whose whole tree is Sandboy's: a write root INSIDE one of them (e.g. `write =
 # [".venv/lib/python3.11/site-packages"]`) is protected itself. The base prefix may hold
@@ -52,6 +53,21 @@ ALL_OURS = frozenset({"prefix", "package", "import path", "user site", "pycache 
 MADE_IF_MISSING = frozenset({"user site", "pycache prefix", "import path (PYTHONPATH)"})
 
 _CACHED = None
+_POLICY_FILES: list = []  # `sandboy run --policy FILE` (`protect_policy_file`): a row of its own
+
+
+def protect_policy_file(path: str) -> None:
+    """`sandboy run`'s policy file is part of what the next run is made of, as the installation
+    is: in a write root (the README's own example: `policy.example.toml` in the project, `write =
+    ["."]`) the command rewrote it — `write` on the home, `[net] unrestricted = true` — and the
+    next `sandboy run --policy` of the same command line ran under that (redcage13). A row of the
+    installation from here on (read-only in the cage with the rest, looked up again by a kept
+    plan's fingerprint); the gate reads its policies once, up front, and the API is given one."""
+    global _CACHED, _RESOLVED
+    path = os.path.abspath(path)
+    if path not in _POLICY_FILES:
+        _POLICY_FILES.append(path)
+        _CACHED = _RESOLVED = None  # (made again with the row)
 
 
 def _made(path: str) -> bool:
@@ -147,6 +163,8 @@ def installation() -> tuple:
         add(script, "console script")
         if not is_within_any(script, prefixes):  # the running environment's own: nothing to read
             add(_environment_of(script), "next environment")
+    for path in _POLICY_FILES:
+        add(path, "policy file")
     _CACHED = tuple(rows)
     return _CACHED
 
@@ -207,6 +225,14 @@ def candidates(write_roots, resolved=None, all_ours=None) -> tuple:
         if here:
             found.append((path, kind, tuple(here)))
     return tuple(found)
+
+
+def candidates_to_watch(write_roots) -> tuple:
+    """`candidates` less the policy file's rows, for a kept cage's fingerprint: a plan cache hit
+    has just read that file by its path, and the file's identity is in the entry's key
+    (`plan_cache._key`), so its row stands without a lookup — and the hit imports none of this
+    module for it (≈ 0.5 ms: this module brings the resolver)."""
+    return tuple(row for row in candidates(write_roots) if row[1] != "policy file")
 
 
 def present(candidates, made_if_missing=None) -> list:

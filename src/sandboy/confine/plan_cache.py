@@ -45,10 +45,11 @@ from sandboy.confine._libc import exec_args
 from sandboy.confine.fingerprint import Fingerprint, inode_identity  # (an inode's change signature: the one)
 
 DISABLE_ENV = PLAN_CACHE_ENV
-FORMAT = "sandboy plan cache 8"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
+FORMAT = "sandboy plan cache 9"  # 2: no environment value in an entry; 3: write roots (their git check); 4: presets; 5: {tmp}
 # 6: keyed with the environment variables the build read (`env_reads`), not all of them; 7: the
 # policy's `limits.wall_seconds` in the body (the deadline a hit's C wait holds: `CachedPlan.run`);
 # 8: its `limits.processes` too (as root, the pids cgroup a hit's run makes: `init_wait.start_and_wait`)
+# 9: the policy file's (device, inode) in the key (`_file_identity`: the file the build protected)
 _ENV_KEYS = (0x53424F59454E5631, 0x53424F59454E5632)  # the environment digest's ("SBOYENV1", "SBOYENV2")
 MAX_ENTRY_BYTES = 4 << 20  # a policy with thousands of paths stays well below; larger: a miss
 MAX_POLICY_BYTES = 1 << 20  # policy.load's own bound
@@ -119,10 +120,23 @@ def _key(policy_arg: str, policy_bytes: bytes, cwd: str, stdio_shape) -> tuple:
     # imports from first, `sys.path[0]` unless -P, which gets the build's warning where a write
     # root holds it, `own_install.first_import_warning` — its file system encoding, and its
     # flags and user site: `_interpreter_options`)
-    return (FORMAT, sys.version, sys.executable, _PACKAGE, policy_arg, os.path.abspath(policy_arg), policy_bytes, cwd,
+    return (FORMAT, sys.version, sys.executable, _PACKAGE, policy_arg, os.path.abspath(policy_arg), policy_bytes,
+            _file_identity(policy_arg), cwd,
             os.getuid(), os.geteuid(), os.getgid(), os.getegid(), tuple(os.getgroups()), tuple(sys.path),
             sys.getfilesystemencoding(), sys.getfilesystemencodeerrors(), tuple(os.uname()), abi_version(), stdio_shape,
             _interpreter_options())
+
+
+def _file_identity(path: str):
+    """(device, inode) of the policy file, or None: which file the build protected read-only
+    where a write root holds it (own_install's "policy file" row, bound by its realpath) — the
+    same bytes reached as another file (a symlink on the way retargeted, the file replaced) are
+    a miss, whose build protects that one (redcage13)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _interpreter_options() -> tuple:

@@ -437,6 +437,8 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         from sandboy.confine.own_install import WHY, warning
 
         for row in from_install:
+            if row[1] == "policy file":
+                continue  # (kept read-only without a word: the policy file is not the command's work)
             if row[1] in WHY:
                 warnings.append(warning(*row))
             else:  # what a program on the operator's PATH loads (ADR 0013, session 8)
@@ -471,11 +473,19 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         # made in .git itself), so without a mount namespace they are reported, not split;
         # Sandboy's own installation is split like `fs.protect` (ADR 0024: nothing a build
         # makes goes inside it, and a write there is code the host runs next).
-        protects = (*from_policy, *(path for path, _kind, _root in from_install))
+        # The policy file `sandboy run` was given (own_install's "policy file" row) is reported
+        # as the defaults are: split out, the working directory that usually holds it would take
+        # no new entry at all (README's example), and nothing of the build goes wrong if it stays
+        protects = (*from_policy, *(path for path, kind, _root in from_install if kind != "policy file"))
         protected_by = "landlock (read-only rules)"
         if from_defaults:
             degraded.append("fs.protect_defaults: without a mount namespace these stay writable: "
                             + ", ".join(from_defaults))
+        policy_files = [path for path, kind, _root in from_install if kind == "policy file"]
+        if policy_files:
+            degraded.append("without a mount namespace the policy file stays writable: the command can rewrite "
+                            "the rules of the next run of the same command line (keep it outside the write "
+                            "roots): " + ", ".join(policy_files))
     split_dirs: list[str] = []
     # a cage that may be kept: each split directory's stat and names as the rules were decided from
     # them (`fingerprint_build.take` keeps those, taking none of its own)
