@@ -311,6 +311,8 @@ def test_no_cgroup_no_run(tier, tmp_path, kept):
                       f'write = ["{work}"]\n[limits]\nprocesses = 5\n')
     env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("SANDBOY_NAMESPACES", None)
+    if kept:
+        env["SANDBOY_NATIVE"] = "1"  # (the plan cache keeps no plan the Python executor ran)
     argv = [SANDBOY, "run", "--policy", str(policy), "--", "/usr/bin/touch", str(mark)]
 
     def run(argv):
