@@ -335,11 +335,11 @@ MUTANTS = {
                                              "        if False:"),
     # (session 13: the init's death signal is set for every exec-mode wait, checked or not —
     # redcage13 — so the mutant takes it out where it is set, for a hit and for a build alike)
-    "the command's death signal on a hit": ("init_wait.py", "+ session_steps() + (die_with_the_supervisor(),)",
-                                            "+ session_steps()"),
+    "the command's death signal on a hit": ("init_wait.py", "first = (die_with_the_supervisor(),) + ",
+                                            "first = "),
     # (session 10) a build's run with the git check, exec mode without a Supervision
-    "the command's death signal on a build": ("init_wait.py", "+ session_steps() + (die_with_the_supervisor(),)",
-                                              "+ session_steps()"),
+    "the command's death signal on a build": ("init_wait.py", "first = (die_with_the_supervisor(),) + ",
+                                              "first = "),
     # the protected paths resolved again once the building run ended (`_entry_for`), compared with the build's
     "the protected paths after the building run": (
         "fingerprint_build.py", "    if protections.protected_paths(*fp.protected_args, managers=managers) != fp._protected:\n"

@@ -44,7 +44,9 @@ def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0, 
     # the deadline and the only one waiting, and the caller knows the run by THIS pid (exec mode
     # stands for an exec in place). Killed with SIGKILL (a harness's timeout, subprocess.kill),
     # it left the init and the command running unwaited, past limits.wall_seconds (redcage13).
-    first = ((group.join_step(),) if group is not None else ()) + session_steps() + (die_with_the_supervisor(),)
+    # (the death signal first: from the clone to that step the init would outlive a killed waiter,
+    # and the pids group's join before it widened that window — rvsec13)
+    first = (die_with_the_supervisor(),) + ((group.join_step(),) if group is not None else ()) + session_steps()
     held = hold_forwarded_signals()
     try:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
