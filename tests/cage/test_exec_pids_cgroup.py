@@ -463,3 +463,37 @@ def test_with_the_tier_off_a_supervisor_still_bounds_the_run(tier, tmp_path, nat
         assert gone(run.marker) == [] and not os.path.exists(leaf)
     finally:
         run.kill()
+
+
+def test_sandboy_run_killed_at_any_point_of_its_start_leaves_nothing_running(tier, tmp_path):
+    """SIGKILL to `sandboy run` at random points of its start (its build, the leaf's making, the
+    clone, the init's first steps — the death signal, then the pids join — the command's start):
+    host side, no process of any of the runs is left (the init dies with `sandboy run` from its
+    first step on), nor any of their leaves once a later run has swept the empty ones."""
+    import random
+
+    markers = []
+    for i in range(15):
+        run = Run(tmp_path, "1", processes=5, n=1)
+        markers.append(run.marker)
+        time.sleep(random.uniform(0.02, 0.15))
+        run.cli.kill()
+        run.cli.wait(60)
+        run.cli.stdout.close()
+    left = {marker: gone(marker, 5) for marker in markers}
+    from prockit import mentioning
+
+    try:
+        assert all(pids == [] for pids in left.values()), left
+        assert all(mentioning(marker) == [] for marker in markers), "a run's command outlived sandboy run"
+    finally:
+        for marker in markers:
+            for pid in mentioning(marker):
+                os.kill(pid, signal.SIGKILL)
+    sweeper = Run(tmp_path, "1", processes=5, n=0, how="exit")
+    assert sweeper.started() == 0 and sweeper.end() == 0, sweeper.err()
+    parent = os.path.join(PIDS_ROOT, "sandboy-runs")
+    # (the runs' leaves are named after their sandboy run's pid, each of which is gone)
+    ours = [name for name in os.listdir(parent) if name[:1].isdigit() and not os.path.exists(f"/proc/{name.split('-')[0]}")
+            and _current(os.path.join(parent, name)) not in ("0", None)]
+    assert ours == [], ours
