@@ -134,6 +134,13 @@ def run_command(args) -> int:
     try:
         gate = config.load(args.repo)
         ceiling, budget_seconds = ceilings.read(args.ceiling)
+        if args.ceiling:
+            # the operator's ceiling bounds the NEXT gate too: read-only in every step's cage
+            # wherever a write root holds it (a `ci/ceiling.toml` in the repository: a step
+            # appended to it, and the next gate of that checkout ran under its rules; redcage13)
+            from sandboy.confine.own_install import protect_policy_file
+
+            protect_policy_file(args.ceiling)
         resolved = resolve_ceiling(ceiling, gate.repo)
         try:
             check_outside({"--logs": args.logs, "--junit": args.junit, "--json": args.json_path,
