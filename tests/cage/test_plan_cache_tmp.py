@@ -308,7 +308,7 @@ MUTANTS = {
     "the mount point's identity on a hit": ("plan_cache.py", "            if inode_identity(os.lstat(tmp[0])) != tmp[1]:",
                                             "            if False:"),
     # the fixed mount point itself (test_a_killed_run_leaves_nothing_on_the_host)
-    "the fixed mount point": ("cli.py", "miss.pieces, fixed_tmp=True)", "miss.pieces, fixed_tmp=False)"),
+    "the fixed mount point": ("cli.py", "pieces=pieces, fixed_tmp=True)", "pieces=pieces, fixed_tmp=False)"),
     # a plan naming a directory of its run's own never kept (test_a_mount_point_of_another_user_is_not_taken)
     "only the fixed mount point kept": ("plan_keep.py", "    if shared is None or cage.tier is None or not "
                                         "cage.tier.tmp_private:\n        return False\n",
