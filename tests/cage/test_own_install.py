@@ -412,3 +412,21 @@ def test_a_pythonpath_entry_inside_the_write_root_cannot_take_a_sitecustomize(tm
             assert install.payloads_run(env=env) == []
     finally:
         planted.unlink(missing_ok=True)
+
+
+def test_an_activated_own_environment_in_the_working_directory_is_not_called_writable(tmp_path, package_copy,
+                                                                                        enforcement):
+    """The quick start: Sandboy's own `.venv` in the checkout that is the working directory and
+    write root, its `bin/` first on PATH. That directory is read-only like the rest of the
+    installation — a `git` planted there is refused (checked on the host) — so the launch says
+    so (ADR 0024) and not the PATH warning's "it stays writable" for a project venv
+    (tests/cage/test_path_dirs.py holds that one for a venv that is not Sandboy's)."""
+    install = Install(tmp_path / "checkout", "editable", package_copy)
+    venv_bin = install.venv / "bin"
+    proc = install.sandboy("run", "--policy", _run_policy(install), "--", "/bin/sh", "-c",
+                           f"echo '#!/bin/sh' > {venv_bin}/git && echo planted || echo refused",
+                           env={"PATH": f"{venv_bin}:/usr/bin:/bin", **enforcement}, cwd=str(install.base), check_rc=0)
+    assert proc.stdout.strip() == "refused", proc
+    assert not (venv_bin / "git").exists()
+    assert MARK in proc.stderr, proc.stderr
+    assert f"{venv_bin} is on PATH" not in proc.stderr, proc.stderr

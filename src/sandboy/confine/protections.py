@@ -450,8 +450,13 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         from sandboy.confine.path_dirs import on_path, protect_warning, warn_warning
 
         protect, warn = on_path(fs.write, job.work)
+        # a PATH directory inside Sandboy's own installation (the quick start's activated
+        # `.venv/bin` in this checkout) is read-only like the rest of it (ADR 0024): "it stays
+        # writable" would contradict the installation's own warning printed just above
+        ours = [path for path, kind, _root in from_install if kind != "policy file"]
         warnings.extend([protect_warning(entry, root) for entry, _real, root in protect]
-                        + [warn_warning(entry, root) for entry, _real, root in warn])
+                        + [warn_warning(entry, root) for entry, real, root in warn
+                           if not any(is_within(real, path) for path in ours)])
         # `python -m sandboy` from inside a write root: its sys.path[0] (ADR 0024, session 7)
         from sandboy.confine.own_install import first_import_warning
 
