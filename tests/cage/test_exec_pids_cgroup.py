@@ -497,3 +497,36 @@ def test_sandboy_run_killed_at_any_point_of_its_start_leaves_nothing_running(tie
     ours = [name for name in os.listdir(parent) if name[:1].isdigit() and not os.path.exists(f"/proc/{name.split('-')[0]}")
             and _current(os.path.join(parent, name)) not in ("0", None)]
     assert ours == [], ours
+
+
+def test_a_supervisors_group_left_by_one_killed_outright_is_swept_by_the_next(tmp_path):
+    """The supervisor's (and gate's) groups sit in the pids base itself, `sandboy-<pid>-<hex>`:
+    a supervisor killed by SIGKILL cannot remove its own, and nothing else did (fifty gathered on
+    the test machine in a day). The next supervised run removes an empty one named after a pid
+    that is gone — never one of a live process, nor one still holding a process."""
+    gone_pid = 4194305  # above PID_MAX_LIMIT: a pid no process has
+    dead = os.path.join(PIDS_ROOT, f"sandboy-{gone_pid}-coord13")
+    live = os.path.join(PIDS_ROOT, f"sandboy-{os.getpid()}-coord13")
+    busy = os.path.join(PIDS_ROOT, f"sandboy-{gone_pid}-coord13busy")
+    for path in (dead, live, busy):
+        os.mkdir(path)
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        with open(os.path.join(busy, "cgroup.procs"), "w") as procs:
+            procs.write(str(holder.pid))
+        run = Run(tmp_path, "1", processes=5, n=0, how="exit",
+                  extra_env={"SANDBOY_NAMESPACES": "0"})  # tier off: the supervisor's group
+        assert run.started() == 0 and run.end() == 0, run.err()
+        assert not os.path.exists(dead), "an empty group of a supervisor that is gone was left"
+        assert os.path.isdir(live), "a group named after a live process was removed"
+        assert os.path.isdir(busy), "a group still holding a process was removed"
+    finally:
+        holder.kill()
+        holder.wait()
+        for path in (dead, live, busy):
+            for _ in range(50):
+                try:
+                    os.rmdir(path) if os.path.isdir(path) else None
+                    break
+                except OSError:
+                    time.sleep(0.05)

@@ -65,9 +65,13 @@ class PidsCgroup:
 
     @classmethod
     def create(cls, max_pids: int) -> "PidsCgroup | None":
-        """A fresh cgroup limited to `max_pids` tasks, or None where none can be made."""
+        """A fresh cgroup limited to `max_pids` tasks, or None where none can be made. Groups
+        of this shape that a supervisor or gate killed outright left (empty, named after a pid
+        that is gone) are swept first: nothing else removes them, and a test machine gathered
+        fifty in a day."""
         name = f"sandboy-{os.getpid()}-{os.urandom(4).hex()}"
         for path in _pids_bases():
+            _sweep(path, "sandboy-")
             group = cls._made(os.path.join(path, name), max_pids)
             if group is not None:
                 return group
@@ -271,18 +275,21 @@ def _kill_members(group: str) -> None:
             pass
 
 
-def _sweep(parent: str) -> None:
-    """Remove the leaves in `parent` that a run killed outright left behind: empty, and named
-    after a `sandboy run` that is gone. A leaf of a live run is never touched (it may be empty
-    between its making and its init's join), nor one still holding processes (rmdir refuses).
-    (The parent's own files are named by the kernel — cgroup.procs, tasks, pids.max, ... — and
-    never start with a digit: a leaf's name does.)"""
+def _sweep(parent: str, prefix: str = "") -> None:
+    """Remove the groups in `parent` that a run killed outright left behind: empty, and named
+    `prefix` + the pid of a `sandboy` process that is gone. A group of a live run is never
+    touched (it may be empty between its making and its init's join), nor one still holding
+    processes or groups (rmdir refuses). (The parent's own files are named by the kernel —
+    cgroup.procs, tasks, pids.max, ... — and never start with a digit after the prefix; nor
+    does `sandboy-runs`: a left group's name does.)"""
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for name in names:
-        owner = name.partition("-")[0]
+        if not name.startswith(prefix):
+            continue
+        owner = name[len(prefix):].partition("-")[0]
         if not owner.isdigit():
             continue
         try:
