@@ -6,11 +6,10 @@ command wrote, walked in the operator's process.
   NULs, lone surrogates, entries of any shape), at launch and after the run: the C walk answers
   as its stand-in (seeded fuzz below; run also under ASan+UBSan by hand: clean).
 - A repository at a path near PATH_MAX (4096 bytes with its NUL): the directory can be listed by
-  its path, but `.git` and what is below it are spelled longer. Where the operator's git can still
-  use it (here git 2.39 gives up from ~4084 bytes) the run fails closed, 125 (the quarantine's
-  move by path fails there: "NOT moved", as ADR 0019 says of a finding it cannot move). Beyond
-  that the check's lookups fail ENAMETOOLONG and count as "nothing there": the run passes — held
-  only by git's own limit today (strict xfail: open, see docs/threat-model.md's walk13 lines).
+  its path, but `.git` and what is below it are spelled longer. From ~4086 bytes the check's
+  lookups by whole path failed (ENAMETOOLONG) as "nothing there" and the run passed (git 2.39
+  itself gives up from ~4084 bytes; at 4040-4082 it uses the repository). FIXED: deeper than
+  `gitcheck.DEEPEST_REPOSITORY` a `.git`/`HEAD` met fails the run, "too deep to check".
 """
 
 from __future__ import annotations
@@ -76,21 +75,25 @@ def _plant_deep(cage, tmp_path, length: int):
     return result, marker.exists()
 
 
-@pytest.mark.parametrize("length", [4040, 4082])
-def test_a_repository_near_path_max_that_git_can_use_fails_the_run(cage, tmp_path, walk, length):
+@pytest.mark.parametrize("length", [1000, 3584])
+def test_a_repository_just_short_of_the_deepest_checked_is_judged(cage, tmp_path, walk, length):
+    """The twin: at DEEPEST_REPOSITORY bytes and less the repository is judged (its planted
+    config found by name. Host side the operator's git still runs it: the quarantine does not move
+    a finding this deep ("NOT moved: File name too long", still 125 — ADR 0019's degraded move;
+    open, see docs/threat-model.md's rvwalk13 section)."""
     result, ran = _plant_deep(cage, tmp_path, length)
-    assert result.rc == 125 and "core.fsmonitor" in result.err, (length, result)
-    # (host side: git could use it, and the finding stayed in place — said so, "NOT moved")
-    assert "NOT moved" in result.err or not ran, result
+    assert result.rc == 125 and "core.fsmonitor" in result.err and "too deep" not in result.err, (length, result)
+    assert not ran or "NOT moved" in result.err, result
 
 
-@pytest.mark.xfail(strict=True, reason="open: the check's lookups by whole path fail (ENAMETOOLONG) as 'no "
-                   "repository'; git 2.39 cannot use such a repository either (found by rvwalk13)")
-@pytest.mark.parametrize("length", [4086, 4091])
-def test_a_repository_beyond_the_checks_lookups_fails_the_run(cage, tmp_path, walk, length):
+@pytest.mark.parametrize("length", [3586, 4040, 4082, 4086, 4091])
+def test_a_repository_deeper_than_the_check_looks_fails_the_run(cage, tmp_path, walk, length):
+    """FIXED here (gitcheck.DEEPEST_REPOSITORY): from ~4086 bytes the check's lookups of `.git` by
+    whole path failed as "nothing there" and the run passed (rc 0); at 4040-4082 git uses the
+    repository and its config could not be moved ("NOT moved"). Now every `.git`/`HEAD` the walk
+    meets deeper than DEEPEST_REPOSITORY bytes fails the run, 125, naming it."""
     result, ran = _plant_deep(cage, tmp_path, length)
-    assert not ran, "the host's git ran a command planted near PATH_MAX"
-    assert result.rc == 125, (length, result)
+    assert result.rc == 125 and "too deep to check" in result.err, (length, result)
 
 
 # --- the C walk vs its stand-in, on random hostile trees and forged indexes --------------------

@@ -64,6 +64,11 @@ WALK_BUDGET = 2_000_000    # directory entries per run; beyond that the run fail
 MAX_INCLUDE_DEPTH = 10     # git's own limit
 MAX_GITDIRS = 10_000
 MAX_NESTING = 32           # submodules within submodules, and `/` in a submodule's name
+# The longest path of a directory holding a `.git` or `HEAD` that the check looks below: what it
+# reads there (`.git/config`, `hooks/<name>`, `worktrees/<name>/...`) is spelled by whole path,
+# which fails (ENAMETOOLONG) from PATH_MAX on and read as "nothing there", while git run in the
+# directory reads it relative to its working directory. Deeper: a finding, never a pass.
+DEEPEST_REPOSITORY = 4096 - 512
 QUARANTINE_DIR = ".sandboy-quarantine"
 CONFIG_READ_LIMIT = 4 << 20
 # Config bytes parsed per check, all files together: one large config hard-linked into many
@@ -1083,7 +1088,10 @@ class _Walk:
                             gathered, snap.exclude)
         for event in events:
             directory = event[1]
-            if event[0] == 0:
+            if event[0] < 2 and len(directory) > DEEPEST_REPOSITORY // 4 and len(os.fsencode(directory)) > DEEPEST_REPOSITORY:
+                self.add(None, f"{directory}: a repository too deep to check (its path is beyond "
+                         f"{DEEPEST_REPOSITORY} bytes): not checked")
+            elif event[0] == 0:
                 self.dot_git(directory + "/.git")
             elif event[0] == 1:
                 # no `.git` names it, but git run here reads its config and hooks (a leaf too:
