@@ -20,7 +20,9 @@ The command runs in a session of its own and never gets the caller's terminal: a
 stdin becomes /dev/null, on stdout/stderr a pipe Sandboy copies to it while the command runs.
 
 exit codes: the command's own; 2 usage or policy error (nothing ran); 125 the cage could not
-be applied (the command never runs unconfined); 126/127 command not executable / not found;
+be applied (the command never runs unconfined), or the command left code for the host's next
+git command (found after the run and quarantined: --status-json says "planted"), or replaced
+the --status-json file; 126/127 command not executable / not found;
 128+n killed by signal n (137: limits.wall_seconds passed); 141 from --dry-run when
 the reader of stdout went away (`| head`); 74 stdout could not be written.
 Policy reference: README.md and policy.example.toml."""

@@ -7,8 +7,8 @@ cannot enter a new PID namespace itself, so it starts the namespace's init (whic
 session; the command runs in it) and waits for it in C (`_libc.wait_forwarding`), passing
 signals on: no Python runs while the command does. The policy's `limits.wall_seconds` is that
 wait's deadline: the init ends the run then (END_RUN_SIGNAL, SIGKILL after 1 s) (session 12); as
-root its `limits.processes` is a pids cgroup of the run's own, which the init joins first and
-the wait removes (session 13). A run with hooks that act only before and
+root its `limits.processes` is a pids cgroup of the run's own, which the init joins right after setting
+its death signal, and the wait removes (session 13). A run with hooks that act only before and
 after it (the git check) is then supervised by this process (supervision.Supervision): the
 init's end is the end of the whole tree.
 
@@ -82,7 +82,7 @@ def supervisor_needed(cage, *, timeout=None, tty=False, stdio=(None, None, None)
     # Exec mode under the PID namespace waits for the init (`init_wait.start_and_wait`), and the
     # init's end is the end of every process of the run: that wait holds the policy's deadline
     # (SIGKILL to the init ends the namespace), as the supervision's would (session 12), and as
-    # root the run's own pids cgroup, which the init joins first and the wait removes after it
+    # root the run's own pids cgroup, which the init joins before it runs anything of the command and the wait removes
     # (session 13) — no supervisor for the README's example, as root too
     waits_for_the_init = in_place and cage.tier is not None and cage.tier.pid
     if timeout is not None or (limits.wall_seconds and not waits_for_the_init):

@@ -33,7 +33,7 @@ def start_and_wait(argv, cage, supervised: bool = False, wall_seconds: int = 0, 
     start: the wait kills the init then (the whole PID namespace) and its status says so
     (`_libc.DEADLINE_PASSED`). `processes`: the policy's `limits.processes`, which as root only a
     pids cgroup holds (RLIMIT_NPROC does not bind uid 0): the run gets a group of its own
-    (`pids_cgroup.PidsCgroup.for_run`), which the init joins as its first step, before it runs
+    (`pids_cgroup.PidsCgroup.for_run`), which the init joins right after setting its death signal, before it runs
     anything else, and which is removed once the init has been reaped (CageError where none
     can be made: the run is refused, never run without the limit)."""
     from sandboy.confine import _libc

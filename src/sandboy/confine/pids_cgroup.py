@@ -132,7 +132,7 @@ class PidsCgroup:
 
     def join_step(self) -> tuple:
         """The plan step that moves the calling process into this group (`for_run`): a write of
-        "0" to its join file, opened here — the first step of the namespace's init, so nothing
+        "0" to its join file, opened here — a step of the namespace's init before anything of the command, so nothing
         of the run is ever outside it: every process the init forks is born inside."""
         from sandboy.confine._libc import SYS_WRITE
 
