@@ -314,7 +314,7 @@ def test_the_namespace_init_of_either_executor_does_not_ignore_sigchld():
 # ended, the handle's type, and the pids of every process still below the program once the
 # run's wait() returned (the /proc children walk: zombies included).
 API_SCENARIOS = r"""
-import json, os, signal, sys, tempfile
+import atexit, json, os, shutil, signal, sys, tempfile
 from pathlib import Path
 from sandboy import CageError, Policy, run, spawn
 
@@ -348,6 +348,8 @@ policy = Policy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/li
 exit3 = ["sh", "-c", "sleep 0.2; exit 3", marker]  # $0 = marker: its processes are findable by name
 sleeper = ["sh", "-c", "sleep 30", marker]
 out = {"ignored": sigchld_ignored()}
+made = []  # the scenarios' own temporary directories: removed at the end (tests touch only what they made)
+atexit.register(lambda: [shutil.rmtree(path, ignore_errors=True) for path in made])
 
 def ended(result, handle=None):
     out.update(outcome=result.outcome, code=result.returncode, error=result.error,
@@ -396,7 +398,7 @@ try:
         from sandboy.confine import namespaces
         from sandboy.confine.cage import build
 
-        os.environ["SANDBOY_CACHE_DIR"] = tempfile.mkdtemp()
+        os.environ["SANDBOY_CACHE_DIR"] = made.append(tempfile.mkdtemp()) or made[-1]
         cage = build(policy)
         out["tier"] = cage.tier is not None
         out["available"] = namespaces.availability()[0]
@@ -405,7 +407,7 @@ try:
         from sandboy.audit.pipeline import run_phase
         from sandboy.audit.toolconfig import Phase
 
-        base = Path(tempfile.mkdtemp())
+        base = Path(made.append(tempfile.mkdtemp()) or made[-1])
         places = {name: str(base / name.strip("{}")) for name in ("{repo}", "{out}", "{home}", "{builtin}")}
         for place in places.values():
             os.mkdir(place)
