@@ -19,7 +19,7 @@ findings, so the twin runs once, intact).
 
 Each scenario is planted once (a copy of one template repository, the set-up, the snapshot, the
 hostile script); every mutant then re-runs only `verify()` over the plants (it only reads).
-Budget: 15 mutants, 14 plants: ≈ 1.5 s of mutants, 3-4 s for the module here; bounded at 60 s.
+Budget: 19 mutants, 18 plants: ≈ 1.5 s of mutants, 3-4 s for the module here; bounded at 60 s.
 """
 
 from __future__ import annotations
@@ -101,6 +101,8 @@ SCENARIOS = [
     # a directory of the operator's PATH in a write root, without the tier (session 7, ADR 0013)
     ("a program planted on the operator's PATH", "mkdir bin", "printf '#!/bin/sh\\n' > bin/git",
      {"path_dirs": ["bin"]}, lambda r, f: f"{r}/bin/git" in _paths(f)),
+    ("a repository deeper than the check can look below (rvwalk13)", None, "git init -q sub",
+     {"DEEPEST_REPOSITORY": 40}, lambda r, f: _run_level(f, "too deep to check")),
     ("a PATH directory replaced by a symlink", "mkdir bin", "mv bin bin-old && mkdir evil && ln -s evil bin",
      {"path_dirs": ["bin"]}, lambda r, f: f"{r}/bin" in _paths(f)),
 ]
