@@ -8,7 +8,7 @@ during one, that the new cheap paths do not see —
   once; a hostile leaf in `sandboy-runs/` for the sweep (named after a dead run, holding a
   process); a caller already under a tighter pids limit of its own (the leaf must be below it,
   not at the hierarchy's root); a write root ON a cgroup file system (a HOLE: the command moved
-  itself out of its group — fixed, `protections._refuse_a_pids_group_the_command_could_leave`),
+  itself out of its group — fixed, `protections.refuse_a_cgroup_the_command_could_leave`),
   also mounted on a kept plan's root after it was kept;
 - the git check's walk in C (walk13: `_native_walk.c`) against its Python stand-in on a tree's
   limits: 255-byte names, a chain beyond PATH_MAX (both report the same directory unlistable,
@@ -213,7 +213,7 @@ MOVE_OUT = 'echo $$ > "$1/cgroup.procs" && echo moved'
 
 @pytest.mark.parametrize("processes", [5, 0], ids=["limited (refused)", "twin: no limit (runs)"])
 def test_a_write_root_on_a_cgroup_file_system_cannot_lift_limits_processes(tier, tmp_path, processes):
-    """HOLE found here (fixed: protections._refuse_a_pids_group_the_command_could_leave): a
+    """HOLE found here (fixed: protections.refuse_a_cgroup_the_command_could_leave): a
     write root lying ON a cgroup file system is no mount strictly below a write root, so
     `kernel_mounts.refuse` let it through, and with `limits.processes` as root the command wrote
     its pid into a group outside its own (`echo $$ > G/cgroup.procs`) and ran unbounded — the

@@ -293,15 +293,28 @@ def _write_roots_to_watch(grants: dict) -> tuple:
                  if rights & landlock.WRITE & ~landlock.READ and not is_within_any(path, PRIVATE_TREES))
 
 
-def _refuse_a_pids_group_the_command_could_leave(write_roots, source: str) -> None:
-    """CageError (125) where a write root lies ON a cgroup file system while `limits.processes`
-    is a pids cgroup (as root RLIMIT_NPROC does not bind): the command could write its pid into
-    an ancestor's `cgroup.procs`/`tasks` and run unbounded — the run's own leaf (exec mode under
-    the tier) or a supervisor's group alike. `kernel_mounts.refuse` only meets a kernel file
-    system mounted strictly BELOW a write root; a grant of one itself (`write =
-    ["/sys/fs/cgroup/pids"]`) is otherwise the policy's explicit choice, but here it contradicts
-    the limit the same policy asks for: fail closed (rvsec13: `echo $$ > .../pids/tasks` left a
-    `processes = 5` run's leaf)."""
+# What a command that leaves its cgroup (or rewrites its bound) escapes, by the limit that made the
+# group: the words of `refuse_a_cgroup_the_command_could_leave`'s refusal.
+CGROUP_LIMITS = {
+    "limits.processes": ("a pids cgroup (as root RLIMIT_NPROC does not bind)",
+                         "move itself out of its group and run unbounded"),
+    "limits.memory_mib": ("a memory cgroup (a gate step's bound, ADR 0027)",
+                          "move itself out of its group, or raise its group's bound, and use the host's memory"),
+}
+
+
+def refuse_a_cgroup_the_command_could_leave(write_roots, source: str, limit: str = "limits.processes") -> None:
+    """CageError (125) where a write root lies ON a cgroup file system while `limit` is enforced
+    by a cgroup the command is in: the command could write its pid into an ancestor's
+    `cgroup.procs`/`tasks` and run outside it, or write its own group's bound — `limits.processes`
+    as root (the run's own leaf in exec mode under the tier, or a supervisor's group alike;
+    rvsec13: `echo $$ > .../pids/tasks` left a `processes = 5` run's leaf) and a gate step's
+    `limits.memory_mib` in its memory cgroup (gatemem14: `echo $$ > <gate's group>/tasks` left a
+    64 MiB step's group; the step's cage is built without `memory_mib`, so the build's check does
+    not see it: `Supervision` asks this where it takes the group). `kernel_mounts.refuse` only
+    meets a kernel file system mounted strictly BELOW a write root; a grant of one itself (`write
+    = ["/sys/fs/cgroup/pids"]`) is otherwise the policy's explicit choice, but here it contradicts
+    the limit the same policy asks for: fail closed."""
     from sandboy.confine import kernel_mounts
 
     devices = {}
@@ -315,10 +328,10 @@ def _refuse_a_pids_group_the_command_could_leave(write_roots, source: str) -> No
         if kinds.get(device) in ("cgroup", "cgroup2"):
             from sandboy.errors import CageError
 
+            group, escape = CGROUP_LIMITS[limit]
             raise CageError(f"{source}: fs.write: {root} is on the kernel's {kinds[device]} file system while "
-                            "limits.processes asks for a pids cgroup (as root): the command could move itself out "
-                            "of its group and run unbounded. Grant no write on a cgroup file system, or drop "
-                            "limits.processes")
+                            f"{limit} asks for {group}: the command could {escape}. Grant no write on a cgroup "
+                            f"file system, or drop {limit}")
 
 
 def _denied_with_other_names(denied) -> list:
@@ -368,7 +381,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
 
         kernel_mounts.refuse(mount_roots, source)
         if job.policy.limits.processes and os.geteuid() == 0:
-            _refuse_a_pids_group_the_command_could_leave(mount_roots, source)
+            refuse_a_cgroup_the_command_could_leave(mount_roots, source)
     for path, rights in landlock.DEVICE_GRANTS:
         if os.path.exists(path):
             grants[path] = grants.get(path, 0) | rights

@@ -309,6 +309,7 @@ class Supervision(Handle):
             return ()
         from sandboy.confine.cgroup import MemoryCgroups
 
+        self._refuse_a_memory_group_the_command_could_leave()
         if self.memory_cgroups is None:
             self.memory_cgroups = MemoryCgroups(keep=False)
         limit = self.cage.policy.limits.processes if os.geteuid() == 0 else 0
@@ -316,6 +317,25 @@ class Supervision(Handle):
         if self.memory_group is None:
             raise CageError(NO_MEMORY_CGROUP)
         return (self.memory_group.join_step(),)
+
+    def _refuse_a_memory_group_the_command_could_leave(self) -> None:
+        """CageError (125) where one of the cage's write roots lies ON a cgroup file system: the
+        command could leave the memory group it joins (`echo $$ > <parent>/tasks`) or raise the
+        group's bound. Asked here, where the group is taken, not at the build: the gate builds a
+        step's cage without `memory_mib` (no RLIMIT_AS under a cgroup's bound), so the build's
+        refusal for `limits.processes` never sees it (gatemem14). Asked at every run: a reused
+        cage's roots may have had a cgroup file system mounted on them since (its fingerprint
+        would miss too; this does not depend on it)."""
+        compiled = getattr(self.cage, "compiled", None)
+        fs = compiled.get("landlock.fs") if compiled is not None else None
+        if fs is None:  # a cage that cannot say its write roots: cannot be shown safe
+            raise CageError("limits.memory_mib: the run's write roots are not known here, so a write root on a "
+                            "cgroup file system (the command leaving its memory group) cannot be ruled out")
+        roots = fs.outputs.get("mount_roots")
+        if roots:
+            from sandboy.confine.protections import refuse_a_cgroup_the_command_could_leave
+
+            refuse_a_cgroup_the_command_could_leave(roots, self.cage.policy.source, "limits.memory_mib")
 
     def _end_memory_group(self, result: RunResult) -> None:
         """The tree is gone: what the memory bound saw goes on `result`; the group goes back
