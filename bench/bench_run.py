@@ -328,9 +328,10 @@ def bench_parts(policy_path: str, rounds: int) -> dict:
     of a compiled cage (`Cage.still_valid`)."""
     import sandboy
     from sandboy.confine import cage as cagemod
+    from sandboy.confine import reuse
 
     policy = sandboy.Policy.load(policy_path)
-    reused, owned = cagemod.for_run(policy)
+    reused, owned = reuse.for_run(policy)
 
     def timed(fn):
         def run():

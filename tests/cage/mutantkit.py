@@ -56,9 +56,9 @@ def mutant(label: str, owner, attribute: str, value, check: Callable | None = No
 def forget_built_cages() -> None:
     """`sandboy.run` reuses a cage compiled earlier for an equal policy: a mutant must not (nor
     the intact code a mutant's cage)."""
-    from sandboy.confine import cage as cagemod
+    from sandboy.confine import reuse
 
-    cagemod._REUSED.close()
+    reuse._REUSED.close()
 
 
 def first_failure(checks, *args) -> str | None:

@@ -77,11 +77,11 @@ def test_the_snapshot_takes_the_same_answer_as_its_own_discovery(repo, monkeypat
 
 def test_a_reused_cage_looks_again_at_each_launch(repo, monkeypatch):
     """A reuse check that found nothing changed resolves nothing: the launch discovers (once)."""
-    from sandboy.confine import reuse
+    from sandboy.confine import fingerprint, reuse
 
     first, owned = reuse.for_run(_policy(), cwd=str(repo))
     assert not owned
-    time.sleep(reuse.TICK_NS / 1e9 * 1.5)
+    time.sleep(fingerprint.TICK_NS / 1e9 * 1.5)
     calls = _counted(monkeypatch)
     for _ in range(2):
         assert sandboy.run(["/bin/true"], _policy(), cwd=str(repo)).ok

@@ -232,11 +232,11 @@ def test_tmp_is_private_per_run_and_the_cage_is_reused(cage):
     """{tmp}: a fresh tmpfs at the cage's fixed path for every run, so the same compiled cage
     serves the next run (no rebuild) and a run never sees the previous one's files."""
     from sandboy import Policy
-    from sandboy.confine import cage as cagemod
+    from sandboy.confine import reuse
 
     policy = Policy.from_mapping(tier_policy(cage, write=["{tmp}"]), "<test>")
-    first, owned = cagemod.for_run(policy, cwd=str(cage.work))
-    again, _ = cagemod.for_run(policy, cwd=str(cage.work))
+    first, owned = reuse.for_run(policy, cwd=str(cage.work))
+    again, _ = reuse.for_run(policy, cwd=str(cage.work))
     assert again is first and not owned
     code = "import os; print(sorted(os.listdir(os.environ['TMPDIR']))); open(os.environ['TMPDIR'] + '/x', 'w')"
     for _ in range(2):
@@ -391,14 +391,14 @@ def test_as_an_ordinary_user_the_tier_holds(nobody, probe):
 
 def test_fallback_never_shares_a_host_tmp_between_api_runs(cage, monkeypatch):
     """Without the tier `{tmp}` is a host directory: API runs may overlap, so `for_run` builds a
-    cage (and a directory) per run instead of reusing one (cage.Reuse)."""
+    cage (and a directory) per run instead of reusing one (reuse.Reuse)."""
     from sandboy import Policy
-    from sandboy.confine import cage as cagemod
+    from sandboy.confine import reuse
 
     monkeypatch.setenv(namespaces.FORCE_OFF_ENV, "0")
     policy = Policy.from_mapping(tier_policy(cage, write=["{tmp}"]), "<test>")
-    first, owned_first = cagemod.for_run(policy, cwd=str(cage.work))
-    second, owned_second = cagemod.for_run(policy, cwd=str(cage.work))
+    first, owned_first = reuse.for_run(policy, cwd=str(cage.work))
+    second, owned_second = reuse.for_run(policy, cwd=str(cage.work))
     try:
         assert owned_first and owned_second and first.ctx.tmp != second.ctx.tmp
     finally:

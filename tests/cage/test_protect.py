@@ -372,17 +372,17 @@ def test_a_reused_cage_is_rebuilt_when_a_start_up_file_appears(cage, namespaces)
     """`sandboy.run` in a loop reuses a compiled cage while a rebuild would give the same one:
     a start-up file made since must make it rebuild (and protect the file)."""
     from sandboy import Policy
-    from sandboy.confine import cage as cagemod
+    from sandboy.confine import reuse
 
     policy = Policy.from_mapping(cage.policy(fs={"write": ["."]}), "<test>")
-    first, owned = cagemod.for_run(policy, cwd=str(cage.work))
+    first, owned = reuse.for_run(policy, cwd=str(cage.work))
     try:
         assert first.still_valid() and first.protected == ()
         (cage.work / "notes.txt").write_text("")  # an ordinary new file changes nothing
         assert first.still_valid()
         (cage.work / ".bashrc").write_text("# new\n")
         assert not first.still_valid()
-        second, owned_second = cagemod.for_run(policy, cwd=str(cage.work))
+        second, owned_second = reuse.for_run(policy, cwd=str(cage.work))
         assert second is not first and second.protected == (f"{os.path.realpath(cage.work)}/.bashrc",)
         if owned_second:
             second.close()

@@ -11,7 +11,7 @@ One hole was found and closed here (host side checked, with its twin):
   the link is retargeted at the same directory moved away (`mv a b; ln -sfn b link`), and a
   new `a -> DIR` then made the tier attach DIR/t read-write in the next run: `chmod`, `chown`,
   `utimensat`, `setxattr` of every file under it, outside every grant (as root: any file of the
-  machine). Now the fingerprint looks at the paths the cage uses too (`reuse.Fingerprint`).
+  machine). Now the fingerprint looks at the paths the cage uses too (`fingerprint.Fingerprint`).
 
 Two more, closed here too:
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from sandboy import Policy
-from sandboy.confine import cage as cagemod
+from sandboy.confine import reuse
 
 
 def _policy(cage, **fs):
@@ -16,8 +16,8 @@ def _policy(cage, **fs):
 def test_unchanged_policy_and_tree_reuse_the_compiled_cage(cage):
     policy = _policy(cage, read=["data"])
     (cage.work / "data").mkdir()
-    first, _ = cagemod.for_run(policy, cwd=str(cage.work))
-    second, owned = cagemod.for_run(policy, cwd=str(cage.work))
+    first, _ = reuse.for_run(policy, cwd=str(cage.work))
+    second, owned = reuse.for_run(policy, cwd=str(cage.work))
     assert second is first and not owned
 
 
@@ -25,14 +25,14 @@ def test_a_path_that_appears_is_granted_next_run(cage):
     spec = cage.policy(fs={"read": ["later"]})
     assert cage.run("read", "later/f", policy=spec).out == "ENOENT"
     # The setup: with the tree unchanged, runs of this policy share one compiled cage...
-    first, _ = cagemod.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))
-    assert cagemod.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))[0] is first
+    first, _ = reuse.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))
+    assert reuse.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))[0] is first
     (cage.work / "later").mkdir()
     (cage.work / "later" / "f").write_text("hello")
     r = cage.run("read", "later/f", policy=spec)
     assert r.out == "ok hello", r
     # ...and the path that appeared made the reuse check compile it anew
-    assert cagemod.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))[0] is not first
+    assert reuse.for_run(_policy(cage, read=["later"]), cwd=str(cage.work))[0] is not first
 
 
 def test_a_repointed_symlink_is_followed_anew(cage):
@@ -80,32 +80,32 @@ def test_a_glob_deny_is_reused_until_a_directory_it_looked_into_changes(cage):
     (cage.work / "sub").mkdir()
     time.sleep(3 * TICK_NS / 1e9)  # (a directory changed within the clock tick proves nothing)
     spec = cage.policy(fs={"read": ["."], "deny": ["**/*.pem"]})
-    first, owned = cagemod.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))
+    first, owned = reuse.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))
     assert not owned and first.fingerprint is not None
-    assert cagemod.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))[0] is first
+    assert reuse.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))[0] is first
     assert cage.run("read", "sub/k.pem", policy=spec).out == "ENOENT"
     (cage.work / "sub" / "k.pem").write_text("KEY")
     assert cage.run("read", "sub/k.pem", policy=spec).out == "EACCES"
-    assert cagemod.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))[0] is not first
+    assert reuse.for_run(_policy(cage, read=["."], deny=["**/*.pem"]), cwd=str(cage.work))[0] is not first
 
 
 def test_a_split_directory_is_listed_again_only_when_its_ctime_moved(tmp_path, monkeypatch):
-    """The reuse check (`reuse.Fingerprint`) lists a directory split around a deny only when its
+    """The reuse check (`fingerprint.Fingerprint`) lists a directory split around a deny only when its
     inode or ctime moved (an entry added, removed or renamed moves it; no process sets it back):
     a new entry must still make the cage be built anew."""
     import time
 
-    from sandboy.confine import reuse
+    from sandboy.confine.fingerprint import TICK_NS, Fingerprint
 
     split = tmp_path / "etc"
     split.mkdir()
     (split / "shadow").write_text("x")
-    fingerprint = reuse.Fingerprint((), (str(split),), ((), (), True), ([], [], []))
-    time.sleep(reuse.TICK_NS / 1e9 * 1.5)
+    fingerprint = Fingerprint((), (str(split),), ((), (), True), ([], [], []))
+    time.sleep(TICK_NS / 1e9 * 1.5)
     assert fingerprint.unchanged()  # listed again (too recent to trust), ctime kept as settled
     listed = []
     real_listdir = os.listdir
-    monkeypatch.setattr(reuse.os, "listdir", lambda p: listed.append(p) or real_listdir(p))
+    monkeypatch.setattr(os, "listdir", lambda p: listed.append(p) or real_listdir(p))
     assert fingerprint.unchanged() and listed == []
     (split / "hosts").write_text("x")
     assert not fingerprint.unchanged() and listed == [str(split)]

@@ -1,4 +1,4 @@
-"""The reuse check's short way for the protected paths (`reuse.Fingerprint`,
+"""The reuse check's short way for the protected paths (`fingerprint.Fingerprint`,
 `protected.launch_reads`): before each reuse of a compiled cage (each gate step) it compares the
 stats of what decided the protected paths instead of resolving them again. Whatever a step
 changes, its answer must be the one a fresh resolution gives — checked here against
@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from sandboy.confine import own_install, protections, reuse
+from sandboy.confine import own_install, protections
+from sandboy.confine.fingerprint import TICK_NS, Fingerprint
 from sandboy.confine.protected import LEFTHOOK_STUB, PRE_COMMIT_STUB
 
-SETTLE = (reuse.TICK_NS / 1e9) * 1.5  # stats younger than a tick prove nothing (reuse.TICK_NS)
+SETTLE = (TICK_NS / 1e9) * 1.5  # stats younger than a tick prove nothing (fingerprint.TICK_NS)
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ class _Resolutions:
 
 def _recorded(roots, explicit=()):
     args = ([str(r) for r in roots], tuple(str(p) for p in explicit), True)
-    fingerprint = reuse.Fingerprint((), (), args, protections.protected_paths(*args))
+    fingerprint = Fingerprint((), (), args, protections.protected_paths(*args))
     # the tree was just made: its stats are younger than a tick, so the first check resolves
     # anew and takes them again — settled by then
     time.sleep(SETTLE)
@@ -224,7 +225,7 @@ def test_a_path_directory_to_protect_is_resolved_at_every_check(tree, monkeypatc
     (root / "bin").mkdir()
     monkeypatch.setenv("PATH", f"{root}/bin:/usr/bin:/bin")
     args = ([str(root), str(other)], (), True, ())
-    fingerprint = reuse.Fingerprint((), (), args, protections.protected_paths(*args))
+    fingerprint = Fingerprint((), (), args, protections.protected_paths(*args))
     time.sleep(SETTLE)
     assert fingerprint.unchanged() and fingerprint._watch is None
     resolutions = _Resolutions(monkeypatch)

@@ -1,5 +1,5 @@
 """Steps with the same policy share one compiled cage, checked before each reuse by the stats of
-what decided its protected paths (`reuse.Fingerprint`). A start-up file one step makes in the
+what decided its protected paths (`fingerprint.Fingerprint`). A start-up file one step makes in the
 repository must be protected in the next step all the same: checked from the host (its bytes)."""
 
 from __future__ import annotations

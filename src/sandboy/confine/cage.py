@@ -426,13 +426,4 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> 
 
 
 # Reusing compiled cages (`Reuse`, `for_run`: the API and the gate) lives in reuse.py, which
-# `sandboy run` never loads (one command per build); these names stay reachable from here.
-_FROM_REUSE = ("Reuse", "for_run", "_REUSED")
-
-
-def __getattr__(name: str):
-    if name in _FROM_REUSE:
-        from sandboy.confine import reuse
-
-        return getattr(reuse, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `sandboy run` never loads (one command per build).

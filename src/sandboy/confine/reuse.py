@@ -9,10 +9,6 @@ import os
 
 from sandboy.confine import namespaces
 from sandboy.confine.cage import build
-# the fingerprint (THE still-valid check) lives in its own module, shared with plan_cache; its names
-# stay reachable from here
-from sandboy.confine.fingerprint import (  # noqa: F401
-    SECOND_NS, TICK_NS, Fingerprint, ctime_settled, identities, inode_identity, protected_environment, stat_key)
 
 
 class Reuse:
