@@ -48,6 +48,14 @@ def test_every_policy_file_is_its_own():
     (".claude", False),     # unanchored: a `.claude` at any depth, most of them not policy files
     ("/**/.sandboy", False),
     ("/*", False),
+    # a '*' continuing a policy file's name matches names that are none: `.claude-notes`,
+    # `.sandboyx`, `owen.policy.toml.bak` (the text before the '*' is a prefix, not a name)
+    ("/.claude*", False),
+    ("/.sandboy*/agent.toml", False),
+    ("/owen.policy.toml*", False),
+    ("/.codex*", False),
+    ("/.claude/settings*", True),   # the '*' continues a name inside `.claude`: all in it
+    ("/.claude/*/x", True),
 ])
 def test_write_allow_patterns_granting_only_policy_files(text, only):
     assert grants_only_policy_files(parse_pattern("owen.policy.toml", "write.allow", text)) is only

@@ -12,7 +12,15 @@ POLICY_FILE_REASON = "a policy file: never writable, so an agent cannot loosen i
 def grants_only_policy_files(pattern) -> bool:
     """A write.allow pattern whose every match lies in the policy files (`/.sandboy`, `/.claude/**`):
     it grants nothing in any target (fidelity: lost)."""
-    return pattern.anchored and policy_file_of(pattern.body.split("*")[0].rstrip("/")) is not None
+    return pattern.anchored and policy_file_of(_fixed_directories(pattern.body)) is not None
+
+
+def _fixed_directories(body: str) -> str:
+    """The whole components every match of `body` starts with: the text before its first '*',
+    without a component that '*' continues (`.claude*` matches `.claude-notes`, no policy file:
+    nothing of it is fixed; `.claude/*.json` keeps `.claude`)."""
+    head, star, _ = body.partition("*")
+    return head[:head.rfind("/") + 1] if star else head
 
 
 def policy_file_of(path: str):
