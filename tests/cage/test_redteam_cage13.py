@@ -42,12 +42,30 @@ from sandboy.policy import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
 import userkit  # noqa: E402
+from prockit import mentioning  # noqa: E402
 
 pytestmark = pytest.mark.needs_kernel
 
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
-POLICY = ('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\nexec = ["/usr/bin", "/bin"]\n'
-          'write = ["{cwd}"]\n')
+# what every policy here grants: the system's programs and libraries, read-only
+SYSTEM = 'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\nexec = ["/usr/bin", "/bin"]\n'
+POLICY = SYSTEM + 'write = ["{cwd}"]\n'
+
+
+def _env(**more) -> dict:
+    """This process's environment without the caller's SANDBOY_ settings, and `more`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+    env.update(more)
+    return env
+
+
+def _project(tmp_path: Path, policy: str) -> tuple:
+    """(`project` holding `p.toml` with `policy`, `outside`: a directory no grant names)."""
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "p.toml").write_text(policy)
+    return project, outside
 
 
 def _shipped_parse_cache_entry(cache: Path, policy: Path, outside: Path) -> Path:
@@ -64,8 +82,7 @@ def _shipped_parse_cache_entry(cache: Path, policy: Path, outside: Path) -> Path
 
 
 def _run(project: Path, outside: Path, name: str, tier: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
-    env.update(SANDBOY_CACHE_DIR=str(project / ".cache"), SANDBOY_NAMESPACES=tier)
+    env = _env(SANDBOY_CACHE_DIR=str(project / ".cache"), SANDBOY_NAMESPACES=tier)
     return subprocess.run([SANDBOY, "run", "--policy", str(project / "p.toml"), "--", "/bin/sh", "-c",
                            f"echo planted > {outside}/{name}"], cwd=project, env=env, capture_output=True,
                           text=True, timeout=60)
@@ -73,10 +90,7 @@ def _run(project: Path, outside: Path, name: str, tier: str) -> subprocess.Compl
 
 @pytest.mark.parametrize("tier", ["1", "0"])
 def test_twin_a_cache_in_the_working_copy_keeps_the_policy(tmp_path, tier):
-    project, outside = tmp_path / "checkout", tmp_path / "outside"
-    project.mkdir()
-    outside.mkdir()
-    (project / "p.toml").write_text(POLICY)
+    project, outside = _project(tmp_path, POLICY)
     first = _run(project, outside, "first", tier)
     second = _run(project, outside, "second", tier)  # (the parse cache's own entry read back)
     assert first.returncode != 0 and second.returncode != 0, (first.stderr, second.stderr)
@@ -87,10 +101,7 @@ def test_twin_a_cache_in_the_working_copy_keeps_the_policy(tmp_path, tier):
                    "files have (threat-model 'What it does not stop', session 13)")
 @pytest.mark.parametrize("tier", ["1", "0"])
 def test_a_parse_cache_entry_the_checkout_ships_does_not_widen_the_policy(tmp_path, tier):
-    project, outside = tmp_path / "checkout", tmp_path / "outside"
-    project.mkdir()
-    outside.mkdir()
-    (project / "p.toml").write_text(POLICY)
+    project, outside = _project(tmp_path, POLICY)
     _shipped_parse_cache_entry(project / ".cache", project / "p.toml", outside)
     proc = _run(project, outside, "shipped", tier)
     assert not (outside / "shipped").exists(), "the checkout's cache file chose the policy: " + proc.stderr
@@ -99,33 +110,13 @@ def test_a_parse_cache_entry_the_checkout_ships_does_not_widen_the_policy(tmp_pa
 
 # --- exec mode's waiting parent killed: the init must not outlive it --------------------------
 
-def _marked(marker: str) -> list[int]:
-    """Host pids whose command line carries `marker` (this test's own processes only)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def _start_then_kill_sandboy(tmp_path: Path, marker: str, env_more: dict, kill: bool):
-    """`sandboy run` of a read-only policy with `limits.wall_seconds = 2` (exec mode, the tier, no
-    git check: the unsupervised wait), its command printing a line then sleeping 30 s; with `kill`,
-    `sandboy run` itself is SIGKILLed once the line came (what a harness's timeout does). Returns
-    (sandboy's exit status, the pids left carrying `marker` 4 s later, past the deadline)."""
+def _started_then_killed(argv: list, cwd: Path, env: dict, marker: str, kill: bool = True) -> tuple:
+    """Start `argv` (a `sandboy run` whose command prints "started" first) and, with `kill`, SIGKILL
+    it once the line came (what a harness's timeout does). Returns (its exit status, the host pids
+    left carrying `marker` 4 s later, past the deadline)."""
     import signal
-    import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
-    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"), HOME=str(tmp_path), **env_more)
-    argv = [SANDBOY, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/sh", "-c",
-            f"echo started; sleep 30; : {marker}" if kill else f"echo started; sleep 0.2; : {marker}"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline() == b"started\n", proc.stderr.read()
@@ -133,9 +124,9 @@ def _start_then_kill_sandboy(tmp_path: Path, marker: str, env_more: dict, kill: 
             os.kill(proc.pid, signal.SIGKILL)
         status = proc.wait(timeout=30)
         time.sleep(4)
-        return status, _marked(marker)
+        return status, mentioning(marker)
     finally:
-        for pid in _marked(marker):  # (tidy what a failing probe left)
+        for pid in mentioning(marker):  # (tidy what a failing probe left)
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -144,9 +135,18 @@ def _start_then_kill_sandboy(tmp_path: Path, marker: str, env_more: dict, kill: 
         proc.stderr.close()
 
 
+def _start_then_kill_sandboy(tmp_path: Path, marker: str, env_more: dict, kill: bool):
+    """`sandboy run` of a read-only policy with `limits.wall_seconds = 2` (exec mode, the tier, no
+    git check: the unsupervised wait), its command printing a line then sleeping 30 s (0.2 s when
+    not killed); see `_started_then_killed`."""
+    env = _env(SANDBOY_CACHE_DIR=str(tmp_path / "cache"), HOME=str(tmp_path), **env_more)
+    argv = [SANDBOY, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/sh", "-c",
+            f"echo started; sleep 30; : {marker}" if kill else f"echo started; sleep 0.2; : {marker}"]
+    return _started_then_killed(argv, tmp_path, env, marker, kill)
+
+
 def _deadline_policy(tmp_path: Path) -> None:
-    (tmp_path / "p.toml").write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
-                                     'exec = ["/usr/bin", "/bin"]\n[limits]\nwall_seconds = 2\n')
+    (tmp_path / "p.toml").write_text(SYSTEM + "[limits]\nwall_seconds = 2\n")
 
 
 RUNS = [pytest.param({}, 1, id="C executor, build"), pytest.param({}, 2, id="C executor, plan cache hit"),
@@ -202,29 +202,10 @@ def test_as_an_ordinary_user_killing_sandboy_run_ends_its_cage(tmp_path):
 
 
 def _start_then_kill_sandboy_as_user(where: Path, marker: str, env: dict):
-    import signal
-    import time
-
     env = dict(env, SANDBOY_CACHE_DIR=str(where / "cache"), HOME=str(where))
     argv = userkit.as_user(["/usr/bin/python3", "-m", "sandboy", "run", "--policy", str(where / "p.toml"), "--",
                             "/bin/sh", "-c", f"echo started; sleep 30; : {marker}"])
-    # setpriv execs: the pid is sandboy's own
-    proc = subprocess.Popen(argv, cwd=where, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline() == b"started\n", proc.stderr.read()
-        os.kill(proc.pid, signal.SIGKILL)
-        status = proc.wait(timeout=30)
-        time.sleep(4)
-        return status, _marked(marker)
-    finally:
-        for pid in _marked(marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        proc.stdout.close()
-        proc.stderr.close()
+    return _started_then_killed(argv, where, env, marker)  # (setpriv execs: the pid is sandboy's own)
 
 
 # --- a file handed in on stdin: the init's reopen must never block --------------------------
@@ -252,7 +233,6 @@ def test_a_fifo_swapped_in_for_the_file_on_stdin_cannot_hold_the_run(tmp_path):
     `wall_seconds = 2`: each run ends within 6 s — 0 with the file's bytes, or 125 where the swap
     met the reopen. Before: 2 of 30 hung (the init blocked opening the FIFO for reading)."""
     import threading
-    import time
 
     from sandboy.confine import namespaces
 
@@ -262,10 +242,8 @@ def test_a_fifo_swapped_in_for_the_file_on_stdin_cannot_hold_the_run(tmp_path):
     data.mkdir()
     (data / "in.txt").write_text("hello\n")
     os.mkfifo(data / "f")
-    (tmp_path / "p.toml").write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
-                                     'exec = ["/usr/bin", "/bin"]\n[limits]\nwall_seconds = 2\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
-    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    _deadline_policy(tmp_path)
+    env = _env(SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
     argv = [SANDBOY, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/cat"]
     with open(data / "in.txt", "rb") as stdin:
         twin = subprocess.run(argv, stdin=stdin, capture_output=True, env=env, timeout=60)
@@ -307,14 +285,8 @@ WIDEN = "sed -i 's|^write = .*|write = [\".\", \"{outside}\"]|' p.toml; echo edi
 
 
 def _policy_in_the_project(tmp_path: Path) -> tuple:
-    project, outside = tmp_path / "project", tmp_path / "outside"
-    project.mkdir()
-    outside.mkdir()
-    (project / "p.toml").write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
-                                    'exec = ["/usr/bin", "/bin"]\nwrite = ["."]\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
-    env.update(SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
-    return project, outside, env
+    project, outside = _project(tmp_path, SYSTEM + 'write = ["."]\n')
+    return project, outside, _env(SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
 
 
 def _run_in(project: Path, env: dict, script: str) -> subprocess.CompletedProcess:
@@ -352,7 +324,7 @@ def test_without_the_tier_a_writable_policy_file_is_said(tmp_path):
     env["SANDBOY_NAMESPACES"] = "0"
     proc = _run_in(project, env, "echo work > new.txt")
     assert proc.returncode == 0 and (project / "new.txt").exists(), proc.stderr
-    assert f"the policy file stays writable" in proc.stderr and str(project / "p.toml") in proc.stderr
+    assert "the policy file stays writable" in proc.stderr and str(project / "p.toml") in proc.stderr
 
 
 def test_twin_a_policy_outside_the_write_roots_costs_nothing(tmp_path):
