@@ -28,6 +28,8 @@ pytestmark = pytest.mark.needs_kernel
 SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
 PYTHON = "/usr/bin/python3"
 PIDS_ROOT = "/sys/fs/cgroup/pids"
+RUNS_PARENT = os.path.join(PIDS_ROOT, "sandboy-runs")  # where exec mode makes each run's leaf
+GONE_PID = 4194305  # above PID_MAX_LIMIT: a pid no process has (one that exited may be taken again at once)
 
 # Forks up to N sleepers named MARKER (argv[0]) — `escape`: each behind a double fork and setsid —,
 # says how many it started, then waits for the host's DONE file and exits (`exit`: at once).
@@ -150,6 +152,14 @@ class Run:
             os.kill(pid, signal.SIGKILL)
 
 
+def quiet_run(tmp_path, **kwargs) -> None:
+    """A run with `limits.processes` whose command starts nothing and exits (as root under the
+    tier: it makes `sandboy-runs/` where no run did yet, and sweeps the empty leaves of runs that
+    are gone; `extra_env` tier off: the supervisor's groups instead)."""
+    run = Run(tmp_path, "1", processes=5, n=0, how="exit", **kwargs)
+    assert run.started() == 0 and run.end() == 0, run.err()
+
+
 def leaf_of(pids: list) -> str:
     """The one pids cgroup every pid is in (host side), as a directory below PIDS_ROOT."""
     groups = {thread_cgroup("pids", pid, pid) for pid in pids}
@@ -192,7 +202,7 @@ def test_the_run_is_refused_at_the_limit_in_a_cgroup_of_its_own_removed_after(ti
         pids = settled_named(run.marker, 4)
         assert len(pids) == 4, pids
         leaf = leaf_of(pids)
-        assert os.path.dirname(leaf) == os.path.join(PIDS_ROOT, "sandboy-runs"), leaf
+        assert os.path.dirname(leaf) == RUNS_PARENT, leaf
         assert read(leaf, "pids.max") == "6" and read(leaf, "pids.current") == "6"
         if os.path.exists(os.path.join(leaf, "pids.peak")):  # (Linux >= 6.1)
             assert read(leaf, "pids.peak") == "6"
@@ -254,7 +264,7 @@ def test_the_command_cannot_leave_its_group(tier, tmp_path, native):
         assert run.started() == 4, (run.said, run.err())
         assert [line.split()[0] for line in run.said] == ["refused", "refused"], run.said
         leaf = leaf_of(settled_named(run.marker, 4))
-        assert os.path.dirname(leaf) == os.path.join(PIDS_ROOT, "sandboy-runs"), leaf
+        assert os.path.dirname(leaf) == RUNS_PARENT, leaf
         assert run.end() == 0, run.err()
     finally:
         run.kill()
@@ -340,16 +350,13 @@ def test_a_leaf_left_by_a_run_killed_outright_is_swept_by_the_next(tier, tmp_pat
     """`sandboy run` killed by SIGKILL cannot remove its group: the next run removes an empty leaf
     named after a pid that is gone — never one of a live run (it may be empty between its
     making and its init's join)."""
-    gone_pid = 4194305  # above PID_MAX_LIMIT: a pid no process has (one that exited may be taken again at once)
-    parent = os.path.join(PIDS_ROOT, "sandboy-runs")
-    run = Run(tmp_path, "1", processes=5, n=0, how="exit")  # (makes the parent where no run did yet)
-    assert run.started() == 0 and run.end() == 0, run.err()
-    dead, live = os.path.join(parent, f"{gone_pid}-pids13test"), os.path.join(parent, f"{os.getpid()}-pids13test")
+    quiet_run(tmp_path)  # (makes the parent where no run did yet)
+    dead = os.path.join(RUNS_PARENT, f"{GONE_PID}-pids13test")
+    live = os.path.join(RUNS_PARENT, f"{os.getpid()}-pids13test")
     os.mkdir(dead)
     os.mkdir(live)
     try:
-        run = Run(tmp_path, "1", processes=5, n=0, how="exit")
-        assert run.started() == 0 and run.end() == 0, run.err()
+        quiet_run(tmp_path)
         assert not os.path.exists(dead), "a leaf of a run that is gone was left"
         assert os.path.isdir(live), "a leaf of a live run was removed"
     finally:
@@ -422,8 +429,7 @@ def test_sandboy_run_killed_outright_leaves_an_empty_leaf_the_next_run_removes(t
         run.kill()
     if not os.path.exists(leaf) or _members(leaf):
         return  # (swept by another run already; or a zombie not yet reaped holds it: no rmdir can)
-    after = Run(tmp_path, "1", processes=5, n=0, how="exit")
-    assert after.started() == 0 and after.end() == 0, after.err()
+    quiet_run(tmp_path)
     assert not os.path.exists(leaf), "the next run left the empty leaf of a run killed outright"
 
 
@@ -509,12 +515,11 @@ def test_sandboy_run_killed_at_any_point_of_its_start_leaves_nothing_running(tie
         for marker in markers:
             for pid in mentioning(marker):
                 os.kill(pid, signal.SIGKILL)
-    sweeper = Run(tmp_path, "1", processes=5, n=0, how="exit")
-    assert sweeper.started() == 0 and sweeper.end() == 0, sweeper.err()
-    parent = os.path.join(PIDS_ROOT, "sandboy-runs")
+    quiet_run(tmp_path)  # (the sweep)
     # (the runs' leaves are named after their sandboy run's pid, each of which is gone)
-    ours = [name for name in os.listdir(parent) if name[:1].isdigit() and not os.path.exists(f"/proc/{name.split('-')[0]}")
-            and _current(os.path.join(parent, name)) not in ("0", None)]
+    ours = [name for name in os.listdir(RUNS_PARENT)
+            if name[:1].isdigit() and not os.path.exists(f"/proc/{name.split('-')[0]}")
+            and _current(os.path.join(RUNS_PARENT, name)) not in ("0", None)]
     assert ours == [], ours
 
 
@@ -523,19 +528,16 @@ def test_a_supervisors_group_left_by_one_killed_outright_is_swept_by_the_next(tm
     a supervisor killed by SIGKILL cannot remove its own, and nothing else did (fifty gathered on
     the test machine in a day). The next supervised run removes an empty one named after a pid
     that is gone — never one of a live process, nor one still holding a process."""
-    gone_pid = 4194305  # above PID_MAX_LIMIT: a pid no process has
-    dead = os.path.join(PIDS_ROOT, f"sandboy-{gone_pid}-coord13")
+    dead = os.path.join(PIDS_ROOT, f"sandboy-{GONE_PID}-coord13")
     live = os.path.join(PIDS_ROOT, f"sandboy-{os.getpid()}-coord13")
-    busy = os.path.join(PIDS_ROOT, f"sandboy-{gone_pid}-coord13busy")
+    busy = os.path.join(PIDS_ROOT, f"sandboy-{GONE_PID}-coord13busy")
     for path in (dead, live, busy):
         os.mkdir(path)
     holder = subprocess.Popen(["sleep", "60"])
     try:
         with open(os.path.join(busy, "cgroup.procs"), "w") as procs:
             procs.write(str(holder.pid))
-        run = Run(tmp_path, "1", processes=5, n=0, how="exit",
-                  extra_env={"SANDBOY_NAMESPACES": "0"})  # tier off: the supervisor's group
-        assert run.started() == 0 and run.end() == 0, run.err()
+        quiet_run(tmp_path, extra_env={"SANDBOY_NAMESPACES": "0"})  # tier off: the supervisor's group
         assert not os.path.exists(dead), "an empty group of a supervisor that is gone was left"
         assert os.path.isdir(live), "a group named after a live process was removed"
         assert os.path.isdir(busy), "a group still holding a process was removed"

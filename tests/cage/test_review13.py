@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from prockit import named  # noqa: E402
-from test_exec_pids_cgroup import PIDS_ROOT, SANDBOY, Run, _kept, gone, leaf_of, read, settled_named, tier  # noqa: E402,F401
+from test_exec_pids_cgroup import (  # noqa: E402,F401
+    GONE_PID, PIDS_ROOT, RUNS_PARENT, SANDBOY, Run, _kept, gone, leaf_of, quiet_run, read, settled_named, tier)
 
 
 # --- the run's pids cgroup (pids13) ------------------------------------------------------------
@@ -94,19 +94,15 @@ def test_the_sweep_never_empties_or_removes_a_leaf_holding_a_process(tier, tmp_p
     concurrent writer, or a run of another PID namespace whose pid means nothing here, may leave):
     the next run's sweep must neither kill what is in it nor take the leaf. Its twin, the same name
     empty, is swept."""
-    dead_pid = 4194305  # above PID_MAX_LIMIT: no process has it (an exited pid may be taken again at once)
-    parent = os.path.join(PIDS_ROOT, "sandboy-runs")
-    run = Run(tmp_path, "1", processes=5, n=0, how="exit")  # (makes the parent where no run did yet)
-    assert run.started() == 0 and run.end() == 0, run.err()
-    held, empty = os.path.join(parent, f"{dead_pid}-rvsec13held"), os.path.join(parent, f"{dead_pid}-rvsec13empty")
+    quiet_run(tmp_path)  # (makes the parent where no run did yet)
+    held, empty = os.path.join(RUNS_PARENT, f"{GONE_PID}-rvsec13held"), os.path.join(RUNS_PARENT, f"{GONE_PID}-rvsec13empty")
     os.mkdir(held)
     os.mkdir(empty)
     sleeper = subprocess.Popen(["/usr/bin/sleep", "300"])
     try:
         with open(os.path.join(held, "cgroup.procs"), "w") as fh:
             fh.write(str(sleeper.pid))
-        run = Run(tmp_path, "1", processes=5, n=0, how="exit")
-        assert run.started() == 0 and run.end() == 0, run.err()
+        quiet_run(tmp_path)
         assert sleeper.poll() is None, "the sweep killed a process it did not start"
         assert os.path.isdir(held) and read(held, "cgroup.procs") == str(sleeper.pid)
         assert not os.path.exists(empty), "the twin: an empty leaf of a run that is gone was left"
