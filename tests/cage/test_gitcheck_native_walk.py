@@ -290,3 +290,48 @@ def test_the_census_listings_are_taken_only_where_directory_times_are_tracked(tm
     # (every one here, with the snapshot at 0) is listed again by both
     changed = _same(root, census=False, listings=stale, since=0, tracked=True, cut=1 << 62)
     assert str(root / "repo") in {event[1] for event in changed[1] if event[0] == 0}
+
+
+def test_real_path_in_c_answers_as_os_path_realpath(tmp_path):
+    """`gitcheck.real_path` (realpath(3) in `_native_walk.c`, Python's where it fails) gives
+    `os.path.realpath`'s answer for every shape the check resolves: symlinks absolute, relative
+    and chained, `..` after a symlink (the kernel's parent, not the text's), dangling links, loops,
+    a file used as a directory, missing components (the last ones: resolved as the parent's
+    answer and the name where nothing is there), names that are not UTF-8, `//`, relative paths
+    and a path longer than PATH_MAX. A C resolution that stopped at a symlink, resolved `..`
+    lexically or decoded a name otherwise answers differently here."""
+    from sandboy.confine import _libc
+
+    base = tmp_path / "base"
+    (base / "a" / "b").mkdir(parents=True)
+    (base / "file").write_text("x")
+    os.symlink(str(base / "a" / "b"), base / "abs")
+    os.symlink("a/b", base / "rel")
+    os.symlink("rel", base / "chain")
+    os.symlink("missing/x", base / "dangling")
+    os.symlink("loop2", base / "loop1")
+    os.symlink("loop1", base / "loop2")
+    odd = os.fsdecode(b"caf\xe9-\xff")
+    (base / odd).mkdir()
+    os.symlink(odd, base / "to-odd")
+    deep = "/".join(["d" * 200] * 25)
+    cases = ["abs", "rel", "chain", "chain/..", "abs/../..", "rel/../b", "dangling", "dangling/..", "loop1",
+             "loop1/x", "file", "file/", "file/x", "missing", "missing/..", "a/./b/", odd, "to-odd", "to-odd/..",
+             deep, ".", "missing/deeper/x", "a/missing/x", "file/x/y", "dangling/x", "a/missing/../b",
+             "a/b/missing/", "loop1/../a", "abs/missing"]
+    paths = [str(base / case) for case in cases] + ["//" + str(base / "abs")[1:], "/", "//", "."]
+    cwd = os.getcwd()
+    os.chdir(base)
+    try:
+        paths += ["rel", "chain/..", "a/b/../../abs", ""]
+        for path in paths:
+            assert gitcheck.real_path(path) == os.path.realpath(path), path
+        # and the C half itself answered the resolvable ones (not the fallback everywhere)
+        assert _libc._native.real_path(str(base / "chain")) == str(base / "a" / "b")
+        assert _libc._native.real_path(str(base / "to-odd")) == str(base / odd)
+        with pytest.raises(OSError):
+            _libc._native.real_path(str(base / "dangling"))
+        with pytest.raises(ValueError):
+            _libc._native.real_path("a\0b")
+    finally:
+        os.chdir(cwd)

@@ -58,7 +58,7 @@ from sandboy.paths import is_within, is_within_any
 # hold none — a plan-cache hit outside a repository — reads none of its code (session 10); and
 # never `confine.protected`, the build's resolution of the protected paths (session 11))
 
-EPERM, EACCES = 1, 13      # Linux errno values (the `errno` module stays off the exec-mode path)
+EPERM, ENOENT, ENOTDIR, EACCES = 1, 2, 20, 13  # Linux errno values (`errno` stays off the exec-mode path)
 CLOCK_REALTIME_COARSE = 5  # Linux; what file timestamps are taken from (not in Python's `time`)
 WALK_BUDGET = 2_000_000    # directory entries per run; beyond that the run fails closed
 MAX_INCLUDE_DEPTH = 10     # git's own limit
@@ -336,7 +336,7 @@ def _commondir_of(gitdir: str, path: str) -> tuple:
     regular file, not followed, never a FIFO that would block us (`_read_config`)."""
     data = _read_config(path, 8192)
     text = data[:8192].decode("utf-8", "surrogateescape").strip() if data else ""
-    return text, (os.path.realpath(os.path.join(gitdir, text)) if text else None)
+    return text, (real_path(os.path.join(gitdir, text)) if text else None)
 
 
 def _safe_entries(path: str, data):
@@ -394,7 +394,7 @@ def _gitdir_of(dot_git: str, parent_real: bool = False):
                 return dot_git
         except OSError:
             return None
-    real = os.path.realpath(dot_git)
+    real = real_path(dot_git)
     try:
         st = os.stat(real)
     except OSError:
@@ -413,7 +413,7 @@ def _gitdir_of(dot_git: str, parent_real: bool = False):
     target = data[len(b"gitdir: "):].rstrip(b"\r\n")
     if not target:
         return None
-    return os.path.realpath(os.path.join(os.path.dirname(dot_git), os.fsdecode(target)))
+    return real_path(os.path.join(os.path.dirname(dot_git), os.fsdecode(target)))
 
 
 def followed(name: str):
@@ -439,7 +439,7 @@ def split_roots(write_roots, exclude=()) -> tuple:
     repository it lies in is judged after the run."""
     dirs, files = [], []
     for root in write_roots:
-        real = os.path.realpath(root)
+        real = real_path(root)
         if real in dirs or real in files:
             continue
         try:
@@ -507,15 +507,15 @@ class Scope:
         # `protected`: the cage's protected paths (Cage.protected): their modes, and those of the
         # directories between them and their write root, are put back if loosened (confine.loosened)
         self.protected = tuple(protected)
-        self.exclude = tuple(os.path.realpath(e) for e in exclude)
+        self.exclude = tuple(real_path(e) for e in exclude)
         self.home = home if home is not None else os.path.expanduser("~")
         self.roots, self.files = split_roots(write_roots, self.exclude)
         # every write root, `{tmp}` and missing ones included: resolved once more only where
         # split_roots left it out (the rest are realpaths already)
         kept = set(self.roots) | set(self.files)
-        self.writable = list(dict.fromkeys(r if r in kept else os.path.realpath(r) for r in write_roots))
+        self.writable = list(dict.fromkeys(r if r in kept else real_path(r) for r in write_roots))
         self.globals_inside = [p for p in global_configs(self.home)
-                               if is_within_any(os.path.realpath(p), self.writable)]
+                               if is_within_any(real_path(p), self.writable)]
 
     def __bool__(self):
         return bool(self.roots or self.files or self.globals_inside or self.path_dirs)
@@ -699,7 +699,7 @@ class GitSnapshot:
                     parsed += [entries for _path, entries in self.global_entries]
                     hooks_paths = _hooks_paths_in(parsed, top, self.home)
                     for path in hooks_paths:
-                        self.hooks_launch[path] = _identity(os.path.realpath(path))
+                        self.hooks_launch[path] = _identity(real_path(path))
                     hooks_dirs = [os.path.join(gitdir, "hooks"), *hooks_paths]
                     if _samples_only(hooks_dirs):
                         continue  # no hook manager's stub there: its discovery finds nothing
@@ -936,7 +936,7 @@ class GitSnapshot:
         # of `~/tools` with `hooksPath = ~/tools/githooks`: a planted pre-commit ran on their
         # next commit anywhere). Relative ones are resolved per repository below.
         for path, entries in self.global_entries:
-            check._follow(path, os.path.realpath(path), False, None, None, 0, entries)
+            check._follow(path, real_path(path), False, None, None, 0, entries)
         complete = check.survey(self.roots, self.files, budget)
         for directory, launch in self.path_dirs.items():
             check.path_programs(directory, launch)
@@ -969,6 +969,45 @@ def _native_scan():
                 scan = native.walk_scan
         _NATIVE_SCAN.append(scan)
     return _NATIVE_SCAN[0]
+
+
+_NATIVE_REAL_PATH: list = []  # [the C walk's realpath(3), or None], once asked (`real_path`)
+
+
+def real_path(path: str) -> str:
+    """`os.path.realpath(path)`, the same answer for less: realpath(3) in C (`_native.real_path`)
+    where it resolves the path, else Python's own (a missing component, a loop, a path longer
+    than PATH_MAX, no C walk: `_native_scan`). Python's takes an lstat and a few hundred
+    instructions per component: ≈ 20 µs a path, seven of them in a README-example hit's Scope
+    (session 14)."""
+    if not _NATIVE_REAL_PATH:  # (the C walk's module, where the walk may be used: `_native_scan`)
+        from sandboy.confine import _libc
+
+        _NATIVE_REAL_PATH.append(getattr(_libc._native, "real_path", None) if _native_scan() else None)
+    native = _NATIVE_REAL_PATH[0]
+    if native is None or type(path) is not str:
+        return os.path.realpath(path)
+    try:
+        return native(path)
+    except ValueError:
+        return os.path.realpath(path)
+    except OSError as exc:
+        if exc.errno not in (ENOENT, ENOTDIR):
+            return os.path.realpath(path)
+    # A name missing at the end (`~/.config/git/config` where the operator has none): Python's
+    # resolution of `head/name` is its resolution of `head` with `name` put after it, where
+    # nothing (or no symlink) is at that name — an lstat that fails says so; else (a dangling
+    # symlink, something made meanwhile) Python's own answer.
+    head, _, name = path.rpartition("/")
+    if not head or name in ("", ".", ".."):
+        return os.path.realpath(path)
+    parent = real_path(head)
+    candidate = parent + "/" + name if parent != "/" else "/" + name
+    try:
+        os.lstat(candidate)
+    except OSError:
+        return candidate
+    return os.path.realpath(path)
 
 
 def _index_entry_valid(entry, ctime: int) -> bool:
