@@ -58,16 +58,21 @@ def run_edited_meanwhile(env, policy, argv, cwd, edit) -> tuple:
     return finish(proc, "go\n")
 
 
-def test_a_policy_edited_while_its_command_runs_is_never_paired_with_the_old_plan(env, tmp_path):
-    """The operator denies a file while a (building) run's command runs: no later run of the
-    edited policy reads it — the entry keeps the bytes the build parsed, not the file's bytes
-    after the run (redcage9, reproduced at 69b7d7a: the next runs HIT and printed the file)."""
+def _reading_b(tmp_path) -> tuple:
+    """(`data` holding the file `b`, a policy file granting it, the WAIT_THEN_CAT argv reading it)."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "b").write_text("B")
     policy = tmp_path / "p.toml"
     policy.write_text(POLICY.format(data=data, more=""))
-    argv = ["/bin/sh", "-c", WAIT_THEN_CAT, str(data / "b")]
+    return data, policy, ["/bin/sh", "-c", WAIT_THEN_CAT, str(data / "b")]
+
+
+def test_a_policy_edited_while_its_command_runs_is_never_paired_with_the_old_plan(env, tmp_path):
+    """The operator denies a file while a (building) run's command runs: no later run of the
+    edited policy reads it — the entry keeps the bytes the build parsed, not the file's bytes
+    after the run (redcage9, reproduced at 69b7d7a: the next runs HIT and printed the file)."""
+    data, policy, argv = _reading_b(tmp_path)
     code, out, _ = run_edited_meanwhile(env, policy, argv, tmp_path, lambda: policy.write_text(
         POLICY.format(data=data, more=f'deny = ["{data}/b"]\n')))
     assert (code, out) == (0, "B")  # the run that started under the old policy ("ready" read already)
@@ -101,12 +106,7 @@ def test_an_upgrade_while_the_command_runs_is_a_miss_for_the_next_run(env, tmp_p
     shutil.copytree(Path(namespaces.__file__).parents[2] / "sandboy", tree / "sandboy",
                     ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(env, PYTHONPATH=str(tree))
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "b").write_text("B")
-    policy = tmp_path / "p.toml"
-    policy.write_text(POLICY.format(data=data, more=""))
-    argv = ["/bin/sh", "-c", WAIT_THEN_CAT, str(data / "b")]
+    data, policy, argv = _reading_b(tmp_path)
     seccomp = tree / "sandboy" / "confine" / "seccomp.py"
     code, out, _ = run_edited_meanwhile(env, policy, argv, tmp_path,
                                         lambda: seccomp.write_text(seccomp.read_text() + "\n# upgraded\n"))

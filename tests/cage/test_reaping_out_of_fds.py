@@ -137,6 +137,16 @@ def test_twin_with_fds_to_spare_the_timeout_kills_every_process(tmp_path, namesp
     assert said["outcome"] == "timed_out" and said["ended_after"] < TIMEOUT + 1.5, said
 
 
+def _take_every_fd() -> list:
+    """Open /dev/null until the fd limit refuses (EMFILE): the fds taken, for the caller to close."""
+    fillers = []
+    while True:
+        try:
+            fillers.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            return fillers
+
+
 def test_a_walk_out_of_fds_says_the_tree_is_unknown_never_empty():
     """In a forked copy: a child exists, every fd is taken. Without a spare the walk raises
     TreeUnreadable (it used to return set()); with the spare held from before, it finds the child."""
@@ -155,12 +165,7 @@ def test_a_walk_out_of_fds_says_the_tree_is_unknown_never_empty():
                 os._exit(0)
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
             spare = reaping.SpareFd()
-            fillers = []
-            while True:
-                try:
-                    fillers.append(os.open("/dev/null", os.O_RDONLY))
-                except OSError:
-                    break
+            fillers = _take_every_fd()
             try:
                 reaping.descendants()
                 without = "returned"
@@ -205,12 +210,7 @@ def test_a_supervisor_with_no_fd_left_refuses_the_run_before_starting_it(tmp_pat
                                           "exec": ["/usr/bin", "/bin"], "write": [str(tmp_path)]}}, "<probe>")
             cage = build(policy, cwd=str(tmp_path))
             resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-            fillers = []
-            while True:
-                try:
-                    fillers.append(os.open("/dev/null", os.O_RDONLY))
-                except OSError:
-                    break
+            fillers = _take_every_fd()
             for _ in range(free):  # 1: the status read works, the spare takes it; 2: the pipe fails
                 os.close(fillers.pop())
             try:

@@ -449,10 +449,9 @@ def test_a_path_entry_with_dotdot_after_a_link_protects_the_directory_the_shell_
         assert proc.returncode == 125, proc.stderr  # judged after the run: quarantined, the run failed
 
 
-def test_denied_paths_bound_read_only_are_bounded_per_run(tmp_path, tier):
-    """Each denied path inside a write root is a mount in every run: a policy listing thousands
-    (a repository's step policy may) must not make thousands of mounts per step. The first 64
-    are bound (their metadata: EROFS), the launch says the rest are not, and the run works."""
+def _write_root_denying_70_files(tmp_path) -> tuple:
+    """(W, its 70 files `key000`... of mode 0600, a policy file granting write on W and denying
+    each of them): more denied paths inside a write root than a run binds read-only (64)."""
     work = tmp_path / "W"
     (work / "src").mkdir(parents=True)
     keys = [work / f"key{i:03d}" for i in range(70)]
@@ -463,6 +462,14 @@ def test_denied_paths_bound_read_only_are_bounded_per_run(tmp_path, tier):
     policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/proc"]\n'
                       f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n'
                       f'deny = [{", ".join(repr(str(k)).replace(chr(39), chr(34)) for k in keys)}]\n')
+    return work, keys, policy
+
+
+def test_denied_paths_bound_read_only_are_bounded_per_run(tmp_path, tier):
+    """Each denied path inside a write root is a mount in every run: a policy listing thousands
+    (a repository's step policy may) must not make thousands of mounts per step. The first 64
+    are bound (their metadata: EROFS), the launch says the rest are not, and the run works."""
+    work, keys, policy = _write_root_denying_70_files(tmp_path)
     env = _env(tmp_path, True, SANDBOY_PLAN_CACHE="0")
     proc = _sandboy_run(policy, f"chmod 0644 {keys[0]}; echo twin > {work}/src/made; grep -c ' {work}/key' /proc/self/mountinfo",
                         env)
@@ -532,19 +539,10 @@ def test_sandboys_own_cache_is_bound_before_the_policys_denies_count(tmp_path, t
     cache LAST: a policy (a repository's step policy, for the gate) listing 64 denied paths inside
     a write root that holds the operator's cache pushed the cache out, and the command chmod
     0777'd it (host side: its mode). The cache is bound first; the policy's paths share the rest."""
-    work = tmp_path / "W"
-    (work / "src").mkdir(parents=True)
+    work, keys, policy = _write_root_denying_70_files(tmp_path)
     cache = work / ".cache" / "sandboy"
     cache.mkdir(parents=True)
     cache.chmod(0o700)
-    keys = [work / f"key{i:03d}" for i in range(70)]
-    for key in keys:
-        key.write_text("S")
-        key.chmod(0o600)
-    policy = tmp_path / "p.toml"
-    policy.write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "/proc"]\n'
-                      f'exec = ["/usr/bin", "/bin"]\nwrite = ["{work}"]\n'
-                      f'deny = [{", ".join(repr(str(k)).replace(chr(39), chr(34)) for k in keys)}]\n')
     env = _env(tmp_path, True, SANDBOY_CACHE_DIR=str(cache), SANDBOY_PLAN_CACHE="0")
     proc = _sandboy_run(policy, f"chmod 0777 {cache}; chmod 0644 {keys[0]}; echo twin > {work}/src/made", env)
     assert (work / "src" / "made").exists(), proc.stderr

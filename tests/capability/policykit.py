@@ -11,8 +11,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 SANDBOY = [sys.executable, "-P", "-m", "sandboy"]
+
+
+def operator_home(tmp_path) -> Path:
+    """`tmp_path/home`, the operator's home, holding a file of theirs: `work/notes.txt` = "mine\n"
+    (what a hostile policy's write grant must never reach)."""
+    home = tmp_path / "home"
+    (home / "work").mkdir(parents=True)
+    (home / "work/notes.txt").write_text("mine\n")
+    return home
 
 
 def sandboy_cli(args, cwd, home) -> subprocess.CompletedProcess:

@@ -14,18 +14,15 @@ import pytest
 from sandboy.capability import compiler, model
 from sandboy.errors import PolicyError
 
-from policykit import sandboy_cli
+from policykit import operator_home, sandboy_cli
 
 
 @pytest.fixture
 def world(tmp_path):
     """(repo, the operator's home holding a file of theirs)."""
-    home = tmp_path / "home"
-    (home / "work").mkdir(parents=True)
-    (home / "work/notes.txt").write_text("mine\n")
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
-    return repo, home
+    return repo, operator_home(tmp_path)
 
 
 @pytest.mark.parametrize("pattern", ["/{home}", "{home}/work", "/{home}/work/notes.txt", "/{cwd}/../home",

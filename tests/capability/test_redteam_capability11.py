@@ -10,19 +10,17 @@ import subprocess
 
 import pytest
 
+from policykit import operator_home
 from policykit import sandboy_cli as _cli
 
 
 @pytest.fixture
 def world(tmp_path):
     """(repo, the operator's home holding a directory of theirs)."""
-    home = tmp_path / "home"
-    (home / "work").mkdir(parents=True)
-    (home / "work/notes.txt").write_text("mine\n")
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    return repo, home
+    return repo, operator_home(tmp_path)
 
 
 def _written_grants(repo) -> dict:
