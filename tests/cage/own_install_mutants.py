@@ -97,14 +97,14 @@ def after_each():
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _inside_skipping_a_row_equal_to_a_write_root(write_roots, original=own_install.inside):
+def _inside_skipping_a_row_equal_to_a_write_root(write_roots, lookups=None, original=own_install.inside):
     """The rule before session 6's review: an import path entry that IS a write root was left
     out (only the package inside it protected), so the write root stayed writable."""
     roots = {os.path.realpath(root) for root in write_roots}
     resolved = own_install._resolved()
     own_install._RESOLVED = tuple(row for row in resolved if not (row[1] == "import path" and row[2] in roots))
     try:
-        return original(write_roots)
+        return original(write_roots, lookups)
     finally:
         own_install._RESOLVED = resolved
 
@@ -124,13 +124,13 @@ def main():
         mutants.append(Mutant("symlinks on the way to it not protected",
                               ((protected, "symlinks_on_the_way", lambda path, limit=40: []), forget)))
         mutants += [mutant(*row) for row in [
-            ("installation not protected at all", own_install, "inside", lambda write_roots: []),
+            ("installation not protected at all", own_install, "inside", lambda write_roots, lookups=None: []),
             ("a write root inside the installation left writable", own_install, "ALL_OURS", frozenset()),
             ("an import path entry that is a write root left writable", own_install, "inside",
              _inside_skipping_a_row_equal_to_a_write_root),
             ("not added to the protected paths", protections, "protected_paths",
-             lambda write, explicit, defaults, work=(), managers=None, notes=None:
-             (*protected.resolve_protected(write, explicit, defaults, managers), [])),
+             lambda write, explicit, defaults, work=(), managers=None, notes=None, lookups=None:
+             (*protected.resolve_protected(write, explicit, defaults, managers, lookups), [])),
         ]]
     outcome = run_mutants(mutants, judge, budget_seconds=float(ARGS.get("budget", 90)))
     outcome["installation"] = [list(row) for row in found]

@@ -396,7 +396,7 @@ def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> 
     try:
         if reusable:  # what decides the protected paths, before they are resolved (`watch_before`);
             # inside the `try`: it resolves the write roots first, as the compile would
-            watch_before = protected_watch(protections.protected_args(job))
+            watch_before = protected_watch(protections.protected_args(job), job.lookups)
         compiled = protections.compile_all(job)
     except OSError as exc:  # a path's symlink cannot be read (resolve.unfollowable): name it
         raise unfollowable(exc, policy.source, job.resolved.fs) or exc from None

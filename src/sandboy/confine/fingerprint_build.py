@@ -98,7 +98,7 @@ def resolved_unchanged(fp, managers=None) -> bool:
     return True
 
 
-def _path_dirs_protected(protected_args) -> bool:
+def _path_dirs_protected(protected_args, lookups=None) -> bool:
     """Whether directories of the operator's PATH are protected inside the write roots
     (`confine.path_dirs`): no short list of stats decides those (a symlink on the way to one,
     one made again where missing), so such a cage's protected paths are resolved at each
@@ -109,20 +109,21 @@ def _path_dirs_protected(protected_args) -> bool:
         return False
     from sandboy.confine.path_dirs import on_path
 
-    return bool(on_path(protected_args[0], protected_args[3])[0])
+    return bool(on_path(protected_args[0], protected_args[3], lookups=lookups)[0])
 
 
-def _watch_now(protected_args, install) -> tuple:
+def _watch_now(protected_args, install, lookups=None) -> tuple:
     """(the clock, `protected_environment()`, `launch_reads`' (looked up, read) or None, their stats, the
     installation rows present) — in that order, each taken before the next: what decides the
     protected paths of `protected_args` now, to be taken BEFORE a resolution whose answer they
-    then vouch for (`trust`)."""
+    then vouch for (`trust`). `lookups`: the build's (`protected_watch`); a check passes none."""
     from sandboy.confine.protected import launch_reads
 
     write_roots, explicit, defaults = protected_args[:3]
     now = time.time_ns()
     env = protected_environment()
-    watch = None if _path_dirs_protected(protected_args) else launch_reads(write_roots, explicit, defaults)
+    watch = None if _path_dirs_protected(protected_args, lookups) else launch_reads(write_roots, explicit, defaults,
+                                                                                     lookups)
     watched = None if watch is None else identities(watch[0], os.lstat) + identities(watch[1], os.stat)
     installed = None
     if install is not None:
@@ -134,12 +135,14 @@ def _watch_now(protected_args, install) -> tuple:
     return now, env, watch, watched, installed
 
 
-def protected_watch(protected_args):
+def protected_watch(protected_args, lookups=None):
     """What `Fingerprint(..., watch_before=)` takes: `_watch_now` for a cage with write roots,
     called by the build BEFORE it resolves the protected paths (`protections.protected_paths`),
     or None (no write root: nothing to watch). The miss of a plan cache then writes its entry
     after the run from these stats compared again, instead of resolving the protected paths a
-    second time (≈ 0.5-1.3 ms: docs/performance.md, "Session 10 — write-root runs")."""
+    second time (≈ 0.5-1.3 ms: docs/performance.md, "Session 10 — write-root runs"). `lookups`: the
+    build's `resolve.BuildLookups`, which its resolution then asks too: the watch and the resolution
+    see the same write roots, each resolved once (taken after `stats_before`: see there)."""
     protected_args = tuple(protected_args)
     if not protected_args[0] or protected_args[1]:
         return None  # no write root; or fs.protect entries, which no short list decides (resolved at every check)
@@ -147,5 +150,5 @@ def protected_watch(protected_args):
     if protected_args[2]:
         from sandboy.confine import own_install
 
-        install = own_install.candidates_to_watch(protected_args[0])
-    return protected_args, install, _watch_now(protected_args, install)
+        install = own_install.candidates_to_watch(protected_args[0], lookups)
+    return protected_args, install, _watch_now(protected_args, install, lookups)

@@ -185,17 +185,18 @@ def _resolved() -> tuple:
     return _RESOLVED
 
 
-def inside(write_roots) -> list:
+def inside(write_roots, lookups=None) -> list:
     """[(realpath, kind, write root)] of the installation's paths that exist now (or were made:
     MADE_IF_MISSING) and lie inside one of `write_roots` (or, for the kinds in ALL_OURS, a write
     root lying inside one of them),
     plus each symlink met on the way to one (replacing a link replaced the file). Nested paths
     are folded into the outermost: a read-only bind of the environment covers its console
-    script. `present(candidates(write_roots))`."""
-    return present(candidates(write_roots))
+    script. `present(candidates(write_roots))`. `lookups`: the build's `resolve.BuildLookups`
+    (each write root resolved once per build), None to resolve them anew."""
+    return present(candidates(write_roots, lookups=lookups))
 
 
-def candidates(write_roots, resolved=None, all_ours=None) -> tuple:
+def candidates(write_roots, resolved=None, all_ours=None, lookups=None) -> tuple:
     """The rows `inside` may answer for `write_roots`, before any file system lookup but the write
     roots' realpaths: ((path, kind, [(realpath, kind, write root)]), ...), one per installation
     path a write root holds by the string comparisons alone. Nothing here changes while the
@@ -206,8 +207,9 @@ def candidates(write_roots, resolved=None, all_ours=None) -> tuple:
     `resolved`: other rows of the same shape as `_resolved()`'s, (path, kind, realpath, symlinks
     on the way), with `all_ours` the kinds whose whole tree is theirs: the installations the
     programs on the operator's PATH load (`confine.path_prefixes`, ADR 0013 session 8) are
-    answered by the same rules as Sandboy's own."""
-    roots = [os.path.realpath(r) for r in write_roots]
+    answered by the same rules as Sandboy's own. `lookups`: as `inside`'s."""
+    realpath = os.path.realpath if lookups is None else lookups.realpath
+    roots = [realpath(r) for r in write_roots]
     all_ours = ALL_OURS if all_ours is None else all_ours  # (read at call time: the mutation check sets it)
     found = []
     for path, kind, real, links in (_resolved() if resolved is None else resolved):
@@ -227,12 +229,12 @@ def candidates(write_roots, resolved=None, all_ours=None) -> tuple:
     return tuple(found)
 
 
-def candidates_to_watch(write_roots) -> tuple:
+def candidates_to_watch(write_roots, lookups=None) -> tuple:
     """`candidates` less the policy file's rows, for a kept cage's fingerprint: a plan cache hit
     has just read that file by its path, and the file's identity is in the entry's key
     (`plan_cache._key`), so its row stands without a lookup — and the hit imports none of this
     module for it (≈ 0.5 ms: this module brings the resolver)."""
-    return tuple(row for row in candidates(write_roots) if row[1] != "policy file")
+    return tuple(row for row in candidates(write_roots, lookups=lookups) if row[1] != "policy file")
 
 
 def present(candidates, made_if_missing=None) -> list:
@@ -261,7 +263,7 @@ def warning(path: str, kind: str, root: str) -> str:
             "(fs.protect_defaults = false gives that away; ADR 0024)")
 
 
-def first_import_warning(write_roots) -> list:
+def first_import_warning(write_roots, lookups=None) -> list:
     """[warning] where this process imports from a directory inside a write root before the
     standard library and its installation: `sys.path[0]` of `python -m sandboy`, `python -c` or
     a script there (the working directory, the script's directory), without `-P` /
@@ -271,13 +273,15 @@ def first_import_warning(write_roots) -> list:
     protected (it is the run's working directory, every name in it a possible module) nor
     judged after the run (any new `.py` named like one of ~300 standard modules — `test.py`,
     `types.py`, `queue.py` — would be a finding); said, with the fix. [] otherwise (the
-    `sandboy` command's own `bin/` directory is in the installation's prefix)."""
+    `sandboy` command's own `bin/` directory is in the installation's prefix). `lookups`: as
+    `inside`'s."""
     if sys.flags.safe_path or not sys.path or sys.path[0] is None:
         return []
-    first = os.path.realpath(sys.path[0] or os.getcwd())  # '' is the working directory (-c, the REPL)
+    realpath = os.path.realpath if lookups is None else lookups.realpath
+    first = realpath(sys.path[0] or os.getcwd())  # '' is the working directory (-c, the REPL)
     if any(is_within(first, real) for _path, kind, real, _links in _resolved() if kind in ALL_OURS):
         return []  # one of the installation's own directories: protected with it
-    root = next((r for r in (os.path.realpath(w) for w in write_roots) if is_within(first, r)), None)
+    root = next((r for r in (realpath(w) for w in write_roots) if is_within(first, r)), None)
     if root is None:
         return []
     return [f"fs: {first} is where the Python running Sandboy imports from first (sys.path[0]: started as "

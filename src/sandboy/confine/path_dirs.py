@@ -86,7 +86,7 @@ def _cached(rows: list) -> tuple:
     return tuple(rows), tuple(dict.fromkeys(pair for row in rows for pair in row[3]))
 
 
-def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
+def on_path(write_roots, work=(), path_text=None, home=None, lookups=None) -> tuple:
     """(protect, warn): [(entry, realpath, write root)] of the PATH directories (the process's
     `PATH`, or `path_text`) inside a write root — `protect` those outside every `work` directory
     (the run's working directory and repository; not the home), `warn` those inside one. A
@@ -96,11 +96,20 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
     /opt/tools/bin`) is one too, `root` then the root holding the link: repointing the link
     replaces the directory (`held` keeps the link, not the directory outside). String
     comparisons only but for the launch's first call and an lstat per link on the way: this
-    runs again at every reuse check of a compiled cage."""
+    runs again at every reuse check of a compiled cage. `lookups`: the build's
+    `resolve.BuildLookups` — a build asks this three times (its protected paths' watch, their
+    resolution, the launch warnings): answered once per build; None (a check) asks anew."""
     path_text = os.environ.get("PATH", "") if path_text is None else path_text
     if not path_text or not write_roots:
         return [], []
-    roots = [os.path.realpath(r) for r in write_roots]
+    if lookups is None:
+        return _on_path(write_roots, work, path_text, home, os.path.realpath)
+    return lookups.once(("path_dirs.on_path", tuple(write_roots), tuple(work), path_text, home),
+                        lambda: _on_path(write_roots, work, path_text, home, lookups.realpath))
+
+
+def _on_path(write_roots, work, path_text: str, home, realpath) -> tuple:
+    roots = [realpath(r) for r in write_roots]
     wanted = frozenset(roots)
     inside = []  # (entry, real, root, where: the path that lies in the root)
     for entry, real, above, links in _entries(path_text):
@@ -117,7 +126,7 @@ def on_path(write_roots, work=(), path_text=None, home=None) -> tuple:
     home = _home_real(home)
     # a working directory at or above the home (`~`, `/home`, `/`) does not make the home's bin
     # directories project files
-    works = [w for w in (os.path.realpath(w) for w in work if w) if not is_within(home, w)]
+    works = [w for w in (realpath(w) for w in work if w) if not is_within(home, w)]
     protect, warn = [], []
     for entry, real, root, where in inside:
         if any(is_within(where, w) for w in works):

@@ -252,14 +252,15 @@ def realpath_and_links(path: str) -> tuple:
     return (os.path.realpath(path) if lexical.startswith("//") else lexical), links
 
 
-def resolve_protected(write_roots, explicit, defaults: bool, managers=None) -> tuple:
+def resolve_protected(write_roots, explicit, defaults: bool, managers=None, lookups=None) -> tuple:
     """(from_defaults, from_policy): realpaths of the protected paths that exist now and lie
     inside some write root (elsewhere nothing can write them anyway). `write_roots` and
     `explicit` are resolved policy paths. `managers`: a dict that gets each hook-manager
     discovery made here (`discovery_key(top, hooks_dirs)` -> (hook_manager_configs' answer,
     its interpreters)), for the launch that follows to take instead of discovering again
-    (`hook_python.launch_warnings`, gitcheck's snapshot)."""
-    roots = [os.path.realpath(r) for r in write_roots if os.path.isdir(r)]
+    (`hook_python.launch_warnings`, gitcheck's snapshot). `lookups`: the build's
+    `resolve.BuildLookups` (the write roots' realpaths, asked once per build), None to ask anew."""
+    roots = _real_dirs(write_roots, lookups)
     within = PathSet(roots)  # a step policy may name thousands of write roots and protected paths
 
     def inside_a_root(path: str):
@@ -320,7 +321,15 @@ def resolve_protected(write_roots, explicit, defaults: bool, managers=None) -> t
     return from_defaults, from_policy
 
 
-def launch_reads(write_roots, explicit, defaults: bool):
+def _real_dirs(write_roots, lookups=None) -> list:
+    """The realpaths of those of `write_roots` that are directories now (by the build's `lookups`
+    where given: one question per root and build), in order, each once."""
+    if lookups is None:
+        return list(dict.fromkeys(os.path.realpath(r) for r in write_roots if os.path.isdir(r)))
+    return list(dict.fromkeys(lookups.realpath(r) for r in write_roots if lookups.isdir(r)))
+
+
+def launch_reads(write_roots, explicit, defaults: bool, lookups=None):
     """What decides `resolve_protected(write_roots, explicit, defaults)`, as two lists of paths:
     (looked up, read) — each path it looks up (lstat: what is there, which inode; a directory's
     ctime says whether an entry was added, removed or renamed in it) and each file it reads only
@@ -331,7 +340,8 @@ def launch_reads(write_roots, explicit, defaults: bool):
     None where more decides it — fs.protect entries, a core.hooksPath or an include named by a
     config, a symlink on the way to a default path (resolve_protected then follows them): the
     caller resolves anew. Kept beside resolve_protected on purpose: a lookup added there must be
-    listed here (tests/cage/test_reuse_protected.py compares the two on changed trees)."""
+    listed here (tests/cage/test_reuse_protected.py compares the two on changed trees).
+    `lookups`: as resolve_protected's (a build's watch and its resolution see the same roots)."""
     if explicit:
         return None
     looked_up: list[str] = []
@@ -351,7 +361,7 @@ def launch_reads(write_roots, explicit, defaults: bool):
             looked_up.append(at)
         return True
 
-    for root in dict.fromkeys(os.path.realpath(r) for r in write_roots if os.path.isdir(r)):
+    for root in _real_dirs(write_roots, lookups):
         looked_up.append(root)  # its entries: the default names present, `.git`, a manager's configs
         for name in _present_defaults(root):
             down_to(root, name)

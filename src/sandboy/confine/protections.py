@@ -19,7 +19,7 @@ import os
 
 from sandboy.confine import env_reads, hygiene, landlock
 from sandboy.errors import CageError, PolicyError
-from sandboy.policy.resolve import expand_value, is_glob, is_within
+from sandboy.policy.resolve import BuildLookups, expand_value, is_glob, is_within
 
 
 class Protection:
@@ -98,7 +98,7 @@ class Job:
     the kernel's Landlock ABI, and the environment to take passed variables from."""
 
     __slots__ = ("policy", "resolved", "ctx", "abi", "environ", "tty", "_protected", "hook_managers", "notes", "pieces",
-                 "reusable")
+                 "reusable", "lookups")
 
     def __init__(self, policy, resolved, ctx, abi, environ, tty=False, pieces=None, reusable=True):
         self.policy = policy
@@ -118,6 +118,8 @@ class Job:
         # the launch warnings and the first run's git check take them instead of looking again
         self.hook_managers: dict = {}
         self.notes: list = []  # launch warnings of the protected paths' resolution (protected_paths)
+        # the write roots' realpaths & co., asked once for the whole build (never by a later check)
+        self.lookups = BuildLookups()
 
     def protected_by_origin(self) -> tuple:
         """(from_defaults, from_policy, from_install): realpaths of the protected paths that
@@ -127,7 +129,7 @@ class Job:
         if self._protected is None:
             fs = self.resolved.fs
             self._protected = protected_paths(fs.write, fs.protect, fs.protect_defaults, self.work,
-                                              self.hook_managers, self.notes)
+                                              self.hook_managers, self.notes, self.lookups)
         return self._protected
 
     @property
@@ -155,7 +157,7 @@ def protected_args(job) -> tuple:
     return fs.write, fs.protect, fs.protect_defaults, job.work
 
 
-def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=None, notes=None) -> tuple:
+def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=None, notes=None, lookups=None) -> tuple:
     """(from_defaults, from_policy, from_install): `confine.protected.resolve_protected`, and
     with the defaults the directories of the operator's PATH a write root holds outside `work`
     (the run's working directory and repository: `confine.path_dirs`, ADR 0013 session 7) and
@@ -164,25 +166,26 @@ def protected_paths(write_roots, explicit, defaults: bool, work=(), managers=Non
     ADR 0013 session 8), both as (path, kind, write root) rows. Only paths inside a write root:
     for a policy without one the answer is empty, and `sandboy run` imports none of these
     modules. `managers`: see resolve_protected (the hook-manager discoveries, for the launch to
-    take); `notes`: a list that gets launch warnings of what was left writable as project work."""
+    take); `notes`: a list that gets launch warnings of what was left writable as project work;
+    `lookups`: the build's `resolve.BuildLookups` (`Job.lookups`), None for a check after a run."""
     if not write_roots:
         return [], [], []
     from sandboy.confine.protected import resolve_protected
 
-    from_defaults, from_policy = resolve_protected(write_roots, explicit, defaults, managers)
+    from_defaults, from_policy = resolve_protected(write_roots, explicit, defaults, managers, lookups)
     from_install = []
     if defaults:
         from sandboy.confine.own_install import inside
         from sandboy.confine.path_dirs import held, on_path
 
         taken = set(from_defaults).union(from_policy)
-        path_rows = on_path(write_roots, work)[0]
+        path_rows = on_path(write_roots, work, lookups=lookups)[0]
         for row in path_rows:
             for path in held(*row):  # the directory and the symlinks on the way, like a start-up file
                 if path not in taken:
                     taken.add(path)
                     from_defaults.append(path)
-        from_install = [row for row in inside(write_roots) if row[0] not in taken]
+        from_install = [row for row in inside(write_roots, lookups) if row[0] not in taken]
         if path_rows:
             # what the programs there load: a pyenv version's standard library, an nvm node's
             # lib/node_modules, the user site (`confine.path_prefixes`, ADR 0013 session 8)
@@ -267,13 +270,13 @@ FS_RIGHT_NAMES = {name.lower(): getattr(landlock, name) for name in (
 _FS_RIGHT_BY_BIT = {bit: name for name, bit in FS_RIGHT_NAMES.items()}
 
 
-def _refuse_unwalkable_write_roots(write_roots, source: str) -> None:
+def _refuse_unwalkable_write_roots(write_roots, source: str, realpath=os.path.realpath) -> None:
     """A write root of the whole file system is refused before anything runs. The post-run git
     check (ADR 0019) walks every write root for a repository the command may have planted; `/`
     (with /proc, /sys and every mount) is beyond its bound, so the run used to fail closed only
     AFTER the command had run (measured: 2 min 16 s here, then 125 for a `/bin/echo`)."""
     for path in write_roots:
-        if os.path.realpath(path) == "/":
+        if realpath(path) == "/":
             from sandboy.confine.gitcheck import WALK_BUDGET
 
             raise PolicyError(source, "fs.write", f"{path!r} is the whole file system: the post-run git check "
@@ -364,7 +367,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     degraded: list[str] = []
 
     if fs.protect_defaults:
-        _refuse_unwalkable_write_roots(fs.write, source)
+        _refuse_unwalkable_write_roots(fs.write, source, job.lookups.realpath)
     grants: dict[str, int] = {}
     for key, rights in landlock.RIGHT_NAMES.items():
         for path in getattr(fs, key):
@@ -462,7 +465,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     if fs.protect_defaults and fs.write:
         from sandboy.confine.path_dirs import on_path, protect_warning, warn_warning
 
-        protect, warn = on_path(fs.write, job.work)
+        protect, warn = on_path(fs.write, job.work, lookups=job.lookups)
         # a PATH directory inside Sandboy's own installation (the quick start's activated
         # `.venv/bin` in this checkout) is read-only like the rest of it (ADR 0024): "it stays
         # writable" would contradict the installation's own warning printed just above
@@ -473,7 +476,7 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         # `python -m sandboy` from inside a write root: its sys.path[0] (ADR 0024, session 7)
         from sandboy.confine.own_install import first_import_warning
 
-        warnings.extend(first_import_warning(fs.write))
+        warnings.extend(first_import_warning(fs.write, job.lookups))
         # pre-commit's hook running an interpreter a write root holds (ADR 0019, session 7): its
         # start-up code is judged after the run; said here, with the fix, before anything runs.
         # Only where the protected paths' resolution found a stub naming one (the same

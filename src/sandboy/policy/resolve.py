@@ -139,6 +139,47 @@ class PathSet:
         return is_within_any(path, self._other)
 
 
+class BuildLookups:
+    """What ONE build asks of the file system about its write roots and work directories, asked
+    once: `realpath` and `isdir` of a path, remembered for the rest of that build — the protected
+    paths' watch and resolution, the PATH directories, Sandboy's own installation and the launch
+    warnings each resolved the same roots again (≈ 10 realpaths of each root per build, 379 repeated
+    stats in the README example's first run: docs/performance.md, "Session 14 — buildstat14").
+
+    Made per build (`protections.Job.lookups`), never kept beyond it: a check after the run
+    (`Fingerprint.unchanged`, the plan cache's entry written after the command) must see the file
+    system as it is then, so it passes none and every function here asks anew (`lookups=None`).
+    Sound within the build because the first question is asked after `stats_before`
+    (`cage._build`): a root that leads elsewhere since is another inode for those stats, a miss at
+    the next check, as with a realpath taken later."""
+
+    __slots__ = ("_real", "_isdir", "_answers")
+
+    def __init__(self):
+        self._real: dict = {}
+        self._isdir: dict = {}
+        self._answers: dict = {}  # `once`'s
+
+    def realpath(self, path: str) -> str:
+        real = self._real.get(path)
+        if real is None:
+            real = self._real[path] = os.path.realpath(path)
+        return real
+
+    def isdir(self, path: str) -> bool:
+        found = self._isdir.get(path)
+        if found is None:
+            found = self._isdir[path] = os.path.isdir(path)
+        return found
+
+    def once(self, question: tuple, answer):
+        """`answer()`, computed at the first `question` (its name and arguments) of this build and
+        given again to the same question later in it (`path_dirs.on_path`, asked three times)."""
+        if question not in self._answers:
+            self._answers[question] = answer()
+        return self._answers[question]
+
+
 def policy_dir(policy, fallback: str) -> str:
     """`{policy_dir}` for a policy: the directory of the file it was loaded from, or
     `fallback` for a policy that has no file (built-in, from a mapping, a gate step's table)."""
