@@ -95,7 +95,7 @@ class Counted:
     def __init__(self, monkeypatch):
         self.listed = {True: [], False: []}  # census -> directories listed
         self.looked_up = []
-        real_list, real_access = gitcheck._Walk._list, os.access
+        real_list, real_access, real_leaf_has = gitcheck._Walk._list, os.access, gitcheck._leaf_has
         # (counted in the Python walk, whose calls can be wrapped: the C walk makes the same
         # decisions — tests/cage/test_gitcheck_native_walk.py)
         monkeypatch.setattr(gitcheck, "_NATIVE_SCAN", [None])
@@ -109,8 +109,13 @@ class Counted:
                 self.looked_up.append(path)
             return real_access(path, *args, **kwargs)
 
+        def leaf_has(path):  # (a leaf's `.git` and `HEAD`: an lstat since session 14)
+            self.looked_up.append(path)
+            return real_leaf_has(path)
+
         monkeypatch.setattr(gitcheck._Walk, "_list", _list)
         monkeypatch.setattr(os, "access", access)
+        monkeypatch.setattr(gitcheck, "_leaf_has", leaf_has)
 
     def reset(self):
         self.listed = {True: [], False: []}

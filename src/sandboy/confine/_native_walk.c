@@ -217,6 +217,22 @@ static int lstat_below(const char *prefix, size_t prefix_length, const char *nam
     return failed;
 }
 
+/* Whether `name` ("/.git", "/HEAD") is in the leaf directory `probe[:length]` (an lstat as the
+ * effective user that builds nothing): 1 there, 0 not (ENOENT, ENOTDIR), else -errno. Only "no
+ * such file" is an answer: EACCES (the command made the leaf unsearchable to its own uid, the
+ * parent's, while other users still may: session 14) or ENAMETOOLONG is a leaf that cannot be
+ * looked into, which fails the check closed as a directory that cannot be listed does. */
+static int leaf_lookup(char *probe, size_t length, const char *name) {
+    memcpy(probe + length, name, strlen(name) + 1);
+    if (faccessat(AT_FDCWD, probe, F_OK, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0) {
+        return 1;
+    }
+    if (errno == ENOENT || errno == ENOTDIR) {
+        return 0;
+    }
+    return -(errno ? errno : EIO);
+}
+
 static int list_now(const char *path, const char *prefix, size_t prefix_length, PyObject *prefix_text,
                     PyObject *exclude, PyObject **listed, struct stat **subs, Py_ssize_t *sub_count) {
     *listed = NULL;
@@ -449,11 +465,18 @@ static PyObject *walk_scan(PyObject *self, PyObject *args) {
                     goto next;
                 }
                 memcpy(probe, directory, length);
-                memcpy(probe + length, "/.git", 6);
-                has_git = PyBool_FromLong(faccessat(AT_FDCWD, probe, F_OK, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0);
-                memcpy(probe + length, "/HEAD", 6);
-                has_head = PyBool_FromLong(faccessat(AT_FDCWD, probe, F_OK, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0);
+                int git_found = leaf_lookup(probe, length, "/.git");
+                int head_found = git_found < 0 ? git_found : leaf_lookup(probe, length, "/HEAD");
                 free(probe);
+                if (git_found < 0 || head_found < 0) {
+                    /* (the stand-in's event: a leaf that cannot be looked into is an unlistable directory) */
+                    if (add_event(events, 2, directory, -(git_found < 0 ? git_found : head_found)) < 0) {
+                        failed = 1;
+                    }
+                    goto next;
+                }
+                has_git = PyBool_FromLong(git_found);
+                has_head = PyBool_FromLong(head_found);
             }
             if (gathered != Py_None && ctime_ns(st) < cut) {
                 PyObject *entry = Py_BuildValue("(OiOOO)", ctime, -1, has_git, has_head, Py_None);

@@ -948,6 +948,16 @@ class GitSnapshot:
         return check.findings
 
 
+def _leaf_has(path: str) -> bool:
+    """Whether `path` (a name in a leaf directory) exists, not followed; OSError for any answer
+    but "no such file" (the C walk's `leaf_lookup`)."""
+    try:
+        os.lstat(path)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 _NATIVE_SCAN: list = []  # [the C walk, or None], once asked (`_native_scan`)
 
 
@@ -1167,7 +1177,6 @@ class _Walk:
         # then — at launch for the listings, after the run for the leaves' `.git` and `HEAD`; and,
         # after the run, what this walk finds, for the next run (`gathered`, before `cut` only)
         valid = _index_entry_valid
-        exists = os.access
         events = []
         try:
             pending = [(root, os.lstat(root))]
@@ -1192,10 +1201,16 @@ class _Walk:
                     # lead to is read again below
                     has_git, has_head = known[2], known[3]
                 else:
-                    # (os.access with F_OK, not followed, as the effective user: an lstat that
-                    # builds no stat result)
-                    has_git = exists(directory + "/.git", os.F_OK, effective_ids=True, follow_symlinks=False)
-                    has_head = exists(directory + "/HEAD", os.F_OK, effective_ids=True, follow_symlinks=False)
+                    # (an lstat; only "no such file" is an answer: a leaf its own uid — ours —
+                    # cannot search (chmod 0077 by the command: other users still can) or a path
+                    # too long to look up cannot be looked into, and fails closed as a directory
+                    # that cannot be listed does — session 14)
+                    try:
+                        has_git = _leaf_has(directory + "/.git")
+                        has_head = _leaf_has(directory + "/HEAD")
+                    except OSError as exc:
+                        events.append((2, directory, exc.errno or 5))
+                        continue
                 if gathered is not None and st.st_ctime_ns < cut:
                     gathered[(st.st_dev, st.st_ino)] = (st.st_ctime_ns, -1, has_git, has_head, None)
                 if has_git:

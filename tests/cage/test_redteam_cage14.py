@@ -1,0 +1,226 @@
+"""Session 14 review of the cage from the attacker's side (redcage14).
+
+What got through, each with its probe here (host side, a legitimate twin in the same run):
+
+- The post-run git check's walk takes a LEAF directory (no subdirectory: `st_nlink == 2`) by two
+  lookups, `.git` and `HEAD`, without listing it. Both walks (`_native_walk.c`, the Python
+  stand-in) read a failed lookup as "not there": a command running as an ordinary user made a
+  leaf git directory (`HEAD`, a `config` with `core.fsmonitor`, `objects` and `refs` as
+  executable files: git's own test), a leaf beside it whose `.git` FILE points there, and
+  `chmod 0077` on both — its own uid (the parent's) can no longer search them, every other user
+  can. The run passed, rc 0; root's git there (`safe.directory = *`, as CI images set it) ran the
+  planted program. A non-leaf so chmodded fails the run closed ("cannot be looked through").
+  Now a leaf's lookup that fails for another reason than "no such file" is that same finding.
+
+- `limits.cpu_seconds` is RLIMIT_CPU, per process, and a fork starts the child's count at zero:
+  a command that forks on before its limit keeps computing until `wall_seconds` (or for ever).
+  Open (a strict xfail): nothing in Sandboy sums the CPU of a run's processes; README and the
+  threat model now say "per process" as they do for `memory_mib`.
+
+What held is listed in docs/threat-model.md ("Session 14 review of the cage").
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: userkit
+import userkit  # noqa: E402
+
+pytestmark = pytest.mark.needs_kernel
+
+SANDBOY = os.path.join(os.path.dirname(sys.executable), "sandboy")
+SYSTEM = ('read = ["/usr", "/lib", "/lib64", "/etc", "/bin"]\n'
+          'exec = ["/usr/bin", "/bin"]\n')
+
+
+def _sandboy_src() -> str:
+    import sandboy
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(sandboy.__file__)))
+
+
+# --- the git check's walk: a leaf its own uid cannot search ---------------------------------
+
+# A git directory with no subdirectory (git's is_git_directory asks `objects` and `refs` for
+# access(X_OK) only: executable files pass), a worktree leaf whose `.git` file leads to it.
+LEAF_PLANT = """set -e
+mkdir x sub
+printf 'ref: refs/heads/main\\n' > x/HEAD
+printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = "echo ran > {marker}; false"\\n' > x/config
+printf '#!/bin/sh\\n' > x/objects
+printf '#!/bin/sh\\n' > x/refs
+chmod 755 x/objects x/refs
+printf 'gitdir: ../x\\n' > sub/.git
+{chmod}
+echo planted
+"""
+
+
+def _leaf_run(where: Path, chmod: str, tier: str, native: str) -> tuple:
+    """`sandboy run` as uid 65534 in a repository of its own (write = cwd) planting LEAF_PLANT,
+    then root's git in `sub` (safe.directory = *). (run, whether root's git ran the plant)."""
+    project = where / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (where / "p.toml").write_text(f'version = 1\n[fs]\n{SYSTEM}write = ["{{cwd}}"]\n')
+    for path in (where / "p.toml", project, *project.rglob("*")):
+        os.lchown(path, userkit.NOBODY, userkit.NOBODY)
+    marker = where / "ran"
+    env = {"PYTHONPATH": _sandboy_src(), "PATH": "/usr/bin:/bin", "HOME": str(where),
+           "SANDBOY_CACHE_DIR": str(where / "cache"), "SANDBOY_NAMESPACES": tier, "SANDBOY_NATIVE": native}
+    run = subprocess.run(userkit.as_user(["/usr/bin/python3", "-P", "-m", "sandboy", "run", "--policy", str(where / "p.toml"),
+                                          "--", "/bin/sh", "-c", LEAF_PLANT.format(marker=marker, chmod=chmod)]),
+                         cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert "planted" in run.stdout, run.stderr
+    # the operator's (root's) git where the command left its worktree
+    subprocess.run(["git", "-c", "safe.directory=*", "status"], cwd=project / "sub", capture_output=True, timeout=60,
+                   env={"PATH": "/usr/bin:/bin", "HOME": str(where), "GIT_CONFIG_NOSYSTEM": "1"})
+    return run, marker.exists()
+
+
+TIERS = [pytest.param("1", id="tier"), pytest.param("0", id="forced-off")]
+WALKS = [pytest.param("1", id="C-walk"), pytest.param("0", id="python-walk")]
+
+
+@pytest.mark.parametrize("native", WALKS)
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_leaf_its_own_uid_cannot_search_does_not_hide_a_plant(tier, native):
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp("redcage14-") as where:
+        run, ran = _leaf_run(where, "chmod 0077 x sub", tier, native)
+        assert run.returncode == 125, f"the plant passed the check (rc {run.returncode}): {run.stderr}"
+        assert "cannot be looked through" in run.stderr, run.stderr
+        assert ran, "twin of the premise: root's git runs what the leaf holds"
+
+
+@pytest.mark.parametrize("native", WALKS)
+@pytest.mark.parametrize("tier", TIERS)
+def test_twin_the_same_plant_left_searchable_is_found_and_moved(tier, native):
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp("redcage14-") as where:
+        run, ran = _leaf_run(where, ":", tier, native)
+        assert run.returncode == 125, run.stderr
+        assert not ran, "the planted config stayed where git reads it"
+
+
+@pytest.mark.parametrize("native", WALKS)
+def test_twin_private_leaves_of_an_ordinary_build_pass(native):
+    """Leaves the command keeps private to itself (0700, searchable by its uid) are ordinary."""
+    userkit.skip_unless_nobody_can_run()
+    with userkit.world_readable_tmp("redcage14-") as where:
+        project = where / "project"
+        project.mkdir()
+        subprocess.run(["git", "init", "-q", str(project)], check=True)
+        (where / "p.toml").write_text(f'version = 1\n[fs]\n{SYSTEM}write = ["{{cwd}}"]\n')
+        for path in (where / "p.toml", project, *project.rglob("*")):
+            os.lchown(path, userkit.NOBODY, userkit.NOBODY)
+        env = {"PYTHONPATH": _sandboy_src(), "PATH": "/usr/bin:/bin", "HOME": str(where),
+               "SANDBOY_CACHE_DIR": str(where / "cache"), "SANDBOY_NATIVE": native}
+        run = subprocess.run(userkit.as_user(["/usr/bin/python3", "-P", "-m", "sandboy", "run", "--policy",
+                                              str(where / "p.toml"), "--", "/bin/sh", "-c",
+                                              "mkdir -p build/a build/b && echo x > build/a/o && chmod 0700 build/a build/b"]),
+                             cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert (project / "build/a/o").read_text() == "x\n"
+
+
+# --- limits.cpu_seconds: per process -------------------------------------------------------
+
+# The command's first process waits (no CPU) while a chain burns: each link computes 0.6 s of
+# CPU, under the limit of 1 s, tells the first process, forks the next link and exits. The first
+# process ends the run after five links (3 s of CPU: the same count on a loaded machine, later).
+CHAIN = """import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r)
+    while True:
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.6:
+            pass
+        os.write(w, b"l")
+        if os.fork():
+            os._exit(0)
+os.close(w)
+got = b""
+while len(got) < 5:
+    got += os.read(r, 5)
+print("links", len(got))
+"""
+
+
+def _cpu_of_children(argv: list, **kwargs) -> tuple:
+    """(the run, the CPU seconds its processes took): this test process's reaped children's
+    rusage (sandboy run reaps its init or supervisor, which reap the orphans of the run)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=90, **kwargs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return run, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _cpu_policy(tmp_path: Path) -> Path:
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'version = 1\n[fs]\n{SYSTEM}\n[limits]\ncpu_seconds = 1\nwall_seconds = 30\n')
+    return policy
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_twin_one_process_is_stopped_at_its_cpu_seconds(tmp_path, tier):
+    env = dict(os.environ, SANDBOY_NAMESPACES=tier, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    run, cpu = _cpu_of_children([SANDBOY, "run", "--policy", str(_cpu_policy(tmp_path)), "--", "/usr/bin/python3",
+                                 "-c", "while True: pass"], env=env, cwd=tmp_path)
+    assert run.returncode in (128 + 24, 128 + 9), run.stderr  # SIGXCPU at the limit (SIGKILL past it)
+    assert cpu < 2.5, cpu
+
+
+@pytest.mark.xfail(strict=True, reason="open: limits.cpu_seconds is RLIMIT_CPU per process; a fork starts the "
+                   "count again (threat-model 'What it does not stop', session 14)")
+@pytest.mark.parametrize("tier", TIERS)
+def test_limits_cpu_seconds_bounds_a_chain_of_forks(tmp_path, tier):
+    if not shutil.which("python3"):
+        pytest.skip("needs python3")
+    env = dict(os.environ, SANDBOY_NAMESPACES=tier, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    run, cpu = _cpu_of_children([SANDBOY, "run", "--policy", str(_cpu_policy(tmp_path)), "--", "/usr/bin/python3",
+                                 "-c", CHAIN], env=env, cwd=tmp_path)
+    assert cpu < 2.0, f"{cpu:.1f} s of CPU under cpu_seconds = 1 (rc {run.returncode})"
+
+
+# --- the same lookups at PATH_MAX: a leaf too deep to look into (rvwalk13's open item) --------
+
+@pytest.fixture(params=["C-walk", "python-walk"])
+def walk(request, monkeypatch):
+    from sandboy.confine import gitcheck
+
+    if request.param == "C-walk" and gitcheck._native_scan() is None:
+        pytest.skip("the C walk is not built here")
+    if request.param == "python-walk":
+        monkeypatch.setattr(gitcheck, "_NATIVE_SCAN", [None])
+        monkeypatch.setenv("SANDBOY_NATIVE", "0")
+    return request.param
+
+
+@pytest.mark.parametrize("length", [4088, 4092])
+def test_a_leaf_too_deep_to_look_into_fails_the_run(cage, walk, length):
+    """rvwalk13 left open a leaf directory beyond ~4,090 bytes holding a `.git` FILE: its lookup
+    by whole path failed (ENAMETOOLONG) as "not there". The same change closes it: such a leaf
+    cannot be looked into, and fails the run as an unlistable directory does."""
+    work = os.path.realpath(cage.work)
+    left, names = length - len(work), []
+    while left > 0:
+        size = min(200, left - 1) - (1 if left - min(200, left - 1) - 1 == 1 else 0)
+        names.append("d" * size)
+        left -= size + 1
+    script = ("set -e; for n in " + " ".join(names) + "; do mkdir $n; cd $n; done; "
+              "printf 'gitdir: /nonexistent\\n' > .git; echo PLANTED")
+    policy = cage.policy(fs={"read": ["/etc"], "exec": ["/usr/bin", "/bin"], "write": ["."]})
+    result = cage.run(argv=["/bin/sh", "-c", script], policy=policy, via="api")
+    assert "PLANTED" in result.out, result
+    assert result.rc == 125 and ("cannot be looked through" in result.err or "too deep to check" in result.err), (
+        length, result)
