@@ -468,8 +468,11 @@ class RunUpgrade:
         for i, key in enumerate(files):
             self.artifact_index[key] = i
             self.artifacts.append({})
+        looping = _on_parent_cycles(files)
         for key, data in files.items():
             parent_key = _s(data.get("parentKey"))
+            if key in looping:
+                parent_key = None  # kept as properties.sarifV1.parentKey below (see _on_parent_cycles)
             if parent_key is not None and parent_key in files:
                 # relative to the parent: the key's part after `parent#` (the SDK's choice), else `uri`
                 rel = key[len(parent_key):].lstrip("#") if key.startswith(parent_key) else (_s(data.get("uri")) or key)
@@ -492,7 +495,7 @@ class RunUpgrade:
                 if alg and value:
                     hashes[V1_HASHES.get(alg.lower(), alg.lower())] = value
             _put(artifact, "hashes", hashes)
-            _put(artifact, "properties", _props(data))
+            _put(artifact, "properties", _props(data, {"parentKey": data.get("parentKey")} if key in looping else None))
             self.artifacts[self.artifact_index[key]] = artifact
 
     def logical_locations(self) -> None:
@@ -510,6 +513,7 @@ class RunUpgrade:
                 full_names[key] = fqn
             if _s(node.get("decoratedName")) and (key or fqn):
                 decorated[key or fqn] = node["decoratedName"]  # type: ignore[index]
+        looping = _on_parent_cycles(table)
         for key in _parents_first(table):
             self.logical_index[key] = len(self.logical_index)
         for key in self.logical_index:
@@ -521,7 +525,10 @@ class RunUpgrade:
                 out["fullyQualifiedName"] = fqn
             _put(out, "decoratedName", decorated.get(key))
             _put(out, "kind", _s(data.get("kind")))
-            _put(out, "parentIndex", self.logical_index.get(_s(data.get("parentKey")) or ""))
+            if key in looping:  # (see _on_parent_cycles)
+                _put(out, "properties", {"sarifV1": {"parentKey": data.get("parentKey")}})
+            else:
+                _put(out, "parentIndex", self.logical_index.get(_s(data.get("parentKey")) or ""))
             self.logical.append(out)
 
     def notification(self, note: dict[str, Any]) -> dict[str, Any]:
@@ -652,6 +659,28 @@ def _distinct(items: list[dict[str, Any]], keys: list[str]) -> list[dict[str, An
             text = _canonical(item)
         seen.add(text)
     return items
+
+
+def _on_parent_cycles(table: dict[str, dict[str, Any]]) -> set[str]:
+    """The keys whose parentKey chain comes back to them (`x` -> `x`, `x` -> `y` -> `x`). A v1 log
+    may say so; written as 2.1.0 parentIndex values such a chain makes an artifact (or logical
+    location) its own ancestor, and a consumer that walks up the parents to build a nested name
+    (`outer.zip#/inner`, `Ns.Type.member`) loops for ever (redinput14). Those keys get no
+    parentIndex; their parentKey is kept under properties.sarifV1. One pass: each key is walked
+    once (a chain of n keys is n steps, not n**2)."""
+    done: set[str] = set()
+    looping: set[str] = set()
+    for start in table:
+        path: dict[str, None] = {}
+        node: str | None = start
+        while node is not None and node in table and node not in done and node not in path:
+            path[node] = None
+            node = _s(table[node].get("parentKey"))
+        if node is not None and node in path:  # the walk came back to a key of its own path
+            chain = list(path)
+            looping.update(chain[chain.index(node):])
+        done.update(path)
+    return looping
 
 
 def _parents_first(table: dict[str, dict[str, Any]]) -> list[str]:

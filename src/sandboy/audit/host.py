@@ -36,6 +36,7 @@ from sandboy.audit.errors import (
     GuestCrash,
     MemoryExhausted,
     OutOfFuel,
+    OutputTooLarge,
     UsageError,
 )
 from sandboy.audit.registry import WORLD
@@ -53,6 +54,10 @@ DEFAULT_DEADLINE_SECONDS = 120.0
 FUEL_BASE = 2_000_000_000
 FUEL_PER_BYTE = 4_000
 EPOCH_TICK_SECONDS = 0.05
+
+# wasmtime's budget for what one call copies between host and guest ("fuel allocated for
+# hostcalls"): a returned string over it fails the call whatever --max-output-bytes says.
+WASMTIME_COPY_BYTES = 128 << 20
 
 # The engine settings that change compiled code: part of the .cwasm key.
 ENGINE_SETTINGS = "fuel=1,epoch=1,opt=speed"
@@ -284,6 +289,14 @@ def classify(exc: Exception, limits: Limits) -> AuditError:
         )
     if "memory" in text and ("limit" in text or "exceeds" in text) and "unreachable" not in text:
         return MemoryExhausted(f"the adapter needs more than its {mib} MiB memory cap ({_first_line(text)}); raise --memory-mib")
+    if "too much data is being copied between the host and the guest" in text:
+        # wasmtime's own bound on what one call hands the host (128 MiB of a string, docs/findings.md):
+        # an answer over it was "the adapter crashed" (exit 14) even with --max-output-bytes
+        # raised past it, naming neither the size nor what to do (redinput14)
+        return OutputTooLarge(
+            f"the adapter's answer is over the {WASMTIME_COPY_BYTES >> 20} MiB that wasmtime lets one call hand "
+            "the host; --max-output-bytes cannot raise that: split the input (one conversion per report file)"
+        )
     if "call stack exhausted" in text or "stack overflow" in text:
         return GuestCrash("the adapter exhausted its stack (input nested too deeply?) and was stopped")
     if "unreachable" in text:

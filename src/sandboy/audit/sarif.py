@@ -324,7 +324,41 @@ def _region_problems(region: dict[str, Any], where: Callable[[], tuple[Any, ...]
 BETWEEN_EVERY = 1024
 
 
+def _parent_problems(items: list[Any], at: tuple[Any, ...], what: str, spec: str) -> Iterator[Problem]:
+    """`parentIndex` of run.artifacts (3.24.3) and run.logicalLocations (3.33): the index of
+    ANOTHER item of that array, and following parents ends. The schema checks neither; an item
+    that is its own ancestor makes a consumer that walks up the parents to build a nested name
+    (`outer.zip#/inner`, `Ns.Type.member`) loop for ever — and Sandboy's own SARIF 1.0 upgrade
+    wrote one for a v1 log whose parentKeys went round (redinput14). Linear: each item is
+    walked once; each cycle is reported once, at the item where the walk met it again."""
+    parents: list[int | None] = []
+    for i, item in enumerate(items):
+        index = item.get("parentIndex") if isinstance(item, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            parents.append(None)
+        elif index >= len(items):
+            parents.append(None)
+            yield _inconsistency(at + (i, "parentIndex"), f"parentIndex {index} out of range ({what} has {len(items)})", spec)
+        else:
+            parents.append(index)
+    done = [False] * len(items)
+    for start in range(len(items)):
+        path: dict[int, None] = {}
+        node = start
+        while node is not None and not done[node] and node not in path:
+            path[node] = None
+            node = parents[node]
+        if node is not None and node in path:
+            yield _inconsistency(at + (node, "parentIndex"), f"{what}[{node}] is its own ancestor (its parentIndex "
+                                 "chain comes back to it): a consumer walking up the parents never ends", spec)
+        for seen in path:
+            done[seen] = True
+
+
 def _run_problems(run: dict[str, Any], r: int, between=None) -> Iterator[Problem]:
+    yield from _parent_problems(_dicts(run.get("artifacts")), ("runs", r, "artifacts"), "run.artifacts", "3.24.3")
+    yield from _parent_problems(_dicts(run.get("logicalLocations")), ("runs", r, "logicalLocations"),
+                                "run.logicalLocations", "3.33")
     tool = run.get("tool") if isinstance(run.get("tool"), dict) else {}
     driver = tool.get("driver") if isinstance(tool.get("driver"), dict) else {}
     rules = _dicts(driver.get("rules"))
