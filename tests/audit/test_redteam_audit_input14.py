@@ -1,6 +1,6 @@
 """Session 14 red team of `sandboy audit` from the side of hostile input and output (redinput14).
 
-Two things got through:
+Three things got through:
 
 * An adapter answering more than wasmtime lets one call hand the host (128 MiB of a string:
   "fuel allocated for hostcalls has been exhausted") ended as "the adapter crashed" (exit 14),
@@ -11,6 +11,9 @@ Two things got through:
   `parentKey`s went round — a consumer that walks up the parents to build a nested name never
   ends. Now the upgrade drops the parent of a key on a cycle (kept as properties.sarifV1.parentKey)
   and validation reports the cycle (a warning; an error under --strict).
+* `merge --github` fills message.text from the rules for results without one, and looked each
+  result's rule up by scanning the rules list: rules x results, 84 s of CPU for a 4.7 MB log of
+  20,000 of each, days for a large one (no deadline in `audit merge`). Now one lookup.
 
 The adapters here are real components: the built-in passthrough adapter, and WebAssembly text
 compiled by wasmtime that implements the adapter world by hand (so it can hand back any
@@ -183,3 +186,40 @@ def test_the_sarif_1_upgrade_writes_no_parent_cycle(tmp_path):
     assert run["logicalLocations"][logical["m"]["parentIndex"]]["name"] == "N"
     strict = _audit("validate", "--strict", "out.sarif", cwd=tmp_path)
     assert strict.returncode == 0, strict.stdout
+
+
+# --- `merge --github` filling message.text: rules x results -----------------------------------
+
+
+def test_filling_message_text_does_not_scan_the_rules_for_every_result(tmp_path):
+    # 24,999 rules and 24,999 results naming the last rule by id, with a message id and no text
+    # (both under GitHub's 25,000): 5 MB. Each result scanned the rules list for its id —
+    # 6.2e8 comparisons, ≈ 130 s of CPU here; a 256 MiB log of the same shape, days. A lookup
+    # per result now: a few seconds. The timeout is the hang guard.
+    n = 24_999
+    rules = [{"id": f"R{i}", "messageStrings": {"m": {"text": "found {0}"}}} for i in range(n)]
+    results = [{"ruleId": f"R{n - 1}", "message": {"id": "m", "arguments": [str(i)]},
+                "locations": [{"physicalLocation": {"artifactLocation": {"uri": "a.py"}, "region": {"startLine": i + 1}}}]}
+               for i in range(n)]
+    (tmp_path / "in.sarif").write_text(json.dumps(
+        {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "t", "rules": rules}}, "results": results}]}))
+    done = subprocess.run([sys.executable, "-m", "sandboy", "audit", "merge", "--github", "in.sarif", "-o", "out.sarif"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads((tmp_path / "out.sarif").read_text())["runs"][0]["results"]
+    assert [r["message"]["text"] for r in out[:2]] == ["found 0", "found 1"] and len(out) == n
+
+
+def test_twin_each_result_is_filled_from_the_rule_its_id_names(tmp_path):
+    rules = [{"id": "R0", "messageStrings": {"m": {"text": "zero {0}"}}},
+             {"id": "R1", "messageStrings": {"m": {"text": "one {0}"}}, "shortDescription": {"text": "R1 short"}}]
+    results = [{"ruleId": "R1", "message": {"id": "m", "arguments": ["x"]}},
+               {"ruleId": "R0", "message": {"id": "m", "arguments": ["y"]}},
+               {"ruleId": "R1", "message": {"id": "other"}},
+               {"ruleId": "Z", "message": {"id": "m"}}]
+    (tmp_path / "in.sarif").write_text(json.dumps(
+        {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "t", "rules": rules}}, "results": results}]}))
+    done = _audit("merge", "--github", "in.sarif", "-o", "out.sarif", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads((tmp_path / "out.sarif").read_text())["runs"][0]["results"]
+    assert [r["message"]["text"] for r in out] == ["one x", "zero y", "R1 short", "Z"]
