@@ -251,6 +251,8 @@ class Cage:
                 return True
             except OSError:
                 pass
+            finally:  # (what could not be removed a later run's sweep may take once the lock is gone)
+                release_tmp(self.ctx.tmp)
             from sandboy.confine.cleanup import remove_tree  # what a run left in it (no tier)
 
             return remove_tree(self.ctx.tmp, deadline)
@@ -286,13 +288,14 @@ def build(policy, cwd=None, repo=None, environ=None, abi=None, tty=False, reusab
         # (availability() is asked once per process: the tier's compile below takes this answer)
         if fixed_tmp and namespaces.availability()[0]:
             shared = fixed_tmp_dir()
-        tmp = make_private_dir("sandboy-") if shared is None else shared[0]
+        tmp = make_private_dir() if shared is None else shared[0]
     ctx = Context(cwd=cwd, tmp=tmp, policy_dir=policy_dir(policy, None), repo=repo)
     try:
         cage = _build(policy, ctx, abi, environ, tty, reusable, pieces)
     except BaseException:
         if tmp and shared is None:
             os.rmdir(tmp)  # still empty: nothing has run
+            release_tmp(tmp)
         raise
     if shared is not None:
         cage.tmp_mount_point = shared
@@ -345,16 +348,26 @@ _TMP_ENV = ("TMPDIR", "TEMP", "TMP")
 _TMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
-def make_private_dir(prefix: str) -> str:
+def make_private_dir(prefix: str = "sandboy-run-") -> str:  # (run_tmp.PREFIX)
     """A new directory of mode 0700 named `prefix` + random, where `tempfile.mkdtemp(prefix=...)`
     would make it: the first of $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp and the working
     directory in which one can be made. Without importing `tempfile` when nothing has yet: it
     brings shutil, random, hashlib and OpenSSL's libcrypto, ≈ 10-15 ms of every `sandboy run`
-    of a policy with `{tmp}` (where a program has imported it, e.g. set `tempfile.tempdir`, it
-    decides as before)."""
+    of a policy with `{tmp}` (where a program has imported it, e.g. set `tempfile.tempdir`, its
+    `gettempdir()` decides the place as before). Made locked, so that one left by a process
+    killed outright is swept by a later one (`run_tmp`; `release_tmp` when the cage is closed)."""
     if "tempfile" in sys.modules:
-        return sys.modules["tempfile"].mkdtemp(prefix=prefix)
+        from sandboy.confine import run_tmp
+
+        return run_tmp.make([sys.modules["tempfile"].gettempdir()], prefix)
     return _mkdtemp_without_tempfile(prefix)
+
+
+def release_tmp(path: str) -> None:
+    """`make_private_dir`'s lock on `path` is let go (run_tmp.release)."""
+    run_tmp = sys.modules.get("sandboy.confine.run_tmp")
+    if run_tmp is not None:
+        run_tmp.release(path)
 
 
 def _tmp_bases() -> list:
@@ -364,22 +377,9 @@ def _tmp_bases() -> list:
 
 
 def _mkdtemp_without_tempfile(prefix: str) -> str:
-    bases = _tmp_bases()
-    for base in bases:
-        try:
-            base = os.path.abspath(base or os.getcwd())
-        except OSError:
-            continue  # the working directory is gone (a relative $TMPDIR with it)
-        for _ in range(100):  # a name taken already: another one (48 random bits each)
-            path = os.path.join(base, prefix + os.urandom(6).hex())
-            try:
-                os.mkdir(path, 0o700)
-                return path
-            except FileExistsError:
-                continue
-            except OSError:
-                break  # not usable (missing, read-only, not ours): the next place
-    raise CageError(f"no usable directory for the cage's {{tmp}} in {bases}")
+    from sandboy.confine import run_tmp
+
+    return run_tmp.make(_tmp_bases(), prefix)
 
 
 def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> Cage:

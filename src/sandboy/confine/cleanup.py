@@ -4,8 +4,9 @@ Why not `shutil.rmtree`: it recurses once per directory level, and on Python 3.1
 levels deep raises RecursionError — not an OSError, so `ignore_errors=True` does not catch it —
 which crashed the gate and leaked the directory. This walks with an explicit stack, works
 relative to directory fds (paths of any depth, no symlink is ever followed), and makes
-directories writable as it goes (a step may chmod 000 them). Call it only once every process
-of the run is dead.
+directories writable as it goes (a step may chmod 000 them). Called once every process of the
+run is dead — except by run_tmp's sweep of a dead maker's directory, where a process that run
+left behind may still be changing it: nothing here follows a link it could put in a name's place.
 """
 
 import os
@@ -37,6 +38,12 @@ def empty_dir(path: str, deadline: float | None = None) -> bool:
         return _empty(top, deadline)
     finally:
         os.close(top)
+
+
+def empty_fd(top: int, deadline: float | None = None) -> bool:
+    """`empty_dir` of a directory already open (`top`, kept open: the caller's), which the caller
+    has checked is the directory it means (run_tmp's sweep holds its lock through it)."""
+    return _empty(top, deadline)
 
 
 def remove_tree(path: str, deadline: float | None = None) -> bool:
@@ -100,8 +107,7 @@ def _empty(top: int, deadline: float | None = None) -> bool:
                     ok = False
                 continue
             try:
-                os.chmod(name, 0o700, dir_fd=fd)  # a step may have locked it; nothing runs now
-                child = os.open(name, _OPEN_DIR, dir_fd=fd)
+                child = _open_unlocked(name, fd)
             except OSError:
                 ok = False
                 continue
@@ -115,6 +121,20 @@ def _empty(top: int, deadline: float | None = None) -> bool:
             except OSError:
                 ok = False
     return ok
+
+
+def _open_unlocked(name: str, parent: int) -> int:
+    """The subdirectory `name` of `parent`, made 0700 first (a step may have locked it) and opened
+    for reading. Never through a symlink: the chmod goes to the inode an O_PATH|O_NOFOLLOW open
+    found (`chmod(name, dir_fd=...)` follows a `name` swapped for a symlink since the listing —
+    what a dead run's leftover process may do while run_tmp's sweep empties it — and as root made
+    the directory it pointed at 0700), and the open is relative to that same inode."""
+    where = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        os.chmod(f"/proc/self/fd/{where}", 0o700)
+        return os.open(".", _OPEN_DIR, dir_fd=where)
+    finally:
+        os.close(where)
 
 
 def _close_all(stack) -> None:
