@@ -60,6 +60,7 @@
                  the supervisor's or the gate's group otherwise)
     cgroup.py    a gate step's memory cgroup for `limits.memory_mib`, as root
     cleanup.py   removes what a command left in its private {tmp}
+    run_tmp.py   a cage's {tmp} host directory, locked while its maker lives; dead makers' swept
     doctor.py    what this machine can enforce
     dry_run.py   `sandboy run --dry-run`: the cage a policy gets here, built and described, nothing run
     explain.py   why a command cannot be executed under a policy, in words a user can act on
