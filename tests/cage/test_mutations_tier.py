@@ -50,7 +50,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -203,13 +202,7 @@ def _as_nobody(_tmp_factory, probe) -> dict:
     user. The bench (a root-owned victim process, the user's SysV segment) is made and removed
     by the root parent; the child only runs cages."""
     with world_readable_tmp("sandboy-tier-mutants-") as tmp_path:
-        copy = tmp_path / "bin"
-        copy.mkdir()
-        shutil.copy(probe, copy / "probe")
-        os.chmod(copy / "probe", 0o755)
-        base = tmp_path / "nobody"
-        base.mkdir()
-        bench = _Bench(base, str(copy / "probe"), uid=NOBODY)
+        base, bench = tier_checks.nobody_bench(tmp_path, probe, _Bench)
         try:
             return in_child(lambda: _mutation_run(bench), before=lambda: _become(NOBODY, base))
         finally:

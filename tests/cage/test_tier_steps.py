@@ -427,14 +427,20 @@ def test_every_step_of_the_tier_is_in_force_as_an_ordinary_user(probe):
         _battery_as_nobody(tmp_path, probe)
 
 
-def _battery_as_nobody(tmp_path, probe):
+def nobody_bench(tmp_path, probe, bench_class=None) -> tuple:
+    """(base, a bench of uid 65534's in `tmp_path/nobody`, its probe a 0755 copy in `tmp_path/bin`
+    that uid can run): `tmp_path` must be a directory 65534 can reach (userkit.world_readable_tmp)."""
     copy = tmp_path / "bin"
     copy.mkdir()
     shutil.copy(probe, copy / "probe")
     os.chmod(copy / "probe", 0o755)
     base = tmp_path / "nobody"
     base.mkdir()
-    bench = Bench(base, str(copy / "probe"), uid=NOBODY)
+    return base, (bench_class or Bench)(base, str(copy / "probe"), uid=NOBODY)
+
+
+def _battery_as_nobody(tmp_path, probe):
+    base, bench = nobody_bench(tmp_path, probe)
     src = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["sandboy"].__file__)))
 
     def as_nobody(argv, policy):
