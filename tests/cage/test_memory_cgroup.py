@@ -221,3 +221,43 @@ def test_a_refused_join_is_named_by_its_label(tmp_path):
     cage.close()
     assert result.outcome == "cage_error", result
     assert "join the memory cgroup: Bad file descriptor" in result.error, result
+
+
+def test_a_group_left_by_a_gate_killed_outright_is_swept_by_the_next(tmp_path):
+    """A gate's memory group sits in this process's own memory group, `sandboy-<pid>-<hex>`: a
+    gate killed by SIGKILL cannot remove it, and nothing else did (six gathered in one group of the
+    test machine). The next group made removes an empty one named after a pid that is gone — never
+    one of a live process, nor one still holding a process (host side: the directories)."""
+    import subprocess
+    import time
+
+    from sandboy.confine.pids_cgroup import _own_v1_dir
+
+    base = _own_v1_dir("memory")
+    gone = 4194305  # above PID_MAX_LIMIT: never a live pid
+    dead, live, busy = (os.path.join(base, f"sandboy-{pid}-gatemem14{tag}")
+                        for pid, tag in ((gone, ""), (os.getpid(), ""), (gone, "busy")))
+    for path in (dead, live, busy):
+        os.mkdir(path)
+    holder = subprocess.Popen(["sleep", "60"])
+    group = None
+    try:
+        with open(os.path.join(busy, "tasks"), "w") as tasks:
+            tasks.write(str(holder.pid))
+        group = MemoryCgroup.create(64)
+        assert group is not None and os.path.dirname(group.path) == base
+        assert not os.path.exists(dead), "an empty group of a gate that is gone was left"
+        assert os.path.isdir(live), "a group named after a live process was removed"
+        assert os.path.isdir(busy), "a group still holding a process was removed"
+    finally:
+        if group is not None:
+            group.remove()
+        holder.kill()
+        holder.wait()
+        for path in (dead, live, busy):
+            for _ in range(50):
+                try:
+                    os.rmdir(path) if os.path.isdir(path) else None
+                    break
+                except OSError:
+                    time.sleep(0.05)

@@ -13,6 +13,7 @@ from sandboy.confine.pids_cgroup import (  # noqa: F401  (re-exported: the gate'
     _members,
     _own_v1_dir,
     _own_v2_dir,
+    _sweep,
     _write,
 )
 
@@ -54,7 +55,8 @@ class MemoryCgroup:
     @classmethod
     def create(cls, mib: int, pids_max: int = 0) -> "MemoryCgroup | None":
         """A fresh group bounded to `mib` MiB, or None where none can be made (not root, no
-        memory controller, not delegated). Nothing is left behind on failure.
+        memory controller, not delegated). Nothing is left behind on failure; groups of this
+        shape whose maker is gone (empty, named after a pid that is no more) are swept first.
 
         `pids_max`: the run's `limits.processes`. On cgroup v2 there is one hierarchy, so joining
         this group takes the command out of the gate's pids group: the limit is then written here
@@ -78,6 +80,10 @@ class MemoryCgroup:
             if "memory" in v2_controllers:
                 candidates.append((os.path.join(v2, name), 2))
         for path, version in candidates:
+            # what a gate killed outright left there (its group, empty once its step's processes
+            # are gone, named after its pid): nothing else removes it (session 14: six in one
+            # group of the test machine), as the pids groups (PidsCgroup.create)
+            _sweep(os.path.dirname(path), "sandboy-")
             try:
                 os.mkdir(path, 0o755)
             except OSError:
