@@ -3,6 +3,20 @@ unique name, and which cgroup each thread is in. Host-side, so a probe never tru
 confined command says of itself (pids seen inside the cage are its PID namespace's)."""
 
 import os
+import time
+
+
+def remove_cgroup(path: str) -> None:
+    """rmdir of a cgroup a test made (or none there), once the kernel has let go of what was in it
+    (a process killed a moment ago may still be listed): tried for up to 4 s."""
+    for _ in range(200):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
 
 
 def _scan(matches) -> list:

@@ -21,7 +21,7 @@ import threading
 import time
 
 import pytest
-from prockit import named, thread_cgroup
+from prockit import named, remove_cgroup, thread_cgroup
 
 pytestmark = pytest.mark.needs_kernel
 
@@ -545,9 +545,4 @@ def test_a_supervisors_group_left_by_one_killed_outright_is_swept_by_the_next(tm
         holder.kill()
         holder.wait()
         for path in (dead, live, busy):
-            for _ in range(50):
-                try:
-                    os.rmdir(path) if os.path.isdir(path) else None
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            remove_cgroup(path)

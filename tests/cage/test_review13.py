@@ -27,10 +27,10 @@ import fnmatch
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from prockit import remove_cgroup
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_exec_pids_cgroup import (  # noqa: E402,F401
@@ -38,18 +38,6 @@ from test_exec_pids_cgroup import (  # noqa: E402,F401
 
 
 # --- the run's pids cgroup (pids13) ------------------------------------------------------------
-
-def _remove_group(path: str) -> None:
-    """rmdir of a cgroup the test made, once the kernel has let go of what was in it."""
-    for _ in range(200):
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.02)
-
 
 def test_a_plan_kept_under_the_tier_does_not_serve_a_tier_off_run_unbounded(tier, tmp_path):
     """The plan was kept under the tier, where the init's pids cgroup holds the limit; the next
@@ -110,7 +98,7 @@ def test_the_sweep_never_empties_or_removes_a_leaf_holding_a_process(tier, tmp_p
         sleeper.kill()
         sleeper.wait()
         for path in (held, empty):
-            _remove_group(path)
+            remove_cgroup(path)
 
 
 # Moves itself into the pids group $GROUP (the caller's own, tighter limit), then runs sandboy.
@@ -159,8 +147,8 @@ def test_a_caller_under_a_tighter_pids_limit_stays_under_it(tier, tmp_path):
         finally:
             twin.kill()
     finally:
-        _remove_group(os.path.join(group, "sandboy-runs"))  # (the runs' parent, kept between runs)
-        _remove_group(group)
+        remove_cgroup(os.path.join(group, "sandboy-runs"))  # (the runs' parent, kept between runs)
+        remove_cgroup(group)
 
 
 # --- deny globs matched without fnmatch (build13) ----------------------------------------------
@@ -235,7 +223,7 @@ def test_a_write_root_on_a_cgroup_file_system_cannot_lift_limits_processes(tier,
             assert proc.returncode == 0 and "moved" in proc.stdout, (proc.stdout, proc.stderr)
         assert read(group, "cgroup.procs") == ""  # (host side: nothing of the run left in it)
     finally:
-        _remove_group(group)
+        remove_cgroup(group)
 
 
 # In a mount namespace of its own: the plan kept for a plain write root, then the pids hierarchy
