@@ -47,30 +47,33 @@ LEAVE = ('echo ran > ran.txt; g=$(grep memory /proc/self/cgroup | cut -d: -f3); 
          'echo $$ > "' + MEMORY_ROOT + '$(dirname "$g")/tasks" && echo moved; grep memory /proc/self/cgroup')
 
 
-def _ceiling(tmp_path, grant_cgroup_fs: bool):
+def _ceiling_and_repo(tmp_path, grant_cgroup_fs: bool, name: str, run: str):
+    """(the operator's ceiling, a repository whose one step `name` runs `run` under a 64 MiB
+    memory bound), both granting write on the memory hierarchy where `grant_cgroup_fs`."""
     extra = f', "{MEMORY_ROOT}"' if grant_cgroup_fs else ""
-    path = tmp_path / "ceiling.toml"
-    path.write_text(CEILING.format(extra_read=extra, extra_write=extra))
-    return path
+    ceiling = tmp_path / "ceiling.toml"
+    ceiling.write_text(CEILING.format(extra_read=extra, extra_write=extra))
+    repo = make_repo(tmp_path, f"""
+        [[step]]
+        name = "{name}"
+        policy = "p"
+        run = '''{run}'''
+
+        [policy.p]
+        version = 1
+        fs.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "."{extra}]
+        fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
+        fs.write = ["."{extra}]
+        limits.memory_mib = 64
+    """)
+    return ceiling, repo
 
 
 @for_root
 @pytest.mark.parametrize("tier", ["1", "0"], ids=["tier", "no tier"])
 def test_a_step_granted_a_cgroup_file_system_cannot_leave_its_memory_group(tmp_path, fake_home, tier):
-    repo = make_repo(tmp_path, f"""
-        [[step]]
-        name = "leave"
-        policy = "p"
-        run = '''{LEAVE}'''
-
-        [policy.p]
-        version = 1
-        fs.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", ".", "{MEMORY_ROOT}"]
-        fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
-        fs.write = [".", "{MEMORY_ROOT}"]
-        limits.memory_mib = 64
-    """)
-    proc, report = run_json(repo, tmp_path, "--ceiling", _ceiling(tmp_path, True), home=fake_home,
+    ceiling, repo = _ceiling_and_repo(tmp_path, True, "leave", LEAVE)
+    proc, report = run_json(repo, tmp_path, "--ceiling", ceiling, home=fake_home,
                             env={"SANDBOY_NAMESPACES": tier})
     step = by_name(report)["leave"]
     assert "moved" not in proc.stdout + proc.stderr, "the step left its memory cgroup"
@@ -82,21 +85,11 @@ def test_a_step_granted_a_cgroup_file_system_cannot_leave_its_memory_group(tmp_p
 @for_root
 def test_twin_a_step_without_the_grant_runs_bounded_in_its_group(tmp_path, fake_home):
     marker = f"sandboy-memfs-{os.urandom(4).hex()}"
-    repo = make_repo(tmp_path, f"""
-        [[step]]
-        name = "stay"
-        policy = "p"
-        run = '''(exec -a {marker} sleep 60) & grep memory /proc/self/cgroup > cgroup.txt; for i in $(seq 300); do [ -e go ] && break; sleep 0.1; done; kill %1'''
-
-        [policy.p]
-        version = 1
-        fs.read = ["/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "."]
-        fs.exec = ["/usr/bin", "/bin", "/usr/lib", "/lib", "/lib64"]
-        fs.write = ["."]
-        limits.memory_mib = 64
-    """)
+    stay = (f"(exec -a {marker} sleep 60) & grep memory /proc/self/cgroup > cgroup.txt; "
+            "for i in $(seq 300); do [ -e go ] && break; sleep 0.1; done; kill %1")
+    ceiling, repo = _ceiling_and_repo(tmp_path, False, "stay", stay)
     report_path = tmp_path / "report.json"
-    gate = start_gate(repo, "--json", report_path, "--ceiling", _ceiling(tmp_path, False), home=fake_home)
+    gate = start_gate(repo, "--json", report_path, "--ceiling", ceiling, home=fake_home)
     try:
         group = memory_group_of(repo, "cgroup", gate, seconds=60)
         assert os.path.basename(group).startswith("sandboy-"), group
