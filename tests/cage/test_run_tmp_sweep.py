@@ -216,3 +216,33 @@ def test_the_remover_never_chmods_through_a_link(tmp_path):
     finally:
         os.close(fd)
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o755
+
+
+@pytest.mark.parametrize("tier", ["1", "0"], ids=["tier", "no tier"])
+def test_a_killed_gates_step_tmp_is_swept_by_the_next_run(tmp_path, tier):
+    """The gate's cages make their `{tmp}` the same way: a gate SIGKILLed while its step runs
+    left it (under the tier the empty mount point, without it with the step's file); the next
+    `sandboy run` in that place sweeps it (host side)."""
+    tmpdir, repo = tmp_path / "T", tmp_path / "repo"
+    tmpdir.mkdir()
+    (repo / ".007").mkdir(parents=True)
+    marker = f"sandboy-gatetmp-{os.urandom(4).hex()}"
+    (repo / ".007" / "gate.toml").write_text(
+        f'[[step]]\nname = "s"\nrun = "echo hi > $TMPDIR/f && touch ready && exec -a {marker} sleep 60"\n')
+    env = {**_env(tmp_path, tmpdir), "SANDBOY_NAMESPACES": tier}
+    gate = subprocess.Popen([sys.executable, "-m", "sandboy.gate.cli", str(repo)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(repo / "ready", gate)
+        (left,) = _ours(tmpdir)
+        gate.send_signal(signal.SIGKILL)
+        gate.wait()
+        assert _gone(marker), "the killed gate's step is still running"
+        assert _ours(tmpdir) == [left]  # (the reproduction)
+        _one_more_run(tmp_path, tmpdir)
+        assert _ours(tmpdir) == []
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+        for pid in named(marker):
+            os.kill(pid, signal.SIGKILL)
