@@ -246,3 +246,30 @@ def test_a_killed_gates_step_tmp_is_swept_by_the_next_run(tmp_path, tier):
             gate.kill()
         for pid in named(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_place_without_flock_gets_one_unlocked_directory_never_swept(tmp_path, monkeypatch):
+    """A file system that refuses flock (ENOLCK: some network and FUSE ones; stood in for here by
+    refusing the flock call alone): one directory is made and used unlocked — not a hundred names
+    tried and left — and the sweep, whose flock fails the same way there, never takes it."""
+    import errno
+
+    from sandboy.confine import _libc
+
+    real = _libc.syscall
+
+    def no_flock(nr, *args):
+        if nr == run_tmp.SYS_FLOCK:
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        return real(nr, *args)
+
+    monkeypatch.setattr(_libc, "syscall", no_flock)
+    base = tmp_path / "T"
+    base.mkdir()
+    path = run_tmp.make([str(base)])
+    try:
+        assert os.listdir(base) == [os.path.basename(path)]
+        assert run_tmp.sweep(str(base)) == [] and os.path.isdir(path)
+    finally:
+        run_tmp.release(path)
+        os.rmdir(path)

@@ -26,6 +26,7 @@ behind may still change it) and removes it while still holding the lock: a maker
 the name meanwhile finds its lock taken, or its path gone, and makes another (`_lock`).
 """
 
+import errno
 import os
 
 from sandboy.confine._libc import above_stdio
@@ -90,7 +91,13 @@ def _lock(path: str):
     except OSError:
         return None
     try:
-        syscall(SYS_FLOCK, fd, LOCK_EX | LOCK_NB)
+        try:
+            syscall(SYS_FLOCK, fd, LOCK_EX | LOCK_NB)
+        except OSError as exc:
+            if exc.errno == errno.EWOULDBLOCK:
+                raise  # a sweep holds it: it is removing the directory
+            # a file system without flock (ENOLCK, EOPNOTSUPP...): the directory is used unlocked —
+            # a sweep's flock there fails the same way, so it is never swept (nor wrongly taken)
         st, now = os.fstat(fd), os.lstat(path)
         if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
             return fd
