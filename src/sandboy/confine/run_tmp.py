@@ -83,7 +83,8 @@ def release(path: str) -> None:
 def _lock(path: str):
     """The fd holding `path`'s lock, or None where a sweep took the directory between our mkdir
     and the lock (it holds the lock until the directory is gone: then the name is no longer the
-    inode locked)."""
+    inode locked). On a file system that refuses flock the directory is kept unlocked: no sweep can
+    lock it there either, so it is never swept (one a killed run left stays, as before)."""
     from sandboy.confine._libc import syscall
 
     try:
