@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandboy_guest import AdapterError, GuestInput, RuleTable, object_report, physical_location, region, sarif_log
+from sandboy_guest import (AdapterError, GuestInput, RuleTable, help_uri, object_report, physical_location, region,
+                           sarif_log)
 
 LEVELS = {"LOW": "note", "MEDIUM": "warning", "HIGH": "error", "UNDEFINED": "note"}
 PRECISION = {"LOW": "low", "MEDIUM": "medium", "HIGH": "high"}
@@ -22,13 +23,13 @@ def _rule(item: dict[str, Any]) -> dict[str, Any]:
     if isinstance(item.get("test_name"), str):
         rule["name"] = item["test_name"]
         rule["shortDescription"] = {"text": item["test_name"].replace("_", " ")}
-    if isinstance(item.get("more_info"), str):
-        rule["helpUri"] = item["more_info"]
     tags = ["security"]
     cwe = item.get("issue_cwe")
     if isinstance(cwe, dict) and isinstance(cwe.get("id"), int):
         tags.append(f"external/cwe/cwe-{cwe['id']}")
     rule["properties"] = {"tags": tags}
+    if isinstance(item.get("more_info"), str):
+        help_uri(rule, item["more_info"], "moreInfo")
     return rule
 
 

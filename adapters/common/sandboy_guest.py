@@ -9,6 +9,7 @@ never `wit_world`. Adapters are pure functions `convert(GuestInput) -> dict`;
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import quote
@@ -181,6 +182,39 @@ def physical_location(path: str, reg: dict[str, int] | None = None) -> dict[str,
     if reg:
         loc["region"] = reg
     return {"physicalLocation": loc}
+
+
+# RFC 3986 URI-reference (the schema's `format: uri-reference`, which jsonschema-rs does not check
+# under draft-04). The host has its own copy (sandboy.audit.sarif): guest code never crosses over.
+# (Moved here from the passthrough's sarif_v1.py in session 14: helpUri needs it in every adapter.)
+_PCT = r"%[0-9A-Fa-f]{2}"
+_PCHAR = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|{_PCT})"
+_PCHAR_NC = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|{_PCT})"
+_AUTHORITY = (rf"(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|{_PCT})*@)?"
+              rf"(?:\[[0-9A-Fa-f:.]+\]|\[v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|{_PCT})*)"
+              r"(?::\d*)?")
+_TAIL = rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+_URI_REFERENCE = re.compile(
+    rf"^(?:[A-Za-z][A-Za-z0-9+.-]*:(?://{_AUTHORITY}(?:/{_PCHAR}*)*|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?)"
+    rf"|//{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR_NC}+(?:/{_PCHAR}*)*|){_TAIL}$"
+)
+
+
+def is_uri_reference(text: str) -> bool:
+    return _URI_REFERENCE.match(text) is not None
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def help_uri(rule: dict[str, Any], text: str, kept_as: str) -> None:
+    """Set `rule["helpUri"]` to a tool's documentation link `text` when it is an absolute URI
+    (the schema's `format: uri`); otherwise keep it as `rule.properties[kept_as]`. One rule
+    whose link was not a URI (a Semgrep rule's `source: wiki/rule-7`, a Bandit plugin's
+    `more_info`) made the whole log fail validation: every result of the run was lost (redinput14)."""
+    if _SCHEME.match(text) and is_uri_reference(text):
+        rule["helpUri"] = text
+    else:
+        rule.setdefault("properties", {})[kept_as] = text
 
 
 class RuleTable:

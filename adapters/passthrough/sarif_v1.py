@@ -27,6 +27,8 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from sandboy_guest import is_uri_reference
+
 V1_LEVELS = {"error": ("error", None), "warning": ("warning", None), "note": ("note", None),
              "pass": ("none", "pass"), "notApplicable": ("none", "notApplicable")}
 V1_BASELINE = {"new": "new", "existing": "unchanged", "absent": "absent"}
@@ -48,23 +50,7 @@ _DATE_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\d+)(?:,-?\d+)?(?::[^{}]*)?\}")
 _TEXTUAL_MIME = re.compile(r"^(text/|application/(json|xml|javascript|x-sh)\b)|\+(xml|json)$")
 
-# RFC 3986 URI-reference (the schema's `format: uri-reference`, which jsonschema-rs does not check
-# under draft-04). The host has its own copy (sandboy.audit.sarif): guest code never crosses over.
-_PCT = r"%[0-9A-Fa-f]{2}"
-_PCHAR = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|{_PCT})"
-_PCHAR_NC = rf"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|{_PCT})"
-_AUTHORITY = (rf"(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|{_PCT})*@)?"
-              rf"(?:\[[0-9A-Fa-f:.]+\]|\[v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|{_PCT})*)"
-              r"(?::\d*)?")
-_TAIL = rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
-_URI_REFERENCE = re.compile(
-    rf"^(?:[A-Za-z][A-Za-z0-9+.-]*:(?://{_AUTHORITY}(?:/{_PCHAR}*)*|/?(?:{_PCHAR}+(?:/{_PCHAR}*)*)?)"
-    rf"|//{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR_NC}+(?:/{_PCHAR}*)*|){_TAIL}$"
-)
-
-
-def is_uri_reference(text: str) -> bool:
-    return _URI_REFERENCE.match(text) is not None
+# RFC 3986's grammar (is_uri_reference) is sandboy_guest's, shared with the other adapters.
 
 
 def uri_reference(text: str) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandboy_guest import AdapterError, GuestInput, RuleTable, object_report, physical_location, region, sarif_log
+from sandboy_guest import (AdapterError, GuestInput, RuleTable, help_uri, object_report, physical_location, region,
+                           sarif_log)
 
 LEVELS = {"ERROR": "error", "WARNING": "warning", "INFO": "note", "INVENTORY": "note", "EXPERIMENT": "note"}
 NOTE_LEVELS = {"error": "error", "warn": "warning", "warning": "warning", "info": "note"}
@@ -32,9 +33,6 @@ def _rule(item: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     if isinstance(extra.get("message"), str):
         rule["shortDescription"] = {"text": rule["name"]}
         rule["fullDescription"] = {"text": extra["message"]}
-    source = meta.get("source") or meta.get("shortlink")
-    if isinstance(source, str):
-        rule["helpUri"] = source
     tags = _strings(meta.get("category")) + [
         "external/cwe/cwe-" + c.split(":")[0].split("-")[-1] for c in _strings(meta.get("cwe")) if c.upper().startswith("CWE-")
     ] + _strings(meta.get("owasp")) + _strings(meta.get("technology"))
@@ -46,6 +44,9 @@ def _rule(item: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     if refs:
         props["references"] = refs
     rule["properties"] = props
+    source = meta.get("source") or meta.get("shortlink")
+    if isinstance(source, str):
+        help_uri(rule, source, "source")
     return rule
 
 

@@ -1,6 +1,6 @@
 """Session 14 red team of `sandboy audit` from the side of hostile input and output (redinput14).
 
-Three things got through:
+Four things got through:
 
 * An adapter answering more than wasmtime lets one call hand the host (128 MiB of a string:
   "fuel allocated for hostcalls has been exhausted") ended as "the adapter crashed" (exit 14),
@@ -14,6 +14,9 @@ Three things got through:
 * `merge --github` fills message.text from the rules for results without one, and looked each
   result's rule up by scanning the rules list: rules x results, 84 s of CPU for a 4.7 MB log of
   20,000 of each, days for a large one (no deadline in `audit merge`). Now one lookup.
+* The Semgrep and Bandit adapters wrote a rule's documentation link as its helpUri, which must be
+  an absolute URI: one rule with `source: wiki/rule-7` failed the whole log — every result of the
+  tool lost. Now helpUri only when it is one, else a rule property.
 
 The adapters here are real components: the built-in passthrough adapter, and WebAssembly text
 compiled by wasmtime that implements the adapter world by hand (so it can hand back any
@@ -223,3 +226,38 @@ def test_twin_each_result_is_filled_from_the_rule_its_id_names(tmp_path):
     assert done.returncode == 0, done.stderr
     out = json.loads((tmp_path / "out.sarif").read_text())["runs"][0]["results"]
     assert [r["message"]["text"] for r in out] == ["one x", "zero y", "R1 short", "Z"]
+
+
+# --- a tool's documentation link that is not a URI ---------------------------------------------
+
+SEMGREP = {"results": [
+    {"check_id": f"rules.r{i}", "path": "app.py", "start": {"line": i + 1, "col": 1}, "end": {"line": i + 1, "col": 5},
+     "extra": {"message": f"finding {i}", "severity": "ERROR", "metadata": {"source": source}}}
+    for i, source in enumerate(["wiki/rule-7", "::error::x", "https://semgrep.dev/r/python.x", "a b"])],
+    "errors": []}
+BANDIT = {"results": [
+    {"test_id": f"B10{i}", "test_name": "t", "filename": "app.py", "line_number": i + 1, "line_range": [i + 1],
+     "issue_severity": "HIGH", "issue_confidence": "HIGH", "issue_text": f"finding {i}", "more_info": more}
+    for i, more in enumerate(["see the plugin's README", "https://bandit.readthedocs.io/en/latest/plugins/b101.html"])],
+    "errors": []}
+
+
+@pytest.mark.parametrize("tool, report, kept_as, links", [
+    ("semgrep", SEMGREP, "source", ["wiki/rule-7", "::error::x", None, "a b"]),
+    ("bandit", BANDIT, "moreInfo", ["see the plugin's README", None]),
+])
+def test_a_rule_link_that_is_not_a_uri_loses_no_result(tmp_path, tool, report, kept_as, links):
+    # One Semgrep rule whose `source` is a wiki page name (or a Bandit plugin's `more_info` a
+    # sentence) became the rule's helpUri, which must be an absolute URI: the whole log failed
+    # validation (exit 15) and every result of the run was lost. Now kept as a rule property.
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    done = _audit("convert", "--tool", tool, "--artifact", "report.json=report.json", "-o", "out.sarif", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = json.loads((tmp_path / "out.sarif").read_text())["runs"][0]
+    assert len(run["results"]) == len(links)
+    rules = run["tool"]["driver"]["rules"]
+    assert [rule.get("properties", {}).get(kept_as) for rule in rules] == links
+    # the twin in the same log: a real link stays the rule's helpUri
+    assert [rule.get("helpUri") for rule in rules] == [
+        None if link else report["results"][i]["extra"]["metadata"]["source"] if tool == "semgrep"
+        else report["results"][i]["more_info"] for i, link in enumerate(links)]
