@@ -247,15 +247,16 @@ class Cage:
             egress.outputs["listener"].close()  # the fallback's host port goes with the cage
         if self.ctx.tmp and self.tmp_mount_point is None:
             try:
-                os.rmdir(self.ctx.tmp)  # empty: under the namespace tier a tmpfs covered it in every run
-                return True
-            except OSError:
-                pass
-            finally:  # (what could not be removed a later run's sweep may take once the lock is gone)
-                release_tmp(self.ctx.tmp)
-            from sandboy.confine.cleanup import remove_tree  # what a run left in it (no tier)
+                try:
+                    os.rmdir(self.ctx.tmp)  # empty: under the namespace tier a tmpfs covered it in every run
+                    return True
+                except OSError:
+                    pass
+                from sandboy.confine.cleanup import remove_tree  # what a run left in it (no tier)
 
-            return remove_tree(self.ctx.tmp, deadline)
+                return remove_tree(self.ctx.tmp, deadline)
+            finally:  # (after the removal: what could not go, a later run's sweep takes once unlocked)
+                release_tmp(self.ctx.tmp)
         return True
 
     def report(self) -> dict:
