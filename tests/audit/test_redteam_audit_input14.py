@@ -1,6 +1,6 @@
 """Session 14 red team of `sandboy audit` from the side of hostile input and output (redinput14).
 
-Four things got through:
+Five things got through:
 
 * An adapter answering more than wasmtime lets one call hand the host (128 MiB of a string:
   "fuel allocated for hostcalls has been exhausted") ended as "the adapter crashed" (exit 14),
@@ -17,6 +17,9 @@ Four things got through:
 * The Semgrep and Bandit adapters wrote a rule's documentation link as its helpUri, which must be
   an absolute URI: one rule with `source: wiki/rule-7` failed the whole log — every result of the
   tool lost. Now helpUri only when it is one, else a rule property.
+* `audit run --github`: one repository tool's result with 1,001 locations (or naming no rule) —
+  rules GitHub's fitting cannot mend — failed the merged log: no log, every tool's results lost.
+  Now that tool's log is held back (the tool failed, saying why) and the rest is written.
 
 The adapters here are real components: the built-in passthrough adapter, and WebAssembly text
 compiled by wasmtime that implements the adapter world by hand (so it can hand back any
@@ -261,3 +264,50 @@ def test_a_rule_link_that_is_not_a_uri_loses_no_result(tmp_path, tool, report, k
     assert [rule.get("helpUri") for rule in rules] == [
         None if link else report["results"][i]["extra"]["metadata"]["source"] if tool == "semgrep"
         else report["results"][i]["more_info"] for i, link in enumerate(links)]
+
+
+# --- `audit run --github`: one tool's log GitHub rejects whatever the fitting does ---------------
+
+_LOCATION = {"physicalLocation": {"artifactLocation": {"uri": "a.py"}, "region": {"startLine": 1}}}
+
+
+def _run_repo(tmp_path: Path, result: dict) -> Path:
+    """A repository whose own tool `t` (passthrough, `.007/adapters.toml`) prints one result."""
+    repo = tmp_path / "repo"
+    (repo / ".007").mkdir(parents=True)
+    (repo / "a.py").write_text("import os\nimport os\n")  # ruff: F401 + F811
+    (repo / "out.json").write_text(json.dumps({"version": "2.1.0", "runs": [
+        {"tool": {"driver": {"name": "t", "rules": [{"id": "r", "shortDescription": {"text": "rule r"}}]}},
+         "results": [result]}]}))
+    (repo / ".007" / "adapters.toml").write_text(
+        'version = 1\n[tools.t]\nadapter = "passthrough"\noutput = { kind = "sarif", from = "stdout" }\n'
+        '[[tools.t.phases]]\ninclude = ["system"]\nargv = ["cat", "{repo}/out.json"]\n')
+    return repo
+
+
+@pytest.mark.parametrize("result, why", [
+    ({"ruleId": "r", "message": {"text": "m"}, "locations": [_LOCATION] * 1001}, "1,001 locations"),
+    ({"message": {"text": "m"}, "locations": [_LOCATION]}, "no ruleId"),
+], ids=["1001-locations", "no-rule"])
+def test_one_tools_log_github_rejects_does_not_lose_every_tools_results(tmp_path, result, why):
+    repo = _run_repo(tmp_path, result)
+    done = _audit("run", str(repo), "--tools=t,ruff", "--github", "-o", str(tmp_path / "out.sarif"), "--json",
+                  cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # a tool failed: the run says so
+    tools = {t["tool"]: t for t in json.loads(done.stdout)["tools"]}
+    assert tools["t"]["status"] == "failed" and why in tools["t"]["reason"], tools["t"]
+    assert tools["ruff"]["status"] == "ran" and tools["ruff"]["results"] >= 1
+    # before: "GitHub would reject the merged log", no log written, ruff's findings lost with it
+    runs = json.loads((tmp_path / "out.sarif").read_text())["runs"]
+    assert [len(run["results"]) for run in runs if run["tool"]["driver"]["name"] == "ruff"] == [tools["ruff"]["results"]]
+    assert not [run for run in runs if run["tool"]["driver"]["name"] == "t"]
+
+
+def test_twin_what_the_fitting_mends_is_merged(tmp_path):
+    # no message.text (filled from the rule) and two such results: GitHub's preflight mends these
+    repo = _run_repo(tmp_path, {"ruleId": "r", "message": {"id": "x"}, "locations": [_LOCATION]})
+    done = _audit("run", str(repo), "--tools=t,ruff", "--github", "-o", str(tmp_path / "out.sarif"), "--json",
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = {run["tool"]["driver"]["name"]: run for run in json.loads((tmp_path / "out.sarif").read_text())["runs"]}
+    assert [r["message"]["text"] for r in runs["t"]["results"]] == ["rule r"] and runs["ruff"]["results"]

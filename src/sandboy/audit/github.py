@@ -129,3 +129,17 @@ def github_problems(doc: Any, raw: bytes) -> list[Problem]:
                                 "upload with github/codeql-action/upload-sarif (it computes them from the source) "
                                 "or alerts may be duplicated between uploads"))
     return out
+
+
+# What merge.github_fit makes fit, so a tool's log is not held back for it (pointers as
+# github_problems writes them): too many runs (folded) or two of one tool and category (folded),
+# too many results in a run (the least severe dropped), thread-flow locations (cut), a result
+# without message.text (filled from its rule).
+_FITTED = re.compile(r"^(/runs|/runs/\d+|/runs/\d+/results|/runs/\d+/results/\d+/(codeFlows|message))$")
+
+
+def unfittable_problems(doc: Any) -> list[Problem]:
+    """The errors of github_problems that github_fit cannot mend — a result with 1,001 locations
+    or without a rule, a rule with 21 tags, a run with 25,001 rules or 101 extensions — for ONE
+    tool's log before `audit run --github` merges it (its size is the merged log's to check)."""
+    return [p for p in github_problems(doc, b"") if p.severity == "error" and not _FITTED.match(p.pointer)]

@@ -550,6 +550,8 @@ def merge_logs(reports: list[ToolReport], budget, repo: Path, github_mode: bool)
     names the merge's step that was stopped."""
     from sandboy.audit import merge
 
+    if github_mode:
+        hold_back_unfittable(reports)
     if budget is not None and budget.exhausted():
         return _merge_past_budget(reports, budget, github_mode, BEFORE_THE_MERGE)
     deadline = budget.deadline if budget is not None else None
@@ -578,6 +580,25 @@ def merge_logs(reports: list[ToolReport], budget, repo: Path, github_mode: bool)
             report.sarif = json.loads(spare[id(report)])
     # the same rule as the copies': it holds back exactly the logs that have none, each tool failed
     return _merge_past_budget(reports, budget, github_mode, f"while the merge was {step}")
+
+
+def hold_back_unfittable(reports: list[ToolReport]) -> None:
+    """`--github`: a tool's log that GitHub would reject whatever the merge's fitting does is
+    held back, its tool failed saying why, so that the other tools' results are still written.
+    Before, a repository's own tool (`.007/adapters.toml`) printing one result with 1,001
+    locations, or one naming no rule, failed the merged log: no log at all, every tool's results
+    lost (redinput14; the class of redinput12's `%00`). One read-only pass over each log."""
+    from sandboy.audit.github import unfittable_problems
+    from sandboy.escape import clean
+
+    for report in reports:
+        if report.sarif is None:
+            continue
+        found = unfittable_problems(report.sarif)
+        if found:
+            report.status, report.sarif, report.results = FAILED, None, 0
+            report.reason = (f"its log cannot be made to fit GitHub code scanning ({len(found):,} problem(s); first "
+                             f"{clean(str(found[0]), 300)}): not merged; without --github it would be")
 
 
 BEFORE_THE_MERGE = "before the merge"
