@@ -22,7 +22,7 @@ compile: $(STAMP) $(VENV)/.native
 
 # The C executor (and the git check's walk) is built in place by the editable install; rebuild it when its sources change
 # (a stale build would lack what newer plans use, e.g. slots and the namespace init).
-$(VENV)/.native: src/sandboy/confine/_native.c src/sandboy/confine/_native_walk.c $(STAMP)
+$(VENV)/.native: src/sandboy/confine/_native.c src/sandboy/confine/_native_walk.c src/sandboy/confine/_native_mac.c $(STAMP)
 	$(PY) setup.py -q build_ext --inplace --force >/dev/null 2>&1 || $(PY) -m pip install -q -e '.[test]'
 	touch $@
 

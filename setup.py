@@ -67,7 +67,8 @@ setup(
     ext_modules=[
         Extension(
             "sandboy.confine._native",
-            ["src/sandboy/confine/_native.c", "src/sandboy/confine/_native_walk.c"],
+            ["src/sandboy/confine/_native.c", "src/sandboy/confine/_native_walk.c",
+             "src/sandboy/confine/_native_mac.c"],
             # the size of the source it was built from: `_libc` does not use a build whose source
             # beside it has changed since (a checkout moved on without `make compile`); and of the
             # git check's walk (`gitcheck._native_scan` asks the same of it)

@@ -75,3 +75,26 @@ def new_entries_naming(markers: list[bytes]) -> list[str]:
             if any(marker in data for marker in markers):
                 found.append(os.path.join(real, name, entry))
     return found
+
+
+# --- a cache file's seal (ADR 0029): what tests that forge entries write ------------------------
+# Every cache file is `tag || body` (`cache_seal`). A test that forges an entry's CONTENT to probe a
+# check behind the seal (the key, the owner, the executor) writes it sealed, as one holding this
+# user's key would; an unsealed forgery is a miss by the seal alone (tests/cage/test_cache_seal_kernel.py).
+
+def unsealed(path) -> bytes:
+    """The body of the cache file `path` as Sandboy wrote it (its seal checked and stripped)."""
+    from sandboy import cache_seal
+
+    body = cache_seal.unseal(os.fspath(path), open(path, "rb").read())
+    assert body is not None, f"{path}: not sealed by this user's key"
+    return body
+
+
+def write_sealed(path, body: bytes) -> None:
+    """`body` written over the cache file `path` (same inode) with the seal Sandboy would put on it."""
+    from sandboy import cache_seal
+
+    folder, name = os.path.split(os.fspath(path))
+    with open(path, "wb") as fh:
+        fh.write(cache_seal.seal(folder, name, body))

@@ -53,7 +53,7 @@ RUN_PATH_GROUPS = {
     "errors": ("sandboy.errors",),
     # exec mode with a cached plan (ADR 0028): what a hit imports, and a build first
     # (not the policy's resolver: a hit asks only cache_places and _libc's PATH search, session 12)
-    "cached run": ("sandboy.cache_places", "sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native",
+    "cached run": ("sandboy.cache_places", "sandboy.cache_seal", "sandboy.confine", "sandboy.confine._libc", "sandboy.confine._native",
                    "sandboy.confine.env_reads", "sandboy.confine.ruleset", "sandboy.confine.terminal",
                    "sandboy.confine.init_wait"),
     # the one is-within rule: a build's resolver, and a write-root hit's checks without it (session 12)

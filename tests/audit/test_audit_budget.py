@@ -215,6 +215,9 @@ def looping_passthrough(hostile, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SANDBOY_ADAPTERS_DIR", str(fake))
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(cache))
     shutil.copyfile(hostile, component_path(ADAPTERS["passthrough"]))
+    from sandboy.audit.build import seal_component
+
+    seal_component(component_path(ADAPTERS["passthrough"]))  # (vouched for, as a build of ours would be: ADR 0029)
 
 
 def _spinning_repo(tmp_path: Path) -> Path:

@@ -158,3 +158,30 @@ def test_a_tampered_cache_entry_is_not_run(tmp_path):
     cwasm.chmod(0o666)  # as if another user (or a step) had written it
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr)  # recompiled, not trapped (133)
+
+
+def test_a_cwasm_of_our_own_that_sandboy_did_not_seal_is_never_deserialized(tmp_path):
+    """Owner and mode are not enough (ADR 0029): a `.cwasm` a checkout shipped in a cache kept in
+    the working copy is the operator's, 0644 — here the compiled code with int3 over its middle,
+    0600, the seal gone. It is recompiled, never run (the trap would end the run 133); from the
+    host side the file was replaced by a sealed one. Twin: the sealed file is taken (same inode)."""
+    from cachekit import unsealed
+
+    comp = component(tmp_path, "echo.wasm")
+    art = tmp_path / "in.sarif"
+    art.write_text(json.dumps(VALID))
+    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [SANDBOY, "audit", "convert", "--component", str(comp), "--artifact", f"a={art}", "-o", str(tmp_path / "o")]
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=120).returncode == 0
+    (cwasm,) = (tmp_path / "cache" / "cwasm").glob("*.cwasm")
+    sealed_inode = cwasm.stat().st_ino
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=120).returncode == 0
+    assert cwasm.stat().st_ino == sealed_inode  # the twin: taken, not rewritten
+    data = bytearray(unsealed(cwasm))  # what wasmtime made, without the seal: a checkout's copy
+    data[len(data) // 4 : len(data) // 4 * 3] = b"\xcc" * (len(data) // 4 * 3 - len(data) // 4)  # int3
+    cwasm.write_bytes(bytes(data))
+    cwasm.chmod(0o600)
+    forged_inode = cwasm.stat().st_ino
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)  # recompiled, not trapped (133)
+    assert cwasm.stat().st_ino != forged_inode and unsealed(cwasm) != bytes(data)  # compiled again, sealed

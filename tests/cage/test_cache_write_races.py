@@ -141,18 +141,21 @@ def test_a_namespace_note_another_user_wrote_or_linked_is_not_taken(tmp_path, mo
     theirs.mkdir()
     os.chown(theirs, OTHER, OTHER)
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(theirs))
+    from cachekit import write_sealed
+
     note = namespaces._note_path()
-    with open(note, "wb") as fh:
-        fh.write(namespaces._note_text())
+    write_sealed(note, namespaces.note_body())  # (sealed: the owner check is what is probed)
     os.chown(note, OTHER, OTHER)
     assert not namespaces._known_good()
     os.unlink(note)
     release = tmp_path / "release"
-    release.write_bytes(namespaces._note_text())
+    write_sealed(release, namespaces.note_body())
     os.symlink(release, note)
     assert not namespaces._known_good()
     os.unlink(note)
-    release.rename(note)  # root's own, no one else may write it: taken
+    write_sealed(note, namespaces.note_body())
+    assert not namespaces._known_good()  # root's own note, but in the other user's directory
+    os.chown(theirs, os.geteuid(), os.getegid())  # root's own, sealed, in root's directory: taken
     assert namespaces._known_good()
 
 
@@ -186,7 +189,9 @@ def test_a_cache_directory_reached_through_links_no_other_user_can_change_is_wri
     os.chmod(sticky, 0o1777)
     (sticky / "cache").symlink_to(real)
     assert cache_files.write_file(str(sticky / "cache" / "sandboy"), "x", b"y")
-    assert (real / "sandboy" / "x").read_bytes() == b"y"
+    from cachekit import unsealed
+
+    assert unsealed(real / "sandboy" / "x") == b"y"
 
 
 def test_a_link_of_the_other_user_in_a_sticky_directory_is_not_followed(tmp_path):

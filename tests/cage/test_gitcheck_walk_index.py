@@ -341,11 +341,30 @@ def _full_walk(repo, env, monkeypatch) -> bool:
 def _rewrite(path, change) -> None:
     """The index file at `path` with its header changed by `change` (a tuple -> tuple), the checksum
     kept valid: what only another state of the machine (a stepped clock, another boot) writes."""
-    head = list(marshal.loads(path.read_bytes()))
-    path.write_bytes(marshal.dumps(tuple(change(head))))
+    from cachekit import unsealed, write_sealed
+
+    head = list(marshal.loads(unsealed(path)))
+    write_sealed(path, marshal.dumps(tuple(change(head))))
+
+
+def _sealed_as(path, name: str) -> None:
+    """The same index sealed for another file name (copied there from another name: a replay)."""
+    from cachekit import unsealed
+    from sandboy import cache_seal
+
+    path.write_bytes(cache_seal.seal(str(path.parent), name, unsealed(path)))
+
+
+def _unsealed_copy(path) -> None:
+    """The same index without its seal: what a checkout could ship (it cannot seal)."""
+    from cachekit import unsealed
+
+    path.write_bytes(unsealed(path))
 
 
 SPOILED = {
+    "without its seal": _unsealed_copy,
+    "sealed for another name": lambda p: _sealed_as(p, "0" * 16 + ".walk"),
     "garbage": lambda p: p.write_bytes(b"\x00garbage"),
     "truncated": lambda p: p.write_bytes(p.read_bytes()[:-40]),
     "one byte of the entries changed": lambda p: p.write_bytes(p.read_bytes()[:-30] + bytes([p.read_bytes()[-30] ^ 1])

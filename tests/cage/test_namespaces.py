@@ -661,23 +661,31 @@ def test_more_write_roots_than_the_tier_has_slots_is_a_cage_error_not_a_tracebac
 
 def test_the_known_good_note_counts_only_for_this_boot_and_kernel(tmp_path, monkeypatch):
     """The note that spares `sandboy run` a probe child (namespaces._known_good) is trusted only
-    when it was written since this boot began (its mtime against CLOCK_REALTIME -
-    CLOCK_BOOTTIME) and names this kernel's release; anything else means a probe."""
+    when it was written since this boot began (the time sealed in it against CLOCK_REALTIME -
+    CLOCK_BOOTTIME), names this kernel's release and is sealed by this user's key (ADR 0029);
+    anything else means a probe."""
+    from cachekit import unsealed, write_sealed
+
     from sandboy.confine import namespace_probe
 
     monkeypatch.setenv("SANDBOY_CACHE_DIR", str(tmp_path))
     assert not namespaces._known_good()  # no note
     namespace_probe.remember_good()
     note = namespaces._note_path()
-    assert open(note, "rb").read() == os.uname().release.encode()
+    assert unsealed(note).split(b"\0")[0] == os.uname().release.encode()
     assert namespaces._known_good()
     boot_began = namespaces._boot_started_ns()
-    os.utime(note, ns=(boot_began - 10**9, boot_began - 10**9))  # written a second before this boot
+    release = os.uname().release.encode()
+    write_sealed(note, release + b"\0%d" % (boot_began - 10**9))  # written a second before this boot
     assert not namespaces._known_good()
-    os.utime(note, ns=(boot_began + 10**9, boot_began + 10**9))
+    write_sealed(note, release + b"\0%d" % (boot_began + 10**9))
     assert namespaces._known_good()
-    with open(note, "wb") as fh:
-        fh.write(b"5.10.0-another-kernel")
+    os.utime(note, ns=(boot_began - 10**9, boot_began - 10**9))  # (the file's mtime no longer counts)
+    assert namespaces._known_good()
+    with open(note, "wb") as fh:  # what the note held before seals: not taken
+        fh.write(release)
+    assert not namespaces._known_good()
+    write_sealed(note, b"5.10.0-another-kernel\0%d" % (boot_began + 10**9))
     assert not namespaces._known_good()
     namespaces.forget()
     assert not os.path.exists(note) and not namespaces._known_good()

@@ -252,14 +252,18 @@ def unpack(entry: Path) -> tuple[list, list]:
     """An entry's (head, body): (FORMAT, key, code, fingerprint) and the plan's part."""
     import marshal
 
-    *head, body = marshal.loads(entry.read_bytes())
+    from cachekit import unsealed
+
+    *head, body = marshal.loads(unsealed(entry))
     return head, list(marshal.loads(body))
 
 
 def pack(entry: Path, head, body) -> None:
     import marshal
 
-    entry.write_bytes(marshal.dumps((*head, marshal.dumps(tuple(body)))))
+    from cachekit import write_sealed
+
+    write_sealed(entry, marshal.dumps((*head, marshal.dumps(tuple(body)))))
 
 
 def forge_without_landlock(entry: Path) -> None:
@@ -285,7 +289,8 @@ CONFINED = ("/bin/sh", "-c", "ls /root >/dev/null 2>&1 && echo open || echo refu
 
 @pytest.mark.parametrize("damage", ["foreign owner", "group writable", "world writable", "symlink", "huge",
                                     "truncated", "garbage", "empty", "a directory", "dir group writable",
-                                    "another format", "a garbled plan", "a garbled rule"])
+                                    "another format", "a garbled plan", "a garbled rule", "unsealed, no Landlock",
+                                    "another entry's seal"])
 def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
     import marshal
 
@@ -318,7 +323,20 @@ def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
     elif damage == "dir group writable":
         entry.parent.chmod(0o770)
     elif damage == "another format":
-        entry.write_bytes(marshal.dumps(("another format", *marshal.loads(good)[1:])))
+        from cachekit import unsealed, write_sealed
+
+        write_sealed(entry, marshal.dumps(("another format", *marshal.loads(unsealed(entry))[1:])))
+    elif damage == "unsealed, no Landlock":  # ours, 0600, the key matching: what a checkout could ship (ADR 0029)
+        from cachekit import unsealed
+
+        forge_without_landlock(entry)
+        entry.write_bytes(unsealed(entry))
+    elif damage == "another entry's seal":  # the forged entry sealed for another name, copied here
+        from cachekit import unsealed
+        from sandboy import cache_seal
+
+        forge_without_landlock(entry)
+        entry.write_bytes(cache_seal.seal(str(entry.parent), "0" * 16 + ".plan", unsealed(entry)))
     elif damage in ("a garbled plan", "a garbled rule"):  # the key still matches: the executor refuses it
         head, body = unpack(entry)
         if damage == "a garbled plan":

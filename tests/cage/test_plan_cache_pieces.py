@@ -203,17 +203,19 @@ def forge(piece: Path, bpf: bytes) -> None:
     """The piece as written, with `bpf` (and its length in the report) in place of its program."""
     import marshal
 
-    form, key, body = marshal.loads(piece.read_bytes())
+    from cachekit import unsealed, write_sealed
+
+    form, key, body = marshal.loads(unsealed(piece))
     _bpf, label, call, enforced, degraded, warnings = marshal.loads(body)
     enforced = dict(enforced, instructions=len(bpf) // 8)
-    piece.write_bytes(marshal.dumps((form, key, marshal.dumps((bpf, label, call, enforced, degraded, warnings)))))
+    write_sealed(piece, marshal.dumps((form, key, marshal.dumps((bpf, label, call, enforced, degraded, warnings)))))
 
 
 ALLOW_ALL = (0x06 | 0x7FFF0000 << 32).to_bytes(8, "little")  # one instruction: return ALLOW
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "another format", "empty program", "another user's",
-                                    "group-writable"])
+                                    "group-writable", "ours, without a seal"])
 def test_a_damaged_or_foreign_piece_is_built_anew(runs, damage):
     """Anything but a piece of ours, whole and of this format, is built anew (never an error); a
     forged allow-everything program in a piece another user owns, or one others may write, is never
@@ -227,7 +229,9 @@ def test_a_damaged_or_foreign_piece_is_built_anew(runs, damage):
     elif damage == "truncated":
         piece.write_bytes(data[: len(data) // 2])
     elif damage == "another format":
-        piece.write_bytes(data.replace(plan_pieces.PIECE_FORMAT.encode(), b"sandboy plan piece 0"))
+        from cachekit import unsealed, write_sealed
+
+        write_sealed(piece, unsealed(piece).replace(plan_pieces.PIECE_FORMAT.encode(), b"sandboy plan piece 0"))
     elif damage == "empty program":
         forge(piece, b"")
     else:
@@ -236,6 +240,10 @@ def test_a_damaged_or_foreign_piece_is_built_anew(runs, damage):
             if os.geteuid() != 0:
                 pytest.skip("giving a file away needs root")
             os.chown(piece, 65534, 65534)
+        elif damage == "ours, without a seal":  # what a checkout ships in a cache kept in the working copy (ADR 0029)
+            from cachekit import unsealed
+
+            piece.write_bytes(unsealed(piece))
         else:
             piece.chmod(0o620)
     assert runs.run(runs.policy()) == ("EPERM", True)

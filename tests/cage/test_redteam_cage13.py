@@ -10,9 +10,8 @@ What got through, each with its probe here (host side, a legitimate twin in the 
   review of session 12 kept working; `XDG_CACHE_HOME` or `HOME` in a CI workspace alike), a
   repository that ships `.cache/policies/<name>.marshal` — the policy's own bytes with another
   table — is run under the table it chose: here write on a directory outside every grant.
-  Open (a strict xfail): nothing on disk tells Sandboy's writes from the checkout's; the fix
-  needs a key no checkout or cage can have written (docs/threat-model.md, "What it does not
-  stop").
+  Fixed in session 14 (cachekey14, ADR 0029): every cache file is sealed with a keyed MAC under a
+  per-user secret in the kernel's user keyring, which no checkout and no cage can have.
 
 - Exec mode under the tier without a git check started the namespace's init with no death
   signal: `sandboy run` killed outright (SIGKILL: a harness's timeout, `subprocess.kill`) left the
@@ -97,8 +96,6 @@ def test_twin_a_cache_in_the_working_copy_keeps_the_policy(tmp_path, tier):
     assert sorted(os.listdir(outside)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="open: a cache file is trusted by owner and mode, which a checkout's "
-                   "files have (threat-model 'What it does not stop', session 13)")
 @pytest.mark.parametrize("tier", ["1", "0"])
 def test_a_parse_cache_entry_the_checkout_ships_does_not_widen_the_policy(tmp_path, tier):
     project, outside = _project(tmp_path, POLICY)

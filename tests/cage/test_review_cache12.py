@@ -117,7 +117,9 @@ def test_a_new_leaf_at_an_inode_the_index_holds_is_looked_into(tmp_path, env, in
     fresh = old.parent / "fresh"
     fresh.mkdir()
     path = _index_file(tmp_path)
-    form, euid, root, where, offset, checksum, payload = marshal.loads(path.read_bytes())
+    from cachekit import unsealed
+
+    form, euid, root, where, offset, checksum, payload = marshal.loads(unsealed(path))
     entries = marshal.loads(payload)
     st_old, st_new = old.lstat(), fresh.lstat()
     kept = entries[(st_old.st_dev, st_old.st_ino)]

@@ -156,14 +156,15 @@ def test_cache_cannot_widen_a_policy(tmp_path, monkeypatch):
     raw = b'version = 1\n[fs]\nread = ["/usr"]\n'
     path.write_bytes(raw)
     Policy.load(path)
+    from cachekit import write_sealed
+
     cache_file = load._cache_path(str(path))
-    with open(cache_file, "wb") as fh:
-        fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"], "bogus": []}})))
+    # (sealed with this user's key: what is behind the seal is validated again all the same)
+    write_sealed(cache_file, marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"], "bogus": []}})))
     with pytest.raises(PolicyError, match="fs.bogus"):
         Policy.load(path)
     # a cache file others can write is ignored entirely
-    with open(cache_file, "wb") as fh:
-        fh.write(marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"]}})))
+    write_sealed(cache_file, marshal.dumps((1, raw, {"version": 1, "fs": {"read": ["/"]}})))
     os.chmod(cache_file, 0o666)
     assert Policy.load(path).fs.read == ("/usr",)
 

@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -41,28 +40,27 @@ def _stderr(message: str) -> None:
 
 
 def cache_dir(*parts: str) -> Path:
-    """`parts` under Sandboy's cache directory (created 0700). Where that is — $SANDBOY_CACHE_DIR,
+    """`parts` under Sandboy's cache directory (made 0700). Where that is — $SANDBOY_CACHE_DIR,
     else $XDG_CACHE_HOME/sandboy, else ~/.cache/sandboy — is decided in one place,
     `sandboy.cache_places.cache_dir`, which the cage also uses to keep every command out of it
-    (ADR 0006): two copies of the rule could disagree and leave the components reachable."""
-    from sandboy.cache_places import cache_dir as cache_root  # (not via policy.load: no resolver, no _libc)
+    (ADR 0006): two copies of the rule could disagree and leave the components reachable. What a
+    private cache directory is — made without following a symlink another user could have placed,
+    this euid's, writable by no one else — is decided in one place too, `cache_files.open_private_dir`,
+    which every other writer of the cache uses (a cache others can write is a way to plant native
+    code in our process)."""
+    from sandboy.cache_places import cache_dir as cache_root  # (not via policy.load: no resolver)
+    from sandboy.confine.cache_files import open_private_dir
 
-    root = Path(cache_root())
-    path = root.joinpath(*parts)
-    try:
-        existed = root.exists()
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not existed:
-            os.chmod(root, 0o700)  # mkdir's parents=True leaves the umask's mode on it
-        info = root.stat()
-    except OSError as exc:
-        raise UsageError(f"cache directory {root}: {exc.strerror}; set SANDBOY_CACHE_DIR to a writable directory") from None
-    # A cache others can write is a way to plant native code in our process.
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UsageError(
-            f"cache directory {root} is writable by others or not owned by you; "
-            f"run `chmod 700 {root}` or set SANDBOY_CACHE_DIR to a private directory"
-        )
+    root = cache_root()
+    path = Path(root).joinpath(*parts)
+    for place in (root, str(path)):  # the root first: it is what the operator can fix
+        fd = open_private_dir(place)
+        if fd is None:
+            raise UsageError(
+                f"cache directory {root} cannot be made, is writable by others or is not owned by you; "
+                f"run `chmod 700 {root}` or set SANDBOY_CACHE_DIR to a private directory"
+            )
+        os.close(fd)
     return path
 
 
@@ -131,6 +129,32 @@ def record(kind: str, seconds: float) -> None:
         pass  # only the next estimate is lost
 
 
+# A component of the cache is taken only where the sealed note beside it (`<name>.wasm.sum`, written
+# and read as every cache file: `cache_files.write_file`, `_libc.read_private`, ADR 0029) holds its
+# SHA-256: a `.wasm` a checkout shipped in a cache kept in the working copy is built anew, never run
+# (it chose the audit's findings: redcage13).
+def _component_sum(target: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(target.read_bytes()).hexdigest().encode()
+    except OSError:
+        return None
+
+
+def sealed_component(target: Path) -> bool:
+    from sandboy.confine._libc import read_private
+
+    kept = read_private(f"{os.path.realpath(target)}.sum", 64)  # (real path: as host.load reads a .cwasm)
+    return kept is not None and kept == _component_sum(target)
+
+
+def seal_component(target: Path) -> None:
+    from sandboy.confine.cache_files import write_file
+
+    digest = _component_sum(target)
+    if digest is not None:
+        write_file(os.path.dirname(os.path.realpath(target)), f"{target.name}.sum", digest)
+
+
 def build(spec: AdapterSpec, progress: Progress = _stderr, force: bool = False,
           deadline_at: float | None = None) -> Path:
     """Return the built component for `spec`, building it on first use."""
@@ -143,10 +167,10 @@ def build_sources(name: str, files: list[Path], progress: Progress = _stderr, fo
     `deadline_at` (time.monotonic()): a build still running then is killed (DeadlineExceeded)."""
     root = adapters_root()
     target = cache_dir("components") / f"{name}-{files_hash(files, root)[:32]}.wasm"
-    if target.is_file() and not force:
+    if not force and sealed_component(target):
         return target
     with _locked(target, deadline_at):
-        if target.is_file() and not force:
+        if not force and sealed_component(target):
             return target  # another process built it while we waited
         progress(f"building adapter {name} with componentize-py ({estimate('build')})…")
         started = time.monotonic()
@@ -174,6 +198,7 @@ def build_sources(name: str, files: list[Path], progress: Progress = _stderr, fo
                 tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
                 raise BuildFailed(f"building adapter {name} failed (componentize-py exit {proc.returncode}):\n{tail}")
             os.replace(out, target)
+            seal_component(target)
         elapsed = time.monotonic() - started
         record("build", elapsed)
         progress(f"built adapter {name} in {elapsed:.1f} s: {target} ({target.stat().st_size / 1e6:.1f} MB)")

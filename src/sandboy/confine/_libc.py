@@ -211,10 +211,21 @@ def read_file(path: str) -> bytes:
 
 
 def read_private(path: str, limit: int):
-    """The bytes of a file of Sandboy's cache directory (a plan cache entry or piece, a walk
-    index), or None: only a regular file this euid owns that no one else may write, of at most
-    `limit` bytes, reached without a symlink, in a directory of ours no one else may write — what
-    every reader of the cache asks (its writer: `cache_files.write_file`)."""
+    """The body of a file of Sandboy's cache directory (a plan cache entry or piece, a walk
+    index, a parse cache entry, the namespace note), or None: only a regular file this euid owns
+    that no one else may write, of at most `limit` bytes besides its seal, reached without a
+    symlink, in a directory of ours no one else may write, AND sealed by this user's key for this
+    very name (`cache_seal.unseal`: owner and mode alone a checkout's files have) — what every
+    reader of the cache asks (its writer: `cache_files.write_file`)."""
+    data = _read_owned(path, limit + 32)  # (cache_seal.TAG_BYTES)
+    if data is None:
+        return None
+    from sandboy import cache_seal
+
+    return cache_seal.unseal(path, data)
+
+
+def _read_owned(path: str, limit: int):
     try:
         dirfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -313,6 +324,8 @@ if _native is not None:
     fork_exec = _native.fork_exec
     wait_forwarding = _native.wait_forwarding
     add_path_rules = _native.add_path_rules  # (ruleset._add_path_rules: the Python loop without it)
+    mac = _native.mac            # the cache's seal (ADR 0029: `cache_seal`)
+    user_key = _native.user_key
 
     def pointer_to(data: bytes):
         """(object to keep alive, its address) for structs that point at other buffers."""
@@ -327,9 +340,11 @@ else:
         apply_plan,
         exec_first,
         fork_exec,
+        mac,
         pointer_to,
         prepare_buffers,
         syscall,
+        user_key,
         wait_forwarding,
     )
 

@@ -388,3 +388,43 @@ def fork_exec(plan, paths, argv, envp, errpipe: int, clone_flags: int = 0) -> in
         os.write(errpipe, _record(index, err))
     finally:
         os._exit(code)
+
+
+# --- the cache's seal (ADR 0029): what `_native_mac.c` does, for SANDBOY_NATIVE=0 or no build ---
+# (`_blake2` is imported here, on first use: ≈ 0.2 ms, which is why the C executor's extension
+# carries its own BLAKE2b; tests/test_cache_seal.py holds the two to the same bytes)
+
+SYS_ADD_KEY, SYS_KEYCTL, SYS_GETRANDOM = 248, 250, 318
+_KEY_SPEC_USER_KEYRING, _KEYCTL_SETPERM, _KEYCTL_SEARCH, _KEYCTL_READ = -4, 5, 10, 11
+
+
+def mac(key: bytes, label: bytes, data) -> bytes:
+    """`_native.mac`: keyed BLAKE2b-256 over len(label) (8 bytes, little-endian), label, data."""
+    from _blake2 import blake2b
+
+    if not 1 <= len(key) <= 64:
+        raise ValueError("mac(): the key must be 1 to 64 bytes")
+    state = blake2b(len(label).to_bytes(8, "little"), key=key, digest_size=32)
+    state.update(label)
+    state.update(data)
+    return state.digest()
+
+
+def user_key(description: bytes, perm: int):
+    """`_native.user_key`: the 32-byte "user" key `description` of @u, made when missing; None
+    where the keyring cannot be used."""
+    try:
+        try:
+            serial = syscall(SYS_KEYCTL, _KEYCTL_SEARCH, _KEY_SPEC_USER_KEYRING, b"user\0", description + b"\0", 0)
+        except OSError as exc:
+            if exc.errno != errno.ENOKEY:
+                return None
+            serial = syscall(SYS_ADD_KEY, b"user\0", description + b"\0", os.urandom(32), 32,
+                             _KEY_SPEC_USER_KEYRING)
+            syscall(SYS_KEYCTL, _KEYCTL_SETPERM, serial, perm)
+        out = _array_type(32)()
+        if _syscall(_CLong(SYS_KEYCTL), _CULong(_KEYCTL_READ), _CULong(serial), out, _CULong(32)) != 32:
+            return None
+        return bytes(out)[:32]
+    except OSError:
+        return None

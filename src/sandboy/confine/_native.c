@@ -1118,10 +1118,12 @@ static struct PyModuleDef module = {
 #endif
 
 int sandboy_walk_add(PyObject *module);  /* _native_walk.c: the git check's walk (ADR 0019 session 13) */
+int sandboy_mac_add(PyObject *module);   /* _native_mac.c: the cache's seal (ADR 0029) */
 
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddIntConstant(m, "SOURCE_SIZE", NATIVE_SOURCE_SIZE) < 0 || sandboy_walk_add(m) < 0)) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "SOURCE_SIZE", NATIVE_SOURCE_SIZE) < 0 || sandboy_walk_add(m) < 0
+                      || sandboy_mac_add(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -113,7 +113,13 @@ def _walk(path: str):
 def write_file(folder: str, name: str, data: bytes) -> bool:
     """`data` as the file `name` in `folder` (`open_private_dir`), whole: written to a temporary
     file there (O_EXCL, O_NOFOLLOW) and renamed over `name` — a reader finds the old file, the new
-    one or none. True where it was written."""
+    one or none, sealed (`cache_seal.seal`: what `_libc.read_private` checks). True where it was
+    written; never without this user's secret (no file could be trusted back)."""
+    from sandboy import cache_seal
+
+    data = cache_seal.seal(folder, name, data)
+    if data is None:
+        return False
     dir_fd = open_private_dir(folder)
     if dir_fd is None:
         return False

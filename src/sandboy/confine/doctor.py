@@ -175,8 +175,10 @@ def check() -> dict:
     elif bundle["stale"]:
         notes.append("changed since the byte-code bundle was written, imported the usual way: "
                      + ", ".join(bundle["stale"]) + " (`make compile` rewrites the bundle)")
+    from sandboy import cache_seal
     from sandboy.confine import plan_cache
 
+    sealed = cache_seal.secret() is not None
     return {
         "kernel": os.uname().release,
         "landlock_abi": abi,
@@ -186,7 +188,9 @@ def check() -> dict:
         "egress": egress,
         "bytecode_bundle": bundle,
         # ADR 0028: where `sandboy run` keeps compiled plans, or None where it keeps none
-        "plan_cache": plan_cache.directory() if plan_cache.enabled() else None,
+        "plan_cache": plan_cache.directory() if plan_cache.enabled() and sealed else None,
+        # ADR 0029: whether Sandboy's cache is used at all (its files sealed with this user's key)
+        "cache": cache_seal.status(),
         "notes": notes,
     }
 
@@ -208,6 +212,8 @@ def render(result: dict) -> str:
     if bundle:
         lines.append(f"start-up: {bundle['modules'] - len(bundle['stale'])} of {bundle['modules']} run-path modules "
                      f"served from {bundle['path']}")
+    if "cache" in result:
+        lines.append("cache: " + result["cache"])
     if "plan_cache" in result:
         lines.append("plan cache (sandboy run): " + (result["plan_cache"] or f"off ({'SANDBOY_PLAN_CACHE=0' if os.environ.get('SANDBOY_PLAN_CACHE') == '0' else 'no C executor'})"))
     lines.extend(f"note: {n}" for n in result["notes"])

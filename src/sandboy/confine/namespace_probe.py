@@ -37,7 +37,7 @@ def static_refusal():
 
 
 def remember_good() -> None:
-    text = namespaces._note_text()  # written now, in this boot: the note's time says so
+    text = namespaces.note_body()  # (written now, in this boot: its sealed time says so)
     # relative to a cache directory no other user chooses (`cache_files`: a `.tmp` opened by
     # path followed a link planted where another user swapped the directory, session 11)
     from sandboy.confine.cache_files import write_file

@@ -1019,21 +1019,23 @@ def _boot_started_ns() -> int:
 
 
 def _known_good() -> bool:
-    # only a note of this euid's that no one else may write, reached without a symlink (as the
-    # plan cache reads its entries): one another user put in a cache directory of theirs skipped
-    # the probe and its static refusals (session 11)
-    try:
-        fd = os.open(_note_path(), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+    # only a note sealed by this user's key under its very name (`_libc.read_private`, as the plan
+    # cache reads its entries): one another user put in a cache directory of theirs skipped the
+    # probe and its static refusals (session 11), and so did one a checkout shipped in a cache
+    # kept in the working copy (owner and mode alone: session 14, ADR 0029). Its time is in the
+    # sealed body (`note_body`), not the file's mtime, which whoever can touch the file sets.
+    from sandboy.confine._libc import read_private
+
+    body = read_private(_note_path(), 512)
+    if body is None:
         return False
-    try:
-        st = os.fstat(fd)
-        return (st.st_uid == os.geteuid() and not st.st_mode & 0o022 and st.st_mtime_ns > _boot_started_ns()
-                and os.read(fd, 512) == _note_text())
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    release, _, written = body.partition(b"\0")
+    return release == _note_text() and written.isdigit() and int(written) > _boot_started_ns()
+
+
+def note_body() -> bytes:
+    """What a note holds: the kernel's release and when it was written (after this boot began)."""
+    return _note_text() + b"\0" + str(time.clock_gettime_ns(time.CLOCK_REALTIME)).encode()
 
 
 def forget() -> None:

@@ -226,9 +226,21 @@ def _ipc(src, value) -> dict:
     return {k: _bool(src, f"ipc.{k}", v) for k, v in t.items()}
 
 
+# The kernel's key calls stay refused in every cage, whatever a policy says: Sandboy's cache is
+# sealed with a secret in this user's keyring (ADR 0029), which a command allowed keyctl could
+# read — by its serial number even from a user namespace of its own (measured) — and then forge
+# any cache file a later run trusts.
+KEYRING_CALLS = ("add_key", "keyctl", "request_key")
+
+
 def _seccomp(src, value) -> dict:
     t = checked_table(src, "seccomp", value, ("deny", "allow"))
-    return {k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()}
+    out = {k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()}
+    for name in out.get("allow", ()):
+        if name in KEYRING_CALLS:
+            raise PolicyError(src, "seccomp.allow", f"{name} cannot be allowed: the kernel's keyring holds the key "
+                              "that seals Sandboy's cache (docs/adr/0029); remove it from seccomp.allow")
+    return out
 
 
 def _env(src, value) -> dict:
@@ -376,20 +388,14 @@ def _cache_path(path: str) -> str:
 def _cache_get(path: str, raw: bytes):
     import marshal
 
-    cpath = _cache_path(path)
-    try:
-        fd = os.open(cpath, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+    from sandboy.confine._libc import read_private
+
+    # marshal is not safe against hostile data, and a table of another's choosing widens the policy
+    # whatever the validation says of it: only an entry sealed by this user's key for this very
+    # name (`read_private`: owner and mode alone a checkout's files have — redcage13, ADR 0029)
+    blob = read_private(_cache_path(path), 4 * MAX_POLICY_BYTES)
+    if blob is None:
         return None
-    try:
-        st = os.fstat(fd)
-        # marshal is not safe against hostile data: only trust a file we own that nobody else
-        # can write.
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or st.st_size > 4 * MAX_POLICY_BYTES:
-            return None
-        blob = os.read(fd, st.st_size + 1)
-    finally:
-        os.close(fd)
     try:
         fmt, stored_raw, data = marshal.loads(blob)
     except (EOFError, ValueError, TypeError):
