@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-from sandboy.policy.load import read_fd_bounded
+from sandboy.policy.load import read_fd_bounded, read_fd_head
 
 
 class NotRegularFile(OSError):
@@ -43,13 +43,6 @@ def read_regular(path: str, limit: int, *, follow_link: bool = False, head: bool
             raise NotRegularFile(errno.EINVAL, "not a regular file", path)
         if not head:
             return read_fd_bounded(fd, limit)
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd_head(fd, limit)
     finally:
         os.close(fd)

@@ -375,6 +375,20 @@ def read_fd_bounded(fd: int, limit: int) -> bytes | None:
         chunks.append(chunk)
 
 
+def read_fd_head(fd: int, limit: int) -> bytes:
+    """The first `limit` bytes of `fd` (fewer at its end), read in pieces of 64 KiB: one
+    `read(limit)` allocates all of `limit` first — 1 MiB for a 100-byte git config, ≈ 20 µs
+    (protected._read_head, session 14)."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 65536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def _cache_path(path: str) -> str:
     # The name only spreads entries out; correctness comes from comparing the stored bytes.
     # `_imp.source_hash` is the keyed SipHash that hash-based .pyc files use (PEP 552): built in,
