@@ -14,8 +14,10 @@ from sandboy.confine.fingerprint import ctime_settled, identities, protected_env
 
 def stats_before(fs) -> dict:
     """{path: stat_key} of a resolved policy's own paths, taken before its rules are decided (see
-    `Fingerprint`'s `before`): what a fingerprint then holds for them instead of later stats."""
-    return {path: stat_key(path) for path in (*fs.read, *fs.exec, *fs.write, *fs.deny, *fs.protect)}
+    `Fingerprint`'s `before`): what a fingerprint then holds for them instead of later stats. A path
+    under two keys (the README example's "." is read and write; a preset's directory read and exec:
+    44 paths, 35 distinct) is stat'ed once."""
+    return {path: stat_key(path) for path in dict.fromkeys((*fs.read, *fs.exec, *fs.write, *fs.deny, *fs.protect))}
 
 
 def take(fp, inputs, split_dirs, protected_args, protected, before=None, watch_before=None, globs=()) -> None:
