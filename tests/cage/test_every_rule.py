@@ -617,6 +617,19 @@ def check_lease(cage) -> None:
     assert answer(cage.run("nr", 72, -1, 1024, 0)) == "EPERM"  # F_SETLEASE, F_RDLCK
 
 
+def check_btrfs_snapshots(cage) -> None:
+    """The btrfs snapshot ioctls refused by the filter: on a bad fd the kernel would answer
+    EBADF (tests/cage/test_redteam_cage14.py makes a real snapshot)."""
+    for cmd in (0x50009401, 0x50009417):  # BTRFS_IOC_SNAP_CREATE, _V2
+        assert answer(cage.run("nr", 16, -1, cmd, 0)) == "EPERM", hex(cmd)
+
+
+def test_btrfs_snapshots_are_refused_by_the_filter(cage):
+    check_btrfs_snapshots(cage)
+    # twin: an empty subvolume's creation reaches the kernel (its answer for a bad fd)
+    assert answer(cage.run("nr", 16, -1, 0x5000940E, 0)) == "EBADF"  # BTRFS_IOC_SUBVOL_CREATE
+
+
 def test_a_file_lease_is_refused_by_the_filter(cage):
     check_lease(cage)
     # twin: fcntl itself, and the lease query, reach the kernel (its answer for a bad fd)

@@ -271,3 +271,64 @@ def test_a_masked_deny_is_not_read_through_another_mount_of_its_directory(tmp_pa
         assert "TWIN-REDCAGE14" in run.stdout, run.stderr  # the twin: the directory's files read both ways
         assert "refused " + str(data / "secret.key") in run.stdout, run.stdout
         assert "SECRET-REDCAGE14" not in run.stdout, f"a denied file read through a bind of its directory: {run.stdout}"
+
+
+# --- a btrfs snapshot of a read-granted subvolume into a write root -------------------------
+
+SNAPSHOT = r"""import fcntl, os, struct, sys
+source, into, cmd = sys.argv[1], sys.argv[2], int(sys.argv[3], 16)
+args = bytearray(4096)  # struct btrfs_ioctl_vol_args(_v2): the source's fd first, the name at 8 (v1) / 56 (v2)
+struct.pack_into("q", args, 0, os.open(source, os.O_RDONLY | os.O_DIRECTORY))
+args[(56 if cmd == 0x50009417 else 8):][:4] = b"snap"
+try:
+    fcntl.ioctl(os.open(into, os.O_RDONLY | os.O_DIRECTORY), cmd, args)
+    print("snapshot made")
+    print(open(os.path.join(into, "snap", "secret.key")).read())
+except OSError as exc:
+    print("refused:", exc.strerror)
+try:
+    open(os.path.join(source, "secret.key")).read()
+except OSError as exc:
+    print("the deny holds:", exc.strerror)
+print(open(os.path.join(source, "ok.txt")).read())
+"""
+
+BTRFS_SCRIPT = """set -e
+truncate -s 200M {where}/img
+mkfs.btrfs -q {where}/img >/dev/null 2>&1
+mkdir {where}/mnt
+mount -o loop {where}/img {where}/mnt
+btrfs -q subvolume create {where}/mnt/data >/dev/null
+echo SECRET-REDCAGE14-BTRFS > {where}/mnt/data/secret.key
+echo TWIN-REDCAGE14-BTRFS > {where}/mnt/data/ok.txt
+mkdir {where}/mnt/work
+{sandboy} run --policy {where}/p.toml -- /usr/bin/python3 {where}/snap.py {where}/mnt/data {where}/mnt/work {cmd} || true
+ls {where}/mnt/work | sed 's/^/host sees: /'
+umount {where}/mnt
+"""
+
+
+@pytest.mark.parametrize("cmd", ["0x50009417", "0x50009401"], ids=["SNAP_CREATE_V2", "SNAP_CREATE"])
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_btrfs_snapshot_cannot_copy_a_denied_file_into_a_write_root(tmp_path, tier, cmd):
+    """A snapshot copies a subvolume — a denied file in it too — into a directory the command may
+    write, where Landlock then grants it under its new path (the kernel lets the subvolume's
+    owner snapshot it: as root, every root-owned one). The filter refuses the two snapshot
+    ioctls. A private mount namespace of the test holds a 200 MB btrfs on a loop device."""
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("mkfs.btrfs") and shutil.which("btrfs")):
+        pytest.skip("needs root, unshare(1) and btrfs-progs (mkfs.btrfs, btrfs) for a loop-mounted btrfs")
+    where = tmp_path
+    (where / "snap.py").write_text(SNAPSHOT)
+    (where / "p.toml").write_text(
+        f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "{where}/snap.py", "{where}/mnt/data"]\n'
+        f'exec = ["/usr/bin", "/bin"]\nwrite = ["{where}/mnt/work"]\ndeny = ["{where}/mnt/data/secret.key"]\n')
+    env = dict(os.environ, SANDBOY_NAMESPACES=tier, SANDBOY_CACHE_DIR=str(where / "cache"))
+    run = subprocess.run(["unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                          BTRFS_SCRIPT.format(where=where, sandboy=SANDBOY, cmd=cmd)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if "SECRET" not in run.stdout and "refused:" not in run.stdout:
+        pytest.skip(f"no btrfs on a loop device here: {run.stderr[-300:]}")
+    assert "TWIN-REDCAGE14-BTRFS" in run.stdout and "the deny holds" in run.stdout, run.stdout + run.stderr
+    assert "SECRET-REDCAGE14-BTRFS" not in run.stdout, "a snapshot read the denied file: " + run.stdout
+    assert "host sees: snap" not in run.stdout, run.stdout  # host side: no copy of the subvolume made
+    assert "refused: Operation not permitted" in run.stdout, run.stdout

@@ -16,7 +16,7 @@ number wins, and the rules are laid out in number order, in ranges a call withou
     nr == each denied call    -> EPERM   (the denylist; SysV IPC unless `ipc.sysv`)
     clone3, openat2           -> ENOSYS  (arguments live in memory BPF cannot read; libc falls back)
     clone: namespace flags    -> EPERM
-    ioctl: TIOCSTI/TIOCLINUX/TIOCSETD -> EPERM
+    ioctl: TIOCSTI/TIOCLINUX/TIOCSETD, btrfs snapshots -> EPERM
     socket: family/type/proto -> EPERM unless the policy allows it; netlink: NETLINK_ROUTE only
     socketpair SOCK_DGRAM     -> EPERM while unix sockets are refused
     prlimit64 on another pid  -> EPERM
@@ -166,6 +166,15 @@ TIOCLINUX = 0x541C
 # (CVE-2017-2636 n_hdlc, n_gsm 2023-24) that no build uses, reachable from the cage's private pty
 # just as init_module (denied) would be. pppd, slattach and hciattach need it; a build does not.
 TIOCSETD = 0x5423
+# A btrfs snapshot copies a whole subvolume, read from an fd of its top directory, into a new
+# directory the caller may write: every file below it, a denied one included, is then a file of
+# the write root, readable through a new path Landlock grants (redcage14, session 14: `read` of a
+# subvolume with `deny` of a file in it, `write` on another directory of the same btrfs —
+# `BTRFS_IOC_SNAP_CREATE_V2` into the write root printed the denied file, tier and forced off; the
+# kernel lets the subvolume's owner do it, and as root every root-owned one). No build snapshots;
+# an empty subvolume (`BTRFS_IOC_SUBVOL_CREATE`), reflinks (FICLONE: an fd of the file itself) stay.
+BTRFS_IOC_SNAP_CREATE = 0x50009401     # _IOW(0x94, 1, struct btrfs_ioctl_vol_args)
+BTRFS_IOC_SNAP_CREATE_V2 = 0x50009417  # _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
 # fcntl(F_SETLEASE): a read lease needs only an fd opened for reading and the file's ownership (as
 # root, capabilities dropped, still the owner of every root-owned file): a command took one on a
 # file its policy lets it READ, and every host process's open for writing or truncate of it blocked
@@ -417,7 +426,8 @@ def _clone_rules(eperm: int) -> list:
 
 
 def _ioctl_rules(eperm: int) -> list:
-    body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 2, 0), _insn(JEQ_K, TIOCLINUX, 1, 0), _insn(JEQ_K, TIOCSETD, 0, 1),
+    body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 4, 0), _insn(JEQ_K, TIOCLINUX, 3, 0), _insn(JEQ_K, TIOCSETD, 2, 0),
+            _insn(JEQ_K, BTRFS_IOC_SNAP_CREATE, 1, 0), _insn(JEQ_K, BTRFS_IOC_SNAP_CREATE_V2, 0, 1),
             RET_K | eperm << 32, _RET_ALLOW]
     return [(syscall_nr("ioctl"), body)]
 
