@@ -142,9 +142,8 @@ def test_escape_sequences_from_a_file_never_reach_the_terminal(tmp_path):
     assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout
 
 
-def test_a_tampered_cache_entry_is_not_run(tmp_path):
-    """A .cwasm is native code wasmtime runs unchecked: one that others could write is
-    recompiled from the component, never loaded."""
+def _converted_once(tmp_path):
+    """(argv, env, the .cwasm it left): `audit convert` of a small component run once, its own cache."""
     comp = component(tmp_path, "echo.wasm")
     art = tmp_path / "in.sarif"
     art.write_text(json.dumps(VALID))
@@ -152,9 +151,20 @@ def test_a_tampered_cache_entry_is_not_run(tmp_path):
     argv = [SANDBOY, "audit", "convert", "--component", str(comp), "--artifact", f"a={art}", "-o", str(tmp_path / "o")]
     assert subprocess.run(argv, env=env, capture_output=True, timeout=120).returncode == 0
     (cwasm,) = (tmp_path / "cache" / "cwasm").glob("*.cwasm")
-    data = bytearray(cwasm.read_bytes())
+    return argv, env, cwasm
+
+
+def _int3_over_the_middle(data: bytes) -> bytes:
+    data = bytearray(data)
     data[len(data) // 4 : len(data) // 4 * 3] = b"\xcc" * (len(data) // 4 * 3 - len(data) // 4)  # int3
-    cwasm.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_a_tampered_cache_entry_is_not_run(tmp_path):
+    """A .cwasm is native code wasmtime runs unchecked: one that others could write is
+    recompiled from the component, never loaded."""
+    argv, env, cwasm = _converted_once(tmp_path)
+    cwasm.write_bytes(_int3_over_the_middle(cwasm.read_bytes()))
     cwasm.chmod(0o666)  # as if another user (or a step) had written it
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr)  # recompiled, not trapped (133)
@@ -167,21 +177,14 @@ def test_a_cwasm_of_our_own_that_sandboy_did_not_seal_is_never_deserialized(tmp_
     host side the file was replaced by a sealed one. Twin: the sealed file is taken (same inode)."""
     from cachekit import unsealed
 
-    comp = component(tmp_path, "echo.wasm")
-    art = tmp_path / "in.sarif"
-    art.write_text(json.dumps(VALID))
-    env = dict(os.environ, SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
-    argv = [SANDBOY, "audit", "convert", "--component", str(comp), "--artifact", f"a={art}", "-o", str(tmp_path / "o")]
-    assert subprocess.run(argv, env=env, capture_output=True, timeout=120).returncode == 0
-    (cwasm,) = (tmp_path / "cache" / "cwasm").glob("*.cwasm")
+    argv, env, cwasm = _converted_once(tmp_path)
     sealed_inode = cwasm.stat().st_ino
     assert subprocess.run(argv, env=env, capture_output=True, timeout=120).returncode == 0
     assert cwasm.stat().st_ino == sealed_inode  # the twin: taken, not rewritten
-    data = bytearray(unsealed(cwasm))  # what wasmtime made, without the seal: a checkout's copy
-    data[len(data) // 4 : len(data) // 4 * 3] = b"\xcc" * (len(data) // 4 * 3 - len(data) // 4)  # int3
-    cwasm.write_bytes(bytes(data))
+    data = _int3_over_the_middle(unsealed(cwasm))  # what wasmtime made, without the seal: a checkout's copy
+    cwasm.write_bytes(data)
     cwasm.chmod(0o600)
     forged_inode = cwasm.stat().st_ino
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr)  # recompiled, not trapped (133)
-    assert cwasm.stat().st_ino != forged_inode and unsealed(cwasm) != bytes(data)  # compiled again, sealed
+    assert cwasm.stat().st_ino != forged_inode and unsealed(cwasm) != data  # compiled again, sealed
