@@ -332,3 +332,52 @@ def test_a_btrfs_snapshot_cannot_copy_a_denied_file_into_a_write_root(tmp_path, 
     assert "SECRET-REDCAGE14-BTRFS" not in run.stdout, "a snapshot read the denied file: " + run.stdout
     assert "host sees: snap" not in run.stdout, run.stdout  # host side: no copy of the subvolume made
     assert "refused: Operation not permitted" in run.stdout, run.stdout
+
+
+# --- the cache's seal key and a policy built in code ---------------------------------------
+
+READ_THE_KEY = r"""import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+serials = [int(line.split()[0], 16) for line in open("/proc/keys") if "sandboy:cache-seal:" in line]
+buf = ctypes.create_string_buffer(64)
+for serial in serials:
+    n = libc.syscall(250, 11, serial, buf, 64)  # keyctl(KEYCTL_READ)
+    print("key:" + buf.raw[:n].hex() if n > 0 else "refused:" + errno.errorcode.get(ctypes.get_errno(), "?"))
+print("io_setup:", libc.syscall(206, 1, ctypes.byref(ctypes.c_ulong(0))))
+"""
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_policy_built_in_code_cannot_allow_the_keyring(tmp_path, monkeypatch, tier):
+    """`policy.load` refuses `seccomp.allow = ["keyctl"]` (cachekey14, ADR 0029); a `Policy` built
+    in code never passes through it, and its command read the seal key by the serial /proc/keys
+    shows. The filter keeps the keyring calls denied whatever `allow` says. Twin: another call the
+    same policy allows (`io_setup`) is still lifted."""
+    import sandboy
+    from sandboy import cache_seal
+    from sandboy.policy.model import FsRules, Policy, SeccompRules
+
+    key = cache_seal.secret()
+    if key is None:
+        pytest.skip("no user keyring here: the cache is off, there is no key to read")
+    monkeypatch.setenv("SANDBOY_NAMESPACES", tier)
+    script = tmp_path / "read_key.py"
+    script.write_text(READ_THE_KEY)
+    out = tmp_path / "out.txt"
+    policy = Policy(fs=FsRules(read=("/usr", "/lib", "/lib64", "/etc", "/bin", "/proc", str(script)),
+                               exec=("/usr/bin", "/bin"), write=(str(tmp_path),)),
+                    seccomp=SeccompRules(allow=("keyctl", "io_setup")))
+    with open(out, "w") as fh:
+        result = sandboy.run(["/usr/bin/python3", str(script)], policy, cwd=str(tmp_path), stdout=fh.fileno())
+    printed = out.read_text()
+    assert result.returncode == 0, (result.error, printed)
+    assert key.hex() not in printed, "the command read the key that seals the cache"
+    assert "refused:EPERM" in printed, printed
+    assert "io_setup: 0" in printed, printed  # the twin: the policy's other allow holds
+
+
+def test_the_loader_and_the_filter_name_the_same_keyring_calls():
+    from sandboy.confine import seccomp
+    from sandboy.policy import load
+
+    assert set(load.KEYRING_CALLS) == set(seccomp.NEVER_ALLOWED)

@@ -137,9 +137,18 @@ def denied_calls(policy) -> set:
     return denied_names(policy.seccomp.deny, policy.seccomp.allow, policy.ipc.sysv)
 
 
+# Refused whatever `seccomp.allow` says: the kernel's keyring holds the key that seals Sandboy's
+# cache (ADR 0029), which a command allowed keyctl reads by its serial (from /proc/keys, even in a
+# user namespace of its own) to forge any cache file a later run trusts. `policy.load` refuses
+# them in a policy file (exit 2, `KEYRING_CALLS`); here they stay denied for a `Policy` built in
+# code or changed with `replace()`, which no loader sees (redcage14: `sandboy.run()` of such a
+# policy read the key, tier and forced off).
+NEVER_ALLOWED = ("add_key", "keyctl", "request_key")
+
+
 def denied_names(deny, allow, sysv: bool) -> set:
     """`denied_calls` of a policy's `seccomp.deny`, `seccomp.allow` and `ipc.sysv`."""
-    names = (set(DEFAULT_DENY) | set(deny)) - set(allow)
+    names = (set(DEFAULT_DENY) | set(deny)) - (set(allow) - set(NEVER_ALLOWED))
     if not sysv:
         names |= set(SYSV_IPC)
     return names
