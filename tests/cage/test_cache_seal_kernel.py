@@ -141,3 +141,45 @@ def test_as_an_ordinary_user_a_shipped_parse_cache_entry_is_rebuilt_and_its_own_
         second = run("second")
         assert not (outside / "second").exists() and second.returncode != 0
         assert entry.stat().st_ino == rebuilt.st_ino  # its own sealed entry taken, not rewritten
+
+
+def test_as_an_ordinary_user_an_unsealed_plan_without_landlock_is_not_run(secret):
+    """uid 65534 under the tier: its own entry is a hit (not rewritten); the same entry with the
+    Landlock step taken out and a forged tag (what a checkout could ship: the format is public,
+    the key not) is a miss — a world-readable file outside every grant stays unread — and is
+    replaced by the user's own sealed entry."""
+    userkit.skip_unless_nobody_can_run()
+    if not namespaces.availability()[0]:
+        pytest.skip("the plan cache keeps runs under the namespace tier only")
+    from test_plan_cache import without_landlock
+
+    with userkit.world_readable_tmp("cachekey14-plan-") as base:
+        cache, work, outside = base / "cache", base / "work", base / "outside"
+        for path, mode in ((cache, 0o700), (work, 0o755), (outside, 0o755)):
+            path.mkdir()
+            os.chmod(path, mode)
+        os.chown(cache, userkit.NOBODY, userkit.NOBODY)
+        (outside / "secret").write_text("TOPSECRET\n")
+        os.chmod(outside / "secret", 0o644)
+        policy = base / "p.toml"
+        policy.write_text('version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc"]\nexec = ["/usr/bin", "/bin"]\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+        env.update(SANDBOY_CACHE_DIR=str(cache), HOME=str(work))
+
+        def run() -> str:
+            proc = subprocess.run(userkit.as_user([SANDBOY, "run", "--policy", str(policy), "--", "/bin/sh", "-c",
+                                                   f"cat {outside}/secret 2>/dev/null || echo refused"]),
+                                  cwd=work, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            return proc.stdout
+
+        assert run() == run() == "refused\n"
+        (entry,) = (cache / "plans").iterdir()
+        kept = entry.stat().st_ino
+        assert run() == "refused\n" and entry.stat().st_ino == kept  # the twin: its own entry, a hit
+        # a tag of zeros before the forged body (the plain-body forgery is test_plan_cache's)
+        forged = bytes(cache_seal.TAG_BYTES) + without_landlock(entry.read_bytes()[cache_seal.TAG_BYTES:])
+        entry.write_bytes(forged)  # (same inode: still uid 65534's, 0600)
+        assert run() == "refused\n", "the forged plan without Landlock was run"
+        assert entry.read_bytes() != forged and entry.stat().st_uid == userkit.NOBODY  # its own, sealed again

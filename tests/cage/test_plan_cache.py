@@ -266,15 +266,25 @@ def pack(entry: Path, head, body) -> None:
     write_sealed(entry, marshal.dumps((*head, marshal.dumps(tuple(body)))))
 
 
-def forge_without_landlock(entry: Path) -> None:
-    """The entry's plan without its landlock_restrict_self step, otherwise valid (the key still
-    matches; the seccomp step's position follows): run, it would leave the command unconfined
-    by Landlock."""
-    head, body = unpack(entry)
+def without_landlock(data: bytes) -> bytes:
+    """An entry's body (unsealed) with its plan's landlock_restrict_self step taken out, otherwise
+    valid (the key still matches; the seccomp step's position follows): run, it would leave the
+    command unconfined by Landlock."""
+    import marshal
+
+    *head, body = marshal.loads(data)
+    body = list(marshal.loads(body))
     plan = tuple(step for step in body[0] if step[0] != 446)
     body[0], body[1] = plan, tuple(i for i, step in enumerate(plan) if step[0] == 445)
     body[2] = next(i for i, step in enumerate(plan) if step[0] == 317)
-    pack(entry, head, body)
+    return marshal.dumps((*head, marshal.dumps(tuple(body))))
+
+
+def forge_without_landlock(entry: Path) -> None:
+    """`without_landlock` of the entry, sealed again with this user's key."""
+    from cachekit import unsealed, write_sealed
+
+    write_sealed(entry, without_landlock(unsealed(entry)))
 
 
 def _make_entry(runner) -> Path:
