@@ -363,7 +363,9 @@ def _denied_with_other_names(denied) -> list:
 
 def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     """Filesystem rules: the policy's grants split around its denies (and, unless a mount
-    namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
+    namespace binds them read-only, its `fs.protect` paths), for this ABI. `protected_by_mount`:
+    the namespace tier will be in force — it binds the protected paths read-only and hides the
+    denies inside read-only grants under masks (`masked` output, ADR 0029). Outputs: `rules`
     [(path, rights)], `handled_fs`, and what the rules depend on for cage reuse (`inputs`,
     `split_dirs`, `globs`: `deny_globs.GlobWatch.state`, `reusable`)."""
     fs, source = job.resolved.fs, job.policy.source
