@@ -301,9 +301,12 @@ def test_a_gate_file_is_parsed_once_then_read_from_the_policy_cache_and_validate
     assert set(os.listdir(cache / "policies")) == entries
     gate_file.write_text(OK_STEP.replace('"a"', '"edited"'))  # edited: parsed afresh
     assert [s.name for s in config.load(repo).steps] == ["edited"]
-    # a tampered entry for these very bytes is validated like the file itself
+    # a tampered entry for these very bytes, sealed with this user's key (ADR 0029: an unsealed one
+    # is never read), is validated like the file itself
+    from cachekit import write_sealed
+
     raw = gate_file.read_bytes()
-    with open(load._cache_path(str(gate_file)), "wb") as fh:
-        fh.write(marshal.dumps((1, raw, {"step": [{"name": "a", "run": "true", "sneaky": 1}]})))
+    write_sealed(load._cache_path(str(gate_file)), marshal.dumps((1, raw, {"step": [{"name": "a", "run": "true",
+                                                                                     "sneaky": 1}]})))
     with pytest.raises(PolicyError, match="sneaky"):
         config.load(repo)
