@@ -618,9 +618,9 @@ def check_lease(cage) -> None:
 
 
 def check_btrfs_snapshots(cage) -> None:
-    """The btrfs snapshot ioctls refused by the filter: on a bad fd the kernel would answer
-    EBADF (tests/cage/test_redteam_cage14.py makes a real snapshot)."""
-    for cmd in (0x50009401, 0x50009417):  # BTRFS_IOC_SNAP_CREATE, _V2
+    """The btrfs snapshot ioctls (made, destroyed) refused by the filter: on a bad fd the kernel
+    would answer EBADF (tests/cage/test_redteam_cage14.py makes a real btrfs)."""
+    for cmd in (0x50009401, 0x50009417, 0x5000940F, 0x5000943F):  # BTRFS_IOC_SNAP_CREATE(_V2), _SNAP_DESTROY(_V2)
         assert answer(cage.run("nr", 16, -1, cmd, 0)) == "EPERM", hex(cmd)
 
 

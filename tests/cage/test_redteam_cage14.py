@@ -279,7 +279,8 @@ SNAPSHOT = r"""import fcntl, os, struct, sys
 source, into, cmd = sys.argv[1], sys.argv[2], int(sys.argv[3], 16)
 args = bytearray(4096)  # struct btrfs_ioctl_vol_args(_v2): the source's fd first, the name at 8 (v1) / 56 (v2)
 struct.pack_into("q", args, 0, os.open(source, os.O_RDONLY | os.O_DIRECTORY))
-args[(56 if cmd == 0x50009417 else 8):][:4] = b"snap"
+at = 56 if cmd == 0x50009417 else 8
+args[at:at + 4] = b"snap"
 try:
     fcntl.ioctl(os.open(into, os.O_RDONLY | os.O_DIRECTORY), cmd, args)
     print("snapshot made")
@@ -381,3 +382,61 @@ def test_the_loader_and_the_filter_name_the_same_keyring_calls():
     from sandboy.policy import load
 
     assert set(load.KEYRING_CALLS) == set(seccomp.NEVER_ALLOWED)
+
+
+DESTROY = r"""import fcntl, os, sys
+parent, cmd = sys.argv[1], int(sys.argv[2], 16)
+args = bytearray(4096)  # the name at 8 (v1), or at 56 with BTRFS_SUBVOL_SPEC_BY_ID unset (v2)
+at = 56 if cmd == 0x5000943F else 8
+args[at:at + 6] = b"victim"
+fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+try:
+    fcntl.ioctl(fd, cmd, args)
+    print("destroyed")
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+DESTROY_SCRIPT = """set -e
+truncate -s 200M {where}/img
+mkfs.btrfs -q {where}/img >/dev/null 2>&1
+mkdir {where}/mnt
+mount -o loop,user_subvol_rm_allowed {where}/img {where}/mnt
+chmod 755 {where}/mnt
+btrfs -q subvolume create {where}/mnt/ro >/dev/null
+btrfs -q subvolume create {where}/mnt/ro/victim >/dev/null
+echo KEEP > {where}/mnt/ro/victim/f
+mkdir {where}/mnt/work
+chown -R {uid} {where}/mnt/ro {where}/mnt/work
+setpriv --reuid={uid} --regid={uid} --clear-groups --inh-caps=-all env PYTHONPATH={src} PATH=/usr/bin:/bin HOME={where} \
+    SANDBOY_CACHE_DIR={where}/cache SANDBOY_NAMESPACES={tier} \
+    /usr/bin/python3 -P -m sandboy run --policy {where}/p.toml -- /usr/bin/python3 {where}/destroy.py {where}/mnt/ro {cmd} || true
+ls {where}/mnt/ro | sed 's/^/host sees: /'
+umount {where}/mnt
+"""
+
+
+@pytest.mark.parametrize("cmd", ["0x5000943F", "0x5000940F"], ids=["SNAP_DESTROY_V2", "SNAP_DESTROY"])
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_btrfs_subvolume_outside_the_write_roots_cannot_be_destroyed(tier, cmd):
+    """Where btrfs is mounted `user_subvol_rm_allowed` a subvolume's owner may delete it whole
+    through an fd of the directory holding it, which Landlock does not see: without the tier a
+    command of uid 65534 granted only READ there deleted its subvolume (under the tier the mount is
+    read-only). The filter refuses both destroy ioctls. Host side: the subvolume is still there."""
+    userkit.skip_unless_nobody_can_run()
+    if not (shutil.which("unshare") and shutil.which("mkfs.btrfs") and shutil.which("btrfs")):
+        pytest.skip("needs unshare(1) and btrfs-progs (mkfs.btrfs, btrfs) for a loop-mounted btrfs")
+    with userkit.world_readable_tmp("redcage14-") as where:
+        (where / "destroy.py").write_text(DESTROY)
+        (where / "p.toml").write_text(
+            f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/etc", "/bin", "{where}/destroy.py", '
+            f'"{where}/mnt/ro"]\nexec = ["/usr/bin", "/bin"]\nwrite = ["{where}/mnt/work"]\n')
+        for name in ("destroy.py", "p.toml"):
+            os.chmod(where / name, 0o644)
+        run = subprocess.run(["unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                              DESTROY_SCRIPT.format(where=where, uid=userkit.NOBODY, src=_sandboy_src(), tier=tier,
+                                                    cmd=cmd)], capture_output=True, text=True, timeout=120)
+    if "destroyed" not in run.stdout and "refused:" not in run.stdout:
+        pytest.skip(f"no btrfs on a loop device here: {run.stderr[-300:]}")
+    assert "host sees: victim" in run.stdout, "a subvolume outside the write roots was deleted: " + run.stdout
+    assert "destroyed" not in run.stdout, run.stdout

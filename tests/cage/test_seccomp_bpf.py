@@ -98,7 +98,7 @@ def expected(nr, arch, args, deny, rules) -> int:
         return ENOSYS
     if nr == X86_64["clone"] and any(low[0] & bit for bit in NAMESPACE_BITS):
         return EPERM
-    if nr == X86_64["ioctl"] and low[1] in (0x5412, 0x541C, 0x5423, 0x50009401, 0x50009417):  # TIOCSTI, TIOCLINUX, TIOCSETD, btrfs snapshots
+    if nr == X86_64["ioctl"] and low[1] in (0x5412, 0x541C, 0x5423, 0x50009401, 0x50009417, 0x5000940F, 0x5000943F):  # TIOCSTI, TIOCLINUX, TIOCSETD, btrfs snapshots made/destroyed
         return EPERM
     if nr == X86_64["fcntl"] and low[1] == 1024:  # F_SETLEASE
         return EPERM

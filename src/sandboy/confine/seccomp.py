@@ -16,7 +16,7 @@ number wins, and the rules are laid out in number order, in ranges a call withou
     nr == each denied call    -> EPERM   (the denylist; SysV IPC unless `ipc.sysv`)
     clone3, openat2           -> ENOSYS  (arguments live in memory BPF cannot read; libc falls back)
     clone: namespace flags    -> EPERM
-    ioctl: TIOCSTI/TIOCLINUX/TIOCSETD, btrfs snapshots -> EPERM
+    ioctl: TIOCSTI/TIOCLINUX/TIOCSETD, btrfs snapshots made or destroyed -> EPERM
     socket: family/type/proto -> EPERM unless the policy allows it; netlink: NETLINK_ROUTE only
     socketpair SOCK_DGRAM     -> EPERM while unix sockets are refused
     prlimit64 on another pid  -> EPERM
@@ -184,6 +184,12 @@ TIOCSETD = 0x5423
 # an empty subvolume (`BTRFS_IOC_SUBVOL_CREATE`), reflinks (FICLONE: an fd of the file itself) stay.
 BTRFS_IOC_SNAP_CREATE = 0x50009401     # _IOW(0x94, 1, struct btrfs_ioctl_vol_args)
 BTRFS_IOC_SNAP_CREATE_V2 = 0x50009417  # _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
+# Its undoing: where btrfs is mounted `user_subvol_rm_allowed`, a subvolume's owner may delete it,
+# whole, through an fd of the directory holding it — which Landlock does not see (no rmdir hook is
+# called): without the tier, a command granted only READ on that directory deleted a subvolume of
+# its uid outside every write root (redcage14; under the tier the mount is read-only: EROFS).
+BTRFS_IOC_SNAP_DESTROY = 0x5000940F     # _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
+BTRFS_IOC_SNAP_DESTROY_V2 = 0x5000943F  # _IOW(0x94, 63, struct btrfs_ioctl_vol_args_v2)
 # fcntl(F_SETLEASE): a read lease needs only an fd opened for reading and the file's ownership (as
 # root, capabilities dropped, still the owner of every root-owned file): a command took one on a
 # file its policy lets it READ, and every host process's open for writing or truncate of it blocked
@@ -435,9 +441,13 @@ def _clone_rules(eperm: int) -> list:
 
 
 def _ioctl_rules(eperm: int) -> list:
-    body = [_LD_ARG[1], _insn(JEQ_K, TIOCSTI, 4, 0), _insn(JEQ_K, TIOCLINUX, 3, 0), _insn(JEQ_K, TIOCSETD, 2, 0),
-            _insn(JEQ_K, BTRFS_IOC_SNAP_CREATE, 1, 0), _insn(JEQ_K, BTRFS_IOC_SNAP_CREATE_V2, 0, 1),
-            RET_K | eperm << 32, _RET_ALLOW]
+    refused = (TIOCSTI, TIOCLINUX, TIOCSETD, BTRFS_IOC_SNAP_CREATE, BTRFS_IOC_SNAP_CREATE_V2, BTRFS_IOC_SNAP_DESTROY,
+               BTRFS_IOC_SNAP_DESTROY_V2)
+    # one test per command: a match jumps to the "return EPERM" after the last test, the last
+    # test's miss over it
+    tests = [_insn(JEQ_K, cmd, len(refused) - 1 - i, 0) for i, cmd in enumerate(refused[:-1])]
+    tests.append(_insn(JEQ_K, refused[-1], 0, 1))
+    body = [_LD_ARG[1], *tests, RET_K | eperm << 32, _RET_ALLOW]
     return [(syscall_nr("ioctl"), body)]
 
 
