@@ -266,3 +266,30 @@ def test_kind_of_names_toml_types_in_words():
     assert [load.kind_of(v) for v in ("s", True, 1, 1.5, [], {})] == [
         "a string", "a boolean", "an integer", "a float", "a list", "a table"]
     assert load.kind_of(None) == "NoneType"  # not a TOML type: its Python name
+
+
+def _env_policy(tmp_path, value_len: int):
+    return _load_text(tmp_path, f'version = 1\n[env.set]\nBIG = "{"x" * value_len}"\n')
+
+
+def test_an_env_value_execve_would_refuse_is_a_policy_error(tmp_path):
+    # "BIG=" + value + NUL one byte over MAX_ARG_STRLEN: refused at load, naming the key and the limit
+    # (it used to load, then every command failed 126 "Argument list too long" naming nothing).
+    with pytest.raises(PolicyError) as info:
+        _env_policy(tmp_path, 131072 - len("BIG=") - 1 + 1)  # (the kernel's number, not the module's)
+    assert info.value.key == "env.set.BIG" and "131,072" in str(info.value)
+
+
+def test_twin_an_env_value_at_the_kernels_limit_reaches_the_command(tmp_path):
+    # The largest string execve takes loads, and the confined command really receives it (the kernel
+    # is the judge: a limit set too low refuses this policy, one set too high lets the test above load).
+    size = 131072 - len("BIG=") - 1  # MAX_ARG_STRLEN on every Linux architecture with 4 KiB pages
+    (tmp_path / "p.toml").write_text(f'version = 1\n[fs]\nread = ["/usr", "/lib", "/lib64", "/bin"]\n'
+                                     f'exec = ["/usr/bin", "/bin"]\n[env.set]\nBIG = "{"x" * size}"\n')
+    sandboy = os.path.join(os.path.dirname(sys.executable), "sandboy")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+    env["SANDBOY_CACHE_DIR"] = str(tmp_path / "cache")
+    proc = subprocess.run([sandboy, "run", "--policy", str(tmp_path / "p.toml"), "--", "/bin/sh", "-c",
+                           'printf %s "$BIG" | wc -c'], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == str(size), proc.stderr[-500:]

@@ -243,6 +243,11 @@ def _seccomp(src, value) -> dict:
     return out
 
 
+# MAX_ARG_STRLEN (32 pages of 4 KiB): the longest single argument or environment string, NUL
+# included, that execve accepts.
+MAX_ENV_STRING = 32 * 4096
+
+
 def _env(src, value) -> dict:
     t = checked_table(src, "env", value, ("pass", "set"))
     out = {}
@@ -260,6 +265,15 @@ def _env(src, value) -> dict:
                 raise PolicyError(src, f"env.set.{_keyname(name)}", f"expected a string value, got {kind_of(val)}")
             if "\0" in val:  # was "expected a string value, got a string"
                 raise PolicyError(src, f"env.set.{_keyname(name)}", "the value holds a NUL byte (no environment can)")
+            # execve refuses any one NAME=value string longer than MAX_ARG_STRLEN: such a policy
+            # loaded, then every command failed 126 "Argument list too long" naming no key
+            # (redinput14, session 14). Checked on the encoded bytes, as the kernel counts them.
+            size = len(os.fsencode(name)) + 1 + len(os.fsencode(val)) + 1
+            if size > MAX_ENV_STRING:
+                raise PolicyError(src, f"env.set.{_keyname(name)}",
+                                  f"NAME=value is {size:,} bytes; the kernel passes at most {MAX_ENV_STRING:,} per "
+                                  "environment string (MAX_ARG_STRLEN): shorten it, or put the value in a file the "
+                                  "policy grants and pass its path")
             pairs.append((name, val))
         out["set"] = tuple(pairs)
     return out
