@@ -132,9 +132,6 @@ def test_a_kept_build_s_fingerprint_lists_no_split_directory_again(tmp_path, mon
     from sandboy.confine import cage
     from sandboy.policy.model import Policy
 
-    # without the namespace tier: with it the deny inside a read-only grant is a mount, and nothing
-    # is split (ADR 0029)
-    monkeypatch.setenv("SANDBOY_NAMESPACES", "0")
     (tmp_path / "secret.env").write_text("TOKEN")
     (tmp_path / "old.txt").write_text("x")
     policy = Policy.from_mapping({"version": 1, "fs": {"read": [str(tmp_path)], "deny": [str(tmp_path / "secret.env")]}})

@@ -164,33 +164,15 @@ def test_deny_inside_granted_dir(deny_tree, via):
     assert probe("create", "out/new").ok  # a directory that was not split
 
 
-@pytest.mark.without_namespaces
 def test_denied_directory_stays_listable_known_gap(deny_tree):
     """Landlock rules are hierarchical and only grant: READ_DIR on a split directory (kept so
     `ls .` works, docs/design.md) also covers every directory beneath it, the denied one included.
-    A denied directory's file *names* stay listable; their contents do not. Asserted as it is —
-    without the namespace tier (with it: the next test)."""
+    A denied directory's file *names* stay listable; their contents do not. Asserted as it is."""
     (deny_tree.work / "secrets" / "deeper").mkdir()
     policy = deny_tree.policy(fs={"read": ["."], "deny": ["secrets"]})
     assert deny_tree.run("read", "secrets/x", policy=policy).out == "EACCES"
     assert deny_tree.run("ls", "secrets", policy=policy).ok
     assert deny_tree.run("ls", "secrets/deeper", policy=policy).ok
-
-
-def test_denied_directory_inside_a_read_grant_is_not_listable_under_the_tier(deny_tree):
-    """Under the namespace tier a denied directory inside read-only grants is covered by an empty
-    read-only tmpfs of mode 000 (ADR 0029): the names the gap above leaves listable are hidden
-    too. Twin: its sibling reads."""
-    from sandboy.confine import namespaces
-
-    if not namespaces.availability()[0]:
-        pytest.skip("no namespace tier here")
-    (deny_tree.work / "secrets" / "deeper").mkdir()
-    policy = deny_tree.policy(fs={"read": ["."], "deny": ["secrets"]})
-    assert deny_tree.run("read", "secrets/x", policy=policy).out == "EACCES"
-    assert deny_tree.run("ls", "secrets", policy=policy).out == "EACCES"
-    assert deny_tree.run("ls", "secrets/deeper", policy=policy).out == "EACCES"
-    assert deny_tree.run("read", "README", policy=policy).out == "ok readme"
 
 
 def test_denied_file_cannot_be_moved_or_linked_out(deny_tree):

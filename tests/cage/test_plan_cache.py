@@ -171,13 +171,12 @@ def test_a_denied_path_made_since_is_a_miss_and_refused(runner, tmp_path):
 
 def test_a_file_added_to_a_split_directory_is_a_miss(runner, tmp_path):
     """A directory split around a deny grants its entries one by one: one added since is a
-    miss, and the rebuild grants it (a kept plan would refuse it). A write grant: inside read-only
-    grants the tier hides a deny under a mount instead, and splits nothing (ADR 0029)."""
+    miss, and the rebuild grants it (a kept plan would refuse it)."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "a").write_text("A")
     (data / "secret").write_text("S")
-    runner.write_policy(more=f'write = ["{data}"]\ndeny = ["{data}/secret"]\n')
+    runner.write_policy(read=f', "{data}"', more=f'deny = ["{data}/secret"]\n')
     assert entry_applies(runner, "/bin/cat", str(data / "a")).hit
     (data / "new").write_text("N")
     after = runner.run("/bin/cat", str(data / "new"))

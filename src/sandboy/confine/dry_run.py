@@ -45,9 +45,8 @@ def describe(report: dict) -> str:
     lines.append(f"filesystem ({len(ll['fs_rules'])} rules):")
     for path, rights in ll["fs_rules"]:
         lines.append(f"  {path}: {', '.join(rights) or '-'}")
-    masked = set(ll.get("fs_masked") or ())
     for path in ll["fs_denied"]:
-        lines.append(f"  denied: {path}" + (" (hidden by a mount of the cage's own)" if path in masked else ""))
+        lines.append(f"  denied: {path}")
     lines.append(f"tcp connect: {ll['tcp_connect'] or 'none'}; tcp bind: {ll['tcp_bind'] or 'none'}")
     lines.append(f"scopes: {', '.join(ll['scopes']) or 'none'}")
     socks = sc["sockets"]

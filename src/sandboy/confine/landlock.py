@@ -129,7 +129,7 @@ def expand_denies(denies, warn, budget=None, watch=None) -> list[str]:
 
 
 def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None, protects=(),
-               listed=None, masked=()) -> list[tuple[str, int]]:
+               listed=None) -> list[tuple[str, int]]:
     """Split grants around denied and protected paths.
 
     Landlock can only grant, so a deny inside a granted directory becomes grants for each
@@ -142,13 +142,8 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
     directory listed (one fd), taken just before the listing the rules were decided from — what a
     fingerprint keeps of it (`fingerprint_build.take`), instead of a stat and a listing of its own
     made after the rules, which described entries made meanwhile as decided (session 13).
-    `masked`: denies the namespace tier hides under a mount of its own in every run
-    (`namespaces.plan_masks`, ADR 0029): a grant at or under one is dropped as for any deny, but
-    no directory is split for them alone (`/etc` around the `system` preset's secrets: ≈ 150
-    rules, ≈ 3.5 µs of kernel each per run, became one).
     """
     rules: dict[str, int] = {}
-    masked = frozenset(masked)
 
     def add(path: str, rights: int, is_dir=None) -> None:
         # directory-only rights on a file are EINVAL (no stat where there are none: the devices;
@@ -178,11 +173,8 @@ def plan_rules(grants: dict[str, int], denies: list[str], warn, split_dirs=None,
             add(path, rights & READ_ONLY, is_dir)
             return
         denies_below, protects_below = beneath(path, denies_here), beneath(path, protects_here)
-        # a masked deny below needs no split (its mount hides it); where another deny splits the
-        # directory anyway, the masked one is not granted either (`denies_below` keeps it)
-        splitting = any(d not in masked for found in denies_below.values() for d in found)
         # A grant that can only read needs no split around a protected path (nothing to take away)
-        if not splitting and not (rights & ~READ_ONLY and protects_below):
+        if not denies_below and not (rights & ~READ_ONLY and protects_below):
             add(path, rights, is_dir)
             return
         try:
@@ -232,9 +224,11 @@ def drop_subsumed(rules: list[tuple[str, int]]) -> list[tuple[str, int]]:
     Landlock grants an access where ANY rule on the way from the file up to the root has it
     (a mount point's covered directory aside: a bind's root is the same inode, so its own rule
     and its ancestors' still apply), so such a rule changes nothing on that way — and dropping a
-    rule only ever narrows. The README example's `/usr/lib/.../ld-linux-x86-64.so.2` under
-    `/usr/lib`, a pyenv version under `versions/`, a venv read under the write root that holds it:
-    one kernel call less each, per run.
+    rule only ever narrows: the file's inode keeps what its ancestors give wherever it is reached
+    through them, and elsewhere (another mount of its directory, the inode renamed away by the
+    host) it gets less than its own rule gave, never more. The README example's
+    `/usr/lib/.../ld-linux-x86-64.so.2` under `/usr/lib`, a pyenv version under `versions/`, a venv
+    read under the write root that holds it: one kernel call less each, per run (session 14).
 
     Not under /dev or /proc: the namespace tier mounts new file systems there, so a rule on the
     host's /dev does not reach its nodes in the cage (a bound node is reached from the tier's

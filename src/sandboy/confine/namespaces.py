@@ -280,12 +280,10 @@ READ_ONLY_LABEL = "make every mount read-only"
 AT_EMPTY_PATH = 0x1000
 
 
-def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False, protected=(), denied=(),
-            masked=()):
+def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = False, protected=(), denied=()):
     """The tier for `policy`, or None where the kernel refuses namespaces; then `degraded`
     gets the exact list of what is no longer prevented (compat strict then refuses, 125).
-    `grants` (path -> Landlock rights) gains the rights on the private /dev. `masked`:
-    [(path, is_dir)] of denied paths hidden by a mount in every run (`plan_masks`)."""
+    `grants` (path -> Landlock rights) gains the rights on the private /dev."""
     from sandboy.confine import landlock
 
     ok, why = availability()
@@ -305,7 +303,7 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
                         "since the cage was built (by a process running meanwhile, or between runs of a "
                         "prebuilt cage) attaches the link's target read-write instead")
     steps = (plan_user_map(os.geteuid(), os.getegid()) + plan_user_limits()
-             + plan_mounts(roots, tmp, tty, protected, memory, exact, denied) + plan_masks(masked))
+             + plan_mounts(roots, tmp, tty, protected, memory, exact, denied))
     rules = []  # (path, rights, required, is_dir)
     for path, names in TIER_RULES:
         if tty and path == "/dev/pts":
@@ -328,7 +326,6 @@ def compile(policy, grants: dict, tmp, abi: int, degraded: list, tty: bool = Fal
         "tmp": "private tmpfs" if tmp else None,
         "read_only_binds": list(protected),
         "denied_read_only": [path for path in denied if not is_within_any(path, protected)],
-        "masked": [path for path, _ in masked],
         "ipc": True,
         "pid": True,
         "net": bool(flags & CLONE_NEWNET),
@@ -899,44 +896,6 @@ def plan_mounts(roots, tmp=None, tty=False, protected=(), memory_mib=None, exact
             (f"protect {path}", (SYS_MOVE_MOUNT, optional, (PROTECT_SLOT,), b"\0", AT_FDCWD, _path(path),
                                  MOVE_MOUNT_F_EMPTY_PATH)),
             (f"close copy of {path}", (SYS_CLOSE, optional, (PROTECT_SLOT,))),
-        ]
-    return steps
-
-
-# A mask (ADR 0029): a denied directory is covered by an empty tmpfs of its own, read-only and
-# mode 000 (listing, lookups and opens there: EACCES to every uid of the cage, which holds no
-# capability; nothing can be made in it, so no size, inode bound or nosuid/nodev/noexec has
-# anything to act on); a denied file by a read-only, nodev copy of /dev/null (an open: EACCES, as a
-# Landlock deny answers; nothing of the file's bytes or metadata shows).
-MASK_DIR_OPTIONS = b"mode=0\0"
-MOUNT_ATTR_NOSUID, MOUNT_ATTR_NOEXEC = 0x2, 0x8
-MOVE_MOUNT_T_SYMLINKS = 0x10
-
-
-def plan_masks(masked) -> list:
-    """Steps that hide each of `masked` ((path, is_dir): denies inside read-only grants,
-    `protections._maskable`) under a mount of the cage's own: what keeps them unreadable where
-    the Landlock rules grant their directory whole (no split around them: `/etc` is one rule).
-    Every step is required: a mask that cannot be made fails the run (125), never runs with the
-    path readable. The path is followed to what it names now (a symlink there since the build:
-    its target is hidden; the fingerprint's stat of the deny has seen any other inode there).
-    After every other mount: a file handed in on fd 0-2 is reopened before them (a denied file
-    the caller hands in stays the caller's choice, as without masks)."""
-    steps = []
-    for path, is_dir in masked:
-        if is_dir:
-            steps.append((f"mask denied {path}", (SYS_MOUNT, 0, b"tmpfs\0", _path(path), b"tmpfs\0",
-                                                  MS_RDONLY, MASK_DIR_OPTIONS)))
-            continue
-        steps += [
-            (f"copy /dev/null to mask {path}", (SYS_OPEN_TREE, step_flags(save=PROTECT_SLOT), AT_FDCWD, b"/dev/null\0",
-                                                OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)),
-            (f"make the mask of {path} read-only and nodev",
-             (SYS_MOUNT_SETATTR, 0, (PROTECT_SLOT,), b"\0", AT_EMPTY_PATH,
-              _mount_attr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC), 32)),
-            (f"mask denied {path}", (SYS_MOVE_MOUNT, 0, (PROTECT_SLOT,), b"\0", AT_FDCWD, _path(path),
-                                     MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS)),
-            (f"close the mask of {path}", (SYS_CLOSE, 0, (PROTECT_SLOT,))),
         ]
     return steps
 

@@ -207,11 +207,7 @@ def compile_namespaces(job, landlock_fs) -> Compiled:
 
     degraded: list[str] = []
     tier = namespaces.compile(job.policy, landlock_fs.outputs["grants"], job.ctx.tmp, job.abi, degraded, job.tty,
-                              job.protected, landlock_fs.outputs["denied_in_write_roots"],
-                              landlock_fs.outputs["masked"])
-    if tier is None and landlock_fs.outputs["masked"]:
-        # (never seen: the rules were compiled for the tier) the masked denies would be granted
-        raise CageError("the namespace tier is unavailable, and the Landlock rules leave its masks to it")
+                              job.protected, landlock_fs.outputs["denied_in_write_roots"])
     enforced = {"namespaces": tier.enforced if tier is not None else namespaces.unavailable_report()}
     return Compiled("namespaces", (), enforced, degraded, tier=tier)
 
@@ -363,9 +359,7 @@ def _denied_with_other_names(denied) -> list:
 
 def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     """Filesystem rules: the policy's grants split around its denies (and, unless a mount
-    namespace binds them read-only, its `fs.protect` paths), for this ABI. `protected_by_mount`:
-    the namespace tier will be in force — it binds the protected paths read-only and hides the
-    denies inside read-only grants under masks (`masked` output, ADR 0029). Outputs: `rules`
+    namespace binds them read-only, its `fs.protect` paths), for this ABI. Outputs: `rules`
     [(path, rights)], `handled_fs`, and what the rules depend on for cage reuse (`inputs`,
     `split_dirs`, `globs`: `deny_globs.GlobWatch.state`, `reusable`)."""
     fs, source = job.resolved.fs, job.policy.source
@@ -513,14 +507,11 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
             degraded.append("without a mount namespace the policy file stays writable: the command can rewrite "
                             "the rules of the next run of the same command line (keep it outside the write "
                             "roots): " + ", ".join(policy_files))
-    # under the tier a deny inside read-only grants is hidden by a mount instead of split around
-    masked = _maskable(grants, denies, literal, job.ctx.tmp) if protected_by_mount else []
     split_dirs: list[str] = []
     # a cage that may be kept: each split directory's stat and names as the rules were decided from
     # them (`fingerprint_build.take` keeps those, taking none of its own)
     listed = {} if job.reusable else None
-    rules = landlock.drop_subsumed(landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects, listed,
-                                                       [path for path, _ in masked]))
+    rules = landlock.drop_subsumed(landlock.plan_rules(grants, denies, warnings.append, split_dirs, protects, listed))
     # a glob's matches are kept (a fingerprint) only where the directories it looked into prove them
     glob_state = () if not globs else None if watch is None else watch.state(globs)
 
@@ -536,7 +527,6 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
     enforced = {
         "fs_rules": [[path, list(names[rights])] for path, rights in rules],
         "fs_denied": denies,
-        "fs_masked": [path for path, _ in masked],
         "fs_protected": list(job.protected) if protected_by_mount else list(protects),
         "fs_protected_by": protected_by,
     }
@@ -552,54 +542,12 @@ def compile_landlock_fs(job, cache=None, protected_by_mount=False) -> Compiled:
         protected_args=protected_args(job),
         split_dirs=split_dirs if listed is None else [(path, listed.get(path)) for path in split_dirs],
         globs=glob_state, reusable=glob_state is not None, mount_roots=mount_roots,
-        denied_in_write_roots=denied_in_write_roots, masked=masked)
+        denied_in_write_roots=denied_in_write_roots)
 
 
 # Denied paths inside write roots bound read-only per run (namespaces.plan_mounts' `denied`):
 # four steps and a mount each, in every run.
 MAX_DENIED_BINDS = 64
-# Denied paths hidden by a mount per run instead of split around (`_maskable`, ADR 0029): past
-# this many the rest are split as without the tier (a mount each costs ≈ 10 µs of kernel per run).
-MAX_MASKS = 32
-
-
-def _maskable(grants: dict, denies, literal, tmp) -> list:
-    """[(path, is_dir)] of the denies the namespace tier hides under a mount of its own in every
-    run (`namespaces.plan_masks`, ADR 0029) instead of Landlock granting every sibling on the way
-    down to them — `/etc` split around the `system` preset's secrets was ≈ 150 rules, each
-    ≈ 3.5 µs of kernel per run; 7 masks cost ≈ 70-100 µs (docs/performance.md, "Session 14 —
-    etc14"). Only where the mount changes nothing else: a literal deny (not a glob's match: those
-    may be thousands), a directory or regular file, strictly inside a grant, with no grant at or
-    beneath it, and every grant holding it read-only — the read-only tree the tier copies from the
-    host, never a write root (attached per run, and metadata binds there already), /dev, /proc
-    (the tier's own) or {tmp}. The rest are split as before."""
-    import stat as stat_
-
-    from sandboy.confine.namespaces import PRIVATE_TREES
-    from sandboy.policy.resolve import is_within_any
-
-    writing = landlock.WRITE & ~landlock.READ
-    candidates = [path for path in denies if path in literal and path != "/" and not is_within_any(path, PRIVATE_TREES)
-                  and not (tmp and is_within(path, tmp))]
-    # the grants at, above or beneath each (a gate's step policies: thousands of each; not every pair)
-    near = landlock._near(candidates, grants)
-    masked = []
-    for path in candidates:
-        if len(masked) == MAX_MASKS:
-            break
-        found = near.get(path, grants)
-        holders = [grants[grant] for grant in found if grant != path and is_within(path, grant)]
-        if not holders or any(rights & writing for rights in holders):
-            continue
-        if any(is_within(grant, path) for grant in found):
-            continue  # a grant at or beneath it (dropped by the split, deny wins): split as before
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            continue
-        if stat_.S_ISDIR(mode) or stat_.S_ISREG(mode):
-            masked.append((path, stat_.S_ISDIR(mode)))
-    return masked
 
 
 def tcp_ports_handled(net, abi: int) -> bool:
