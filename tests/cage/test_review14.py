@@ -8,6 +8,11 @@ name the hole (they start to pass — and so fail — once it is closed: then dr
   managers write) left the new file unmasked in the cage, readable through the grant's one rule.
   The masks were reverted (the split is back under the tier): the tier test is a guard now, and
   fails again if a path-based hiding comes back.
+- The cache's seal key (cachekey14, cache_seal): held. Beside the keyring calls (refused by every
+  filter: test_redteam_cage14), the key lives in the memory of the process that read the cache —
+  a `sandboy.run()` caller, a gate — whose child the command is: its memory is out of reach
+  (`/proc/<pid>/mem`, process_vm_readv: Landlock's ptrace scope without the tier, the PID
+  namespace with it; this host has no Yama to do it instead).
 """
 
 import os
@@ -100,3 +105,87 @@ def test_under_the_tier_a_secret_rewritten_during_the_run_stays_unreadable(tmp_p
     rc, out, err = _run_while_the_host_rewrites(tmp_path, rewrite, tier=True)
     assert (rc, out) == (0, "TWIN\nend\n"), (out, err)
     assert "SECRET" not in err
+
+
+# In the cage: every readable byte of the memory of each pid named (the API caller) and its parent
+# that /proc/<pid>/mem gives, into a file of the write root; process_vm_readv of each; and its
+# own memory's first region (the twin: the same reader works where it may).
+DUMP_MEMORY = r"""import ctypes, errno, os, sys
+out, pids = sys.argv[1], [int(p) for p in sys.argv[2:]] + [os.getppid()]
+libc = ctypes.CDLL(None, use_errno=True)
+
+def dump(pid, sink, budget=256 << 20, first_only=False):
+    try:
+        maps, mem = open(f"/proc/{pid}/maps"), open(f"/proc/{pid}/mem", "rb", 0)
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    got = 0
+    with maps, mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            start, end = (int(x, 16) for x in span.split("-"))
+            if "r" not in perms or got + end - start > budget:
+                continue
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue
+            sink.write(data)
+            got += len(data)
+            if first_only and got:
+                break
+    return f"read {got}"
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+buf = ctypes.create_string_buffer(4096)
+with open(out, "wb") as sink:
+    for pid in pids:
+        print(pid, "mem", dump(pid, sink))
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                head = int(maps.readline().split("-")[0], 16)
+        except (OSError, ValueError):
+            head = 0x400000  # (where a non-PIE program starts: the call is refused before it looks)
+        local, remote = Iovec(ctypes.addressof(buf), 4096), Iovec(head, 4096)
+        n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        print(pid, "vm_readv", n if n >= 0 else errno.errorcode.get(ctypes.get_errno(), "?"))
+        if n > 0:
+            sink.write(buf.raw[:n])
+with open(out + ".self", "wb") as sink:
+    print("self mem", dump("self", sink, first_only=True))
+"""
+
+
+@pytest.mark.parametrize("tier", [pytest.param("1", id="tier"), pytest.param("0", id="forced-off")])
+def test_the_seal_key_in_the_api_callers_memory_is_out_of_the_commands_reach(tmp_path, monkeypatch, tier):
+    """`sandboy.run()`'s caller has read the cache, so the seal key is in its memory, and the
+    command is its child (same uid; without the tier, no PID namespace between them). The command
+    reads what /proc/<pid>/mem and process_vm_readv give of its parent and of the caller: nothing
+    (host side: the key's bytes are not in what it wrote). Twin: it reads its own memory."""
+    import sandboy
+    from sandboy import cache_seal
+    from sandboy.policy.model import FsRules, Policy
+
+    key = cache_seal.secret()
+    if key is None:
+        pytest.skip("no user keyring here: the cache is off, there is no key to read")
+    if tier == "1" and not namespaces.availability()[0]:
+        pytest.skip(f"no namespace tier here: {namespaces.availability()[1]}")
+    monkeypatch.setenv("SANDBOY_NAMESPACES", tier)
+    script = tmp_path / "dump.py"
+    script.write_text(DUMP_MEMORY)
+    dump, printed = tmp_path / "dump", tmp_path / "printed"
+    policy = Policy(fs=FsRules(read=("/usr", "/lib", "/lib64", "/etc", "/bin", "/proc", str(script)),
+                               exec=("/usr/bin", "/bin"), write=(str(tmp_path),)))
+    with open(printed, "w") as fh:
+        result = sandboy.run(["/usr/bin/python3", str(script), str(dump), str(os.getpid())], policy,
+                             cwd=str(tmp_path), stdout=fh.fileno())
+    answers = printed.read_text()
+    assert result.returncode == 0, (result.error, answers)
+    assert key not in dump.read_bytes(), ("the command read the seal key from the caller's memory", answers)
+    assert f"{os.getpid()} mem read" not in answers and "vm_readv -1" not in answers, answers
+    assert "vm_readv EPERM" in answers or "vm_readv ESRCH" in answers, answers
+    assert "self mem read" in answers and dump.with_suffix(".self").stat().st_size > 0, answers  # the twin
