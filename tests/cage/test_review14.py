@@ -189,3 +189,69 @@ def test_the_seal_key_in_the_api_callers_memory_is_out_of_the_commands_reach(tmp
     assert f"{os.getpid()} mem read" not in answers and "vm_readv -1" not in answers, answers
     assert "vm_readv EPERM" in answers or "vm_readv ESRCH" in answers, answers
     assert "self mem read" in answers and dump.with_suffix(".self").stat().st_size > 0, answers  # the twin
+
+
+# In a live run's cage (no tier, {tmp} a host directory): every way the command has to let go
+# of its maker's lock — its own open of {tmp} unlocked, and each fd of its parent and
+# grandparent taken by pidfd_getfd and unlocked — then the file the host looks for.
+DROP_THE_LOCK = r"""import ctypes, errno, fcntl, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+tried = []
+fd = os.open(os.environ["TMPDIR"], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_UN)  # (another open file description: not the maker's lock)
+pids = [os.getppid()]
+try:
+    pids.append(int(open(f"/proc/{pids[0]}/stat").read().rsplit(")", 1)[1].split()[1]))
+except (OSError, ValueError, IndexError):
+    pass
+for pid in pids:
+    pidfd = libc.syscall(434, pid, 0)  # pidfd_open
+    if pidfd < 0:
+        tried.append(f"pidfd_open {errno.errorcode.get(ctypes.get_errno())}")
+        continue
+    for n in range(3, 256):
+        got = libc.syscall(438, pidfd, n, 0)  # pidfd_getfd
+        if got >= 0:
+            fcntl.flock(got, fcntl.LOCK_UN)
+            tried.append(f"unlocked {pid}:{n}")
+        elif ctypes.get_errno() != errno.EBADF:
+            tried.append(f"pidfd_getfd {errno.errorcode.get(ctypes.get_errno())}")
+            break
+print(" ".join(tried) or "nothing", file=sys.stderr)
+open(os.path.join(os.environ["TMPDIR"], "file"), "w").write("mine\n")
+open(os.path.join(os.environ["TMPDIR"], "ready"), "w").close()
+while not os.path.exists(sys.argv[1]):
+    os.system("sleep 0.05")
+print(open(os.path.join(os.environ["TMPDIR"], "file")).read(), end="")
+"""
+
+
+def test_a_live_runs_tmp_stays_when_its_command_tries_to_drop_the_makers_lock(tmp_path):
+    """run_tmp tells a dead maker by its lock being free. The command of a live run (no tier:
+    `{tmp}` is a host directory, the maker and the command the same uid) unlocks whatever it can
+    reach — its own open of `{tmp}` (another open file description: no effect) and every fd of
+    its parent and grandparent by pidfd_getfd (refused: Landlock's ptrace scope) — and another run
+    then sweeps the place: the live run's directory and file stay (host side: same inode, the
+    bytes), and the command reads its file at the end. Twin: without the lock's holder the
+    same sweep takes such a directory (test_run_tmp_sweep's dead makers)."""
+    from test_run_tmp_sweep import _made, _one_more_run, _ours, _start, _wait_for
+
+    tmpdir = tmp_path / "T"
+    tmpdir.mkdir()
+    go = tmp_path / "go"
+    proc = _start(tmp_path, tmpdir, '/usr/bin/python3 -c "$1" "$2"', DROP_THE_LOCK, str(go))
+    try:
+        live = _made(tmpdir, proc)
+        _wait_for(tmpdir / live / "ready", proc)
+        st = os.lstat(tmpdir / live)
+        _one_more_run(tmp_path, tmpdir)  # its make sweeps the place the live run's {tmp} is in
+        assert _ours(tmpdir) == [live]
+        assert os.lstat(tmpdir / live).st_ino == st.st_ino and (tmpdir / live / "file").read_text() == "mine\n"
+        go.write_text("")
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out) == (0, "mine\n"), err
+        assert "unlocked" not in err, err
+    finally:
+        go.write_text("")
+        if proc.poll() is None:
+            proc.kill()
