@@ -183,3 +183,29 @@ def test_as_an_ordinary_user_an_unsealed_plan_without_landlock_is_not_run(secret
         entry.write_bytes(forged)  # (same inode: still uid 65534's, 0600)
         assert run() == "refused\n", "the forged plan without Landlock was run"
         assert entry.read_bytes() != forged and entry.stat().st_uid == userkit.NOBODY  # its own, sealed again
+
+
+def test_without_the_keyring_doctor_says_the_cache_is_off(tmp_path, secret):
+    """Where keyctl is refused (Docker's default seccomp; here: inside a Sandboy cage, whose filter
+    refuses it) there is no secret: `sandboy doctor` says the cache is off and names no plan cache
+    directory (`cache_seal.seal`/`unseal` then write and read nothing: tests/test_cache_seal.py).
+    Twin: the same doctor outside the cage says sealed, with the plans' directory."""
+    import json
+
+    install = os.path.realpath(os.path.dirname(os.path.dirname(sys.executable)))  # (the venv)
+    interpreter = os.path.dirname(os.path.realpath(sys.executable))
+    source = str(Path(cache_seal.__file__).resolve().parents[1])
+    outer = tmp_path / "outer.toml"
+    reads = ", ".join(f'"{p}"' for p in ("/usr", "/lib", "/lib64", "/etc", "/proc", install, interpreter,
+                                         os.path.dirname(interpreter), source))
+    outer.write_text(f'version = 1\n[fs]\nread = [{reads}]\n'
+                     f'exec = ["/usr/bin", "/bin", "{os.path.dirname(SANDBOY)}", "{interpreter}"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOY_")}
+    env.update(SANDBOY_NAMESPACES="0", SANDBOY_CACHE_DIR=str(tmp_path / "cache"))
+    caged = subprocess.run([SANDBOY, "run", "--policy", str(outer), "--", SANDBOY, "doctor", "--json"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=120)
+    report = json.loads(caged.stdout)
+    assert report["cache"].startswith("off:") and report["plan_cache"] is None, report
+    plain = json.loads(subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True, env=env,
+                                      cwd=tmp_path, timeout=120).stdout)
+    assert plain["cache"].startswith("sealed") and plain["plan_cache"] == str(tmp_path / "cache" / "plans"), plain
