@@ -230,28 +230,15 @@ def test_a_live_runs_tmp_stays_when_its_command_tries_to_drop_the_makers_lock(tm
     """run_tmp tells a dead maker by its lock being free. The command of a live run (no tier:
     `{tmp}` is a host directory, the maker and the command the same uid) unlocks whatever it can
     reach — its own open of `{tmp}` (another open file description: no effect) and every fd of
-    its parent and grandparent by pidfd_getfd (refused: Landlock's ptrace scope) — and another run
+    its parent (and grandparent, where /proc shows it) by pidfd_getfd (refused) — and another run
     then sweeps the place: the live run's directory and file stay (host side: same inode, the
     bytes), and the command reads its file at the end. Twin: without the lock's holder the
     same sweep takes such a directory (test_run_tmp_sweep's dead makers)."""
-    from test_run_tmp_sweep import _made, _one_more_run, _ours, _start, _wait_for
+    from test_run_tmp_sweep import _start, outlives_a_sweep
 
     tmpdir = tmp_path / "T"
     tmpdir.mkdir()
     go = tmp_path / "go"
     proc = _start(tmp_path, tmpdir, '/usr/bin/python3 -c "$1" "$2"', DROP_THE_LOCK, str(go))
-    try:
-        live = _made(tmpdir, proc)
-        _wait_for(tmpdir / live / "ready", proc)
-        st = os.lstat(tmpdir / live)
-        _one_more_run(tmp_path, tmpdir)  # its make sweeps the place the live run's {tmp} is in
-        assert _ours(tmpdir) == [live]
-        assert os.lstat(tmpdir / live).st_ino == st.st_ino and (tmpdir / live / "file").read_text() == "mine\n"
-        go.write_text("")
-        out, err = proc.communicate(timeout=60)
-        assert (proc.returncode, out) == (0, "mine\n"), err
-        assert "unlocked" not in err, err
-    finally:
-        go.write_text("")
-        if proc.poll() is None:
-            proc.kill()
+    out, err = outlives_a_sweep(tmp_path, tmpdir, proc, go)
+    assert out == "mine\n" and "unlocked" not in err, (out, err)

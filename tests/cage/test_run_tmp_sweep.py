@@ -125,7 +125,15 @@ def test_a_live_concurrent_runs_tmp_is_untouched(tmp_path):
     go = tmp_path / "go"
     script = ('echo mine > "$TMPDIR/file" && touch "$TMPDIR/ready"; '
               'for i in $(seq 600); do [ -e "$1" ] && break; sleep 0.1; done; cat "$TMPDIR/file"')
-    proc = _start(tmp_path, tmpdir, script, str(go))
+    out, err = outlives_a_sweep(tmp_path, tmpdir, _start(tmp_path, tmpdir, script, str(go)), go)
+    assert out == "mine\n", (out, err)
+    assert _ours(tmpdir) == []  # (its own run removed it)
+
+
+def outlives_a_sweep(tmp_path, tmpdir, proc, go) -> tuple:
+    """The live run `proc` — its {tmp} in `tmpdir` holding `file` ("mine") and `ready`, then
+    waiting for `go` — while another run sweeps that place: its directory and file stay (host
+    side: same inode, the bytes). Then let go: its (stdout, stderr), its exit asserted 0."""
     try:
         live = _made(tmpdir, proc)
         _wait_for(tmpdir / live / "ready", proc)
@@ -135,8 +143,8 @@ def test_a_live_concurrent_runs_tmp_is_untouched(tmp_path):
         assert os.lstat(tmpdir / live).st_ino == st.st_ino and (tmpdir / live / "file").read_text() == "mine\n"
         go.write_text("")
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0 and out == "mine\n", (out, err)
-        assert _ours(tmpdir) == []  # (its own run removed it)
+        assert proc.returncode == 0, (out, err)
+        return out, err
     finally:
         go.write_text("")
         if proc.poll() is None:
