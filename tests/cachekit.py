@@ -77,7 +77,7 @@ def new_entries_naming(markers: list[bytes]) -> list[str]:
     return found
 
 
-# --- a cache file's seal (ADR 0029): what tests that forge entries write ------------------------
+# --- a cache file's seal (ADR 0030): what tests that forge entries write ------------------------
 # Every cache file is `tag || body` (`cache_seal`). A test that forges an entry's CONTENT to probe a
 # check behind the seal (the key, the owner, the executor) writes it sealed, as one holding this
 # user's key would; an unsealed forgery is a miss by the seal alone (tests/cage/test_cache_seal_kernel.py).

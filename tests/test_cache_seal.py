@@ -1,4 +1,4 @@
-"""The cache's seal (ADR 0029, `sandboy.cache_seal`): the C BLAKE2b against hashlib's and the Python
+"""The cache's seal (ADR 0030, `sandboy.cache_seal`): the C BLAKE2b against hashlib's and the Python
 stand-in on many inputs, a seal bound to its file's name, and no secret meaning no cache at all."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The seal on every file of Sandboy's cache (ADR 0029): a keyed MAC under a per-user secret that
+"""The seal on every file of Sandboy's cache (ADR 0030): a keyed MAC under a per-user secret that
 no checkout and no cage can have written or can read.
 
 Owner and mode (`_libc.read_private`) tell nothing of who wrote a file: a git checkout writes
@@ -27,7 +27,7 @@ TAG_BYTES = 32
 FORMAT = b"sandboy cache seal 1\0"
 # Possessor: view and search; this uid: view, read and search. Not the possessor's read alone: a
 # session keyring that does not link @u (systemd's KeyringMode=private, `keyctl new_session`) would
-# then leave Sandboy without its key (measured: docs/adr/0029).
+# then leave Sandboy without its key (measured: docs/adr/0030).
 KEY_PERM = 0x090B0000
 _SECRET: list = []  # [bytes or None]: asked once a process
 
@@ -74,5 +74,5 @@ def status() -> str:
     """One line for `sandboy doctor` / `--status-json`: whether the cache is used, and why not."""
     if secret() is None:
         return ("off: the kernel's user keyring cannot be used here (keyctl refused or unsupported), "
-                "so no cache file can be trusted — every run is built (ADR 0029)")
-    return "sealed with this user's key in the kernel's user keyring (ADR 0029)"
+                "so no cache file can be trusted — every run is built (ADR 0030)")
+    return "sealed with this user's key in the kernel's user keyring (ADR 0030)"

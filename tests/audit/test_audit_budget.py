@@ -217,7 +217,7 @@ def looping_passthrough(hostile, tmp_path, monkeypatch) -> None:
     shutil.copyfile(hostile, component_path(ADAPTERS["passthrough"]))
     from sandboy.audit.build import seal_component
 
-    seal_component(component_path(ADAPTERS["passthrough"]))  # (vouched for, as a build of ours would be: ADR 0029)
+    seal_component(component_path(ADAPTERS["passthrough"]))  # (vouched for, as a build of ours would be: ADR 0030)
 
 
 def _spinning_repo(tmp_path: Path) -> Path:

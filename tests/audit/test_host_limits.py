@@ -171,7 +171,7 @@ def test_a_tampered_cache_entry_is_not_run(tmp_path):
 
 
 def test_a_cwasm_of_our_own_that_sandboy_did_not_seal_is_never_deserialized(tmp_path):
-    """Owner and mode are not enough (ADR 0029): a `.cwasm` a checkout shipped in a cache kept in
+    """Owner and mode are not enough (ADR 0030): a `.cwasm` a checkout shipped in a cache kept in
     the working copy is the operator's, 0644 — here the compiled code with int3 over its middle,
     0600, the seal gone. It is recompiled, never run (the trap would end the run 133); from the
     host side the file was replaced by a sealed one. Twin: the sealed file is taken (same inode)."""

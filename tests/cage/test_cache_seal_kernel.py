@@ -1,4 +1,4 @@
-"""The cache's seal on the real kernel (ADR 0029): where the secret lives (the user keyring), that no
+"""The cache's seal on the real kernel (ADR 0030): where the secret lives (the user keyring), that no
 cage reaches it, and the checkout-shipped cache of redcage13 as the ordinary user uid 65534 —
 checked from the host side (files' inodes, a directory outside every grant, /proc/keys).
 

@@ -112,7 +112,7 @@ def check_denylist_entry(cage, name: str) -> None:
     assert answer(cage.run(*args)) == "EPERM", name
     from sandboy.policy import load
 
-    if name in load.KEYRING_CALLS:  # never allowed: the keyring holds the cache's seal key (ADR 0029)
+    if name in load.KEYRING_CALLS:  # never allowed: the keyring holds the cache's seal key (ADR 0030)
         from sandboy.policy.model import Policy
 
         with pytest.raises(load.PolicyError, match="cannot be allowed"):
@@ -508,7 +508,7 @@ def test_as_nobody_denylist(nobody):
 
     for name, (args, caged, _) in DENYLIST.items():
         assert answer(nobody.run(*args)) == "EPERM", name
-        if name in load.KEYRING_CALLS:  # never allowed (ADR 0029): `check_denylist_entry` probes the refusal
+        if name in load.KEYRING_CALLS:  # never allowed (ADR 0030): `check_denylist_entry` probes the refusal
             continue
         assert answer(nobody.run(*args, policy=nobody.policy(seccomp={"allow": [name]}))) == caged, name
 

@@ -662,7 +662,7 @@ def test_more_write_roots_than_the_tier_has_slots_is_a_cage_error_not_a_tracebac
 def test_the_known_good_note_counts_only_for_this_boot_and_kernel(tmp_path, monkeypatch):
     """The note that spares `sandboy run` a probe child (namespaces._known_good) is trusted only
     when it was written since this boot began (the time sealed in it against CLOCK_REALTIME -
-    CLOCK_BOOTTIME), names this kernel's release and is sealed by this user's key (ADR 0029);
+    CLOCK_BOOTTIME), names this kernel's release and is sealed by this user's key (ADR 0030);
     anything else means a probe."""
     from cachekit import unsealed, write_sealed
 

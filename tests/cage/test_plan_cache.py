@@ -335,7 +335,7 @@ def test_a_damaged_entry_is_a_miss_and_the_run_is_confined(runner, damage):
         from cachekit import unsealed, write_sealed
 
         write_sealed(entry, marshal.dumps(("another format", *marshal.loads(unsealed(entry))[1:])))
-    elif damage == "unsealed, no Landlock":  # ours, 0600, the key matching: what a checkout could ship (ADR 0029)
+    elif damage == "unsealed, no Landlock":  # ours, 0600, the key matching: what a checkout could ship (ADR 0030)
         from cachekit import unsealed
 
         forge_without_landlock(entry)

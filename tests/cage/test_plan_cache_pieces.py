@@ -240,7 +240,7 @@ def test_a_damaged_or_foreign_piece_is_built_anew(runs, damage):
             if os.geteuid() != 0:
                 pytest.skip("giving a file away needs root")
             os.chown(piece, 65534, 65534)
-        elif damage == "ours, without a seal":  # what a checkout ships in a cache kept in the working copy (ADR 0029)
+        elif damage == "ours, without a seal":  # what a checkout ships in a cache kept in the working copy (ADR 0030)
             from cachekit import unsealed
 
             piece.write_bytes(unsealed(piece))

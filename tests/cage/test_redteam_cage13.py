@@ -10,7 +10,7 @@ What got through, each with its probe here (host side, a legitimate twin in the 
   review of session 12 kept working; `XDG_CACHE_HOME` or `HOME` in a CI workspace alike), a
   repository that ships `.cache/policies/<name>.marshal` — the policy's own bytes with another
   table — is run under the table it chose: here write on a directory outside every grant.
-  Fixed in session 14 (cachekey14, ADR 0029): every cache file is sealed with a keyed MAC under a
+  Fixed in session 14 (cachekey14, ADR 0030): every cache file is sealed with a keyed MAC under a
   per-user secret in the kernel's user keyring, which no checkout and no cage can have.
 
 - Exec mode under the tier without a git check started the namespace's init with no death

@@ -349,7 +349,7 @@ print("io_setup:", libc.syscall(206, 1, ctypes.byref(ctypes.c_ulong(0))))
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_a_policy_built_in_code_cannot_allow_the_keyring(tmp_path, monkeypatch, tier):
-    """`policy.load` refuses `seccomp.allow = ["keyctl"]` (cachekey14, ADR 0029); a `Policy` built
+    """`policy.load` refuses `seccomp.allow = ["keyctl"]` (cachekey14, ADR 0030); a `Policy` built
     in code never passes through it, and its command read the seal key by the serial /proc/keys
     shows. The filter keeps the keyring calls denied whatever `allow` says. Twin: another call the
     same policy allows (`io_setup`) is still lifted."""

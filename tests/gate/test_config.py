@@ -301,7 +301,7 @@ def test_a_gate_file_is_parsed_once_then_read_from_the_policy_cache_and_validate
     assert set(os.listdir(cache / "policies")) == entries
     gate_file.write_text(OK_STEP.replace('"a"', '"edited"'))  # edited: parsed afresh
     assert [s.name for s in config.load(repo).steps] == ["edited"]
-    # a tampered entry for these very bytes, sealed with this user's key (ADR 0029: an unsealed one
+    # a tampered entry for these very bytes, sealed with this user's key (ADR 0030: an unsealed one
     # is never read), is validated like the file itself
     from cachekit import write_sealed
 

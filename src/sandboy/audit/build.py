@@ -130,7 +130,7 @@ def record(kind: str, seconds: float) -> None:
 
 
 # A component of the cache is taken only where the sealed note beside it (`<name>.wasm.sum`, written
-# and read as every cache file: `cache_files.write_file`, `_libc.read_private`, ADR 0029) holds its
+# and read as every cache file: `cache_files.write_file`, `_libc.read_private`, ADR 0030) holds its
 # SHA-256: a `.wasm` a checkout shipped in a cache kept in the working copy is built anew, never run
 # (it chose the audit's findings: redcage13).
 def _component_sum(target: Path) -> bytes | None:

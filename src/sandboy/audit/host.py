@@ -234,7 +234,7 @@ def load(path: Path, progress: Callable[[str], None] | None = None) -> Loaded:
     eng = engine()
     component = None
     # Native code wasmtime runs in this process without checking it: only bytes sealed by this
-    # user's key under this very name (`_libc.read_private`, ADR 0029) — owner and mode alone a
+    # user's key under this very name (`_libc.read_private`, ADR 0030) — owner and mode alone a
     # checkout's files have (a cache in the working copy shipped a `.cwasm`: redcage13)
     # (by its real path: the suite shares `cwasm/` by a symlink, which read_private's directory open
     # does not follow; the seal, not the way there, is what is trusted)

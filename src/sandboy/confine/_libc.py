@@ -324,7 +324,7 @@ if _native is not None:
     fork_exec = _native.fork_exec
     wait_forwarding = _native.wait_forwarding
     add_path_rules = _native.add_path_rules  # (ruleset._add_path_rules: the Python loop without it)
-    mac = _native.mac            # the cache's seal (ADR 0029: `cache_seal`)
+    mac = _native.mac            # the cache's seal (ADR 0030: `cache_seal`)
     user_key = _native.user_key
 
     def pointer_to(data: bytes):

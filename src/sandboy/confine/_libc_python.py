@@ -390,7 +390,7 @@ def fork_exec(plan, paths, argv, envp, errpipe: int, clone_flags: int = 0) -> in
         os._exit(code)
 
 
-# --- the cache's seal (ADR 0029): what `_native_mac.c` does, for SANDBOY_NATIVE=0 or no build ---
+# --- the cache's seal (ADR 0030): what `_native_mac.c` does, for SANDBOY_NATIVE=0 or no build ---
 # (`_blake2` is imported here, on first use: ≈ 0.2 ms, which is why the C executor's extension
 # carries its own BLAKE2b; tests/test_cache_seal.py holds the two to the same bytes)
 

@@ -1118,7 +1118,7 @@ static struct PyModuleDef module = {
 #endif
 
 int sandboy_walk_add(PyObject *module);  /* _native_walk.c: the git check's walk (ADR 0019 session 13) */
-int sandboy_mac_add(PyObject *module);   /* _native_mac.c: the cache's seal (ADR 0029) */
+int sandboy_mac_add(PyObject *module);   /* _native_mac.c: the cache's seal (ADR 0030) */
 
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);

@@ -1,4 +1,4 @@
-/* The cache's seal (ADR 0029): keyed BLAKE2b-256 and the per-user secret in the kernel's user
+/* The cache's seal (ADR 0030): keyed BLAKE2b-256 and the per-user secret in the kernel's user
  * keyring, for `sandboy.cache_seal`.
  *
  * Why in C: every plan cache hit checks the seal of the files it reads (its entry, the namespace

@@ -189,7 +189,7 @@ def check() -> dict:
         "bytecode_bundle": bundle,
         # ADR 0028: where `sandboy run` keeps compiled plans, or None where it keeps none
         "plan_cache": plan_cache.directory() if plan_cache.enabled() and sealed else None,
-        # ADR 0029: whether Sandboy's cache is used at all (its files sealed with this user's key)
+        # ADR 0030: whether Sandboy's cache is used at all (its files sealed with this user's key)
         "cache": cache_seal.status(),
         "notes": notes,
     }

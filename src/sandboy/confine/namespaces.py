@@ -981,7 +981,7 @@ def _known_good() -> bool:
     # only a note sealed by this user's key under its very name (`_libc.read_private`, as the plan
     # cache reads its entries): one another user put in a cache directory of theirs skipped the
     # probe and its static refusals (session 11), and so did one a checkout shipped in a cache
-    # kept in the working copy (owner and mode alone: session 14, ADR 0029). Its time is in the
+    # kept in the working copy (owner and mode alone: session 14, ADR 0030). Its time is in the
     # sealed body (`note_body`), not the file's mtime, which whoever can touch the file sets.
     from sandboy.confine._libc import read_private
 

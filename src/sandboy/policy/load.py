@@ -227,7 +227,7 @@ def _ipc(src, value) -> dict:
 
 
 # The kernel's key calls stay refused in every cage, whatever a policy says: Sandboy's cache is
-# sealed with a secret in this user's keyring (ADR 0029), which a command allowed keyctl could
+# sealed with a secret in this user's keyring (ADR 0030), which a command allowed keyctl could
 # read — by its serial number even from a user namespace of its own (measured) — and then forge
 # any cache file a later run trusts.
 KEYRING_CALLS = ("add_key", "keyctl", "request_key")
@@ -239,7 +239,7 @@ def _seccomp(src, value) -> dict:
     for name in out.get("allow", ()):
         if name in KEYRING_CALLS:
             raise PolicyError(src, "seccomp.allow", f"{name} cannot be allowed: the kernel's keyring holds the key "
-                              "that seals Sandboy's cache (docs/adr/0029); remove it from seccomp.allow")
+                              "that seals Sandboy's cache (docs/adr/0030); remove it from seccomp.allow")
     return out
 
 
@@ -420,7 +420,7 @@ def _cache_get(path: str, raw: bytes):
 
     # marshal is not safe against hostile data, and a table of another's choosing widens the policy
     # whatever the validation says of it: only an entry sealed by this user's key for this very
-    # name (`read_private`: owner and mode alone a checkout's files have — redcage13, ADR 0029)
+    # name (`read_private`: owner and mode alone a checkout's files have — redcage13, ADR 0030)
     blob = read_private(_cache_path(path), 4 * MAX_POLICY_BYTES)
     if blob is None:
         return None
