@@ -12,7 +12,8 @@
     plan_pieces.py  parts of a build kept apart from the plans (the seccomp program...)
     env_reads.py which environment variables a run reads: the plan cache's environment key
     cache_files.py  files written into Sandboy's own cache directory, placed where no other user
-                 can choose
+                 can choose, and sealed (`sandboy.cache_seal`: a keyed MAC under this user's key
+                 in the kernel's user keyring, ADR 0030; `_native_mac.c` its BLAKE2b in C)
     landlock.py  filesystem, TCP-port and scope rules (Landlock ABI 1..7), deny splitting
     ruleset.py   the Landlock ruleset fd, made and filled in the parent, and the kernel's numbers
     deny_globs.py  `fs.deny` globs matched at launch, within a budget (only for a policy with one)
