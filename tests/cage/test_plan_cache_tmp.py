@@ -129,10 +129,13 @@ def test_concurrent_hits_never_see_each_others_tmp(runner, tmp_path):
     mount point. Host side while both wait: each one's `{tmp}` (through /proc/PID/root) holds its
     own file only, the host's directory neither; then each lists only its own."""
     w = tmp_path / "w"
-    w.mkdir()
+    (w / "sig").mkdir(parents=True)
+    # The runs signal through w/sig, not w itself: a file made in the write root changes its
+    # listing, which a hit rightly checks — run 1's signal made run 2 a build about 1 time in 3.
     runner.write_policy(more=f'write = ["{{tmp}}", "{w}"]\n')
     time.sleep(0.15)  # (the write root was just made: its stats must be settled for an entry)
     runner.kept("/bin/true")
+    w = w / "sig"
     procs = []
     try:
         for n in (1, 2):
