@@ -71,18 +71,25 @@ echo planted
 """
 
 
-def _leaf_run(where: Path, chmod: str, tier: str, native: str) -> tuple:
-    """`sandboy run` as uid 65534 in a repository of its own (write = cwd) planting LEAF_PLANT,
-    then root's git in `sub` (safe.directory = *). (run, whether root's git ran the plant)."""
+def _nobody_repository(where: Path, native: str, **more_env) -> tuple:
+    """A git repository `where/project` and a policy `where/p.toml` (system read, write = cwd),
+    both uid 65534's; the environment its `sandboy run` gets. (project, env)"""
     project = where / "project"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     (where / "p.toml").write_text(f'version = 1\n[fs]\n{SYSTEM}write = ["{{cwd}}"]\n')
     for path in (where / "p.toml", project, *project.rglob("*")):
         os.lchown(path, userkit.NOBODY, userkit.NOBODY)
-    marker = where / "ran"
     env = {"PYTHONPATH": _sandboy_src(), "PATH": "/usr/bin:/bin", "HOME": str(where),
-           "SANDBOY_CACHE_DIR": str(where / "cache"), "SANDBOY_NAMESPACES": tier, "SANDBOY_NATIVE": native}
+           "SANDBOY_CACHE_DIR": str(where / "cache"), "SANDBOY_NATIVE": native, **more_env}
+    return project, env
+
+
+def _leaf_run(where: Path, chmod: str, tier: str, native: str) -> tuple:
+    """`sandboy run` as uid 65534 in a repository of its own (write = cwd) planting LEAF_PLANT,
+    then root's git in `sub` (safe.directory = *). (run, whether root's git ran the plant)."""
+    project, env = _nobody_repository(where, native, SANDBOY_NAMESPACES=tier)
+    marker = where / "ran"
     run = subprocess.run(userkit.as_user(["/usr/bin/python3", "-P", "-m", "sandboy", "run", "--policy", str(where / "p.toml"),
                                           "--", "/bin/sh", "-c", LEAF_PLANT.format(marker=marker, chmod=chmod)]),
                          cwd=project, env=env, capture_output=True, text=True, timeout=120)
@@ -123,14 +130,7 @@ def test_twin_private_leaves_of_an_ordinary_build_pass(native):
     """Leaves the command keeps private to itself (0700, searchable by its uid) are ordinary."""
     userkit.skip_unless_nobody_can_run()
     with userkit.world_readable_tmp("redcage14-") as where:
-        project = where / "project"
-        project.mkdir()
-        subprocess.run(["git", "init", "-q", str(project)], check=True)
-        (where / "p.toml").write_text(f'version = 1\n[fs]\n{SYSTEM}write = ["{{cwd}}"]\n')
-        for path in (where / "p.toml", project, *project.rglob("*")):
-            os.lchown(path, userkit.NOBODY, userkit.NOBODY)
-        env = {"PYTHONPATH": _sandboy_src(), "PATH": "/usr/bin:/bin", "HOME": str(where),
-               "SANDBOY_CACHE_DIR": str(where / "cache"), "SANDBOY_NATIVE": native}
+        project, env = _nobody_repository(where, native)
         run = subprocess.run(userkit.as_user(["/usr/bin/python3", "-P", "-m", "sandboy", "run", "--policy",
                                               str(where / "p.toml"), "--", "/bin/sh", "-c",
                                               "mkdir -p build/a build/b && echo x > build/a/o && chmod 0700 build/a build/b"]),
