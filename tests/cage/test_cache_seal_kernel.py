@@ -206,6 +206,9 @@ def test_without_the_keyring_doctor_says_the_cache_is_off(tmp_path, secret):
                            capture_output=True, text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=120)
     report = json.loads(caged.stdout)
     assert report["cache"].startswith("off:") and report["plan_cache"] is None, report
+    said = subprocess.run([SANDBOY, "run", "--policy", str(outer), "--", SANDBOY, "doctor"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=120).stdout
+    assert "plan cache (sandboy run): off (the cache is off: no key" in said, said  # (not "no C executor")
     plain = json.loads(subprocess.run([SANDBOY, "doctor", "--json"], capture_output=True, text=True, env=env,
                                       cwd=tmp_path, timeout=120).stdout)
     assert plain["cache"].startswith("sealed") and plain["plan_cache"] == str(tmp_path / "cache" / "plans"), plain

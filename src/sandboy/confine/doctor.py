@@ -215,6 +215,17 @@ def render(result: dict) -> str:
     if "cache" in result:
         lines.append("cache: " + result["cache"])
     if "plan_cache" in result:
-        lines.append("plan cache (sandboy run): " + (result["plan_cache"] or f"off ({'SANDBOY_PLAN_CACHE=0' if os.environ.get('SANDBOY_PLAN_CACHE') == '0' else 'no C executor'})"))
+        lines.append("plan cache (sandboy run): " + (result["plan_cache"] or f"off ({_why_no_plan_cache(result)})"))
     lines.extend(f"note: {n}" for n in result["notes"])
     return "\n".join(lines)
+
+
+def _why_no_plan_cache(result: dict) -> str:
+    """Why `sandboy run` keeps no plans here: asked in the order `doctor()` decides it (without
+    the keyring the cache is off whatever else holds — it used to say "no C executor" there)."""
+    if os.environ.get("SANDBOY_PLAN_CACHE") == "0":
+        return "SANDBOY_PLAN_CACHE=0"
+    if str(result.get("cache", "")).startswith("off"):
+        return "the cache is off: no key to seal it with (the cache: line above)"
+    return "no C executor"
+
