@@ -36,6 +36,14 @@ from cachekit import STATE, new_entries_naming, prepare
 def pytest_configure(config: pytest.Config) -> None:
     if not STATE:
         prepare()
+    # The hang-up tests send SIGHUP to `sandboy run`/`sandboy gate` and expect them to end; under
+    # `nohup` every child inherits SIGHUP ignored, and Sandboy rightly keeps running when told to
+    # ignore hang-ups (8 tests failed so in a nohup'd suite, session 14). The suite's children
+    # start from the default disposition instead.
+    import signal
+
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -325,9 +325,11 @@ def test_load_200_concurrent_connections(tmp_path):
                 results = list(pool.map(client, range(200)))
             assert all(results), results.count(False)
             deadline = time.monotonic() + 10
-            while open_fds() != fds and time.monotonic() < deadline:
+            # only fds the round added count: one the process had before may close meanwhile (the
+            # final CI of session 14 saw a pipe pair of an earlier test's object go mid-round)
+            while open_fds() - fds and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert open_fds() == fds, describe_sockets(open_fds() - fds)
+            assert not open_fds() - fds, describe_sockets(open_fds() - fds)
             rounds.append(_rss_kib() - rss)
         assert rounds[1] < 32 * 1024, rounds  # the second round reuses what the first grew (KiB)
         assert p.stop()["allowed"] == 401

@@ -34,7 +34,8 @@ def _paths(n: int) -> str:
     _paths(2_000),
     "[env]\nset = {" + ", ".join(f'V{i} = "x"' for i in range(2_000)) + "}\n",
     "[net]\ndomains = [" + ", ".join(f'"h{i}.example.com"' for i in range(2_000)) + "]\n",
-    "[env]\nset = { BIG = " + json.dumps("x" * 900_000) + " }\n",  # few entries, much text
+    # few entries, much text (each under execve's 128 KiB per string, which load refuses on its own)
+    "[env]\nset = {" + ", ".join(f"BIG{i} = {json.dumps('x' * 120_000)}" for i in range(8)) + "}\n",
 ], ids=["fs-paths", "env-set", "domains", "one-long-value"])
 def test_many_steps_naming_one_large_policy_are_refused_before_anything_runs(tmp_path, body):
     repo = _gate(tmp_path, 1000, body)
