@@ -110,9 +110,10 @@ def check_denylist_entry(cage, name: str) -> None:
     cage's filter, refused where the kernel would have answered something else."""
     args, caged, privileged = DENYLIST[name]
     assert answer(cage.run(*args)) == "EPERM", name
+    from sandboy.confine import seccomp
     from sandboy.policy import load
 
-    if name in load.KEYRING_CALLS:  # never allowed: the keyring holds the cache's seal key (ADR 0030)
+    if name in seccomp.NEVER_ALLOWED:  # never allowed: the keyring holds the cache's seal key (ADR 0030)
         from sandboy.policy.model import Policy
 
         with pytest.raises(load.PolicyError, match="cannot be allowed"):
@@ -504,11 +505,11 @@ def nobody(probe):
 def test_as_nobody_denylist(nobody):
     """Every entry refused; the entries the kernel itself permits an ordinary user answer with
     the kernel's own result once allowed (the filter is what refuses them)."""
-    from sandboy.policy import load
+    from sandboy.confine import seccomp
 
     for name, (args, caged, _) in DENYLIST.items():
         assert answer(nobody.run(*args)) == "EPERM", name
-        if name in load.KEYRING_CALLS:  # never allowed (ADR 0030): `check_denylist_entry` probes the refusal
+        if name in seccomp.NEVER_ALLOWED:  # never allowed (ADR 0030): `check_denylist_entry` probes the refusal
             continue
         assert answer(nobody.run(*args, policy=nobody.policy(seccomp={"allow": [name]}))) == caged, name
 

@@ -376,11 +376,19 @@ def test_a_policy_built_in_code_cannot_allow_the_keyring(tmp_path, monkeypatch, 
     assert "io_setup: 0" in printed, printed  # the twin: the policy's other allow holds
 
 
-def test_the_loader_and_the_filter_name_the_same_keyring_calls():
+def test_the_loader_refuses_every_call_the_filter_never_allows(tmp_path):
+    """One list (`seccomp.NEVER_ALLOWED`) serves the filter and the loader: a policy file naming
+    any of its calls in `seccomp.allow` is an error naming the key, each the kernel's keyring."""
     from sandboy.confine import seccomp
-    from sandboy.policy import load
+    from sandboy.errors import PolicyError
+    from sandboy.policy.model import Policy
 
-    assert set(load.KEYRING_CALLS) == set(seccomp.NEVER_ALLOWED)
+    assert set(seccomp.NEVER_ALLOWED) == {"add_key", "keyctl", "request_key"}
+    for name in seccomp.NEVER_ALLOWED:
+        (tmp_path / "p.toml").write_text(f'version = 1\n[seccomp]\nallow = ["{name}"]\n')
+        with pytest.raises(PolicyError, match="cannot be allowed") as info:
+            Policy.load(tmp_path / "p.toml", use_cache=False)
+        assert info.value.key == "seccomp.allow", info.value
 
 
 DESTROY = r"""import fcntl, os, sys

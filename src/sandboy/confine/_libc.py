@@ -217,12 +217,10 @@ def read_private(path: str, limit: int):
     symlink, in a directory of ours no one else may write, AND sealed by this user's key for this
     very name (`cache_seal.unseal`: owner and mode alone a checkout's files have) — what every
     reader of the cache asks (its writer: `cache_files.write_file`)."""
-    data = _read_owned(path, limit + 32)  # (cache_seal.TAG_BYTES)
-    if data is None:
-        return None
     from sandboy import cache_seal
 
-    return cache_seal.unseal(path, data)
+    data = _read_owned(path, limit + cache_seal.TAG_BYTES)
+    return None if data is None else cache_seal.unseal(path, data)
 
 
 def _read_owned(path: str, limit: int):

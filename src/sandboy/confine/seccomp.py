@@ -140,7 +140,7 @@ def denied_calls(policy) -> set:
 # Refused whatever `seccomp.allow` says: the kernel's keyring holds the key that seals Sandboy's
 # cache (ADR 0030), which a command allowed keyctl reads by its serial (from /proc/keys, even in a
 # user namespace of its own) to forge any cache file a later run trusts. `policy.load` refuses
-# them in a policy file (exit 2, `KEYRING_CALLS`); here they stay denied for a `Policy` built in
+# them in a policy file (exit 2, `load._seccomp`); here they stay denied for a `Policy` built in
 # code or changed with `replace()`, which no loader sees (redcage14: `sandboy.run()` of such a
 # policy read the key, tier and forced off).
 NEVER_ALLOWED = ("add_key", "keyctl", "request_key")

@@ -226,20 +226,19 @@ def _ipc(src, value) -> dict:
     return {k: _bool(src, f"ipc.{k}", v) for k, v in t.items()}
 
 
-# The kernel's key calls stay refused in every cage, whatever a policy says: Sandboy's cache is
-# sealed with a secret in this user's keyring (ADR 0030), which a command allowed keyctl could
-# read — by its serial number even from a user namespace of its own (measured) — and then forge
-# any cache file a later run trusts.
-KEYRING_CALLS = ("add_key", "keyctl", "request_key")
-
-
 def _seccomp(src, value) -> dict:
     t = checked_table(src, "seccomp", value, ("deny", "allow"))
     out = {k: _str_list(src, f"seccomp.{k}", v, _syscall) for k, v in t.items()}
-    for name in out.get("allow", ()):
-        if name in KEYRING_CALLS:
-            raise PolicyError(src, "seccomp.allow", f"{name} cannot be allowed: the kernel's keyring holds the key "
-                              "that seals Sandboy's cache (docs/adr/0030); remove it from seccomp.allow")
+    if out.get("allow"):
+        # The kernel's key calls stay refused in every cage whatever a policy says (the filter's
+        # own list, `seccomp.NEVER_ALLOWED`, ADR 0030): a policy file naming one is an error, not
+        # a wish silently dropped.
+        from sandboy.confine.seccomp import NEVER_ALLOWED
+
+        for name in out["allow"]:
+            if name in NEVER_ALLOWED:
+                raise PolicyError(src, "seccomp.allow", f"{name} cannot be allowed: the kernel's keyring holds the "
+                                  "key that seals Sandboy's cache (docs/adr/0030); remove it from seccomp.allow")
     return out
 
 
