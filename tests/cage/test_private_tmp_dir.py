@@ -23,7 +23,7 @@ def _made_in(path: str, base) -> bool:
 
 def test_it_is_new_private_and_named_with_the_prefix(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    made = {cage._mkdtemp_without_tempfile("sandboy-") for _ in range(20)}
+    made = {cage._mkdtemp_without_tempfile() for _ in range(20)}
     assert len(made) == 20
     for path in made:
         st = os.lstat(path)
@@ -43,13 +43,13 @@ def test_it_goes_where_tempfile_would_in_the_same_order(tmp_path, monkeypatch):
     monkeypatch.setenv("TEMP", str(temp))
     monkeypatch.setenv("TMP", str(tmp))
     assert tempfile._candidate_tempdir_list()[:3] == [str(missing), str(temp), str(tmp)]  # tempfile's order
-    assert _made_in(cage._mkdtemp_without_tempfile("sandboy-"), temp)
+    assert _made_in(cage._mkdtemp_without_tempfile(), temp)
     monkeypatch.delenv("TEMP")
-    assert _made_in(cage._mkdtemp_without_tempfile("sandboy-"), tmp)
+    assert _made_in(cage._mkdtemp_without_tempfile(), tmp)
     for name in ("TMPDIR", "TEMP", "TMP"):
         monkeypatch.delenv(name, raising=False)
     assert tempfile._candidate_tempdir_list()[0] == "/tmp"
-    made = cage._mkdtemp_without_tempfile("sandboy-")
+    made = cage._mkdtemp_without_tempfile()
     os.rmdir(made)
     assert _made_in(made, "/tmp")
     if os.geteuid() != 0:  # root writes through a read-only mode: the twin needs a user
@@ -57,13 +57,13 @@ def test_it_goes_where_tempfile_would_in_the_same_order(tmp_path, monkeypatch):
         ro.mkdir(mode=0o500)
         monkeypatch.setenv("TMPDIR", str(ro))
         monkeypatch.setenv("TMP", str(tmp))
-        assert _made_in(cage._mkdtemp_without_tempfile("sandboy-"), tmp)
+        assert _made_in(cage._mkdtemp_without_tempfile(), tmp)
 
 
 def test_without_tempfile_loaded_it_is_not_loaded(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "tempfile")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    assert _made_in(cage.make_private_dir("sandboy-"), tmp_path)
+    assert _made_in(cage.make_private_dir(), tmp_path)
     assert "tempfile" not in sys.modules
 
 
@@ -71,7 +71,7 @@ def test_a_program_that_set_tempfiles_directory_keeps_it(tmp_path, monkeypatch):
     """Where the caller has imported tempfile (and perhaps set tempfile.tempdir), mkdtemp decides."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("TMPDIR", "/tmp")
-    assert _made_in(cage.make_private_dir("sandboy-"), tmp_path)
+    assert _made_in(cage.make_private_dir(), tmp_path)
 
 
 def test_sandboy_run_with_tmp_does_not_import_tempfile(tmp_path):
@@ -113,7 +113,7 @@ def test_no_usable_place_is_a_cage_error(tmp_path, monkeypatch):
     monkeypatch.setattr(cage, "_TMP_DIRS", (str(ro),))
     monkeypatch.chdir(ro)
     with pytest.raises(cage.CageError, match="no usable directory"):
-        cage._mkdtemp_without_tempfile("sandboy-")
+        cage._mkdtemp_without_tempfile()
 
 
 def test_a_removed_working_directory_is_passed_over(tmp_path):
@@ -122,7 +122,7 @@ def test_a_removed_working_directory_is_passed_over(tmp_path):
     gone = tmp_path / "gone"
     gone.mkdir()
     program = ("import os; from sandboy.confine import cage; os.chdir(os.environ['GONE']); "
-               "os.rmdir(os.environ['GONE']); print(cage._mkdtemp_without_tempfile('sandboy-'))")
+               "os.rmdir(os.environ['GONE']); print(cage._mkdtemp_without_tempfile())")
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           env={**os.environ, "TMPDIR": str(tmp_path), "GONE": str(gone)})
     assert proc.returncode == 0, proc.stderr
@@ -180,7 +180,7 @@ def test_no_usable_place_is_a_cage_error_even_as_root(tmp_path):
     program = ("import os; from sandboy.confine import cage\n"
                "cage._TMP_DIRS = (os.environ['MISSING'],)\n"
                "os.chdir(os.environ['GONE']); os.rmdir(os.environ['GONE'])\n"
-               "try:\n    cage._mkdtemp_without_tempfile('sandboy-')\n"
+               "try:\n    cage._mkdtemp_without_tempfile()\n"
                "except cage.CageError as exc:\n    print('refused:', exc)\n")
     env = {**os.environ, "TMPDIR": str(missing), "TEMP": str(missing), "TMP": str(missing),
            "GONE": str(gone), "MISSING": str(missing)}

@@ -349,10 +349,10 @@ _TMP_ENV = ("TMPDIR", "TEMP", "TMP")
 _TMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
-def make_private_dir(prefix: str = "sandboy-run-") -> str:  # (run_tmp.PREFIX)
-    """A new directory of mode 0700 named `prefix` + random, where `tempfile.mkdtemp(prefix=...)`
-    would make it: the first of $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp and the working
-    directory in which one can be made. Without importing `tempfile` when nothing has yet: it
+def make_private_dir() -> str:
+    """A new directory of mode 0700 named `run_tmp.PREFIX` + random (the only names its sweep
+    takes), where `tempfile.mkdtemp()` would make it: the first of $TMPDIR, $TEMP, $TMP, /tmp,
+    /var/tmp, /usr/tmp and the working directory in which one can be made. Without importing `tempfile` when nothing has yet: it
     brings shutil, random, hashlib and OpenSSL's libcrypto, ≈ 10-15 ms of every `sandboy run`
     of a policy with `{tmp}` (where a program has imported it, e.g. set `tempfile.tempdir`, its
     `gettempdir()` decides the place as before). Made locked, so that one left by a process
@@ -360,8 +360,8 @@ def make_private_dir(prefix: str = "sandboy-run-") -> str:  # (run_tmp.PREFIX)
     if "tempfile" in sys.modules:
         from sandboy.confine import run_tmp
 
-        return run_tmp.make([sys.modules["tempfile"].gettempdir()], prefix)
-    return _mkdtemp_without_tempfile(prefix)
+        return run_tmp.make([sys.modules["tempfile"].gettempdir()])
+    return _mkdtemp_without_tempfile()
 
 
 def release_tmp(path: str) -> None:
@@ -377,10 +377,10 @@ def _tmp_bases() -> list:
     return [os.environ[name] for name in _TMP_ENV if os.environ.get(name)] + [*_TMP_DIRS, ""]
 
 
-def _mkdtemp_without_tempfile(prefix: str) -> str:
+def _mkdtemp_without_tempfile() -> str:
     from sandboy.confine import run_tmp
 
-    return run_tmp.make(_tmp_bases(), prefix)
+    return run_tmp.make(_tmp_bases())
 
 
 def _build(policy, ctx, abi, environ, tty=False, reusable=True, pieces=None) -> Cage:

@@ -44,11 +44,11 @@ _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _HELD: dict = {}
 
 
-def make(bases, prefix: str = PREFIX) -> str:
-    """A new directory of mode 0700 named `prefix` + 48 random bits, locked, in the first of
+def make(bases) -> str:
+    """A new directory of mode 0700 named `PREFIX` + 48 random bits, locked, in the first of
     `bases` ("" is the working directory) where one can be made; what dead makers left there is
-    swept first (PREFIX's names only: a cage's `{tmp}` is always so named). CageError where none
-    can be made."""
+    swept first (PREFIX's names only: the one name shape both sides know, so a cage's `{tmp}` is
+    always swept when its maker died). CageError where none can be made."""
     for base in bases:
         try:
             base = os.path.abspath(base or os.getcwd())
@@ -56,7 +56,7 @@ def make(bases, prefix: str = PREFIX) -> str:
             continue  # the working directory is gone (a relative $TMPDIR with it)
         sweep(base)
         for _ in range(100):  # a name taken already, or swept from under us: another one
-            path = os.path.join(base, prefix + os.urandom(6).hex())
+            path = os.path.join(base, PREFIX + os.urandom(6).hex())
             try:
                 os.mkdir(path, 0o700)
             except FileExistsError:
